@@ -1,0 +1,71 @@
+// Fortune-format corpus reader.
+#include "engine/data/text_corpus.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace megatrain::engine {
+
+std::vector<std::string> SplitFortunes(const std::string& text) {
+  std::vector<std::string> docs;
+  std::string current;
+  std::istringstream in(text);
+  std::string line;
+  auto flush = [&] {
+    while (!current.empty() && current.back() == '\n') current.pop_back();
+    if (!current.empty()) docs.push_back(current);
+    current.clear();
+  };
+  while (std::getline(in, line)) {
+    if (line == "%") {
+      flush();
+    } else {
+      current += line;
+      current += '\n';
+    }
+  }
+  flush();
+  return docs;
+}
+
+absl::StatusOr<std::vector<std::string>> LoadFortuneDocuments(
+    const std::vector<std::string>& paths) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> files;
+  for (const std::string& p : paths) {
+    std::error_code ec;
+    const fs::file_status st = fs::status(p, ec);
+    if (ec || !fs::exists(st)) {
+      return absl::NotFoundError(absl::StrCat("text file '", p, "' does not exist"));
+    }
+    if (fs::is_directory(st)) {
+      for (const auto& entry : fs::directory_iterator(p)) {
+        if (entry.is_symlink() || !entry.is_regular_file()) continue;
+        if (entry.path().extension() == ".dat") continue;
+        files.push_back(entry.path().string());
+      }
+    } else {
+      files.push_back(p);
+    }
+  }
+  std::sort(files.begin(), files.end());
+  std::vector<std::string> docs;
+  for (const std::string& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    if (!in) return absl::PermissionDeniedError(absl::StrCat("cannot read text file '", f, "'"));
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    for (std::string& d : SplitFortunes(buffer.str())) docs.push_back(std::move(d));
+  }
+  if (docs.empty()) {
+    return absl::InvalidArgumentError("text files contain no documents");
+  }
+  return docs;
+}
+
+}  // namespace megatrain::engine

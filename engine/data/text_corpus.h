@@ -1,0 +1,22 @@
+// Reads plain-text corpora into documents: fortune(6) files ("%" lines
+// separate entries) or plain files (blank-line paragraphs are kept together).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace megatrain::engine {
+
+// Splits a fortune-format file into its entries (the text between lines that
+// consist of a single '%'); empty entries are dropped.
+std::vector<std::string> SplitFortunes(const std::string& text);
+
+// Loads every regular file named in `paths` (directories are expanded one
+// level, skipping *.dat index files and symlinks) and returns the documents
+// in a deterministic order (sorted by path, then file order).
+absl::StatusOr<std::vector<std::string>> LoadFortuneDocuments(
+    const std::vector<std::string>& paths);
+
+}  // namespace megatrain::engine

@@ -1,0 +1,54 @@
+// Training windows over one token stream: a train/validation split, windows of
+// seq_len+1 tokens (inputs and next-token targets), a deterministic shuffle by
+// seed, and a cursor that a checkpoint can save.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace megatrain::engine {
+
+struct WindowBatch {
+  int batch = 0;
+  int seq_len = 0;
+  std::vector<int32_t> inputs;   // [batch, seq_len]
+  std::vector<int32_t> targets;  // [batch, seq_len]; negative = ignored
+};
+
+class TokenWindows {
+ public:
+  // Splits `tokens` at (1 - validation_fraction) of its length; windows start
+  // every seq_len tokens. Fails when either side has no whole window.
+  static absl::StatusOr<TokenWindows> Create(std::vector<int32_t> tokens, int seq_len,
+                                             double validation_fraction, uint64_t seed);
+
+  // The next `batch` training windows in shuffled order; the order is
+  // reshuffled (with the epoch number folded into the seed) at each epoch.
+  WindowBatch NextTrainBatch(int batch);
+
+  // Validation windows [first, first + batch), wrapping around.
+  WindowBatch ValidationBatch(int first, int batch) const;
+
+  size_t train_windows() const { return train_starts_.size(); }
+  size_t validation_windows() const { return validation_starts_.size(); }
+  uint64_t cursor() const { return cursor_; }
+  void set_cursor(uint64_t cursor);
+
+ private:
+  TokenWindows() = default;
+  void Reshuffle(uint64_t epoch);
+  void Fill(size_t start, int row, WindowBatch* out) const;
+
+  std::vector<int32_t> tokens_;
+  int seq_len_ = 0;
+  uint64_t seed_ = 0;
+  std::vector<size_t> train_starts_;
+  std::vector<size_t> validation_starts_;
+  std::vector<size_t> order_;  // permutation of train_starts_ for the current epoch
+  uint64_t cursor_ = 0;        // windows consumed since the start of training
+  uint64_t shuffled_epoch_ = ~uint64_t{0};
+};
+
+}  // namespace megatrain::engine

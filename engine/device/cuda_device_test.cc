@@ -1,0 +1,110 @@
+// Tests for CudaDevice; without a usable GPU they skip with "no CUDA device: <cuda error>".
+#include "engine/device/cuda_device.h"
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "engine/device/cuda_stream.h"
+#include "engine/device/device_test_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace megatrain::engine {
+namespace {
+
+using ::megatrain::engine::testing::SynchronizeWithin;
+using ::testing::HasSubstr;
+
+class CudaDeviceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    DeviceOptions options;
+    options.kind = DeviceKind::kCuda;
+    options.arena_bytes = 64 << 20;
+    options.pinned_budget_bytes = 16 << 20;
+    absl::StatusOr<std::unique_ptr<CudaDevice>> device = CudaDevice::Create(options);
+    if (!device.ok()) {
+      ASSERT_EQ(device.status().code(), absl::StatusCode::kFailedPrecondition) << device.status();
+      ASSERT_TRUE(absl::StartsWith(device.status().message(), "no CUDA device: "))
+          << device.status();
+      GTEST_SKIP() << device.status().message();
+    }
+    device_ = std::move(*device);
+  }
+
+  std::unique_ptr<CudaDevice> device_;
+};
+
+TEST_F(CudaDeviceTest, CopiesRoundTripAndHostTasksRunInOrder) {
+  auto stream = *device_->CreateStream("copy");
+  constexpr size_t kBytes = 100003;
+  std::vector<uint8_t> source(kBytes);
+  for (size_t i = 0; i < kBytes; ++i) source[i] = static_cast<uint8_t>(i * 31 + 1);
+  DeviceBuffer first = *device_->Allocate(kBytes, "first");
+  DeviceBuffer second = *device_->Allocate(kBytes, "second");
+  PinnedHostBuffer back = *device_->AllocatePinned(kBytes);
+  std::vector<int> order;
+  stream->CopyHostToDevice(first.data(), source.data(), kBytes);
+  stream->EnqueueHostTask([&order] { order.push_back(1); });
+  stream->CopyDeviceToDevice(second.data(), first.data(), kBytes);
+  stream->CopyDeviceToHost(back.data(), second.data(), kBytes);
+  stream->EnqueueHostTask([&order] { order.push_back(2); });
+  ASSERT_TRUE(SynchronizeWithin(*stream).ok());
+  EXPECT_EQ(std::memcmp(back.data(), source.data(), kBytes), 0);
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+  EXPECT_NE(static_cast<CudaStream*>(stream.get())->native_handle(), nullptr);
+}
+
+TEST_F(CudaDeviceTest, EventsOrderStreams) {
+  auto a = *device_->CreateStream("a");
+  auto b = *device_->CreateStream("b");
+  auto event = *device_->CreateEvent();
+  int shared = 0, observed = -1;
+  a->EnqueueHostTask([&shared] { shared = 7; });
+  a->RecordEvent(*event);
+  b->WaitEvent(*event);
+  b->EnqueueHostTask([&] { observed = shared; });
+  ASSERT_TRUE(SynchronizeWithin(*b).ok());
+  EXPECT_EQ(observed, 7);
+  EXPECT_TRUE(event->Query());
+}
+
+TEST_F(CudaDeviceTest, ArenaAndPinnedBudgetAreEnforced) {
+  absl::StatusOr<DeviceBuffer> all = device_->Allocate(64 << 20, "all");
+  ASSERT_TRUE(all.ok()) << all.status();
+  absl::StatusOr<DeviceBuffer> more = device_->Allocate(1, "more");
+  EXPECT_EQ(more.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(more.status().ToString(), HasSubstr("largest free block 0"));
+  EXPECT_EQ(device_->AllocatePinned((16 << 20) + 1).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(device_->health().ok());
+}
+
+TEST(CudaErrorTest, StickyErrorsAreClassified) {
+  EXPECT_TRUE(IsStickyCudaError(cudaErrorIllegalAddress));
+  EXPECT_TRUE(IsStickyCudaError(cudaErrorLaunchFailure));
+  EXPECT_FALSE(IsStickyCudaError(cudaErrorMemoryAllocation));
+  EXPECT_FALSE(IsStickyCudaError(cudaErrorNotReady));
+  EXPECT_EQ(CudaErrorToStatus(cudaErrorMemoryAllocation, "x").code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(CudaErrorToStatus(cudaSuccess, "x").ok());
+}
+
+TEST(CudaDeviceStateTest, AStickyErrorMakesTheDeviceUnhealthyForever) {
+  CudaDeviceState state(0, "cuda:0 (test)");
+  EXPECT_EQ(state.Check(cudaErrorMemoryAllocation, "cudaMalloc").code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(state.fault().ok());
+  const absl::Status sticky = state.Check(cudaErrorIllegalAddress, "kernel");
+  EXPECT_EQ(state.fault(), sticky);
+  EXPECT_THAT(sticky.ToString(), HasSubstr("cudaErrorIllegalAddress"));
+  (void)state.Check(cudaErrorLaunchFailure, "later kernel");
+  EXPECT_EQ(state.fault(), sticky);  // the first fault wins
+}
+
+}  // namespace
+}  // namespace megatrain::engine

@@ -1,0 +1,85 @@
+// CudaStream and CudaEvent: Stream and Event over cudaStream_t (non-blocking) and cudaEvent_t.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/device/cuda_device_state.h"
+#include "engine/device/device.h"
+
+namespace megatrain::engine {
+
+class CudaEvent final : public Event {
+ public:
+  // A sync-only event (cudaEventDisableTiming).
+  static absl::StatusOr<std::unique_ptr<CudaEvent>> Create(std::shared_ptr<CudaDeviceState> device);
+  ~CudaEvent() override;
+
+  absl::Status Synchronize() override;
+  bool Query() override;
+  cudaEvent_t native_handle() const { return event_; }
+
+ private:
+  CudaEvent(std::shared_ptr<CudaDeviceState> device, cudaEvent_t event);
+  const std::shared_ptr<CudaDeviceState> device_;
+  const cudaEvent_t event_;
+};
+
+// Errors reported by host tasks, shared with their callbacks.
+struct CudaStreamErrors {
+  std::mutex mu;
+  absl::Status error;
+  bool failed() {
+    std::lock_guard<std::mutex> lock(mu);
+    return !error.ok();
+  }
+  void Set(absl::Status status) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (error.ok()) error = std::move(status);
+  }
+};
+
+// Differences from the CPU device, all documented TODOs: copies and waits add no timeline spans
+// yet (they need timing-event pairs); host tasks do. A host task failing does not cancel copies
+// already enqueued behind it (CUDA cannot), only what is enqueued after the failure is known.
+class CudaStream final : public Stream {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaStream>> Create(
+      std::string name, std::shared_ptr<CudaDeviceState> device);
+  ~CudaStream() override;  // synchronizes, then destroys the cudaStream_t
+
+  std::string_view name() const override { return name_; }
+  void CopyHostToDevice(void* dst_device, const void* src_host, size_t bytes,
+                        TimelineTag tag) override;
+  void CopyDeviceToHost(void* dst_host, const void* src_device, size_t bytes,
+                        TimelineTag tag) override;
+  void CopyDeviceToDevice(void* dst_device, const void* src_device, size_t bytes,
+                          TimelineTag tag) override;
+  void EnqueueHostTask(std::function<void()> fn, TimelineTag tag) override;
+  void EnqueueFallibleHostTask(std::function<absl::Status()> fn, TimelineTag tag) override;
+  void RecordEvent(Event& event) override;
+  void WaitEvent(const Event& event, TimelineTag tag) override;
+  absl::Status Synchronize() override;
+
+  // For launching our kernels and cuBLAS/cuDNN calls on this stream.
+  cudaStream_t native_handle() const { return stream_; }
+
+ private:
+  CudaStream(std::string name, std::shared_ptr<CudaDeviceState> device, cudaStream_t stream);
+  bool Skipping();
+  void Copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, std::string_view what);
+  void Fail(absl::Status status);
+
+  const std::string name_;
+  const std::shared_ptr<CudaDeviceState> device_;
+  const cudaStream_t stream_;
+  const std::shared_ptr<CudaStreamErrors> errors_;
+};
+
+}  // namespace megatrain::engine

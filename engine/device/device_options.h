@@ -1,0 +1,42 @@
+// DeviceOptions: the knobs of a device (CPU emulation or CUDA), validated once at creation.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace megatrain::engine {
+
+enum class DeviceKind { kCpu, kCuda };
+
+// "cpu" or "cuda".
+std::string_view DeviceKindName(DeviceKind kind);
+// Accepts "cpu" and "cuda"; anything else is INVALID_ARGUMENT naming the value.
+absl::StatusOr<DeviceKind> ParseDeviceKind(std::string_view name);
+
+struct DeviceOptions {
+  DeviceKind kind = DeviceKind::kCpu;
+  // Capacity of the device memory arena in bytes; every DeviceBuffer comes from it and nothing
+  // falls back beyond it. Must be > 0.
+  size_t arena_bytes = 0;
+  // Pinned host memory allowed in bytes; 0 = none (every non-empty AllocatePinned fails).
+  size_t pinned_budget_bytes = 0;
+  // Start with timeline recording on (toggle later with Device::timeline().set_enabled()).
+  bool record_timeline = false;
+  // CPU device only: emulated bandwidth of each link direction in GB/s (1e9 bytes/s);
+  // 0 = unthrottled (copies run at memcpy speed).
+  double link_gbps = 0;
+  // CPU device only: emulated latency added to every host<->device copy, in microseconds;
+  // 0 = none.
+  double link_latency_us = 0;
+  // CUDA only: the device ordinal to use.
+  int cuda_device_ordinal = 0;
+};
+
+// INVALID_ARGUMENT naming the field and value for: arena_bytes == 0, link_gbps or
+// link_latency_us negative or not finite, negative cuda_device_ordinal.
+absl::Status ValidateDeviceOptions(const DeviceOptions& options);
+
+}  // namespace megatrain::engine

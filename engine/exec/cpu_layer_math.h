@@ -1,0 +1,52 @@
+// The math of one Llama-family decoder layer, the embedding and the head on
+// the CPU device, over kernels/cpu: forward (saving what backward needs),
+// backward (accumulating weight gradients into the entry's packed gradient
+// buffer, which has the same layout as the weights).
+#pragma once
+
+#include <cstdint>
+
+#include "engine/exec/activation_sets.h"
+#include "engine/exec/model_dims.h"
+#include "kernels/cpu/rope.h"
+
+namespace megatrain::engine {
+
+struct LayerContext {
+  const ModelDims* dims = nullptr;
+  const LayerOffsets* offsets = nullptr;
+  const kernels::cpu::RopeTable* rope = nullptr;
+  const int32_t* positions = nullptr;  // [N]: position of each token in its sequence
+  float* attention_workspace = nullptr;
+};
+
+// x_out = layer(x_in); `act` receives everything backward needs (act.x_in is
+// filled with a copy of x_in). x_out may not alias x_in.
+void CpuLayerForward(const LayerContext& ctx, const float* weights, const float* x_in,
+                     LayerActivations& act, float* x_out);
+
+// dx_in = d loss / d x_in given dx_out, from the saved activations; weight
+// gradients are ADDED into `grads` (packed like `weights`).
+void CpuLayerBackward(const LayerContext& ctx, const float* weights, const LayerActivations& act,
+                      LayerBackwardScratch& scratch, const float* dx_out, float* dx_in,
+                      float* grads);
+
+// Sizes of the attention workspace the kernels need for these dims.
+size_t AttentionWorkspaceFloats(const ModelDims& dims);
+
+// Result of the fused head for one micro-batch.
+struct HeadResult {
+  double loss_sum = 0.0;  // sum of -log p(target) over valid tokens
+  int64_t valid_tokens = 0;
+};
+
+// Final norm + LM head + cross-entropy + their backward in token chunks:
+// dx_final = d(loss)/d(x_final) with loss = loss_sum * inv_total_valid;
+// final-norm and LM-head gradients are added into their packed buffers.
+HeadResult CpuHeadForwardBackward(const ModelDims& dims, const float* final_norm,
+                                  const float* lm_head, const float* x_final,
+                                  const int32_t* targets, float inv_total_valid,
+                                  HeadScratch& scratch, float* dx_final, float* final_norm_grad,
+                                  float* lm_head_grad);
+
+}  // namespace megatrain::engine

@@ -1,0 +1,61 @@
+// The op sequence of one micro-batch's forward + backward under activation
+// checkpointing every k layers: which stage runs, in which direction, whether
+// it saves activations, and which parameter entries its weights come from.
+//
+// Schedule for L layers, checkpoint interval k (keep_all = no recompute):
+//   1. EmbedForward                      (entry: embedding)
+//   2. LayerForward i = 0..L-1           (saves full activations only for the
+//                                         top block, or every layer if keep_all;
+//                                         the input of layer i with i % k == 0
+//                                         is kept as a checkpoint)
+//   3. Head                              (final norm + LM head + loss + its
+//                                         backward, fused; entries: final norm,
+//                                         LM head or the tied embedding)
+//   4. for each block from the top:      LayerForward (recompute, saving) for the
+//                                         block's layers bottom-up — skipped for
+//                                         the top block and when keep_all — then
+//                                         LayerBackward top-down
+//   5. EmbedBackward                     (entry: embedding)
+// Weights stream into two device slots; consecutive ops on the same entries
+// reuse the slot instead of copying again.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace megatrain::engine {
+
+enum class StageKind { kEmbedForward, kLayerForward, kHead, kLayerBackward, kEmbedBackward };
+
+struct ScheduledOp {
+  StageKind kind;
+  int layer = -1;                 // for layer stages
+  bool save_activations = false;  // LayerForward: keep what backward needs
+  bool recompute = false;         // LayerForward in the backward phase
+  int activation_set = -1;        // which saved-activation set the op writes/reads
+  int checkpoint = -1;            // LayerForward: checkpoint index whose input it keeps (or -1)
+  std::vector<int> entries;       // parameter-layout entries whose weights the op reads
+  bool produces_gradients = false;
+};
+
+struct ScheduleShape {
+  int num_layers = 0;
+  int checkpoint_interval = 4;  // k >= 1
+  bool keep_all = false;        // keep every activation, recompute nothing
+  int embedding_entry = 0;
+  int first_layer_entry = 1;
+  int final_norm_entry = 0;
+  int lm_head_entry = 0;  // == embedding_entry when tied
+};
+
+// Number of activation sets the device needs: k (the top block, and each
+// recomputed block), or L with keep_all.
+int ActivationSetCount(const ScheduleShape& shape);
+// Number of checkpoints (inputs of layers 0, k, 2k, ...); 0 with keep_all.
+int CheckpointCount(const ScheduleShape& shape);
+
+std::vector<ScheduledOp> BuildStepSchedule(const ScheduleShape& shape);
+
+std::string DescribeOp(const ScheduledOp& op);
+
+}  // namespace megatrain::engine

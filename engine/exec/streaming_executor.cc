@@ -1,0 +1,524 @@
+// StreamingExecutor implementation (protocol in streaming_executor.h).
+#include "engine/exec/streaming_executor.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kernels/cpu/embedding.h"
+
+namespace megatrain::engine {
+namespace {
+
+constexpr size_t kEntryAlignFloats = 64;
+
+size_t AlignFloats(size_t n) {
+  return (n + kEntryAlignFloats - 1) / kEntryAlignFloats * kEntryAlignFloats;
+}
+size_t Round256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// Float offsets of each of an op's entries when packed into one slot.
+std::vector<size_t> StageOffsets(const ParameterStore& store, const std::vector<int>& entries,
+                                 size_t* total_floats) {
+  std::vector<size_t> offsets;
+  size_t used = 0;
+  for (int e : entries) {
+    offsets.push_back(used);
+    used += AlignFloats(store.spec(e).elements);
+  }
+  *total_floats = used;
+  return offsets;
+}
+
+struct PlanShape {
+  size_t slot_floats = 0;
+  size_t grad_floats = 0;
+  int activation_sets = 0;
+  int checkpoints = 0;
+  int device_checkpoints = 0;
+  bool needs_scratch_set = false;
+};
+
+PlanShape ShapePlan(const ModelDims&, const ExecutorLayout& layout, const ParameterStore& store,
+                    const ExecutorOptions& options, const std::vector<ScheduledOp>& schedule) {
+  PlanShape p;
+  for (const ScheduledOp& op : schedule) {
+    size_t floats = 0;
+    StageOffsets(store, op.entries, &floats);
+    p.slot_floats = std::max(p.slot_floats, floats);
+    if (op.produces_gradients) p.grad_floats = std::max(p.grad_floats, floats);
+    if (op.kind == StageKind::kLayerForward && !op.save_activations) p.needs_scratch_set = true;
+  }
+  p.activation_sets = ActivationSetCount(layout.schedule);
+  p.checkpoints = CheckpointCount(layout.schedule);
+  p.device_checkpoints = options.device_checkpoints < 0
+                             ? p.checkpoints
+                             : std::min(options.device_checkpoints, p.checkpoints);
+  return p;
+}
+
+}  // namespace
+
+std::string DeviceMemoryPlan::Describe() const {
+  return absl::StrFormat(
+      "%d bytes = weight slots %d + gradient buffers %d + saved activations %d + "
+      "checkpoints %d + scratch %d",
+      total(), weight_slots, gradient_buffers, activations, checkpoints, scratch);
+}
+
+DeviceMemoryPlan StreamingExecutor::PlanDeviceMemory(const ModelDims& dims,
+                                                     const ExecutorLayout& layout,
+                                                     const ParameterStore& store,
+                                                     const ExecutorOptions& options) {
+  const auto schedule = BuildStepSchedule(layout.schedule);
+  const PlanShape p = ShapePlan(dims, layout, store, options, schedule);
+  const size_t n = static_cast<size_t>(dims.tokens());
+  const size_t x_bytes = Round256(n * dims.hidden * sizeof(float));
+  DeviceMemoryPlan plan;
+  plan.weight_slots = 2 * Round256(p.slot_floats * sizeof(float));
+  plan.gradient_buffers = 2 * Round256(p.grad_floats * sizeof(float));
+  plan.activations =
+      p.activation_sets * Round256(LayerActivations::FloatCount(dims) * sizeof(float));
+  plan.checkpoints = p.device_checkpoints * x_bytes;
+  plan.scratch = 4 * x_bytes + Round256(LayerBackwardScratch::FloatCount(dims) * sizeof(float)) +
+                 Round256(HeadScratch::FloatCount(dims) * sizeof(float)) +
+                 Round256(AttentionWorkspaceFloats(dims) * sizeof(float)) +
+                 3 * Round256(n * sizeof(int32_t));
+  if (p.needs_scratch_set) {
+    plan.scratch += Round256(LayerActivations::FloatCount(dims) * sizeof(float));
+  }
+  if (p.device_checkpoints < p.checkpoints) plan.scratch += x_bytes;  // staging for host ones
+  return plan;
+}
+
+struct StreamingExecutor::Impl {
+  Device& device;
+  ModelDims dims;
+  ExecutorLayout layout;
+  ParameterStore& store;
+  UpdateGate& gate;
+  const kernels::cpu::RopeTable& rope;
+  ExecutorOptions options;
+  std::vector<ScheduledOp> schedule;
+  PlanShape shape;
+
+  std::unique_ptr<Stream> copy_in, compute, copy_out;
+  std::unique_ptr<Event> slot_ready[2], slot_free[2], grad_ready[2], grad_free[2];
+  std::unique_ptr<Event> tokens_ready, x_ready, checkpoint_out_done, checkpoint_in_ready,
+      checkpoint_stage_free, compute_done, copy_out_done;
+
+  DeviceBuffer slots[2], grads[2];
+  std::vector<DeviceBuffer> activation_sets;
+  std::vector<LayerActivations> sets;
+  DeviceBuffer scratch_set_buffer;
+  LayerActivations scratch_set;
+  DeviceBuffer x[2], dx[2];
+  DeviceBuffer backward_scratch_buffer, head_scratch_buffer, attention_workspace;
+  LayerBackwardScratch backward_scratch;
+  HeadScratch head_scratch;
+  DeviceBuffer ids, targets, positions;
+  std::vector<DeviceBuffer> device_checkpoints;
+  DeviceBuffer checkpoint_stage;
+  std::vector<PinnedHostBuffer> host_checkpoints;
+  PinnedHostBuffer gradient_staging[2];
+
+  MicroBatchResult head_result;  // written by the head's compute task
+
+  Impl(Device& d, const ModelDims& m, const ExecutorLayout& l, ParameterStore& s, UpdateGate& g,
+       const kernels::cpu::RopeTable& r, const ExecutorOptions& o)
+      : device(d), dims(m), layout(l), store(s), gate(g), rope(r), options(o) {}
+
+  absl::Status Allocate();
+  float* CheckpointPointer(int c) const;
+  bool CheckpointOnHost(int c) const { return c >= shape.device_checkpoints; }
+  void EnqueueOp(const ScheduledOp& op, const std::vector<size_t>& offsets, int slot, int grad,
+                 const float* x_in, float* x_out, const float* dx_out, float* dx_in,
+                 float inv_total_valid);
+};
+
+absl::Status StreamingExecutor::Impl::Allocate() {
+  absl::Status first_error;
+  auto alloc = [&](size_t bytes, std::string_view tag) -> DeviceBuffer {
+    if (!first_error.ok()) return DeviceBuffer();
+    absl::StatusOr<DeviceBuffer> b = device.Allocate(bytes, tag);
+    if (!b.ok()) {
+      first_error = b.status();
+      return DeviceBuffer();
+    }
+    return std::move(*b);
+  };
+  const size_t n = static_cast<size_t>(dims.tokens());
+  const size_t x_bytes = n * dims.hidden * sizeof(float);
+  for (int i = 0; i < 2; ++i) {
+    slots[i] = alloc(shape.slot_floats * sizeof(float), "weight slot");
+    grads[i] = alloc(shape.grad_floats * sizeof(float), "gradient buffer");
+  }
+  const size_t set_bytes = LayerActivations::FloatCount(dims) * sizeof(float);
+  for (int i = 0; i < shape.activation_sets; ++i) {
+    activation_sets.push_back(alloc(set_bytes, "saved activations"));
+    sets.push_back(LayerActivations::Carve(dims, activation_sets.back().data_as<float>()));
+  }
+  for (int c = 0; c < shape.device_checkpoints; ++c) {
+    device_checkpoints.push_back(alloc(x_bytes, "activation checkpoint"));
+  }
+  for (int i = 0; i < 2; ++i) {
+    x[i] = alloc(x_bytes, "residual stream");
+    dx[i] = alloc(x_bytes, "residual gradient");
+  }
+  backward_scratch_buffer =
+      alloc(LayerBackwardScratch::FloatCount(dims) * sizeof(float), "backward scratch");
+  backward_scratch = LayerBackwardScratch::Carve(dims, backward_scratch_buffer.data_as<float>());
+  head_scratch_buffer = alloc(HeadScratch::FloatCount(dims) * sizeof(float), "head scratch");
+  head_scratch = HeadScratch::Carve(dims, head_scratch_buffer.data_as<float>());
+  attention_workspace =
+      alloc(AttentionWorkspaceFloats(dims) * sizeof(float), "attention workspace");
+  ids = alloc(n * sizeof(int32_t), "token ids");
+  targets = alloc(n * sizeof(int32_t), "targets");
+  positions = alloc(n * sizeof(int32_t), "positions");
+  if (shape.needs_scratch_set) {
+    scratch_set_buffer = alloc(set_bytes, "forward scratch activations");
+    scratch_set = LayerActivations::Carve(dims, scratch_set_buffer.data_as<float>());
+  }
+  if (shape.device_checkpoints < shape.checkpoints) {
+    checkpoint_stage = alloc(x_bytes, "checkpoint staging");
+  }
+  if (!first_error.ok()) return first_error;
+
+  for (int c = shape.device_checkpoints; c < shape.checkpoints; ++c) {
+    absl::StatusOr<PinnedHostBuffer> b = device.AllocatePinned(x_bytes);
+    if (!b.ok()) return b.status();
+    host_checkpoints.push_back(std::move(*b));
+  }
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<PinnedHostBuffer> b =
+        device.AllocatePinned(std::max<size_t>(shape.grad_floats * sizeof(float), 64));
+    if (!b.ok()) return b.status();
+    gradient_staging[i] = std::move(*b);
+  }
+  return absl::OkStatus();
+}
+
+float* StreamingExecutor::Impl::CheckpointPointer(int c) const {
+  return CheckpointOnHost(c) ? checkpoint_stage.data_as<float>()
+                             : device_checkpoints[c].data_as<float>();
+}
+
+absl::StatusOr<std::unique_ptr<StreamingExecutor>> StreamingExecutor::Create(
+    Device& device, const ModelDims& dims, const ExecutorLayout& layout, ParameterStore& store,
+    UpdateGate& gate, const kernels::cpu::RopeTable& rope, const ExecutorOptions& options) {
+  if (options.checkpoint_interval < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint_interval=", options.checkpoint_interval, " must be >= 1"));
+  }
+  if (dims.head_chunk < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("head_chunk=", dims.head_chunk));
+  }
+  auto impl = std::make_unique<Impl>(device, dims, layout, store, gate, rope, options);
+  impl->layout.schedule.checkpoint_interval = options.checkpoint_interval;
+  impl->layout.schedule.keep_all = options.keep_all;
+  impl->schedule = BuildStepSchedule(impl->layout.schedule);
+  impl->shape = ShapePlan(dims, impl->layout, store, options, impl->schedule);
+  const DeviceMemoryPlan plan = PlanDeviceMemory(dims, impl->layout, store, options);
+
+  if (absl::Status s = impl->Allocate(); !s.ok()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("device memory too small for the streaming plan: it needs ", plan.Describe(),
+                     " (arena capacity ", device.arena_stats().capacity,
+                     " bytes); allocation failed: ", s.message()));
+  }
+  for (auto* stream : {&impl->copy_in, &impl->compute, &impl->copy_out}) {
+    const char* name = stream == &impl->copy_in   ? "copy_in"
+                       : stream == &impl->compute ? "compute"
+                                                  : "copy_out";
+    absl::StatusOr<std::unique_ptr<Stream>> s = device.CreateStream(name);
+    if (!s.ok()) return s.status();
+    *stream = std::move(*s);
+  }
+  std::vector<std::unique_ptr<Event>*> events = {
+      &impl->tokens_ready,          &impl->x_ready,
+      &impl->checkpoint_out_done,   &impl->checkpoint_in_ready,
+      &impl->checkpoint_stage_free, &impl->compute_done,
+      &impl->copy_out_done};
+  for (int i = 0; i < 2; ++i) {
+    events.push_back(&impl->slot_ready[i]);
+    events.push_back(&impl->slot_free[i]);
+    events.push_back(&impl->grad_ready[i]);
+    events.push_back(&impl->grad_free[i]);
+  }
+  for (auto* e : events) {
+    absl::StatusOr<std::unique_ptr<Event>> created = device.CreateEvent();
+    if (!created.ok()) return created.status();
+    *e = std::move(*created);
+  }
+  // Positions are the same for every micro-batch: copy them once.
+  std::vector<int32_t> pos(static_cast<size_t>(dims.tokens()));
+  for (size_t t = 0; t < pos.size(); ++t) pos[t] = static_cast<int32_t>(t % dims.seq);
+  impl->copy_in->CopyHostToDevice(impl->positions.data(), pos.data(), pos.size() * sizeof(int32_t));
+  if (absl::Status s = impl->copy_in->Synchronize(); !s.ok()) return s;
+
+  auto executor = std::unique_ptr<StreamingExecutor>(new StreamingExecutor(std::move(impl)));
+  executor->plan_ = plan;
+  executor->schedule_ = executor->impl_->schedule;
+  return executor;
+}
+
+StreamingExecutor::StreamingExecutor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+StreamingExecutor::~StreamingExecutor() {
+  if (impl_) {
+    // Drain the streams before the buffers their queued work points into go away.
+    for (auto* s : {impl_->copy_in.get(), impl_->compute.get(), impl_->copy_out.get()}) {
+      if (s != nullptr) s->Synchronize().IgnoreError();
+    }
+  }
+}
+
+void StreamingExecutor::Impl::EnqueueOp(const ScheduledOp& op, const std::vector<size_t>& offsets,
+                                        int slot, int grad, const float* x_in, float* x_out,
+                                        const float* dx_out, float* dx_in, float inv_total_valid) {
+  const float* w = slots[slot].data_as<float>();
+  float* g = grads[grad].data_as<float>();
+  size_t grad_floats = 0;
+  if (op.produces_gradients) StageOffsets(store, op.entries, &grad_floats);
+  const LayerContext ctx{&dims, &layout.layer_offsets, &rope, positions.data_as<int32_t>(),
+                         attention_workspace.data_as<float>()};
+  Impl* self = this;
+  TimelineTag tag{SpanKind::kCompute, DescribeOp(op), op.layer};
+  switch (op.kind) {
+    case StageKind::kEmbedForward: {
+      const int32_t* tok = ids.data_as<int32_t>();
+      compute->EnqueueHostTask(
+          [self, w, tok, x_out] {
+            kernels::cpu::EmbeddingForward(w, self->dims.vocab, self->dims.hidden, tok,
+                                           self->dims.tokens(), x_out);
+          },
+          tag);
+      break;
+    }
+    case StageKind::kLayerForward: {
+      LayerActivations* act = op.save_activations ? &sets[op.activation_set] : &scratch_set;
+      compute->EnqueueHostTask(
+          [ctx, w, x_in, act, x_out] { CpuLayerForward(ctx, w, x_in, *act, x_out); }, tag);
+      break;
+    }
+    case StageKind::kHead: {
+      const float* norm = w + offsets[0];
+      const float* head = w + offsets[1];
+      float* norm_grad = g + offsets[0];
+      float* head_grad = g + offsets[1];
+      const int32_t* tgt = targets.data_as<int32_t>();
+      compute->EnqueueHostTask(
+          [self, g, grad_floats, norm, head, x_in, tgt, inv_total_valid, dx_in, norm_grad,
+           head_grad] {
+            std::memset(g, 0, grad_floats * sizeof(float));
+            const HeadResult r =
+                CpuHeadForwardBackward(self->dims, norm, head, x_in, tgt, inv_total_valid,
+                                       self->head_scratch, dx_in, norm_grad, head_grad);
+            self->head_result = MicroBatchResult{r.loss_sum, r.valid_tokens};
+          },
+          tag);
+      break;
+    }
+    case StageKind::kLayerBackward: {
+      const LayerActivations* act = &sets[op.activation_set];
+      LayerBackwardScratch* scratch = &backward_scratch;
+      compute->EnqueueHostTask(
+          [ctx, w, g, grad_floats, act, scratch, dx_out, dx_in] {
+            std::memset(g, 0, grad_floats * sizeof(float));
+            CpuLayerBackward(ctx, w, *act, *scratch, dx_out, dx_in, g);
+          },
+          tag);
+      break;
+    }
+    case StageKind::kEmbedBackward: {
+      const int32_t* tok = ids.data_as<int32_t>();
+      compute->EnqueueHostTask(
+          [self, g, grad_floats, tok, dx_out] {
+            std::memset(g, 0, grad_floats * sizeof(float));
+            kernels::cpu::EmbeddingBackward(dx_out, tok, self->dims.tokens(), self->dims.vocab,
+                                            self->dims.hidden, g);
+          },
+          tag);
+      break;
+    }
+  }
+}
+
+absl::StatusOr<MicroBatchResult> StreamingExecutor::RunMicroBatch(const int32_t* inputs,
+                                                                  const int32_t* targets,
+                                                                  float inv_total_valid,
+                                                                  bool first_micro_batch,
+                                                                  uint64_t weights_version) {
+  Impl& s = *impl_;
+  if (absl::Status h = s.device.health(); !h.ok()) return h;
+  const ModelDims& m = s.dims;
+  const size_t n = static_cast<size_t>(m.tokens());
+  for (size_t t = 0; t < n; ++t) {
+    if (inputs[t] < 0 || inputs[t] >= m.vocab) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", inputs[t], " at position ", t,
+                                                     " is outside the vocabulary [0, ", m.vocab,
+                                                     ")"));
+    }
+    if (targets[t] >= m.vocab) {
+      return absl::InvalidArgumentError(absl::StrCat("target id ", targets[t], " at position ", t,
+                                                     " is outside the vocabulary [0, ", m.vocab,
+                                                     ")"));
+    }
+  }
+  s.copy_in->CopyHostToDevice(s.ids.data(), inputs, n * sizeof(int32_t),
+                              {SpanKind::kCopyIn, "token ids", -1});
+  s.copy_in->CopyHostToDevice(s.targets.data(), targets, n * sizeof(int32_t),
+                              {SpanKind::kCopyIn, "targets", -1});
+  s.copy_in->RecordEvent(*s.tokens_ready);
+  s.compute->WaitEvent(*s.tokens_ready, {SpanKind::kWait, "tokens", -1});
+
+  std::vector<bool> contributed(static_cast<size_t>(s.store.num_entries()), !first_micro_batch);
+  std::vector<int> previous_entries;
+  int slot = 1;
+  int grad = 0;
+  int xi = 0;   // residual stream buffer holding the current activations
+  int dxi = 0;  // residual gradient buffer holding the current gradient
+  bool pending_checkpoint_wait = false;
+
+  for (const ScheduledOp& op : s.schedule) {
+    size_t stage_floats = 0;
+    const std::vector<size_t> offsets = StageOffsets(s.store, op.entries, &stage_floats);
+    const bool host_checkpoint_in = op.kind == StageKind::kLayerForward && op.recompute &&
+                                    op.checkpoint >= 0 && s.CheckpointOnHost(op.checkpoint);
+    if (host_checkpoint_in) {
+      s.copy_in->WaitEvent(*s.checkpoint_stage_free,
+                           {SpanKind::kWait, "checkpoint stage", op.layer});
+      s.copy_in->CopyHostToDevice(
+          s.checkpoint_stage.data(),
+          s.host_checkpoints[op.checkpoint - s.shape.device_checkpoints].data(),
+          n * m.hidden * sizeof(float), {SpanKind::kCopyIn, "checkpoint", op.layer});
+      s.copy_in->RecordEvent(*s.checkpoint_in_ready);
+    }
+    if (op.entries != previous_entries) {
+      slot ^= 1;
+      if (s.options.serial)
+        s.copy_in->WaitEvent(*s.compute_done, {SpanKind::kWait, "serial", op.layer});
+      s.copy_in->WaitEvent(*s.slot_free[slot], {SpanKind::kWait, "slot free", op.layer});
+      for (size_t i = 0; i < op.entries.size(); ++i) {
+        const int e = op.entries[i];
+        UpdateGate* gate = &s.gate;
+        s.copy_in->EnqueueHostTask(
+            [gate, e, weights_version] { gate->WaitFor(e, weights_version); },
+            {SpanKind::kWait, "optimizer update", op.layer});
+        s.copy_in->CopyHostToDevice(s.slots[slot].data_as<float>() + offsets[i],
+                                    s.store.entry(e).master,
+                                    s.store.spec(e).elements * sizeof(float),
+                                    {SpanKind::kCopyIn, DescribeOp(op), op.layer});
+      }
+      s.copy_in->RecordEvent(*s.slot_ready[slot]);
+      previous_entries = op.entries;
+    }
+
+    // Pointers of the residual stream for this op.
+    const float* x_in = nullptr;
+    float* x_out = nullptr;
+    const float* dx_out = nullptr;
+    float* dx_in = nullptr;
+    switch (op.kind) {
+      case StageKind::kEmbedForward:
+        x_out = s.x[xi].data_as<float>();
+        break;
+      case StageKind::kLayerForward:
+        x_in = (op.recompute && op.checkpoint >= 0) ? s.CheckpointPointer(op.checkpoint)
+                                                    : s.x[xi].data_as<float>();
+        x_out = s.x[xi ^ 1].data_as<float>();
+        break;
+      case StageKind::kHead:
+        x_in = s.x[xi].data_as<float>();
+        dx_in = s.dx[dxi].data_as<float>();
+        break;
+      case StageKind::kLayerBackward:
+        dx_out = s.dx[dxi].data_as<float>();
+        dx_in = s.dx[dxi ^ 1].data_as<float>();
+        break;
+      case StageKind::kEmbedBackward:
+        dx_out = s.dx[dxi].data_as<float>();
+        break;
+    }
+
+    // Save the input of every k-th layer as a checkpoint in the first forward.
+    const bool saves_checkpoint =
+        op.kind == StageKind::kLayerForward && !op.recompute && op.checkpoint >= 0;
+    if (saves_checkpoint && !s.CheckpointOnHost(op.checkpoint)) {
+      s.compute->CopyDeviceToDevice(s.device_checkpoints[op.checkpoint].data(), x_in,
+                                    n * m.hidden * sizeof(float),
+                                    {SpanKind::kCompute, "checkpoint", op.layer});
+    } else if (saves_checkpoint) {
+      if (pending_checkpoint_wait) {
+        s.compute->WaitEvent(*s.checkpoint_out_done, {SpanKind::kWait, "checkpoint out", op.layer});
+        pending_checkpoint_wait = false;
+      }
+      s.compute->RecordEvent(*s.x_ready);
+      s.copy_out->WaitEvent(*s.x_ready, {SpanKind::kWait, "checkpoint ready", op.layer});
+      s.copy_out->CopyDeviceToHost(
+          s.host_checkpoints[op.checkpoint - s.shape.device_checkpoints].data(), x_in,
+          n * m.hidden * sizeof(float), {SpanKind::kCopyOut, "checkpoint", op.layer});
+      s.copy_out->RecordEvent(*s.checkpoint_out_done);
+    } else if (pending_checkpoint_wait && op.kind == StageKind::kLayerForward) {
+      // This op overwrites the buffer the checkpoint copy is reading.
+      s.compute->WaitEvent(*s.checkpoint_out_done, {SpanKind::kWait, "checkpoint out", op.layer});
+      pending_checkpoint_wait = false;
+    }
+    if (saves_checkpoint && s.CheckpointOnHost(op.checkpoint)) pending_checkpoint_wait = true;
+
+    s.compute->WaitEvent(*s.slot_ready[slot], {SpanKind::kWait, "weights", op.layer});
+    if (host_checkpoint_in) {
+      s.compute->WaitEvent(*s.checkpoint_in_ready, {SpanKind::kWait, "checkpoint in", op.layer});
+    }
+    if (op.produces_gradients) {
+      s.compute->WaitEvent(*s.grad_free[grad], {SpanKind::kWait, "gradient buffer", op.layer});
+    }
+    if (s.options.serial)
+      s.compute->WaitEvent(*s.copy_out_done, {SpanKind::kWait, "serial", op.layer});
+    s.EnqueueOp(op, offsets, slot, grad, x_in, x_out, dx_out, dx_in, inv_total_valid);
+    s.compute->RecordEvent(*s.slot_free[slot]);
+    s.compute->RecordEvent(*s.compute_done);
+    if (host_checkpoint_in) s.compute->RecordEvent(*s.checkpoint_stage_free);
+
+    if (op.produces_gradients) {
+      s.compute->RecordEvent(*s.grad_ready[grad]);
+      s.copy_out->WaitEvent(*s.grad_ready[grad], {SpanKind::kWait, "gradients ready", op.layer});
+      for (size_t i = 0; i < op.entries.size(); ++i) {
+        const int e = op.entries[i];
+        const float* src = s.grads[grad].data_as<float>() + offsets[i];
+        const size_t count = s.store.spec(e).elements;
+        const TimelineTag out_tag{SpanKind::kCopyOut, DescribeOp(op), op.layer};
+        if (!contributed[e]) {
+          s.copy_out->CopyDeviceToHost(s.store.entry(e).grad, src, count * sizeof(float), out_tag);
+          contributed[e] = true;
+        } else {
+          float* staged = s.gradient_staging[grad].data_as<float>() + offsets[i];
+          float* slab = s.store.entry(e).grad;
+          s.copy_out->CopyDeviceToHost(staged, src, count * sizeof(float), out_tag);
+          s.copy_out->EnqueueHostTask(
+              [staged, slab, count] {
+                for (size_t j = 0; j < count; ++j) slab[j] += staged[j];
+              },
+              {SpanKind::kCopyOut, "accumulate gradients", op.layer});
+        }
+      }
+      s.copy_out->RecordEvent(*s.grad_free[grad]);
+      s.copy_out->RecordEvent(*s.copy_out_done);
+      grad ^= 1;
+    }
+
+    // Advance the residual streams.
+    if (op.kind == StageKind::kLayerForward) xi ^= 1;
+    if (op.kind == StageKind::kLayerBackward) dxi ^= 1;
+  }
+
+  absl::Status status;
+  for (Stream* stream : {s.copy_in.get(), s.compute.get(), s.copy_out.get()}) {
+    status.Update(stream->Synchronize());
+  }
+  if (!status.ok()) return status;
+  return s.head_result;
+}
+
+}  // namespace megatrain::engine

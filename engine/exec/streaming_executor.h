@@ -1,0 +1,109 @@
+// The streaming executor: runs one micro-batch's forward and backward on a
+// device whose memory holds two layers' weights, streaming every parameter
+// entry in from the host ParameterStore and every gradient back out.
+//
+// Event choreography (three streams: copy_in, compute, copy_out):
+//  1. Weights of op j go to slot s_j (alternating; an op whose entries equal
+//     the previous op's reuses its slot). copy_in waits slot_free[s_j]
+//     (recorded by compute after the slot's previous user), waits on the host
+//     for the entry's optimizer update of this step (UpdateGate), copies, and
+//     records slot_ready[s_j]. So op j+1's copy-in overlaps op j's compute.
+//  2. compute waits slot_ready[s_j] and, for gradient-producing ops,
+//     grad_free[g] (the previous copy-out from gradient buffer g finished);
+//     it zeroes the gradient buffer, runs the op, records slot_free[s_j]
+//     and grad_ready[g].
+//  3. copy_out waits grad_ready[g], copies the gradients into the host slab
+//     (the first contribution of the step overwrites; later ones land in a
+//     pinned staging buffer and are added in stream order, so the sum order
+//     is fixed), and records grad_free[g].
+//  4. Activation checkpoints that live on the host go out on copy_out after
+//     the producing op (compute waits for that copy before overwriting the
+//     buffer) and come back on copy_in before the block's recompute.
+// With options.serial every copy waits for the previous compute and every
+// compute for the previous copies: the no-overlap baseline.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/device/device.h"
+#include "engine/exec/activation_sets.h"
+#include "engine/exec/cpu_layer_math.h"
+#include "engine/exec/model_dims.h"
+#include "engine/exec/parameter_store.h"
+#include "engine/exec/step_schedule.h"
+#include "engine/exec/update_gate.h"
+
+namespace megatrain::engine {
+
+struct ExecutorOptions {
+  int checkpoint_interval = 4;  // k: keep the input of every k-th layer
+  bool keep_all = false;        // keep every activation, recompute nothing
+  // How many activation checkpoints stay in device memory; the rest live in
+  // pinned host memory. -1 = all on the device.
+  int device_checkpoints = -1;
+  bool serial = false;  // no overlap (baseline for benchmarks)
+};
+
+// Where the executor finds each stage's weights in the ParameterStore.
+struct ExecutorLayout {
+  ScheduleShape schedule;
+  LayerOffsets layer_offsets;  // same for every layer
+};
+
+// Bytes of device memory the executor plans to allocate, by purpose.
+struct DeviceMemoryPlan {
+  size_t weight_slots = 0;
+  size_t gradient_buffers = 0;
+  size_t activations = 0;  // saved activation sets
+  size_t checkpoints = 0;  // device-resident activation checkpoints
+  size_t scratch = 0;      // residual streams, backward scratch, head, attention, tokens
+  size_t total() const {
+    return weight_slots + gradient_buffers + activations + checkpoints + scratch;
+  }
+  std::string Describe() const;
+};
+
+struct MicroBatchResult {
+  double loss_sum = 0.0;
+  int64_t valid_tokens = 0;
+};
+
+class StreamingExecutor {
+ public:
+  static DeviceMemoryPlan PlanDeviceMemory(const ModelDims& dims, const ExecutorLayout& layout,
+                                           const ParameterStore& store,
+                                           const ExecutorOptions& options);
+
+  // Allocates the plan from the device arena; a too-small arena fails with
+  // RESOURCE_EXHAUSTED saying how many bytes the plan needs and for what.
+  static absl::StatusOr<std::unique_ptr<StreamingExecutor>> Create(
+      Device& device, const ModelDims& dims, const ExecutorLayout& layout, ParameterStore& store,
+      UpdateGate& gate, const kernels::cpu::RopeTable& rope, const ExecutorOptions& options);
+
+  ~StreamingExecutor();
+
+  // Forward + backward of one micro-batch of dims.batch x dims.seq tokens.
+  // Gradients are added into the store's slabs; `first_micro_batch` makes the
+  // first contribution of each entry overwrite instead (a new step).
+  // `weights_version` is the UpdateGate version the weights must have.
+  // inv_total_valid = 1 / valid target tokens over all micro-batches of the step.
+  absl::StatusOr<MicroBatchResult> RunMicroBatch(const int32_t* inputs, const int32_t* targets,
+                                                 float inv_total_valid, bool first_micro_batch,
+                                                 uint64_t weights_version);
+
+  const DeviceMemoryPlan& plan() const { return plan_; }
+  const std::vector<ScheduledOp>& schedule() const { return schedule_; }
+
+ private:
+  struct Impl;
+  explicit StreamingExecutor(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  DeviceMemoryPlan plan_;
+  std::vector<ScheduledOp> schedule_;
+};
+
+}  // namespace megatrain::engine

@@ -1,0 +1,32 @@
+// LoadHfWeights: fills a ParameterLayout's fp32 entry buffers from a Hugging Face model directory.
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "engine/model/parameter_layout.h"
+
+namespace megatrain::engine {
+
+// Reads `dir`/model.safetensors, or else the shards named by
+// `dir`/model.safetensors.index.json (model-0000N-of-0000M.safetensors), and
+// writes every layout tensor, converted exactly to fp32, at its offset in
+// entry_buffers[e] (one buffer of layout.entries()[e].num_elements floats per
+// entry); alignment padding is set to zero.
+//
+// Refused, with the tensor and file named:
+// - a layout tensor that is missing, present twice (in one file or across
+//   shards), or whose shape differs (expected and actual shapes are named);
+// - a tensor the layout does not have, unless known harmless
+//   ("*.rotary_emb.inv_freq", recomputed from rope_theta); for tied models
+//   "lm_head.weight" is accepted only if bitwise-equal to the embedding;
+// - an index whose weight_map names a missing shard, a path outside `dir`, or
+//   disagrees with the shard's contents;
+// - a directory whose only weights are pickle files (*.bin, *.pt, *.pth,
+//   *.ckpt, *.pkl, *.pickle): "<file>: pickle-based weights are not loaded
+//   (they can execute code); convert to safetensors". They are never opened.
+absl::Status LoadHfWeights(const std::string& dir, const ParameterLayout& layout,
+                           absl::Span<float* const> entry_buffers);
+
+}  // namespace megatrain::engine

@@ -1,0 +1,53 @@
+// HostAdamw: the multi-threaded SIMD AdamW step over one packed layer buffer
+// (fp32 master, m, v, gradient, optional bf16 compute copy) in one pass.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/types/span.h"
+#include "engine/common/thread_pool.h"
+#include "engine/optimizer/simd_isa.h"
+#include "kernels/common/adamw.h"
+
+namespace megatrain::engine {
+
+// One tensor of a packed layer buffer, in elements. Norm weights and biases
+// have weight_decay = false.
+struct AdamwSegment {
+  size_t offset = 0;
+  size_t count = 0;
+  bool weight_decay = true;
+};
+
+class HostAdamw {
+ public:
+  // Work is cut at multiples of this many elements of the buffer (64 KiB of
+  // fp32), so a task touches whole cache lines of 64-byte-aligned buffers.
+  // Results never depend on it: the update is element-wise.
+  static constexpr size_t kChunkElements = 16 * 1024;
+
+  // pool is not owned and may be null (then Step runs on the calling thread).
+  // isa must be supported by this CPU (CHECKed); tests pick it, production
+  // code takes the default.
+  explicit HostAdamw(ThreadPool* pool, SimdIsa isa = BestSupportedSimdIsa());
+
+  SimdIsa isa() const { return isa_; }
+
+  // Applies kernels::AdamwUpdate to every element of every segment of the
+  // buffers (decay_scalars for segments with weight_decay, no_decay_scalars
+  // otherwise), and writes the bf16 rounding of each new param to
+  // compute_copy_bf16 at the same index when it is non-null. Elements outside
+  // the segments are not touched. Segments must not overlap (CHECKed).
+  // Blocks until done. Bitwise identical for any pool size and any isa.
+  void Step(const kernels::AdamwStepScalars& decay_scalars,
+            const kernels::AdamwStepScalars& no_decay_scalars,
+            absl::Span<const AdamwSegment> segments, float* param, float* m, float* v,
+            const float* grad, uint16_t* compute_copy_bf16) const;
+
+ private:
+  ThreadPool* pool_;
+  SimdIsa isa_;
+};
+
+}  // namespace megatrain::engine

@@ -1,0 +1,41 @@
+// What one optimizer step reports: loss, norm, learning rate, throughput and
+// the per-layer transfer/compute overlap figures the daemon exports.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace megatrain::engine {
+
+// Seconds spent per layer (or per entry stage) in one step, summed over its
+// micro-batches. stall = time the compute stream waited for that layer's
+// weights, checkpoints or gradient buffers.
+struct LayerTiming {
+  double copy_in_seconds = 0;
+  double compute_seconds = 0;
+  double copy_out_seconds = 0;
+  double stall_seconds = 0;
+  // 1 - stall / copy_in (1 when nothing was copied): how much of the copy was hidden.
+  double overlap_ratio() const;
+};
+
+struct StepReport {
+  uint64_t step = 0;  // 1-based
+  double loss = 0;    // mean over valid target tokens of the step
+  int64_t valid_tokens = 0;
+  int64_t tokens = 0;    // processed tokens (inputs)
+  double grad_norm = 0;  // before clipping
+  double clip_coefficient = 1;
+  double learning_rate = 0;
+  bool skipped = false;  // non-finite gradient norm: no update
+  uint64_t skipped_total = 0;
+  double step_seconds = 0;  // forward + backward of all micro-batches
+  double tokens_per_second = 0;
+  double previous_update_wait_seconds = 0;  // time spent waiting for last step's optimizer
+  std::vector<LayerTiming> layers;          // per decoder layer (when collected)
+  double total_stall_seconds = 0;           // exposed transfer of the step
+  double total_copy_in_seconds = 0;
+  uint64_t device_arena_peak_bytes = 0;
+};
+
+}  // namespace megatrain::engine

@@ -1,0 +1,357 @@
+// Trainer implementation.
+#include "engine/train/trainer.h"
+
+#include <cblas.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "engine/model/hf_loader.h"
+#include "engine/optimizer/grad_norm.h"
+#include "kernels/common/adamw.h"
+
+namespace megatrain::engine {
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// splitmix64: a tiny, fully specified generator, so initial weights are the
+// same on every platform and library version.
+uint64_t SplitMix(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+double Uniform01(uint64_t& state) {
+  return (static_cast<double>(SplitMix(state) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+bool IsNorm(TensorRole role) {
+  return role == TensorRole::kInputNorm || role == TensorRole::kPostAttentionNorm ||
+         role == TensorRole::kFinalNorm;
+}
+
+int64_t OffsetOf(const ParameterLayout& layout, int entry, TensorRole role) {
+  const TensorSlot* slot = layout.Find(entry, role);
+  return slot == nullptr ? -1 : static_cast<int64_t>(slot->offset);
+}
+
+}  // namespace
+
+double LayerTiming::overlap_ratio() const {
+  if (copy_in_seconds <= 0) return 1.0;
+  return std::max(0.0, 1.0 - stall_seconds / copy_in_seconds);
+}
+
+Trainer::Trainer(Device& device, ModelConfig config, ParameterLayout layout, ParameterStore store,
+                 const TrainerOptions& options, kernels::cpu::RopeTable rope)
+    : device_(device),
+      config_(std::move(config)),
+      layout_(std::move(layout)),
+      store_(std::move(store)),
+      options_(options),
+      rope_(std::move(rope)),
+      gate_(layout_.num_entries()),
+      optimizer_pool_(static_cast<size_t>(std::max(1, options.optimizer_threads))),
+      adamw_(&optimizer_pool_),
+      update_seconds_(layout_.num_entries(), 0.0) {}
+
+Trainer::~Trainer() { WaitForUpdates(); }
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(Device& device, ModelConfig config,
+                                                         const TrainerOptions& options) {
+  if (options.micro_batch_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("micro_batch_size=", options.micro_batch_size, " must be >= 1"));
+  }
+  if (options.seq_len < 1 || options.seq_len > config.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "seq_len=", options.seq_len,
+        " must be in [1, max_position_embeddings=", config.max_position_embeddings, "]"));
+  }
+  if (absl::Status s = config.CheckSequenceLength(options.seq_len); !s.ok()) return s;
+  for (auto [name, value] : {std::pair{"beta1", options.beta1}, {"beta2", options.beta2}}) {
+    if (!(value >= 0 && value < 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(name, "=", value, " must be in [0, 1)"));
+    }
+  }
+  if (!(options.eps > 0) || !std::isfinite(options.eps)) {
+    return absl::InvalidArgumentError(absl::StrCat("eps=", options.eps, " must be positive"));
+  }
+  if (!(options.weight_decay >= 0) || !std::isfinite(options.weight_decay)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight_decay=", options.weight_decay, " must be >= 0"));
+  }
+  if (!(options.grad_clip >= 0) || !std::isfinite(options.grad_clip)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("grad_clip=", options.grad_clip, " must be >= 0"));
+  }
+  if (absl::Status s = ValidateLrSchedule(options.lr); !s.ok()) return s;
+
+  absl::StatusOr<ParameterLayout> layout = ParameterLayout::Create(config);
+  if (!layout.ok()) return layout.status();
+  std::vector<EntrySpec> specs;
+  for (const LayoutEntry& entry : layout->entries()) {
+    EntrySpec spec;
+    spec.elements = entry.num_elements;
+    for (const TensorSlot& t : entry.tensors) {
+      spec.segments.push_back(AdamwSegment{t.offset, t.num_elements(), t.weight_decay});
+    }
+    specs.push_back(std::move(spec));
+  }
+  absl::StatusOr<ParameterStore> store = ParameterStore::Create(device, std::move(specs));
+  if (!store.ok()) return store.status();
+  absl::StatusOr<kernels::cpu::RopeTable> rope = kernels::cpu::RopeTable::Create(
+      options.seq_len, config.head_dim, config.rope_theta, config.KernelRopeScaling());
+  if (!rope.ok()) return rope.status();
+
+  openblas_set_num_threads(std::max(1, options.blas_threads));
+
+  auto trainer = std::unique_ptr<Trainer>(new Trainer(
+      device, std::move(config), std::move(*layout), std::move(*store), options, std::move(*rope)));
+  const ModelConfig& c = trainer->config_;
+  const ParameterLayout& l = trainer->layout_;
+  ModelDims& m = trainer->dims_;
+  m.vocab = c.vocab_size;
+  m.hidden = c.hidden_size;
+  m.ffn = c.intermediate_size;
+  m.q_heads = c.num_attention_heads;
+  m.kv_heads = c.num_key_value_heads;
+  m.head_dim = c.head_dim;
+  m.num_layers = c.num_hidden_layers;
+  m.rms_eps = static_cast<float>(c.rms_norm_eps);
+  m.sliding_window = 0;  // CheckSequenceLength guarantees the window covers the sequence
+  m.tied_embeddings = c.tie_word_embeddings;
+  m.batch = options.micro_batch_size;
+  m.seq = options.seq_len;
+  m.head_chunk = options.head_chunk > 0 ? options.head_chunk : std::min<int64_t>(m.tokens(), 256);
+
+  ExecutorLayout exec_layout;
+  exec_layout.schedule.num_layers = c.num_hidden_layers;
+  exec_layout.schedule.embedding_entry = l.embedding_entry();
+  exec_layout.schedule.first_layer_entry = l.layer_entry(0);
+  exec_layout.schedule.final_norm_entry = l.final_norm_entry();
+  exec_layout.schedule.lm_head_entry =
+      l.tied_embeddings() ? l.embedding_entry() : l.lm_head_entry();
+  LayerOffsets& o = exec_layout.layer_offsets;
+  const int e0 = l.layer_entry(0);
+  o.input_norm = OffsetOf(l, e0, TensorRole::kInputNorm);
+  o.q = OffsetOf(l, e0, TensorRole::kQ);
+  o.q_bias = OffsetOf(l, e0, TensorRole::kQBias);
+  o.k = OffsetOf(l, e0, TensorRole::kK);
+  o.k_bias = OffsetOf(l, e0, TensorRole::kKBias);
+  o.v = OffsetOf(l, e0, TensorRole::kV);
+  o.v_bias = OffsetOf(l, e0, TensorRole::kVBias);
+  o.o = OffsetOf(l, e0, TensorRole::kO);
+  o.o_bias = OffsetOf(l, e0, TensorRole::kOBias);
+  o.post_norm = OffsetOf(l, e0, TensorRole::kPostAttentionNorm);
+  o.gate = OffsetOf(l, e0, TensorRole::kGate);
+  o.gate_bias = OffsetOf(l, e0, TensorRole::kGateBias);
+  o.up = OffsetOf(l, e0, TensorRole::kUp);
+  o.up_bias = OffsetOf(l, e0, TensorRole::kUpBias);
+  o.down = OffsetOf(l, e0, TensorRole::kDown);
+  o.down_bias = OffsetOf(l, e0, TensorRole::kDownBias);
+
+  absl::StatusOr<std::unique_ptr<StreamingExecutor>> executor = StreamingExecutor::Create(
+      device, m, exec_layout, trainer->store_, trainer->gate_, trainer->rope_, options.executor);
+  if (!executor.ok()) return executor.status();
+  trainer->executor_ = std::move(*executor);
+  return trainer;
+}
+
+void Trainer::InitializeRandom(uint64_t seed) {
+  WaitForUpdates();
+  for (int e = 0; e < layout_.num_entries(); ++e) {
+    float* master = store_.entry(e).master;
+    std::memset(master, 0, store_.spec(e).elements * sizeof(float));
+    const auto& tensors = layout_.entries()[e].tensors;
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      const TensorSlot& slot = tensors[t];
+      float* p = master + slot.offset;
+      const size_t n = slot.num_elements();
+      if (IsNorm(slot.role)) {
+        for (size_t i = 0; i < n; ++i) p[i] = 1.0f;
+      } else if (slot.weight_decay) {
+        uint64_t state = seed ^ (static_cast<uint64_t>(e) << 40) ^ (static_cast<uint64_t>(t) << 20);
+        for (size_t i = 0; i < n; ++i) {
+          // Box-Muller in double.
+          const double u1 = Uniform01(state);
+          const double u2 = Uniform01(state);
+          const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+          p[i] = static_cast<float>(0.02 * z);
+        }
+      }  // biases stay zero
+    }
+  }
+}
+
+absl::Status Trainer::LoadHfWeights(const std::string& dir) {
+  WaitForUpdates();
+  std::vector<float*> buffers;
+  for (int e = 0; e < store_.num_entries(); ++e) buffers.push_back(store_.entry(e).master);
+  return engine::LoadHfWeights(dir, layout_, buffers);
+}
+
+void Trainer::WaitForUpdates() {
+  if (update_thread_.joinable()) update_thread_.join();
+}
+
+void Trainer::LaunchUpdate(uint64_t version, double clip_coefficient, double lr) {
+  ++applied_updates_;
+  const auto decay = kernels::MakeAdamwStepScalars(
+      lr, options_.beta1, options_.beta2, options_.eps, options_.weight_decay,
+      static_cast<long long>(applied_updates_), clip_coefficient);
+  const auto no_decay =
+      kernels::MakeAdamwStepScalars(lr, options_.beta1, options_.beta2, options_.eps, 0.0,
+                                    static_cast<long long>(applied_updates_), clip_coefficient);
+  // Entries in forward order: the next step's forward needs the embedding and
+  // layer 0 first, so it can start while later layers are still updated.
+  update_thread_ = std::thread([this, version, decay, no_decay] {
+    for (int e = 0; e < store_.num_entries(); ++e) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const EntryBuffers b = store_.entry(e);
+      adamw_.Step(decay, no_decay, store_.spec(e).segments, b.master, b.m, b.v, b.grad, nullptr);
+      update_seconds_[e] = SecondsSince(t0);
+      gate_.Publish(e, version);
+    }
+  });
+}
+
+absl::StatusOr<std::vector<float>> Trainer::ReadSlab(const std::string& hf_name, bool gradient) {
+  WaitForUpdates();
+  absl::StatusOr<TensorLocation> loc = layout_.Find(hf_name);
+  if (!loc.ok()) return loc.status();
+  const EntryBuffers b = store_.entry(loc->entry);
+  const float* p = (gradient ? b.grad : b.master) + loc->slot->offset;
+  return std::vector<float>(p, p + loc->slot->num_elements());
+}
+
+absl::StatusOr<std::vector<float>> Trainer::ReadTensor(const std::string& hf_name) {
+  return ReadSlab(hf_name, false);
+}
+
+absl::StatusOr<std::vector<float>> Trainer::ReadGradient(const std::string& hf_name) {
+  return ReadSlab(hf_name, true);
+}
+
+absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inputs,
+                                         const std::vector<const int32_t*>& targets) {
+  if (inputs.empty() || inputs.size() != targets.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step needs matching micro-batches: ", inputs.size(), " inputs, ",
+                     targets.size(), " targets"));
+  }
+  const int64_t n = dims_.tokens();
+  int64_t total_valid = 0;
+  for (const int32_t* t : targets) {
+    for (int64_t i = 0; i < n; ++i) total_valid += t[i] >= 0 ? 1 : 0;
+  }
+  if (total_valid == 0) {
+    return absl::InvalidArgumentError("step has no valid target tokens (all are ignored)");
+  }
+  const float inv_total_valid = static_cast<float>(1.0 / static_cast<double>(total_valid));
+  const uint64_t weights_version = step_;
+
+  if (options_.collect_timeline) {
+    device_.timeline().Clear();
+    device_.timeline().set_enabled(true);
+  }
+  device_.ResetPeak();
+  const auto t0 = std::chrono::steady_clock::now();
+  double loss_sum = 0;
+  for (size_t mb = 0; mb < inputs.size(); ++mb) {
+    absl::StatusOr<MicroBatchResult> r = executor_->RunMicroBatch(
+        inputs[mb], targets[mb], inv_total_valid, mb == 0, weights_version);
+    if (!r.ok()) {
+      WaitForUpdates();
+      return r.status();
+    }
+    loss_sum += r->loss_sum;
+  }
+  const double step_seconds = SecondsSince(t0);
+  const auto wait_t0 = std::chrono::steady_clock::now();
+  WaitForUpdates();
+
+  StepReport report;
+  report.previous_update_wait_seconds = SecondsSince(wait_t0);
+  report.step = step_ + 1;
+  report.loss = loss_sum / static_cast<double>(total_valid);
+  report.valid_tokens = total_valid;
+  report.tokens = n * static_cast<int64_t>(inputs.size());
+  report.step_seconds = step_seconds;
+  report.tokens_per_second = static_cast<double>(report.tokens) / std::max(step_seconds, 1e-9);
+  report.device_arena_peak_bytes = device_.arena_stats().peak;
+
+  std::vector<double> sums(static_cast<size_t>(store_.num_entries()));
+  for (int e = 0; e < store_.num_entries(); ++e) {
+    sums[e] = GradSumOfSquares(absl::MakeConstSpan(store_.entry(e).grad, store_.spec(e).elements),
+                               &optimizer_pool_);
+  }
+  report.grad_norm = GlobalGradNorm(sums);
+  report.learning_rate = LearningRateAt(options_.lr, step_ + 1);
+
+  if (!GradNormIsFinite(report.grad_norm)) {
+    report.skipped = true;
+    ++skipped_steps_;
+    ++consecutive_skips_;
+    int first_bad = 0;
+    while (first_bad < store_.num_entries() && std::isfinite(sums[first_bad])) ++first_bad;
+    ++step_;
+    gate_.ResetAll(step_);  // parameters unchanged, but this step's version is final
+    report.skipped_total = skipped_steps_;
+    if (consecutive_skips_ > options_.max_consecutive_skips) {
+      const LayoutEntry& entry = layout_.entries()[first_bad];
+      const std::string where =
+          entry.layer >= 0 ? absl::StrCat(std::string(EntryKindName(entry.kind)), " ", entry.layer)
+                           : std::string(EntryKindName(entry.kind));
+      return absl::FailedPreconditionError(absl::StrCat(
+          consecutive_skips_, " consecutive steps had a non-finite gradient norm (limit ",
+          options_.max_consecutive_skips, "); first non-finite gradient in ", where));
+    }
+  } else {
+    consecutive_skips_ = 0;
+    report.clip_coefficient =
+        options_.grad_clip > 0 ? ClipCoefficient(report.grad_norm, options_.grad_clip) : 1.0;
+    ++step_;
+    LaunchUpdate(step_, report.clip_coefficient, report.learning_rate);
+  }
+  report.skipped_total = skipped_steps_;
+
+  if (options_.collect_timeline) {
+    device_.timeline().set_enabled(false);
+    report.layers.assign(static_cast<size_t>(dims_.num_layers), LayerTiming{});
+    for (const TimelineSpan& span : device_.timeline().Spans()) {
+      const double seconds = static_cast<double>(span.end_ns - span.begin_ns) * 1e-9;
+      const bool on_compute = span.stream == "compute";
+      if (span.kind == SpanKind::kWait && on_compute) report.total_stall_seconds += seconds;
+      if (span.kind == SpanKind::kCopyIn) report.total_copy_in_seconds += seconds;
+      if (span.layer < 0 || span.layer >= dims_.num_layers) continue;
+      LayerTiming& t = report.layers[span.layer];
+      switch (span.kind) {
+        case SpanKind::kCopyIn:
+          t.copy_in_seconds += seconds;
+          break;
+        case SpanKind::kCompute:
+          t.compute_seconds += seconds;
+          break;
+        case SpanKind::kCopyOut:
+          t.copy_out_seconds += seconds;
+          break;
+        case SpanKind::kWait:
+          if (on_compute) t.stall_seconds += seconds;
+          break;
+        default:
+          break;
+      }
+    }
+  }
+  return report;
+}
+
+}  // namespace megatrain::engine

@@ -1,0 +1,100 @@
+// The trainer: owns the parameter store, the streaming executor and the host
+// optimizer of one job, and runs optimizer steps (micro-batches, loss,
+// global-norm clipping, AdamW overlapped with the next step's forward, skipping
+// of non-finite steps).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/common/thread_pool.h"
+#include "engine/device/device.h"
+#include "engine/exec/parameter_store.h"
+#include "engine/exec/streaming_executor.h"
+#include "engine/exec/update_gate.h"
+#include "engine/model/model_config.h"
+#include "engine/model/parameter_layout.h"
+#include "engine/optimizer/host_adamw.h"
+#include "engine/train/lr_schedule.h"
+#include "engine/train/step_report.h"
+#include "kernels/cpu/rope.h"
+
+namespace megatrain::engine {
+
+struct TrainerOptions {
+  int micro_batch_size = 1;  // sequences per forward/backward
+  int seq_len = 128;
+  int head_chunk = 0;  // tokens per LM-head chunk; 0 = min(tokens, 256)
+  LrScheduleOptions lr;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;      // applied to 2-D weights only
+  double grad_clip = 1.0;         // global L2 norm; 0 = off
+  int max_consecutive_skips = 5;  // non-finite steps in a row before the job fails
+  ExecutorOptions executor;
+  int optimizer_threads = 2;
+  int blas_threads = 2;           // fixed for the run: OpenBLAS results depend on it
+  bool collect_timeline = false;  // per-layer timings in StepReport (cheap)
+};
+
+class Trainer {
+ public:
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(Device& device, ModelConfig config,
+                                                         const TrainerOptions& options);
+  ~Trainer();
+
+  // Parameters: normal(0, 0.02) for weight matrices, 1 for norms, 0 for biases,
+  // from a generator fully determined by `seed`.
+  void InitializeRandom(uint64_t seed);
+  absl::Status LoadHfWeights(const std::string& dir);
+
+  // One optimizer step over `micro_batches` (each micro_batch_size x seq_len
+  // inputs and targets; negative target = ignored).
+  absl::StatusOr<StepReport> Step(const std::vector<const int32_t*>& inputs,
+                                  const std::vector<const int32_t*>& targets);
+
+  // Waits until the last step's optimizer update has finished writing.
+  void WaitForUpdates();
+
+  const ModelConfig& config() const { return config_; }
+  const ParameterLayout& layout() const { return layout_; }
+  const ParameterStore& store() const { return store_; }
+  ParameterStore& mutable_store() { return store_; }
+  const StreamingExecutor& executor() const { return *executor_; }
+  uint64_t steps_done() const { return step_; }
+  // Copies a tensor's fp32 master values (after WaitForUpdates).
+  absl::StatusOr<std::vector<float>> ReadTensor(const std::string& hf_name);
+  // The last step's accumulated gradient of a tensor, before clipping.
+  absl::StatusOr<std::vector<float>> ReadGradient(const std::string& hf_name);
+
+ private:
+  Trainer(Device& device, ModelConfig config, ParameterLayout layout, ParameterStore store,
+          const TrainerOptions& options, kernels::cpu::RopeTable rope);
+  absl::StatusOr<std::vector<float>> ReadSlab(const std::string& hf_name, bool gradient);
+  void LaunchUpdate(uint64_t version, double clip_coefficient, double lr);
+
+  Device& device_;
+  ModelConfig config_;
+  ParameterLayout layout_;
+  ParameterStore store_;
+  TrainerOptions options_;
+  kernels::cpu::RopeTable rope_;
+  ModelDims dims_;
+  UpdateGate gate_;
+  ThreadPool optimizer_pool_;
+  HostAdamw adamw_;
+  std::unique_ptr<StreamingExecutor> executor_;
+  std::thread update_thread_;
+  std::vector<double> update_seconds_;  // per entry, written by the update thread
+  uint64_t step_ = 0;                   // optimizer steps attempted
+  uint64_t applied_updates_ = 0;        // steps whose update ran (AdamW's t)
+  int consecutive_skips_ = 0;
+  uint64_t skipped_steps_ = 0;
+};
+
+}  // namespace megatrain::engine

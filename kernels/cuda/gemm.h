@@ -1,0 +1,82 @@
+// bf16 GEMM through cuBLASLt (fp32 compute, bf16 or fp32 output) for row-major
+// tensors, as a move-only handle owning the cublasLt handle and its
+// workspace. The three products a linear layer y = x W^T needs are named
+// methods; Matmul is the general form.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace megatrain::kernels::cuda {
+
+enum class GemmOutput { kBf16, kFp32 };
+
+// Row-major C[m, n] = alpha * op(A)[m, k] * op(B)[k, n] + beta * C, with
+// op(X) = X or X^T. A and B are bf16; A is stored [m, k] (or [k, m] when
+// transpose_a), B [k, n] (or [n, k] when transpose_b); all densely packed.
+struct MatmulArgs {
+  int64_t m = 0;
+  int64_t n = 0;
+  int64_t k = 0;
+  bool transpose_a = false;
+  bool transpose_b = false;
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* c = nullptr;
+  GemmOutput c_type = GemmOutput::kBf16;
+  float alpha = 1.0f;
+  float beta = 0.0f;
+};
+
+class CublasLtGemm {
+ public:
+  // 32 MiB: what cuBLAS recommends for Hopper; one fixed size so the chosen
+  // algorithms (and so the results) never depend on a memory budget.
+  static constexpr size_t kDefaultWorkspaceBytes = size_t{32} << 20;
+
+  // Creates the cublasLt handle and cudaMallocs the workspace on the current
+  // device. UNAVAILABLE when there is no usable GPU.
+  static absl::StatusOr<CublasLtGemm> Create(size_t workspace_bytes = kDefaultWorkspaceBytes);
+
+  CublasLtGemm(CublasLtGemm&& other) noexcept;
+  CublasLtGemm& operator=(CublasLtGemm&& other) noexcept;
+  CublasLtGemm(const CublasLtGemm&) = delete;
+  CublasLtGemm& operator=(const CublasLtGemm&) = delete;
+  ~CublasLtGemm();
+
+  // Frees the workspace and destroys the handle, reporting failures (the
+  // destructor does the same silently). Idempotent.
+  absl::Status Close();
+
+  absl::Status Matmul(const MatmulArgs& args, cudaStream_t stream) const;
+
+  // y[tokens, out] = x[tokens, in] * W[out, in]^T (bf16 y).
+  absl::Status LinearForward(const void* x, const void* w, void* y, int64_t tokens, int64_t in,
+                             int64_t out, cudaStream_t stream) const;
+
+  // dx[tokens, in] (=, or += when accumulate) dy[tokens, out] * W[out, in] (bf16 dx).
+  absl::Status LinearBackwardInput(const void* dy, const void* w, void* dx, int64_t tokens,
+                                   int64_t in, int64_t out, bool accumulate,
+                                   cudaStream_t stream) const;
+
+  // dW[out, in] += dy[tokens, out]^T * x[tokens, in], dW fp32. K = tokens is
+  // never split by us; cuBLASLt is restricted to algorithms without split-K
+  // reductions so the result is deterministic.
+  absl::Status LinearBackwardWeight(const void* dy, const void* x, float* dw, int64_t tokens,
+                                    int64_t in, int64_t out, cudaStream_t stream) const;
+
+ private:
+  CublasLtGemm(void* handle, void* workspace, size_t workspace_bytes)
+      : handle_(handle), workspace_(workspace), workspace_bytes_(workspace_bytes) {}
+
+  void* handle_ = nullptr;  // cublasLtHandle_t
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+};
+
+}  // namespace megatrain::kernels::cuda
