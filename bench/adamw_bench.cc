@@ -125,7 +125,17 @@ struct AdamwResult {
   double gbps;
 };
 
-void RunSize(ThreadPool& pool, size_t n, int warmup, int steps, const TriadResult& triad) {
+void PrintTriad(size_t n, const TriadResult& triad) {
+  std::printf(
+      "triad       %zu doubles x 3 (%.1f GiB): %.2f GB/s counting 3 arrays (24 B/elem, STREAM "
+      "convention), %.2f GB/s counting write-allocate (32 B/elem); streaming stores %.2f GB/s\n",
+      n, 24.0 * n / (1 << 30), triad.gbps_3_arrays, triad.gbps_with_allocate, triad.gbps_streaming);
+}
+
+void RunSize(ThreadPool& pool, size_t n, int warmup, int steps, size_t triad_n) {
+  // Triad first, in its own scope, so its arrays are freed before ours.
+  const TriadResult triad = MeasureTriad(pool, triad_n, warmup, steps);
+  PrintTriad(triad_n, triad);
   AlignedArray<float> p = Allocate<float>(n), m = Allocate<float>(n), v = Allocate<float>(n),
                       g = Allocate<float>(n);
   AlignedArray<uint16_t> bf16 = Allocate<uint16_t>(n);
@@ -181,12 +191,6 @@ int Main(int argc, char** argv) {
   std::printf("adamw_bench: threads=%d steps=%d (median) warmup=%d isa=%s\n", threads, steps,
               warmup, std::string(SimdIsaName(BestSupportedSimdIsa())).c_str());
   const size_t triad_n = static_cast<size_t>(absl::GetFlag(FLAGS_triad_elements));
-  const TriadResult triad = MeasureTriad(pool, triad_n, warmup, steps);
-  std::printf(
-      "triad       %zu doubles x 3 arrays (%.1f GiB): %.2f GB/s counting 24 B/elem (STREAM), "
-      "%.2f GB/s counting write-allocate (32 B/elem); with streaming stores %.2f GB/s (24 B)\n",
-      triad_n, 24.0 * triad_n / (1 << 30), triad.gbps_3_arrays, triad.gbps_with_allocate,
-      triad.gbps_streaming);
   for (const std::string& text : absl::GetFlag(FLAGS_params)) {
     char* end = nullptr;
     const unsigned long long n = std::strtoull(text.c_str(), &end, 10);
@@ -194,7 +198,7 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr, "adamw_bench: bad --params entry '%s'\n", text.c_str());
       return 2;
     }
-    RunSize(pool, n, warmup, steps, triad);
+    RunSize(pool, n, warmup, steps, triad_n);
   }
   return 0;
 }

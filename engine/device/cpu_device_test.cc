@@ -311,6 +311,22 @@ TEST(CpuDeviceTest, PinnedMemoryIsCountedAgainstItsBudget) {
   EXPECT_TRUE(device->AllocatePinned(1 << 20).ok());
 }
 
+// `ulimit -l` is often 8 MiB: a larger pinned buffer must still work (as pageable memory, with
+// one warning) and be counted against the budget all the same.
+TEST(CpuDeviceTest, PinnedMemoryBeyondTheMlockLimitDegradesButWorks) {
+  constexpr size_t kBytes = (12 << 20) + 77;
+  auto device = MakeDevice(4096, 2 * kBytes);
+  absl::StatusOr<PinnedHostBuffer> first = device->AllocatePinned(kBytes);
+  absl::StatusOr<PinnedHostBuffer> second = device->AllocatePinned(kBytes);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(second.ok()) << second.status();
+  std::memset(first->data(), 1, kBytes);
+  std::memset(second->data(), 2, kBytes);
+  EXPECT_EQ(first->data_as<uint8_t>()[kBytes - 1], 1);
+  EXPECT_EQ(device->pinned_stats().in_use, 2 * kBytes);
+  RecordProperty("mlock_degraded", device->pinned_mlock_degraded() ? "yes" : "no");
+}
+
 TEST(CpuDeviceTest, ZeroPinnedBudgetAllowsNoPinnedMemory) {
   auto device = MakeDevice(4096, 0);
   EXPECT_EQ(device->AllocatePinned(1).status().code(), absl::StatusCode::kResourceExhausted);

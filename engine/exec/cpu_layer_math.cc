@@ -126,4 +126,13 @@ HeadResult CpuHeadForwardBackward(const ModelDims& m, const float* final_norm, c
   return HeadResult{r.loss_sum, r.valid_count};
 }
 
+HeadResult CpuHeadLoss(const ModelDims& m, const float* final_norm, const float* lm_head,
+                       const float* x_final, const int32_t* targets, HeadScratch& s) {
+  k::RmsnormForward(x_final, final_norm, m.tokens(), m.hidden, m.rms_eps, s.h, s.rstd);
+  const k::LmHeadLossResult r =
+      k::LmHeadCrossEntropy(s.h, lm_head, targets, m.tokens(), m.hidden, m.vocab, m.head_chunk,
+                            0.0f, s.logits, nullptr, nullptr);
+  return HeadResult{r.loss_sum, r.valid_count};
+}
+
 }  // namespace megatrain::engine

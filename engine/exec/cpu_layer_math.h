@@ -49,4 +49,8 @@ HeadResult CpuHeadForwardBackward(const ModelDims& dims, const float* final_norm
                                   HeadScratch& scratch, float* dx_final, float* final_norm_grad,
                                   float* lm_head_grad);
 
+// Loss only (evaluation): final norm, LM head and cross-entropy in chunks.
+HeadResult CpuHeadLoss(const ModelDims& dims, const float* final_norm, const float* lm_head,
+                       const float* x_final, const int32_t* targets, HeadScratch& scratch);
+
 }  // namespace megatrain::engine

@@ -58,6 +58,20 @@ std::vector<ScheduledOp> BuildStepSchedule(const ScheduleShape& s) {
   return ops;
 }
 
+std::vector<ScheduledOp> BuildEvalSchedule(const ScheduleShape& s) {
+  std::vector<ScheduledOp> ops;
+  ops.push_back({StageKind::kEmbedForward, -1, false, false, -1, -1, {s.embedding_entry}, false});
+  for (int i = 0; i < s.num_layers; ++i) {
+    ops.push_back(
+        {StageKind::kLayerForward, i, false, false, -1, -1, {s.first_layer_entry + i}, false});
+  }
+  ScheduledOp head{
+      StageKind::kHead, -1, false, false, -1, -1, {s.final_norm_entry, s.lm_head_entry}, false};
+  head.loss_only = true;
+  ops.push_back(head);
+  return ops;
+}
+
 std::string DescribeOp(const ScheduledOp& op) {
   switch (op.kind) {
     case StageKind::kEmbedForward:

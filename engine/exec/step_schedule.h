@@ -36,6 +36,7 @@ struct ScheduledOp {
   int checkpoint = -1;            // LayerForward: checkpoint index whose input it keeps (or -1)
   std::vector<int> entries;       // parameter-layout entries whose weights the op reads
   bool produces_gradients = false;
+  bool loss_only = false;  // Head in evaluation: loss without gradients
 };
 
 struct ScheduleShape {
@@ -55,6 +56,10 @@ int ActivationSetCount(const ScheduleShape& shape);
 int CheckpointCount(const ScheduleShape& shape);
 
 std::vector<ScheduledOp> BuildStepSchedule(const ScheduleShape& shape);
+
+// Forward only, for evaluation: embedding, every layer (saving nothing), and
+// the head computing the loss alone.
+std::vector<ScheduledOp> BuildEvalSchedule(const ScheduleShape& shape);
 
 std::string DescribeOp(const ScheduledOp& op);
 

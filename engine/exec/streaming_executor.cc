@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/exec/weight_slot_policy.h"
 #include "kernels/cpu/embedding.h"
 
 namespace megatrain::engine {
@@ -70,13 +71,14 @@ std::string DeviceMemoryPlan::Describe() const {
 DeviceMemoryPlan StreamingExecutor::PlanDeviceMemory(const ModelDims& dims,
                                                      const ExecutorLayout& layout,
                                                      const ParameterStore& store,
-                                                     const ExecutorOptions& options) {
+                                                     const ExecutorOptions& options,
+                                                     int weight_slots) {
   const auto schedule = BuildStepSchedule(layout.schedule);
   const PlanShape p = ShapePlan(dims, layout, store, options, schedule);
   const size_t n = static_cast<size_t>(dims.tokens());
   const size_t x_bytes = Round256(n * dims.hidden * sizeof(float));
   DeviceMemoryPlan plan;
-  plan.weight_slots = 2 * Round256(p.slot_floats * sizeof(float));
+  plan.weight_slots = weight_slots * Round256(p.slot_floats * sizeof(float));
   plan.gradient_buffers = 2 * Round256(p.grad_floats * sizeof(float));
   plan.activations =
       p.activation_sets * Round256(LayerActivations::FloatCount(dims) * sizeof(float));
@@ -104,11 +106,15 @@ struct StreamingExecutor::Impl {
   PlanShape shape;
 
   std::unique_ptr<Stream> copy_in, compute, copy_out;
-  std::unique_ptr<Event> slot_ready[2], slot_free[2], grad_ready[2], grad_free[2];
+  std::vector<std::unique_ptr<Event>> slot_ready, slot_free;
+  std::unique_ptr<Event> grad_ready[2], grad_free[2];
   std::unique_ptr<Event> tokens_ready, x_ready, checkpoint_out_done, checkpoint_in_ready,
       checkpoint_stage_free, compute_done, copy_out_done;
 
-  DeviceBuffer slots[2], grads[2];
+  std::vector<DeviceBuffer> slots;
+  DeviceBuffer grads[2];
+  std::unique_ptr<WeightSlotPolicy> slot_policy;
+  std::vector<ScheduledOp> eval_schedule;
   std::vector<DeviceBuffer> activation_sets;
   std::vector<LayerActivations> sets;
   DeviceBuffer scratch_set_buffer;
@@ -129,7 +135,10 @@ struct StreamingExecutor::Impl {
        const kernels::cpu::RopeTable& r, const ExecutorOptions& o)
       : device(d), dims(m), layout(l), store(s), gate(g), rope(r), options(o) {}
 
-  absl::Status Allocate();
+  absl::Status Allocate(int num_slots);
+  absl::StatusOr<MicroBatchResult> Run(const std::vector<ScheduledOp>& ops, const int32_t* inputs,
+                                       const int32_t* targets, float inv_total_valid,
+                                       bool first_micro_batch, uint64_t weights_version);
   float* CheckpointPointer(int c) const;
   bool CheckpointOnHost(int c) const { return c >= shape.device_checkpoints; }
   void EnqueueOp(const ScheduledOp& op, const std::vector<size_t>& offsets, int slot, int grad,
@@ -137,7 +146,7 @@ struct StreamingExecutor::Impl {
                  float inv_total_valid);
 };
 
-absl::Status StreamingExecutor::Impl::Allocate() {
+absl::Status StreamingExecutor::Impl::Allocate(int num_slots) {
   absl::Status first_error;
   auto alloc = [&](size_t bytes, std::string_view tag) -> DeviceBuffer {
     if (!first_error.ok()) return DeviceBuffer();
@@ -150,10 +159,11 @@ absl::Status StreamingExecutor::Impl::Allocate() {
   };
   const size_t n = static_cast<size_t>(dims.tokens());
   const size_t x_bytes = n * dims.hidden * sizeof(float);
-  for (int i = 0; i < 2; ++i) {
-    slots[i] = alloc(shape.slot_floats * sizeof(float), "weight slot");
-    grads[i] = alloc(shape.grad_floats * sizeof(float), "gradient buffer");
+  for (int i = 0; i < num_slots; ++i) {
+    slots.push_back(alloc(shape.slot_floats * sizeof(float), "weight slot"));
   }
+  for (int i = 0; i < 2; ++i)
+    grads[i] = alloc(shape.grad_floats * sizeof(float), "gradient buffer");
   const size_t set_bytes = LayerActivations::FloatCount(dims) * sizeof(float);
   for (int i = 0; i < shape.activation_sets; ++i) {
     activation_sets.push_back(alloc(set_bytes, "saved activations"));
@@ -218,10 +228,29 @@ absl::StatusOr<std::unique_ptr<StreamingExecutor>> StreamingExecutor::Create(
   impl->layout.schedule.checkpoint_interval = options.checkpoint_interval;
   impl->layout.schedule.keep_all = options.keep_all;
   impl->schedule = BuildStepSchedule(impl->layout.schedule);
+  impl->eval_schedule = BuildEvalSchedule(impl->layout.schedule);
   impl->shape = ShapePlan(dims, impl->layout, store, options, impl->schedule);
-  const DeviceMemoryPlan plan = PlanDeviceMemory(dims, impl->layout, store, options);
+  if (options.weight_slots == 1 || options.weight_slots < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("weight_slots=", options.weight_slots,
+                                                   " must be 0 (auto) or >= 2 (double buffering)"));
+  }
+  int num_slots = options.weight_slots;
+  if (num_slots == 0) {
+    std::vector<std::vector<int>> stages;
+    for (const ScheduledOp& op : impl->schedule) stages.push_back(op.entries);
+    const int max_slots = std::max(2, DistinctStageCount(stages));
+    const size_t base = PlanDeviceMemory(dims, impl->layout, store, options, 2).total();
+    const size_t slot_bytes = Round256(impl->shape.slot_floats * sizeof(float));
+    const size_t capacity = device.arena_stats().capacity;
+    const size_t spare = capacity > base ? capacity - base : 0;
+    // Leave 1/16 of the arena for allocator fragmentation.
+    const size_t usable = spare > capacity / 16 ? spare - capacity / 16 : 0;
+    num_slots =
+        std::min<int>(max_slots, 2 + static_cast<int>(usable / std::max<size_t>(slot_bytes, 1)));
+  }
+  const DeviceMemoryPlan plan = PlanDeviceMemory(dims, impl->layout, store, options, num_slots);
 
-  if (absl::Status s = impl->Allocate(); !s.ok()) {
+  if (absl::Status s = impl->Allocate(num_slots); !s.ok()) {
     return absl::ResourceExhaustedError(
         absl::StrCat("device memory too small for the streaming plan: it needs ", plan.Describe(),
                      " (arena capacity ", device.arena_stats().capacity,
@@ -240,9 +269,14 @@ absl::StatusOr<std::unique_ptr<StreamingExecutor>> StreamingExecutor::Create(
       &impl->checkpoint_out_done,   &impl->checkpoint_in_ready,
       &impl->checkpoint_stage_free, &impl->compute_done,
       &impl->copy_out_done};
-  for (int i = 0; i < 2; ++i) {
+  impl->slot_ready.resize(num_slots);
+  impl->slot_free.resize(num_slots);
+  for (int i = 0; i < num_slots; ++i) {
     events.push_back(&impl->slot_ready[i]);
     events.push_back(&impl->slot_free[i]);
+  }
+  impl->slot_policy = std::make_unique<WeightSlotPolicy>(num_slots);
+  for (int i = 0; i < 2; ++i) {
     events.push_back(&impl->grad_ready[i]);
     events.push_back(&impl->grad_free[i]);
   }
@@ -303,6 +337,19 @@ void StreamingExecutor::Impl::EnqueueOp(const ScheduledOp& op, const std::vector
       break;
     }
     case StageKind::kHead: {
+      if (op.loss_only) {
+        const float* norm = w + offsets[0];
+        const float* head = w + offsets[1];
+        const int32_t* tgt = targets.data_as<int32_t>();
+        compute->EnqueueHostTask(
+            [self, norm, head, x_in, tgt] {
+              const HeadResult r =
+                  CpuHeadLoss(self->dims, norm, head, x_in, tgt, self->head_scratch);
+              self->head_result = MicroBatchResult{r.loss_sum, r.valid_tokens};
+            },
+            tag);
+        break;
+      }
       const float* norm = w + offsets[0];
       const float* head = w + offsets[1];
       float* norm_grad = g + offsets[0];
@@ -345,12 +392,27 @@ void StreamingExecutor::Impl::EnqueueOp(const ScheduledOp& op, const std::vector
   }
 }
 
+int StreamingExecutor::weight_slots() const { return impl_->slot_policy->num_slots(); }
+
 absl::StatusOr<MicroBatchResult> StreamingExecutor::RunMicroBatch(const int32_t* inputs,
                                                                   const int32_t* targets,
                                                                   float inv_total_valid,
                                                                   bool first_micro_batch,
                                                                   uint64_t weights_version) {
-  Impl& s = *impl_;
+  return impl_->Run(impl_->schedule, inputs, targets, inv_total_valid, first_micro_batch,
+                    weights_version);
+}
+
+absl::StatusOr<MicroBatchResult> StreamingExecutor::EvaluateMicroBatch(const int32_t* inputs,
+                                                                       const int32_t* targets,
+                                                                       uint64_t weights_version) {
+  return impl_->Run(impl_->eval_schedule, inputs, targets, 0.0f, false, weights_version);
+}
+
+absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
+    const std::vector<ScheduledOp>& ops, const int32_t* inputs, const int32_t* targets,
+    float inv_total_valid, bool first_micro_batch, uint64_t weights_version) {
+  Impl& s = *this;
   if (absl::Status h = s.device.health(); !h.ok()) return h;
   const ModelDims& m = s.dims;
   const size_t n = static_cast<size_t>(m.tokens());
@@ -374,14 +436,12 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::RunMicroBatch(const int32_t*
   s.compute->WaitEvent(*s.tokens_ready, {SpanKind::kWait, "tokens", -1});
 
   std::vector<bool> contributed(static_cast<size_t>(s.store.num_entries()), !first_micro_batch);
-  std::vector<int> previous_entries;
-  int slot = 1;
   int grad = 0;
   int xi = 0;   // residual stream buffer holding the current activations
   int dxi = 0;  // residual gradient buffer holding the current gradient
   bool pending_checkpoint_wait = false;
 
-  for (const ScheduledOp& op : s.schedule) {
+  for (const ScheduledOp& op : ops) {
     size_t stage_floats = 0;
     const std::vector<size_t> offsets = StageOffsets(s.store, op.entries, &stage_floats);
     const bool host_checkpoint_in = op.kind == StageKind::kLayerForward && op.recompute &&
@@ -395,8 +455,9 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::RunMicroBatch(const int32_t*
           n * m.hidden * sizeof(float), {SpanKind::kCopyIn, "checkpoint", op.layer});
       s.copy_in->RecordEvent(*s.checkpoint_in_ready);
     }
-    if (op.entries != previous_entries) {
-      slot ^= 1;
+    const WeightSlotPolicy::Decision placed = s.slot_policy->Place(op.entries, weights_version);
+    const int slot = placed.slot;
+    if (placed.copy) {
       if (s.options.serial)
         s.copy_in->WaitEvent(*s.compute_done, {SpanKind::kWait, "serial", op.layer});
       s.copy_in->WaitEvent(*s.slot_free[slot], {SpanKind::kWait, "slot free", op.layer});
@@ -412,7 +473,6 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::RunMicroBatch(const int32_t*
                                     {SpanKind::kCopyIn, DescribeOp(op), op.layer});
       }
       s.copy_in->RecordEvent(*s.slot_ready[slot]);
-      previous_entries = op.entries;
     }
 
     // Pointers of the residual stream for this op.

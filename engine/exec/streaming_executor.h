@@ -46,6 +46,11 @@ struct ExecutorOptions {
   // pinned host memory. -1 = all on the device.
   int device_checkpoints = -1;
   bool serial = false;  // no overlap (baseline for benchmarks)
+  // Device weight slots: 0 = as many as the arena holds beside the rest of the
+  // plan (at least 2, at most one per stage, when every stage stays resident
+  // and weights are copied once per optimizer step); otherwise exactly this
+  // many (>= 2). Never changes what is computed.
+  int weight_slots = 0;
 };
 
 // Where the executor finds each stage's weights in the ParameterStore.
@@ -74,9 +79,10 @@ struct MicroBatchResult {
 
 class StreamingExecutor {
  public:
+  // The plan with `weight_slots` slots (2 = the minimum the executor runs with).
   static DeviceMemoryPlan PlanDeviceMemory(const ModelDims& dims, const ExecutorLayout& layout,
                                            const ParameterStore& store,
-                                           const ExecutorOptions& options);
+                                           const ExecutorOptions& options, int weight_slots = 2);
 
   // Allocates the plan from the device arena; a too-small arena fails with
   // RESOURCE_EXHAUSTED saying how many bytes the plan needs and for what.
@@ -95,7 +101,13 @@ class StreamingExecutor {
                                                  float inv_total_valid, bool first_micro_batch,
                                                  uint64_t weights_version);
 
+  // Forward only: the summed loss of one micro-batch (nothing is written to
+  // the gradient slabs). Same weights_version rule as RunMicroBatch.
+  absl::StatusOr<MicroBatchResult> EvaluateMicroBatch(const int32_t* inputs, const int32_t* targets,
+                                                      uint64_t weights_version);
+
   const DeviceMemoryPlan& plan() const { return plan_; }
+  int weight_slots() const;
   const std::vector<ScheduledOp>& schedule() const { return schedule_; }
 
  private:

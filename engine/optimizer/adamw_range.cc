@@ -31,6 +31,13 @@ __attribute__((flatten)) void AdamwRangeScalar(const AdamwStepScalars& s, size_t
   }
 }
 
+// The compute copy is written and not read again in this pass, so aligned
+// copies go out with non-temporal stores: no read-for-ownership of lines
+// that are about to be overwritten whole.
+bool IsAligned(const uint16_t* p, uintptr_t bytes) {
+  return p != nullptr && reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
 // Per-step constants, each computed exactly as AdamwUpdate computes it.
 struct AdamwConstants {
   float grad_scale, decay_factor, beta1, one_minus_beta1, beta2, one_minus_beta2,
@@ -59,6 +66,7 @@ void AdamwRangeAvx2(const AdamwStepScalars& s, size_t count, float* param, float
   const __m256i round_bias = _mm256_set1_epi32(0x7fff);
   const __m256i one = _mm256_set1_epi32(1);
   const __m256i quiet_bit = _mm256_set1_epi32(0x0040);
+  const bool stream_copy = IsAligned(bf16, 16);
   size_t i = 0;
   for (; i + 8 <= count; i += 8) {
     const __m256 g = _mm256_mul_ps(_mm256_loadu_ps(grad + i), grad_scale);
@@ -81,9 +89,14 @@ void AdamwRangeAvx2(const AdamwStepScalars& s, size_t count, float* param, float
       const __m256i out = _mm256_blendv_epi8(rounded, _mm256_or_si256(hi, quiet_bit), is_nan);
       const __m128i packed =
           _mm_packus_epi32(_mm256_castsi256_si128(out), _mm256_extracti128_si256(out, 1));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(bf16 + i), packed);
+      if (stream_copy) {
+        _mm_stream_si128(reinterpret_cast<__m128i*>(bf16 + i), packed);
+      } else {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(bf16 + i), packed);
+      }
     }
   }
+  if (stream_copy) _mm_sfence();
   AdamwRangeScalar(s, count - i, param + i, m + i, v + i, grad + i,
                    bf16 == nullptr ? nullptr : bf16 + i);
 }
@@ -109,6 +122,7 @@ __attribute__((target("avx512f"))) void AdamwRangeAvx512(const AdamwStepScalars&
   // GCC 12's unmasked AVX-512 intrinsics trip -Wmaybe-uninitialized inside
   // its own headers; the all-lanes maskz forms below are the same instructions.
   constexpr __mmask16 kAll = 0xffff;
+  const bool stream_copy = IsAligned(bf16, 32);
   size_t i = 0;
   for (; i + 16 <= count; i += 16) {
     const __m512 g = _mm512_mul_ps(_mm512_loadu_ps(grad + i), grad_scale);
@@ -131,10 +145,15 @@ __attribute__((target("avx512f"))) void AdamwRangeAvx512(const AdamwStepScalars&
           16);
       const __mmask16 is_nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, abs_mask), inf_bits);
       const __m512i out = _mm512_mask_or_epi32(rounded, is_nan, hi, quiet_bit);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(bf16 + i),
-                          _mm512_maskz_cvtepi32_epi16(kAll, out));
+      const __m256i packed = _mm512_maskz_cvtepi32_epi16(kAll, out);
+      if (stream_copy) {
+        _mm256_stream_si256(reinterpret_cast<__m256i*>(bf16 + i), packed);
+      } else {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(bf16 + i), packed);
+      }
     }
   }
+  if (stream_copy) _mm_sfence();
   AdamwRangeScalar(s, count - i, param + i, m + i, v + i, grad + i,
                    bf16 == nullptr ? nullptr : bf16 + i);
 }

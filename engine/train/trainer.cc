@@ -240,6 +240,24 @@ absl::StatusOr<std::vector<float>> Trainer::ReadGradient(const std::string& hf_n
   return ReadSlab(hf_name, true);
 }
 
+absl::StatusOr<double> Trainer::Evaluate(const std::vector<const int32_t*>& inputs,
+                                         const std::vector<const int32_t*>& targets) {
+  if (inputs.size() != targets.size()) {
+    return absl::InvalidArgumentError("evaluation needs as many target as input micro-batches");
+  }
+  double loss_sum = 0;
+  int64_t valid = 0;
+  for (size_t mb = 0; mb < inputs.size(); ++mb) {
+    absl::StatusOr<MicroBatchResult> r =
+        executor_->EvaluateMicroBatch(inputs[mb], targets[mb], step_);
+    if (!r.ok()) return r.status();
+    loss_sum += r->loss_sum;
+    valid += r->valid_tokens;
+  }
+  if (valid == 0) return absl::InvalidArgumentError("evaluation batch has no valid targets");
+  return loss_sum / static_cast<double>(valid);
+}
+
 absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inputs,
                                          const std::vector<const int32_t*>& targets) {
   if (inputs.empty() || inputs.size() != targets.size()) {

@@ -58,6 +58,11 @@ class Trainer {
   absl::StatusOr<StepReport> Step(const std::vector<const int32_t*>& inputs,
                                   const std::vector<const int32_t*>& targets);
 
+  // Mean loss over the valid targets of the given micro-batches, forward only,
+  // with the parameters after the last step.
+  absl::StatusOr<double> Evaluate(const std::vector<const int32_t*>& inputs,
+                                  const std::vector<const int32_t*>& targets);
+
   // Waits until the last step's optimizer update has finished writing.
   void WaitForUpdates();
 
