@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -61,18 +62,35 @@ void ForRanges(ThreadPool& pool, size_t n, Fn fn) {
   });
 }
 
-template <typename Fn>
-double MedianSeconds(int warmup, int steps, Fn fn) {
-  for (int i = 0; i < warmup; ++i) fn();
+// Step times of one measured operation.
+struct Timing {
   std::vector<double> seconds;
-  for (int i = 0; i < steps; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    fn();
-    seconds.push_back(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  double Median() const {
+    std::vector<double> sorted = seconds;
+    std::sort(sorted.begin(), sorted.end());
+    return sorted[sorted.size() / 2];
   }
-  std::sort(seconds.begin(), seconds.end());
-  return seconds[seconds.size() / 2];
+  double Best() const { return *std::min_element(seconds.begin(), seconds.end()); }
+};
+
+double SecondsOf(const std::function<void()>& fn) {
+  const auto start = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Runs the operations round-robin, one step of each per round, so that all
+// of them sample the same background load (the machine is shared).
+std::vector<Timing> TimeInterleaved(int warmup, int steps,
+                                    const std::vector<std::function<void()>>& ops) {
+  std::vector<Timing> timings(ops.size());
+  for (int round = 0; round < warmup + steps; ++round) {
+    for (size_t k = 0; k < ops.size(); ++k) {
+      const double seconds = SecondsOf(ops[k]);
+      if (round >= warmup) timings[k].seconds.push_back(seconds);
+    }
+  }
+  return timings;
 }
 
 // a[i] = b[i] + s * c[i] with AVX2 (the build's baseline), normal or
@@ -94,51 +112,30 @@ void Triad(double* a, const double* b, const double* c, double s, size_t begin, 
   if (streaming) _mm_sfence();
 }
 
-struct TriadResult {
-  double gbps_3_arrays;       // STREAM convention: 24 bytes per element
-  double gbps_with_allocate;  // plus the write-allocate read of a: 32 bytes
-  double gbps_streaming;      // non-temporal stores: 24 bytes really move
-};
+void PrintRow(const char* name, size_t n, double bytes_per_elem, const Timing& t,
+              const Timing& triad) {
+  const double gbps = bytes_per_elem * n / t.Median() / 1e9;
+  const double triad_gbps = 24.0 * n / triad.Median() / 1e9;
+  std::printf("%-13s n=%-9zu median %8.2f ms (best %8.2f)  %6.3f G/s  %2.0f B/elem  %6.2f GB/s",
+              name, n, t.Median() * 1e3, t.Best() * 1e3, n / t.Median() / 1e9, bytes_per_elem,
+              gbps);
+  if (&t != &triad) std::printf("  (%3.0f%% of triad)", 100.0 * gbps / triad_gbps);
+  std::printf("\n");
+}
 
-TriadResult MeasureTriad(ThreadPool& pool, size_t n, int warmup, int steps) {
-  AlignedArray<double> a = Allocate<double>(n), b = Allocate<double>(n), c = Allocate<double>(n);
-  ForRanges(pool, n, [&](size_t lo, size_t hi) {
+void RunSize(ThreadPool& pool, size_t n, int warmup, int steps, size_t triad_n) {
+  AlignedArray<double> a = Allocate<double>(triad_n), b = Allocate<double>(triad_n),
+                       c = Allocate<double>(triad_n);
+  AlignedArray<float> p = Allocate<float>(n), m = Allocate<float>(n), v = Allocate<float>(n),
+                      g = Allocate<float>(n);
+  AlignedArray<uint16_t> bf16 = Allocate<uint16_t>(n);
+  ForRanges(pool, triad_n, [&](size_t lo, size_t hi) {
     for (size_t i = lo; i < hi; ++i) {
       a[i] = 0.0;
       b[i] = 1.0;
       c[i] = 2.0;
     }
   });
-  const double normal = MedianSeconds(warmup, steps, [&] {
-    ForRanges(pool, n,
-              [&](size_t lo, size_t hi) { Triad(a.get(), b.get(), c.get(), 3.0, lo, hi, false); });
-  });
-  const double streaming = MedianSeconds(warmup, steps, [&] {
-    ForRanges(pool, n,
-              [&](size_t lo, size_t hi) { Triad(a.get(), b.get(), c.get(), 3.0, lo, hi, true); });
-  });
-  return {24.0 * n / normal / 1e9, 32.0 * n / normal / 1e9, 24.0 * n / streaming / 1e9};
-}
-
-struct AdamwResult {
-  double params_per_second;
-  double gbps;
-};
-
-void PrintTriad(size_t n, const TriadResult& triad) {
-  std::printf(
-      "triad       %zu doubles x 3 (%.1f GiB): %.2f GB/s counting 3 arrays (24 B/elem, STREAM "
-      "convention), %.2f GB/s counting write-allocate (32 B/elem); streaming stores %.2f GB/s\n",
-      n, 24.0 * n / (1 << 30), triad.gbps_3_arrays, triad.gbps_with_allocate, triad.gbps_streaming);
-}
-
-void RunSize(ThreadPool& pool, size_t n, int warmup, int steps, size_t triad_n) {
-  // Triad first, in its own scope, so its arrays are freed before ours.
-  const TriadResult triad = MeasureTriad(pool, triad_n, warmup, steps);
-  PrintTriad(triad_n, triad);
-  AlignedArray<float> p = Allocate<float>(n), m = Allocate<float>(n), v = Allocate<float>(n),
-                      g = Allocate<float>(n);
-  AlignedArray<uint16_t> bf16 = Allocate<uint16_t>(n);
   ForRanges(pool, n, [&](size_t lo, size_t hi) {
     for (size_t i = lo; i < hi; ++i) {
       p[i] = 0.01f * static_cast<float>(i % 1013) - 5.0f;
@@ -159,22 +156,29 @@ void RunSize(ThreadPool& pool, size_t n, int warmup, int steps, size_t triad_n) 
                kernels::MakeAdamwStepScalars(1e-4, 0.9, 0.95, 1e-8, 0.0, step, 0.5), segments,
                p.get(), m.get(), v.get(), g.get(), copy);
   };
-  const double plain = MedianSeconds(warmup, steps, [&] { run(nullptr); });
-  const double with_copy = MedianSeconds(warmup, steps, [&] { run(bf16.get()); });
-  const double norm_seconds = MedianSeconds(warmup, steps, [&] {
-    GradSumOfSquares({g.get(), n}, &pool);
-  });
-  for (const auto& [name, seconds, bytes] :
-       {std::tuple<const char*, double, double>{"adamw", plain, 28.0},
-        {"adamw+bf16", with_copy, 30.0},
-        {"grad_norm", norm_seconds, 4.0}}) {
-    const double gbps = bytes * n / seconds / 1e9;
-    std::printf(
-        "%-11s params=%-10zu %8.3f ms  %7.3f Gparam/s  %4.0f B/param  %6.2f GB/s  "
-        "%5.1f%% of triad(24B)  %5.1f%% of triad(32B, with write-allocate)\n",
-        name, n, seconds * 1e3, n / seconds / 1e9, bytes, gbps, 100.0 * gbps / triad.gbps_3_arrays,
-        100.0 * gbps / triad.gbps_with_allocate);
-  }
+  auto triad = [&](bool streaming) {
+    ForRanges(pool, triad_n, [&](size_t lo, size_t hi) {
+      Triad(a.get(), b.get(), c.get(), 3.0, lo, hi, streaming);
+    });
+  };
+  double sink = 0.0;
+  const std::vector<Timing> t = TimeInterleaved(
+      warmup, steps,
+      {[&] { triad(false); }, [&] { triad(true); }, [&] { run(nullptr); }, [&] { run(bf16.get()); },
+       [&] {
+         sink += GradSumOfSquares({g.get(), n}, &pool);
+       }});
+  // Triad counts 3 arrays (24 B/elem, STREAM convention); with ordinary
+  // stores the write-allocate read of a moves 8 B more that is not counted.
+  // AdamW: read p, m, v, g (16) + write p, m, v (12) = 28 B/param; the bf16
+  // copy adds 2 (non-temporal stores, so no write-allocate). The norm reads g.
+  PrintRow("triad", triad_n, 24.0, t[0], t[0]);
+  PrintRow("triad(32B)", triad_n, 32.0, t[0], t[0]);
+  PrintRow("triad(nt)", triad_n, 24.0, t[1], t[1]);
+  PrintRow("adamw", n, 28.0, t[2], t[0]);
+  PrintRow("adamw+bf16", n, 30.0, t[3], t[0]);
+  PrintRow("grad_norm", n, 4.0, t[4], t[0]);
+  if (!(sink > 0.0)) std::printf("(unexpected gradient norm %g)\n", sink);
   std::fflush(stdout);
 }
 
@@ -191,6 +195,10 @@ int Main(int argc, char** argv) {
   std::printf("adamw_bench: threads=%d steps=%d (median) warmup=%d isa=%s\n", threads, steps,
               warmup, std::string(SimdIsaName(BestSupportedSimdIsa())).c_str());
   const size_t triad_n = static_cast<size_t>(absl::GetFlag(FLAGS_triad_elements));
+  std::printf(
+      "triad: a[i] = b[i] + s*c[i], %zu doubles x 3 arrays (%.1f GiB), 2 variants: "
+      "ordinary and non-temporal (nt) stores\n",
+      triad_n, 24.0 * triad_n / (1 << 30));
   for (const std::string& text : absl::GetFlag(FLAGS_params)) {
     char* end = nullptr;
     const unsigned long long n = std::strtoull(text.c_str(), &end, 10);

@@ -38,7 +38,6 @@ struct PlanShape {
   int activation_sets = 0;
   int checkpoints = 0;
   int device_checkpoints = 0;
-  bool needs_scratch_set = false;
 };
 
 PlanShape ShapePlan(const ModelDims&, const ExecutorLayout& layout, const ParameterStore& store,
@@ -49,7 +48,6 @@ PlanShape ShapePlan(const ModelDims&, const ExecutorLayout& layout, const Parame
     StageOffsets(store, op.entries, &floats);
     p.slot_floats = std::max(p.slot_floats, floats);
     if (op.produces_gradients) p.grad_floats = std::max(p.grad_floats, floats);
-    if (op.kind == StageKind::kLayerForward && !op.save_activations) p.needs_scratch_set = true;
   }
   p.activation_sets = ActivationSetCount(layout.schedule);
   p.checkpoints = CheckpointCount(layout.schedule);
@@ -87,9 +85,6 @@ DeviceMemoryPlan StreamingExecutor::PlanDeviceMemory(const ModelDims& dims,
                  Round256(HeadScratch::FloatCount(dims) * sizeof(float)) +
                  Round256(AttentionWorkspaceFloats(dims) * sizeof(float)) +
                  3 * Round256(n * sizeof(int32_t));
-  if (p.needs_scratch_set) {
-    plan.scratch += Round256(LayerActivations::FloatCount(dims) * sizeof(float));
-  }
   if (p.device_checkpoints < p.checkpoints) plan.scratch += x_bytes;  // staging for host ones
   return plan;
 }
@@ -117,8 +112,6 @@ struct StreamingExecutor::Impl {
   std::vector<ScheduledOp> eval_schedule;
   std::vector<DeviceBuffer> activation_sets;
   std::vector<LayerActivations> sets;
-  DeviceBuffer scratch_set_buffer;
-  LayerActivations scratch_set;
   DeviceBuffer x[2], dx[2];
   DeviceBuffer backward_scratch_buffer, head_scratch_buffer, attention_workspace;
   LayerBackwardScratch backward_scratch;
@@ -186,10 +179,6 @@ absl::Status StreamingExecutor::Impl::Allocate(int num_slots) {
   ids = alloc(n * sizeof(int32_t), "token ids");
   targets = alloc(n * sizeof(int32_t), "targets");
   positions = alloc(n * sizeof(int32_t), "positions");
-  if (shape.needs_scratch_set) {
-    scratch_set_buffer = alloc(set_bytes, "forward scratch activations");
-    scratch_set = LayerActivations::Carve(dims, scratch_set_buffer.data_as<float>());
-  }
   if (shape.device_checkpoints < shape.checkpoints) {
     checkpoint_stage = alloc(x_bytes, "checkpoint staging");
   }
@@ -331,7 +320,9 @@ void StreamingExecutor::Impl::EnqueueOp(const ScheduledOp& op, const std::vector
       break;
     }
     case StageKind::kLayerForward: {
-      LayerActivations* act = op.save_activations ? &sets[op.activation_set] : &scratch_set;
+      // A forward that saves nothing writes its intermediates into set 0: no
+      // saved set is live before the top block's forward or during evaluation.
+      LayerActivations* act = &sets[op.save_activations ? op.activation_set : 0];
       compute->EnqueueHostTask(
           [ctx, w, x_in, act, x_out] { CpuLayerForward(ctx, w, x_in, *act, x_out); }, tag);
       break;

@@ -12,7 +12,6 @@
 #include <sstream>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/model/safetensors_reader.h"
@@ -223,9 +222,9 @@ class Loader {
     }
     if (info.shape != slot.shape) return ShapeError(file, info, slot.shape);
     if (!IsFloatingDtype(info.dtype)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(file.path(), ": tensor '", info.name, "' has dtype ",
-                       std::string(SafetensorsDtypeName(info.dtype)), "; expected F32, BF16, F16 or F64"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          file.path(), ": tensor '", info.name, "' has dtype ",
+          std::string(SafetensorsDtypeName(info.dtype)), "; expected F32, BF16, F16 or F64"));
     }
     float* dst = buffers_[location->entry] + slot.offset;
     return file.ReadFloat32(info.name, absl::Span<float>(dst, slot.num_elements()));

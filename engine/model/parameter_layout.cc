@@ -154,7 +154,8 @@ absl::StatusOr<ParameterLayout> ParameterLayout::Create(const ModelConfig& confi
 absl::StatusOr<TensorLocation> ParameterLayout::Find(std::string_view hf_name) const {
   auto it = name_index_.find(absl::string_view(hf_name.data(), hf_name.size()));
   if (it == name_index_.end()) {
-    return absl::NotFoundError(absl::StrCat("parameter layout has no tensor '", std::string(hf_name), "'"));
+    return absl::NotFoundError(
+        absl::StrCat("parameter layout has no tensor '", std::string(hf_name), "'"));
   }
   const auto [entry, slot] = it->second;
   return TensorLocation{entry, &entries_[entry].tensors[slot]};

@@ -58,14 +58,14 @@ bool IsFloatingDtype(SafetensorsDtype dtype) {
 absl::Status ConvertToFloat32(SafetensorsDtype dtype, absl::Span<const uint8_t> bytes,
                               absl::Span<float> out) {
   if (!IsFloatingDtype(dtype)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("dtype ", std::string(SafetensorsDtypeName(dtype)), " is not a floating-point type"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dtype ", std::string(SafetensorsDtypeName(dtype)), " is not a floating-point type"));
   }
   const size_t item = SafetensorsDtypeSize(dtype);
   if (bytes.size() != out.size() * item) {
-    return absl::InvalidArgumentError(absl::StrCat("conversion of ", bytes.size(), " bytes of ",
-                                                   std::string(SafetensorsDtypeName(dtype)), " into ",
-                                                   out.size(), " floats: sizes disagree"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "conversion of ", bytes.size(), " bytes of ", std::string(SafetensorsDtypeName(dtype)),
+        " into ", out.size(), " floats: sizes disagree"));
   }
   const uint8_t* src = bytes.data();
   float* dst = out.data();

@@ -142,7 +142,9 @@ absl::Status SafetensorsFile::ParseHeader(std::string_view header, size_t data_s
       }
       continue;
     }
-    auto bad = [&](auto&&... parts) { return fail("tensor '", std::string(name), "': ", parts...); };
+    auto bad = [&](auto&&... parts) {
+      return fail("tensor '", std::string(name), "': ", parts...);
+    };
     if (!value.is_object()) return bad("entry is not an object: ", JsonForMessage(value));
     for (const auto& [field, field_value] : value.items()) {
       if (field != "dtype" && field != "shape" && field != "data_offsets") {

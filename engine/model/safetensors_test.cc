@@ -83,7 +83,9 @@ TEST(Bf16Test, EveryBf16ValueWidensExactlyAndRoundTrips) {
   for (uint32_t b = 0; b <= 0xffff; ++b) {
     const float f = kernels::Bf16BitsToFloat32(static_cast<uint16_t>(b));
     ASSERT_EQ(Bits(f), b << 16);
-    if (!std::isnan(f)) ASSERT_EQ(kernels::Float32ToBf16Bits(f), b) << std::hex << b;
+    if (!std::isnan(f)) {
+      ASSERT_EQ(kernels::Float32ToBf16Bits(f), b) << std::hex << b;
+    }
   }
 }
 
