@@ -1,52 +1,58 @@
-"""Counts test cases in bazel-testlogs/**/test.xml and prints `N passed, M failed`.
+"""Counts test cases of the given Bazel test targets and prints `N passed, M failed`.
 
-A target that failed without writing test cases (crash, timeout, build error)
-counts as one failed case, so a red build can never print "0 failed".
-Exit status: 0 only when nothing failed and bazel itself succeeded.
+Usage: junit_summary.py TESTLOGS_DIR BAZEL_EXIT_CODE LABEL...
+
+Each label's bazel-testlogs/<package>/<name>/test.xml is read; a target
+without one, or whose suite reports failures without failed cases (crash,
+timeout), counts as one failed case. When Bazel could not build or run the
+tests (exit code other than 0 or 3), every target counts as failed, since its
+test.xml may be stale. A run that executed nothing is a failure.
+Exit status: 0 only when nothing failed and Bazel itself succeeded.
 """
 import os
 import sys
 import xml.etree.ElementTree as ET
 
 
-def count(testlogs):
+def xml_path(testlogs, label):
+    package, _, name = label.lstrip("/").partition(":")
+    return os.path.join(testlogs, package, name, "test.xml")
+
+
+def count_target(path):
+    """Returns (passed, failed, skipped) test cases of one target."""
+    try:
+        tree = ET.parse(path)
+    except (OSError, ET.ParseError):
+        return 0, 1, 0
     passed = failed = skipped = 0
-    for dirpath, _, files in os.walk(testlogs):
-        if "test.xml" not in files:
-            continue
-        try:
-            tree = ET.parse(os.path.join(dirpath, "test.xml"))
-        except ET.ParseError:
+    suite_failed = False
+    for suite in tree.iter("testsuite"):
+        if int(suite.get("failures", 0)) + int(suite.get("errors", 0)) > 0:
+            suite_failed = True
+    for case in tree.iter("testcase"):
+        if case.find("failure") is not None or case.find("error") is not None:
             failed += 1
-            continue
-        cases = list(tree.iter("testcase"))
-        target_failed = False
-        for suite in tree.iter("testsuite"):
-            if int(suite.get("failures", 0)) + int(suite.get("errors", 0)) > 0:
-                target_failed = True
-        case_failures = 0
-        for case in cases:
-            if case.find("failure") is not None or case.find("error") is not None:
-                failed += 1
-                case_failures += 1
-            elif case.find("skipped") is not None or case.get("result") == "skipped":
-                skipped += 1
-            else:
-                passed += 1
-        if target_failed and case_failures == 0:
-            failed += 1
+        elif case.find("skipped") is not None or case.get("result") == "skipped":
+            skipped += 1
+        else:
+            passed += 1
+    if (suite_failed and failed == 0) or passed + failed + skipped == 0:
+        failed += 1
     return passed, failed, skipped
 
 
 def main():
-    testlogs, bazel_rc = sys.argv[1], int(sys.argv[2])
-    passed, failed, skipped = count(testlogs) if os.path.isdir(testlogs) else (0, 0, 0)
-    # bazel exit 3 = some test failed (already counted); anything else non-zero
-    # is a build or infrastructure failure that produced no test.xml.
-    if bazel_rc not in (0, 3) and failed == 0:
-        failed = 1
+    testlogs, bazel_rc, labels = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+    passed = failed = skipped = 0
+    if bazel_rc not in (0, 3):
+        failed = max(1, len(labels))
+    else:
+        for label in labels:
+            p, f, s = count_target(xml_path(testlogs, label))
+            passed, failed, skipped = passed + p, failed + f, skipped + s
     if passed + failed == 0:
-        failed = 1  # a run that executed no test is a failure
+        failed = 1
     line = f"{passed} passed, {failed} failed"
     if skipped:
         line += f", {skipped} skipped"

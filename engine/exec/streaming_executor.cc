@@ -206,6 +206,13 @@ float* StreamingExecutor::Impl::CheckpointPointer(int c) const {
 absl::StatusOr<std::unique_ptr<StreamingExecutor>> StreamingExecutor::Create(
     Device& device, const ModelDims& dims, const ExecutorLayout& layout, ParameterStore& store,
     UpdateGate& gate, const kernels::cpu::RopeTable& rope, const ExecutorOptions& options) {
+  if (device.kind() != DeviceKind::kCpu) {
+    // The layer math is wired for the CPU device only; the CUDA kernels exist
+    // (kernels/cuda) but no CUDA stage backend drives them yet.
+    return absl::UnimplementedError(
+        absl::StrCat("the streaming executor has no compute backend for device '",
+                     std::string(device.name()), "' yet; use the CPU device"));
+  }
   if (options.checkpoint_interval < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint_interval=", options.checkpoint_interval, " must be >= 1"));

@@ -1,0 +1,276 @@
+// step_bench: end-to-end training-step throughput of the Trainer on the CPU device for a Llama
+// config given by flags; prints one JSON line (see bench/step_vs_torch, bench/streaming).
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "engine/device/cpu_device.h"
+#include "engine/model/model_config.h"
+#include "engine/train/trainer.h"
+#include "nlohmann/json.hpp"
+
+ABSL_FLAG(int, hidden, 512, "hidden size d");
+ABSL_FLAG(int, layers, 4, "decoder layers");
+ABSL_FLAG(int, ffn, 1376, "MLP intermediate size");
+ABSL_FLAG(int, heads, 8, "attention heads");
+ABSL_FLAG(int, kv_heads, 8, "key/value heads");
+ABSL_FLAG(int, vocab, 32000, "vocabulary size");
+ABSL_FLAG(int, seq, 256, "sequence length");
+ABSL_FLAG(int, micro_batch, 4, "sequences per micro-batch");
+ABSL_FLAG(int, micro_batches, 1, "micro-batches per optimizer step");
+ABSL_FLAG(int, k, 4, "checkpoint interval (ignored with --keep_all)");
+ABSL_FLAG(bool, keep_all, false, "keep every activation, recompute nothing");
+ABSL_FLAG(int, weight_slots, 0, "device weight slots: 0 = auto (all resident if the arena fits)");
+ABSL_FLAG(int, device_checkpoints, -1, "checkpoints kept on the device; -1 = all");
+ABSL_FLAG(int64_t, arena_mb, 4096, "device arena MiB (untouched pages cost no RAM)");
+ABSL_FLAG(double, link_gbps, 0, "emulated link GB/s per direction; 0 = unthrottled");
+ABSL_FLAG(double, link_latency_us, 0, "emulated link latency per copy (us)");
+ABSL_FLAG(bool, serial, false, "no copy/compute overlap (baseline)");
+ABSL_FLAG(int, steps, 10, "measured steps (after warmup)");
+ABSL_FLAG(int, warmup, 2, "unmeasured warm-up steps");
+ABSL_FLAG(int, blas_threads, 2, "OpenBLAS threads");
+ABSL_FLAG(int, optimizer_threads, 2, "host AdamW threads");
+ABSL_FLAG(uint64_t, seed, 1, "parameter and token seed");
+
+namespace megatrain::bench {
+namespace {
+
+using engine::SpanKind;
+using engine::TimelineSpan;
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// A field of /proc/self/status in bytes (the kernel reports kB); 0 if absent.
+int64_t ProcStatusBytes(const std::string& field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!absl::StartsWith(line, field + ":")) continue;
+    std::string rest = line.substr(field.size() + 1);
+    absl::StripAsciiWhitespace(&rest);
+    if (absl::EndsWith(rest, " kB")) rest.resize(rest.size() - 3);
+    int64_t kb = 0;
+    if (absl::SimpleAtoi(rest, &kb)) return kb * 1024;
+  }
+  return 0;
+}
+
+absl::StatusOr<engine::ModelConfig> ConfigFromFlags() {
+  const int seq = absl::GetFlag(FLAGS_seq);
+  const std::string json = absl::StrCat(
+      R"({"model_type": "llama", "vocab_size": )", absl::GetFlag(FLAGS_vocab),
+      R"(, "hidden_size": )", absl::GetFlag(FLAGS_hidden), R"(, "intermediate_size": )",
+      absl::GetFlag(FLAGS_ffn), R"(, "num_hidden_layers": )", absl::GetFlag(FLAGS_layers),
+      R"(, "num_attention_heads": )", absl::GetFlag(FLAGS_heads), R"(, "num_key_value_heads": )",
+      absl::GetFlag(FLAGS_kv_heads), R"(, "max_position_embeddings": )", std::max(seq, 2048),
+      R"(, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu",
+          "tie_word_embeddings": false})");
+  return engine::ParseModelConfig(json);
+}
+
+// Per-step figures read from the device timeline (compute stream spans by op label).
+struct TimelineFigures {
+  double layer_forward_seconds = 0;   // mean over layers of "layer.fwd.*"
+  double layer_backward_seconds = 0;  // mean over layers of "layer.bwd.*"
+  double layer_recompute_seconds = 0;
+  double head_seconds = 0;
+  double weight_copies_per_layer = 0;  // weight copy-in spans per layer per step
+};
+
+TimelineFigures ReadTimeline(const std::vector<TimelineSpan>& spans, int layers) {
+  TimelineFigures f;
+  int weight_copies = 0;
+  for (const TimelineSpan& s : spans) {
+    const double sec = static_cast<double>(s.end_ns - s.begin_ns) * 1e-9;
+    if (s.kind == SpanKind::kCompute && s.stream == "compute") {
+      if (absl::StartsWith(s.label, "layer.fwd.")) f.layer_forward_seconds += sec;
+      if (absl::StartsWith(s.label, "layer.bwd.")) f.layer_backward_seconds += sec;
+      if (absl::StartsWith(s.label, "layer.recompute.")) f.layer_recompute_seconds += sec;
+      if (s.label == "head") f.head_seconds += sec;
+    }
+    if (s.kind == SpanKind::kCopyIn && s.layer >= 0 && absl::StartsWith(s.label, "layer.")) {
+      ++weight_copies;
+    }
+  }
+  f.layer_forward_seconds /= layers;
+  f.layer_backward_seconds /= layers;
+  f.layer_recompute_seconds /= layers;
+  f.weight_copies_per_layer = static_cast<double>(weight_copies) / layers;
+  return f;
+}
+
+int Run() {
+  absl::StatusOr<engine::ModelConfig> config = ConfigFromFlags();
+  if (!config.ok()) {
+    fprintf(stderr, "config: %s\n", std::string(config.status().message()).c_str());
+    return 2;
+  }
+  engine::DeviceOptions device_options;
+  device_options.arena_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_arena_mb)) << 20;
+  device_options.pinned_budget_bytes = size_t{64} << 30;
+  device_options.link_gbps = absl::GetFlag(FLAGS_link_gbps);
+  device_options.link_latency_us = absl::GetFlag(FLAGS_link_latency_us);
+  absl::StatusOr<std::unique_ptr<engine::CpuDevice>> device =
+      engine::CpuDevice::Create(device_options);
+  if (!device.ok()) {
+    fprintf(stderr, "device: %s\n", std::string(device.status().message()).c_str());
+    return 2;
+  }
+
+  const int seq = absl::GetFlag(FLAGS_seq);
+  const int micro_batch = absl::GetFlag(FLAGS_micro_batch);
+  const int micro_batches = absl::GetFlag(FLAGS_micro_batches);
+  engine::TrainerOptions options;
+  options.micro_batch_size = micro_batch;
+  options.seq_len = seq;
+  options.lr.peak_lr = 3e-4;
+  options.lr.cosine = false;
+  options.executor.checkpoint_interval = absl::GetFlag(FLAGS_k);
+  options.executor.keep_all = absl::GetFlag(FLAGS_keep_all);
+  options.executor.device_checkpoints = absl::GetFlag(FLAGS_device_checkpoints);
+  options.executor.serial = absl::GetFlag(FLAGS_serial);
+  options.executor.weight_slots = absl::GetFlag(FLAGS_weight_slots);
+  options.blas_threads = absl::GetFlag(FLAGS_blas_threads);
+  options.optimizer_threads = absl::GetFlag(FLAGS_optimizer_threads);
+  options.collect_timeline = true;  // needed for stall figures; two clock reads per op
+
+  absl::StatusOr<std::unique_ptr<engine::Trainer>> trainer =
+      engine::Trainer::Create(**device, *config, options);
+  if (!trainer.ok()) {
+    fprintf(stderr, "trainer: %s\n", std::string(trainer.status().message()).c_str());
+    return 2;
+  }
+  engine::Trainer& t = **trainer;
+  t.InitializeRandom(absl::GetFlag(FLAGS_seed));
+
+  // Random tokens from a fixed LCG: throughput does not depend on the values.
+  const int64_t tokens = int64_t{seq} * micro_batch;
+  const int vocab = absl::GetFlag(FLAGS_vocab);
+  std::vector<std::vector<int32_t>> in(micro_batches), tg(micro_batches);
+  uint64_t state = absl::GetFlag(FLAGS_seed) * 0x9E3779B97F4A7C15ull + 1;
+  for (int m = 0; m < micro_batches; ++m) {
+    in[m].resize(tokens);
+    tg[m].resize(tokens);
+    for (int64_t i = 0; i < tokens; ++i) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      in[m][i] = static_cast<int32_t>((state >> 33) % vocab);
+      tg[m][i] = static_cast<int32_t>((state >> 13) % vocab);
+    }
+  }
+  std::vector<const int32_t*> in_ptr, tg_ptr;
+  for (int m = 0; m < micro_batches; ++m) {
+    in_ptr.push_back(in[m].data());
+    tg_ptr.push_back(tg[m].data());
+  }
+
+  // Wall time between consecutive Step() returns: forward + backward, the wait for the previous
+  // step's asynchronous AdamW, gradient norm — everything a training loop pays per step.
+  std::vector<double> wall, fb, stall, copy_in, update_wait, layer_fwd, layer_bwd, layer_rec, head,
+      copies;
+  uint64_t arena_peak = 0;
+  double last_loss = 0;
+  const int warmup = absl::GetFlag(FLAGS_warmup);
+  const int steps = absl::GetFlag(FLAGS_steps);
+  auto last = std::chrono::steady_clock::now();
+  for (int s = 0; s < warmup + steps; ++s) {
+    absl::StatusOr<engine::StepReport> r = t.Step(in_ptr, tg_ptr);
+    const auto now = std::chrono::steady_clock::now();
+    if (!r.ok()) {
+      fprintf(stderr, "step %d: %s\n", s, std::string(r.status().message()).c_str());
+      return 1;
+    }
+    const double seconds = std::chrono::duration<double>(now - last).count();
+    last = now;
+    last_loss = r->loss;
+    if (s < warmup) continue;
+    wall.push_back(seconds);
+    fb.push_back(r->step_seconds);
+    stall.push_back(r->total_stall_seconds);
+    copy_in.push_back(r->total_copy_in_seconds);
+    update_wait.push_back(r->previous_update_wait_seconds);
+    arena_peak = std::max(arena_peak, r->device_arena_peak_bytes);
+    const TimelineFigures f =
+        ReadTimeline((*device)->timeline().Spans(), config->num_hidden_layers);
+    layer_fwd.push_back(f.layer_forward_seconds);
+    layer_bwd.push_back(f.layer_backward_seconds);
+    layer_rec.push_back(f.layer_recompute_seconds);
+    head.push_back(f.head_seconds);
+    copies.push_back(f.weight_copies_per_layer);
+  }
+  t.WaitForUpdates();
+
+  int64_t layer_elements = 0;
+  for (int e = 0; e < t.layout().num_entries(); ++e) {
+    if (t.layout().entries()[e].layer == 0) layer_elements += t.store().spec(e).elements;
+  }
+  const double step_s = Median(wall);
+  const double stall_s = Median(stall);
+  nlohmann::json out;
+  out["bench"] = "step_bench";
+  out["config"] = {{"hidden", config->hidden_size},
+                   {"layers", config->num_hidden_layers},
+                   {"ffn", config->intermediate_size},
+                   {"heads", config->num_attention_heads},
+                   {"kv_heads", config->num_key_value_heads},
+                   {"vocab", config->vocab_size},
+                   {"seq", seq},
+                   {"micro_batch", micro_batch},
+                   {"micro_batches", micro_batches},
+                   {"k", options.executor.checkpoint_interval},
+                   {"keep_all", options.executor.keep_all},
+                   {"weight_slots_flag", options.executor.weight_slots},
+                   {"weight_slots", t.executor().weight_slots()},
+                   {"serial", options.executor.serial},
+                   {"arena_mb", absl::GetFlag(FLAGS_arena_mb)},
+                   {"link_gbps", device_options.link_gbps},
+                   {"link_latency_us", device_options.link_latency_us},
+                   {"blas_threads", options.blas_threads},
+                   {"optimizer_threads", options.optimizer_threads},
+                   {"steps", steps},
+                   {"warmup", warmup}};
+  out["parameters"] = t.layout().parameter_count();
+  out["layer_weight_bytes"] = layer_elements * int64_t{sizeof(float)};
+  out["tokens_per_step"] = tokens * micro_batches;
+  out["step_seconds"] = step_s;  // median wall time between Step() returns
+  out["tokens_per_second"] = static_cast<double>(tokens * micro_batches) / step_s;
+  out["forward_backward_seconds"] = Median(fb);
+  out["update_wait_seconds"] = Median(update_wait);
+  out["stall_seconds"] = stall_s;
+  out["stall_fraction"] = stall_s / step_s;
+  out["copy_in_seconds"] = Median(copy_in);
+  out["layer_forward_seconds"] = Median(layer_fwd);
+  out["layer_backward_seconds"] = Median(layer_bwd);
+  out["layer_recompute_seconds"] = Median(layer_rec);
+  out["head_seconds"] = Median(head);
+  out["weight_copies_per_layer"] = Median(copies);
+  out["arena_peak_bytes"] = arena_peak;
+  out["vm_hwm_bytes"] = ProcStatusBytes("VmHWM");
+  out["vm_rss_bytes"] = ProcStatusBytes("VmRSS");
+  out["final_loss"] = last_loss;
+  printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace megatrain::bench
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return megatrain::bench::Run();
+}

@@ -1,0 +1,169 @@
+// Local text training run (see text_training.h).
+#include "engine/train/text_training.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/data/byte_tokenizer.h"
+#include "engine/data/text_corpus.h"
+#include "engine/data/token_windows.h"
+#include "engine/device/device_factory.h"
+#include "engine/model/parameter_layout.h"
+
+namespace megatrain::engine {
+namespace {
+
+double UnigramEntropy(const std::vector<int32_t>& tokens, int vocab) {
+  std::vector<double> counts(static_cast<size_t>(vocab), 0.0);
+  for (int32_t t : tokens) counts[t] += 1;
+  double h = 0;
+  for (double c : counts) {
+    if (c > 0) {
+      const double p = c / static_cast<double>(tokens.size());
+      h -= p * std::log(p);
+    }
+  }
+  return h;
+}
+
+std::string FormatDuration(double seconds) {
+  const int s = static_cast<int>(std::lround(std::max(0.0, seconds)));
+  return s >= 60 ? absl::StrFormat("%dm%02ds", s / 60, s % 60) : absl::StrFormat("%ds", s);
+}
+
+}  // namespace
+
+ModelConfig TinyTextModelConfig() {
+  ModelConfig c;
+  c.family = ModelFamily::kLlama;
+  c.vocab_size = ByteTokenizer::kVocabSize;
+  c.hidden_size = 384;
+  c.intermediate_size = 1024;
+  c.num_hidden_layers = 6;
+  c.num_attention_heads = 6;
+  c.num_key_value_heads = 2;
+  c.head_dim = 64;
+  c.max_position_embeddings = 1024;
+  c.rms_norm_eps = 1e-5;
+  c.rope_theta = 10000.0;
+  c.tie_word_embeddings = false;
+  return c;
+}
+
+absl::StatusOr<TextTrainingResult> TrainOnText(
+    const ModelConfig& config, const TextTrainingOptions& options,
+    const std::function<void(const std::string&, bool)>& progress) {
+  if (config.vocab_size < ByteTokenizer::kVocabSize) {
+    return absl::InvalidArgumentError(absl::StrCat("vocab_size=", config.vocab_size,
+                                                   " is smaller than the byte vocabulary (256)"));
+  }
+  if (options.grad_accumulation < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("grad_accumulation=", options.grad_accumulation, " must be >= 1"));
+  }
+  absl::StatusOr<std::vector<std::string>> docs = LoadFortuneDocuments(options.text_paths);
+  if (!docs.ok()) return docs.status();
+  std::vector<int32_t> tokens;
+  for (const std::string& d : *docs) {
+    ByteTokenizer::Encode(d, &tokens);
+    tokens.push_back(ByteTokenizer::kEndOfDocument);
+  }
+  const int seq = options.trainer.seq_len;
+  const int micro = options.trainer.micro_batch_size;
+  absl::StatusOr<TokenWindows> windows =
+      TokenWindows::Create(tokens, seq, options.validation_fraction, options.seed);
+  if (!windows.ok()) return windows.status();
+
+  absl::StatusOr<std::unique_ptr<Device>> device = CreateDevice(options.device);
+  if (!device.ok()) return device.status();
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer =
+      Trainer::Create(**device, config, options.trainer);
+  if (!trainer.ok()) return trainer.status();
+  (*trainer)->InitializeRandom(options.seed);
+
+  TextTrainingResult result;
+  result.parameters = (*trainer)->layout().parameter_count();
+  result.unigram_entropy_nats = UnigramEntropy(
+      std::vector<int32_t>(
+          tokens.begin(),
+          tokens.begin() + static_cast<int64_t>(static_cast<double>(tokens.size()) *
+                                                (1.0 - options.validation_fraction))),
+      static_cast<int>(config.vocab_size));
+  progress(absl::StrFormat("model: %d parameters, %d layers, d=%d; data: %d documents, %d tokens "
+                           "(%d train / %d validation windows of %d); unigram entropy %.3f nats",
+                           result.parameters, config.num_hidden_layers, config.hidden_size,
+                           docs->size(), tokens.size(), windows->train_windows(),
+                           windows->validation_windows(), seq, result.unigram_entropy_nats),
+           true);
+
+  std::vector<WindowBatch> validation;
+  for (int b = 0; b < options.eval_batches; ++b) {
+    validation.push_back(windows->ValidationBatch(b * micro, micro));
+  }
+  auto evaluate = [&]() -> absl::StatusOr<double> {
+    std::vector<const int32_t*> in, tg;
+    for (const WindowBatch& b : validation) {
+      in.push_back(b.inputs.data());
+      tg.push_back(b.targets.data());
+    }
+    return (*trainer)->Evaluate(in, tg);
+  };
+  absl::StatusOr<double> initial = evaluate();
+  if (!initial.ok()) return initial.status();
+  result.initial_validation_loss = *initial;
+  double validation_loss = *initial;
+  progress(absl::StrFormat("step 0/%d  validation loss %.4f", options.steps, *initial), true);
+
+  std::vector<double> speeds;
+  double elapsed = 0;
+  for (uint64_t step = 1; step <= options.steps; ++step) {
+    std::vector<WindowBatch> batches;
+    std::vector<const int32_t*> in, tg;
+    for (int m = 0; m < options.grad_accumulation; ++m)
+      batches.push_back(windows->NextTrainBatch(micro));
+    for (const WindowBatch& b : batches) {
+      in.push_back(b.inputs.data());
+      tg.push_back(b.targets.data());
+    }
+    absl::StatusOr<StepReport> report = (*trainer)->Step(in, tg);
+    if (!report.ok()) return report.status();
+    elapsed += report->step_seconds;
+    if (step > 1) speeds.push_back(report->tokens_per_second);
+    result.final_train_loss = report->loss;
+    const bool evaluate_now =
+        step == options.steps || (options.eval_every > 0 && step % options.eval_every == 0);
+    if (evaluate_now) {
+      absl::StatusOr<double> v = evaluate();
+      if (!v.ok()) return v.status();
+      validation_loss = *v;
+    }
+    const double eta =
+        elapsed / static_cast<double>(step) * static_cast<double>(options.steps - step);
+    progress(absl::StrFormat("step %d/%d  loss %.4f  val %.4f  lr %.2e  |g| %.3f  %.0f tok/s  "
+                             "eta %s%s",
+                             step, options.steps, report->loss, validation_loss,
+                             report->learning_rate, report->grad_norm, report->tokens_per_second,
+                             FormatDuration(eta), report->skipped ? "  (skipped: non-finite)" : ""),
+             evaluate_now);
+    result.reports.push_back(std::move(*report));
+  }
+  result.final_validation_loss = validation_loss;
+  if (!speeds.empty()) {
+    std::nth_element(speeds.begin(), speeds.begin() + speeds.size() / 2, speeds.end());
+    result.tokens_per_second = speeds[speeds.size() / 2];
+  }
+  if (!options.chrome_trace_path.empty()) {
+    std::ofstream out(options.chrome_trace_path);
+    out << (*device)->timeline().ToChromeTraceJson();
+    if (!out) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot write chrome trace to '", options.chrome_trace_path, "'"));
+    }
+  }
+  return result;
+}
+
+}  // namespace megatrain::engine

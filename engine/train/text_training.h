@@ -1,0 +1,49 @@
+// A complete local training run on plain text with the byte tokenizer: data
+// preparation, the step loop with evaluation, and a progress line. Used by the
+// `train_local` binary (scripts/demo) and by the learning test.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/device/device_options.h"
+#include "engine/model/model_config.h"
+#include "engine/train/trainer.h"
+
+namespace megatrain::engine {
+
+struct TextTrainingOptions {
+  std::vector<std::string> text_paths;  // fortune-format files or directories
+  TrainerOptions trainer;
+  int grad_accumulation = 1;  // micro-batches per optimizer step
+  uint64_t steps = 100;
+  double validation_fraction = 0.05;
+  int eval_every = 50;   // steps; 0 = only at the end
+  int eval_batches = 8;  // micro-batches of validation windows
+  uint64_t seed = 1;
+  DeviceOptions device;
+  std::string chrome_trace_path;  // written after the last step when set
+};
+
+// A Llama config of about 10M parameters over the 256-byte vocabulary.
+ModelConfig TinyTextModelConfig();
+
+struct TextTrainingResult {
+  double unigram_entropy_nats = 0;  // of the training tokens: the bar to beat
+  double initial_validation_loss = 0;
+  double final_validation_loss = 0;
+  double final_train_loss = 0;
+  double tokens_per_second = 0;  // median over steps after the first
+  int64_t parameters = 0;
+  std::vector<StepReport> reports;
+};
+
+// `progress` receives one human-readable line per step and evaluation.
+absl::StatusOr<TextTrainingResult> TrainOnText(
+    const ModelConfig& config, const TextTrainingOptions& options,
+    const std::function<void(const std::string&, bool final_line)>& progress);
+
+}  // namespace megatrain::engine
