@@ -135,4 +135,10 @@ HeadResult CpuHeadLoss(const ModelDims& m, const float* final_norm, const float*
   return HeadResult{r.loss_sum, r.valid_count};
 }
 
+void CpuHeadLogits(const ModelDims& m, const float* final_norm, const float* lm_head,
+                   const float* x_final, HeadScratch& s, float* logits) {
+  k::RmsnormForward(x_final, final_norm, m.tokens(), m.hidden, m.rms_eps, s.h, s.rstd);
+  k::LmHeadLogits(s.h, lm_head, m.tokens(), m.hidden, m.vocab, logits);
+}
+
 }  // namespace megatrain::engine

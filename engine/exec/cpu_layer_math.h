@@ -53,4 +53,8 @@ HeadResult CpuHeadForwardBackward(const ModelDims& dims, const float* final_norm
 HeadResult CpuHeadLoss(const ModelDims& dims, const float* final_norm, const float* lm_head,
                        const float* x_final, const int32_t* targets, HeadScratch& scratch);
 
+// Logits of every token: final norm, then the LM head (tests and sampling).
+void CpuHeadLogits(const ModelDims& dims, const float* final_norm, const float* lm_head,
+                   const float* x_final, HeadScratch& scratch, float* logits);
+
 }  // namespace megatrain::engine

@@ -122,7 +122,8 @@ struct StreamingExecutor::Impl {
   std::vector<PinnedHostBuffer> host_checkpoints;
   PinnedHostBuffer gradient_staging[2];
 
-  MicroBatchResult head_result;  // written by the head's compute task
+  MicroBatchResult head_result;    // written by the head's compute task
+  float* logits_output = nullptr;  // device buffer; when set, the eval head writes logits
 
   Impl(Device& d, const ModelDims& m, const ExecutorLayout& l, ParameterStore& s, UpdateGate& g,
        const kernels::cpu::RopeTable& r, const ExecutorOptions& o)
@@ -335,6 +336,17 @@ void StreamingExecutor::Impl::EnqueueOp(const ScheduledOp& op, const std::vector
       break;
     }
     case StageKind::kHead: {
+      if (op.loss_only && logits_output != nullptr) {
+        const float* norm = w + offsets[0];
+        const float* head = w + offsets[1];
+        float* logits = logits_output;
+        compute->EnqueueHostTask(
+            [self, norm, head, x_in, logits] {
+              CpuHeadLogits(self->dims, norm, head, x_in, self->head_scratch, logits);
+            },
+            tag);
+        break;
+      }
       if (op.loss_only) {
         const float* norm = w + offsets[0];
         const float* head = w + offsets[1];
@@ -405,6 +417,25 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::EvaluateMicroBatch(const int
                                                                        const int32_t* targets,
                                                                        uint64_t weights_version) {
   return impl_->Run(impl_->eval_schedule, inputs, targets, 0.0f, false, weights_version);
+}
+
+absl::StatusOr<std::vector<float>> StreamingExecutor::ComputeLogits(const int32_t* inputs,
+                                                                    uint64_t weights_version) {
+  Impl& s = *impl_;
+  const size_t count = static_cast<size_t>(s.dims.tokens() * s.dims.vocab);
+  absl::StatusOr<DeviceBuffer> logits = s.device.Allocate(count * sizeof(float), "logits");
+  if (!logits.ok()) return logits.status();
+  const std::vector<int32_t> no_targets(static_cast<size_t>(s.dims.tokens()), -1);
+  s.logits_output = logits->data_as<float>();
+  absl::StatusOr<MicroBatchResult> run =
+      s.Run(s.eval_schedule, inputs, no_targets.data(), 0.0f, false, weights_version);
+  s.logits_output = nullptr;
+  if (!run.ok()) return run.status();
+  std::vector<float> host(count);
+  s.copy_out->CopyDeviceToHost(host.data(), logits->data(), count * sizeof(float),
+                               {SpanKind::kCopyOut, "logits", -1});
+  if (absl::Status status = s.copy_out->Synchronize(); !status.ok()) return status;
+  return host;
 }
 
 absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(

@@ -106,6 +106,10 @@ class StreamingExecutor {
   absl::StatusOr<MicroBatchResult> EvaluateMicroBatch(const int32_t* inputs, const int32_t* targets,
                                                       uint64_t weights_version);
 
+  // Forward only: logits [batch * seq, vocab] of one micro-batch, through a
+  // temporary device buffer of that size (for tests and sampling).
+  absl::StatusOr<std::vector<float>> ComputeLogits(const int32_t* inputs, uint64_t weights_version);
+
   const DeviceMemoryPlan& plan() const { return plan_; }
   int weight_slots() const;
   const std::vector<ScheduledOp>& schedule() const { return schedule_; }

@@ -15,6 +15,7 @@ struct LayerTiming {
   double compute_seconds = 0;
   double copy_out_seconds = 0;
   double stall_seconds = 0;
+  double optimizer_seconds = 0;  // the layer's AdamW update that preceded this step
   // 1 - stall / copy_in (1 when nothing was copied): how much of the copy was hidden.
   double overlap_ratio() const;
 };
@@ -36,6 +37,11 @@ struct StepReport {
   double total_stall_seconds = 0;           // exposed transfer of the step
   double total_copy_in_seconds = 0;
   uint64_t device_arena_peak_bytes = 0;
+  // Bytes per memory tier right after the step.
+  uint64_t device_arena_bytes = 0;   // allocated from the device arena
+  uint64_t pinned_host_bytes = 0;    // pinned host memory (master, gradients, staging)
+  uint64_t pageable_host_bytes = 0;  // pageable host memory (AdamW m and v)
+  double optimizer_seconds = 0;      // the preceding AdamW update, all entries
 };
 
 }  // namespace megatrain::engine

@@ -258,6 +258,10 @@ absl::StatusOr<double> Trainer::Evaluate(const std::vector<const int32_t*>& inpu
   return loss_sum / static_cast<double>(valid);
 }
 
+absl::StatusOr<std::vector<float>> Trainer::Logits(const int32_t* inputs) {
+  return executor_->ComputeLogits(inputs, step_);
+}
+
 absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inputs,
                                          const std::vector<const int32_t*>& targets) {
   if (inputs.empty() || inputs.size() != targets.size()) {
@@ -295,6 +299,8 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
   const double step_seconds = SecondsSince(t0);
   const auto wait_t0 = std::chrono::steady_clock::now();
   WaitForUpdates();
+  // The update thread of this step will write these again: keep the last ones.
+  const std::vector<double> previous_update_seconds = update_seconds_;
 
   StepReport report;
   report.previous_update_wait_seconds = SecondsSince(wait_t0);
@@ -305,6 +311,10 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
   report.step_seconds = step_seconds;
   report.tokens_per_second = static_cast<double>(report.tokens) / std::max(step_seconds, 1e-9);
   report.device_arena_peak_bytes = device_.arena_stats().peak;
+  report.device_arena_bytes = device_.arena_stats().in_use;
+  report.pinned_host_bytes = device_.pinned_stats().in_use;
+  report.pageable_host_bytes = store_.total_elements() * sizeof(float) * 2;
+  for (double seconds : previous_update_seconds) report.optimizer_seconds += seconds;
 
   std::vector<double> sums(static_cast<size_t>(store_.num_entries()));
   for (int e = 0; e < store_.num_entries(); ++e) {
@@ -344,6 +354,9 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
   if (options_.collect_timeline) {
     device_.timeline().set_enabled(false);
     report.layers.assign(static_cast<size_t>(dims_.num_layers), LayerTiming{});
+    for (int i = 0; i < dims_.num_layers; ++i) {
+      report.layers[i].optimizer_seconds = previous_update_seconds[layout_.layer_entry(i)];
+    }
     for (const TimelineSpan& span : device_.timeline().Spans()) {
       const double seconds = static_cast<double>(span.end_ns - span.begin_ns) * 1e-9;
       const bool on_compute = span.stream == "compute";

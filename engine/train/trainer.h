@@ -38,8 +38,8 @@ struct TrainerOptions {
   int max_consecutive_skips = 5;  // non-finite steps in a row before the job fails
   ExecutorOptions executor;
   int optimizer_threads = 2;
-  int blas_threads = 2;           // fixed for the run: OpenBLAS results depend on it
-  bool collect_timeline = false;  // per-layer timings in StepReport (cheap)
+  int blas_threads = 2;          // fixed for the run: OpenBLAS results depend on it
+  bool collect_timeline = true;  // per-layer timings in StepReport (two clock reads per op)
 };
 
 class Trainer {
@@ -62,6 +62,10 @@ class Trainer {
   // with the parameters after the last step.
   absl::StatusOr<double> Evaluate(const std::vector<const int32_t*>& inputs,
                                   const std::vector<const int32_t*>& targets);
+
+  // Logits [micro_batch_size * seq_len, vocab] of one micro-batch of inputs
+  // with the parameters after the last step.
+  absl::StatusOr<std::vector<float>> Logits(const int32_t* inputs);
 
   // Waits until the last step's optimizer update has finished writing.
   void WaitForUpdates();

@@ -110,6 +110,17 @@ TEST_P(GoldenTest, ReproducesLossGradientsAndAdamwSteps) {
     read64("clip_coef", &golden_clip);
   }
   const size_t micro_tokens = static_cast<size_t>(batch) * seq;
+  {
+    // Logits of the initial model on step 0, micro-batch 0: fp32 against the
+    // float64 reference; 2e-5 absolute is ~3x HF's own fp32 deviation.
+    auto logits = (*trainer)->Logits(ids.data());
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    const std::vector<float> want = ReadF32(*f.golden, "logits_step0_micro0");
+    ASSERT_EQ(logits->size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_NEAR((*logits)[i], want[i], 2e-5) << "logit " << i;
+    }
+  }
   for (int s = 0; s < steps; ++s) {
     std::vector<const int32_t*> in, tg;
     for (int m = 0; m < micro; ++m) {
