@@ -6,8 +6,6 @@
 #include "proto/megatrain.grpc.pb.h"
 #include "proto/megatrain.pb.h"
 
-
-
 namespace megatrain::v1 {
 namespace {
 
@@ -33,8 +31,10 @@ TEST(MegatrainProtoTest, JobSpecRoundTripsThroughWireFormat) {
 
 TEST(MegatrainProtoTest, JobSpecParsesFromTextFormat) {
   JobSpec spec;
-  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
-      R"pb(name: "t" hyper { steps: 7 seq_len: 256 })pb", &spec));
+  ASSERT_TRUE(
+      google::protobuf::TextFormat::ParseFromString(R"pb(name: "t"
+                                                         hyper { steps: 7 seq_len: 256 })pb",
+                                                    &spec));
   EXPECT_EQ(spec.hyper().steps(), 7u);
   EXPECT_EQ(spec.hyper().seq_len(), 256u);
 }

@@ -14,10 +14,10 @@ struct AdamwStepScalars {
   float beta1 = 0.9f;
   float beta2 = 0.999f;
   float eps = 1e-8f;
-  float weight_decay = 0.0f;     // 0 for norms and biases
-  float step_size = 0.0f;        // lr / (1 - beta1^t)
+  float weight_decay = 0.0f;           // 0 for norms and biases
+  float step_size = 0.0f;              // lr / (1 - beta1^t)
   float bias_correction2_sqrt = 1.0f;  // sqrt(1 - beta2^t)
-  float grad_scale = 1.0f;       // global-norm clip coefficient (and 1/accumulation if any)
+  float grad_scale = 1.0f;             // global-norm clip coefficient (and 1/accumulation if any)
 };
 
 // Fills the derived fields for optimizer step t (1-based).

@@ -40,15 +40,16 @@ inline double RopeInverseFrequency(int i, int head_dim, double theta, const Rope
   const double inv_freq = 1.0 / std::pow(theta, (2.0 * i) / head_dim);
   if (scaling.factor == 0.0) return inv_freq;
   const double pi = 3.14159265358979323846;
-  const double low_freq_wavelen = scaling.original_max_position_embeddings / scaling.low_freq_factor;
+  const double low_freq_wavelen =
+      scaling.original_max_position_embeddings / scaling.low_freq_factor;
   const double high_freq_wavelen =
       scaling.original_max_position_embeddings / scaling.high_freq_factor;
   const double wavelen = 2.0 * pi / inv_freq;
   if (wavelen < high_freq_wavelen) return inv_freq;
   if (wavelen > low_freq_wavelen) return inv_freq / scaling.factor;
-  const double smooth = (scaling.original_max_position_embeddings / wavelen -
-                         scaling.low_freq_factor) /
-                        (scaling.high_freq_factor - scaling.low_freq_factor);
+  const double smooth =
+      (scaling.original_max_position_embeddings / wavelen - scaling.low_freq_factor) /
+      (scaling.high_freq_factor - scaling.low_freq_factor);
   return (1.0 - smooth) * inv_freq / scaling.factor + smooth * inv_freq;
 }
 
