@@ -404,6 +404,10 @@ void StreamingExecutor::Impl::EnqueueOp(const ScheduledOp& op, const std::vector
 
 int StreamingExecutor::weight_slots() const { return impl_->slot_policy->num_slots(); }
 
+void StreamingExecutor::InvalidateWeights() {
+  impl_->slot_policy = std::make_unique<WeightSlotPolicy>(impl_->slot_policy->num_slots());
+}
+
 absl::StatusOr<MicroBatchResult> StreamingExecutor::RunMicroBatch(const int32_t* inputs,
                                                                   const int32_t* targets,
                                                                   float inv_total_valid,

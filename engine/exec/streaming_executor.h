@@ -110,6 +110,10 @@ class StreamingExecutor {
   // temporary device buffer of that size (for tests and sampling).
   absl::StatusOr<std::vector<float>> ComputeLogits(const int32_t* inputs, uint64_t weights_version);
 
+  // Forgets which weights the device slots hold: call after the host masters
+  // change outside the optimizer (initialisation, loading, resume).
+  void InvalidateWeights();
+
   const DeviceMemoryPlan& plan() const { return plan_; }
   int weight_slots() const;
   const std::vector<ScheduledOp>& schedule() const { return schedule_; }

@@ -56,6 +56,22 @@ ModelConfig TinyTextModelConfig() {
 absl::StatusOr<TextTrainingResult> TrainOnText(
     const ModelConfig& config, const TextTrainingOptions& options,
     const std::function<void(const std::string&, bool)>& progress) {
+  class LineObserver : public TrainingObserver {
+   public:
+    explicit LineObserver(const std::function<void(const std::string&, bool)>& f) : f_(f) {}
+    void OnLine(const std::string& line, bool keep) override { f_(line, keep); }
+
+   private:
+    const std::function<void(const std::string&, bool)>& f_;
+  };
+  LineObserver observer(progress);
+  return TrainOnText(config, options, observer);
+}
+
+absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
+                                               const TextTrainingOptions& options,
+                                               TrainingObserver& observer) {
+  auto progress = [&observer](const std::string& line, bool keep) { observer.OnLine(line, keep); };
   if (config.vocab_size < ByteTokenizer::kVocabSize) {
     return absl::InvalidArgumentError(absl::StrCat("vocab_size=", config.vocab_size,
                                                    " is smaller than the byte vocabulary (256)"));
@@ -120,6 +136,9 @@ absl::StatusOr<TextTrainingResult> TrainOnText(
   std::vector<double> speeds;
   double elapsed = 0;
   for (uint64_t step = 1; step <= options.steps; ++step) {
+    if (observer.ShouldStop()) {
+      return absl::CancelledError(absl::StrCat("stopped before step ", step));
+    }
     std::vector<WindowBatch> batches;
     std::vector<const int32_t*> in, tg;
     for (int m = 0; m < options.grad_accumulation; ++m)
@@ -148,6 +167,7 @@ absl::StatusOr<TextTrainingResult> TrainOnText(
                              report->learning_rate, report->grad_norm, report->tokens_per_second,
                              FormatDuration(eta), report->skipped ? "  (skipped: non-finite)" : ""),
              evaluate_now);
+    observer.OnStep(*report, validation_loss);
     result.reports.push_back(std::move(*report));
   }
   result.final_validation_loss = validation_loss;

@@ -41,9 +41,28 @@ struct TextTrainingResult {
   std::vector<StepReport> reports;
 };
 
-// `progress` receives one human-readable line per step and evaluation.
+// What a caller sees of a run while it goes (a daemon's job runner, a CLI).
+class TrainingObserver {
+ public:
+  virtual ~TrainingObserver() = default;
+  // One human-readable line; `keep` = a line worth keeping (not overwritten).
+  virtual void OnLine(const std::string& line, bool keep) { (void)line, (void)keep; }
+  // After every optimizer step, with the latest validation loss (at first, the
+  // untrained model's).
+  virtual void OnStep(const StepReport& report, double validation_loss) {
+    (void)report, (void)validation_loss;
+  }
+  // Polled between steps: true stops the run early with CANCELLED.
+  virtual bool ShouldStop() { return false; }
+};
+
+absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
+                                               const TextTrainingOptions& options,
+                                               TrainingObserver& observer);
+
+// Convenience: only the lines.
 absl::StatusOr<TextTrainingResult> TrainOnText(
     const ModelConfig& config, const TextTrainingOptions& options,
-    const std::function<void(const std::string&, bool final_line)>& progress);
+    const std::function<void(const std::string&, bool keep)>& progress);
 
 }  // namespace megatrain::engine

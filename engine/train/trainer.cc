@@ -167,6 +167,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(Device& device, ModelCo
 
 void Trainer::InitializeRandom(uint64_t seed) {
   WaitForUpdates();
+  executor_->InvalidateWeights();
   for (int e = 0; e < layout_.num_entries(); ++e) {
     float* master = store_.entry(e).master;
     std::memset(master, 0, store_.spec(e).elements * sizeof(float));
@@ -193,9 +194,24 @@ void Trainer::InitializeRandom(uint64_t seed) {
 
 absl::Status Trainer::LoadHfWeights(const std::string& dir) {
   WaitForUpdates();
+  executor_->InvalidateWeights();
   std::vector<float*> buffers;
   for (int e = 0; e < store_.num_entries(); ++e) buffers.push_back(store_.entry(e).master);
   return engine::LoadHfWeights(dir, layout_, buffers);
+}
+
+TrainerProgress Trainer::progress() const {
+  return TrainerProgress{step_, applied_updates_, skipped_steps_, consecutive_skips_};
+}
+
+void Trainer::RestoreProgress(const TrainerProgress& p) {
+  WaitForUpdates();
+  step_ = p.step;
+  applied_updates_ = p.applied_updates;
+  skipped_steps_ = p.skipped_steps;
+  consecutive_skips_ = p.consecutive_skips;
+  gate_.ResetAll(step_);
+  executor_->InvalidateWeights();
 }
 
 void Trainer::WaitForUpdates() {

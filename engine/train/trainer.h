@@ -42,6 +42,14 @@ struct TrainerOptions {
   bool collect_timeline = true;  // per-layer timings in StepReport (two clock reads per op)
 };
 
+// The optimizer's position, saved with a checkpoint and restored on resume.
+struct TrainerProgress {
+  uint64_t step = 0;             // optimizer steps attempted (the LR schedule's position)
+  uint64_t applied_updates = 0;  // steps whose AdamW update ran (AdamW's t)
+  uint64_t skipped_steps = 0;    // non-finite steps skipped so far
+  int consecutive_skips = 0;
+};
+
 class Trainer {
  public:
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(Device& device, ModelConfig config,
@@ -76,6 +84,12 @@ class Trainer {
   ParameterStore& mutable_store() { return store_; }
   const StreamingExecutor& executor() const { return *executor_; }
   uint64_t steps_done() const { return step_; }
+
+  // After WaitForUpdates: the optimizer position and, through mutable_store(),
+  // every entry's master, m and v. RestoreProgress is for resume, after the
+  // store's buffers have been filled from a checkpoint.
+  TrainerProgress progress() const;
+  void RestoreProgress(const TrainerProgress& progress);
   // Copies a tensor's fp32 master values (after WaitForUpdates).
   absl::StatusOr<std::vector<float>> ReadTensor(const std::string& hf_name);
   // The last step's accumulated gradient of a tensor, before clipping.
