@@ -33,8 +33,7 @@ std::vector<std::string> SplitFortunes(const std::string& text) {
   return docs;
 }
 
-absl::StatusOr<std::vector<std::string>> LoadFortuneDocuments(
-    const std::vector<std::string>& paths) {
+absl::StatusOr<std::vector<std::string>> ExpandCorpusFiles(const std::vector<std::string>& paths) {
   namespace fs = std::filesystem;
   std::vector<std::string> files;
   for (const std::string& p : paths) {
@@ -54,6 +53,14 @@ absl::StatusOr<std::vector<std::string>> LoadFortuneDocuments(
     }
   }
   std::sort(files.begin(), files.end());
+  return files;
+}
+
+absl::StatusOr<std::vector<std::string>> LoadFortuneDocuments(
+    const std::vector<std::string>& paths) {
+  absl::StatusOr<std::vector<std::string>> expanded = ExpandCorpusFiles(paths);
+  if (!expanded.ok()) return expanded.status();
+  const std::vector<std::string>& files = *expanded;
   std::vector<std::string> docs;
   for (const std::string& f : files) {
     std::ifstream in(f, std::ios::binary);

@@ -13,6 +13,10 @@ namespace megatrain::engine {
 // consist of a single '%'); empty entries are dropped.
 std::vector<std::string> SplitFortunes(const std::string& text);
 
+// The regular files named by `paths`, directories expanded one level
+// (skipping *.dat index files and symlinks), sorted by path.
+absl::StatusOr<std::vector<std::string>> ExpandCorpusFiles(const std::vector<std::string>& paths);
+
 // Loads every regular file named in `paths` (directories are expanded one
 // level, skipping *.dat index files and symlinks) and returns the documents
 // in a deterministic order (sorted by path, then file order).

@@ -36,11 +36,60 @@ k::AttentionShape ShapeOf(const ModelDims& m) {
 // Tile sizes are part of the numerics (see kernels/cpu/attention.h): fixed here.
 constexpr k::AttentionTiles kTiles{64, 64};
 
+// One sequence of the micro-batch: attention never mixes sequences.
+k::AttentionShape SequenceShape(const ModelDims& m) {
+  k::AttentionShape s = ShapeOf(m);
+  s.batch = 1;
+  return s;
+}
+
+size_t SequenceWorkspaceFloats(const ModelDims& m) {
+  return std::max(k::AttentionForwardWorkspaceFloats(SequenceShape(m), kTiles),
+                  k::AttentionBackwardWorkspaceFloats(SequenceShape(m), kTiles));
+}
+
+// Calls fn(b) for every sequence b of the micro-batch, on the pool if any.
+void ForEachSequence(const LayerContext& ctx, const std::function<void(size_t)>& fn) {
+  const size_t batch = static_cast<size_t>(ctx.dims->batch);
+  if (ctx.pool != nullptr && batch > 1) {
+    ctx.pool->ParallelFor(batch, fn);
+  } else {
+    for (size_t b = 0; b < batch; ++b) fn(b);
+  }
+}
+
+void AttentionForwardAllSequences(const LayerContext& ctx, LayerActivations& a) {
+  const ModelDims& m = *ctx.dims;
+  const size_t q_stride = static_cast<size_t>(m.seq * m.q_width());
+  const size_t kv_stride = static_cast<size_t>(m.seq * m.kv_width());
+  const size_t lse_stride = static_cast<size_t>(m.q_heads * m.seq);
+  const size_t ws_stride = SequenceWorkspaceFloats(m);
+  ForEachSequence(ctx, [&](size_t b) {
+    k::AttentionForward(SequenceShape(m), kTiles, a.q + b * q_stride, a.k + b * kv_stride,
+                        a.v + b * kv_stride, a.attn + b * q_stride, a.lse + b * lse_stride,
+                        ctx.attention_workspace + b * ws_stride);
+  });
+}
+
+void AttentionBackwardAllSequences(const LayerContext& ctx, const LayerActivations& a,
+                                   LayerBackwardScratch& s) {
+  const ModelDims& m = *ctx.dims;
+  const size_t q_stride = static_cast<size_t>(m.seq * m.q_width());
+  const size_t kv_stride = static_cast<size_t>(m.seq * m.kv_width());
+  const size_t lse_stride = static_cast<size_t>(m.q_heads * m.seq);
+  const size_t ws_stride = SequenceWorkspaceFloats(m);
+  ForEachSequence(ctx, [&](size_t b) {
+    k::AttentionBackward(SequenceShape(m), kTiles, a.q + b * q_stride, a.k + b * kv_stride,
+                         a.v + b * kv_stride, a.attn + b * q_stride, a.lse + b * lse_stride,
+                         s.d_attn + b * q_stride, s.d_q + b * q_stride, s.d_k + b * kv_stride,
+                         s.d_v + b * kv_stride, ctx.attention_workspace + b * ws_stride);
+  });
+}
+
 }  // namespace
 
 size_t AttentionWorkspaceFloats(const ModelDims& dims) {
-  return std::max(k::AttentionForwardWorkspaceFloats(ShapeOf(dims), kTiles),
-                  k::AttentionBackwardWorkspaceFloats(ShapeOf(dims), kTiles));
+  return SequenceWorkspaceFloats(dims) * static_cast<size_t>(dims.batch);
 }
 
 void CpuLayerForward(const LayerContext& ctx, const float* w, const float* x_in,
@@ -57,7 +106,7 @@ void CpuLayerForward(const LayerContext& ctx, const float* w, const float* x_in,
   k::LinearForward(a.h1, w + o.v, At(w, o.v_bias), n, d, m.kv_width(), a.v);
   k::RopeForward(*ctx.rope, ctx.positions, n, m.q_heads, a.q);
   k::RopeForward(*ctx.rope, ctx.positions, n, m.kv_heads, a.k);
-  k::AttentionForward(ShapeOf(m), kTiles, a.q, a.k, a.v, a.attn, a.lse, ctx.attention_workspace);
+  AttentionForwardAllSequences(ctx, a);
 
   // x_mid = x_in + attn W_o^T (+ b_o)
   k::LinearForward(a.attn, w + o.o, At(w, o.o_bias), n, m.q_width(), d, a.x_mid);
@@ -97,8 +146,7 @@ void CpuLayerBackward(const LayerContext& ctx, const float* w, const LayerActiva
   // Attention: x_mid = x_in + o(attn(rope(q(h1)), rope(k(h1)), v(h1))).
   k::LinearBackward(d_mid, a.attn, w + o.o, n, m.q_width(), d, s.d_attn, GradMode::kOverwrite,
                     g + o.o, At(g, o.o_bias));
-  k::AttentionBackward(ShapeOf(m), kTiles, a.q, a.k, a.v, a.attn, a.lse, s.d_attn, s.d_q, s.d_k,
-                       s.d_v, ctx.attention_workspace);
+  AttentionBackwardAllSequences(ctx, a, s);
   k::RopeBackward(*ctx.rope, ctx.positions, n, m.q_heads, s.d_q);
   k::RopeBackward(*ctx.rope, ctx.positions, n, m.kv_heads, s.d_k);
   k::LinearBackward(s.d_q, a.h1, w + o.q, n, d, m.q_width(), s.d_h, GradMode::kOverwrite, g + o.q,

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "engine/common/thread_pool.h"
 #include "engine/exec/activation_sets.h"
 #include "engine/exec/model_dims.h"
 #include "kernels/cpu/rope.h"
@@ -16,8 +17,11 @@ struct LayerContext {
   const ModelDims* dims = nullptr;
   const LayerOffsets* offsets = nullptr;
   const kernels::cpu::RopeTable* rope = nullptr;
-  const int32_t* positions = nullptr;  // [N]: position of each token in its sequence
-  float* attention_workspace = nullptr;
+  const int32_t* positions = nullptr;    // [N]: position of each token in its sequence
+  float* attention_workspace = nullptr;  // AttentionWorkspaceFloats(dims)
+  // Runs the sequences of the micro-batch through attention in parallel (each
+  // sequence is independent, so results do not depend on it); null = serial.
+  ThreadPool* pool = nullptr;
 };
 
 // x_out = layer(x_in); `act` receives everything backward needs (act.x_in is
@@ -31,7 +35,8 @@ void CpuLayerBackward(const LayerContext& ctx, const float* weights, const Layer
                       LayerBackwardScratch& scratch, const float* dx_out, float* dx_in,
                       float* grads);
 
-// Sizes of the attention workspace the kernels need for these dims.
+// Sizes of the attention workspace the kernels need for these dims (one
+// slice per sequence of the micro-batch).
 size_t AttentionWorkspaceFloats(const ModelDims& dims);
 
 // Result of the fused head for one micro-batch.

@@ -122,8 +122,9 @@ struct StreamingExecutor::Impl {
   std::vector<PinnedHostBuffer> host_checkpoints;
   PinnedHostBuffer gradient_staging[2];
 
-  MicroBatchResult head_result;    // written by the head's compute task
-  float* logits_output = nullptr;  // device buffer; when set, the eval head writes logits
+  ThreadPool* compute_pool = nullptr;  // parallel loops of the compute stream
+  MicroBatchResult head_result;        // written by the head's compute task
+  float* logits_output = nullptr;      // device buffer; when set, the eval head writes logits
 
   Impl(Device& d, const ModelDims& m, const ExecutorLayout& l, ParameterStore& s, UpdateGate& g,
        const kernels::cpu::RopeTable& r, const ExecutorOptions& o)
@@ -206,7 +207,8 @@ float* StreamingExecutor::Impl::CheckpointPointer(int c) const {
 
 absl::StatusOr<std::unique_ptr<StreamingExecutor>> StreamingExecutor::Create(
     Device& device, const ModelDims& dims, const ExecutorLayout& layout, ParameterStore& store,
-    UpdateGate& gate, const kernels::cpu::RopeTable& rope, const ExecutorOptions& options) {
+    UpdateGate& gate, const kernels::cpu::RopeTable& rope, const ExecutorOptions& options,
+    ThreadPool* compute_pool) {
   if (device.kind() != DeviceKind::kCpu) {
     // The layer math is wired for the CPU device only; the CUDA kernels exist
     // (kernels/cuda) but no CUDA stage backend drives them yet.
@@ -222,6 +224,7 @@ absl::StatusOr<std::unique_ptr<StreamingExecutor>> StreamingExecutor::Create(
     return absl::InvalidArgumentError(absl::StrCat("head_chunk=", dims.head_chunk));
   }
   auto impl = std::make_unique<Impl>(device, dims, layout, store, gate, rope, options);
+  impl->compute_pool = compute_pool;
   impl->layout.schedule.checkpoint_interval = options.checkpoint_interval;
   impl->layout.schedule.keep_all = options.keep_all;
   impl->schedule = BuildStepSchedule(impl->layout.schedule);
@@ -312,8 +315,12 @@ void StreamingExecutor::Impl::EnqueueOp(const ScheduledOp& op, const std::vector
   float* g = grads[grad].data_as<float>();
   size_t grad_floats = 0;
   if (op.produces_gradients) StageOffsets(store, op.entries, &grad_floats);
-  const LayerContext ctx{&dims, &layout.layer_offsets, &rope, positions.data_as<int32_t>(),
-                         attention_workspace.data_as<float>()};
+  const LayerContext ctx{&dims,
+                         &layout.layer_offsets,
+                         &rope,
+                         positions.data_as<int32_t>(),
+                         attention_workspace.data_as<float>(),
+                         compute_pool};
   Impl* self = this;
   TimelineTag tag{SpanKind::kCompute, DescribeOp(op), op.layer};
   switch (op.kind) {

@@ -88,7 +88,8 @@ class StreamingExecutor {
   // RESOURCE_EXHAUSTED saying how many bytes the plan needs and for what.
   static absl::StatusOr<std::unique_ptr<StreamingExecutor>> Create(
       Device& device, const ModelDims& dims, const ExecutorLayout& layout, ParameterStore& store,
-      UpdateGate& gate, const kernels::cpu::RopeTable& rope, const ExecutorOptions& options);
+      UpdateGate& gate, const kernels::cpu::RopeTable& rope, const ExecutorOptions& options,
+      ThreadPool* compute_pool = nullptr);
 
   ~StreamingExecutor();
 

@@ -4,9 +4,13 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/checkpoint/checkpoint_directory.h"
+#include "engine/checkpoint/checkpoint_reader.h"
+#include "engine/checkpoint/checkpoint_writer.h"
 #include "engine/data/byte_tokenizer.h"
 #include "engine/data/text_corpus.h"
 #include "engine/data/token_windows.h"
@@ -34,7 +38,55 @@ std::string FormatDuration(double seconds) {
   return s >= 60 ? absl::StrFormat("%dm%02ds", s / 60, s % 60) : absl::StrFormat("%ds", s);
 }
 
+// Names the first top-level key whose value differs between two JSON objects.
+std::string FirstDifferentKey(const std::string& a, const std::string& b) {
+  const nlohmann::json ja = nlohmann::json::parse(a, nullptr, false);
+  const nlohmann::json jb = nlohmann::json::parse(b, nullptr, false);
+  if (!ja.is_object() || !jb.is_object()) return "(unparsable)";
+  for (auto it = jb.begin(); it != jb.end(); ++it) {
+    auto other = ja.find(it.key());
+    if (other == ja.end() || *other != *it) {
+      return absl::StrCat(it.key(), ": checkpoint has ",
+                          other == ja.end() ? "nothing" : other->dump(), ", the job has ",
+                          it->dump());
+    }
+  }
+  for (auto it = ja.begin(); it != ja.end(); ++it) {
+    if (!jb.contains(it.key())) return absl::StrCat(it.key(), ": not set by the job");
+  }
+  return "(none)";
+}
+
 }  // namespace
+
+std::string TextTrainingJobJson(const TextTrainingOptions& o) {
+  const TrainerOptions& t = o.trainer;
+  const nlohmann::json j = {
+      {"kind", "text"},
+      {"text_paths", o.text_paths},
+      {"steps", o.steps},
+      {"grad_accumulation", o.grad_accumulation},
+      {"validation_fraction", o.validation_fraction},
+      {"seed", o.seed},
+      {"micro_batch_size", t.micro_batch_size},
+      {"seq_len", t.seq_len},
+      {"head_chunk", t.head_chunk},
+      {"lr",
+       {{"peak_lr", t.lr.peak_lr},
+        {"warmup_steps", t.lr.warmup_steps},
+        {"cosine", t.lr.cosine},
+        {"total_steps", t.lr.total_steps},
+        {"min_lr_ratio", t.lr.min_lr_ratio}}},
+      {"beta1", t.beta1},
+      {"beta2", t.beta2},
+      {"eps", t.eps},
+      {"weight_decay", t.weight_decay},
+      {"grad_clip", t.grad_clip},
+      {"max_consecutive_skips", t.max_consecutive_skips},
+      {"blas_threads", t.blas_threads},
+  };
+  return j.dump();
+}
 
 ModelConfig TinyTextModelConfig() {
   ModelConfig c;
@@ -101,6 +153,51 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
   (*trainer)->InitializeRandom(options.seed);
 
   TextTrainingResult result;
+  const std::string job_json = TextTrainingJobJson(options);
+  std::vector<DataFileRecord> data_files;
+  uint64_t first_step = 1;
+  if (!options.checkpoint_dir.empty()) {
+    absl::StatusOr<std::vector<std::string>> files = ExpandCorpusFiles(options.text_paths);
+    if (!files.ok()) return files.status();
+    absl::StatusOr<std::vector<DataFileRecord>> sums = ChecksumDataFiles(*files);
+    if (!sums.ok()) return sums.status();
+    data_files = std::move(*sums);
+  }
+  if (!options.checkpoint_dir.empty() && options.resume) {
+    absl::StatusOr<std::optional<std::string>> latest = LatestCheckpoint(options.checkpoint_dir);
+    if (!latest.ok()) return latest.status();
+    if (latest->has_value()) {
+      absl::StatusOr<LoadedCheckpoint> loaded = LoadCheckpoint(**latest, **trainer);
+      if (!loaded.ok()) return loaded.status();
+      if (absl::Status s = CheckDataFilesMatch(loaded->manifest.data_files, data_files); !s.ok()) {
+        return absl::FailedPreconditionError(absl::StrCat(**latest, ": ", s.message()));
+      }
+      if (loaded->state.job_json != job_json) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(**latest, ": the job differs from the checkpoint's: ",
+                         FirstDifferentKey(loaded->state.job_json, job_json)));
+      }
+      windows->set_cursor(loaded->state.data_cursor);
+      first_step = loaded->state.progress.step + 1;
+      result.resumed_from_step = loaded->state.progress.step;
+      progress(absl::StrFormat("resumed from %s at step %d", **latest, loaded->state.progress.step),
+               true);
+    }
+  }
+  auto save_checkpoint = [&]() -> absl::Status {
+    CheckpointRunInfo run;
+    run.data_cursor = windows->cursor();
+    run.seed = options.seed;
+    run.job_json = job_json;
+    run.data_files = data_files;
+    CheckpointOptions checkpoint_options;
+    checkpoint_options.keep_last = options.keep_last;
+    absl::StatusOr<std::string> path =
+        WriteCheckpoint(**trainer, options.checkpoint_dir, run, checkpoint_options);
+    if (!path.ok()) return path.status();
+    result.last_checkpoint = *path;
+    return absl::OkStatus();
+  };
   result.parameters = (*trainer)->layout().parameter_count();
   result.unigram_entropy_nats = UnigramEntropy(
       std::vector<int32_t>(
@@ -135,7 +232,7 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
 
   std::vector<double> speeds;
   double elapsed = 0;
-  for (uint64_t step = 1; step <= options.steps; ++step) {
+  for (uint64_t step = first_step; step <= options.steps; ++step) {
     if (observer.ShouldStop()) {
       return absl::CancelledError(absl::StrCat("stopped before step ", step));
     }
@@ -150,7 +247,7 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
     absl::StatusOr<StepReport> report = (*trainer)->Step(in, tg);
     if (!report.ok()) return report.status();
     elapsed += report->step_seconds;
-    if (step > 1) speeds.push_back(report->tokens_per_second);
+    if (step > first_step) speeds.push_back(report->tokens_per_second);
     result.final_train_loss = report->loss;
     const bool evaluate_now =
         step == options.steps || (options.eval_every > 0 && step % options.eval_every == 0);
@@ -159,14 +256,21 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
       if (!v.ok()) return v.status();
       validation_loss = *v;
     }
-    const double eta =
-        elapsed / static_cast<double>(step) * static_cast<double>(options.steps - step);
+    const bool checkpoint_now = !options.checkpoint_dir.empty() &&
+                                (step == options.steps || (options.checkpoint_every > 0 &&
+                                                           step % options.checkpoint_every == 0));
+    if (checkpoint_now) {
+      if (absl::Status s = save_checkpoint(); !s.ok()) return s;
+    }
+    const double eta = elapsed / static_cast<double>(step - first_step + 1) *
+                       static_cast<double>(options.steps - step);
     progress(absl::StrFormat("step %d/%d  loss %.4f  val %.4f  lr %.2e  |g| %.3f  %.0f tok/s  "
-                             "eta %s%s",
+                             "eta %s%s%s",
                              step, options.steps, report->loss, validation_loss,
                              report->learning_rate, report->grad_norm, report->tokens_per_second,
-                             FormatDuration(eta), report->skipped ? "  (skipped: non-finite)" : ""),
-             evaluate_now);
+                             FormatDuration(eta), report->skipped ? "  (skipped: non-finite)" : "",
+                             checkpoint_now ? "  (checkpoint saved)" : ""),
+             evaluate_now || checkpoint_now);
     observer.OnStep(*report, validation_loss);
     result.reports.push_back(std::move(*report));
   }

@@ -26,7 +26,19 @@ struct TextTrainingOptions {
   uint64_t seed = 1;
   DeviceOptions device;
   std::string chrome_trace_path;  // written after the last step when set
+  // Checkpoints (engine/checkpoint): written under checkpoint_dir every
+  // checkpoint_every steps and after the last step; empty = none.
+  std::string checkpoint_dir;
+  int checkpoint_every = 0;  // steps; 0 = only after the last step
+  int keep_last = 0;         // checkpoints kept; 0 = all
+  // Continue from the newest checkpoint in checkpoint_dir when there is one
+  // (refused if the model, the job or the data files differ).
+  bool resume = false;
 };
+
+// The settings that determine the run's results, as a JSON object (sorted
+// keys): stored in each checkpoint and compared on resume.
+std::string TextTrainingJobJson(const TextTrainingOptions& options);
 
 // A Llama config of about 10M parameters over the 256-byte vocabulary.
 ModelConfig TinyTextModelConfig();
@@ -36,7 +48,9 @@ struct TextTrainingResult {
   double initial_validation_loss = 0;
   double final_validation_loss = 0;
   double final_train_loss = 0;
-  double tokens_per_second = 0;  // median over steps after the first
+  double tokens_per_second = 0;    // median over steps after the first
+  uint64_t resumed_from_step = 0;  // 0 = started fresh
+  std::string last_checkpoint;     // path of the newest checkpoint written
   int64_t parameters = 0;
   std::vector<StepReport> reports;
 };

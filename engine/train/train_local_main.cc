@@ -36,6 +36,13 @@ ABSL_FLAG(int, threads, 2, "BLAS and optimizer threads.");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of the initial weights and the data order.");
 ABSL_FLAG(std::string, trace, "", "Write a Chrome trace (JSON) of the last step here.");
 ABSL_FLAG(bool, serial, false, "Disable transfer/compute overlap (baseline).");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "Directory for checkpoints (step-N subdirectories); empty = no checkpoints.");
+ABSL_FLAG(int, checkpoint_every, 0,
+          "Write a checkpoint every N steps (and after the last); 0 = only after the last.");
+ABSL_FLAG(int, keep_last, 0, "Checkpoints to keep; 0 = all.");
+ABSL_FLAG(bool, resume, false,
+          "Continue from the newest checkpoint in --checkpoint_dir when one exists.");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -62,6 +69,14 @@ int main(int argc, char** argv) {
   o.eval_every = absl::GetFlag(FLAGS_eval_every);
   o.seed = absl::GetFlag(FLAGS_seed);
   o.chrome_trace_path = absl::GetFlag(FLAGS_trace);
+  o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  o.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
+  o.keep_last = absl::GetFlag(FLAGS_keep_last);
+  o.resume = absl::GetFlag(FLAGS_resume);
+  if (o.resume && o.checkpoint_dir.empty()) {
+    fprintf(stderr, "error: --resume needs --checkpoint_dir\n");
+    return 2;
+  }
   TrainerOptions& t = o.trainer;
   t.micro_batch_size = absl::GetFlag(FLAGS_micro_batch);
   t.seq_len = absl::GetFlag(FLAGS_seq_len);

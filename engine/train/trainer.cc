@@ -59,6 +59,7 @@ Trainer::Trainer(Device& device, ModelConfig config, ParameterLayout layout, Par
       rope_(std::move(rope)),
       gate_(layout_.num_entries()),
       optimizer_pool_(static_cast<size_t>(std::max(1, options.optimizer_threads))),
+      compute_pool_(static_cast<size_t>(std::max(1, options.blas_threads))),
       adamw_(&optimizer_pool_),
       update_seconds_(layout_.num_entries(), 0.0) {}
 
@@ -158,8 +159,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(Device& device, ModelCo
   o.down = OffsetOf(l, e0, TensorRole::kDown);
   o.down_bias = OffsetOf(l, e0, TensorRole::kDownBias);
 
-  absl::StatusOr<std::unique_ptr<StreamingExecutor>> executor = StreamingExecutor::Create(
-      device, m, exec_layout, trainer->store_, trainer->gate_, trainer->rope_, options.executor);
+  absl::StatusOr<std::unique_ptr<StreamingExecutor>> executor =
+      StreamingExecutor::Create(device, m, exec_layout, trainer->store_, trainer->gate_,
+                                trainer->rope_, options.executor, &trainer->compute_pool_);
   if (!executor.ok()) return executor.status();
   trainer->executor_ = std::move(*executor);
   return trainer;

@@ -110,6 +110,7 @@ class Trainer {
   ModelDims dims_;
   UpdateGate gate_;
   ThreadPool optimizer_pool_;
+  ThreadPool compute_pool_;  // parallel loops of the compute stream (attention)
   HostAdamw adamw_;
   std::unique_ptr<StreamingExecutor> executor_;
   std::thread update_thread_;

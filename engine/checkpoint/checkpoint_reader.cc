@@ -1,0 +1,196 @@
+// Checkpoint reader.
+#include "engine/checkpoint/checkpoint_reader.h"
+
+#include <map>
+#include <memory>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "engine/checkpoint/checkpoint_writer.h"
+#include "engine/model/model_config.h"
+#include "engine/model/safetensors_reader.h"
+#include "engine/model/strict_json.h"
+
+namespace megatrain::engine {
+namespace {
+
+constexpr uint64_t kMaxJsonFileBytes = uint64_t{64} << 20;
+
+// First line where two configs' JSON differ, for the error message.
+std::string FirstDifference(const std::string& a, const std::string& b) {
+  std::vector<std::string> la = absl::StrSplit(a, '\n'), lb = absl::StrSplit(b, '\n');
+  for (size_t i = 0; i < std::max(la.size(), lb.size()); ++i) {
+    const std::string x = i < la.size() ? la[i] : "", y = i < lb.size() ? lb[i] : "";
+    if (x != y) return absl::StrCat("checkpoint has `", x, "`, the job has `", y, "`");
+  }
+  return "";
+}
+
+// One tensor to copy: source file and name -> destination.
+struct Copy {
+  const SafetensorsFile* file = nullptr;
+  std::string name;
+  float* dest = nullptr;
+  size_t elements = 0;
+};
+
+absl::Status PlanCopy(const SafetensorsFile& file, const std::string& name, const TensorSlot& slot,
+                      bool must_be_f32, float* dest, std::vector<Copy>* plan) {
+  const SafetensorsTensorInfo* info = file.Find(name);
+  if (info == nullptr) {
+    return absl::DataLossError(absl::StrCat(file.path(), ": tensor ", name, " is missing"));
+  }
+  if (info->shape != slot.shape) {
+    return absl::DataLossError(absl::StrCat(file.path(), ": tensor ", name,
+                                            " has a shape other than the layout's [",
+                                            absl::StrJoin(slot.shape, ", "), "]"));
+  }
+  if (must_be_f32 ? info->dtype != SafetensorsDtype::kF32 : !IsFloatingDtype(info->dtype)) {
+    return absl::DataLossError(absl::StrCat(file.path(), ": tensor ", name, " has dtype ",
+                                            std::string(SafetensorsDtypeName(info->dtype)),
+                                            must_be_f32 ? ", not F32" : ", not a float type"));
+  }
+  plan->push_back({&file, name, dest, slot.num_elements()});
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Trainer& trainer) {
+  absl::StatusOr<CheckpointManifest> manifest = VerifyCheckpointDirectory(dir);
+  if (!manifest.ok()) return manifest.status();
+  std::set<std::string> files;
+  for (const ManifestFileRecord& f : manifest->files) files.insert(f.name);
+  for (const char* required : {"config.json", kOptimizerFileName, kTrainingStateFileName}) {
+    if (!files.contains(required)) {
+      return absl::DataLossError(absl::StrCat(dir, "/", required, ": missing from ", kManifestFileName));
+    }
+  }
+
+  const std::string config_path = dir + "/config.json";
+  absl::StatusOr<std::string> config_text = ReadSmallFile(config_path, kMaxJsonFileBytes);
+  if (!config_text.ok()) return config_text.status();
+  absl::StatusOr<ModelConfig> config = ParseModelConfig(*config_text);
+  if (!config.ok()) return absl::InvalidArgumentError(absl::StrCat(config_path, ": ", config.status().message()));
+  if (!(*config == trainer.config())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(config_path, ": the checkpoint's model differs from the job's: ",
+                     FirstDifference(config->ToJson(), trainer.config().ToJson())));
+  }
+
+  const std::string state_path = absl::StrCat(dir, "/", kTrainingStateFileName);
+  absl::StatusOr<std::string> state_text = ReadSmallFile(state_path, kMaxJsonFileBytes);
+  if (!state_text.ok()) return state_text.status();
+  absl::StatusOr<TrainingState> state = ParseTrainingState(*state_text, state_path);
+  if (!state.ok()) return state.status();
+  if (state->progress.step != manifest->step) {
+    return absl::DataLossError(absl::StrCat(state_path, ": step ", state->progress.step,
+                                            " differs from the manifest's step ", manifest->step));
+  }
+
+  // Model files: one file, or shards named by the index.
+  std::vector<std::unique_ptr<SafetensorsFile>> opened;
+  std::map<std::string, const SafetensorsFile*> model_file_of;  // tensor -> file
+  auto open = [&](const std::string& name) -> absl::StatusOr<const SafetensorsFile*> {
+    absl::StatusOr<SafetensorsFile> f = SafetensorsFile::Open(absl::StrCat(dir, "/", name));
+    if (!f.ok()) return f.status();
+    opened.push_back(std::make_unique<SafetensorsFile>(std::move(*f)));
+    return opened.back().get();
+  };
+  if (files.contains("model.safetensors")) {
+    absl::StatusOr<const SafetensorsFile*> f = open("model.safetensors");
+    if (!f.ok()) return f.status();
+    for (const std::string& n : (*f)->names()) model_file_of[n] = *f;
+  } else if (files.contains("model.safetensors.index.json")) {
+    const std::string index_path = dir + "/model.safetensors.index.json";
+    absl::StatusOr<std::string> text = ReadSmallFile(index_path, kMaxJsonFileBytes);
+    if (!text.ok()) return text.status();
+    absl::StatusOr<nlohmann::json> index = ParseJsonStrict(*text, index_path);
+    if (!index.ok()) return index.status();
+    auto map = index->find("weight_map");
+    if (!index->is_object() || map == index->end() || !map->is_object()) {
+      return absl::DataLossError(absl::StrCat(index_path, ": no \"weight_map\" object"));
+    }
+    std::map<std::string, const SafetensorsFile*> shards;
+    for (auto it = map->begin(); it != map->end(); ++it) {
+      if (!it->is_string() || !files.contains(it->get<std::string>()) ||
+          !it->get<std::string>().ends_with(".safetensors")) {
+        return absl::DataLossError(absl::StrCat(index_path, ": tensor ", it.key(), " maps to ",
+                                                JsonForMessage(*it),
+                                                ", not a safetensors file of the checkpoint"));
+      }
+      const std::string shard = it->get<std::string>();
+      if (!shards.contains(shard)) {
+        absl::StatusOr<const SafetensorsFile*> f = open(shard);
+        if (!f.ok()) return f.status();
+        shards[shard] = *f;
+      }
+      model_file_of[it.key()] = shards[shard];
+    }
+  } else {
+    return absl::DataLossError(
+        absl::StrCat(dir, ": neither model.safetensors nor model.safetensors.index.json"));
+  }
+  absl::StatusOr<const SafetensorsFile*> optimizer = open(kOptimizerFileName);
+  if (!optimizer.ok()) return optimizer.status();
+
+  // Plan every copy, checking names, shapes and dtypes, before writing anything.
+  const bool master_in_optimizer = manifest->model_dtype != "F32";
+  const ParameterLayout& layout = trainer.layout();
+  ParameterStore& store = trainer.mutable_store();
+  std::vector<Copy> plan;
+  size_t layout_tensors = 0;
+  for (int e = 0; e < layout.num_entries(); ++e) {
+    const EntryBuffers b = store.entry(e);
+    for (const TensorSlot& slot : layout.entries()[e].tensors) {
+      ++layout_tensors;
+      auto it = model_file_of.find(slot.hf_name);
+      if (it == model_file_of.end()) {
+        return absl::DataLossError(absl::StrCat(dir, ": model tensor ", slot.hf_name, " is missing"));
+      }
+      absl::Status s;
+      if (master_in_optimizer) {
+        std::vector<Copy> unused;
+        s = PlanCopy(*it->second, slot.hf_name, slot, false, nullptr, &unused);  // shape check only
+        if (s.ok()) s = PlanCopy(**optimizer, "master." + slot.hf_name, slot, true, b.master + slot.offset, &plan);
+      } else {
+        s = PlanCopy(*it->second, slot.hf_name, slot, true, b.master + slot.offset, &plan);
+      }
+      if (s.ok()) s = PlanCopy(**optimizer, "m." + slot.hf_name, slot, true, b.m + slot.offset, &plan);
+      if (s.ok()) s = PlanCopy(**optimizer, "v." + slot.hf_name, slot, true, b.v + slot.offset, &plan);
+      if (!s.ok()) return s;
+    }
+  }
+  if (model_file_of.size() != layout_tensors) {
+    for (const auto& [name, file] : model_file_of) {
+      if (!layout.Find(name).ok()) {
+        return absl::DataLossError(absl::StrCat(file->path(), ": tensor ", name, " is not in the model"));
+      }
+    }
+  }
+  const size_t optimizer_expected = layout_tensors * (master_in_optimizer ? 3 : 2);
+  if ((*optimizer)->tensors().size() != optimizer_expected) {
+    return absl::DataLossError(absl::StrCat((*optimizer)->path(), ": ", (*optimizer)->tensors().size(),
+                                            " tensors, expected ", optimizer_expected));
+  }
+
+  trainer.WaitForUpdates();
+  for (int e = 0; e < store.num_entries(); ++e) {
+    const EntryBuffers b = store.entry(e);
+    for (float* p : {b.master, b.m, b.v}) std::fill(p, p + b.elements, 0.0f);
+  }
+  for (const Copy& c : plan) {
+    // Cannot fail after the checks above; a failure here is a broken invariant.
+    absl::Status s = c.file->ReadFloat32(c.name, absl::MakeSpan(c.dest, c.elements));
+    if (!s.ok()) {
+      return absl::InternalError(absl::StrCat("after verification, reading ", c.name, " failed: ",
+                                              s.message(), "; the trainer is now inconsistent"));
+    }
+  }
+  trainer.RestoreProgress(state->progress);
+  return LoadedCheckpoint{std::move(*manifest), std::move(*state)};
+}
+
+}  // namespace megatrain::engine

@@ -1,0 +1,26 @@
+// LoadCheckpoint: verifies a checkpoint directory completely, then restores a
+// trainer's fp32 masters, AdamW m and v and optimizer position from it.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/checkpoint/manifest.h"
+#include "engine/checkpoint/training_state.h"
+#include "engine/train/trainer.h"
+
+namespace megatrain::engine {
+
+struct LoadedCheckpoint {
+  CheckpointManifest manifest;
+  TrainingState state;  // progress already restored into the trainer
+};
+
+// All-or-nothing: every file's size and CRC32C is checked against the
+// manifest, the config must equal the trainer's model, and every tensor of
+// the layout must be present with its shape and dtype in the model and
+// optimizer files before the first parameter is written. Errors name the
+// file and what is wrong; on error the trainer is untouched.
+absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Trainer& trainer);
+
+}  // namespace megatrain::engine

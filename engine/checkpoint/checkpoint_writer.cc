@@ -1,0 +1,274 @@
+// Checkpoint and Hugging Face export writer (protocol in checkpoint_writer.h).
+#include "engine/checkpoint/checkpoint_writer.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/checkpoint/build_version.h"
+#include "engine/checkpoint/checkpoint_directory.h"
+#include "engine/checkpoint/durable_file.h"
+#include "engine/checkpoint/safetensors_stream_writer.h"
+#include "engine/checkpoint/training_state.h"
+
+namespace megatrain::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::map<std::string, std::string> kPtMetadata = {{"format", "pt"}};
+
+struct TensorRef {
+  const TensorSlot* slot = nullptr;
+  int entry = -1;
+};
+
+std::vector<TensorRef> AllTensors(const ParameterLayout& layout) {
+  std::vector<TensorRef> out;
+  for (int e = 0; e < layout.num_entries(); ++e) {
+    for (const TensorSlot& slot : layout.entries()[e].tensors) out.push_back({&slot, e});
+  }
+  return out;
+}
+
+std::string TorchDtypeName(SafetensorsDtype dtype) {
+  switch (dtype) {
+    case SafetensorsDtype::kBF16:
+      return "bfloat16";
+    case SafetensorsDtype::kF16:
+      return "float16";
+    default:
+      return "float32";
+  }
+}
+
+absl::Status CheckModelDtype(SafetensorsDtype dtype) {
+  if (dtype == SafetensorsDtype::kF32 || dtype == SafetensorsDtype::kBF16 ||
+      dtype == SafetensorsDtype::kF16) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("model dtype ", std::string(SafetensorsDtypeName(dtype)),
+                                                 " is not F32, BF16 or F16"));
+}
+
+// Appends `values` to `writer` in `dtype`, converting one tensor at a time.
+absl::Status AppendConverted(SafetensorsStreamWriter& writer, absl::Span<const float> values,
+                             SafetensorsDtype dtype) {
+  switch (dtype) {
+    case SafetensorsDtype::kF32:
+      return writer.Append(values);
+    case SafetensorsDtype::kBF16:
+      return writer.Append(absl::MakeConstSpan(EncodeBf16(values)));
+    case SafetensorsDtype::kF16:
+      return writer.Append(absl::MakeConstSpan(EncodeF16(values)));
+    default:
+      return CheckModelDtype(dtype);
+  }
+}
+
+absl::Status WriteText(const std::string& dir, const std::string& name, const std::string& text,
+                       std::vector<ManifestFileRecord>* records) {
+  absl::StatusOr<FileChecksum> sum = WriteDurableFile(absl::StrCat(dir, "/", name), text);
+  if (!sum.ok()) return sum.status();
+  records->push_back({name, *sum});
+  return absl::OkStatus();
+}
+
+// config.json and the model weights, fsynced, into the existing `dir`.
+absl::Status WriteModelFiles(Trainer& trainer, const std::string& dir, SafetensorsDtype dtype,
+                             uint64_t max_shard_bytes, std::vector<ManifestFileRecord>* records) {
+  if (absl::Status s = CheckModelDtype(dtype); !s.ok()) return s;
+  nlohmann::ordered_json config = nlohmann::ordered_json::parse(trainer.config().ToJson());
+  config["torch_dtype"] = TorchDtypeName(dtype);
+  if (absl::Status s = WriteText(dir, "config.json", config.dump(2) + "\n", records); !s.ok()) {
+    return s;
+  }
+
+  const std::vector<TensorRef> tensors = AllTensors(trainer.layout());
+  const uint64_t item = SafetensorsDtypeSize(dtype);
+  // Shards in layout order, each up to max_shard_bytes.
+  std::vector<std::vector<TensorRef>> shards(1);
+  uint64_t shard_bytes = 0, total_bytes = 0;
+  for (const TensorRef& t : tensors) {
+    const uint64_t bytes = t.slot->num_elements() * item;
+    if (max_shard_bytes > 0 && !shards.back().empty() && shard_bytes + bytes > max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().push_back(t);
+    shard_bytes += bytes;
+    total_bytes += bytes;
+  }
+  const bool sharded = shards.size() > 1;
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  for (size_t k = 0; k < shards.size(); ++k) {
+    const std::string name =
+        sharded ? absl::StrFormat("model-%05d-of-%05d.safetensors", k + 1, shards.size())
+                : std::string("model.safetensors");
+    std::vector<SafetensorsEntry> entries;
+    for (const TensorRef& t : shards[k]) {
+      entries.push_back({t.slot->hf_name, dtype, t.slot->shape});
+      weight_map[t.slot->hf_name] = name;
+    }
+    absl::StatusOr<SafetensorsStreamWriter> writer =
+        SafetensorsStreamWriter::Create(absl::StrCat(dir, "/", name), entries, kPtMetadata);
+    if (!writer.ok()) return writer.status();
+    for (const TensorRef& t : shards[k]) {
+      const float* p = trainer.mutable_store().entry(t.entry).master + t.slot->offset;
+      if (absl::Status s = AppendConverted(*writer, absl::MakeConstSpan(p, t.slot->num_elements()), dtype);
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (absl::Status s = writer->Finish(); !s.ok()) return s;
+    records->push_back({name, writer->checksum()});
+  }
+  if (sharded) {
+    nlohmann::ordered_json index = {{"metadata", {{"total_size", total_bytes}}},
+                                    {"weight_map", std::move(weight_map)}};
+    if (absl::Status s = WriteText(dir, "model.safetensors.index.json", index.dump(2) + "\n", records);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteOptimizerFile(Trainer& trainer, const std::string& dir, bool with_master,
+                                std::vector<ManifestFileRecord>* records) {
+  const std::vector<TensorRef> tensors = AllTensors(trainer.layout());
+  std::vector<SafetensorsEntry> entries;
+  for (const TensorRef& t : tensors) {
+    if (with_master) entries.push_back({"master." + t.slot->hf_name, SafetensorsDtype::kF32, t.slot->shape});
+    entries.push_back({"m." + t.slot->hf_name, SafetensorsDtype::kF32, t.slot->shape});
+    entries.push_back({"v." + t.slot->hf_name, SafetensorsDtype::kF32, t.slot->shape});
+  }
+  absl::StatusOr<SafetensorsStreamWriter> writer = SafetensorsStreamWriter::Create(
+      absl::StrCat(dir, "/", kOptimizerFileName), std::move(entries), {{"format", "megatrain"}});
+  if (!writer.ok()) return writer.status();
+  for (const TensorRef& t : tensors) {
+    const EntryBuffers b = trainer.mutable_store().entry(t.entry);
+    const size_t n = t.slot->num_elements();
+    for (const float* base : {with_master ? b.master : nullptr, b.m, b.v}) {
+      if (base == nullptr) continue;
+      if (absl::Status s = writer->Append(absl::MakeConstSpan(base + t.slot->offset, n)); !s.ok()) {
+        return s;
+      }
+    }
+  }
+  if (absl::Status s = writer->Finish(); !s.ok()) return s;
+  records->push_back({kOptimizerFileName, writer->checksum()});
+  return absl::OkStatus();
+}
+
+absl::Status MakeDirectory(const std::string& path) {
+  std::error_code ec;
+  if (!fs::create_directory(path, ec) || ec) {
+    return absl::InternalError(
+        absl::StrCat(path, ": cannot create directory: ", ec ? ec.message() : "already exists"));
+  }
+  return absl::OkStatus();
+}
+
+// Steps 6 and 7 of the protocol.
+absl::Status CommitDirectory(const std::string& tmp, const std::string& final_path,
+                             const std::string& parent) {
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_path.c_str(), RENAME_NOREPLACE) != 0) {
+    if (errno != EEXIST) {
+      return absl::InternalError(
+          absl::StrCat("rename ", tmp, " -> ", final_path, ": ", std::strerror(errno)));
+    }
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_path.c_str(), RENAME_EXCHANGE) != 0) {
+      return absl::InternalError(
+          absl::StrCat("exchange ", tmp, " <-> ", final_path, ": ", std::strerror(errno)));
+    }
+    std::error_code ec;
+    fs::remove_all(tmp, ec);  // the replaced checkpoint
+    if (ec) return absl::InternalError(absl::StrCat(tmp, ": cannot remove: ", ec.message()));
+  }
+  return FsyncDirectory(parent);
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> WriteCheckpoint(Trainer& trainer, const std::string& root,
+                                            const CheckpointRunInfo& run,
+                                            const CheckpointOptions& options) {
+  if (absl::Status s = CheckModelDtype(options.model_dtype); !s.ok()) return s;
+  if (options.keep_last < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("keep_last=", options.keep_last, " must be >= 0"));
+  }
+  trainer.WaitForUpdates();  // 1
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) return absl::InternalError(absl::StrCat(root, ": cannot create: ", ec.message()));
+  if (absl::Status s = RemoveCheckpointLeftovers(root); !s.ok()) return s;  // 2
+
+  TrainingState state;
+  state.progress = trainer.progress();
+  state.data_cursor = run.data_cursor;
+  state.seed = run.seed;
+  state.job_json = run.job_json;
+  const std::string name = CheckpointDirName(state.progress.step);
+  const std::string tmp = absl::StrCat(root, "/.tmp-", name);
+  const std::string final_path = absl::StrCat(root, "/", name);
+  if (absl::Status s = MakeDirectory(tmp); !s.ok()) return s;
+
+  CheckpointManifest manifest;  // 3
+  manifest.build_version = BuildVersionString();
+  manifest.step = state.progress.step;
+  manifest.model_dtype = std::string(SafetensorsDtypeName(options.model_dtype));
+  manifest.data_files = run.data_files;
+  if (absl::Status s = WriteModelFiles(trainer, tmp, options.model_dtype, options.max_shard_bytes,
+                                       &manifest.files);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = WriteOptimizerFile(trainer, tmp, options.model_dtype != SafetensorsDtype::kF32,
+                                          &manifest.files);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = WriteText(tmp, kTrainingStateFileName, TrainingStateToJson(state), &manifest.files);
+      !s.ok()) {
+    return s;
+  }
+  std::vector<ManifestFileRecord> unused;
+  if (absl::Status s = WriteText(tmp, kManifestFileName, ManifestToJson(manifest), &unused); !s.ok()) {
+    return s;  // 4
+  }
+  if (absl::Status s = FsyncDirectory(tmp); !s.ok()) return s;                     // 5
+  if (absl::Status s = CommitDirectory(tmp, final_path, root); !s.ok()) return s;  // 6, 7
+  if (absl::Status s = ApplyRetention(root, options.keep_last); !s.ok()) return s;  // 8
+  return final_path;
+}
+
+absl::Status ExportHfModel(Trainer& trainer, const std::string& dir, SafetensorsDtype dtype,
+                           uint64_t max_shard_bytes) {
+  trainer.WaitForUpdates();
+  std::error_code ec;
+  if (fs::exists(dir, ec)) return absl::AlreadyExistsError(absl::StrCat(dir, ": already exists"));
+  fs::path target = fs::absolute(dir, ec);
+  const std::string parent = target.parent_path().string();
+  const std::string tmp = absl::StrCat(parent, "/.tmp-export-", target.filename().string());
+  fs::remove_all(tmp, ec);
+  if (absl::Status s = MakeDirectory(tmp); !s.ok()) return s;
+  std::vector<ManifestFileRecord> records;
+  if (absl::Status s = WriteModelFiles(trainer, tmp, dtype, max_shard_bytes, &records); !s.ok()) {
+    fs::remove_all(tmp, ec);
+    return s;
+  }
+  if (absl::Status s = FsyncDirectory(tmp); !s.ok()) return s;
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_NOREPLACE) != 0) {
+    return absl::InternalError(absl::StrCat("rename ", tmp, " -> ", dir, ": ", std::strerror(errno)));
+  }
+  return FsyncDirectory(parent);
+}
+
+}  // namespace megatrain::engine

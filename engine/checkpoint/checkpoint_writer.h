@@ -1,0 +1,73 @@
+// WriteCheckpoint: saves a trainer's model (Hugging Face layout), optimizer
+// state and training position as one crash-safe checkpoint directory.
+//
+// Commit protocol (a crash at any point leaves the previous checkpoints
+// intact and either no new one or a complete new one):
+//   1. Wait for the trainer's in-flight AdamW update; from here until the
+//      function returns the caller must not step the trainer (the buffers are
+//      read in place, never copied whole).
+//   2. Remove leftovers of interrupted writers (".tmp-*", ".trash-*") in the
+//      root; one writer per root at a time is assumed.
+//   3. Create root/.tmp-step-N and write into it, each file streamed tensor by
+//      tensor from the parameter store (at most one tensor is converted at a
+//      time, for bf16/fp16 export) while its CRC32C is computed, and fsynced:
+//      config.json; model.safetensors, or model-0000K-of-0000M.safetensors
+//      and model.safetensors.index.json when sharded; optimizer.safetensors
+//      (AdamW m and v, plus the fp32 master when the model is not fp32);
+//      trainer_state.json.
+//   4. Write manifest.json last (sizes and CRC32C of every file, the data
+//      files' checksums, the build) and fsync it.
+//   5. fsync the temporary directory, so all names in it are durable.
+//   6. Rename it to root/step-N (the commit point). If step-N already exists,
+//      the two are swapped atomically (renameat2 RENAME_EXCHANGE) and the old
+//      one, now under the temporary name, is removed.
+//   7. fsync the root, so the rename is durable.
+//   8. Retention: delete all but the newest keep_last checkpoints (each
+//      renamed to ".trash-*" before removal; see checkpoint_directory.h).
+// Readers only ever open "step-*" directories and verify their manifest.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/checkpoint/manifest.h"
+#include "engine/model/safetensors_dtype.h"
+#include "engine/train/trainer.h"
+
+namespace megatrain::engine {
+
+inline constexpr char kOptimizerFileName[] = "optimizer.safetensors";
+
+struct CheckpointOptions {
+  // dtype of the model files: kF32 (then they are the fp32 master, stored
+  // once), kBF16 or kF16 (the master then goes to optimizer.safetensors).
+  SafetensorsDtype model_dtype = SafetensorsDtype::kF32;
+  // Largest model shard in bytes; 0 = one model.safetensors. A tensor larger
+  // than the limit gets a shard of its own.
+  uint64_t max_shard_bytes = 0;
+  int keep_last = 0;  // checkpoints kept after this one is committed; 0 = all
+};
+
+// What the trainer does not know about the run.
+struct CheckpointRunInfo {
+  uint64_t data_cursor = 0;
+  uint64_t seed = 0;
+  std::string job_json = "{}";
+  std::vector<DataFileRecord> data_files;
+};
+
+// Writes the checkpoint of the trainer's current step under `root` (created
+// if needed) and returns its path.
+absl::StatusOr<std::string> WriteCheckpoint(Trainer& trainer, const std::string& root,
+                                            const CheckpointRunInfo& run,
+                                            const CheckpointOptions& options = {});
+
+// Writes only the Hugging Face model (config.json and model weights) into
+// `dir`, which must not exist; created through a temporary name and renamed.
+absl::Status ExportHfModel(Trainer& trainer, const std::string& dir,
+                           SafetensorsDtype dtype = SafetensorsDtype::kF32,
+                           uint64_t max_shard_bytes = 0);
+
+}  // namespace megatrain::engine

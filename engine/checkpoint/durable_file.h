@@ -1,0 +1,66 @@
+// Durable file I/O for checkpoints: a checksumming append-only writer with an
+// explicit fsync-and-close, directory fsync, and whole-file checksums.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace megatrain::engine {
+
+// Size and CRC32C of a file's bytes.
+struct FileChecksum {
+  uint64_t bytes = 0;
+  uint32_t crc32c = 0;
+  bool operator==(const FileChecksum&) const = default;
+};
+
+// Writes a new file front to back, keeping its size and CRC32C. Move-only;
+// the destructor closes without fsync (an abandoned file), Close() is the
+// fallible commit.
+class DurableFileWriter {
+ public:
+  // Creates `path`, which must not exist (O_EXCL), mode 0644.
+  static absl::StatusOr<DurableFileWriter> Create(const std::string& path);
+
+  DurableFileWriter(DurableFileWriter&& other) noexcept;
+  DurableFileWriter& operator=(DurableFileWriter&& other) noexcept;
+  DurableFileWriter(const DurableFileWriter&) = delete;
+  DurableFileWriter& operator=(const DurableFileWriter&) = delete;
+  ~DurableFileWriter();
+
+  absl::Status Append(absl::Span<const uint8_t> data);
+  absl::Status Append(std::string_view text);
+  // fsync, then close; the checksum covers every appended byte.
+  absl::Status Close();
+
+  const std::string& path() const { return path_; }
+  FileChecksum checksum() const { return checksum_; }
+
+ private:
+  DurableFileWriter() = default;
+  std::string path_;
+  int fd_ = -1;
+  FileChecksum checksum_;
+};
+
+// Writes `text` as a new file and returns its checksum (Create, Append, Close).
+absl::StatusOr<FileChecksum> WriteDurableFile(const std::string& path, std::string_view text);
+
+// fsyncs a directory so the names created, renamed or removed in it persist.
+absl::Status FsyncDirectory(const std::string& path);
+
+// Reads the file in chunks (never whole into memory) and returns size and CRC32C.
+absl::StatusOr<FileChecksum> ChecksumFile(const std::string& path);
+
+// The whole file as text; refused (naming the file) when larger than max_bytes.
+absl::StatusOr<std::string> ReadSmallFile(const std::string& path, uint64_t max_bytes);
+
+// "0x1234abcd".
+std::string FormatCrc32c(uint32_t crc);
+
+}  // namespace megatrain::engine

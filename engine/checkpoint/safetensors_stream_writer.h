@@ -1,0 +1,57 @@
+// SafetensorsStreamWriter: writes a .safetensors file tensor by tensor from
+// caller-owned buffers, so a checkpoint never holds a second copy of the model.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/checkpoint/durable_file.h"
+#include "engine/model/safetensors_dtype.h"
+
+namespace megatrain::engine {
+
+struct SafetensorsEntry {
+  std::string name;
+  SafetensorsDtype dtype = SafetensorsDtype::kF32;
+  std::vector<int64_t> shape;
+};
+
+// The header is written at creation (same layout as WriteSafetensors: u64 LE
+// length, JSON with "__metadata__" first, space-padded to 8 bytes); then each
+// tensor's bytes must be appended, in order, exactly once. Finish() refuses an
+// incomplete file and fsyncs it.
+class SafetensorsStreamWriter {
+ public:
+  static absl::StatusOr<SafetensorsStreamWriter> Create(
+      const std::string& path, std::vector<SafetensorsEntry> entries,
+      const std::map<std::string, std::string>& metadata = {});
+
+  // The next tensor's bytes; may be given in several pieces.
+  absl::Status Append(absl::Span<const uint8_t> bytes);
+  absl::Status Append(absl::Span<const float> values) {
+    return Append(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(values.data()),
+                                      values.size() * sizeof(float)));
+  }
+  absl::Status Finish();
+
+  FileChecksum checksum() const { return file_.checksum(); }
+  const std::string& path() const { return file_.path(); }
+
+ private:
+  SafetensorsStreamWriter(DurableFileWriter file, uint64_t data_bytes)
+      : file_(std::move(file)), data_bytes_(data_bytes) {}
+  DurableFileWriter file_;
+  uint64_t data_bytes_ = 0;
+  uint64_t written_ = 0;
+};
+
+// Bytes the tensor occupies (numel x dtype size); InvalidArgument on a negative
+// dimension or overflow.
+absl::StatusOr<uint64_t> SafetensorsEntryBytes(const SafetensorsEntry& entry);
+
+}  // namespace megatrain::engine

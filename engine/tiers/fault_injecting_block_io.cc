@@ -1,0 +1,60 @@
+// FaultInjectingBlockIo: the fault schedule.
+#include "engine/tiers/fault_injecting_block_io.h"
+
+#include <cerrno>
+
+namespace megatrain::engine::tiers {
+
+void FaultInjectingBlockIo::FailNth(uint64_t nth, InjectedFault fault) {
+  absl::MutexLock lock(&mu_);
+  counted_ = 0;
+  nth_ = nth;
+  filter_by_op_ = false;
+  fault_ = fault;
+}
+
+void FaultInjectingBlockIo::FailNthOf(IoOp only, uint64_t nth, InjectedFault fault) {
+  absl::MutexLock lock(&mu_);
+  counted_ = 0;
+  nth_ = nth;
+  filter_by_op_ = true;
+  only_ = only;
+  fault_ = fault;
+}
+
+uint64_t FaultInjectingBlockIo::requests_seen() const {
+  absl::MutexLock lock(&mu_);
+  return seen_;
+}
+
+IoFuture FaultInjectingBlockIo::Submit(const IoRequest& request) {
+  if (absl::Status valid = ValidateRequest(request); !valid.ok()) return IoFuture::Ready(valid);
+  InjectedFault fault = InjectedFault::kNone;
+  {
+    absl::MutexLock lock(&mu_);
+    ++seen_;
+    if (fault_ != InjectedFault::kNone && (!filter_by_op_ || request.op == only_) &&
+        ++counted_ == nth_) {
+      fault = fault_;
+      fault_ = InjectedFault::kNone;
+    }
+  }
+  const std::string& path = request.file->path();
+  switch (fault) {
+    case InjectedFault::kNone:
+      return inner_.Submit(request);
+    case InjectedFault::kEio:
+      return IoFuture::Ready(IoErrnoStatus(request.op, EIO, path, request.offset, request.bytes));
+    case InjectedFault::kEnospc:
+      return IoFuture::Ready(
+          IoErrnoStatus(request.op, ENOSPC, path, request.offset, request.bytes));
+    case InjectedFault::kTruncate:
+      return IoFuture::Ready(
+          request.op == IoOp::kRead
+              ? TruncatedReadStatus(path, request.offset, 0, request.bytes)
+              : IoErrnoStatus(request.op, EIO, path, request.offset, request.bytes));
+  }
+  return inner_.Submit(request);
+}
+
+}  // namespace megatrain::engine::tiers

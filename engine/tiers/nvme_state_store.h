@@ -1,0 +1,130 @@
+// NvmeStateStore: per-entry optimizer state (m and v, optionally the master) kept in one O_DIRECT
+// file on the NVMe tier and streamed through a bounded set of RAM staging slots, read ahead in
+// entry order and written back asynchronously.
+//
+// Protocol (one optimizer pass over entries 0..n-1, on one thread):
+//  1. Acquire(e) makes sure e's read is issued, then issues reads of e+1..e+read_ahead (wrapping
+//     to the next pass) into free staging slots, then waits for e's read: while entry e is
+//     updated, the next entries are already streaming in.
+//  2. Release(e) zeroes the block padding and submits e's write-back; at most
+//     max_writes_in_flight entries are being written, Release waits for the oldest beyond that.
+//  3. A slot whose entry is asked for again before it was reused serves it from RAM (after its
+//     write-back completes), so a read never overtakes a pending write of the same entry.
+//  4. The first I/O error is sticky: every later call returns it (it names file and offset).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/tiers/aligned_buffer.h"
+#include "engine/tiers/block_io.h"
+#include "engine/tiers/direct_file.h"
+#include "engine/tiers/uring_block_io.h"
+
+namespace megatrain::engine::tiers {
+
+struct NvmeStateStoreOptions {
+  std::string dir;                                // on a block-backed filesystem (checked)
+  std::string file_name = "optimizer_state.bin";  // created inside dir
+  int arrays_per_entry = 2;                       // m, v; 3 when the master streams too
+  int read_ahead = 2;                             // entries read ahead of the one acquired
+  int max_writes_in_flight = 2;                   // entries whose write-back may be pending
+  bool read_ahead_wraps = true;                   // after the last entry, read 0, 1, ...
+  size_t request_bytes = kDefaultBlockBytes;      // split transfers into requests of this size
+
+  int staging_slots() const { return read_ahead + 1 + max_writes_in_flight; }
+};
+
+// The staged arrays of one acquired entry: array(a) has `elements` floats, 4 KiB aligned.
+struct StagedEntry {
+  int entry = -1;
+  size_t elements = 0;
+  std::vector<float*> arrays;
+  float* array(int a) const { return arrays[a]; }
+};
+
+struct NvmeStateStoreStats {
+  uint64_t bytes_read = 0;
+  uint64_t bytes_written = 0;
+  uint64_t staging_hits = 0;      // acquires served from a staging slot without a read
+  double acquire_wait_seconds = 0;  // time Acquire blocked on reads (the optimizer's stall)
+  double release_wait_seconds = 0;  // time Release blocked on the write-back bound
+};
+
+class NvmeStateStore {
+ public:
+  enum class Init {
+    kZero,          // a new file, every array zero (AdamW's m = v = 0)
+    kOpenExisting,  // resume from a file of exactly this layout (a short file is refused)
+  };
+
+  // Checks the directory (CheckDirectIoDirectory), creates/opens the file and reserves its bytes,
+  // so a full disk fails here. `io` must outlive the store.
+  static absl::StatusOr<std::unique_ptr<NvmeStateStore>> Create(
+      BlockIo& io, const NvmeStateStoreOptions& options, std::vector<size_t> entry_elements,
+      Init init = Init::kZero);
+  ~NvmeStateStore();  // waits for pending I/O
+
+  // Starts reading `entry` into a free staging slot; a no-op when it is already staged or no slot
+  // is free without waiting for a read.
+  absl::Status Prefetch(int entry);
+  // The entry's arrays in RAM, valid until Release(entry). At most staging_slots() - 1 entries
+  // should be held at once (so read-ahead has room); holding all slots is FAILED_PRECONDITION.
+  absl::StatusOr<StagedEntry> Acquire(int entry);
+  // Hands the entry back; when `dirty`, its arrays are written back asynchronously.
+  absl::Status Release(int entry, bool dirty = true);
+  // Waits for every pending read and write; returns the first error. Then fdatasync.
+  absl::Status Flush();
+
+  int num_entries() const { return static_cast<int>(entries_.size()); }
+  int staging_slots() const { return static_cast<int>(slots_.size()); }
+  uint64_t staging_bytes() const;
+  uint64_t file_bytes() const { return file_bytes_; }
+  const std::string& path() const { return file_.path(); }
+  const NvmeStateStoreStats& stats() const { return stats_; }
+
+ private:
+  enum class SlotState { kFree, kReading, kAcquired, kWriting };
+  struct Slot {
+    AlignedBuffer buffer;
+    SlotState state = SlotState::kFree;
+    int entry = -1;  // the entry whose data the slot holds or is reading (-1: none)
+    std::vector<IoFuture> pending;
+    uint64_t last_use = 0;
+  };
+  struct EntryLayout {
+    size_t elements = 0;
+    uint64_t offset = 0;       // in the file
+    uint64_t array_bytes = 0;  // elements * 4 rounded up to the block
+  };
+
+  NvmeStateStore(BlockIo& io, NvmeStateStoreOptions options, DirectFile file,
+                 std::vector<EntryLayout> entries, uint64_t file_bytes);
+  absl::Status CheckEntry(int entry) const;
+  Slot* FindSlot(int entry);
+  // A slot to stage a new entry in: a free one (least recently used first), else, when
+  // `may_wait`, the oldest write-back or read-ahead after waiting for it. Null when none.
+  absl::StatusOr<Slot*> TakeSlot(bool may_wait);
+  absl::Status Await(Slot& slot);  // waits for the slot's I/O; records the first error
+  void Transfer(Slot& slot, IoOp op);
+  absl::Status StartRead(int entry, bool may_wait);
+
+  BlockIo& io_;
+  NvmeStateStoreOptions options_;
+  DirectFile file_;
+  std::vector<EntryLayout> entries_;
+  uint64_t file_bytes_ = 0;
+  std::vector<Slot> slots_;
+  std::deque<Slot*> writes_;  // slots being written back, oldest first
+  uint64_t clock_ = 0;
+  absl::Status status_;
+  NvmeStateStoreStats stats_;
+};
+
+}  // namespace megatrain::engine::tiers

@@ -1,0 +1,209 @@
+// The placement planner: policy, refusal messages and the printed table.
+#include "engine/tiers/placement.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace megatrain::engine::tiers {
+
+const char* BufferKindName(BufferKind kind) {
+  switch (kind) {
+    case BufferKind::kMaster:
+      return "master";
+    case BufferKind::kM:
+      return "m";
+    case BufferKind::kV:
+      return "v";
+    case BufferKind::kGrad:
+      return "grad";
+    case BufferKind::kComputeCopy:
+      return "compute_copy";
+  }
+  return "?";
+}
+
+const char* TierName(Tier tier) {
+  switch (tier) {
+    case Tier::kAbsent:
+      return "-";
+    case Tier::kPinned:
+      return "pinned";
+    case Tier::kRam:
+      return "ram";
+    case Tier::kNvme:
+      return "nvme";
+  }
+  return "?";
+}
+
+std::string FormatBytes(uint64_t bytes) {
+  return absl::StrFormat("%d B (%.2f GiB)", bytes, static_cast<double>(bytes) / (1ull << 30));
+}
+
+namespace {
+
+std::string KindList(const std::vector<BufferKind>& kinds, const Placement& p) {
+  std::vector<std::string> parts;
+  for (BufferKind k : kinds) {
+    parts.push_back(absl::StrCat(BufferKindName(k), " ", FormatBytes(p.of(k).bytes)));
+  }
+  return absl::StrJoin(parts, " + ");
+}
+
+void Recount(Placement& p, int staging_slots) {
+  p.pinned_used = p.ram_used = p.nvme_used = 0;
+  uint64_t staged_entry_bytes = 0;
+  for (const KindPlacement& k : p.kinds) {
+    if (k.tier == Tier::kPinned) p.pinned_used += k.bytes;
+    if (k.tier == Tier::kRam) p.ram_used += k.bytes;
+    if (k.tier == Tier::kNvme) {
+      p.nvme_used += k.bytes;
+      staged_entry_bytes += k.largest_entry;
+    }
+  }
+  p.staging_bytes = staged_entry_bytes * static_cast<uint64_t>(staging_slots);
+  p.ram_used += p.staging_bytes;
+}
+
+}  // namespace
+
+absl::StatusOr<Placement> PlanPlacement(absl::Span<const EntryBytes> entries,
+                                        const TierBudgets& budgets,
+                                        const PlacementOptions& options) {
+  const bool have_nvme = !budgets.nvme_dir.empty();
+  if (have_nvme && budgets.nvme_bytes == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nvme_bytes=0 with nvme_dir=", budgets.nvme_dir, ": give the tier a size"));
+  }
+  if (!have_nvme && budgets.nvme_bytes != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nvme_bytes=", budgets.nvme_bytes, " without an nvme_dir"));
+  }
+  if (options.staging_slots < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("staging_slots=", options.staging_slots, " must be at least 1"));
+  }
+  Placement p;
+  p.budgets = budgets;
+  for (const EntryBytes& e : entries) {
+    for (int k = 0; k < kNumBufferKinds; ++k) {
+      p.kinds[k].bytes += e.bytes[k];
+      p.kinds[k].largest_entry = std::max(p.kinds[k].largest_entry, e.bytes[k]);
+    }
+  }
+  const auto kind = [&](BufferKind k) -> KindPlacement& { return p.kinds[static_cast<int>(k)]; };
+  const bool master_is_copy_source = kind(BufferKind::kComputeCopy).bytes == 0;
+
+  // 1. Copy endpoints: pinned while it lasts, pageable staging otherwise.
+  std::vector<BufferKind> endpoints = {BufferKind::kGrad, master_is_copy_source
+                                                              ? BufferKind::kMaster
+                                                              : BufferKind::kComputeCopy};
+  uint64_t pinned_left = budgets.pinned_ram;
+  for (BufferKind k : endpoints) {
+    KindPlacement& kp = kind(k);
+    if (kp.bytes == 0) continue;
+    if (kp.bytes <= pinned_left) {
+      kp.tier = Tier::kPinned;
+      pinned_left -= kp.bytes;
+    } else {
+      kp.tier = Tier::kRam;
+      kp.wanted_pinned = true;
+    }
+  }
+  // 2. Everything else in pageable RAM, then to NVMe while RAM overflows.
+  for (BufferKind k : {BufferKind::kMaster, BufferKind::kM, BufferKind::kV}) {
+    if (kind(k).tier == Tier::kAbsent && kind(k).bytes > 0) kind(k).tier = Tier::kRam;
+  }
+  Recount(p, options.staging_slots);
+  if (!have_nvme && (options.states_on_nvme || options.master_on_nvme)) {
+    return absl::InvalidArgumentError("states_on_nvme/master_on_nvme need an nvme_dir");
+  }
+  if (options.master_on_nvme && master_is_copy_source) {
+    return absl::InvalidArgumentError(
+        "master_on_nvme: the master is the compute copy on this device (weights stream from it), "
+        "so it must stay in RAM");
+  }
+  if (have_nvme) {
+    std::vector<std::vector<BufferKind>> moves = {{BufferKind::kM, BufferKind::kV}};
+    if (!master_is_copy_source) moves.push_back({BufferKind::kMaster});
+    for (size_t i = 0; i < moves.size(); ++i) {
+      const bool asked = i == 0 ? options.states_on_nvme || options.master_on_nvme
+                                : options.master_on_nvme;
+      if (!asked && p.ram_used <= budgets.ram) break;
+      for (BufferKind k : moves[i]) {
+        if (kind(k).bytes > 0) kind(k).tier = Tier::kNvme;
+      }
+      Recount(p, options.staging_slots);
+    }
+  }
+  // 3. Refuse what does not fit, saying how much is missing and for what.
+  std::vector<std::string> missing;
+  if (p.ram_used > budgets.ram) {
+    std::vector<BufferKind> in_ram;
+    for (int k = 0; k < kNumBufferKinds; ++k) {
+      if (p.kinds[k].tier == Tier::kRam) in_ram.push_back(static_cast<BufferKind>(k));
+    }
+    std::string needed_for = KindList(in_ram, p);
+    if (p.staging_bytes > 0) {
+      absl::StrAppend(&needed_for, in_ram.empty() ? "" : " + ", "NVMe staging ",
+                      FormatBytes(p.staging_bytes));
+    }
+    std::string msg = absl::StrCat("needs ", FormatBytes(p.ram_used - budgets.ram),
+                                   " more of RAM (ram=", budgets.ram, ") for ", needed_for);
+    for (BufferKind k : in_ram) {
+      if (kind(k).wanted_pinned) {
+        absl::StrAppend(&msg, "; ", BufferKindName(k), " did not fit pinned_ram=",
+                        budgets.pinned_ram);
+      }
+    }
+    absl::StrAppend(&msg, have_nvme ? "" : "; no nvme_dir is set, so nothing can move to NVMe");
+    missing.push_back(msg);
+  }
+  if (p.nvme_used > budgets.nvme_bytes) {
+    std::vector<BufferKind> on_nvme;
+    for (int k = 0; k < kNumBufferKinds; ++k) {
+      if (p.kinds[k].tier == Tier::kNvme) on_nvme.push_back(static_cast<BufferKind>(k));
+    }
+    missing.push_back(absl::StrCat("needs ", FormatBytes(p.nvme_used - budgets.nvme_bytes),
+                                   " more of NVMe (nvme_bytes=", budgets.nvme_bytes, " in ",
+                                   budgets.nvme_dir, ") for ", KindList(on_nvme, p)));
+  }
+  if (!missing.empty()) {
+    uint64_t total = 0;
+    for (const KindPlacement& k : p.kinds) total += k.bytes;
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the parameter store does not fit the memory budgets: ", absl::StrJoin(missing, "; "),
+        ". The store holds ", FormatBytes(total), "; budgets: pinned_ram=", budgets.pinned_ram,
+        " ram=", budgets.ram, " nvme_bytes=", budgets.nvme_bytes));
+  }
+  return p;
+}
+
+std::string Placement::Table() const {
+  std::string out = absl::StrFormat("%-13s %-7s %s\n", "buffer", "tier", "bytes");
+  for (int k = 0; k < kNumBufferKinds; ++k) {
+    const KindPlacement& kp = kinds[k];
+    if (kp.tier == Tier::kAbsent) continue;
+    absl::StrAppend(&out, absl::StrFormat("%-13s %-7s %s%s\n",
+                                          BufferKindName(static_cast<BufferKind>(k)),
+                                          TierName(kp.tier), FormatBytes(kp.bytes),
+                                          kp.wanted_pinned ? "  (pageable: pinned budget full)"
+                                                           : ""));
+  }
+  if (staging_bytes > 0) {
+    absl::StrAppend(&out, absl::StrFormat("%-13s %-7s %s\n", "nvme_staging", "ram",
+                                          FormatBytes(staging_bytes)));
+  }
+  absl::StrAppend(&out, absl::StrFormat("budget use: pinned %d/%d, ram %d/%d, nvme %d/%d%s\n",
+                                        pinned_used, budgets.pinned_ram, ram_used, budgets.ram,
+                                        nvme_used, budgets.nvme_bytes,
+                                        budgets.nvme_dir.empty() ? ""
+                                                                 : " in " + budgets.nvme_dir));
+  return out;
+}
+
+}  // namespace megatrain::engine::tiers

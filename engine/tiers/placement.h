@@ -1,0 +1,86 @@
+// The placement planner of the memory tiers: decides, before the first step, in which tier
+// (pinned RAM, pageable RAM, NVMe file) each kind of parameter-store buffer lives under the
+// user's byte budgets, prints the table and refuses plans that do not fit.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace megatrain::engine::tiers {
+
+enum class BufferKind { kMaster = 0, kM, kV, kGrad, kComputeCopy };
+inline constexpr int kNumBufferKinds = 5;
+const char* BufferKindName(BufferKind kind);
+
+enum class Tier { kAbsent, kPinned, kRam, kNvme };
+const char* TierName(Tier tier);
+
+// One parameter-store entry's buffer sizes in bytes, indexed by BufferKind. compute_copy is 0 on
+// the CPU device, where the fp32 master is what the weights stream from.
+struct EntryBytes {
+  std::array<uint64_t, kNumBufferKinds> bytes{};
+  uint64_t& operator[](BufferKind k) { return bytes[static_cast<int>(k)]; }
+  uint64_t operator[](BufferKind k) const { return bytes[static_cast<int>(k)]; }
+};
+
+// The user's budgets. pinned_ram and ram are disjoint: host memory used by the store is at most
+// pinned_ram + ram (plus the fixed overhead of docs/operations.md).
+struct TierBudgets {
+  uint64_t pinned_ram = 0;  // page-locked bytes (copy endpoints)
+  uint64_t ram = 0;         // pageable bytes
+  std::string nvme_dir;     // empty = no NVMe tier
+  uint64_t nvme_bytes = 0;  // bytes the tier may occupy in nvme_dir
+};
+
+struct PlacementOptions {
+  // RAM staging slots per NVMe-resident kind, each the size of the largest entry (reads ahead,
+  // the entry being updated, write-backs in flight). Matches NvmeStateStoreOptions.
+  int staging_slots = 5;
+  bool states_on_nvme = false;  // put m and v on NVMe even when RAM could hold them
+  bool master_on_nvme = false;  // also the master (only when it is not the compute copy)
+};
+
+struct KindPlacement {
+  Tier tier = Tier::kAbsent;
+  uint64_t bytes = 0;          // sum over entries
+  uint64_t largest_entry = 0;  // bytes of the largest entry
+  bool wanted_pinned = false;  // a copy endpoint that did not fit the pinned budget
+};
+
+struct Placement {
+  std::array<KindPlacement, kNumBufferKinds> kinds;
+  uint64_t staging_bytes = 0;  // pageable RAM for NVMe staging slots
+  uint64_t pinned_used = 0;
+  uint64_t ram_used = 0;  // including staging
+  uint64_t nvme_used = 0;
+  TierBudgets budgets;
+
+  const KindPlacement& of(BufferKind k) const { return kinds[static_cast<int>(k)]; }
+  Tier tier(BufferKind k) const { return of(k).tier; }
+  bool any_on_nvme() const { return nvme_used > 0; }
+  // One row per buffer kind (tier, bytes), the staging row and the use of each budget.
+  std::string Table() const;
+};
+
+// Deterministic policy (docs/operations.md):
+//  1. Copy endpoints (gradient slabs, then the compute copy, which is the master on the CPU
+//     device) go to pinned RAM while the pinned budget lasts, else to pageable RAM (staging
+//     through pageable memory: slower copies, never a pinned allocation beyond the budget).
+//  2. Other buffers go to pageable RAM; while RAM overflows (or when asked) m and v move to NVMe,
+//     then the master if it is not a copy endpoint. NVMe-resident kinds need staging_slots
+//     largest-entry buffers of RAM.
+//  3. A plan that still does not fit fails with RESOURCE_EXHAUSTED: "needs X more bytes of <tier>
+//     for <kinds>". Bad budgets fail with INVALID_ARGUMENT naming the field.
+absl::StatusOr<Placement> PlanPlacement(absl::Span<const EntryBytes> entries,
+                                        const TierBudgets& budgets,
+                                        const PlacementOptions& options = {});
+
+// "1234567890 B (1.15 GiB)".
+std::string FormatBytes(uint64_t bytes);
+
+}  // namespace megatrain::engine::tiers

@@ -1,0 +1,136 @@
+// Tests of the placement planner with realistic (Llama-2 7B) and odd sizes.
+#include "engine/tiers/placement.h"
+
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace megatrain::engine::tiers {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+constexpr uint64_t kGiB = 1ull << 30;
+
+// Llama-2 7B entries: embedding, 32 layers, final norm + LM head; bytes per parameter 4/4/4/4
+// and a bf16 compute copy of 2 on a GPU (none on the CPU device).
+std::vector<EntryBytes> Llama7b(bool gpu) {
+  const uint64_t hidden = 4096, ffn = 11008, vocab = 32000;
+  const uint64_t layer = 4 * hidden * hidden + 3 * hidden * ffn + 2 * hidden;
+  std::vector<uint64_t> params = {vocab * hidden};
+  for (int i = 0; i < 32; ++i) params.push_back(layer);
+  params.push_back(vocab * hidden + hidden);
+  std::vector<EntryBytes> entries;
+  for (uint64_t n : params) {
+    EntryBytes e;
+    e[BufferKind::kMaster] = e[BufferKind::kM] = e[BufferKind::kV] = e[BufferKind::kGrad] = 4 * n;
+    e[BufferKind::kComputeCopy] = gpu ? 2 * n : 0;
+    entries.push_back(e);
+  }
+  return entries;
+}
+
+uint64_t Total(const std::vector<EntryBytes>& entries, BufferKind k) {
+  uint64_t t = 0;
+  for (const EntryBytes& e : entries) t += e[k];
+  return t;
+}
+
+TEST(PlanPlacement, SevenBillionOnGpuWith64GiBRamMovesStatesToNvme) {
+  const auto entries = Llama7b(/*gpu=*/true);
+  const TierBudgets budgets{16 * kGiB, 64 * kGiB, "/nvme/megatrain", 1024 * kGiB};
+  absl::StatusOr<Placement> p = PlanPlacement(entries, budgets);
+  ASSERT_TRUE(p.ok()) << p.status();
+  // 27 GB of gradients do not fit 16 GiB pinned: pageable; the 13.5 GB bf16 copy does.
+  EXPECT_EQ(p->tier(BufferKind::kGrad), Tier::kRam);
+  EXPECT_TRUE(p->of(BufferKind::kGrad).wanted_pinned);
+  EXPECT_EQ(p->tier(BufferKind::kComputeCopy), Tier::kPinned);
+  EXPECT_EQ(p->tier(BufferKind::kMaster), Tier::kRam);
+  EXPECT_EQ(p->tier(BufferKind::kM), Tier::kNvme);
+  EXPECT_EQ(p->tier(BufferKind::kV), Tier::kNvme);
+  EXPECT_LE(p->pinned_used, budgets.pinned_ram);
+  EXPECT_LE(p->ram_used, budgets.ram);
+  EXPECT_EQ(p->nvme_used, Total(entries, BufferKind::kM) * 2);
+  // Staging: 5 slots of the largest entry's m and v (a decoder layer, 202,383,360 floats).
+  EXPECT_EQ(p->staging_bytes, 5ull * 2 * 4 * (4 * 4096 * 4096 + 3 * 4096 * 11008 + 2 * 4096));
+  const std::string table = p->Table();
+  EXPECT_THAT(table, AllOf(HasSubstr("m             nvme"), HasSubstr("grad          ram"),
+                           HasSubstr("nvme_staging"), HasSubstr("pinned budget full")));
+}
+
+TEST(PlanPlacement, SevenBillionWith32GiBRamNeedsTheMasterOnNvmeToo) {
+  const auto entries = Llama7b(/*gpu=*/true);
+  absl::StatusOr<Placement> p =
+      PlanPlacement(entries, {16 * kGiB, 48 * kGiB, "/nvme/megatrain", 1024 * kGiB});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->tier(BufferKind::kMaster), Tier::kNvme);
+  // With 24 GiB even that is not enough: the message says how much RAM is missing and for what.
+  absl::StatusOr<Placement> refused =
+      PlanPlacement(entries, {16 * kGiB, 24 * kGiB, "/nvme/megatrain", 1024 * kGiB});
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.status().message(),
+              AllOf(HasSubstr("more of RAM (ram=25769803776) for grad"),
+                    HasSubstr("NVMe staging"), HasSubstr("grad did not fit pinned_ram")));
+}
+
+TEST(PlanPlacement, NvmeTooSmallIsRefusedNamingTheStates) {
+  const auto entries = Llama7b(/*gpu=*/false);
+  absl::StatusOr<Placement> p =
+      PlanPlacement(entries, {32 * kGiB, 32 * kGiB, "/nvme/megatrain", 40 * kGiB});
+  ASSERT_EQ(p.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(p.status().message(),
+              AllOf(HasSubstr("more of NVMe (nvme_bytes=42949672960 in /nvme/megatrain) for m"),
+                    HasSubstr("+ v ")));
+}
+
+TEST(PlanPlacement, CpuDeviceKeepsTheMasterAsPinnedCopySource) {
+  const auto entries = Llama7b(/*gpu=*/false);
+  absl::StatusOr<Placement> p =
+      PlanPlacement(entries, {64 * kGiB, 32 * kGiB, "/nvme/x", 1024 * kGiB});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->tier(BufferKind::kMaster), Tier::kPinned);
+  EXPECT_EQ(p->tier(BufferKind::kGrad), Tier::kPinned);
+  EXPECT_EQ(p->tier(BufferKind::kComputeCopy), Tier::kAbsent);
+  EXPECT_EQ(p->tier(BufferKind::kM), Tier::kNvme);
+  EXPECT_THAT(PlanPlacement(entries, {64 * kGiB, 32 * kGiB, "/nvme/x", 1024 * kGiB},
+                            {.master_on_nvme = true})
+                  .status()
+                  .message(),
+              HasSubstr("must stay in RAM"));
+}
+
+TEST(PlanPlacement, EverythingInRamWhenItFitsAndNoNvmeMeansAClearRefusal) {
+  std::vector<EntryBytes> entries(3);
+  for (int i = 0; i < 3; ++i) {
+    for (int k = 0; k < 4; ++k) entries[i].bytes[k] = 1000 + 7 * i;
+  }
+  absl::StatusOr<Placement> p = PlanPlacement(entries, {10000, 10000, "", 0});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(p->any_on_nvme());
+  EXPECT_EQ(p->pinned_used, 2 * 3021u);
+  EXPECT_EQ(p->ram_used, 2 * 3021u);
+  absl::StatusOr<Placement> refused = PlanPlacement(entries, {0, 10000, "", 0});
+  EXPECT_THAT(refused.status().message(),
+              AllOf(HasSubstr("needs 2084 B"), HasSubstr("no nvme_dir is set")));
+  // Forcing the states to NVMe with room to spare is honoured (and the staging is charged).
+  p = PlanPlacement(entries, {10000, 10000, "/d", 1 << 20}, {.staging_slots = 3,
+                                                             .states_on_nvme = true});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->tier(BufferKind::kV), Tier::kNvme);
+  EXPECT_EQ(p->staging_bytes, 3u * 2 * 1014);
+}
+
+TEST(PlanPlacement, BadBudgetsNameTheField) {
+  std::vector<EntryBytes> entries(1);
+  EXPECT_THAT(PlanPlacement(entries, {0, 0, "/d", 0}).status().message(),
+              HasSubstr("nvme_bytes=0"));
+  EXPECT_THAT(PlanPlacement(entries, {0, 0, "", 5}).status().message(),
+              HasSubstr("nvme_bytes=5 without an nvme_dir"));
+  EXPECT_THAT(PlanPlacement(entries, {}, {.staging_slots = 0}).status().message(),
+              HasSubstr("staging_slots=0"));
+}
+
+}  // namespace
+}  // namespace megatrain::engine::tiers
