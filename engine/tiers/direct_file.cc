@@ -22,9 +22,10 @@ absl::StatusOr<DirectFile> DirectFile::Open(const std::string& path, Mode mode) 
   if (fd < 0) {
     const int err = errno;
     if (err == EINVAL) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "cannot open ", path, " with O_DIRECT: the filesystem does not support direct I/O "
-          "(the NVMe tier needs a block-backed filesystem such as ext4 or xfs)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot open ", path,
+                       " with O_DIRECT: the filesystem does not support direct I/O "
+                       "(the NVMe tier needs a block-backed filesystem such as ext4 or xfs)"));
     }
     return ErrnoStatus(err, absl::StrCat("cannot open ", path));
   }

@@ -50,12 +50,12 @@ absl::Status CheckDirectIoDirectory(const std::string& dir) {
         "RAM budget. Use a directory on a block-backed filesystem (ext4, xfs) on the NVMe drive"));
   }
   const std::string probe_path = absl::StrCat(dir, "/.megatrain_odirect_probe.", ::getpid());
-  absl::StatusOr<DirectFile> probe = DirectFile::Open(probe_path, DirectFile::Mode::kCreateTruncate);
+  absl::StatusOr<DirectFile> probe =
+      DirectFile::Open(probe_path, DirectFile::Mode::kCreateTruncate);
   if (!probe.ok()) {
     ::unlink(probe_path.c_str());
-    return absl::FailedPreconditionError(absl::StrCat("nvme_dir=", dir,
-                                                      " cannot be used for the NVMe tier: ",
-                                                      probe.status().message()));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "nvme_dir=", dir, " cannot be used for the NVMe tier: ", probe.status().message()));
   }
   absl::StatusOr<AlignedBuffer> block = AlignedBuffer::Allocate(kDirectIoAlignment);
   if (!block.ok()) return block.status();

@@ -28,9 +28,9 @@ absl::Status ErrnoStatus(int err, const std::string& context) {
 
 absl::Status IoErrnoStatus(IoOp op, int err, const std::string& path, uint64_t offset,
                            uint64_t bytes) {
-  return ErrnoStatus(err, absl::StrCat(op == IoOp::kRead ? "read" : "write", " of ", bytes,
-                                       " bytes at offset ", offset, " of ", path, " failed",
-                                       err == ENOSPC ? " (disk full)" : ""));
+  return ErrnoStatus(
+      err, absl::StrCat(op == IoOp::kRead ? "read" : "write", " of ", bytes, " bytes at offset ",
+                        offset, " of ", path, " failed", err == ENOSPC ? " (disk full)" : ""));
 }
 
 absl::Status TruncatedReadStatus(const std::string& path, uint64_t offset, uint64_t got,

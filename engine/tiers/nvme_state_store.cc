@@ -27,8 +27,8 @@ absl::StatusOr<std::unique_ptr<NvmeStateStore>> NvmeStateStore::Create(
   }
   if (options.read_ahead < 0 || options.max_writes_in_flight < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "read_ahead=", options.read_ahead, " must be >= 0 and max_writes_in_flight=",
-        options.max_writes_in_flight, " >= 1"));
+        "read_ahead=", options.read_ahead,
+        " must be >= 0 and max_writes_in_flight=", options.max_writes_in_flight, " >= 1"));
   }
   if (options.request_bytes == 0 || options.request_bytes % kDirectIoAlignment != 0) {
     return absl::InvalidArgumentError(absl::StrCat("request_bytes=", options.request_bytes,
@@ -48,9 +48,9 @@ absl::StatusOr<std::unique_ptr<NvmeStateStore>> NvmeStateStore::Create(
   }
   const uint64_t file_bytes = offset;
   const std::string path = absl::StrCat(options.dir, "/", options.file_name);
-  absl::StatusOr<DirectFile> file = DirectFile::Open(
-      path, init == Init::kZero ? DirectFile::Mode::kCreateTruncate
-                                : DirectFile::Mode::kOpenExisting);
+  absl::StatusOr<DirectFile> file =
+      DirectFile::Open(path, init == Init::kZero ? DirectFile::Mode::kCreateTruncate
+                                                 : DirectFile::Mode::kOpenExisting);
   if (!file.ok()) return file.status();
   if (init == Init::kZero) {
     if (absl::Status s = file->Reserve(file_bytes); !s.ok()) return s;
@@ -63,8 +63,8 @@ absl::StatusOr<std::unique_ptr<NvmeStateStore>> NvmeStateStore::Create(
                                               " (first missing byte at offset ", *size, ")"));
     }
   }
-  auto store = std::unique_ptr<NvmeStateStore>(new NvmeStateStore(
-      io, options, *std::move(file), std::move(entries), file_bytes));
+  auto store = std::unique_ptr<NvmeStateStore>(
+      new NvmeStateStore(io, options, *std::move(file), std::move(entries), file_bytes));
   for (Slot& slot : store->slots_) {
     absl::StatusOr<AlignedBuffer> b =
         AlignedBuffer::Allocate(largest * static_cast<uint64_t>(options.arrays_per_entry));
@@ -142,9 +142,10 @@ absl::StatusOr<NvmeStateStore::Slot*> NvmeStateStore::TakeSlot(bool may_wait) {
       }
     }
     if (best == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "every one of the ", slots_.size(), " NVMe staging slots is acquired; release an entry "
-          "before acquiring another"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("every one of the ", slots_.size(),
+                       " NVMe staging slots is acquired; release an entry "
+                       "before acquiring another"));
     }
     if (absl::Status s = Await(*best); !s.ok()) return s;
   }
@@ -156,8 +157,8 @@ void NvmeStateStore::Transfer(Slot& slot, IoOp op) {
   const uint64_t bytes = e.array_bytes * static_cast<uint64_t>(options_.arrays_per_entry);
   for (uint64_t done = 0; done < bytes; done += options_.request_bytes) {
     const uint64_t chunk = std::min<uint64_t>(options_.request_bytes, bytes - done);
-    slot.pending.push_back(io_.Submit(
-        {op, &file_, e.offset + done, slot.buffer.data_as<char>() + done, chunk}));
+    slot.pending.push_back(
+        io_.Submit({op, &file_, e.offset + done, slot.buffer.data_as<char>() + done, chunk}));
   }
   (op == IoOp::kRead ? stats_.bytes_read : stats_.bytes_written) += bytes;
 }
@@ -213,8 +214,8 @@ absl::StatusOr<StagedEntry> NvmeStateStore::Acquire(int entry) {
   slot->last_use = ++clock_;
   StagedEntry staged{entry, entries_[entry].elements, {}};
   for (int a = 0; a < options_.arrays_per_entry; ++a) {
-    staged.arrays.push_back(reinterpret_cast<float*>(slot->buffer.data_as<char>() +
-                                                     a * entries_[entry].array_bytes));
+    staged.arrays.push_back(
+        reinterpret_cast<float*>(slot->buffer.data_as<char>() + a * entries_[entry].array_bytes));
   }
   return staged;
 }

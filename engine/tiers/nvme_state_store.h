@@ -52,7 +52,7 @@ struct StagedEntry {
 struct NvmeStateStoreStats {
   uint64_t bytes_read = 0;
   uint64_t bytes_written = 0;
-  uint64_t staging_hits = 0;      // acquires served from a staging slot without a read
+  uint64_t staging_hits = 0;        // acquires served from a staging slot without a read
   double acquire_wait_seconds = 0;  // time Acquire blocked on reads (the optimizer's stall)
   double release_wait_seconds = 0;  // time Release blocked on the write-back bound
 };

@@ -22,8 +22,8 @@ using ::testing::HasSubstr;
 // A deterministic moment update (the access pattern of AdamW on m and v).
 void Update(int pass, int entry, size_t n, float* m, float* v) {
   for (size_t i = 0; i < n; ++i) {
-    const float g = static_cast<float>((i * 2654435761u + entry * 97u + pass * 13u) % 1000) /
-                        500.0f - 1.0f;
+    const float g =
+        static_cast<float>((i * 2654435761u + entry * 97u + pass * 13u) % 1000) / 500.0f - 1.0f;
     m[i] = 0.9f * m[i] + 0.1f * g;
     v[i] = 0.999f * v[i] + 0.001f * g * g;
   }

@@ -99,9 +99,8 @@ absl::StatusOr<Placement> PlanPlacement(absl::Span<const EntryBytes> entries,
   const bool master_is_copy_source = kind(BufferKind::kComputeCopy).bytes == 0;
 
   // 1. Copy endpoints: pinned while it lasts, pageable staging otherwise.
-  std::vector<BufferKind> endpoints = {BufferKind::kGrad, master_is_copy_source
-                                                              ? BufferKind::kMaster
-                                                              : BufferKind::kComputeCopy};
+  std::vector<BufferKind> endpoints = {
+      BufferKind::kGrad, master_is_copy_source ? BufferKind::kMaster : BufferKind::kComputeCopy};
   uint64_t pinned_left = budgets.pinned_ram;
   for (BufferKind k : endpoints) {
     KindPlacement& kp = kind(k);
@@ -131,8 +130,8 @@ absl::StatusOr<Placement> PlanPlacement(absl::Span<const EntryBytes> entries,
     std::vector<std::vector<BufferKind>> moves = {{BufferKind::kM, BufferKind::kV}};
     if (!master_is_copy_source) moves.push_back({BufferKind::kMaster});
     for (size_t i = 0; i < moves.size(); ++i) {
-      const bool asked = i == 0 ? options.states_on_nvme || options.master_on_nvme
-                                : options.master_on_nvme;
+      const bool asked =
+          i == 0 ? options.states_on_nvme || options.master_on_nvme : options.master_on_nvme;
       if (!asked && p.ram_used <= budgets.ram) break;
       for (BufferKind k : moves[i]) {
         if (kind(k).bytes > 0) kind(k).tier = Tier::kNvme;
@@ -156,8 +155,8 @@ absl::StatusOr<Placement> PlanPlacement(absl::Span<const EntryBytes> entries,
                                    " more of RAM (ram=", budgets.ram, ") for ", needed_for);
     for (BufferKind k : in_ram) {
       if (kind(k).wanted_pinned) {
-        absl::StrAppend(&msg, "; ", BufferKindName(k), " did not fit pinned_ram=",
-                        budgets.pinned_ram);
+        absl::StrAppend(&msg, "; ", BufferKindName(k),
+                        " did not fit pinned_ram=", budgets.pinned_ram);
       }
     }
     absl::StrAppend(&msg, have_nvme ? "" : "; no nvme_dir is set, so nothing can move to NVMe");
@@ -188,11 +187,10 @@ std::string Placement::Table() const {
   for (int k = 0; k < kNumBufferKinds; ++k) {
     const KindPlacement& kp = kinds[k];
     if (kp.tier == Tier::kAbsent) continue;
-    absl::StrAppend(&out, absl::StrFormat("%-13s %-7s %s%s\n",
-                                          BufferKindName(static_cast<BufferKind>(k)),
-                                          TierName(kp.tier), FormatBytes(kp.bytes),
-                                          kp.wanted_pinned ? "  (pageable: pinned budget full)"
-                                                           : ""));
+    absl::StrAppend(&out,
+                    absl::StrFormat("%-13s %-7s %s%s\n", BufferKindName(static_cast<BufferKind>(k)),
+                                    TierName(kp.tier), FormatBytes(kp.bytes),
+                                    kp.wanted_pinned ? "  (pageable: pinned budget full)" : ""));
   }
   if (staging_bytes > 0) {
     absl::StrAppend(&out, absl::StrFormat("%-13s %-7s %s\n", "nvme_staging", "ram",
@@ -201,8 +199,7 @@ std::string Placement::Table() const {
   absl::StrAppend(&out, absl::StrFormat("budget use: pinned %d/%d, ram %d/%d, nvme %d/%d%s\n",
                                         pinned_used, budgets.pinned_ram, ram_used, budgets.ram,
                                         nvme_used, budgets.nvme_bytes,
-                                        budgets.nvme_dir.empty() ? ""
-                                                                 : " in " + budgets.nvme_dir));
+                                        budgets.nvme_dir.empty() ? "" : " in " + budgets.nvme_dir));
   return out;
 }
 

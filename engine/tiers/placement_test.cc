@@ -71,8 +71,8 @@ TEST(PlanPlacement, SevenBillionWith32GiBRamNeedsTheMasterOnNvmeToo) {
       PlanPlacement(entries, {16 * kGiB, 24 * kGiB, "/nvme/megatrain", 1024 * kGiB});
   ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(refused.status().message(),
-              AllOf(HasSubstr("more of RAM (ram=25769803776) for grad"),
-                    HasSubstr("NVMe staging"), HasSubstr("grad did not fit pinned_ram")));
+              AllOf(HasSubstr("more of RAM (ram=25769803776) for grad"), HasSubstr("NVMe staging"),
+                    HasSubstr("grad did not fit pinned_ram")));
 }
 
 TEST(PlanPlacement, NvmeTooSmallIsRefusedNamingTheStates) {
@@ -115,8 +115,8 @@ TEST(PlanPlacement, EverythingInRamWhenItFitsAndNoNvmeMeansAClearRefusal) {
   EXPECT_THAT(refused.status().message(),
               AllOf(HasSubstr("needs 2084 B"), HasSubstr("no nvme_dir is set")));
   // Forcing the states to NVMe with room to spare is honoured (and the staging is charged).
-  p = PlanPlacement(entries, {10000, 10000, "/d", 1 << 20}, {.staging_slots = 3,
-                                                             .states_on_nvme = true});
+  p = PlanPlacement(entries, {10000, 10000, "/d", 1 << 20},
+                    {.staging_slots = 3, .states_on_nvme = true});
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->tier(BufferKind::kV), Tier::kNvme);
   EXPECT_EQ(p->staging_bytes, 3u * 2 * 1014);

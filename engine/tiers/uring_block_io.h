@@ -16,8 +16,8 @@
 namespace megatrain::engine::tiers {
 
 // Defaults measured with bench/nvme (docs/operations.md, "Queue depth and block size").
-inline constexpr int kDefaultQueueDepth = 16;
-inline constexpr size_t kDefaultBlockBytes = size_t{1} << 20;
+inline constexpr int kDefaultQueueDepth = 8;
+inline constexpr size_t kDefaultBlockBytes = size_t{2} << 20;
 
 struct UringOptions {
   int queue_depth = kDefaultQueueDepth;  // requests in the kernel at once, 1..4096

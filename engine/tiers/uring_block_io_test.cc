@@ -59,8 +59,7 @@ TEST_F(UringBlockIoTest, OddSizedPayloadsRoundTripPaddedToBlocks) {
   }
   std::vector<IoFuture> writes;
   for (size_t i = 0; i < sizes.size(); ++i) {
-    writes.push_back(io_->Submit(
-        {IoOp::kWrite, &file_, offsets[i], out[i].data(), out[i].size()}));
+    writes.push_back(io_->Submit({IoOp::kWrite, &file_, offsets[i], out[i].data(), out[i].size()}));
   }
   for (const IoFuture& f : writes) ASSERT_TRUE(f.Wait(kBound).ok()) << f.Wait(kBound);
   std::vector<IoFuture> reads;
@@ -81,15 +80,15 @@ TEST_F(UringBlockIoTest, ManyMoreRequestsThanQueueDepthAllComplete) {
   Fill(out, out.size(), 3);
   std::vector<IoFuture> futures;
   for (int i = 0; i < kRequests; ++i) {
-    futures.push_back(io_->Submit(
-        {IoOp::kWrite, &file_, i * kBytes, out.data_as<char>() + i * kBytes, kBytes}));
+    futures.push_back(
+        io_->Submit({IoOp::kWrite, &file_, i * kBytes, out.data_as<char>() + i * kBytes, kBytes}));
   }
   for (const IoFuture& f : futures) ASSERT_TRUE(f.Wait(kBound).ok());
   futures.clear();
   // Read back in reverse order so completions arrive out of submission order.
   for (int i = kRequests - 1; i >= 0; --i) {
-    futures.push_back(io_->Submit(
-        {IoOp::kRead, &file_, i * kBytes, in.data_as<char>() + i * kBytes, kBytes}));
+    futures.push_back(
+        io_->Submit({IoOp::kRead, &file_, i * kBytes, in.data_as<char>() + i * kBytes, kBytes}));
   }
   for (const IoFuture& f : futures) ASSERT_TRUE(f.Wait(kBound).ok());
   EXPECT_EQ(std::memcmp(out.data(), in.data(), out.size()), 0);
@@ -97,9 +96,8 @@ TEST_F(UringBlockIoTest, ManyMoreRequestsThanQueueDepthAllComplete) {
 
 TEST_F(UringBlockIoTest, ReadPastEndOfFileReportsTruncationWithFileAndOffset) {
   AlignedBuffer b = *AlignedBuffer::Allocate(4 * kDirectIoAlignment);
-  ASSERT_TRUE(io_->Submit({IoOp::kWrite, &file_, 0, b.data(), 2 * kDirectIoAlignment})
-                  .Wait(kBound)
-                  .ok());
+  ASSERT_TRUE(
+      io_->Submit({IoOp::kWrite, &file_, 0, b.data(), 2 * kDirectIoAlignment}).Wait(kBound).ok());
   // The kernel returns the 8 KiB that exist (a short read), the remainder then reads 0 bytes.
   const absl::Status s = io_->Submit({IoOp::kRead, &file_, 0, b.data(), b.size()}).Wait(kBound);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
@@ -109,13 +107,11 @@ TEST_F(UringBlockIoTest, ReadPastEndOfFileReportsTruncationWithFileAndOffset) {
 
 TEST_F(UringBlockIoTest, MisalignedRequestsAreRejectedNamingTheField) {
   AlignedBuffer b = *AlignedBuffer::Allocate(2 * kDirectIoAlignment);
-  EXPECT_THAT(io_->Submit({IoOp::kRead, &file_, 100, b.data(), kDirectIoAlignment})
-                  .Wait(kBound)
-                  .message(),
-              HasSubstr("offset=100"));
   EXPECT_THAT(
-      io_->Submit({IoOp::kRead, &file_, 0, b.data(), 1000}).Wait(kBound).message(),
-      HasSubstr("bytes=1000"));
+      io_->Submit({IoOp::kRead, &file_, 100, b.data(), kDirectIoAlignment}).Wait(kBound).message(),
+      HasSubstr("offset=100"));
+  EXPECT_THAT(io_->Submit({IoOp::kRead, &file_, 0, b.data(), 1000}).Wait(kBound).message(),
+              HasSubstr("bytes=1000"));
   EXPECT_EQ(io_->Submit({IoOp::kRead, &file_, 0, b.data_as<char>() + 8, kDirectIoAlignment})
                 .Wait(kBound)
                 .code(),

@@ -16,9 +16,8 @@ absl::StatusOr<UringRing> UringRing::Create(unsigned entries) {
   auto raw = std::make_unique<io_uring>();
   const int rc = io_uring_queue_init(entries, raw.get(), 0);
   if (rc < 0) {
-    return absl::UnavailableError(absl::StrCat("io_uring setup with ", entries,
-                                               " entries failed: ", std::strerror(-rc),
-                                               " (errno ", -rc, ")"));
+    return absl::UnavailableError(absl::StrCat("io_uring setup with ", entries, " entries failed: ",
+                                               std::strerror(-rc), " (errno ", -rc, ")"));
   }
   UringRing ring;
   ring.ring_.reset(raw.release());
