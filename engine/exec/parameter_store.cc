@@ -1,4 +1,4 @@
-// ParameterStore allocation.
+// ParameterStore allocation and tier-aware access to the optimizer state.
 #include "engine/exec/parameter_store.h"
 
 #include <cstdlib>
@@ -8,46 +8,135 @@
 
 namespace megatrain::engine {
 
-void ParameterStore::PageableDeleter::operator()(float* p) const { std::free(p); }
+void ParameterStore::FreeDeleter::operator()(float* p) const { std::free(p); }
+
+absl::StatusOr<ParameterStore::HostArray> ParameterStore::AllocateArray(Device& device,
+                                                                        size_t elements,
+                                                                        bool pinned) {
+  HostArray array;
+  const size_t bytes = elements * sizeof(float);
+  if (pinned) {
+    absl::StatusOr<PinnedHostBuffer> buffer = device.AllocatePinned(bytes);
+    if (!buffer.ok()) return buffer.status();
+    array.pinned = std::move(*buffer);
+  } else {
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    float* p = static_cast<float*>(std::aligned_alloc(64, rounded == 0 ? 64 : rounded));
+    if (p == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot allocate ", bytes, " bytes of host RAM"));
+    }
+    array.pageable.reset(p);
+  }
+  if (bytes > 0) std::memset(array.data(), 0, bytes);
+  return array;
+}
 
 absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
-                                                      std::vector<EntrySpec> entries) {
+                                                      std::vector<EntrySpec> entries,
+                                                      const StorePlacement& placement) {
   ParameterStore store;
   store.specs_ = std::move(entries);
+  store.placement_ = placement;
   for (size_t i = 0; i < store.specs_.size(); ++i) {
-    const size_t bytes = store.specs_[i].elements * sizeof(float);
-    for (auto* list : {&store.master_, &store.grad_}) {
-      absl::StatusOr<PinnedHostBuffer> buffer = device.AllocatePinned(bytes);
-      if (!buffer.ok()) {
-        return absl::Status(buffer.status().code(),
-                            absl::StrCat("parameter entry ", i, ": ", buffer.status().message()));
-      }
-      std::memset(buffer->data(), 0, bytes);
-      list->push_back(std::move(*buffer));
+    const size_t n = store.specs_[i].elements;
+    struct Wanted {
+      std::vector<HostArray>* list;
+      bool pinned;
+      const char* kind;
+    };
+    std::vector<Wanted> wanted = {{&store.master_, placement.master_pinned, "master"},
+                                  {&store.grad_, placement.grad_pinned, "gradient"}};
+    if (!placement.states_on_nvme) {
+      wanted.push_back({&store.m_, false, "adam_m"});
+      wanted.push_back({&store.v_, false, "adam_v"});
     }
-    for (auto* list : {&store.m_, &store.v_}) {
-      const size_t rounded = (bytes + 63) / 64 * 64;
-      float* p = static_cast<float*>(std::aligned_alloc(64, rounded == 0 ? 64 : rounded));
-      if (p == nullptr) {
-        return absl::ResourceExhaustedError(
-            absl::StrCat("parameter entry ", i, ": cannot allocate ", bytes, " bytes of host RAM"));
+    for (const Wanted& w : wanted) {
+      absl::StatusOr<HostArray> array = AllocateArray(device, n, w.pinned);
+      if (!array.ok()) {
+        return absl::Status(array.status().code(), absl::StrCat("parameter entry ", i, " ", w.kind,
+                                                                ": ", array.status().message()));
       }
-      std::memset(p, 0, rounded);
-      list->emplace_back(p);
+      w.list->push_back(std::move(*array));
     }
+  }
+  if (placement.states_on_nvme) {
+    absl::StatusOr<std::unique_ptr<tiers::UringBlockIo>> io = tiers::UringBlockIo::Create();
+    if (!io.ok()) return io.status();
+    store.io_ = std::move(*io);
+    tiers::NvmeStateStoreOptions options;
+    options.dir = placement.nvme_dir;
+    options.arrays_per_entry = 2;
+    options.read_ahead = placement.read_ahead;
+    options.max_writes_in_flight = placement.max_writes_in_flight;
+    std::vector<size_t> elements;
+    for (const EntrySpec& s : store.specs_) elements.push_back(s.elements);
+    absl::StatusOr<std::unique_ptr<tiers::NvmeStateStore>> state =
+        tiers::NvmeStateStore::Create(*store.io_, options, std::move(elements));
+    if (!state.ok()) return state.status();
+    store.state_store_ = std::move(*state);
   }
   return store;
 }
 
 EntryBuffers ParameterStore::entry(int i) const {
-  return EntryBuffers{master_[i].data_as<float>(), m_[i].get(), v_[i].get(),
-                      grad_[i].data_as<float>(), specs_[i].elements};
+  EntryBuffers b;
+  b.master = master_[i].data();
+  b.grad = grad_[i].data();
+  if (!m_.empty()) {
+    b.m = m_[i].data();
+    b.v = v_[i].data();
+  }
+  b.elements = specs_[i].elements;
+  return b;
 }
 
 size_t ParameterStore::total_elements() const {
   size_t n = 0;
   for (const auto& s : specs_) n += s.elements;
   return n;
+}
+
+absl::Status ParameterStore::ReadOptimizerState(int e, float* m, float* v) const {
+  const size_t bytes = specs_[e].elements * sizeof(float);
+  if (state_store_ == nullptr) {
+    std::memcpy(m, m_[e].data(), bytes);
+    std::memcpy(v, v_[e].data(), bytes);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<tiers::StagedEntry> staged = state_store_->Acquire(e);
+  if (!staged.ok()) return staged.status();
+  std::memcpy(m, staged->array(0), bytes);
+  std::memcpy(v, staged->array(1), bytes);
+  return state_store_->Release(e, /*dirty=*/false);
+}
+
+absl::Status ParameterStore::WriteOptimizerState(int e, const float* m, const float* v) {
+  const size_t bytes = specs_[e].elements * sizeof(float);
+  if (state_store_ == nullptr) {
+    std::memcpy(m_[e].data(), m, bytes);
+    std::memcpy(v_[e].data(), v, bytes);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<tiers::StagedEntry> staged = state_store_->Acquire(e);
+  if (!staged.ok()) return staged.status();
+  std::memcpy(staged->array(0), m, bytes);
+  std::memcpy(staged->array(1), v, bytes);
+  return state_store_->Release(e, /*dirty=*/true);
+}
+
+absl::Status ParameterStore::Flush() {
+  return state_store_ == nullptr ? absl::OkStatus() : state_store_->Flush();
+}
+
+size_t ParameterStore::pageable_ram_bytes() const {
+  size_t bytes = state_store_ != nullptr ? state_store_->staging_bytes() : 0;
+  for (const std::vector<HostArray>* list : {&master_, &grad_, &m_, &v_}) {
+    for (size_t e = 0; e < list->size(); ++e) {
+      if ((*list)[e].pinned.empty()) bytes += specs_[e].elements * sizeof(float);
+    }
+  }
+  return bytes;
 }
 
 }  // namespace megatrain::engine

@@ -1,15 +1,20 @@
 // Host home of every parameter: per layout entry one contiguous fp32 master
-// buffer, AdamW m and v, and a gradient slab. On the CPU device the fp32
-// master is also the compute copy the weights stream from.
+// buffer, AdamW m and v, and a gradient slab, each in the memory tier the
+// placement gives it (pinned RAM, pageable RAM, or an NVMe file for m and v
+// streamed through staging). On the CPU device the fp32 master is also the
+// compute copy the weights stream from.
 #pragma once
 
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/device/device.h"
 #include "engine/optimizer/host_adamw.h"
+#include "engine/tiers/nvme_state_store.h"
+#include "engine/tiers/uring_block_io.h"
 
 namespace megatrain::engine {
 
@@ -20,17 +25,28 @@ struct EntrySpec {
 
 struct EntryBuffers {
   float* master = nullptr;
-  float* m = nullptr;
+  float* m = nullptr;  // null when the optimizer state lives on NVMe
   float* v = nullptr;
   float* grad = nullptr;
   size_t elements = 0;
 };
 
+// Where the store's buffers go (from tiers::PlanPlacement, or the default:
+// copy endpoints pinned, everything in RAM).
+struct StorePlacement {
+  bool master_pinned = true;  // the copy-in source
+  bool grad_pinned = true;    // the copy-out target
+  bool states_on_nvme = false;
+  std::string nvme_dir;  // with states_on_nvme
+  int read_ahead = 2;    // entries of m/v read ahead of the one being updated
+  int max_writes_in_flight = 2;
+};
+
 class ParameterStore {
  public:
-  // Master and gradient slabs are pinned (they are the copy endpoints), m and
-  // v pageable; all zero-initialised.
-  static absl::StatusOr<ParameterStore> Create(Device& device, std::vector<EntrySpec> entries);
+  // Every buffer zero-initialised (an NVMe state file is created zeroed).
+  static absl::StatusOr<ParameterStore> Create(Device& device, std::vector<EntrySpec> entries,
+                                               const StorePlacement& placement = {});
 
   ParameterStore(ParameterStore&&) = default;
   ParameterStore& operator=(ParameterStore&&) = default;
@@ -39,20 +55,40 @@ class ParameterStore {
   const EntrySpec& spec(int entry) const { return specs_[entry]; }
   EntryBuffers entry(int entry) const;
   size_t total_elements() const;
-  // Host bytes this store holds (master + m + v + grad).
-  size_t host_bytes() const { return total_elements() * sizeof(float) * 4; }
+  const StorePlacement& placement() const { return placement_; }
+
+  // The NVMe-resident optimizer state, or null when m and v are in RAM. Used
+  // from one thread at a time (the optimizer pass, or a checkpoint).
+  tiers::NvmeStateStore* state_store() const { return state_store_.get(); }
+
+  // m and v of one entry wherever they live; not during an optimizer pass.
+  absl::Status ReadOptimizerState(int entry, float* m, float* v) const;
+  absl::Status WriteOptimizerState(int entry, const float* m, const float* v);
+  // Waits for NVMe write-backs (and syncs the file); OK at once in RAM.
+  absl::Status Flush();
+
+  // Pageable host RAM this store holds (NVMe staging included); the pinned
+  // part is counted by the device's pinned budget.
+  size_t pageable_ram_bytes() const;
 
  private:
-  struct PageableDeleter {
+  struct FreeDeleter {
     void operator()(float* p) const;
   };
+  // One host buffer: pinned (from the device's budget) or pageable.
+  struct HostArray {
+    PinnedHostBuffer pinned;
+    std::unique_ptr<float, FreeDeleter> pageable;
+    float* data() const { return pinned.empty() ? pageable.get() : pinned.data_as<float>(); }
+  };
   ParameterStore() = default;
+  static absl::StatusOr<HostArray> AllocateArray(Device& device, size_t elements, bool pinned);
 
   std::vector<EntrySpec> specs_;
-  std::vector<PinnedHostBuffer> master_;
-  std::vector<PinnedHostBuffer> grad_;
-  std::vector<std::unique_ptr<float, PageableDeleter>> m_;
-  std::vector<std::unique_ptr<float, PageableDeleter>> v_;
+  StorePlacement placement_;
+  std::vector<HostArray> master_, grad_, m_, v_;
+  std::unique_ptr<tiers::UringBlockIo> io_;
+  std::unique_ptr<tiers::NvmeStateStore> state_store_;
 };
 
 }  // namespace megatrain::engine

@@ -106,7 +106,36 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(Device& device, ModelCo
     }
     specs.push_back(std::move(spec));
   }
-  absl::StatusOr<ParameterStore> store = ParameterStore::Create(device, std::move(specs));
+  StorePlacement store_placement;
+  std::string placement_table;
+  if (options.memory.enabled) {
+    std::vector<tiers::EntryBytes> bytes;
+    for (const EntrySpec& spec : specs) {
+      tiers::EntryBytes b;
+      const uint64_t n = spec.elements * sizeof(float);
+      b[tiers::BufferKind::kMaster] = n;
+      b[tiers::BufferKind::kM] = n;
+      b[tiers::BufferKind::kV] = n;
+      b[tiers::BufferKind::kGrad] = n;
+      b[tiers::BufferKind::kComputeCopy] = 0;  // the CPU device computes from the master
+      bytes.push_back(b);
+    }
+    tiers::PlacementOptions placement_options;
+    placement_options.states_on_nvme = options.memory.states_on_nvme;
+    placement_options.staging_slots =
+        store_placement.read_ahead + 1 + store_placement.max_writes_in_flight;
+    absl::StatusOr<tiers::Placement> placement =
+        tiers::PlanPlacement(bytes, options.memory.budgets, placement_options);
+    if (!placement.ok()) return placement.status();
+    store_placement.master_pinned =
+        placement->tier(tiers::BufferKind::kMaster) == tiers::Tier::kPinned;
+    store_placement.grad_pinned = placement->tier(tiers::BufferKind::kGrad) == tiers::Tier::kPinned;
+    store_placement.states_on_nvme = placement->tier(tiers::BufferKind::kM) == tiers::Tier::kNvme;
+    store_placement.nvme_dir = options.memory.budgets.nvme_dir;
+    placement_table = placement->Table();
+  }
+  absl::StatusOr<ParameterStore> store =
+      ParameterStore::Create(device, std::move(specs), store_placement);
   if (!store.ok()) return store.status();
   absl::StatusOr<kernels::cpu::RopeTable> rope = kernels::cpu::RopeTable::Create(
       options.seq_len, config.head_dim, config.rope_theta, config.KernelRopeScaling());
@@ -164,6 +193,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(Device& device, ModelCo
                                 trainer->rope_, options.executor, &trainer->compute_pool_);
   if (!executor.ok()) return executor.status();
   trainer->executor_ = std::move(*executor);
+  trainer->placement_table_ = std::move(placement_table);
   return trainer;
 }
 
@@ -220,6 +250,11 @@ void Trainer::WaitForUpdates() {
   if (update_thread_.joinable()) update_thread_.join();
 }
 
+absl::Status Trainer::UpdateStatus() {
+  WaitForUpdates();
+  return update_status_;
+}
+
 void Trainer::LaunchUpdate(uint64_t version, double clip_coefficient, double lr) {
   ++applied_updates_;
   const auto decay = kernels::MakeAdamwStepScalars(
@@ -231,11 +266,29 @@ void Trainer::LaunchUpdate(uint64_t version, double clip_coefficient, double lr)
   // Entries in forward order: the next step's forward needs the embedding and
   // layer 0 first, so it can start while later layers are still updated.
   update_thread_ = std::thread([this, version, decay, no_decay] {
+    tiers::NvmeStateStore* states = store_.state_store();
     for (int e = 0; e < store_.num_entries(); ++e) {
       const auto t0 = std::chrono::steady_clock::now();
       const EntryBuffers b = store_.entry(e);
-      adamw_.Step(decay, no_decay, store_.spec(e).segments, b.master, b.m, b.v, b.grad, nullptr);
+      float* m = b.m;
+      float* v = b.v;
+      if (states != nullptr && update_status_.ok()) {
+        // Reads entries e+1.. ahead while e is updated; write-back is async.
+        absl::StatusOr<tiers::StagedEntry> staged = states->Acquire(e);
+        if (staged.ok()) {
+          m = staged->array(0);
+          v = staged->array(1);
+        } else {
+          update_status_ = staged.status();
+        }
+      }
+      if (update_status_.ok()) {
+        adamw_.Step(decay, no_decay, store_.spec(e).segments, b.master, m, v, b.grad, nullptr);
+        if (states != nullptr) update_status_.Update(states->Release(e));
+      }
       update_seconds_[e] = SecondsSince(t0);
+      // Published even after a failure so no weight copy waits forever; the
+      // next Step reports the failure and discards its results.
       gate_.Publish(e, version);
     }
   });
@@ -317,6 +370,10 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
   const double step_seconds = SecondsSince(t0);
   const auto wait_t0 = std::chrono::steady_clock::now();
   WaitForUpdates();
+  if (!update_status_.ok()) {
+    return absl::Status(update_status_.code(), absl::StrCat("optimizer update of step ", step_,
+                                                            " failed: ", update_status_.message()));
+  }
   // The update thread of this step will write these again: keep the last ones.
   const std::vector<double> previous_update_seconds = update_seconds_;
 
@@ -331,7 +388,7 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
   report.device_arena_peak_bytes = device_.arena_stats().peak;
   report.device_arena_bytes = device_.arena_stats().in_use;
   report.pinned_host_bytes = device_.pinned_stats().in_use;
-  report.pageable_host_bytes = store_.total_elements() * sizeof(float) * 2;
+  report.pageable_host_bytes = store_.pageable_ram_bytes();
   for (double seconds : previous_update_seconds) report.optimizer_seconds += seconds;
 
   std::vector<double> sums(static_cast<size_t>(store_.num_entries()));

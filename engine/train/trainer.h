@@ -19,11 +19,20 @@
 #include "engine/model/model_config.h"
 #include "engine/model/parameter_layout.h"
 #include "engine/optimizer/host_adamw.h"
+#include "engine/tiers/placement.h"
 #include "engine/train/lr_schedule.h"
 #include "engine/train/step_report.h"
 #include "kernels/cpu/rope.h"
 
 namespace megatrain::engine {
+
+// Host memory budgets (issue: memory tiers). Unset = every buffer in RAM, the
+// copy endpoints (master, gradients) pinned.
+struct HostMemoryBudgets {
+  bool enabled = false;
+  tiers::TierBudgets budgets;   // pinned_ram, ram, nvme_dir, nvme_bytes (bytes)
+  bool states_on_nvme = false;  // m and v on NVMe even when RAM could hold them
+};
 
 struct TrainerOptions {
   int micro_batch_size = 1;  // sequences per forward/backward
@@ -37,6 +46,7 @@ struct TrainerOptions {
   double grad_clip = 1.0;         // global L2 norm; 0 = off
   int max_consecutive_skips = 5;  // non-finite steps in a row before the job fails
   ExecutorOptions executor;
+  HostMemoryBudgets memory;
   int optimizer_threads = 2;
   int blas_threads = 2;          // fixed for the run: OpenBLAS results depend on it
   bool collect_timeline = true;  // per-layer timings in StepReport (two clock reads per op)
@@ -77,12 +87,16 @@ class Trainer {
 
   // Waits until the last step's optimizer update has finished writing.
   void WaitForUpdates();
+  // WaitForUpdates, then the update's outcome (an NVMe I/O error, say).
+  absl::Status UpdateStatus();
 
   const ModelConfig& config() const { return config_; }
   const ParameterLayout& layout() const { return layout_; }
   const ParameterStore& store() const { return store_; }
   ParameterStore& mutable_store() { return store_; }
   const StreamingExecutor& executor() const { return *executor_; }
+  // The tier table of the placement (empty without budgets).
+  const std::string& placement_table() const { return placement_table_; }
   uint64_t steps_done() const { return step_; }
 
   // After WaitForUpdates: the optimizer position and, through mutable_store(),
@@ -114,6 +128,8 @@ class Trainer {
   HostAdamw adamw_;
   std::unique_ptr<StreamingExecutor> executor_;
   std::thread update_thread_;
+  absl::Status update_status_;  // written by the update thread, read after joining it
+  std::string placement_table_;
   std::vector<double> update_seconds_;  // per entry, written by the update thread
   uint64_t step_ = 0;                   // optimizer steps attempted
   uint64_t applied_updates_ = 0;        // steps whose update ran (AdamW's t)
