@@ -1,6 +1,7 @@
 // Checkpoint reader.
 #include "engine/checkpoint/checkpoint_reader.h"
 
+#include <array>
 #include <map>
 #include <memory>
 #include <set>
@@ -28,12 +29,14 @@ std::string FirstDifference(const std::string& a, const std::string& b) {
   return "";
 }
 
-// One tensor to copy: source file and name -> destination.
+// One tensor to copy: source file and name -> destination (a pointer, or an
+// element offset within an entry's staged m or v).
 struct Copy {
   const SafetensorsFile* file = nullptr;
   std::string name;
   float* dest = nullptr;
   size_t elements = 0;
+  size_t entry_offset = 0;
 };
 
 absl::Status PlanCopy(const SafetensorsFile& file, const std::string& name, const TensorSlot& slot,
@@ -52,7 +55,7 @@ absl::Status PlanCopy(const SafetensorsFile& file, const std::string& name, cons
                                             std::string(SafetensorsDtypeName(info->dtype)),
                                             must_be_f32 ? ", not F32" : ", not a float type"));
   }
-  plan->push_back({&file, name, dest, slot.num_elements()});
+  plan->push_back({&file, name, dest, slot.num_elements(), slot.offset});
   return absl::OkStatus();
 }
 
@@ -65,7 +68,8 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Trainer&
   for (const ManifestFileRecord& f : manifest->files) files.insert(f.name);
   for (const char* required : {"config.json", kOptimizerFileName, kTrainingStateFileName}) {
     if (!files.contains(required)) {
-      return absl::DataLossError(absl::StrCat(dir, "/", required, ": missing from ", kManifestFileName));
+      return absl::DataLossError(
+          absl::StrCat(dir, "/", required, ": missing from ", kManifestFileName));
     }
   }
 
@@ -73,7 +77,8 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Trainer&
   absl::StatusOr<std::string> config_text = ReadSmallFile(config_path, kMaxJsonFileBytes);
   if (!config_text.ok()) return config_text.status();
   absl::StatusOr<ModelConfig> config = ParseModelConfig(*config_text);
-  if (!config.ok()) return absl::InvalidArgumentError(absl::StrCat(config_path, ": ", config.status().message()));
+  if (!config.ok())
+    return absl::InvalidArgumentError(absl::StrCat(config_path, ": ", config.status().message()));
   if (!(*config == trainer.config())) {
     return absl::FailedPreconditionError(
         absl::StrCat(config_path, ": the checkpoint's model differs from the job's: ",
@@ -141,6 +146,8 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Trainer&
   const ParameterLayout& layout = trainer.layout();
   ParameterStore& store = trainer.mutable_store();
   std::vector<Copy> plan;
+  // Per entry, the m and v copies, their dest an element offset in the entry.
+  std::vector<std::array<std::vector<Copy>, 2>> state_plan(layout.num_entries());
   size_t layout_tensors = 0;
   for (int e = 0; e < layout.num_entries(); ++e) {
     const EntryBuffers b = store.entry(e);
@@ -148,38 +155,48 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Trainer&
       ++layout_tensors;
       auto it = model_file_of.find(slot.hf_name);
       if (it == model_file_of.end()) {
-        return absl::DataLossError(absl::StrCat(dir, ": model tensor ", slot.hf_name, " is missing"));
+        return absl::DataLossError(
+            absl::StrCat(dir, ": model tensor ", slot.hf_name, " is missing"));
       }
       absl::Status s;
       if (master_in_optimizer) {
         std::vector<Copy> unused;
         s = PlanCopy(*it->second, slot.hf_name, slot, false, nullptr, &unused);  // shape check only
-        if (s.ok()) s = PlanCopy(**optimizer, "master." + slot.hf_name, slot, true, b.master + slot.offset, &plan);
+        if (s.ok())
+          s = PlanCopy(**optimizer, "master." + slot.hf_name, slot, true, b.master + slot.offset,
+                       &plan);
       } else {
         s = PlanCopy(*it->second, slot.hf_name, slot, true, b.master + slot.offset, &plan);
       }
-      if (s.ok()) s = PlanCopy(**optimizer, "m." + slot.hf_name, slot, true, b.m + slot.offset, &plan);
-      if (s.ok()) s = PlanCopy(**optimizer, "v." + slot.hf_name, slot, true, b.v + slot.offset, &plan);
+      // m and v land in per-entry staging (see below), at the slot's offset.
+      if (s.ok()) {
+        s = PlanCopy(**optimizer, "m." + slot.hf_name, slot, true, nullptr, &state_plan[e][0]);
+      }
+      if (s.ok()) {
+        s = PlanCopy(**optimizer, "v." + slot.hf_name, slot, true, nullptr, &state_plan[e][1]);
+      }
       if (!s.ok()) return s;
     }
   }
   if (model_file_of.size() != layout_tensors) {
     for (const auto& [name, file] : model_file_of) {
       if (!layout.Find(name).ok()) {
-        return absl::DataLossError(absl::StrCat(file->path(), ": tensor ", name, " is not in the model"));
+        return absl::DataLossError(
+            absl::StrCat(file->path(), ": tensor ", name, " is not in the model"));
       }
     }
   }
   const size_t optimizer_expected = layout_tensors * (master_in_optimizer ? 3 : 2);
   if ((*optimizer)->tensors().size() != optimizer_expected) {
-    return absl::DataLossError(absl::StrCat((*optimizer)->path(), ": ", (*optimizer)->tensors().size(),
-                                            " tensors, expected ", optimizer_expected));
+    return absl::DataLossError(absl::StrCat((*optimizer)->path(), ": ",
+                                            (*optimizer)->tensors().size(), " tensors, expected ",
+                                            optimizer_expected));
   }
 
   trainer.WaitForUpdates();
   for (int e = 0; e < store.num_entries(); ++e) {
     const EntryBuffers b = store.entry(e);
-    for (float* p : {b.master, b.m, b.v}) std::fill(p, p + b.elements, 0.0f);
+    std::fill(b.master, b.master + b.elements, 0.0f);
   }
   for (const Copy& c : plan) {
     // Cannot fail after the checks above; a failure here is a broken invariant.
@@ -189,6 +206,27 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Trainer&
                                               s.message(), "; the trainer is now inconsistent"));
     }
   }
+  // m and v: one entry at a time through the store (RAM or the NVMe tier).
+  for (int e = 0; e < store.num_entries(); ++e) {
+    const size_t n = store.spec(e).elements;
+    std::vector<float> staged[2] = {std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f)};
+    for (int a = 0; a < 2; ++a) {
+      for (const Copy& c : state_plan[e][a]) {
+        absl::Status s = c.file->ReadFloat32(
+            c.name, absl::MakeSpan(staged[a].data() + c.entry_offset, c.elements));
+        if (!s.ok()) {
+          return absl::InternalError(absl::StrCat("after verification, reading ", c.name,
+                                                  " failed: ", s.message(),
+                                                  "; the trainer is now inconsistent"));
+        }
+      }
+    }
+    if (absl::Status s = store.WriteOptimizerState(e, staged[0].data(), staged[1].data());
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (absl::Status s = store.Flush(); !s.ok()) return s;
   trainer.RestoreProgress(state->progress);
   return LoadedCheckpoint{std::move(*manifest), std::move(*state)};
 }

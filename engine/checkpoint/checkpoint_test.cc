@@ -192,8 +192,8 @@ TEST_F(CheckpointTest, RetentionKeepsTheNewestAndLeftoversAreIgnoredThenRemoved)
 // and leave the target trainer untouched.
 class DamagedCheckpointTest : public CheckpointTest {
  protected:
-  void ExpectRefused(const std::function<void(const std::string&)>& damage,
-                     const std::string& file, const std::string& what) {
+  void ExpectRefused(const std::function<void(const std::string&)>& damage, const std::string& file,
+                     const std::string& what) {
     fs::remove_all(root_);
     auto a = MakeTrainer();
     TrainSteps(*a, 1);
@@ -258,10 +258,15 @@ TEST_F(DamagedCheckpointTest, UnlistedFileIsRefused) {
 
 TEST_F(DamagedCheckpointTest, ManifestDamageAndUnknownVersionAreRefused) {
   ExpectRefused(
-      [](const std::string& d) { ReplaceInFile(d + "/manifest.json", "\"version\": 1", "\"version\": 2"); },
+      [](const std::string& d) {
+        ReplaceInFile(d + "/manifest.json", "\"version\": 1", "\"version\": 2");
+      },
       "manifest.json", "version 2 is not supported");
-  ExpectRefused([](const std::string& d) { ReplaceInFile(d + "/manifest.json", "\"step\": 1", "\"step\": 7"); },
-                "manifest.json", "corrupted");
+  ExpectRefused(
+      [](const std::string& d) {
+        ReplaceInFile(d + "/manifest.json", "\"step\": 1", "\"step\": 7");
+      },
+      "manifest.json", "corrupted");
   ExpectRefused([](const std::string& d) { fs::remove(d + "/manifest.json"); }, "manifest.json",
                 "cannot open");
 }

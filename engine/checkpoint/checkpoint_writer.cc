@@ -53,8 +53,8 @@ absl::Status CheckModelDtype(SafetensorsDtype dtype) {
       dtype == SafetensorsDtype::kF16) {
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(absl::StrCat("model dtype ", std::string(SafetensorsDtypeName(dtype)),
-                                                 " is not F32, BF16 or F16"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "model dtype ", std::string(SafetensorsDtypeName(dtype)), " is not F32, BF16 or F16"));
 }
 
 // Appends `values` to `writer` in `dtype`, converting one tensor at a time.
@@ -121,7 +121,8 @@ absl::Status WriteModelFiles(Trainer& trainer, const std::string& dir, Safetenso
     if (!writer.ok()) return writer.status();
     for (const TensorRef& t : shards[k]) {
       const float* p = trainer.mutable_store().entry(t.entry).master + t.slot->offset;
-      if (absl::Status s = AppendConverted(*writer, absl::MakeConstSpan(p, t.slot->num_elements()), dtype);
+      if (absl::Status s =
+              AppendConverted(*writer, absl::MakeConstSpan(p, t.slot->num_elements()), dtype);
           !s.ok()) {
         return s;
       }
@@ -132,7 +133,8 @@ absl::Status WriteModelFiles(Trainer& trainer, const std::string& dir, Safetenso
   if (sharded) {
     nlohmann::ordered_json index = {{"metadata", {{"total_size", total_bytes}}},
                                     {"weight_map", std::move(weight_map)}};
-    if (absl::Status s = WriteText(dir, "model.safetensors.index.json", index.dump(2) + "\n", records);
+    if (absl::Status s =
+            WriteText(dir, "model.safetensors.index.json", index.dump(2) + "\n", records);
         !s.ok()) {
       return s;
     }
@@ -145,17 +147,31 @@ absl::Status WriteOptimizerFile(Trainer& trainer, const std::string& dir, bool w
   const std::vector<TensorRef> tensors = AllTensors(trainer.layout());
   std::vector<SafetensorsEntry> entries;
   for (const TensorRef& t : tensors) {
-    if (with_master) entries.push_back({"master." + t.slot->hf_name, SafetensorsDtype::kF32, t.slot->shape});
+    if (with_master)
+      entries.push_back({"master." + t.slot->hf_name, SafetensorsDtype::kF32, t.slot->shape});
     entries.push_back({"m." + t.slot->hf_name, SafetensorsDtype::kF32, t.slot->shape});
     entries.push_back({"v." + t.slot->hf_name, SafetensorsDtype::kF32, t.slot->shape});
   }
   absl::StatusOr<SafetensorsStreamWriter> writer = SafetensorsStreamWriter::Create(
       absl::StrCat(dir, "/", kOptimizerFileName), std::move(entries), {{"format", "megatrain"}});
   if (!writer.ok()) return writer.status();
+  // m and v come through the store one entry at a time, wherever they live
+  // (RAM, or the NVMe tier), so RAM never holds more than one entry's copy.
+  ParameterStore& store = trainer.mutable_store();
+  int staged_entry = -1;
+  std::vector<float> m, v;
   for (const TensorRef& t : tensors) {
-    const EntryBuffers b = trainer.mutable_store().entry(t.entry);
+    const EntryBuffers b = store.entry(t.entry);
+    if (t.entry != staged_entry) {
+      m.resize(b.elements);
+      v.resize(b.elements);
+      if (absl::Status s = store.ReadOptimizerState(t.entry, m.data(), v.data()); !s.ok()) {
+        return s;
+      }
+      staged_entry = t.entry;
+    }
     const size_t n = t.slot->num_elements();
-    for (const float* base : {with_master ? b.master : nullptr, b.m, b.v}) {
+    for (const float* base : {with_master ? b.master : nullptr, m.data(), v.data()}) {
       if (base == nullptr) continue;
       if (absl::Status s = writer->Append(absl::MakeConstSpan(base + t.slot->offset, n)); !s.ok()) {
         return s;
@@ -202,7 +218,8 @@ absl::StatusOr<std::string> WriteCheckpoint(Trainer& trainer, const std::string&
                                             const CheckpointOptions& options) {
   if (absl::Status s = CheckModelDtype(options.model_dtype); !s.ok()) return s;
   if (options.keep_last < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("keep_last=", options.keep_last, " must be >= 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("keep_last=", options.keep_last, " must be >= 0"));
   }
   trainer.WaitForUpdates();  // 1
   std::error_code ec;
@@ -230,21 +247,23 @@ absl::StatusOr<std::string> WriteCheckpoint(Trainer& trainer, const std::string&
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = WriteOptimizerFile(trainer, tmp, options.model_dtype != SafetensorsDtype::kF32,
-                                          &manifest.files);
+  if (absl::Status s = WriteOptimizerFile(
+          trainer, tmp, options.model_dtype != SafetensorsDtype::kF32, &manifest.files);
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = WriteText(tmp, kTrainingStateFileName, TrainingStateToJson(state), &manifest.files);
+  if (absl::Status s =
+          WriteText(tmp, kTrainingStateFileName, TrainingStateToJson(state), &manifest.files);
       !s.ok()) {
     return s;
   }
   std::vector<ManifestFileRecord> unused;
-  if (absl::Status s = WriteText(tmp, kManifestFileName, ManifestToJson(manifest), &unused); !s.ok()) {
+  if (absl::Status s = WriteText(tmp, kManifestFileName, ManifestToJson(manifest), &unused);
+      !s.ok()) {
     return s;  // 4
   }
-  if (absl::Status s = FsyncDirectory(tmp); !s.ok()) return s;                     // 5
-  if (absl::Status s = CommitDirectory(tmp, final_path, root); !s.ok()) return s;  // 6, 7
+  if (absl::Status s = FsyncDirectory(tmp); !s.ok()) return s;                      // 5
+  if (absl::Status s = CommitDirectory(tmp, final_path, root); !s.ok()) return s;   // 6, 7
   if (absl::Status s = ApplyRetention(root, options.keep_last); !s.ok()) return s;  // 8
   return final_path;
 }
@@ -266,7 +285,8 @@ absl::Status ExportHfModel(Trainer& trainer, const std::string& dir, Safetensors
   }
   if (absl::Status s = FsyncDirectory(tmp); !s.ok()) return s;
   if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_NOREPLACE) != 0) {
-    return absl::InternalError(absl::StrCat("rename ", tmp, " -> ", dir, ": ", std::strerror(errno)));
+    return absl::InternalError(
+        absl::StrCat("rename ", tmp, " -> ", dir, ": ", std::strerror(errno)));
   }
   return FsyncDirectory(parent);
 }

@@ -1,4 +1,5 @@
-// CRC32C (Castagnoli, the iSCSI/ext4 checksum): streaming, with an SSE4.2 path and a table fallback.
+// CRC32C (Castagnoli, the iSCSI/ext4 checksum): streaming, with an SSE4.2 path and a table
+// fallback.
 #pragma once
 
 #include <cstddef>

@@ -139,7 +139,8 @@ absl::StatusOr<FileChecksum> ChecksumFile(const std::string& path) {
       return ErrnoError("read failed", path, errno);
     }
     if (n == 0) break;
-    sum.crc32c = Crc32cExtend(sum.crc32c, absl::MakeConstSpan(chunk.data(), static_cast<size_t>(n)));
+    sum.crc32c =
+        Crc32cExtend(sum.crc32c, absl::MakeConstSpan(chunk.data(), static_cast<size_t>(n)));
     sum.bytes += static_cast<uint64_t>(n);
   }
   return sum;

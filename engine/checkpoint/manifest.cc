@@ -35,7 +35,8 @@ bool ValidFileName(const std::string& name) {
 absl::StatusOr<nlohmann::json> Field(const nlohmann::json& obj, const std::string& key,
                                      nlohmann::json::value_t type, const std::string& where) {
   auto it = obj.find(key);
-  if (it == obj.end()) return absl::InvalidArgumentError(absl::StrCat(where, ": missing \"", key, "\""));
+  if (it == obj.end())
+    return absl::InvalidArgumentError(absl::StrCat(where, ": missing \"", key, "\""));
   const bool ok = type == nlohmann::json::value_t::number_unsigned ? it->is_number_unsigned()
                                                                    : it->type() == type;
   if (!ok) {
@@ -64,7 +65,8 @@ absl::StatusOr<FileChecksum> ParseChecksum(const nlohmann::json& obj, const std:
   const std::string text = crc->get<std::string>();
   if (text.size() != 10 || text.substr(0, 2) != "0x" ||
       text.find_first_not_of("0123456789abcdef", 2) != std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": crc32c \"", text, "\" is not 0x + 8 hex digits"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": crc32c \"", text, "\" is not 0x + 8 hex digits"));
   }
   return FileChecksum{bytes->get<uint64_t>(), static_cast<uint32_t>(std::stoul(text, nullptr, 16))};
 }
@@ -99,7 +101,8 @@ absl::StatusOr<CheckpointManifest> ParseManifest(std::string_view text, const st
   absl::StatusOr<nlohmann::json> parsed = ParseJsonStrict(text, source);
   if (!parsed.ok()) return parsed.status();
   nlohmann::json j = std::move(*parsed);
-  if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(source, ": not a JSON object"));
+  if (!j.is_object())
+    return absl::InvalidArgumentError(absl::StrCat(source, ": not a JSON object"));
   using T = nlohmann::json::value_t;
   absl::StatusOr<nlohmann::json> format = Field(j, "format", T::string, source);
   if (!format.ok()) return format.status();
@@ -110,14 +113,14 @@ absl::StatusOr<CheckpointManifest> ParseManifest(std::string_view text, const st
   absl::StatusOr<nlohmann::json> version = Field(j, "version", T::number_unsigned, source);
   if (!version.ok()) return version.status();
   if (*version != kCheckpointFormatVersion) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ": checkpoint format version ", JsonForMessage(*version),
-                     " is not supported (this build reads version ", kCheckpointFormatVersion, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": checkpoint format version ", JsonForMessage(*version),
+        " is not supported (this build reads version ", kCheckpointFormatVersion, ")"));
   }
-  if (absl::Status s = OnlyKeys(j,
-                                {"format", "version", "build", "step", "model_dtype", "files",
-                                 "data_files", kSelfCrcKey},
-                                source);
+  if (absl::Status s = OnlyKeys(
+          j,
+          {"format", "version", "build", "step", "model_dtype", "files", "data_files", kSelfCrcKey},
+          source);
       !s.ok()) {
     return s;
   }
@@ -210,7 +213,8 @@ absl::StatusOr<CheckpointManifest> VerifyCheckpointDirectory(const std::string& 
     const std::string path = absl::StrCat(dir, "/", f.name);
     const fs::file_status status = fs::symlink_status(path, ec);
     if (ec || !fs::exists(status)) {
-      return absl::DataLossError(absl::StrCat(path, ": missing (listed in ", kManifestFileName, ")"));
+      return absl::DataLossError(
+          absl::StrCat(path, ": missing (listed in ", kManifestFileName, ")"));
     }
     if (!fs::is_regular_file(status)) {
       return absl::DataLossError(absl::StrCat(path, ": not a regular file"));
@@ -218,9 +222,9 @@ absl::StatusOr<CheckpointManifest> VerifyCheckpointDirectory(const std::string& 
     const uint64_t size = fs::file_size(path, ec);
     if (ec) return absl::InternalError(absl::StrCat(path, ": ", ec.message()));
     if (size != f.checksum.bytes) {
-      return absl::DataLossError(absl::StrCat(path, ": ", size, " bytes, but ", kManifestFileName,
-                                              " records ", f.checksum.bytes,
-                                              size < f.checksum.bytes ? " (truncated)" : " (grown)"));
+      return absl::DataLossError(
+          absl::StrCat(path, ": ", size, " bytes, but ", kManifestFileName, " records ",
+                       f.checksum.bytes, size < f.checksum.bytes ? " (truncated)" : " (grown)"));
     }
   }
   for (const ManifestFileRecord& f : manifest->files) {
@@ -239,7 +243,8 @@ absl::StatusOr<CheckpointManifest> VerifyCheckpointDirectory(const std::string& 
   return manifest;
 }
 
-absl::StatusOr<std::vector<DataFileRecord>> ChecksumDataFiles(const std::vector<std::string>& paths) {
+absl::StatusOr<std::vector<DataFileRecord>> ChecksumDataFiles(
+    const std::vector<std::string>& paths) {
   std::vector<DataFileRecord> out;
   for (const std::string& p : paths) {
     absl::StatusOr<FileChecksum> sum = ChecksumFile(p);
@@ -263,14 +268,14 @@ absl::Status CheckDataFilesMatch(const std::vector<DataFileRecord>& recorded,
     const DataFileRecord& r = recorded[i];
     const DataFileRecord& c = current[i];
     if (r.path != c.path) {
-      return absl::FailedPreconditionError(absl::StrCat("data file ", i, " is ", c.path,
-                                                        "; the checkpoint used ", r.path));
+      return absl::FailedPreconditionError(
+          absl::StrCat("data file ", i, " is ", c.path, "; the checkpoint used ", r.path));
     }
     if (!(r.checksum == c.checksum)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "data file ", c.path, " changed since the checkpoint: ", c.checksum.bytes,
-          " bytes CRC32C ", FormatCrc32c(c.checksum.crc32c), ", recorded ", r.checksum.bytes,
-          " bytes CRC32C ", FormatCrc32c(r.checksum.crc32c)));
+      return absl::FailedPreconditionError(
+          absl::StrCat("data file ", c.path, " changed since the checkpoint: ", c.checksum.bytes,
+                       " bytes CRC32C ", FormatCrc32c(c.checksum.crc32c), ", recorded ",
+                       r.checksum.bytes, " bytes CRC32C ", FormatCrc32c(r.checksum.crc32c)));
     }
   }
   return absl::OkStatus();

@@ -57,7 +57,8 @@ absl::StatusOr<CheckpointManifest> ParseManifest(std::string_view text, const st
 absl::StatusOr<CheckpointManifest> VerifyCheckpointDirectory(const std::string& dir);
 
 // Size and CRC32C of each data file, in order.
-absl::StatusOr<std::vector<DataFileRecord>> ChecksumDataFiles(const std::vector<std::string>& paths);
+absl::StatusOr<std::vector<DataFileRecord>> ChecksumDataFiles(
+    const std::vector<std::string>& paths);
 
 // OK when `current` has the same files with the same checksums as `recorded`;
 // otherwise FailedPrecondition naming the first data file that differs.

@@ -45,7 +45,8 @@ absl::StatusOr<SafetensorsStreamWriter> SafetensorsStreamWriter::Create(
           absl::StrCat(path, ": tensor name '", e.name, "' is reserved or duplicate"));
     }
     absl::StatusOr<uint64_t> bytes = SafetensorsEntryBytes(e);
-    if (!bytes.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", bytes.status().message()));
+    if (!bytes.ok())
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", bytes.status().message()));
     header[e.name] = {{"dtype", std::string(SafetensorsDtypeName(e.dtype))},
                       {"shape", e.shape},
                       {"data_offsets", {offset, offset + *bytes}}};
@@ -76,8 +77,8 @@ absl::Status SafetensorsStreamWriter::Append(absl::Span<const uint8_t> bytes) {
 
 absl::Status SafetensorsStreamWriter::Finish() {
   if (written_ != data_bytes_) {
-    return absl::FailedPreconditionError(absl::StrCat(path(), ": only ", written_, " of ",
-                                                      data_bytes_, " data bytes were written"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(path(), ": only ", written_, " of ", data_bytes_, " data bytes were written"));
   }
   return file_.Close();
 }

@@ -26,27 +26,29 @@ absl::StatusOr<TrainingState> ParseTrainingState(std::string_view text, const st
   absl::StatusOr<nlohmann::json> parsed = ParseJsonStrict(text, source);
   if (!parsed.ok()) return parsed.status();
   const nlohmann::json& j = *parsed;
-  if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(source, ": not a JSON object"));
+  if (!j.is_object())
+    return absl::InvalidArgumentError(absl::StrCat(source, ": not a JSON object"));
   auto version = j.find("version");
   if (version == j.end() || !version->is_number_unsigned() || *version != kTrainingStateVersion) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ": version ", version == j.end() ? "missing" : JsonForMessage(*version),
-                     " is not supported (this build reads version ", kTrainingStateVersion, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": version ", version == j.end() ? "missing" : JsonForMessage(*version),
+        " is not supported (this build reads version ", kTrainingStateVersion, ")"));
   }
-  const char* const kCounters[] = {"step",       "applied_updates", "skipped_steps",
-                                   "consecutive_skips", "data_cursor", "seed"};
+  const char* const kCounters[] = {
+      "step", "applied_updates", "skipped_steps", "consecutive_skips", "data_cursor", "seed"};
   for (auto it = j.begin(); it != j.end(); ++it) {
     bool known = it.key() == "version" || it.key() == "job";
     for (const char* k : kCounters) known = known || it.key() == k;
-    if (!known) return absl::InvalidArgumentError(absl::StrCat(source, ": unknown key \"", it.key(), "\""));
+    if (!known)
+      return absl::InvalidArgumentError(absl::StrCat(source, ": unknown key \"", it.key(), "\""));
   }
   uint64_t values[6];
   for (int i = 0; i < 6; ++i) {
     auto it = j.find(kCounters[i]);
     if (it == j.end() || !it->is_number_unsigned()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          source, ": \"", kCounters[i], "\" must be a non-negative integer, got ",
-          it == j.end() ? "nothing" : JsonForMessage(*it)));
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": \"", kCounters[i], "\" must be a non-negative integer, got ",
+                       it == j.end() ? "nothing" : JsonForMessage(*it)));
     }
     values[i] = it->get<uint64_t>();
   }
@@ -59,7 +61,8 @@ absl::StatusOr<TrainingState> ParseTrainingState(std::string_view text, const st
   s.progress.applied_updates = values[1];
   s.progress.skipped_steps = values[2];
   if (values[3] > static_cast<uint64_t>(INT32_MAX)) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": consecutive_skips ", values[3], " is too large"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": consecutive_skips ", values[3], " is too large"));
   }
   s.progress.consecutive_skips = static_cast<int>(values[3]);
   s.data_cursor = values[4];

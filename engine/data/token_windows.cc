@@ -11,6 +11,13 @@ namespace megatrain::engine {
 
 absl::StatusOr<TokenWindows> TokenWindows::Create(std::vector<int32_t> tokens, int seq_len,
                                                   double validation_fraction, uint64_t seed) {
+  return Create(std::make_shared<VectorTokens>(std::move(tokens)), seq_len, validation_fraction,
+                seed);
+}
+
+absl::StatusOr<TokenWindows> TokenWindows::Create(std::shared_ptr<const TokenSource> tokens,
+                                                  int seq_len, double validation_fraction,
+                                                  uint64_t seed) {
   if (seq_len <= 0) return absl::InvalidArgumentError(absl::StrCat("seq_len=", seq_len));
   if (!(validation_fraction >= 0.0 && validation_fraction <= 0.5)) {
     return absl::InvalidArgumentError(
@@ -21,15 +28,15 @@ absl::StatusOr<TokenWindows> TokenWindows::Create(std::vector<int32_t> tokens, i
   w.seq_len_ = seq_len;
   w.seed_ = seed;
   const size_t split =
-      static_cast<size_t>(static_cast<double>(w.tokens_.size()) * (1.0 - validation_fraction));
+      static_cast<size_t>(static_cast<double>(w.tokens_->size()) * (1.0 - validation_fraction));
   const size_t span = static_cast<size_t>(seq_len) + 1;
   for (size_t s = 0; s + span <= split; s += seq_len) w.train_starts_.push_back(s);
-  for (size_t s = split; s + span <= w.tokens_.size(); s += seq_len) {
+  for (size_t s = split; s + span <= w.tokens_->size(); s += seq_len) {
     w.validation_starts_.push_back(s);
   }
   if (w.train_starts_.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "only ", w.tokens_.size(), " tokens: no training window of seq_len=", seq_len));
+        "only ", w.tokens_->size(), " tokens: no training window of seq_len=", seq_len));
   }
   if (validation_fraction > 0 && w.validation_starts_.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("validation_fraction=", validation_fraction,
@@ -53,8 +60,8 @@ void TokenWindows::Reshuffle(uint64_t epoch) {
 
 void TokenWindows::Fill(size_t start, int row, WindowBatch* out) const {
   for (int t = 0; t < seq_len_; ++t) {
-    out->inputs[static_cast<size_t>(row) * seq_len_ + t] = tokens_[start + t];
-    out->targets[static_cast<size_t>(row) * seq_len_ + t] = tokens_[start + t + 1];
+    out->inputs[static_cast<size_t>(row) * seq_len_ + t] = tokens_->at(start + t);
+    out->targets[static_cast<size_t>(row) * seq_len_ + t] = tokens_->at(start + t + 1);
   }
 }
 

@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/data/token_file.h"
 
 namespace megatrain::engine {
 
@@ -22,6 +24,9 @@ class TokenWindows {
   // Splits `tokens` at (1 - validation_fraction) of its length; windows start
   // every seq_len tokens. Fails when either side has no whole window.
   static absl::StatusOr<TokenWindows> Create(std::vector<int32_t> tokens, int seq_len,
+                                             double validation_fraction, uint64_t seed);
+  // The same over any token source (e.g. memory-mapped TokenFiles), read in place.
+  static absl::StatusOr<TokenWindows> Create(std::shared_ptr<const TokenSource> tokens, int seq_len,
                                              double validation_fraction, uint64_t seed);
 
   // The next `batch` training windows in shuffled order; the order is
@@ -41,7 +46,7 @@ class TokenWindows {
   void Reshuffle(uint64_t epoch);
   void Fill(size_t start, int row, WindowBatch* out) const;
 
-  std::vector<int32_t> tokens_;
+  std::shared_ptr<const TokenSource> tokens_;
   int seq_len_ = 0;
   uint64_t seed_ = 0;
   std::vector<size_t> train_starts_;

@@ -13,6 +13,7 @@
 #include "engine/checkpoint/checkpoint_writer.h"
 #include "engine/data/byte_tokenizer.h"
 #include "engine/data/text_corpus.h"
+#include "engine/data/token_file.h"
 #include "engine/data/token_windows.h"
 #include "engine/device/device_factory.h"
 #include "engine/model/parameter_layout.h"
@@ -63,7 +64,9 @@ std::string TextTrainingJobJson(const TextTrainingOptions& o) {
   const TrainerOptions& t = o.trainer;
   const nlohmann::json j = {
       {"kind", "text"},
-      {"text_paths", o.text_paths},
+      {"text_paths", o.token_files.empty() ? o.text_paths : std::vector<std::string>()},
+      {"token_files", o.token_files},
+      {"token_format", o.token_files.empty() ? "" : o.token_format},
       {"steps", o.steps},
       {"grad_accumulation", o.grad_accumulation},
       {"validation_fraction", o.validation_fraction},
@@ -124,25 +127,43 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
                                                const TextTrainingOptions& options,
                                                TrainingObserver& observer) {
   auto progress = [&observer](const std::string& line, bool keep) { observer.OnLine(line, keep); };
-  if (config.vocab_size < ByteTokenizer::kVocabSize) {
-    return absl::InvalidArgumentError(absl::StrCat("vocab_size=", config.vocab_size,
-                                                   " is smaller than the byte vocabulary (256)"));
-  }
   if (options.grad_accumulation < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("grad_accumulation=", options.grad_accumulation, " must be >= 1"));
   }
-  absl::StatusOr<std::vector<std::string>> docs = LoadFortuneDocuments(options.text_paths);
-  if (!docs.ok()) return docs.status();
-  std::vector<int32_t> tokens;
-  for (const std::string& d : *docs) {
-    ByteTokenizer::Encode(d, &tokens);
-    tokens.push_back(ByteTokenizer::kEndOfDocument);
-  }
   const int seq = options.trainer.seq_len;
   const int micro = options.trainer.micro_batch_size;
+  std::vector<int32_t> tokens;  // text mode only: the byte-tokenized corpus
+  size_t documents = 0;
+  std::shared_ptr<const TokenSource> source;
+  if (!options.token_files.empty()) {
+    absl::StatusOr<TokenFileFormat> format = ParseTokenFileFormat(options.token_format);
+    if (!format.ok()) return format.status();
+    absl::StatusOr<TokenFiles> files = TokenFiles::Open(options.token_files, *format);
+    if (!files.ok()) return files.status();
+    const int32_t max_token = files->MaxToken();
+    if (max_token >= config.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("token files hold id ", max_token,
+                                                     ", outside vocab_size=", config.vocab_size));
+    }
+    source = std::make_shared<TokenFiles>(std::move(*files));
+  } else {
+    if (config.vocab_size < ByteTokenizer::kVocabSize) {
+      return absl::InvalidArgumentError(absl::StrCat("vocab_size=", config.vocab_size,
+                                                     " is smaller than the byte vocabulary (256)"));
+    }
+    absl::StatusOr<std::vector<std::string>> docs = LoadFortuneDocuments(options.text_paths);
+    if (!docs.ok()) return docs.status();
+    for (const std::string& d : *docs) {
+      ByteTokenizer::Encode(d, &tokens);
+      tokens.push_back(ByteTokenizer::kEndOfDocument);
+    }
+    documents = docs->size();
+    source = std::make_shared<VectorTokens>(tokens);
+  }
+  const size_t token_count = source->size();
   absl::StatusOr<TokenWindows> windows =
-      TokenWindows::Create(tokens, seq, options.validation_fraction, options.seed);
+      TokenWindows::Create(source, seq, options.validation_fraction, options.seed);
   if (!windows.ok()) return windows.status();
 
   absl::StatusOr<std::unique_ptr<Device>> device = CreateDevice(options.device);
@@ -157,7 +178,9 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
   std::vector<DataFileRecord> data_files;
   uint64_t first_step = 1;
   if (!options.checkpoint_dir.empty()) {
-    absl::StatusOr<std::vector<std::string>> files = ExpandCorpusFiles(options.text_paths);
+    absl::StatusOr<std::vector<std::string>> files =
+        options.token_files.empty() ? ExpandCorpusFiles(options.text_paths)
+                                    : absl::StatusOr<std::vector<std::string>>(options.token_files);
     if (!files.ok()) return files.status();
     absl::StatusOr<std::vector<DataFileRecord>> sums = ChecksumDataFiles(*files);
     if (!sums.ok()) return sums.status();
@@ -199,16 +222,18 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
     return absl::OkStatus();
   };
   result.parameters = (*trainer)->layout().parameter_count();
-  result.unigram_entropy_nats = UnigramEntropy(
-      std::vector<int32_t>(
-          tokens.begin(),
-          tokens.begin() + static_cast<int64_t>(static_cast<double>(tokens.size()) *
-                                                (1.0 - options.validation_fraction))),
-      static_cast<int>(config.vocab_size));
+  if (!tokens.empty()) {
+    result.unigram_entropy_nats = UnigramEntropy(
+        std::vector<int32_t>(
+            tokens.begin(),
+            tokens.begin() + static_cast<int64_t>(static_cast<double>(tokens.size()) *
+                                                  (1.0 - options.validation_fraction))),
+        static_cast<int>(config.vocab_size));
+  }
   progress(absl::StrFormat("model: %d parameters, %d layers, d=%d; data: %d documents, %d tokens "
                            "(%d train / %d validation windows of %d); unigram entropy %.3f nats",
                            result.parameters, config.num_hidden_layers, config.hidden_size,
-                           docs->size(), tokens.size(), windows->train_windows(),
+                           documents, token_count, windows->train_windows(),
                            windows->validation_windows(), seq, result.unigram_entropy_nats),
            true);
 

@@ -17,6 +17,10 @@ namespace megatrain::engine {
 
 struct TextTrainingOptions {
   std::vector<std::string> text_paths;  // fortune-format files or directories
+  // Pre-tokenized data instead of text (engine/data/token_file.h): files read
+  // as one stream, memory-mapped; token_format is "u16", "u32" or "llmc".
+  std::vector<std::string> token_files;
+  std::string token_format = "u16";
   TrainerOptions trainer;
   int grad_accumulation = 1;  // micro-batches per optimizer step
   uint64_t steps = 100;

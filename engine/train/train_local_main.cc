@@ -15,6 +15,10 @@
 
 ABSL_FLAG(std::string, text, "/usr/share/games/fortunes",
           "Comma-separated fortune-format text files or directories to train on.");
+ABSL_FLAG(std::string, data_files, "",
+          "Comma-separated pre-tokenized token files to train on instead of --text.");
+ABSL_FLAG(std::string, token_format, "u16",
+          "Format of --data_files: u16 / u32 (raw little-endian) or llmc (llm.c header).");
 ABSL_FLAG(std::string, config, "",
           "Hugging Face config.json of the model; empty = the built-in ~10M model.");
 ABSL_FLAG(int, steps, 300, "Optimizer steps.");
@@ -64,6 +68,11 @@ int main(int argc, char** argv) {
   for (absl::string_view p : absl::StrSplit(absl::GetFlag(FLAGS_text), ',', absl::SkipEmpty())) {
     o.text_paths.emplace_back(p);
   }
+  for (absl::string_view p :
+       absl::StrSplit(absl::GetFlag(FLAGS_data_files), ',', absl::SkipEmpty())) {
+    o.token_files.emplace_back(p);
+  }
+  o.token_format = absl::GetFlag(FLAGS_token_format);
   o.steps = static_cast<uint64_t>(std::max(1, absl::GetFlag(FLAGS_steps)));
   o.grad_accumulation = absl::GetFlag(FLAGS_accumulation);
   o.eval_every = absl::GetFlag(FLAGS_eval_every);

@@ -7,9 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
+#include "engine/checkpoint/checkpoint_reader.h"
+#include "engine/checkpoint/checkpoint_writer.h"
 #include "engine/tiers/test_dir.h"
 #include "tests/engine/tiny_model.h"
 
@@ -112,6 +115,62 @@ TEST(TrainerTiersTest, OptimizerStateOnNvmeFourTimesTheRamBudgetIsBitwiseIdentic
     EXPECT_EQ(std::memcmp(in_ram.masters[e].data(), on_nvme.masters[e].data(), bytes), 0) << e;
     EXPECT_EQ(std::memcmp(in_ram.m[e].data(), on_nvme.m[e].data(), bytes), 0) << e;
     EXPECT_EQ(std::memcmp(in_ram.v[e].data(), on_nvme.v[e].data(), bytes), 0) << e;
+  }
+}
+
+TEST(TrainerTiersTest, CheckpointAndResumeWithStateOnNvmeIsBitwiseIdentical) {
+  absl::Status usable;
+  const std::string dir = tiers::FreshTestDir("trainer_tiers_resume", &usable);
+  if (!usable.ok()) GTEST_SKIP() << "no O_DIRECT scratch directory: " << usable;
+  const Outcome in_ram = TrainFiveSteps(BaseOptions());
+  ASSERT_EQ(in_ram.losses.size(), 5u);
+
+  TrainerOptions o = BaseOptions();
+  const size_t state_bytes = StateBytes(o);
+  o.memory.enabled = true;
+  o.memory.states_on_nvme = true;
+  o.memory.budgets.pinned_ram = state_bytes + (size_t{4} << 20);
+  o.memory.budgets.ram = state_bytes / 4;
+  o.memory.budgets.nvme_bytes = 2 * state_bytes;
+  const auto batches = MakeTokenBatches(10, 48, DeepNarrow().vocab, 17);
+  std::string checkpoint;
+  {
+    o.memory.budgets.nvme_dir = dir + "/first";
+    std::filesystem::create_directories(o.memory.budgets.nvme_dir);
+    auto device = MakeCpuDevice(size_t{32} << 20);
+    auto trainer = Trainer::Create(*device, TinyConfig(DeepNarrow()), o);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    (*trainer)->InitializeRandom(3);
+    for (int step = 0; step < 3; ++step) {
+      auto r =
+          (*trainer)->Step(batches.InputPointers(2 * step, 2), batches.TargetPointers(2 * step, 2));
+      ASSERT_TRUE(r.ok()) << r.status();
+    }
+    auto written = WriteCheckpoint(**trainer, dir + "/checkpoints", CheckpointRunInfo{});
+    ASSERT_TRUE(written.ok()) << written.status();
+    checkpoint = *written;
+  }
+  o.memory.budgets.nvme_dir = dir + "/second";
+  std::filesystem::create_directories(o.memory.budgets.nvme_dir);
+  auto device = MakeCpuDevice(size_t{32} << 20);
+  auto trainer = Trainer::Create(*device, TinyConfig(DeepNarrow()), o);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  ASSERT_TRUE(LoadCheckpoint(checkpoint, **trainer).ok());
+  for (int step = 3; step < 5; ++step) {
+    auto r =
+        (*trainer)->Step(batches.InputPointers(2 * step, 2), batches.TargetPointers(2 * step, 2));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(std::memcmp(&r->loss, &in_ram.losses[step], sizeof(double)), 0) << "step " << step;
+  }
+  ASSERT_TRUE((*trainer)->UpdateStatus().ok());
+  const ParameterStore& store = (*trainer)->store();
+  for (int e = 0; e < store.num_entries(); ++e) {
+    const size_t n = store.spec(e).elements;
+    std::vector<float> m(n), v(n);
+    ASSERT_TRUE(store.ReadOptimizerState(e, m.data(), v.data()).ok());
+    EXPECT_EQ(std::memcmp(store.entry(e).master, in_ram.masters[e].data(), n * 4), 0) << e;
+    EXPECT_EQ(std::memcmp(m.data(), in_ram.m[e].data(), n * 4), 0) << e;
+    EXPECT_EQ(std::memcmp(v.data(), in_ram.v[e].data(), n * 4), 0) << e;
   }
 }
 

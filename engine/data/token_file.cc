@@ -1,0 +1,156 @@
+// Memory-mapped token files.
+#include "engine/data/token_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace megatrain::engine {
+
+absl::StatusOr<TokenFileFormat> ParseTokenFileFormat(std::string_view name) {
+  if (name == "u16") return TokenFileFormat::kUint16;
+  if (name == "u32") return TokenFileFormat::kUint32;
+  if (name == "llmc") return TokenFileFormat::kLlmc;
+  return absl::InvalidArgumentError(
+      absl::StrCat("token_format=\"", std::string(name), "\" is not u16, u32 or llmc"));
+}
+
+absl::StatusOr<TokenFile> TokenFile::Open(const std::string& path, TokenFileFormat format) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return absl::InternalError(absl::StrCat(path, ": stat: ", std::strerror(err)));
+  }
+  TokenFile f;
+  f.path_ = path;
+  f.map_size_ = static_cast<size_t>(st.st_size);
+  if (f.map_size_ > 0) {
+    void* p = ::mmap(nullptr, f.map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      const int err = errno;
+      ::close(fd);
+      return absl::InternalError(absl::StrCat(path, ": mmap: ", std::strerror(err)));
+    }
+    f.map_ = static_cast<const uint8_t*>(p);
+  }
+  ::close(fd);
+  size_t header = 0;
+  if (format == TokenFileFormat::kLlmc) {
+    header = kLlmcHeaderInts * sizeof(int32_t);
+    if (f.map_size_ < header) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": ", f.map_size_, " bytes, shorter than the llm.c header (", header, ")"));
+    }
+    int32_t h[3];
+    std::memcpy(h, f.map_, sizeof(h));
+    if (h[0] != kLlmcMagic) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": llm.c magic ", h[0], " is not ", kLlmcMagic));
+    }
+    if (h[1] != 1 && h[1] != 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": llm.c version ", h[1], " is not 1 (uint16 tokens) or 2 (uint32 tokens)"));
+    }
+    f.width_ = h[1] == 1 ? 2 : 4;
+    if (h[2] < 0 || static_cast<uint64_t>(h[2]) * f.width_ != f.map_size_ - header) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": llm.c header says ", h[2],
+                                                     " tokens but the file holds ",
+                                                     f.map_size_ - header, " bytes of tokens"));
+    }
+  } else {
+    f.width_ = format == TokenFileFormat::kUint16 ? 2 : 4;
+    if (f.map_size_ % f.width_ != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": ", f.map_size_, " bytes is not a whole number of ", f.width_, "-byte tokens"));
+    }
+  }
+  f.tokens_ = f.map_ + header;
+  f.count_ = (f.map_size_ - header) / f.width_;
+  return f;
+}
+
+TokenFile::TokenFile(TokenFile&& o) noexcept
+    : path_(std::move(o.path_)),
+      map_(o.map_),
+      map_size_(o.map_size_),
+      tokens_(o.tokens_),
+      count_(o.count_),
+      width_(o.width_) {
+  o.map_ = nullptr;
+  o.map_size_ = 0;
+}
+
+TokenFile& TokenFile::operator=(TokenFile&& o) noexcept {
+  if (this != &o) {
+    if (map_ != nullptr) ::munmap(const_cast<uint8_t*>(map_), map_size_);
+    path_ = std::move(o.path_);
+    map_ = o.map_;
+    map_size_ = o.map_size_;
+    tokens_ = o.tokens_;
+    count_ = o.count_;
+    width_ = o.width_;
+    o.map_ = nullptr;
+    o.map_size_ = 0;
+  }
+  return *this;
+}
+
+TokenFile::~TokenFile() {
+  if (map_ != nullptr) ::munmap(const_cast<uint8_t*>(map_), map_size_);
+}
+
+int32_t TokenFile::at(size_t index) const {
+  if (width_ == 2) {
+    uint16_t t;
+    std::memcpy(&t, tokens_ + index * 2, 2);  // little-endian host
+    return t;
+  }
+  uint32_t t;
+  std::memcpy(&t, tokens_ + index * 4, 4);
+  // Ids above INT32_MAX cannot be valid for any vocabulary; clamped, they
+  // still fail the vocabulary check (MaxToken) instead of turning negative.
+  return t > static_cast<uint32_t>(INT32_MAX) ? INT32_MAX : static_cast<int32_t>(t);
+}
+
+absl::StatusOr<TokenFiles> TokenFiles::Open(const std::vector<std::string>& paths,
+                                            TokenFileFormat format) {
+  if (paths.empty()) return absl::InvalidArgumentError("no token files given");
+  TokenFiles out;
+  for (const std::string& p : paths) {
+    absl::StatusOr<TokenFile> f = TokenFile::Open(p, format);
+    if (!f.ok()) return f.status();
+    out.starts_.push_back(out.total_);
+    out.total_ += f->size();
+    out.files_.push_back(std::move(*f));
+  }
+  return out;
+}
+
+int32_t TokenFiles::at(size_t index) const {
+  const size_t file = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), index) -
+                                          starts_.begin()) -
+                      1;
+  return files_[file].at(index - starts_[file]);
+}
+
+int32_t TokenFiles::MaxToken() const {
+  int32_t best = -1;
+  for (const TokenFile& f : files_) {
+    for (size_t i = 0; i < f.size(); ++i) best = std::max(best, f.at(i));
+  }
+  return best;
+}
+
+}  // namespace megatrain::engine

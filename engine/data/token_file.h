@@ -1,0 +1,88 @@
+// Pre-tokenized token files, memory-mapped read-only: raw little-endian
+// uint16 or uint32 arrays (nanoGPT style), and llm.c's format (a header of
+// 256 int32 — magic 20240520, version 1 = uint16 tokens / 2 = uint32 tokens,
+// token count — then the tokens). Several files read as one stream.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace megatrain::engine {
+
+// A read-only sequence of token ids.
+class TokenSource {
+ public:
+  virtual ~TokenSource() = default;
+  virtual size_t size() const = 0;
+  virtual int32_t at(size_t index) const = 0;
+};
+
+enum class TokenFileFormat { kUint16, kUint32, kLlmc };
+
+// "u16", "u32" or "llmc"; InvalidArgument naming the value otherwise.
+absl::StatusOr<TokenFileFormat> ParseTokenFileFormat(std::string_view name);
+
+inline constexpr int32_t kLlmcMagic = 20240520;
+inline constexpr size_t kLlmcHeaderInts = 256;
+
+// One mapped file. Move-only; the map lives as long as the object.
+class TokenFile {
+ public:
+  // Refused with the path named: unreadable files, a size that is not a
+  // whole number of tokens, a bad llm.c magic or version, or an llm.c token
+  // count that disagrees with the file size.
+  static absl::StatusOr<TokenFile> Open(const std::string& path, TokenFileFormat format);
+
+  TokenFile(TokenFile&& other) noexcept;
+  TokenFile& operator=(TokenFile&& other) noexcept;
+  TokenFile(const TokenFile&) = delete;
+  TokenFile& operator=(const TokenFile&) = delete;
+  ~TokenFile();
+
+  const std::string& path() const { return path_; }
+  size_t size() const { return count_; }
+  int32_t at(size_t index) const;
+
+ private:
+  TokenFile() = default;
+  std::string path_;
+  const uint8_t* map_ = nullptr;
+  size_t map_size_ = 0;
+  const uint8_t* tokens_ = nullptr;
+  size_t count_ = 0;
+  int width_ = 2;  // bytes per token
+};
+
+// Files concatenated in the given order.
+class TokenFiles : public TokenSource {
+ public:
+  static absl::StatusOr<TokenFiles> Open(const std::vector<std::string>& paths,
+                                         TokenFileFormat format);
+  size_t size() const override { return total_; }
+  int32_t at(size_t index) const override;
+  // The largest token id (scans every token once); for checking against a vocabulary.
+  int32_t MaxToken() const;
+
+ private:
+  std::vector<TokenFile> files_;
+  std::vector<size_t> starts_;  // first global index of each file
+  size_t total_ = 0;
+};
+
+// Tokens held in memory.
+class VectorTokens : public TokenSource {
+ public:
+  explicit VectorTokens(std::vector<int32_t> tokens) : tokens_(std::move(tokens)) {}
+  size_t size() const override { return tokens_.size(); }
+  int32_t at(size_t index) const override { return tokens_[index]; }
+
+ private:
+  std::vector<int32_t> tokens_;
+};
+
+}  // namespace megatrain::engine

@@ -1,0 +1,119 @@
+// Token files: raw u16/u32 and llm.c headers, refusals naming the file, and
+// windows over mapped files equal to windows over the same tokens in memory.
+#include "engine/data/token_file.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "engine/data/token_windows.h"
+
+namespace megatrain::engine {
+namespace {
+
+std::string Write(const std::string& name, const void* data, size_t bytes) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path, std::ios::binary).write(static_cast<const char*>(data), bytes);
+  return path;
+}
+
+template <typename T>
+std::string WriteTokens(const std::string& name, const std::vector<T>& tokens, int llmc_version) {
+  std::vector<uint8_t> bytes;
+  if (llmc_version > 0) {
+    std::vector<int32_t> header(kLlmcHeaderInts, 0);
+    header[0] = kLlmcMagic;
+    header[1] = llmc_version;
+    header[2] = static_cast<int32_t>(tokens.size());
+    bytes.resize(header.size() * 4);
+    std::memcpy(bytes.data(), header.data(), bytes.size());
+  }
+  const size_t at = bytes.size();
+  bytes.resize(at + tokens.size() * sizeof(T));
+  std::memcpy(bytes.data() + at, tokens.data(), tokens.size() * sizeof(T));
+  return Write(name, bytes.data(), bytes.size());
+}
+
+TEST(TokenFileTest, ReadsRawAndLlmcFormats) {
+  const std::vector<uint16_t> small = {1, 65535, 7, 300, 0};
+  const std::vector<uint32_t> large = {70000, 1, 2, 151643};
+  struct Case {
+    std::string path;
+    TokenFileFormat format;
+    std::vector<int32_t> want;
+  };
+  const std::vector<Case> cases = {
+      {WriteTokens("a.u16", small, 0), TokenFileFormat::kUint16, {1, 65535, 7, 300, 0}},
+      {WriteTokens("a.u32", large, 0), TokenFileFormat::kUint32, {70000, 1, 2, 151643}},
+      {WriteTokens("a1.bin", small, 1), TokenFileFormat::kLlmc, {1, 65535, 7, 300, 0}},
+      {WriteTokens("a2.bin", large, 2), TokenFileFormat::kLlmc, {70000, 1, 2, 151643}},
+  };
+  for (const Case& c : cases) {
+    auto f = TokenFile::Open(c.path, c.format);
+    ASSERT_TRUE(f.ok()) << f.status();
+    ASSERT_EQ(f->size(), c.want.size()) << c.path;
+    for (size_t i = 0; i < c.want.size(); ++i) EXPECT_EQ(f->at(i), c.want[i]) << c.path;
+  }
+  EXPECT_EQ(*ParseTokenFileFormat("llmc"), TokenFileFormat::kLlmc);
+  EXPECT_FALSE(ParseTokenFileFormat("u8").ok());
+}
+
+TEST(TokenFileTest, RefusesMalformedFilesNamingThem) {
+  const uint8_t three[3] = {1, 2, 3};
+  const std::string odd = Write("odd.u16", three, 3);
+  auto f = TokenFile::Open(odd, TokenFileFormat::kUint16);
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find(odd), std::string::npos);
+
+  std::vector<uint16_t> tokens = {1, 2, 3};
+  const std::string good = WriteTokens("v1.bin", tokens, 1);
+  std::string bytes;
+  {
+    std::ifstream in(good, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  std::string bad_magic = bytes;
+  bad_magic[0] ^= 1;
+  std::string bad_count = bytes;
+  bad_count[8] = 4;
+  std::string bad_version = bytes;
+  bad_version[4] = 3;
+  for (const auto& [name, content, what] :
+       {std::tuple{"magic.bin", bad_magic, "magic"}, std::tuple{"count.bin", bad_count, "says 4"},
+        std::tuple{"version.bin", bad_version, "version 3"},
+        std::tuple{"short.bin", bytes.substr(0, 100), "shorter"}}) {
+    const std::string path = Write(name, content.data(), content.size());
+    auto r = TokenFile::Open(path, TokenFileFormat::kLlmc);
+    ASSERT_FALSE(r.ok()) << name;
+    EXPECT_NE(r.status().message().find(path), std::string::npos) << r.status();
+    EXPECT_NE(r.status().message().find(what), std::string::npos) << r.status();
+  }
+  EXPECT_EQ(TokenFile::Open("/nonexistent/x.bin", TokenFileFormat::kUint16).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(TokenFileTest, WindowsOverConcatenatedFilesEqualWindowsOverMemory) {
+  std::vector<uint16_t> a(517), b(301);
+  std::vector<int32_t> all;
+  for (size_t i = 0; i < a.size(); ++i)
+    all.push_back(a[i] = static_cast<uint16_t>((i * 37) % 1000));
+  for (size_t i = 0; i < b.size(); ++i) all.push_back(b[i] = static_cast<uint16_t>((i * 11) % 997));
+  auto files = TokenFiles::Open({WriteTokens("c1.u16", a, 0), WriteTokens("c2.u16", b, 0)},
+                                TokenFileFormat::kUint16);
+  ASSERT_TRUE(files.ok()) << files.status();
+  EXPECT_EQ(files->size(), all.size());
+  EXPECT_EQ(files->MaxToken(), 999);
+  auto mapped = TokenWindows::Create(std::make_shared<TokenFiles>(std::move(*files)), 13, 0.1, 5);
+  auto memory = TokenWindows::Create(all, 13, 0.1, 5);
+  ASSERT_TRUE(mapped.ok() && memory.ok());
+  for (int i = 0; i < 90; ++i) {  // past one epoch: the reshuffle is the same too
+    const WindowBatch x = mapped->NextTrainBatch(3), y = memory->NextTrainBatch(3);
+    ASSERT_EQ(x.inputs, y.inputs);
+    ASSERT_EQ(x.targets, y.targets);
+  }
+  EXPECT_EQ(mapped->ValidationBatch(0, 4).inputs, memory->ValidationBatch(0, 4).inputs);
+}
+
+}  // namespace
+}  // namespace megatrain::engine
