@@ -61,9 +61,13 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
     }
   }
   if (placement.states_on_nvme) {
-    absl::StatusOr<std::unique_ptr<tiers::UringBlockIo>> io = tiers::UringBlockIo::Create();
-    if (!io.ok()) return io.status();
-    store.io_ = std::move(*io);
+    tiers::BlockIo* io = placement.block_io;
+    if (io == nullptr) {
+      absl::StatusOr<std::unique_ptr<tiers::UringBlockIo>> own = tiers::UringBlockIo::Create();
+      if (!own.ok()) return own.status();
+      store.io_ = std::move(*own);
+      io = store.io_.get();
+    }
     tiers::NvmeStateStoreOptions options;
     options.dir = placement.nvme_dir;
     options.arrays_per_entry = 2;
@@ -72,7 +76,7 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
     std::vector<size_t> elements;
     for (const EntrySpec& s : store.specs_) elements.push_back(s.elements);
     absl::StatusOr<std::unique_ptr<tiers::NvmeStateStore>> state =
-        tiers::NvmeStateStore::Create(*store.io_, options, std::move(elements));
+        tiers::NvmeStateStore::Create(*io, options, std::move(elements));
     if (!state.ok()) return state.status();
     store.state_store_ = std::move(*state);
   }

@@ -40,6 +40,9 @@ struct StorePlacement {
   std::string nvme_dir;  // with states_on_nvme
   int read_ahead = 2;    // entries of m/v read ahead of the one being updated
   int max_writes_in_flight = 2;
+  // The block I/O of the NVMe tier; null = the store's own io_uring. Tests
+  // pass a fault-injecting one. Not owned; must outlive the store.
+  tiers::BlockIo* block_io = nullptr;
 };
 
 class ParameterStore {

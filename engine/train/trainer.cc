@@ -132,6 +132,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(Device& device, ModelCo
     store_placement.grad_pinned = placement->tier(tiers::BufferKind::kGrad) == tiers::Tier::kPinned;
     store_placement.states_on_nvme = placement->tier(tiers::BufferKind::kM) == tiers::Tier::kNvme;
     store_placement.nvme_dir = options.memory.budgets.nvme_dir;
+    store_placement.block_io = options.memory.block_io_for_tests;
     placement_table = placement->Table();
   }
   absl::StatusOr<ParameterStore> store =

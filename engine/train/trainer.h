@@ -30,8 +30,9 @@ namespace megatrain::engine {
 // copy endpoints (master, gradients) pinned.
 struct HostMemoryBudgets {
   bool enabled = false;
-  tiers::TierBudgets budgets;   // pinned_ram, ram, nvme_dir, nvme_bytes (bytes)
-  bool states_on_nvme = false;  // m and v on NVMe even when RAM could hold them
+  tiers::TierBudgets budgets;                    // pinned_ram, ram, nvme_dir, nvme_bytes (bytes)
+  bool states_on_nvme = false;                   // m and v on NVMe even when RAM could hold them
+  tiers::BlockIo* block_io_for_tests = nullptr;  // null = io_uring (see StorePlacement)
 };
 
 struct TrainerOptions {

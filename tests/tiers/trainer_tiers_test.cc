@@ -13,7 +13,9 @@
 
 #include "engine/checkpoint/checkpoint_reader.h"
 #include "engine/checkpoint/checkpoint_writer.h"
+#include "engine/tiers/fault_injecting_block_io.h"
 #include "engine/tiers/test_dir.h"
+#include "engine/tiers/uring_block_io.h"
 #include "tests/engine/tiny_model.h"
 
 namespace megatrain::engine {
@@ -172,6 +174,59 @@ TEST(TrainerTiersTest, CheckpointAndResumeWithStateOnNvmeIsBitwiseIdentical) {
     EXPECT_EQ(std::memcmp(m.data(), in_ram.m[e].data(), n * 4), 0) << e;
     EXPECT_EQ(std::memcmp(v.data(), in_ram.v[e].data(), n * 4), 0) << e;
   }
+}
+
+TEST(TrainerTiersTest, DiskFaultFailsTheStepNamingFileAndOffsetAndKeepsTheCheckpoint) {
+  absl::Status usable;
+  const std::string dir = tiers::FreshTestDir("trainer_tiers_fault", &usable);
+  if (!usable.ok()) GTEST_SKIP() << "no O_DIRECT scratch directory: " << usable;
+  auto uring = tiers::UringBlockIo::Create();
+  ASSERT_TRUE(uring.ok()) << uring.status();
+  tiers::FaultInjectingBlockIo faults(**uring);
+
+  TrainerOptions o = BaseOptions();
+  const size_t state_bytes = StateBytes(o);
+  o.memory.enabled = true;
+  o.memory.states_on_nvme = true;
+  o.memory.budgets.pinned_ram = state_bytes + (size_t{4} << 20);
+  o.memory.budgets.ram = state_bytes / 4;
+  o.memory.budgets.nvme_dir = dir + "/state";
+  o.memory.budgets.nvme_bytes = 2 * state_bytes;
+  o.memory.block_io_for_tests = &faults;
+  std::filesystem::create_directories(o.memory.budgets.nvme_dir);
+  const auto batches = MakeTokenBatches(10, 48, DeepNarrow().vocab, 17);
+  auto device = MakeCpuDevice(size_t{32} << 20);
+  auto trainer = Trainer::Create(*device, TinyConfig(DeepNarrow()), o);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  (*trainer)->InitializeRandom(3);
+  for (int step = 0; step < 2; ++step) {
+    ASSERT_TRUE((*trainer)
+                    ->Step(batches.InputPointers(2 * step, 2), batches.TargetPointers(2 * step, 2))
+                    .ok());
+  }
+  auto checkpoint = WriteCheckpoint(**trainer, dir + "/checkpoints", CheckpointRunInfo{});
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+
+  // The disk fills up during the next optimizer pass (a write-back of m/v).
+  faults.FailNthOf(tiers::IoOp::kWrite, 5, tiers::InjectedFault::kEnospc);
+  absl::Status failure;
+  for (int step = 2; step < 5 && failure.ok(); ++step) {
+    failure = (*trainer)
+                  ->Step(batches.InputPointers(2 * step, 2), batches.TargetPointers(2 * step, 2))
+                  .status();
+  }
+  ASSERT_FALSE(failure.ok()) << "an ENOSPC in the optimizer pass must fail the job";
+  const std::string message(failure.message());
+  EXPECT_NE(message.find(o.memory.budgets.nvme_dir), std::string::npos) << message;
+  EXPECT_NE(message.find("offset"), std::string::npos) << message;
+
+  // The last committed checkpoint is intact and loads into a fresh trainer.
+  auto fresh_device = MakeCpuDevice(size_t{32} << 20);
+  auto fresh = Trainer::Create(*fresh_device, TinyConfig(DeepNarrow()), BaseOptions());
+  ASSERT_TRUE(fresh.ok());
+  auto loaded = LoadCheckpoint(*checkpoint, **fresh);
+  EXPECT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ((*fresh)->steps_done(), 2u);
 }
 
 TEST(TrainerTiersTest, BudgetsThatCannotHoldTheModelAreRefusedWithWhatIsMissing) {
