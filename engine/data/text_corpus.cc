@@ -7,7 +7,9 @@
 #include <sstream>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "engine/data/jsonl_corpus.h"
 
 namespace megatrain::engine {
 
@@ -56,13 +58,20 @@ absl::StatusOr<std::vector<std::string>> ExpandCorpusFiles(const std::vector<std
   return files;
 }
 
-absl::StatusOr<std::vector<std::string>> LoadFortuneDocuments(
-    const std::vector<std::string>& paths) {
+namespace {
+
+absl::StatusOr<std::vector<std::string>> LoadDocuments(const std::vector<std::string>& paths,
+                                                       bool jsonl_by_extension) {
   absl::StatusOr<std::vector<std::string>> expanded = ExpandCorpusFiles(paths);
   if (!expanded.ok()) return expanded.status();
-  const std::vector<std::string>& files = *expanded;
   std::vector<std::string> docs;
-  for (const std::string& f : files) {
+  for (const std::string& f : *expanded) {
+    if (jsonl_by_extension && absl::EndsWith(f, ".jsonl")) {
+      absl::StatusOr<std::vector<std::string>> lines = LoadJsonlDocuments(f);
+      if (!lines.ok()) return lines.status();
+      for (std::string& d : *lines) docs.push_back(std::move(d));
+      continue;
+    }
     std::ifstream in(f, std::ios::binary);
     if (!in) return absl::PermissionDeniedError(absl::StrCat("cannot read text file '", f, "'"));
     std::stringstream buffer;
@@ -73,6 +82,17 @@ absl::StatusOr<std::vector<std::string>> LoadFortuneDocuments(
     return absl::InvalidArgumentError("text files contain no documents");
   }
   return docs;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> LoadFortuneDocuments(
+    const std::vector<std::string>& paths) {
+  return LoadDocuments(paths, /*jsonl_by_extension=*/false);
+}
+
+absl::StatusOr<std::vector<std::string>> LoadTextDocuments(const std::vector<std::string>& paths) {
+  return LoadDocuments(paths, /*jsonl_by_extension=*/true);
 }
 
 }  // namespace megatrain::engine

@@ -1,5 +1,6 @@
-// Reads plain-text corpora into documents: fortune(6) files ("%" lines
-// separate entries) or plain files (blank-line paragraphs are kept together).
+// Reads text corpora into documents: fortune(6) files ("%" lines separate
+// entries), plain files (blank-line paragraphs are kept together) and JSON
+// Lines files (*.jsonl, see jsonl_corpus.h).
 #pragma once
 
 #include <string>
@@ -22,5 +23,9 @@ absl::StatusOr<std::vector<std::string>> ExpandCorpusFiles(const std::vector<std
 // in a deterministic order (sorted by path, then file order).
 absl::StatusOr<std::vector<std::string>> LoadFortuneDocuments(
     const std::vector<std::string>& paths);
+
+// Like LoadFortuneDocuments, except that files named *.jsonl are read as
+// JSON Lines (one {"text": ...} document per line, strictly).
+absl::StatusOr<std::vector<std::string>> LoadTextDocuments(const std::vector<std::string>& paths);
 
 }  // namespace megatrain::engine

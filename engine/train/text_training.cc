@@ -13,6 +13,7 @@
 #include "engine/checkpoint/checkpoint_writer.h"
 #include "engine/data/byte_tokenizer.h"
 #include "engine/data/text_corpus.h"
+#include "engine/data/text_tokenizer.h"
 #include "engine/data/token_file.h"
 #include "engine/data/token_windows.h"
 #include "engine/device/device_factory.h"
@@ -67,6 +68,7 @@ std::string TextTrainingJobJson(const TextTrainingOptions& o) {
       {"text_paths", o.token_files.empty() ? o.text_paths : std::vector<std::string>()},
       {"token_files", o.token_files},
       {"token_format", o.token_files.empty() ? "" : o.token_format},
+      {"tokenizer", o.token_files.empty() ? o.tokenizer : ""},
       {"steps", o.steps},
       {"grad_accumulation", o.grad_accumulation},
       {"validation_fraction", o.validation_fraction},
@@ -148,16 +150,19 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
     }
     source = std::make_shared<TokenFiles>(std::move(*files));
   } else {
-    if (config.vocab_size < ByteTokenizer::kVocabSize) {
-      return absl::InvalidArgumentError(absl::StrCat("vocab_size=", config.vocab_size,
-                                                     " is smaller than the byte vocabulary (256)"));
+    absl::StatusOr<std::unique_ptr<TextTokenizer>> tokenizer =
+        CreateTextTokenizer(options.tokenizer);
+    if (!tokenizer.ok()) return tokenizer.status();
+    if (config.vocab_size < (*tokenizer)->vocab_size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "vocab_size=", config.vocab_size, " is smaller than the vocabulary of tokenizer '",
+          options.tokenizer, "' (", (*tokenizer)->vocab_size(), ")"));
     }
-    absl::StatusOr<std::vector<std::string>> docs = LoadFortuneDocuments(options.text_paths);
+    absl::StatusOr<std::vector<std::string>> docs = LoadTextDocuments(options.text_paths);
     if (!docs.ok()) return docs.status();
-    for (const std::string& d : *docs) {
-      ByteTokenizer::Encode(d, &tokens);
-      tokens.push_back(ByteTokenizer::kEndOfDocument);
-    }
+    absl::StatusOr<std::vector<int32_t>> encoded = TokenizeDocuments(*docs, **tokenizer);
+    if (!encoded.ok()) return encoded.status();
+    tokens = std::move(*encoded);
     documents = docs->size();
     source = std::make_shared<VectorTokens>(tokens);
   }
@@ -182,6 +187,10 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
         options.token_files.empty() ? ExpandCorpusFiles(options.text_paths)
                                     : absl::StatusOr<std::vector<std::string>>(options.token_files);
     if (!files.ok()) return files.status();
+    // A different SentencePiece model would silently change every token.
+    if (options.token_files.empty() && options.tokenizer != "bytes") {
+      files->push_back(options.tokenizer);
+    }
     absl::StatusOr<std::vector<DataFileRecord>> sums = ChecksumDataFiles(*files);
     if (!sums.ok()) return sums.status();
     data_files = std::move(*sums);

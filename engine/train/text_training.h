@@ -1,4 +1,5 @@
-// A complete local training run on plain text with the byte tokenizer: data
+// A complete local training run on text (fortune/plain files or JSONL,
+// tokenized with bytes or a SentencePiece model) or token files: data
 // preparation, the step loop with evaluation, and a progress line. Used by the
 // `train_local` binary (scripts/demo) and by the learning test.
 #pragma once
@@ -16,7 +17,13 @@
 namespace megatrain::engine {
 
 struct TextTrainingOptions {
-  std::vector<std::string> text_paths;  // fortune-format files or directories
+  // Fortune-format or plain text files, *.jsonl files ({"text": ...} per
+  // line), or directories of them.
+  std::vector<std::string> text_paths;
+  // How text is tokenized: "bytes" or the path of a SentencePiece .model.
+  // Documents are separated by its end-of-document id (0 for bytes, the
+  // model's eos id otherwise).
+  std::string tokenizer = "bytes";
   // Pre-tokenized data instead of text (engine/data/token_file.h): files read
   // as one stream, memory-mapped; token_format is "u16", "u32" or "llmc".
   std::vector<std::string> token_files;

@@ -10,11 +10,16 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
+#include "engine/data/text_tokenizer.h"
 #include "engine/model/model_config.h"
 #include "engine/train/text_training.h"
 
 ABSL_FLAG(std::string, text, "/usr/share/games/fortunes",
-          "Comma-separated fortune-format text files or directories to train on.");
+          "Comma-separated text files (fortune-format, plain or *.jsonl with one "
+          "{\"text\": ...} per line) or directories to train on.");
+ABSL_FLAG(std::string, tokenizer, "bytes",
+          "How --text is tokenized: bytes, or the path of a SentencePiece .model (without "
+          "--config, the built-in model's vocabulary becomes the tokenizer's).");
 ABSL_FLAG(std::string, data_files, "",
           "Comma-separated pre-tokenized token files to train on instead of --text.");
 ABSL_FLAG(std::string, token_format, "u16",
@@ -63,6 +68,14 @@ int main(int argc, char** argv) {
       return 2;
     }
     config = *loaded;
+  } else if (absl::GetFlag(FLAGS_data_files).empty() && absl::GetFlag(FLAGS_tokenizer) != "bytes") {
+    absl::StatusOr<std::unique_ptr<TextTokenizer>> tokenizer =
+        CreateTextTokenizer(absl::GetFlag(FLAGS_tokenizer));
+    if (!tokenizer.ok()) {
+      fprintf(stderr, "error: %s\n", std::string(tokenizer.status().message()).c_str());
+      return 2;
+    }
+    config.vocab_size = (*tokenizer)->vocab_size();
   }
   TextTrainingOptions o;
   for (absl::string_view p : absl::StrSplit(absl::GetFlag(FLAGS_text), ',', absl::SkipEmpty())) {
@@ -73,6 +86,7 @@ int main(int argc, char** argv) {
     o.token_files.emplace_back(p);
   }
   o.token_format = absl::GetFlag(FLAGS_token_format);
+  o.tokenizer = absl::GetFlag(FLAGS_tokenizer);
   o.steps = static_cast<uint64_t>(std::max(1, absl::GetFlag(FLAGS_steps)));
   o.grad_accumulation = absl::GetFlag(FLAGS_accumulation);
   o.eval_every = absl::GetFlag(FLAGS_eval_every);
@@ -123,7 +137,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   printf(
-      "trained %ld parameters for %lu steps: validation loss %.4f -> %.4f nats/byte "
+      "trained %ld parameters for %lu steps: validation loss %.4f -> %.4f nats/token "
       "(unigram entropy %.4f), median %.0f tokens/s\n",
       static_cast<long>(result->parameters), static_cast<unsigned long>(o.steps),
       result->initial_validation_loss, result->final_validation_loss, result->unigram_entropy_nats,

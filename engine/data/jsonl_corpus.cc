@@ -1,0 +1,57 @@
+// JSONL corpus reader (see jsonl_corpus.h).
+#include "engine/data/jsonl_corpus.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "engine/model/strict_json.h"
+
+namespace megatrain::engine {
+
+absl::StatusOr<std::vector<std::string>> ParseJsonlDocuments(std::string_view content,
+                                                             const std::string& source) {
+  std::vector<std::string> docs;
+  size_t line_number = 0;
+  size_t pos = 0;
+  while (pos < content.size()) {
+    ++line_number;
+    size_t end = content.find('\n', pos);
+    if (end == std::string_view::npos) end = content.size();
+    std::string_view line = content.substr(pos, end - pos);
+    pos = end + 1;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    const std::string where = absl::StrCat(source, ":", line_number);
+    if (line.find_first_not_of(" \t") == std::string_view::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": blank line; expected {\"text\": ...}"));
+    }
+    absl::StatusOr<nlohmann::json> value = ParseJsonStrict(line, where);
+    if (!value.ok()) return value.status();
+    if (!value->is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": expected an object with a string \"text\", got ", JsonForMessage(*value)));
+    }
+    auto text = value->find("text");
+    if (text == value->end()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": the object has no \"text\" field"));
+    }
+    if (!text->is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": \"text\" is ", JsonForMessage(*text), ", not a string"));
+    }
+    std::string doc = text->get<std::string>();
+    if (!doc.empty()) docs.push_back(std::move(doc));
+  }
+  return docs;
+}
+
+absl::StatusOr<std::vector<std::string>> LoadJsonlDocuments(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::PermissionDeniedError(absl::StrCat("cannot read JSONL file '", path, "'"));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return ParseJsonlDocuments(buffer.str(), path);
+}
+
+}  // namespace megatrain::engine

@@ -1,0 +1,23 @@
+// JSON Lines corpora: one object per line whose string field "text" is a
+// document (other fields are ignored). Strict: every line must be such an
+// object; errors name the file and the 1-based line number.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace megatrain::engine {
+
+// Documents of JSONL `content` in line order; `source` (the file name) starts
+// every error. A final newline ends the last line; a "\r" before a newline is
+// dropped. Blank lines are errors; documents with empty text are skipped.
+absl::StatusOr<std::vector<std::string>> ParseJsonlDocuments(std::string_view content,
+                                                             const std::string& source);
+
+// Reads `path` and parses it as above.
+absl::StatusOr<std::vector<std::string>> LoadJsonlDocuments(const std::string& path);
+
+}  // namespace megatrain::engine

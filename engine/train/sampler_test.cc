@@ -1,0 +1,166 @@
+// Tests for the sampler: greedy generation from the llama_tiny golden fixture
+// equals an argmax over Trainer::Logits computed here, top-p -> 0 is greedy,
+// and a seed fixes the sampled tokens.
+#include "engine/train/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "engine/device/cpu_device.h"
+#include "engine/model/model_config.h"
+
+namespace megatrain::engine {
+namespace {
+
+constexpr int kContext = 13;  // odd, and shorter than prompt + generation
+
+struct TinyModel {
+  std::unique_ptr<CpuDevice> device;
+  std::unique_ptr<Trainer> trainer;
+};
+
+TinyModel LoadLlamaTiny() {
+  TinyModel m;
+  const std::string dir = "tests/golden/llama_tiny";
+  absl::StatusOr<ModelConfig> config = LoadModelConfig(dir + "/config.json");
+  EXPECT_TRUE(config.ok()) << config.status();
+  DeviceOptions d;
+  d.arena_bytes = 64 << 20;
+  d.pinned_budget_bytes = 256 << 20;
+  absl::StatusOr<std::unique_ptr<CpuDevice>> device = CpuDevice::Create(d);
+  EXPECT_TRUE(device.ok()) << device.status();
+  m.device = std::move(*device);
+  TrainerOptions o;
+  o.micro_batch_size = 1;
+  o.seq_len = kContext;
+  o.collect_timeline = false;
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*m.device, *config, o);
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  m.trainer = std::move(*trainer);
+  absl::Status loaded = m.trainer->LoadHfWeights(dir);
+  EXPECT_TRUE(loaded.ok()) << loaded;
+  return m;
+}
+
+const std::vector<int32_t> kPrompt = {3, 17, 42, 5, 88};
+
+TEST(SamplerTest, GreedyMatchesArgmaxOfTrainerLogits) {
+  TinyModel m = LoadLlamaTiny();
+  ASSERT_NE(m.trainer, nullptr);
+  const int vocab = static_cast<int>(m.trainer->config().vocab_size);
+  SamplingOptions greedy;
+  greedy.max_new_tokens = 11;  // 5 + 11 > 13: the window slides
+  Sampler sampler(*m.trainer, kContext);
+  absl::StatusOr<std::vector<int32_t>> got = sampler.Generate(kPrompt, greedy);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 11u);
+
+  // The reference pads with a different id than the sampler (the pad comes
+  // after the last real token, so causal attention must ignore it).
+  std::vector<int32_t> sequence = kPrompt;
+  std::vector<int32_t> expected;
+  for (int n = 0; n < 11; ++n) {
+    const size_t used = std::min<size_t>(sequence.size(), kContext);
+    std::vector<int32_t> window(kContext, 61);
+    std::copy(sequence.end() - static_cast<int64_t>(used), sequence.end(), window.begin());
+    absl::StatusOr<std::vector<float>> logits = m.trainer->Logits(window.data());
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    ASSERT_EQ(logits->size(), static_cast<size_t>(kContext * vocab));
+    const float* row = logits->data() + (used - 1) * vocab;
+    int32_t best = 0;
+    for (int v = 1; v < vocab; ++v) {
+      if (row[v] > row[best]) best = v;
+    }
+    expected.push_back(best);
+    sequence.push_back(best);
+  }
+  EXPECT_EQ(*got, expected);
+}
+
+TEST(SamplerTest, TopPNearZeroIsGreedyAndSeedsAreDeterministic) {
+  TinyModel m = LoadLlamaTiny();
+  ASSERT_NE(m.trainer, nullptr);
+  Sampler sampler(*m.trainer, kContext);
+  SamplingOptions greedy;
+  greedy.max_new_tokens = 9;
+  absl::StatusOr<std::vector<int32_t>> argmax = sampler.Generate(kPrompt, greedy);
+  ASSERT_TRUE(argmax.ok()) << argmax.status();
+
+  SamplingOptions narrow = greedy;
+  narrow.temperature = 0.9;
+  narrow.top_p = 1e-9;
+  narrow.seed = 77;
+  EXPECT_EQ(*sampler.Generate(kPrompt, narrow), *argmax);
+
+  SamplingOptions hot = greedy;
+  hot.max_new_tokens = 17;
+  hot.temperature = 1.7;
+  hot.top_p = 0.97;
+  hot.seed = 5;
+  absl::StatusOr<std::vector<int32_t>> first = sampler.Generate(kPrompt, hot);
+  absl::StatusOr<std::vector<int32_t>> again = sampler.Generate(kPrompt, hot);
+  ASSERT_TRUE(first.ok() && again.ok());
+  EXPECT_EQ(*first, *again);
+  hot.seed = 6;
+  EXPECT_NE(*sampler.Generate(kPrompt, hot), *first);
+}
+
+TEST(SamplerTest, StopsAtTheStopTokenAndRefusesBadInput) {
+  TinyModel m = LoadLlamaTiny();
+  ASSERT_NE(m.trainer, nullptr);
+  Sampler sampler(*m.trainer, kContext);
+  SamplingOptions greedy;
+  greedy.max_new_tokens = 9;
+  absl::StatusOr<std::vector<int32_t>> full = sampler.Generate(kPrompt, greedy);
+  ASSERT_TRUE(full.ok());
+  SamplingOptions stopping = greedy;
+  stopping.stop_token = (*full)[2];
+  absl::StatusOr<std::vector<int32_t>> stopped = sampler.Generate(kPrompt, stopping);
+  ASSERT_TRUE(stopped.ok());
+  const auto first_stop = std::find(full->begin(), full->end(), (*full)[2]);
+  EXPECT_EQ(*stopped, std::vector<int32_t>(full->begin(), first_stop + 1));
+
+  SamplingOptions limited = greedy;
+  limited.vocab_limit = 7;
+  limited.temperature = 1.5;
+  absl::StatusOr<std::vector<int32_t>> small = sampler.Generate(kPrompt, limited);
+  ASSERT_TRUE(small.ok());
+  for (int32_t t : *small) EXPECT_LT(t, 7);
+
+  EXPECT_EQ(sampler.Generate({}, greedy).status().code(), absl::StatusCode::kInvalidArgument);
+  const std::vector<int32_t> outside = {96};
+  EXPECT_EQ(sampler.Generate(outside, greedy).status().code(), absl::StatusCode::kInvalidArgument);
+  Sampler wrong_window(*m.trainer, kContext + 2);
+  EXPECT_EQ(wrong_window.Generate(kPrompt, greedy).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(ChooseTokenTest, GreedyTiesAndNucleus) {
+  std::mt19937_64 rng(3);
+  const std::vector<float> tied = {0.5f, 2.0f, -1.0f, 2.0f, 0.25f};
+  EXPECT_EQ(ChooseToken(tied, 0.0, 1.0, rng), 1);
+  EXPECT_EQ(ChooseToken(tied, 1.0, 1e-12, rng), 1);
+
+  // Probabilities 0.5, 0.3, 0.15, 0.05 (permuted): top_p 0.7 keeps ids 2 and 0.
+  const std::vector<float> logits = {std::log(0.3f), std::log(0.05f), std::log(0.5f),
+                                     std::log(0.15f)};
+  std::set<int32_t> seen;
+  int count_of_2 = 0;
+  for (int i = 0; i < 3001; ++i) {
+    const int32_t t = ChooseToken(logits, 1.0, 0.7, rng);
+    seen.insert(t);
+    count_of_2 += t == 2;
+  }
+  EXPECT_EQ(seen, (std::set<int32_t>{0, 2}));
+  // Renormalized over the nucleus: P(2) = 0.5 / 0.8 = 0.625.
+  EXPECT_NEAR(count_of_2 / 3001.0, 0.625, 0.04);
+  std::set<int32_t> all;
+  for (int i = 0; i < 3001; ++i) all.insert(ChooseToken(logits, 1.0, 1.0, rng));
+  EXPECT_EQ(all.size(), 4u);
+}
+
+}  // namespace
+}  // namespace megatrain::engine

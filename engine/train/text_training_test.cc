@@ -1,0 +1,105 @@
+// Tests for text training on JSONL with a SentencePiece tokenizer: a short
+// run works end to end, and bad data or a too-small vocabulary is refused.
+#include "engine/train/text_training.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "engine/data/sentencepiece_test_model.h"
+#include "engine/data/text_tokenizer.h"
+
+namespace megatrain::engine {
+namespace {
+
+using ::testing::HasSubstr;
+
+class TextTrainingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir();
+    const char* lines[] = {"the quick brown fox jumps over the lazy dog",
+                           "a stitch in time saves nine", "all that glitters is not gold",
+                           "actions speak louder than words"};
+    std::ofstream plain(dir_ + "/spm.txt");
+    std::ofstream jsonl(dir_ + "/corpus.jsonl");
+    for (int repeat = 0; repeat < 9; ++repeat) {
+      for (const char* line : lines) {
+        plain << line << "\n";
+        jsonl << "{\"text\": \"" << line << "\", \"n\": " << repeat << "}\n";
+      }
+    }
+    plain.close();
+    std::string error;
+    ASSERT_TRUE(TrainTinySentencePieceModel(dir_ + "/spm.txt", dir_ + "/spm", 47, &error)) << error;
+    model_ = dir_ + "/spm.model";
+  }
+
+  TextTrainingOptions Options() const {
+    TextTrainingOptions o;
+    o.text_paths = {dir_ + "/corpus.jsonl"};
+    o.tokenizer = model_;
+    o.trainer.micro_batch_size = 2;
+    o.trainer.seq_len = 9;
+    o.trainer.collect_timeline = false;
+    o.trainer.lr.total_steps = 2;
+    o.steps = 2;
+    o.eval_every = 0;
+    o.eval_batches = 1;
+    o.validation_fraction = 0.2;
+    o.device.arena_bytes = 64 << 20;
+    o.device.pinned_budget_bytes = 256 << 20;
+    return o;
+  }
+
+  ModelConfig Config(int64_t vocab) const {
+    ModelConfig c = TinyTextModelConfig();
+    c.vocab_size = vocab;
+    c.hidden_size = 24;
+    c.intermediate_size = 37;
+    c.num_hidden_layers = 1;
+    c.num_attention_heads = 3;
+    c.num_key_value_heads = 1;
+    c.head_dim = 8;
+    return c;
+  }
+
+  std::string dir_;
+  std::string model_;
+};
+
+TEST_F(TextTrainingTest, TrainsOnJsonlWithSentencePiece) {
+  absl::StatusOr<std::unique_ptr<TextTokenizer>> tok = CreateTextTokenizer(model_);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const int vocab = (*tok)->vocab_size();
+  absl::StatusOr<TextTrainingResult> r =
+      TrainOnText(Config(vocab), Options(), [](const std::string&, bool) {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->reports.size(), 2u);
+  // An untrained model is close to uniform over the tokenizer's vocabulary.
+  EXPECT_NEAR(r->initial_validation_loss, std::log(vocab), 0.5);
+  EXPECT_GT(r->unigram_entropy_nats, 0);
+  EXPECT_TRUE(std::isfinite(r->final_validation_loss));
+  EXPECT_THAT(TextTrainingJobJson(Options()), HasSubstr(model_));
+}
+
+TEST_F(TextTrainingTest, RefusesBadJsonlAndSmallVocabularies) {
+  absl::StatusOr<std::unique_ptr<TextTokenizer>> tok = CreateTextTokenizer(model_);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const int vocab = (*tok)->vocab_size();
+  absl::StatusOr<TextTrainingResult> small =
+      TrainOnText(Config(vocab - 1), Options(), [](const std::string&, bool) {});
+  EXPECT_EQ(small.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(small.status().message()), HasSubstr(model_));
+
+  std::ofstream(dir_ + "/corpus.jsonl", std::ios::app) << "{\"text\": [1]}\n";
+  absl::StatusOr<TextTrainingResult> bad =
+      TrainOnText(Config(vocab), Options(), [](const std::string&, bool) {});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("corpus.jsonl:37:"));
+}
+
+}  // namespace
+}  // namespace megatrain::engine
