@@ -131,7 +131,11 @@ absl::Status SafetensorsFile::ParseHeader(std::string_view header, size_t data_s
   if (!parsed.ok()) return parsed.status();
   if (!parsed->is_object()) return fail("header is not a JSON object");
 
-  for (const auto& [name, value] : parsed->items()) {
+  for (const auto& header_item : parsed->items()) {
+    // Named references, not a structured binding: clang before 16 cannot
+    // capture a binding in the lambda below (the fuzz build uses clang).
+    const std::string& name = header_item.key();
+    const nlohmann::json& value = header_item.value();
     if (name == "__metadata__") {
       if (!value.is_object()) return fail("__metadata__ must be an object of strings");
       for (const auto& [key, text] : value.items()) {
