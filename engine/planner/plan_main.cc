@@ -1,0 +1,141 @@
+// plan: prints the planner's table (or --json) for a model (config.json or preset) on a
+// hardware profile (built-in, from --profiles, or `local` = probe this machine as the CPU
+// device). With --host_ram_gb it also prints the largest model of that shape that fits.
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/planner/hardware_profile.h"
+#include "engine/planner/local_probe.h"
+#include "engine/planner/model_presets.h"
+#include "engine/planner/planner.h"
+
+ABSL_FLAG(std::string, config, "", "path of an HF config.json (or use --preset)");
+ABSL_FLAG(std::string, preset, "", "model preset name (see --list)");
+ABSL_FLAG(std::string, hardware, "local", "hardware profile name, or `local` to probe");
+ABSL_FLAG(std::string, profiles, "", "JSON file of extra/overriding hardware profiles");
+ABSL_FLAG(bool, list, false, "list presets and hardware profiles, then exit");
+ABSL_FLAG(bool, json, false, "print JSON instead of the table");
+ABSL_FLAG(int, micro_batch, 1, "sequences per micro-batch");
+ABSL_FLAG(int, seq, 1024, "tokens per sequence");
+ABSL_FLAG(int, grad_accumulation, 1, "micro-batches per optimizer step");
+ABSL_FLAG(int, k, 4, "activation checkpoint interval");
+ABSL_FLAG(bool, keep_all, false, "keep every activation (no recompute)");
+ABSL_FLAG(int, weight_slots, 2, "device weight slots; 0 = as many as fit");
+ABSL_FLAG(int, device_checkpoints, -1, "checkpoints kept on the device; -1 = all");
+ABSL_FLAG(double, arena_gb, 0, "device arena GB (1e9); 0 = the profile's device memory");
+ABSL_FLAG(double, pinned_gb, -1, "pinned host budget GB; <0 = no budgets (all in RAM)");
+ABSL_FLAG(double, ram_gb, 0, "pageable host budget GB (with --pinned_gb)");
+ABSL_FLAG(std::string, nvme_dir, "", "NVMe tier directory (with --pinned_gb)");
+ABSL_FLAG(double, nvme_gb, 0, "NVMe tier budget GB");
+ABSL_FLAG(bool, states_on_nvme, false, "m and v on NVMe even when RAM could hold them");
+ABSL_FLAG(bool, largest, false, "also search the deepest model of this shape that fits");
+ABSL_FLAG(int, blas_threads, 2, "local: OpenBLAS threads of the run");
+ABSL_FLAG(int, optimizer_threads, 2, "local: AdamW threads of the run");
+ABSL_FLAG(double, link_gbps, 0, "local: emulated link GB/s; 0 = unthrottled");
+ABSL_FLAG(double, link_latency_us, 0, "local: emulated link latency us");
+ABSL_FLAG(double, nvme_read_gbps, 2.0, "local: NVMe read GB/s (bench/nvme)");
+ABSL_FLAG(double, nvme_write_gbps, 2.5, "local: NVMe write GB/s (bench/nvme)");
+ABSL_FLAG(double, compute_efficiency, 0, "override the profile's compute efficiency (0 = keep)");
+
+namespace megatrain::engine::planner {
+namespace {
+
+int Run() {
+  std::vector<HardwareProfile> profiles = BuiltinHardwareProfiles();
+  if (!absl::GetFlag(FLAGS_profiles).empty()) {
+    auto extended = ExtendHardwareProfiles(std::move(profiles), absl::GetFlag(FLAGS_profiles));
+    if (!extended.ok()) {
+      fprintf(stderr, "plan: %s\n", std::string(extended.status().message()).c_str());
+      return 2;
+    }
+    profiles = *std::move(extended);
+  }
+  if (absl::GetFlag(FLAGS_list)) {
+    printf("presets: %s\nhardware:\n", absl::StrJoin(ModelPresetNames(), ", ").c_str());
+    for (const HardwareProfile& p : profiles) {
+      printf("  %-12s %s\n", p.name.c_str(), p.description.c_str());
+    }
+    printf("  %-12s this machine as the CPU device (probed)\n", "local");
+    return 0;
+  }
+  absl::StatusOr<ModelConfig> config =
+      !absl::GetFlag(FLAGS_config).empty() ? LoadModelConfig(absl::GetFlag(FLAGS_config))
+      : !absl::GetFlag(FLAGS_preset).empty()
+          ? ModelPreset(absl::GetFlag(FLAGS_preset))
+          : absl::StatusOr<ModelConfig>(absl::InvalidArgumentError("give --config or --preset"));
+  if (!config.ok()) {
+    fprintf(stderr, "plan: %s\n", std::string(config.status().message()).c_str());
+    return 2;
+  }
+  PlanInputs in;
+  in.micro_batch = absl::GetFlag(FLAGS_micro_batch);
+  in.seq = absl::GetFlag(FLAGS_seq);
+  in.grad_accumulation = absl::GetFlag(FLAGS_grad_accumulation);
+  in.checkpoint_interval = absl::GetFlag(FLAGS_k);
+  in.keep_all = absl::GetFlag(FLAGS_keep_all);
+  in.weight_slots = absl::GetFlag(FLAGS_weight_slots);
+  in.device_checkpoints = absl::GetFlag(FLAGS_device_checkpoints);
+  in.device_arena_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_arena_gb) * 1e9);
+  if (absl::GetFlag(FLAGS_pinned_gb) >= 0) {
+    in.budgets_enabled = true;
+    in.budgets.pinned_ram = static_cast<uint64_t>(absl::GetFlag(FLAGS_pinned_gb) * 1e9);
+    in.budgets.ram = static_cast<uint64_t>(absl::GetFlag(FLAGS_ram_gb) * 1e9);
+    in.budgets.nvme_dir = absl::GetFlag(FLAGS_nvme_dir);
+    in.budgets.nvme_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_nvme_gb) * 1e9);
+  }
+  in.states_on_nvme = absl::GetFlag(FLAGS_states_on_nvme);
+
+  absl::StatusOr<HardwareProfile> hw;
+  if (absl::GetFlag(FLAGS_hardware) == "local") {
+    ProbeOptions o;
+    o.blas_threads = absl::GetFlag(FLAGS_blas_threads);
+    o.optimizer_threads = absl::GetFlag(FLAGS_optimizer_threads);
+    o.link_gbps = absl::GetFlag(FLAGS_link_gbps);
+    o.link_latency_us = absl::GetFlag(FLAGS_link_latency_us);
+    o.nvme_read_gbps = absl::GetFlag(FLAGS_nvme_read_gbps);
+    o.nvme_write_gbps = absl::GetFlag(FLAGS_nvme_write_gbps);
+    if (in.device_arena_bytes > 0) o.arena_bytes = in.device_arena_bytes;
+    hw = ProbeLocalCpu(o);
+  } else {
+    hw = FindHardwareProfile(profiles, absl::GetFlag(FLAGS_hardware));
+  }
+  if (!hw.ok()) {
+    fprintf(stderr, "plan: %s\n", std::string(hw.status().message()).c_str());
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_compute_efficiency) > 0) {
+    hw->compute_efficiency = absl::GetFlag(FLAGS_compute_efficiency);
+  }
+  absl::StatusOr<PlanResult> plan = Plan(*config, in, *hw);
+  if (!plan.ok()) {
+    fprintf(stderr, "plan: %s\n", std::string(plan.status().message()).c_str());
+    return 1;
+  }
+  if (absl::GetFlag(FLAGS_json)) {
+    printf("%s\n", plan->ToJson().c_str());
+  } else {
+    printf("%s\n%s", hw->description.c_str(), plan->Table().c_str());
+  }
+  if (absl::GetFlag(FLAGS_largest)) {
+    absl::StatusOr<LargestFit> fit = LargestModelThatFits(*config, in, *hw);
+    if (!fit.ok()) {
+      printf("largest model of this shape: %s\n", std::string(fit.status().message()).c_str());
+    } else {
+      printf("largest model of this shape that fits: %d layers, %.2f B parameters\n",
+             fit->num_layers, fit->parameters / 1e9);
+    }
+  }
+  return plan->fits_device ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace megatrain::engine::planner
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return megatrain::engine::planner::Run();
+}

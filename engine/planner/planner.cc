@@ -1,0 +1,258 @@
+// Plan(): layout -> placement -> executor plan -> step-time replay; and the largest-fit search.
+#include "engine/planner/planner.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/model/parameter_layout.h"
+#include "engine/planner/executor_geometry.h"
+#include "nlohmann/json.hpp"
+
+namespace megatrain::engine::planner {
+namespace {
+
+using tiers::BufferKind;
+
+constexpr uint64_t kUnlimited = uint64_t{1} << 62;
+
+uint64_t ScaleBytes(uint64_t fp32_bytes, int bytes_per_element) {
+  return fp32_bytes / 4 * static_cast<uint64_t>(bytes_per_element);
+}
+
+uint64_t PageRound(uint64_t bytes) { return (bytes + 4095) / 4096 * 4096; }
+
+}  // namespace
+
+absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
+                                const HardwareProfile& hw) {
+  if (in.grad_accumulation < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("grad_accumulation=", in.grad_accumulation, " must be >= 1"));
+  }
+  if (in.weight_slots == 1 || in.weight_slots < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight_slots=", in.weight_slots, " must be 0 (auto) or >= 2"));
+  }
+  if (absl::Status s = config.CheckSequenceLength(in.seq); !s.ok()) return s;
+  absl::StatusOr<ParameterLayout> layout = ParameterLayout::Create(config);
+  if (!layout.ok()) return layout.status();
+
+  PlanResult r;
+  r.hardware = hw.name;
+  r.parameters = layout->parameter_count();
+  r.padded_elements = layout->padded_element_count();
+
+  // Tiers: the same EntryBytes the Trainer hands to PlanPlacement.
+  std::vector<tiers::EntryBytes> bytes;
+  uint64_t endpoint_bytes = 0, total_bytes = 0;
+  for (const LayoutEntry& e : layout->entries()) {
+    tiers::EntryBytes b;
+    const uint64_t n = e.num_elements * sizeof(float);
+    b[BufferKind::kMaster] = n;
+    b[BufferKind::kM] = n;
+    b[BufferKind::kV] = n;
+    b[BufferKind::kGrad] = n;
+    b[BufferKind::kComputeCopy] = hw.cpu_device ? 0 : e.num_elements * hw.weight_bytes;
+    endpoint_bytes += b[BufferKind::kGrad] +
+                      (hw.cpu_device ? b[BufferKind::kMaster] : b[BufferKind::kComputeCopy]);
+    for (uint64_t x : b.bytes) total_bytes += x;
+    bytes.push_back(b);
+  }
+  tiers::TierBudgets budgets = in.budgets;
+  if (!in.budgets_enabled) {
+    budgets = tiers::TierBudgets{};
+    budgets.pinned_ram = endpoint_bytes;
+    budgets.ram = kUnlimited;
+  }
+  tiers::PlacementOptions placement_options;  // staging_slots = read_ahead 2 + 1 + writes 2
+  placement_options.states_on_nvme = in.states_on_nvme;
+  absl::StatusOr<tiers::Placement> placement =
+      tiers::PlanPlacement(bytes, budgets, placement_options);
+  if (!placement.ok()) return placement.status();
+  r.placement = *placement;
+  if (!in.budgets_enabled) r.placement.budgets.ram = 0;  // "unset" in the table
+
+  // Device.
+  r.executor.checkpoint_interval = in.checkpoint_interval;
+  r.executor.keep_all = in.keep_all;
+  r.executor.device_checkpoints = in.device_checkpoints;
+  r.executor.weight_slots = in.weight_slots;
+  absl::StatusOr<ExecutorGeometry> g =
+      MakeExecutorGeometry(config, *layout, in.micro_batch, in.seq, in.head_chunk, r.executor);
+  if (!g.ok()) return g.status();
+  r.device_arena_capacity =
+      in.device_arena_bytes > 0 ? in.device_arena_bytes : hw.device_memory_bytes;
+  r.weight_slots = WeightSlotsFor(*g, r.executor, r.device_arena_capacity);
+  r.device = DeviceMemoryPlanFor(*g, r.executor, r.weight_slots);
+  if (!hw.cpu_device) {
+    r.device.weight_slots = ScaleBytes(r.device.weight_slots, hw.weight_bytes);
+    r.device.gradient_buffers = ScaleBytes(r.device.gradient_buffers, hw.grad_bytes);
+    r.device.activations = ScaleBytes(r.device.activations, hw.activation_bytes);
+    r.device.checkpoints = ScaleBytes(r.device.checkpoints, hw.activation_bytes);
+    r.device.scratch = ScaleBytes(r.device.scratch, hw.activation_bytes);
+  }
+  r.device_arena_peak = r.device.total();
+  r.fits_device = r.device_arena_peak <= r.device_arena_capacity;
+
+  // Host peak.
+  const ScheduleShape& s = g->layout.schedule;
+  ScheduleShape shape = s;
+  shape.checkpoint_interval = in.checkpoint_interval;
+  shape.keep_all = in.keep_all;
+  size_t grad_floats = 0;
+  for (const ScheduledOp& op : BuildStepSchedule(shape)) {
+    if (op.produces_gradients) grad_floats = std::max(grad_floats, StageFloats(*g, op.entries));
+  }
+  const int checkpoints = CheckpointCount(shape);
+  const int device_checkpoints =
+      in.device_checkpoints < 0 ? checkpoints : std::min(in.device_checkpoints, checkpoints);
+  const uint64_t x_bytes =
+      static_cast<uint64_t>(g->dims.tokens() * g->dims.hidden) * hw.activation_bytes;
+  r.host_pinned_staging =
+      2 * PageRound(std::max<uint64_t>(grad_floats * hw.grad_bytes, 64)) +
+      static_cast<uint64_t>(checkpoints - device_checkpoints) * PageRound(x_bytes);
+  r.host_store_bytes = r.placement.pinned_used + r.placement.ram_used;
+  r.nvme_bytes = r.placement.nvme_used;
+  r.host_fixed_overhead = in.fixed_overhead_bytes;
+  r.host_arena_bytes = hw.cpu_device ? r.device_arena_peak : 0;
+  r.host_peak_bytes =
+      r.host_store_bytes + r.host_pinned_staging + r.host_fixed_overhead + r.host_arena_bytes;
+
+  // Time. FLOP parameters: everything but the input embedding (a gather) unless it is tied.
+  double flop_parameters = static_cast<double>(r.parameters);
+  if (!config.tie_word_embeddings) {
+    flop_parameters -= static_cast<double>(config.vocab_size * config.hidden_size);
+  }
+  const StepWork work =
+      BuildStepWork(*g, r.executor, r.weight_slots, in.grad_accumulation, hw, flop_parameters);
+  int nvme_arrays = 0;
+  for (BufferKind k : {BufferKind::kMaster, BufferKind::kM, BufferKind::kV}) {
+    if (r.placement.tier(k) == tiers::Tier::kNvme) ++nvme_arrays;
+  }
+  r.time = EstimateStepTime(work, hw, nvme_arrays);
+  r.tokens_per_step = work.tokens;
+  return r;
+}
+
+absl::StatusOr<LargestFit> LargestModelThatFits(const ModelConfig& family_template,
+                                                const PlanInputs& inputs,
+                                                const HardwareProfile& hw) {
+  auto fits = [&](int layers) -> absl::StatusOr<PlanResult> {
+    ModelConfig c = family_template;
+    c.num_hidden_layers = layers;
+    absl::StatusOr<PlanResult> p = Plan(c, inputs, hw);
+    if (!p.ok()) return p.status();
+    if (!p->fits_device) {
+      return absl::ResourceExhaustedError(absl::StrCat("device plan ", p->device_arena_peak,
+                                                       " bytes > ", p->device_arena_capacity));
+    }
+    return p;
+  };
+  absl::StatusOr<PlanResult> one = fits(1);
+  if (!one.ok()) {
+    return absl::NotFoundError(
+        absl::StrCat("not even one layer of this shape fits: ", one.status().message()));
+  }
+  int lo = 1, hi = 2;
+  while (hi < (1 << 20) && fits(hi).ok()) {
+    lo = hi;
+    hi *= 2;
+  }
+  while (hi - lo > 1) {
+    const int mid = lo + (hi - lo) / 2;
+    (fits(mid).ok() ? lo : hi) = mid;
+  }
+  absl::StatusOr<PlanResult> best = fits(lo);
+  if (!best.ok()) return best.status();
+  return LargestFit{lo, best->parameters, *std::move(best)};
+}
+
+std::string PlanResult::Table() const {
+  const auto gb = [](double b) { return absl::StrFormat("%.2f GB", b / 1e9); };
+  std::string out = absl::StrFormat("hardware %s: %d parameters (%.2f B)\n", hardware, parameters,
+                                    parameters / 1e9);
+  absl::StrAppend(&out, "\nhost tiers\n", placement.Table(), "\n");
+  absl::StrAppend(&out,
+                  absl::StrFormat("\ndevice arena (%d weight slots, k=%d%s)\n"
+                                  "  weight slots      %s\n  gradient buffers  %s\n"
+                                  "  activations       %s\n  checkpoints       %s\n"
+                                  "  scratch           %s\n  peak              %s of %s%s\n",
+                                  weight_slots, executor.checkpoint_interval,
+                                  executor.keep_all ? ", keep_all" : "", gb(device.weight_slots),
+                                  gb(device.gradient_buffers), gb(device.activations),
+                                  gb(device.checkpoints), gb(device.scratch), gb(device_arena_peak),
+                                  gb(device_arena_capacity), fits_device ? "" : "  DOES NOT FIT"));
+  absl::StrAppend(
+      &out, absl::StrFormat("\nhost peak resident memory %s = store %s + pinned staging %s + "
+                            "fixed overhead %s%s\n",
+                            gb(host_peak_bytes), gb(host_store_bytes), gb(host_pinned_staging),
+                            gb(host_fixed_overhead),
+                            host_arena_bytes > 0
+                                ? absl::StrCat(" + emulated device memory ", gb(host_arena_bytes))
+                                : ""));
+  if (nvme_bytes > 0) absl::StrAppend(&out, "NVMe ", gb(nvme_bytes), "\n");
+  const StepTimeEstimate& t = time;
+  absl::StrAppend(
+      &out,
+      absl::StrFormat("\nstep (%.0f tokens)\n"
+                      "  compute         %9.4f s\n  copy-in         %9.4f s\n"
+                      "  copy-out        %9.4f s\n  host optimizer  %9.4f s (+ grad norm %.4f s)\n"
+                      "  nvme            %9.4f s\n  exposed stall   %9.4f s\n"
+                      "  step            %9.4f s   bottleneck: %s\n"
+                      "  %.1f tokens/s, %.2f model TFLOP/s (6*P*T + causal attention), "
+                      "%.2f hardware TFLOP/s (with recompute)\n",
+                      tokens_per_step, t.compute_seconds, t.copy_in_seconds, t.copy_out_seconds,
+                      t.optimizer_seconds, t.grad_norm_seconds, t.nvme_seconds, t.stall_seconds,
+                      t.step_seconds, t.bottleneck, t.tokens_per_second, t.model_tflops,
+                      t.hardware_tflops));
+  return out;
+}
+
+std::string PlanResult::ToJson() const {
+  nlohmann::json j;
+  j["hardware"] = hardware;
+  j["parameters"] = parameters;
+  j["padded_elements"] = padded_elements;
+  nlohmann::json kinds = nlohmann::json::object();
+  for (int k = 0; k < tiers::kNumBufferKinds; ++k) {
+    const tiers::KindPlacement& p = placement.kinds[k];
+    kinds[tiers::BufferKindName(static_cast<BufferKind>(k))] = {
+        {"tier", tiers::TierName(p.tier)}, {"bytes", p.bytes}, {"largest_entry", p.largest_entry}};
+  }
+  j["host_tiers"] = {{"kinds", kinds},
+                     {"staging_bytes", placement.staging_bytes},
+                     {"pinned_used", placement.pinned_used},
+                     {"ram_used", placement.ram_used},
+                     {"nvme_used", placement.nvme_used}};
+  j["device"] = {{"weight_slots", weight_slots},
+                 {"weight_slot_bytes", device.weight_slots},
+                 {"gradient_buffers", device.gradient_buffers},
+                 {"activations", device.activations},
+                 {"checkpoints", device.checkpoints},
+                 {"scratch", device.scratch},
+                 {"arena_peak", device_arena_peak},
+                 {"arena_capacity", device_arena_capacity},
+                 {"fits", fits_device}};
+  j["host_peak"] = {{"total", host_peak_bytes},
+                    {"store", host_store_bytes},
+                    {"pinned_staging", host_pinned_staging},
+                    {"fixed_overhead", host_fixed_overhead},
+                    {"emulated_device_memory", host_arena_bytes}};
+  j["step"] = {{"tokens", tokens_per_step},
+               {"compute_seconds", time.compute_seconds},
+               {"copy_in_seconds", time.copy_in_seconds},
+               {"copy_out_seconds", time.copy_out_seconds},
+               {"host_optimizer_seconds", time.optimizer_seconds},
+               {"grad_norm_seconds", time.grad_norm_seconds},
+               {"nvme_seconds", time.nvme_seconds},
+               {"stall_seconds", time.stall_seconds},
+               {"step_seconds", time.step_seconds},
+               {"bottleneck", time.bottleneck},
+               {"tokens_per_second", time.tokens_per_second},
+               {"model_tflops", time.model_tflops},
+               {"hardware_tflops", time.hardware_tflops}};
+  return j.dump(2);
+}
+
+}  // namespace megatrain::engine::planner

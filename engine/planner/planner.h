@@ -1,0 +1,80 @@
+// The planner: before a run, says where every byte of a job lives (exact, from the engine's own
+// layout, placement and executor plan), how much host and device memory it peaks at, how long
+// a step takes and what limits it; and the largest model of a family a host can train.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/exec/streaming_executor.h"
+#include "engine/model/model_config.h"
+#include "engine/planner/hardware_profile.h"
+#include "engine/planner/step_time.h"
+#include "engine/tiers/placement.h"
+
+namespace megatrain::engine::planner {
+
+// Process memory beyond the store, the executor's pinned staging and (CPU device) the arena:
+// thread stacks, OpenBLAS buffers, io_uring rings, allocator slack. Measured by
+// tests/planner:host_memory_test (docs/planning.md).
+inline constexpr uint64_t kDefaultFixedOverheadBytes = uint64_t{4} << 20;
+
+struct PlanInputs {
+  int micro_batch = 1;        // sequences per forward/backward
+  int seq = 128;              // tokens per sequence
+  int grad_accumulation = 1;  // micro-batches per optimizer step
+  int checkpoint_interval = 4;
+  bool keep_all = false;
+  int weight_slots = 2;  // 0 = as many as the arena holds (the executor's auto rule)
+  int device_checkpoints = -1;
+  int head_chunk = 0;               // 0 = min(tokens, 256)
+  uint64_t device_arena_bytes = 0;  // 0 = the hardware's device memory
+  // Host budgets; unset = everything in RAM, copy endpoints pinned (the Trainer's default).
+  bool budgets_enabled = false;
+  tiers::TierBudgets budgets;
+  bool states_on_nvme = false;
+  uint64_t fixed_overhead_bytes = kDefaultFixedOverheadBytes;
+};
+
+struct PlanResult {
+  std::string hardware;
+  int64_t parameters = 0;
+  int64_t padded_elements = 0;
+  tiers::Placement placement;  // bytes per tier per buffer kind
+  ExecutorOptions executor;
+  int weight_slots = 0;
+  DeviceMemoryPlan device;  // on the CPU device exact; on a GPU scaled to its dtypes
+  uint64_t device_arena_peak = 0;
+  uint64_t device_arena_capacity = 0;
+  bool fits_device = false;
+  uint64_t host_store_bytes = 0;     // placement: pinned + RAM (NVMe staging included)
+  uint64_t host_pinned_staging = 0;  // executor: gradient staging + host checkpoints
+  uint64_t host_fixed_overhead = 0;
+  uint64_t host_arena_bytes = 0;  // CPU device: the emulated device memory is host RAM
+  uint64_t host_peak_bytes = 0;   // predicted VmHWM growth of a training process
+  uint64_t nvme_bytes = 0;
+  StepTimeEstimate time;
+  double tokens_per_step = 0;
+
+  std::string Table() const;
+  std::string ToJson() const;
+};
+
+absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& inputs,
+                                const HardwareProfile& hardware);
+
+struct LargestFit {
+  int num_layers = 0;
+  int64_t parameters = 0;
+  PlanResult plan;
+};
+
+// The deepest model of `family_template`'s shape (its width, heads, vocab; num_hidden_layers
+// varied) whose plan fits the host budgets (placement) and the device. NOT_FOUND when not even
+// one layer fits.
+absl::StatusOr<LargestFit> LargestModelThatFits(const ModelConfig& family_template,
+                                                const PlanInputs& inputs,
+                                                const HardwareProfile& hardware);
+
+}  // namespace megatrain::engine::planner

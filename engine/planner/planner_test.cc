@@ -1,0 +1,109 @@
+// Tests of the planner on GPU profiles: host bytes per parameter, device plans independent of
+// depth, the bottleneck moving with the link, and the largest-fit search.
+#include "engine/planner/planner.h"
+
+#include <gtest/gtest.h>
+
+#include "engine/planner/model_presets.h"
+
+namespace megatrain::engine::planner {
+namespace {
+
+HardwareProfile Gpu(const std::string& name) {
+  return *FindHardwareProfile(BuiltinHardwareProfiles(), name);
+}
+
+TEST(PlannerTest, HostBytesPerParameterIs18OnAGpu) {
+  const ModelConfig c = *ModelPreset("qwen2.5-7b");
+  PlanInputs in;
+  in.micro_batch = 4;
+  in.seq = 1024;
+  absl::StatusOr<PlanResult> p = Plan(c, in, Gpu("h100-pcie"));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_NEAR(p->parameters / 1e9, 7.6, 0.1);
+  const double per_param = static_cast<double>(p->host_store_bytes) / p->parameters;
+  EXPECT_NEAR(per_param, 18.0, 0.05);
+  EXPECT_TRUE(p->fits_device);
+  EXPECT_GT(p->time.step_seconds, 0);
+  EXPECT_GT(p->time.model_tflops, 0);
+  EXPECT_LT(p->time.model_tflops, 756);
+  EXPECT_FALSE(p->Table().empty());
+  EXPECT_NE(p->ToJson().find("\"bottleneck\""), std::string::npos);
+}
+
+TEST(PlannerTest, DevicePeakDoesNotDependOnDepth) {
+  ModelConfig c = *ModelPreset("qwen2.5-14b");
+  PlanInputs in;
+  in.micro_batch = 2;
+  in.seq = 512;
+  in.device_checkpoints = 0;
+  const uint64_t shallow = Plan(c, in, Gpu("gh200"))->device_arena_peak;
+  c.num_hidden_layers *= 3;
+  EXPECT_EQ(Plan(c, in, Gpu("gh200"))->device_arena_peak, shallow);
+}
+
+TEST(PlannerTest, SlowLinkMakesCopyInTheBottleneck) {
+  const ModelConfig c = *ModelPreset("qwen2.5-7b");
+  PlanInputs in;
+  in.micro_batch = 1;
+  in.seq = 128;
+  HardwareProfile hw = Gpu("h100-pcie");
+  hw.h2d_gbps = hw.d2h_gbps = 1;
+  absl::StatusOr<PlanResult> p = Plan(c, in, hw);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->time.bottleneck, "copy-in");
+  EXPECT_GT(p->time.stall_seconds, 0.5 * p->time.copy_in_seconds);
+}
+
+TEST(PlannerTest, NvmeMovesStatesAndAddsTheirTraffic) {
+  const ModelConfig c = *ModelPreset("qwen2.5-7b");
+  PlanInputs in;
+  in.budgets_enabled = true;
+  in.budgets.pinned_ram = uint64_t{40} << 30;
+  in.budgets.ram = uint64_t{80} << 30;
+  in.budgets.nvme_dir = "/nvme";
+  in.budgets.nvme_bytes = uint64_t{200} << 30;
+  absl::StatusOr<PlanResult> p = Plan(c, in, Gpu("h100-pcie"));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->placement.tier(tiers::BufferKind::kM), tiers::Tier::kNvme);
+  EXPECT_NEAR(static_cast<double>(p->nvme_bytes) / p->parameters, 8.0, 0.05);
+  EXPECT_GT(p->time.nvme_seconds, 0);
+  in.budgets.ram = uint64_t{1} << 30;
+  EXPECT_EQ(Plan(c, in, Gpu("h100-pcie")).status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(PlannerTest, LargestModelGrowsWithHostMemory) {
+  const ModelConfig c = *ModelPreset("qwen2.5-72b");
+  PlanInputs in;
+  in.seq = 1024;
+  in.budgets_enabled = true;
+  in.budgets.pinned_ram = uint64_t{200} << 30;
+  in.budgets.ram = uint64_t{400} << 30;
+  absl::StatusOr<LargestFit> small = LargestModelThatFits(c, in, Gpu("h200"));
+  ASSERT_TRUE(small.ok()) << small.status();
+  in.budgets.ram = uint64_t{1300} << 30;
+  absl::StatusOr<LargestFit> big = LargestModelThatFits(c, in, Gpu("h200"));
+  ASSERT_TRUE(big.ok());
+  EXPECT_GT(big->parameters, 2 * small->parameters);
+  // 18 bytes/param: 1.5 TB holds about 80B parameters of this shape.
+  EXPECT_LE(static_cast<double>(big->plan.host_store_bytes),
+            static_cast<double>(in.budgets.pinned_ram + in.budgets.ram));
+  ModelConfig one_more = c;
+  one_more.num_hidden_layers = big->num_layers + 1;
+  EXPECT_FALSE(Plan(one_more, in, Gpu("h200")).ok());
+}
+
+TEST(PlannerTest, BadInputsNameTheField) {
+  const ModelConfig c = *ModelPreset("qwen2.5-0.5b");
+  PlanInputs in;
+  in.weight_slots = 1;
+  EXPECT_NE(Plan(c, in, Gpu("h100-sxm")).status().message().find("weight_slots=1"),
+            std::string::npos);
+  in.weight_slots = 2;
+  in.grad_accumulation = 0;
+  EXPECT_NE(Plan(c, in, Gpu("h100-sxm")).status().message().find("grad_accumulation=0"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace megatrain::engine::planner

@@ -1,0 +1,216 @@
+// Op work of the schedule and the three-stream replay (protocol in step_time.h).
+#include "engine/planner/step_time.h"
+
+#include <algorithm>
+#include <array>
+
+#include "engine/exec/weight_slot_policy.h"
+
+namespace megatrain::engine::planner {
+namespace {
+
+// Causal attention matmuls of one forward: QK^T and PV over the lower triangle.
+double AttentionForwardFlops(const ModelDims& m) {
+  const double s = static_cast<double>(m.seq);
+  return 2.0 * 2.0 * m.batch * m.q_heads * m.head_dim * s * (s + 1) / 2.0;
+}
+
+double LayerGemmForwardFlops(const ModelDims& m) {
+  const double n = static_cast<double>(m.tokens());
+  const double d = m.hidden, q = m.q_width(), kv = m.kv_width(), f = m.ffn;
+  return 2.0 * n * d * (q + 2 * kv) + 2.0 * n * q * d + 3 * 2.0 * n * d * f;
+}
+
+// Elements read or written by one layer forward's non-GEMM work: norms, RoPE, residual adds,
+// SwiGLU, the input copy, and one pass of the softmax over the causal scores.
+double LayerElementwiseForward(const ModelDims& m) {
+  const double n = static_cast<double>(m.tokens());
+  const double s = static_cast<double>(m.seq);
+  return n * (12.0 * m.hidden + 2.0 * m.q_width() + 2.0 * m.kv_width() + 3.0 * m.ffn) +
+         3.0 * m.batch * m.q_heads * s * (s + 1) / 2.0;
+}
+
+double CopySeconds(double bytes, double gbps, const HardwareProfile& hw, int copies) {
+  if (bytes <= 0) return 0;
+  const double memcpy_gbps = hw.memcpy_gbps > 0 ? hw.memcpy_gbps : gbps;
+  double seconds = bytes / (memcpy_gbps * 1e9);
+  if (gbps > 0) seconds = std::max(seconds, bytes / (gbps * 1e9));
+  return seconds + copies * hw.link_latency_us * 1e-6;
+}
+
+}  // namespace
+
+StepWork BuildStepWork(const ExecutorGeometry& g, const ExecutorOptions& options, int weight_slots,
+                       int micro_batches, const HardwareProfile& hw, double flop_parameters) {
+  ScheduleShape shape = g.layout.schedule;
+  shape.checkpoint_interval = options.checkpoint_interval;
+  shape.keep_all = options.keep_all;
+  const std::vector<ScheduledOp> schedule = BuildStepSchedule(shape);
+  const ModelDims& m = g.dims;
+  const double n = static_cast<double>(m.tokens());
+  const double a = hw.activation_bytes;
+  const int checkpoints = CheckpointCount(shape);
+  const int device_checkpoints = options.device_checkpoints < 0
+                                     ? checkpoints
+                                     : std::min(options.device_checkpoints, checkpoints);
+  const double x_bytes = n * m.hidden * a;
+
+  StepWork w;
+  for (size_t e : g.entry_elements) {
+    w.entry_elements.push_back(static_cast<double>(e));
+    w.optimizer_elements += static_cast<double>(e);
+  }
+  WeightSlotPolicy policy(weight_slots);
+  std::vector<bool> contributed(g.entry_elements.size(), false);
+  for (int mb = 0; mb < micro_batches; ++mb) {
+    for (const ScheduledOp& op : schedule) {
+      OpWork o;
+      o.op = op;
+      const double stage = static_cast<double>(StageFloats(g, op.entries));
+      if (policy.Place(op.entries, /*version=*/1).copy) {
+        for (int e : op.entries) o.copy_in_bytes += g.entry_elements[e] * hw.weight_bytes;
+        o.copies += static_cast<int>(op.entries.size());
+      }
+      switch (op.kind) {
+        case StageKind::kEmbedForward:
+          o.elementwise_bytes = 2 * n * m.hidden * a;
+          break;
+        case StageKind::kLayerForward:
+          o.gemm_flops = LayerGemmForwardFlops(m);
+          o.attention_flops = AttentionForwardFlops(m);
+          o.elementwise_bytes = LayerElementwiseForward(m) * a;
+          if (op.checkpoint >= 0 && op.checkpoint >= device_checkpoints) {
+            if (op.recompute) {
+              o.copy_in_bytes += x_bytes;
+              ++o.copies;
+            } else {
+              o.copy_out_bytes += x_bytes;
+            }
+          }
+          break;
+        case StageKind::kHead:
+          o.gemm_flops = 6.0 * n * m.hidden * m.vocab;
+          o.elementwise_bytes = (4.0 * n * m.vocab + 6.0 * n * m.hidden) * a + stage * 4;
+          break;
+        case StageKind::kLayerBackward:
+          o.gemm_flops = 2 * LayerGemmForwardFlops(m);
+          o.attention_flops = 2.5 * AttentionForwardFlops(m);
+          o.elementwise_bytes = 2.5 * LayerElementwiseForward(m) * a + stage * 4;
+          break;
+        case StageKind::kEmbedBackward:
+          o.elementwise_bytes = 2 * n * m.hidden * a + stage * 4;
+          break;
+      }
+      if (op.produces_gradients) {
+        o.copy_out_bytes += stage * hw.grad_bytes;
+        for (int e : op.entries) {
+          if (contributed[e]) o.accumulate_elements += g.entry_elements[e];
+          contributed[e] = true;
+        }
+      }
+      w.hardware_flops += o.gemm_flops + o.attention_flops;
+      w.ops.push_back(std::move(o));
+    }
+  }
+  w.tokens = n * micro_batches;
+  w.parameters = flop_parameters;
+  w.model_flops =
+      (6.0 * flop_parameters * n + 3.0 * m.num_layers * AttentionForwardFlops(m)) * micro_batches;
+  return w;
+}
+
+StepTimeEstimate EstimateStepTime(const StepWork& w, const HardwareProfile& hw, int nvme_arrays) {
+  StepTimeEstimate t;
+  const double flops_per_s = hw.dense_tflops * 1e12 * hw.compute_efficiency;
+  const double device_bw = hw.device_memory_gbps * 1e9;
+  const double host_bw = hw.host_memory_gbps * 1e9;
+
+  // Host optimizer of the previous step, entry by entry in forward order.
+  const size_t entries = w.entry_elements.size();
+  std::vector<double> update_done(entries, 0.0);
+  double clock_cpu = 0, clock_io = 0, clock_both = 0;
+  for (size_t e = 0; e < entries; ++e) {
+    const double adamw = w.entry_elements[e] / hw.AdamwParamsPerSecond();
+    double io = 0;
+    if (nvme_arrays > 0) {
+      const double bytes = w.entry_elements[e] * 4 * nvme_arrays;
+      io = bytes / (hw.nvme_read_gbps * 1e9) + bytes / (hw.nvme_write_gbps * 1e9);
+    }
+    t.optimizer_seconds += adamw;
+    t.nvme_seconds += io;
+    clock_cpu += adamw;
+    clock_io += io;
+    clock_both += std::max(adamw, io);
+    // CPU device: AdamW's time is charged in full below, so only I/O gates the forward.
+    update_done[e] = hw.cpu_device ? clock_io : clock_both;
+  }
+  t.grad_norm_seconds = w.optimizer_elements * 4 / host_bw;
+
+  // Replay of the three streams.
+  double copy_in_free = 0, compute_free = 0, copy_out_free = 0;
+  std::array<double, 2> grad_free = {0, 0};
+  int grad = 0;
+  // Slots: the executor's policy placed weights; for timing, a copy into the slot read two
+  // copying ops ago is the double-buffering constraint.
+  std::vector<double> reader_done_of_copy;  // compute end of each op that copied weights
+  for (const OpWork& o : w.ops) {
+    const double compute =
+        (o.gemm_flops + o.attention_flops) / flops_per_s + o.elementwise_bytes / device_bw;
+    const double copy_in = CopySeconds(o.copy_in_bytes, hw.h2d_gbps, hw, o.copies);
+    const double copy_out =
+        CopySeconds(o.copy_out_bytes, hw.d2h_gbps, hw, o.copy_out_bytes > 0 ? 1 : 0) +
+        o.accumulate_elements * 12 / host_bw;
+    t.compute_seconds += compute;
+    t.copy_in_seconds += copy_in;
+    t.copy_out_seconds += copy_out;
+
+    double ready = compute_free;
+    if (copy_in > 0) {
+      double start = copy_in_free;
+      // The slot being refilled was last read by the op that copied two copies ago.
+      const size_t c = reader_done_of_copy.size();
+      if (c >= 2) start = std::max(start, reader_done_of_copy[c - 2]);
+      for (int e : o.op.entries) start = std::max(start, update_done[e]);
+      copy_in_free = start + copy_in;
+      ready = std::max(ready, copy_in_free);
+    }
+    if (o.op.produces_gradients) ready = std::max(ready, grad_free[grad]);
+    t.stall_seconds += ready - compute_free;
+    compute_free = ready + compute;
+    if (copy_in > 0) reader_done_of_copy.push_back(compute_free);
+    if (o.op.produces_gradients || copy_out > 0) {
+      copy_out_free = std::max(copy_out_free, compute_free) + copy_out;
+      if (o.op.produces_gradients) {
+        grad_free[grad] = copy_out_free;
+        grad ^= 1;
+      }
+    }
+  }
+  t.pipeline_seconds = std::max(compute_free, copy_out_free);
+  t.step_seconds = t.pipeline_seconds + t.grad_norm_seconds;
+  if (hw.cpu_device)
+    t.step_seconds += t.optimizer_seconds;
+  else
+    t.step_seconds = std::max(t.step_seconds, clock_both + t.grad_norm_seconds);
+
+  const std::pair<const char*, double> busy[] = {
+      {"compute", t.compute_seconds},
+      {"copy-in", t.copy_in_seconds},
+      {"copy-out", t.copy_out_seconds},
+      {"host optimizer", t.optimizer_seconds + t.grad_norm_seconds},
+      {"nvme", t.nvme_seconds},
+  };
+  double most = -1;
+  for (const auto& [name, seconds] : busy) {
+    if (seconds > most) {
+      most = seconds;
+      t.bottleneck = name;
+    }
+  }
+  t.tokens_per_second = w.tokens / t.step_seconds;
+  t.model_tflops = w.model_flops / t.step_seconds / 1e12;
+  t.hardware_tflops = w.hardware_flops / t.step_seconds / 1e12;
+  return t;
+}
+
+}  // namespace megatrain::engine::planner

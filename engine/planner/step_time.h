@@ -1,0 +1,74 @@
+// The step-time model: the work of every op of the executor's actual schedule (GEMM and
+// attention FLOPs including recompute, element-wise bytes, weight bytes copied in, gradient and
+// checkpoint bytes copied out), replayed through the executor's three-stream pipeline.
+//
+// Overlap model (the executor's event choreography, streaming_executor.h):
+//  1. copy_in: op j's weights start when the previous copy-in ended, the slot's previous
+//     reader finished computing, and the entry's optimizer update of this step is done.
+//     Which ops copy at all is decided by the executor's own WeightSlotPolicy.
+//  2. compute: op j starts when op j-1 finished, its weights (and host checkpoint) arrived and
+//     its gradient buffer (2, alternating) was drained by copy_out.
+//  3. copy_out: gradients leave after the op's compute, in order.
+//  4. Host optimizer: entry e's update of the previous step runs in forward order from the
+//     start of the step, each entry taking max(AdamW, NVMe read+write of its arrays) (read-ahead
+//     pipelines the two). On a GPU it overlaps the forward; on the CPU device compute and
+//     AdamW share the cores, so AdamW's time is added and only NVMe I/O overlaps.
+//  5. The gradient-norm pass (4 bytes/param read on the host) is serial after backward.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "engine/exec/streaming_executor.h"
+#include "engine/planner/executor_geometry.h"
+#include "engine/planner/hardware_profile.h"
+
+namespace megatrain::engine::planner {
+
+struct OpWork {
+  ScheduledOp op;
+  double gemm_flops = 0;       // dense matmuls (projections, MLP, LM head)
+  double attention_flops = 0;  // causal attention matmuls (half the square)
+  double elementwise_bytes = 0;
+  double copy_in_bytes = 0;        // weights (0 when the slot already holds them) + checkpoint
+  double copy_out_bytes = 0;       // gradients + checkpoint
+  double accumulate_elements = 0;  // gradients added into a slab on the host (accumulation)
+  int copies = 0;                  // separate transfers (each pays the link latency)
+};
+
+struct StepWork {
+  std::vector<OpWork> ops;  // all micro-batches of one optimizer step
+  double parameters = 0;
+  double optimizer_elements = 0;  // padded floats AdamW passes over
+  std::vector<double> entry_elements;
+  double model_flops = 0;     // 6 * P_flop * tokens + causal attention (see docs/planning.md)
+  double hardware_flops = 0;  // everything the schedule runs, recompute included
+  double tokens = 0;
+};
+
+StepWork BuildStepWork(const ExecutorGeometry& g, const ExecutorOptions& options, int weight_slots,
+                       int micro_batches, const HardwareProfile& hw, double flop_parameters);
+
+struct StepTimeEstimate {
+  // Sums of each resource's busy time over the step (seconds).
+  double compute_seconds = 0;
+  double copy_in_seconds = 0;
+  double copy_out_seconds = 0;
+  double optimizer_seconds = 0;  // host AdamW over all entries
+  double nvme_seconds = 0;       // m, v read + write when on NVMe (0 otherwise)
+  double grad_norm_seconds = 0;
+  // The pipeline: when the last op ended, and the time compute waited for copies or updates.
+  double pipeline_seconds = 0;
+  double stall_seconds = 0;
+  double step_seconds = 0;  // wall time per optimizer step
+  std::string bottleneck;   // compute, copy-in, copy-out, host optimizer, nvme
+  double tokens_per_second = 0;
+  double model_tflops = 0;
+  double hardware_tflops = 0;
+};
+
+// nvme_arrays: fp32 arrays per parameter the optimizer reads and writes on NVMe (m and v: 2;
+// with the master too: 3; 0 = none).
+StepTimeEstimate EstimateStepTime(const StepWork& work, const HardwareProfile& hw, int nvme_arrays);
+
+}  // namespace megatrain::engine::planner
