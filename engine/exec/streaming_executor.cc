@@ -20,16 +20,29 @@ size_t AlignFloats(size_t n) {
 size_t Round256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 // Float offsets of each of an op's entries when packed into one slot.
-std::vector<size_t> StageOffsets(const ParameterStore& store, const std::vector<int>& entries,
-                                 size_t* total_floats) {
+std::vector<size_t> StageOffsets(absl::Span<const size_t> entry_elements,
+                                 const std::vector<int>& entries, size_t* total_floats) {
   std::vector<size_t> offsets;
   size_t used = 0;
   for (int e : entries) {
     offsets.push_back(used);
-    used += AlignFloats(store.spec(e).elements);
+    used += AlignFloats(entry_elements[e]);
   }
   *total_floats = used;
   return offsets;
+}
+
+std::vector<size_t> EntryElements(const ParameterStore& store) {
+  std::vector<size_t> elements;
+  for (int e = 0; e < store.num_entries(); ++e) elements.push_back(store.spec(e).elements);
+  return elements;
+}
+
+// The layout's schedule with the options' checkpointing applied.
+ExecutorLayout WithOptions(ExecutorLayout layout, const ExecutorOptions& options) {
+  layout.schedule.checkpoint_interval = options.checkpoint_interval;
+  layout.schedule.keep_all = options.keep_all;
+  return layout;
 }
 
 struct PlanShape {
@@ -40,12 +53,12 @@ struct PlanShape {
   int device_checkpoints = 0;
 };
 
-PlanShape ShapePlan(const ModelDims&, const ExecutorLayout& layout, const ParameterStore& store,
+PlanShape ShapePlan(const ExecutorLayout& layout, absl::Span<const size_t> entry_elements,
                     const ExecutorOptions& options, const std::vector<ScheduledOp>& schedule) {
   PlanShape p;
   for (const ScheduledOp& op : schedule) {
     size_t floats = 0;
-    StageOffsets(store, op.entries, &floats);
+    StageOffsets(entry_elements, op.entries, &floats);
     p.slot_floats = std::max(p.slot_floats, floats);
     if (op.produces_gradients) p.grad_floats = std::max(p.grad_floats, floats);
   }
@@ -67,12 +80,13 @@ std::string DeviceMemoryPlan::Describe() const {
 }
 
 DeviceMemoryPlan StreamingExecutor::PlanDeviceMemory(const ModelDims& dims,
-                                                     const ExecutorLayout& layout,
-                                                     const ParameterStore& store,
+                                                     const ExecutorLayout& given_layout,
+                                                     absl::Span<const size_t> entry_elements,
                                                      const ExecutorOptions& options,
                                                      int weight_slots) {
+  const ExecutorLayout layout = WithOptions(given_layout, options);
   const auto schedule = BuildStepSchedule(layout.schedule);
-  const PlanShape p = ShapePlan(dims, layout, store, options, schedule);
+  const PlanShape p = ShapePlan(layout, entry_elements, options, schedule);
   const size_t n = static_cast<size_t>(dims.tokens());
   const size_t x_bytes = Round256(n * dims.hidden * sizeof(float));
   DeviceMemoryPlan plan;
@@ -98,6 +112,7 @@ struct StreamingExecutor::Impl {
   const kernels::cpu::RopeTable& rope;
   ExecutorOptions options;
   std::vector<ScheduledOp> schedule;
+  std::vector<size_t> entry_elements;  // padded floats of each store entry
   PlanShape shape;
 
   std::unique_ptr<Stream> copy_in, compute, copy_out;
@@ -223,32 +238,21 @@ absl::StatusOr<std::unique_ptr<StreamingExecutor>> StreamingExecutor::Create(
   if (dims.head_chunk < 1) {
     return absl::InvalidArgumentError(absl::StrCat("head_chunk=", dims.head_chunk));
   }
-  auto impl = std::make_unique<Impl>(device, dims, layout, store, gate, rope, options);
-  impl->compute_pool = compute_pool;
-  impl->layout.schedule.checkpoint_interval = options.checkpoint_interval;
-  impl->layout.schedule.keep_all = options.keep_all;
-  impl->schedule = BuildStepSchedule(impl->layout.schedule);
-  impl->eval_schedule = BuildEvalSchedule(impl->layout.schedule);
-  impl->shape = ShapePlan(dims, impl->layout, store, options, impl->schedule);
   if (options.weight_slots == 1 || options.weight_slots < 0) {
     return absl::InvalidArgumentError(absl::StrCat("weight_slots=", options.weight_slots,
                                                    " must be 0 (auto) or >= 2 (double buffering)"));
   }
-  int num_slots = options.weight_slots;
-  if (num_slots == 0) {
-    std::vector<std::vector<int>> stages;
-    for (const ScheduledOp& op : impl->schedule) stages.push_back(op.entries);
-    const int max_slots = std::max(2, DistinctStageCount(stages));
-    const size_t base = PlanDeviceMemory(dims, impl->layout, store, options, 2).total();
-    const size_t slot_bytes = Round256(impl->shape.slot_floats * sizeof(float));
-    const size_t capacity = device.arena_stats().capacity;
-    const size_t spare = capacity > base ? capacity - base : 0;
-    // Leave 1/16 of the arena for allocator fragmentation.
-    const size_t usable = spare > capacity / 16 ? spare - capacity / 16 : 0;
-    num_slots =
-        std::min<int>(max_slots, 2 + static_cast<int>(usable / std::max<size_t>(slot_bytes, 1)));
-  }
-  const DeviceMemoryPlan plan = PlanDeviceMemory(dims, impl->layout, store, options, num_slots);
+  auto impl = std::make_unique<Impl>(device, dims, WithOptions(layout, options), store, gate, rope,
+                                     options);
+  impl->compute_pool = compute_pool;
+  impl->entry_elements = EntryElements(store);
+  impl->schedule = BuildStepSchedule(impl->layout.schedule);
+  impl->eval_schedule = BuildEvalSchedule(impl->layout.schedule);
+  impl->shape = ShapePlan(impl->layout, impl->entry_elements, options, impl->schedule);
+  const int num_slots =
+      ChooseWeightSlots(dims, layout, impl->entry_elements, options, device.arena_stats().capacity);
+  const DeviceMemoryPlan plan =
+      PlanDeviceMemory(dims, layout, impl->entry_elements, options, num_slots);
 
   if (absl::Status s = impl->Allocate(num_slots); !s.ok()) {
     return absl::ResourceExhaustedError(
@@ -314,7 +318,7 @@ void StreamingExecutor::Impl::EnqueueOp(const ScheduledOp& op, const std::vector
   const float* w = slots[slot].data_as<float>();
   float* g = grads[grad].data_as<float>();
   size_t grad_floats = 0;
-  if (op.produces_gradients) StageOffsets(store, op.entries, &grad_floats);
+  if (op.produces_gradients) StageOffsets(entry_elements, op.entries, &grad_floats);
   const LayerContext ctx{&dims,
                          &layout.layer_offsets,
                          &rope,
@@ -409,6 +413,31 @@ void StreamingExecutor::Impl::EnqueueOp(const ScheduledOp& op, const std::vector
   }
 }
 
+size_t StreamingExecutor::StageFloats(absl::Span<const size_t> entry_elements,
+                                      const std::vector<int>& entries) {
+  size_t floats = 0;
+  StageOffsets(entry_elements, entries, &floats);
+  return floats;
+}
+
+int StreamingExecutor::ChooseWeightSlots(const ModelDims& dims, const ExecutorLayout& given_layout,
+                                         absl::Span<const size_t> entry_elements,
+                                         const ExecutorOptions& options, size_t arena_capacity) {
+  if (options.weight_slots > 0) return options.weight_slots;
+  const ExecutorLayout layout = WithOptions(given_layout, options);
+  const std::vector<ScheduledOp> schedule = BuildStepSchedule(layout.schedule);
+  std::vector<std::vector<int>> stages;
+  for (const ScheduledOp& op : schedule) stages.push_back(op.entries);
+  const int max_slots = std::max(2, DistinctStageCount(stages));
+  const PlanShape shape = ShapePlan(layout, entry_elements, options, schedule);
+  const size_t base = PlanDeviceMemory(dims, layout, entry_elements, options, 2).total();
+  const size_t slot_bytes = Round256(shape.slot_floats * sizeof(float));
+  const size_t spare = arena_capacity > base ? arena_capacity - base : 0;
+  // Leave 1/16 of the arena for allocator fragmentation.
+  const size_t usable = spare > arena_capacity / 16 ? spare - arena_capacity / 16 : 0;
+  return std::min<int>(max_slots, 2 + static_cast<int>(usable / std::max<size_t>(slot_bytes, 1)));
+}
+
 int StreamingExecutor::weight_slots() const { return impl_->slot_policy->num_slots(); }
 
 void StreamingExecutor::InvalidateWeights() {
@@ -483,7 +512,7 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
 
   for (const ScheduledOp& op : ops) {
     size_t stage_floats = 0;
-    const std::vector<size_t> offsets = StageOffsets(s.store, op.entries, &stage_floats);
+    const std::vector<size_t> offsets = StageOffsets(s.entry_elements, op.entries, &stage_floats);
     const bool host_checkpoint_in = op.kind == StageKind::kLayerForward && op.recompute &&
                                     op.checkpoint >= 0 && s.CheckpointOnHost(op.checkpoint);
     if (host_checkpoint_in) {

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "engine/device/device.h"
 #include "engine/exec/activation_sets.h"
 #include "engine/exec/cpu_layer_math.h"
@@ -79,10 +80,21 @@ struct MicroBatchResult {
 
 class StreamingExecutor {
  public:
-  // The plan with `weight_slots` slots (2 = the minimum the executor runs with).
+  // The plan with `weight_slots` slots (2 = the minimum the executor runs
+  // with) for parameter entries of `entry_elements` padded floats each; the
+  // options' checkpointing overrides the layout's. What Create allocates.
   static DeviceMemoryPlan PlanDeviceMemory(const ModelDims& dims, const ExecutorLayout& layout,
-                                           const ParameterStore& store,
+                                           absl::Span<const size_t> entry_elements,
                                            const ExecutorOptions& options, int weight_slots = 2);
+  // Floats of a weight slot holding these entries (packed at the executor's
+  // alignment).
+  static size_t StageFloats(absl::Span<const size_t> entry_elements,
+                            const std::vector<int>& entries);
+  // The slot count Create uses: options.weight_slots, or with 0 as many as
+  // fit an arena of `arena_capacity` bytes beside the rest of the plan.
+  static int ChooseWeightSlots(const ModelDims& dims, const ExecutorLayout& layout,
+                               absl::Span<const size_t> entry_elements,
+                               const ExecutorOptions& options, size_t arena_capacity);
 
   // Allocates the plan from the device arena; a too-small arena fails with
   // RESOURCE_EXHAUSTED saying how many bytes the plan needs and for what.

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/model/hf_loader.h"
 #include "engine/optimizer/grad_norm.h"
+#include "engine/train/executor_geometry.h"
 #include "kernels/common/adamw.h"
 
 namespace megatrain::engine {
@@ -35,11 +36,6 @@ double Uniform01(uint64_t& state) {
 bool IsNorm(TensorRole role) {
   return role == TensorRole::kInputNorm || role == TensorRole::kPostAttentionNorm ||
          role == TensorRole::kFinalNorm;
-}
-
-int64_t OffsetOf(const ParameterLayout& layout, int entry, TensorRole role) {
-  const TensorSlot* slot = layout.Find(entry, role);
-  return slot == nullptr ? -1 : static_cast<int64_t>(slot->offset);
 }
 
 }  // namespace
@@ -144,54 +140,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(Device& device, ModelCo
 
   openblas_set_num_threads(std::max(1, options.blas_threads));
 
+  absl::StatusOr<ExecutorGeometry> geometry = MakeExecutorGeometry(
+      config, *layout, options.micro_batch_size, options.seq_len, options.head_chunk);
+  if (!geometry.ok()) return geometry.status();
+
   auto trainer = std::unique_ptr<Trainer>(new Trainer(
       device, std::move(config), std::move(*layout), std::move(*store), options, std::move(*rope)));
-  const ModelConfig& c = trainer->config_;
-  const ParameterLayout& l = trainer->layout_;
-  ModelDims& m = trainer->dims_;
-  m.vocab = c.vocab_size;
-  m.hidden = c.hidden_size;
-  m.ffn = c.intermediate_size;
-  m.q_heads = c.num_attention_heads;
-  m.kv_heads = c.num_key_value_heads;
-  m.head_dim = c.head_dim;
-  m.num_layers = c.num_hidden_layers;
-  m.rms_eps = static_cast<float>(c.rms_norm_eps);
-  m.sliding_window = 0;  // CheckSequenceLength guarantees the window covers the sequence
-  m.tied_embeddings = c.tie_word_embeddings;
-  m.batch = options.micro_batch_size;
-  m.seq = options.seq_len;
-  m.head_chunk = options.head_chunk > 0 ? options.head_chunk : std::min<int64_t>(m.tokens(), 256);
-
-  ExecutorLayout exec_layout;
-  exec_layout.schedule.num_layers = c.num_hidden_layers;
-  exec_layout.schedule.embedding_entry = l.embedding_entry();
-  exec_layout.schedule.first_layer_entry = l.layer_entry(0);
-  exec_layout.schedule.final_norm_entry = l.final_norm_entry();
-  exec_layout.schedule.lm_head_entry =
-      l.tied_embeddings() ? l.embedding_entry() : l.lm_head_entry();
-  LayerOffsets& o = exec_layout.layer_offsets;
-  const int e0 = l.layer_entry(0);
-  o.input_norm = OffsetOf(l, e0, TensorRole::kInputNorm);
-  o.q = OffsetOf(l, e0, TensorRole::kQ);
-  o.q_bias = OffsetOf(l, e0, TensorRole::kQBias);
-  o.k = OffsetOf(l, e0, TensorRole::kK);
-  o.k_bias = OffsetOf(l, e0, TensorRole::kKBias);
-  o.v = OffsetOf(l, e0, TensorRole::kV);
-  o.v_bias = OffsetOf(l, e0, TensorRole::kVBias);
-  o.o = OffsetOf(l, e0, TensorRole::kO);
-  o.o_bias = OffsetOf(l, e0, TensorRole::kOBias);
-  o.post_norm = OffsetOf(l, e0, TensorRole::kPostAttentionNorm);
-  o.gate = OffsetOf(l, e0, TensorRole::kGate);
-  o.gate_bias = OffsetOf(l, e0, TensorRole::kGateBias);
-  o.up = OffsetOf(l, e0, TensorRole::kUp);
-  o.up_bias = OffsetOf(l, e0, TensorRole::kUpBias);
-  o.down = OffsetOf(l, e0, TensorRole::kDown);
-  o.down_bias = OffsetOf(l, e0, TensorRole::kDownBias);
-
-  absl::StatusOr<std::unique_ptr<StreamingExecutor>> executor =
-      StreamingExecutor::Create(device, m, exec_layout, trainer->store_, trainer->gate_,
-                                trainer->rope_, options.executor, &trainer->compute_pool_);
+  trainer->dims_ = geometry->dims;
+  absl::StatusOr<std::unique_ptr<StreamingExecutor>> executor = StreamingExecutor::Create(
+      device, geometry->dims, geometry->layout, trainer->store_, trainer->gate_, trainer->rope_,
+      options.executor, &trainer->compute_pool_);
   if (!executor.ok()) return executor.status();
   trainer->executor_ = std::move(*executor);
   trainer->placement_table_ = std::move(placement_table);

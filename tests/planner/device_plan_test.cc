@@ -1,9 +1,8 @@
-// The planner's device plan (computed from entry sizes, without a ParameterStore) equals the
-// executor's own StreamingExecutor::PlanDeviceMemory on a real store, and the slot count its
-// auto rule picks, across shapes, k, keep_all, host checkpoints and tied embeddings.
+// The planner's device plan (computed from the layout, without allocating) equals what a real
+// Trainer's executor allocates from the arena, and the slot count its auto rule picks, across
+// shapes, k, keep_all, host checkpoints and tied embeddings.
 #include <gtest/gtest.h>
 
-#include "engine/exec/parameter_store.h"
 #include "engine/exec/streaming_executor.h"
 #include "engine/model/parameter_layout.h"
 #include "engine/planner/executor_geometry.h"
@@ -48,14 +47,17 @@ TEST(DevicePlanTest, EqualsTheExecutorsPlan) {
     auto g = MakeExecutorGeometry(config, *layout, c.batch, c.seq, 0, options);
     ASSERT_TRUE(g.ok()) << g.status();
     auto device = testing::MakeCpuDevice(size_t{64} << 20);
-    std::vector<EntrySpec> specs;
-    for (size_t e : g->entry_elements) specs.push_back(EntrySpec{e, {}});
-    auto store = ParameterStore::Create(*device, std::move(specs));
-    ASSERT_TRUE(store.ok()) << store.status();
+    TrainerOptions o;
+    o.micro_batch_size = c.batch;
+    o.seq_len = c.seq;
+    o.executor = options;
+    auto trainer = Trainer::Create(*device, config, o);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
     const int slots = WeightSlotsFor(*g, options, size_t{64} << 20);
-    const DeviceMemoryPlan want =
-        StreamingExecutor::PlanDeviceMemory(g->dims, g->layout, *store, options, slots);
+    EXPECT_EQ(slots, (*trainer)->executor().weight_slots());
+    const DeviceMemoryPlan want = (*trainer)->executor().plan();
     const DeviceMemoryPlan got = DeviceMemoryPlanFor(*g, options, slots);
+    EXPECT_EQ(device->arena_stats().in_use, want.total());
     EXPECT_EQ(got.weight_slots, want.weight_slots);
     EXPECT_EQ(got.gradient_buffers, want.gradient_buffers);
     EXPECT_EQ(got.activations, want.activations);

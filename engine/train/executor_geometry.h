@@ -1,0 +1,29 @@
+// The streaming executor's shapes for a model and micro-batch, derived from
+// the config and the parameter layout without allocating anything: used by
+// the trainer to build its executor and by the planner to predict it.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/exec/model_dims.h"
+#include "engine/exec/streaming_executor.h"
+#include "engine/model/model_config.h"
+#include "engine/model/parameter_layout.h"
+
+namespace megatrain::engine {
+
+struct ExecutorGeometry {
+  ModelDims dims;
+  ExecutorLayout layout;
+  std::vector<size_t> entry_elements;  // padded floats of each layout entry
+};
+
+// head_chunk 0 = min(tokens, 256). INVALID_ARGUMENT for a micro_batch or seq
+// below 1, naming the field.
+absl::StatusOr<ExecutorGeometry> MakeExecutorGeometry(const ModelConfig& config,
+                                                      const ParameterLayout& layout,
+                                                      int micro_batch, int seq, int head_chunk);
+
+}  // namespace megatrain::engine
