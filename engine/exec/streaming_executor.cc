@@ -13,6 +13,8 @@ namespace megatrain::engine {
 namespace {
 
 constexpr size_t kEntryAlignFloats = 64;
+// Chunk of later gradient contributions staged on the host (4 MiB).
+constexpr size_t kGradientStagingFloats = size_t{1} << 20;
 
 size_t AlignFloats(size_t n) {
   return (n + kEntryAlignFloats - 1) / kEntryAlignFloats * kEntryAlignFloats;
@@ -135,7 +137,9 @@ struct StreamingExecutor::Impl {
   std::vector<DeviceBuffer> device_checkpoints;
   DeviceBuffer checkpoint_stage;
   std::vector<PinnedHostBuffer> host_checkpoints;
-  PinnedHostBuffer gradient_staging[2];
+  // Later gradient contributions of a step land here chunk by chunk and are
+  // added into the host slab in copy_out stream order (bounded pinned memory).
+  PinnedHostBuffer gradient_staging;
 
   ThreadPool* compute_pool = nullptr;  // parallel loops of the compute stream
   MicroBatchResult head_result;        // written by the head's compute task
@@ -206,11 +210,11 @@ absl::Status StreamingExecutor::Impl::Allocate(int num_slots) {
     if (!b.ok()) return b.status();
     host_checkpoints.push_back(std::move(*b));
   }
-  for (int i = 0; i < 2; ++i) {
-    absl::StatusOr<PinnedHostBuffer> b =
-        device.AllocatePinned(std::max<size_t>(shape.grad_floats * sizeof(float), 64));
+  {
+    absl::StatusOr<PinnedHostBuffer> b = device.AllocatePinned(
+        std::min(shape.grad_floats, kGradientStagingFloats) * sizeof(float) + 64);
     if (!b.ok()) return b.status();
-    gradient_staging[i] = std::move(*b);
+    gradient_staging = std::move(*b);
   }
   return absl::OkStatus();
 }
@@ -622,14 +626,17 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
           s.copy_out->CopyDeviceToHost(s.store.entry(e).grad, src, count * sizeof(float), out_tag);
           contributed[e] = true;
         } else {
-          float* staged = s.gradient_staging[grad].data_as<float>() + offsets[i];
+          float* staged = s.gradient_staging.data_as<float>();
           float* slab = s.store.entry(e).grad;
-          s.copy_out->CopyDeviceToHost(staged, src, count * sizeof(float), out_tag);
-          s.copy_out->EnqueueHostTask(
-              [staged, slab, count] {
-                for (size_t j = 0; j < count; ++j) slab[j] += staged[j];
-              },
-              {SpanKind::kCopyOut, "accumulate gradients", op.layer});
+          for (size_t first = 0; first < count; first += kGradientStagingFloats) {
+            const size_t n = std::min(kGradientStagingFloats, count - first);
+            s.copy_out->CopyDeviceToHost(staged, src + first, n * sizeof(float), out_tag);
+            s.copy_out->EnqueueHostTask(
+                [staged, slab = slab + first, n] {
+                  for (size_t j = 0; j < n; ++j) slab[j] += staged[j];
+                },
+                {SpanKind::kCopyOut, "accumulate gradients", op.layer});
+          }
         }
       }
       s.copy_out->RecordEvent(*s.grad_free[grad]);

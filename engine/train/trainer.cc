@@ -159,6 +159,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(Device& device, ModelCo
 void Trainer::InitializeRandom(uint64_t seed) {
   WaitForUpdates();
   executor_->InvalidateWeights();
+  // Weight matrices are drawn in chunks, each from its own generator seeded by
+  // (seed, entry, tensor, chunk), so the values do not depend on how many
+  // threads fill them.
+  constexpr size_t kChunk = 64 * 1024;
+  struct Piece {
+    float* p;
+    size_t n;
+    uint64_t state;
+  };
+  std::vector<Piece> pieces;
   for (int e = 0; e < layout_.num_entries(); ++e) {
     float* master = store_.entry(e).master;
     std::memset(master, 0, store_.spec(e).elements * sizeof(float));
@@ -168,19 +178,27 @@ void Trainer::InitializeRandom(uint64_t seed) {
       float* p = master + slot.offset;
       const size_t n = slot.num_elements();
       if (IsNorm(slot.role)) {
-        for (size_t i = 0; i < n; ++i) p[i] = 1.0f;
+        std::fill(p, p + n, 1.0f);
       } else if (slot.weight_decay) {
-        uint64_t state = seed ^ (static_cast<uint64_t>(e) << 40) ^ (static_cast<uint64_t>(t) << 20);
-        for (size_t i = 0; i < n; ++i) {
-          // Box-Muller in double.
-          const double u1 = Uniform01(state);
-          const double u2 = Uniform01(state);
-          const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-          p[i] = static_cast<float>(0.02 * z);
+        for (size_t first = 0; first < n; first += kChunk) {
+          uint64_t state = seed ^ (static_cast<uint64_t>(e) << 40) ^
+                           (static_cast<uint64_t>(t) << 28) ^ (first / kChunk);
+          SplitMix(state);  // decorrelate neighbouring seeds
+          pieces.push_back({p + first, std::min(kChunk, n - first), state});
         }
       }  // biases stay zero
     }
   }
+  compute_pool_.ParallelFor(pieces.size(), [&pieces](size_t i) {
+    Piece piece = pieces[i];
+    for (size_t j = 0; j < piece.n; ++j) {
+      // Box-Muller in double.
+      const double u1 = Uniform01(piece.state);
+      const double u2 = Uniform01(piece.state);
+      const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+      piece.p[j] = static_cast<float>(0.02 * z);
+    }
+  });
 }
 
 absl::Status Trainer::LoadHfWeights(const std::string& dir) {
