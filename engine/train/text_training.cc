@@ -176,6 +176,9 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
       Trainer::Create(**device, config, options.trainer);
   if (!trainer.ok()) return trainer.status();
+  if (!(*trainer)->placement_table().empty()) {
+    observer.OnLine("memory placement:\n" + (*trainer)->placement_table(), true);
+  }
   (*trainer)->InitializeRandom(options.seed);
 
   TextTrainingResult result;

@@ -45,6 +45,14 @@ ABSL_FLAG(int, threads, 2, "BLAS and optimizer threads.");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of the initial weights and the data order.");
 ABSL_FLAG(std::string, trace, "", "Write a Chrome trace (JSON) of the last step here.");
 ABSL_FLAG(bool, serial, false, "Disable transfer/compute overlap (baseline).");
+ABSL_FLAG(int64_t, pinned_ram_mb, 0,
+          "Host memory budgets (MiB) for the memory tiers; all 0 = everything in RAM. "
+          "Pinned RAM for the copy endpoints (master, gradients).");
+ABSL_FLAG(int64_t, ram_mb, 0, "Pageable RAM budget (MiB).");
+ABSL_FLAG(std::string, nvme_dir, "",
+          "Directory on a block-backed filesystem (O_DIRECT) for the NVMe tier.");
+ABSL_FLAG(int64_t, nvme_mb, 0, "Bytes the NVMe tier may use (MiB).");
+ABSL_FLAG(bool, states_on_nvme, false, "Put AdamW m and v on the NVMe tier even if RAM fits.");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "Directory for checkpoints (step-N subdirectories); empty = no checkpoints.");
 ABSL_FLAG(int, checkpoint_every, 0,
@@ -116,6 +124,20 @@ int main(int argc, char** argv) {
   t.blas_threads = absl::GetFlag(FLAGS_threads);
   t.optimizer_threads = absl::GetFlag(FLAGS_threads);
   t.collect_timeline = !o.chrome_trace_path.empty();
+  const int64_t pinned_mb = absl::GetFlag(FLAGS_pinned_ram_mb);
+  const int64_t ram_mb = absl::GetFlag(FLAGS_ram_mb);
+  if (pinned_mb > 0 || ram_mb > 0 || !absl::GetFlag(FLAGS_nvme_dir).empty()) {
+    if (pinned_mb < 0 || ram_mb < 0 || absl::GetFlag(FLAGS_nvme_mb) < 0) {
+      fprintf(stderr, "error: --pinned_ram_mb, --ram_mb and --nvme_mb must be >= 0\n");
+      return 2;
+    }
+    t.memory.enabled = true;
+    t.memory.budgets.pinned_ram = static_cast<uint64_t>(pinned_mb) << 20;
+    t.memory.budgets.ram = static_cast<uint64_t>(ram_mb) << 20;
+    t.memory.budgets.nvme_dir = absl::GetFlag(FLAGS_nvme_dir);
+    t.memory.budgets.nvme_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_nvme_mb)) << 20;
+    t.memory.states_on_nvme = absl::GetFlag(FLAGS_states_on_nvme);
+  }
   o.device.kind = DeviceKind::kCpu;
   o.device.arena_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_arena_mb)) << 20;
   o.device.pinned_budget_bytes = size_t{64} << 30;
