@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -143,7 +144,8 @@ absl::Status WriteModelFiles(Trainer& trainer, const std::string& dir, Safetenso
 }
 
 absl::Status WriteOptimizerFile(Trainer& trainer, const std::string& dir, bool with_master,
-                                std::vector<ManifestFileRecord>* records) {
+                                std::vector<ManifestFileRecord>* records,
+                                const std::function<void(int)>& entry_written) {
   const std::vector<TensorRef> tensors = AllTensors(trainer.layout());
   std::vector<SafetensorsEntry> entries;
   for (const TensorRef& t : tensors) {
@@ -163,6 +165,8 @@ absl::Status WriteOptimizerFile(Trainer& trainer, const std::string& dir, bool w
   for (const TensorRef& t : tensors) {
     const EntryBuffers b = store.entry(t.entry);
     if (t.entry != staged_entry) {
+      // The previous entry's master, m and v are all in the files now.
+      if (staged_entry >= 0 && entry_written) entry_written(staged_entry);
       m.resize(b.elements);
       v.resize(b.elements);
       if (absl::Status s = store.ReadOptimizerState(t.entry, m.data(), v.data()); !s.ok()) {
@@ -178,6 +182,7 @@ absl::Status WriteOptimizerFile(Trainer& trainer, const std::string& dir, bool w
       }
     }
   }
+  if (staged_entry >= 0 && entry_written) entry_written(staged_entry);
   if (absl::Status s = writer->Finish(); !s.ok()) return s;
   records->push_back({kOptimizerFileName, writer->checksum()});
   return absl::OkStatus();
@@ -216,19 +221,28 @@ absl::Status CommitDirectory(const std::string& tmp, const std::string& final_pa
 absl::StatusOr<std::string> WriteCheckpoint(Trainer& trainer, const std::string& root,
                                             const CheckpointRunInfo& run,
                                             const CheckpointOptions& options) {
+  trainer.WaitForUpdates();  // 1
+  return WriteCheckpointSnapshot(trainer, trainer.progress(), root, run, options, nullptr);
+}
+
+absl::StatusOr<std::string> WriteCheckpointSnapshot(Trainer& trainer,
+                                                    const TrainerProgress& progress,
+                                                    const std::string& root,
+                                                    const CheckpointRunInfo& run,
+                                                    const CheckpointOptions& options,
+                                                    const std::function<void(int)>& entry_written) {
   if (absl::Status s = CheckModelDtype(options.model_dtype); !s.ok()) return s;
   if (options.keep_last < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("keep_last=", options.keep_last, " must be >= 0"));
   }
-  trainer.WaitForUpdates();  // 1
   std::error_code ec;
   fs::create_directories(root, ec);
   if (ec) return absl::InternalError(absl::StrCat(root, ": cannot create: ", ec.message()));
   if (absl::Status s = RemoveCheckpointLeftovers(root); !s.ok()) return s;  // 2
 
   TrainingState state;
-  state.progress = trainer.progress();
+  state.progress = progress;
   state.data_cursor = run.data_cursor;
   state.seed = run.seed;
   state.job_json = run.job_json;
@@ -247,8 +261,9 @@ absl::StatusOr<std::string> WriteCheckpoint(Trainer& trainer, const std::string&
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = WriteOptimizerFile(
-          trainer, tmp, options.model_dtype != SafetensorsDtype::kF32, &manifest.files);
+  if (absl::Status s =
+          WriteOptimizerFile(trainer, tmp, options.model_dtype != SafetensorsDtype::kF32,
+                             &manifest.files, entry_written);
       !s.ok()) {
     return s;
   }

@@ -5,7 +5,10 @@
 // intact and either no new one or a complete new one):
 //   1. Wait for the trainer's in-flight AdamW update; from here until the
 //      function returns the caller must not step the trainer (the buffers are
-//      read in place, never copied whole).
+//      read in place, never copied whole) — unless the write runs from a
+//      Trainer snapshot (WriteCheckpointSnapshot, AsyncCheckpointWriter), in
+//      which case the trainer keeps stepping and its optimizer updates of an
+//      entry wait until the entry is written.
 //   2. Remove leftovers of interrupted writers (".tmp-*", ".trash-*") in the
 //      root; one writer per root at a time is assumed.
 //   3. Create root/.tmp-step-N and write into it, each file streamed tensor by
@@ -28,6 +31,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -63,6 +67,17 @@ struct CheckpointRunInfo {
 absl::StatusOr<std::string> WriteCheckpoint(Trainer& trainer, const std::string& root,
                                             const CheckpointRunInfo& run,
                                             const CheckpointOptions& options = {});
+
+// The same from a snapshot (Trainer::BeginSnapshot) taken at `progress`, for
+// writing while training continues: reads the parameter store without waiting
+// for updates, and calls entry_written(e) (if set) once entry e's master, m
+// and v are in the files, in entry order.
+absl::StatusOr<std::string> WriteCheckpointSnapshot(Trainer& trainer,
+                                                    const TrainerProgress& progress,
+                                                    const std::string& root,
+                                                    const CheckpointRunInfo& run,
+                                                    const CheckpointOptions& options,
+                                                    const std::function<void(int)>& entry_written);
 
 // Writes only the Hugging Face model (config.json and model weights) into
 // `dir`, which must not exist; created through a temporary name and renamed.

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/checkpoint/async_checkpoint_writer.h"
 #include "engine/checkpoint/checkpoint_directory.h"
 #include "engine/checkpoint/checkpoint_reader.h"
 #include "engine/checkpoint/checkpoint_writer.h"
@@ -219,6 +220,14 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
                true);
     }
   }
+  // Checkpoints are written while the next step runs; the last one is waited for.
+  AsyncCheckpointWriter checkpoint_writer;
+  auto collect_checkpoint = [&]() -> absl::Status {
+    absl::StatusOr<std::optional<std::string>> written = checkpoint_writer.Wait();
+    if (!written.ok()) return written.status();
+    if (written->has_value()) result.last_checkpoint = **written;
+    return absl::OkStatus();
+  };
   auto save_checkpoint = [&]() -> absl::Status {
     CheckpointRunInfo run;
     run.data_cursor = windows->cursor();
@@ -227,11 +236,8 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
     run.data_files = data_files;
     CheckpointOptions checkpoint_options;
     checkpoint_options.keep_last = options.keep_last;
-    absl::StatusOr<std::string> path =
-        WriteCheckpoint(**trainer, options.checkpoint_dir, run, checkpoint_options);
-    if (!path.ok()) return path.status();
-    result.last_checkpoint = *path;
-    return absl::OkStatus();
+    if (absl::Status s = collect_checkpoint(); !s.ok()) return s;
+    return checkpoint_writer.Start(**trainer, options.checkpoint_dir, run, checkpoint_options);
   };
   result.parameters = (*trainer)->layout().parameter_count();
   if (!tokens.empty()) {
@@ -298,6 +304,9 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
                                                            step % options.checkpoint_every == 0));
     if (checkpoint_now) {
       if (absl::Status s = save_checkpoint(); !s.ok()) return s;
+      if (step == options.steps) {
+        if (absl::Status s = collect_checkpoint(); !s.ok()) return s;
+      }
     }
     const double eta = elapsed / static_cast<double>(step - first_step + 1) *
                        static_cast<double>(options.steps - step);
@@ -306,7 +315,7 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
                              step, options.steps, report->loss, validation_loss,
                              report->learning_rate, report->grad_norm, report->tokens_per_second,
                              FormatDuration(eta), report->skipped ? "  (skipped: non-finite)" : "",
-                             checkpoint_now ? "  (checkpoint saved)" : ""),
+                             checkpoint_now ? "  (checkpoint started)" : ""),
              evaluate_now || checkpoint_now);
     observer.OnStep(*report, validation_loss);
     result.reports.push_back(std::move(*report));

@@ -223,6 +223,23 @@ void Trainer::RestoreProgress(const TrainerProgress& p) {
   executor_->InvalidateWeights();
 }
 
+void Trainer::BeginSnapshot() {
+  WaitForUpdates();
+  absl::MutexLock lock(&snapshot_mu_);
+  snapshot_active_ = true;
+  snapshot_done_.assign(static_cast<size_t>(store_.num_entries()), false);
+}
+
+void Trainer::SnapshotEntryDone(int entry) {
+  absl::MutexLock lock(&snapshot_mu_);
+  if (snapshot_active_) snapshot_done_[entry] = true;
+}
+
+void Trainer::EndSnapshot() {
+  absl::MutexLock lock(&snapshot_mu_);
+  snapshot_active_ = false;
+}
+
 void Trainer::WaitForUpdates() {
   if (update_thread_.joinable()) update_thread_.join();
 }
@@ -245,6 +262,14 @@ void Trainer::LaunchUpdate(uint64_t version, double clip_coefficient, double lr)
   update_thread_ = std::thread([this, version, decay, no_decay] {
     tiers::NvmeStateStore* states = store_.state_store();
     for (int e = 0; e < store_.num_entries(); ++e) {
+      {
+        // A checkpoint being written still reads this entry: wait for it.
+        absl::MutexLock lock(&snapshot_mu_);
+        auto written = [this, e]() ABSL_SHARED_LOCKS_REQUIRED(snapshot_mu_) {
+          return !snapshot_active_ || snapshot_done_[e];
+        };
+        snapshot_mu_.Await(absl::Condition(&written));
+      }
       const auto t0 = std::chrono::steady_clock::now();
       const EntryBuffers b = store_.entry(e);
       float* m = b.m;

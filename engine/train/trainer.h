@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "engine/common/thread_pool.h"
 #include "engine/device/device.h"
 #include "engine/exec/parameter_store.h"
@@ -105,6 +106,15 @@ class Trainer {
   // store's buffers have been filled from a checkpoint.
   TrainerProgress progress() const;
   void RestoreProgress(const TrainerProgress& progress);
+
+  // Snapshot protocol, for writing a checkpoint while training continues:
+  // after WaitForUpdates, BeginSnapshot freezes the current parameters in the
+  // sense that no optimizer update touches entry e (master, m, v) until
+  // SnapshotEntryDone(e) or EndSnapshot. Forward and backward only read the
+  // masters, so the next steps run alongside the writer; their updates wait.
+  void BeginSnapshot();
+  void SnapshotEntryDone(int entry);
+  void EndSnapshot();
   // Copies a tensor's fp32 master values (after WaitForUpdates).
   absl::StatusOr<std::vector<float>> ReadTensor(const std::string& hf_name);
   // The last step's accumulated gradient of a tensor, before clipping.
@@ -130,6 +140,9 @@ class Trainer {
   std::unique_ptr<StreamingExecutor> executor_;
   std::thread update_thread_;
   absl::Status update_status_;  // written by the update thread, read after joining it
+  absl::Mutex snapshot_mu_;
+  bool snapshot_active_ ABSL_GUARDED_BY(snapshot_mu_) = false;
+  std::vector<bool> snapshot_done_ ABSL_GUARDED_BY(snapshot_mu_);
   std::string placement_table_;
   std::vector<double> update_seconds_;  // per entry, written by the update thread
   uint64_t step_ = 0;                   // optimizer steps attempted
