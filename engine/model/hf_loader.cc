@@ -290,6 +290,19 @@ class Loader {
 
 }  // namespace
 
+absl::StatusOr<SafetensorsDtype> HfWeightsDtype(const std::string& dir) {
+  absl::StatusOr<WeightFiles> files = FindWeightFiles(dir);
+  if (!files.ok()) return files.status();
+  for (const std::string& name : files->files) {
+    absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(absl::StrCat(dir, "/", name));
+    if (!file.ok()) return file.status();
+    for (const SafetensorsTensorInfo& t : file->tensors()) {
+      if (IsFloatingDtype(t.dtype)) return t.dtype;
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(dir, ": no floating-point weights"));
+}
+
 absl::Status LoadHfWeights(const std::string& dir, const ParameterLayout& layout,
                            absl::Span<float* const> entry_buffers) {
   return Loader(dir, layout, entry_buffers).Run();

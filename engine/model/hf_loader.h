@@ -4,8 +4,10 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/model/parameter_layout.h"
+#include "engine/model/safetensors_dtype.h"
 
 namespace megatrain::engine {
 
@@ -26,6 +28,11 @@ namespace megatrain::engine {
 // - a directory whose only weights are pickle files (*.bin, *.pt, *.pth,
 //   *.ckpt, *.pkl, *.pickle): "<file>: pickle-based weights are not loaded
 //   (they can execute code); convert to safetensors". They are never opened.
+// The dtype the directory's weights are stored in (that of its first floating
+// tensor in model.safetensors or the first shard of the index): what a
+// checkpoint of a model started from it is written in by default.
+absl::StatusOr<SafetensorsDtype> HfWeightsDtype(const std::string& dir);
+
 absl::Status LoadHfWeights(const std::string& dir, const ParameterLayout& layout,
                            absl::Span<float* const> entry_buffers);
 

@@ -18,7 +18,9 @@
 #include "engine/data/token_file.h"
 #include "engine/data/token_windows.h"
 #include "engine/device/device_factory.h"
+#include "engine/model/hf_loader.h"
 #include "engine/model/parameter_layout.h"
+#include "engine/model/safetensors_dtype.h"
 
 namespace megatrain::engine {
 namespace {
@@ -66,6 +68,7 @@ std::string TextTrainingJobJson(const TextTrainingOptions& o) {
   const TrainerOptions& t = o.trainer;
   const nlohmann::json j = {
       {"kind", "text"},
+      {"init_from_hf_dir", o.init_from_hf_dir},
       {"text_paths", o.token_files.empty() ? o.text_paths : std::vector<std::string>()},
       {"token_files", o.token_files},
       {"token_format", o.token_files.empty() ? "" : o.token_format},
@@ -180,7 +183,28 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
   if (!(*trainer)->placement_table().empty()) {
     observer.OnLine("memory placement:\n" + (*trainer)->placement_table(), true);
   }
-  (*trainer)->InitializeRandom(options.seed);
+  SafetensorsDtype checkpoint_dtype = SafetensorsDtype::kF32;
+  if (options.init_from_hf_dir.empty()) {
+    (*trainer)->InitializeRandom(options.seed);
+  } else {
+    if (absl::Status s = (*trainer)->LoadHfWeights(options.init_from_hf_dir); !s.ok()) return s;
+    absl::StatusOr<SafetensorsDtype> source = HfWeightsDtype(options.init_from_hf_dir);
+    if (!source.ok()) return source.status();
+    checkpoint_dtype = *source;
+  }
+  if (!options.checkpoint_dtype.empty()) {
+    std::optional<SafetensorsDtype> wanted = ParseSafetensorsDtype(options.checkpoint_dtype);
+    if (!wanted.has_value() ||
+        (*wanted != SafetensorsDtype::kF32 && *wanted != SafetensorsDtype::kBF16 &&
+         *wanted != SafetensorsDtype::kF16)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint_dtype=", options.checkpoint_dtype, " must be F32, BF16 or F16"));
+    }
+    checkpoint_dtype = *wanted;
+  } else if (checkpoint_dtype != SafetensorsDtype::kBF16 &&
+             checkpoint_dtype != SafetensorsDtype::kF16) {
+    checkpoint_dtype = SafetensorsDtype::kF32;  // F64 sources and the like: fp32
+  }
 
   TextTrainingResult result;
   const std::string job_json = TextTrainingJobJson(options);
@@ -236,6 +260,7 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
     run.data_files = data_files;
     CheckpointOptions checkpoint_options;
     checkpoint_options.keep_last = options.keep_last;
+    checkpoint_options.model_dtype = checkpoint_dtype;
     if (absl::Status s = collect_checkpoint(); !s.ok()) return s;
     return checkpoint_writer.Start(**trainer, options.checkpoint_dir, run, checkpoint_options);
   };

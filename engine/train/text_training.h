@@ -29,7 +29,13 @@ struct TextTrainingOptions {
   std::vector<std::string> token_files;
   std::string token_format = "u16";
   TrainerOptions trainer;
-  int grad_accumulation = 1;  // micro-batches per optimizer step
+  // A Hugging Face model directory (config.json + safetensors) whose weights
+  // start the run instead of a random initialisation; the caller passes its
+  // config. Checkpoints are then written in its dtype unless
+  // checkpoint_dtype says otherwise.
+  std::string init_from_hf_dir;
+  std::string checkpoint_dtype;  // "" = the source's dtype (fp32 from scratch), or F32/BF16/F16
+  int grad_accumulation = 1;     // micro-batches per optimizer step
   uint64_t steps = 100;
   double validation_fraction = 0.05;
   int eval_every = 50;   // steps; 0 = only at the end

@@ -10,6 +10,7 @@
 
 #include "engine/data/sentencepiece_test_model.h"
 #include "engine/data/text_tokenizer.h"
+#include "engine/model/safetensors_reader.h"
 
 namespace megatrain::engine {
 namespace {
@@ -99,6 +100,31 @@ TEST_F(TextTrainingTest, RefusesBadJsonlAndSmallVocabularies) {
       TrainOnText(Config(vocab), Options(), [](const std::string&, bool) {});
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("corpus.jsonl:37:"));
+}
+
+// Starting from a Hugging Face directory: its weights are used (the loss of
+// the untrained run differs from a random start) and checkpoints are written
+// in the source's dtype unless another is asked for.
+TEST_F(TextTrainingTest, StartsFromAHuggingFaceDirectoryAndKeepsItsDtype) {
+  const std::string hf_dir = "tests/golden/llama_tiny";
+  absl::StatusOr<ModelConfig> config = LoadModelConfig(hf_dir + "/config.json");
+  ASSERT_TRUE(config.ok()) << config.status();
+  for (const std::string& dtype : {std::string(""), std::string("BF16")}) {
+    TextTrainingOptions o = Options();
+    o.init_from_hf_dir = hf_dir;
+    o.checkpoint_dtype = dtype;
+    o.checkpoint_dir = dir_ + "/hf_checkpoints_" + (dtype.empty() ? "source" : dtype);
+    absl::StatusOr<TextTrainingResult> r = TrainOnText(*config, o, [](const std::string&, bool) {});
+    ASSERT_TRUE(r.ok()) << r.status();
+    absl::StatusOr<SafetensorsFile> model =
+        SafetensorsFile::Open(r->last_checkpoint + "/model.safetensors");
+    ASSERT_TRUE(model.ok()) << model.status();
+    const SafetensorsDtype want = dtype.empty() ? SafetensorsDtype::kF32 : SafetensorsDtype::kBF16;
+    for (const SafetensorsTensorInfo& t : model->tensors()) EXPECT_EQ(t.dtype, want) << t.name;
+  }
+  TextTrainingOptions o = Options();
+  o.init_from_hf_dir = dir_;  // no weights here
+  EXPECT_FALSE(TrainOnText(*config, o, [](const std::string&, bool) {}).ok());
 }
 
 }  // namespace

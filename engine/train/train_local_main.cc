@@ -26,6 +26,12 @@ ABSL_FLAG(std::string, token_format, "u16",
           "Format of --data_files: u16 / u32 (raw little-endian) or llmc (llm.c header).");
 ABSL_FLAG(std::string, config, "",
           "Hugging Face config.json of the model; empty = the built-in ~10M model.");
+ABSL_FLAG(std::string, init_from, "",
+          "Hugging Face model directory (config.json + *.safetensors) to start from; its config "
+          "is used unless --config is given. Pickle .bin weights are refused.");
+ABSL_FLAG(std::string, checkpoint_dtype, "",
+          "dtype of checkpointed model files: F32, BF16 or F16; empty = the source's "
+          "(F32 from scratch).");
 ABSL_FLAG(int, steps, 300, "Optimizer steps.");
 ABSL_FLAG(int, micro_batch, 8, "Sequences per forward/backward.");
 ABSL_FLAG(int, accumulation, 1, "Micro-batches per optimizer step.");
@@ -69,8 +75,12 @@ int main(int argc, char** argv) {
   using namespace megatrain::engine;
 
   ModelConfig config = TinyTextModelConfig();
-  if (!absl::GetFlag(FLAGS_config).empty()) {
-    absl::StatusOr<ModelConfig> loaded = LoadModelConfig(absl::GetFlag(FLAGS_config));
+  std::string config_path = absl::GetFlag(FLAGS_config);
+  if (config_path.empty() && !absl::GetFlag(FLAGS_init_from).empty()) {
+    config_path = absl::GetFlag(FLAGS_init_from) + "/config.json";
+  }
+  if (!config_path.empty()) {
+    absl::StatusOr<ModelConfig> loaded = LoadModelConfig(config_path);
     if (!loaded.ok()) {
       fprintf(stderr, "error: %s\n", std::string(loaded.status().message()).c_str());
       return 2;
@@ -86,6 +96,8 @@ int main(int argc, char** argv) {
     config.vocab_size = (*tokenizer)->vocab_size();
   }
   TextTrainingOptions o;
+  o.init_from_hf_dir = absl::GetFlag(FLAGS_init_from);
+  o.checkpoint_dtype = absl::GetFlag(FLAGS_checkpoint_dtype);
   for (absl::string_view p : absl::StrSplit(absl::GetFlag(FLAGS_text), ',', absl::SkipEmpty())) {
     o.text_paths.emplace_back(p);
   }
