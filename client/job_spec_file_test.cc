@@ -1,0 +1,39 @@
+// Tests of JobSpec JSON files and flag overrides.
+#include "client/job_spec_file.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace megatrain::client {
+namespace {
+
+TEST(JobSpecFileTest, ParsesSnakeAndCamelCaseAndOverrides) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecJson(
+      R"({"name": "a", "model": {"config_json_path": "builtin:tiny"},
+          "data": {"textFiles": ["/d/one"]}, "hyper": {"steps": 7, "seq_len": 33,
+          "lr": {"peak_lr": 0.001, "decay": "COSINE"}}})",
+      "test");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->hyper().steps(), 7u);
+  EXPECT_EQ(spec->hyper().lr().decay(), v1::LrSchedule::COSINE);
+  JobSpecOverrides o;
+  o.steps = 11;
+  o.text_files = std::vector<std::string>{"/d/two", "/d/three"};
+  ApplyOverrides(o, *spec);
+  EXPECT_EQ(spec->hyper().steps(), 11u);
+  EXPECT_EQ(spec->hyper().seq_len(), 33u);  // untouched
+  ASSERT_EQ(spec->data().text_files_size(), 2);
+  EXPECT_EQ(spec->data().text_files(1), "/d/three");
+  EXPECT_EQ(spec->model().config_json_path(), "builtin:tiny");
+}
+
+TEST(JobSpecFileTest, UnknownFieldsAndBadJsonAreErrors) {
+  EXPECT_EQ(ParseJobSpecJson(R"({"stepz": 3})", "f.json").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<v1::JobSpec> bad = ParseJobSpecJson("{not json", "f.json");
+  EXPECT_THAT(bad.status().message(), ::testing::HasSubstr("f.json"));
+  EXPECT_EQ(LoadJobSpecJson("/nonexistent/spec.json").status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace megatrain::client

@@ -1,0 +1,282 @@
+// megatrain: the command-line client of megatraind (submit, list, status, watch, cancel, pause,
+// resume, checkpoint, plan, daemon-status). Exit codes: 0 ok, 1 the watched job failed or was
+// cancelled, 2 usage error, 3 daemon unreachable, 4 request rejected by the daemon.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_split.h"
+#include "client/connection.h"
+#include "client/job_spec_file.h"
+#include "client/render.h"
+#include "grpcpp/client_context.h"
+#include "proto/megatrain.grpc.pb.h"
+
+ABSL_FLAG(std::string, socket, "/run/megatrain/megatraind.sock", "megatraind's Unix socket.");
+ABSL_FLAG(std::string, address, "", "host:port of megatraind's TCP listener (TLS + token).");
+ABSL_FLAG(std::string, token_file, "", "File holding the bearer token (with --address).");
+ABSL_FLAG(std::string, ca_file, "", "PEM CA certificate of the daemon (with --address).");
+ABSL_FLAG(bool, json, false, "Read commands print JSON instead of text.");
+ABSL_FLAG(int, timeout_seconds, 30, "Deadline of each unary call.");
+ABSL_FLAG(int, wait_seconds, 0, "Wait this long for the daemon to accept connections.");
+ABSL_FLAG(std::string, spec, "", "submit/plan: JobSpec JSON file; flags below override it.");
+ABSL_FLAG(std::string, name, "", "submit/plan: job name.");
+ABSL_FLAG(std::string, model_config, "",
+          "submit/plan: model config.json path on the daemon host, or builtin:tiny.");
+ABSL_FLAG(std::string, text, "", "submit/plan: comma-separated text files on the daemon host.");
+ABSL_FLAG(uint64_t, steps, 0, "submit/plan: optimizer steps.");
+ABSL_FLAG(uint32_t, batch_size, 0, "submit/plan: sequences per optimizer step.");
+ABSL_FLAG(uint32_t, micro_batch_size, 0, "submit/plan: sequences per forward/backward.");
+ABSL_FLAG(uint32_t, seq_len, 0, "submit/plan: tokens per sequence.");
+ABSL_FLAG(double, lr, 0, "submit/plan: peak learning rate.");
+ABSL_FLAG(uint64_t, warmup_steps, 0, "submit/plan: linear warmup steps.");
+ABSL_FLAG(uint32_t, eval_every, 0, "submit/plan: validation every N steps.");
+ABSL_FLAG(std::string, output_dir, "", "submit/plan: output directory on the daemon host.");
+ABSL_FLAG(uint64_t, seed, 0, "submit/plan: seed of weights and data order.");
+ABSL_FLAG(bool, watch, false, "submit: watch the job after submitting it.");
+ABSL_FLAG(std::string, state, "", "list: comma-separated states to show (e.g. RUNNING,QUEUED).");
+
+namespace {
+
+using namespace megatrain;
+
+constexpr int kOk = 0, kJobFailed = 1, kUsage = 2, kUnreachable = 3, kRejected = 4;
+
+constexpr char kUsageText[] = R"(megatrain: talk to the megatraind training daemon.
+
+Usage: megatrain <command> [args] [flags]
+
+Commands:
+  submit           Queue a job from --spec and/or flags; prints the job id.
+                     megatrain submit --spec=job.json --steps=200 --watch
+                     megatrain submit --model_config=builtin:tiny \
+                       --text=/usr/share/games/fortunes/fortunes --steps=50 \
+                       --batch_size=8 --seq_len=128 --lr=2e-3
+  list             List jobs, oldest first.        megatrain list --state=RUNNING,QUEUED
+  status <id>      Show one job.                   megatrain status job-000001 --json
+  watch <id>       Follow a job until it ends (a progress bar on a terminal, one line per
+                   event otherwise); exit 1 if it failed or was cancelled.
+                                                   megatrain watch job-000001
+  cancel <id>      Cancel a queued or running job. megatrain cancel job-000001
+  pause <id>       Checkpoint the job, then release the device.   (daemon: not wired yet)
+  resume <id>      Queue a paused job again.                      (daemon: not wired yet)
+  checkpoint <id>  Checkpoint now and print where.                (daemon: not wired yet)
+  plan             Show parameters and bytes per buffer and tier for a spec, without running.
+                                                   megatrain plan --spec=job.json
+  daemon-status    Version, device, health, memory, queue.
+                                                   megatrain daemon-status --wait_seconds=10
+
+Connection: --socket (default /run/megatrain/megatraind.sock), or --address=host:port with
+--token_file and --ca_file for TCP (TLS + bearer token).
+Exit codes: 0 ok, 1 watched job failed/cancelled, 2 usage, 3 daemon unreachable,
+4 request rejected (the message names the field).)";
+
+int ExitFor(const grpc::Status& status) {
+  std::fprintf(stderr, "megatrain: %s: %s\n",
+               absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())).c_str(),
+               status.error_message().c_str());
+  return status.error_code() == grpc::StatusCode::UNAVAILABLE ? kUnreachable : kRejected;
+}
+
+void SetDeadline(grpc::ClientContext& context) {
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(absl::GetFlag(FLAGS_timeout_seconds)));
+}
+
+void Print(const std::string& text) {
+  std::fputs(text.c_str(), stdout);
+  if (!text.empty() && text.back() != '\n') std::fputc('\n', stdout);
+}
+
+absl::StatusOr<v1::JobSpec> SpecFromFlags() {
+  v1::JobSpec spec;
+  if (!absl::GetFlag(FLAGS_spec).empty()) {
+    absl::StatusOr<v1::JobSpec> loaded = client::LoadJobSpecJson(absl::GetFlag(FLAGS_spec));
+    if (!loaded.ok()) return loaded.status();
+    spec = *loaded;
+  }
+  client::JobSpecOverrides o;
+  if (!absl::GetFlag(FLAGS_name).empty()) o.name = absl::GetFlag(FLAGS_name);
+  if (!absl::GetFlag(FLAGS_model_config).empty())
+    o.model_config = absl::GetFlag(FLAGS_model_config);
+  if (!absl::GetFlag(FLAGS_text).empty()) {
+    o.text_files = absl::StrSplit(absl::GetFlag(FLAGS_text), ',', absl::SkipEmpty());
+  }
+  if (absl::GetFlag(FLAGS_steps) != 0) o.steps = absl::GetFlag(FLAGS_steps);
+  if (absl::GetFlag(FLAGS_batch_size) != 0) o.batch_size = absl::GetFlag(FLAGS_batch_size);
+  if (absl::GetFlag(FLAGS_micro_batch_size) != 0) {
+    o.micro_batch_size = absl::GetFlag(FLAGS_micro_batch_size);
+  }
+  if (absl::GetFlag(FLAGS_seq_len) != 0) o.seq_len = absl::GetFlag(FLAGS_seq_len);
+  if (absl::GetFlag(FLAGS_lr) != 0) o.lr = absl::GetFlag(FLAGS_lr);
+  if (absl::GetFlag(FLAGS_warmup_steps) != 0) o.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  if (absl::GetFlag(FLAGS_eval_every) != 0) o.eval_every_steps = absl::GetFlag(FLAGS_eval_every);
+  if (!absl::GetFlag(FLAGS_output_dir).empty()) o.output_dir = absl::GetFlag(FLAGS_output_dir);
+  if (absl::GetFlag(FLAGS_seed) != 0) o.seed = absl::GetFlag(FLAGS_seed);
+  client::ApplyOverrides(o, spec);
+  return spec;
+}
+
+int Watch(v1::Trainer::Stub& stub, const std::string& id) {
+  grpc::ClientContext context;
+  v1::WatchJobRequest request;
+  request.set_id(id);
+  std::unique_ptr<grpc::ClientReader<v1::ProgressEvent>> reader = stub.WatchJob(&context, request);
+  const bool tty = isatty(fileno(stdout)) && !absl::GetFlag(FLAGS_json);
+  v1::ProgressEvent event;
+  v1::JobState last = v1::JOB_STATE_UNSPECIFIED;
+  while (reader->Read(&event)) {
+    last = event.state();
+    if (absl::GetFlag(FLAGS_json)) {
+      Print(client::ToJson(event));
+    } else if (tty) {
+      std::printf("\r\033[K%s", client::ProgressLine(event, true).c_str());
+      std::fflush(stdout);
+    } else {
+      Print(client::ProgressLine(event, false));
+    }
+  }
+  if (tty) std::printf("\n");
+  grpc::Status status = reader->Finish();
+  if (!status.ok()) return ExitFor(status);
+  return last == v1::SUCCEEDED ? kOk : kJobFailed;
+}
+
+int Run(const std::string& command, const std::vector<std::string>& args) {
+  const bool needs_id = command == "status" || command == "watch" || command == "cancel" ||
+                        command == "pause" || command == "resume" || command == "checkpoint";
+  const bool known = needs_id || command == "submit" || command == "list" || command == "plan" ||
+                     command == "daemon-status";
+  if (!known) {
+    std::fprintf(stderr, "megatrain: unknown command '%s'\n\n%s\n", command.c_str(), kUsageText);
+    return kUsage;
+  }
+  if (needs_id && args.size() != 1) {
+    std::fprintf(stderr, "megatrain: '%s' takes exactly one job id\n", command.c_str());
+    return kUsage;
+  }
+  if (!needs_id && !args.empty()) {
+    std::fprintf(stderr, "megatrain: '%s' takes no positional arguments\n", command.c_str());
+    return kUsage;
+  }
+  client::ConnectionOptions connection{absl::GetFlag(FLAGS_socket), absl::GetFlag(FLAGS_address),
+                                       absl::GetFlag(FLAGS_token_file),
+                                       absl::GetFlag(FLAGS_ca_file)};
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = client::Connect(connection);
+  if (!channel.ok()) {
+    std::fprintf(stderr, "megatrain: %s\n", std::string(channel.status().message()).c_str());
+    return kUsage;
+  }
+  if (absl::GetFlag(FLAGS_wait_seconds) > 0 &&
+      !(*channel)->WaitForConnected(std::chrono::system_clock::now() +
+                                    std::chrono::seconds(absl::GetFlag(FLAGS_wait_seconds)))) {
+    std::fprintf(stderr, "megatrain: daemon not reachable within %d s\n",
+                 absl::GetFlag(FLAGS_wait_seconds));
+    return kUnreachable;
+  }
+  std::unique_ptr<v1::Trainer::Stub> stub = v1::Trainer::NewStub(*channel);
+  const bool json = absl::GetFlag(FLAGS_json);
+  grpc::ClientContext context;
+  SetDeadline(context);
+  const std::string id = needs_id ? args[0] : "";
+
+  if (command == "submit" || command == "plan") {
+    absl::StatusOr<v1::JobSpec> spec = SpecFromFlags();
+    if (!spec.ok()) {
+      std::fprintf(stderr, "megatrain: %s\n", std::string(spec.status().message()).c_str());
+      return kUsage;
+    }
+    if (command == "plan") {
+      v1::PlanResponse plan;
+      grpc::Status s = stub->Plan(&context, *spec, &plan);
+      if (!s.ok()) return ExitFor(s);
+      Print(json ? client::ToJson(plan) : client::PlanText(plan));
+      return kOk;
+    }
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = *spec;
+    v1::Job job;
+    grpc::Status s = stub->SubmitJob(&context, request, &job);
+    if (!s.ok()) return ExitFor(s);
+    Print(json ? client::ToJson(job) : job.id());
+    return absl::GetFlag(FLAGS_watch) ? Watch(*stub, job.id()) : kOk;
+  }
+  if (command == "list") {
+    v1::ListJobsRequest request;
+    for (absl::string_view name :
+         absl::StrSplit(absl::GetFlag(FLAGS_state), ',', absl::SkipEmpty())) {
+      v1::JobState state;
+      if (!v1::JobState_Parse(std::string(name), &state)) {
+        std::fprintf(stderr, "megatrain: --state: '%s' is not a job state\n",
+                     std::string(name).c_str());
+        return kUsage;
+      }
+      request.add_states(state);
+    }
+    v1::ListJobsResponse response;
+    grpc::Status s = stub->ListJobs(&context, request, &response);
+    if (!s.ok()) return ExitFor(s);
+    if (json) {
+      Print(client::ToJson(response));
+    } else {
+      for (const v1::Job& job : response.jobs()) Print(client::JobLine(job));
+    }
+    return kOk;
+  }
+  if (command == "status") {
+    v1::GetJobRequest request;
+    request.set_id(id);
+    v1::Job job;
+    grpc::Status s = stub->GetJob(&context, request, &job);
+    if (!s.ok()) return ExitFor(s);
+    Print(json ? client::ToJson(job) : client::JobDetails(job));
+    return kOk;
+  }
+  if (command == "watch") return Watch(*stub, id);
+  v1::JobRef ref;
+  ref.set_id(id);
+  if (command == "cancel" || command == "pause" || command == "resume") {
+    v1::Job job;
+    grpc::Status s = command == "cancel"  ? stub->CancelJob(&context, ref, &job)
+                     : command == "pause" ? stub->PauseJob(&context, ref, &job)
+                                          : stub->ResumeJob(&context, ref, &job);
+    if (!s.ok()) return ExitFor(s);
+    Print(json ? client::ToJson(job) : client::JobLine(job));
+    return kOk;
+  }
+  if (command == "checkpoint") {
+    v1::CheckpointRecord record;
+    grpc::Status s = stub->Checkpoint(&context, ref, &record);
+    if (!s.ok()) return ExitFor(s);
+    Print(json ? client::ToJson(record) : record.path());
+    return kOk;
+  }
+  v1::DaemonStatus status;
+  grpc::Status s = stub->GetDaemonStatus(&context, v1::GetDaemonStatusRequest(), &status);
+  if (!s.ok()) return ExitFor(s);
+  Print(json ? client::ToJson(status) : client::DaemonStatusText(status));
+  return kOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(kUsageText);
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() < 2) {
+    std::fprintf(stderr, "%s\n", kUsageText);
+    return kUsage;
+  }
+  const std::string command = positional[1];
+  if (command == "help") {
+    std::printf("%s\n", kUsageText);
+    return kOk;
+  }
+  return Run(command, std::vector<std::string>(positional.begin() + 2, positional.end()));
+}

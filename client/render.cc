@@ -1,0 +1,114 @@
+// CLI rendering (see render.h).
+#include "client/render.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace megatrain::client {
+namespace {
+
+std::string State(v1::JobState s) {
+  return s == v1::JOB_STATE_UNSPECIFIED ? "UNSPECIFIED" : v1::JobState_Name(s);
+}
+
+std::string Duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const long s = std::lround(seconds);
+  return s >= 3600 ? absl::StrFormat("%dh%02dm", s / 3600, s / 60 % 60)
+         : s >= 60 ? absl::StrFormat("%dm%02ds", s / 60, s % 60)
+                   : absl::StrFormat("%ds", s);
+}
+
+std::string Bytes(uint64_t b) {
+  if (b >= (uint64_t{1} << 30)) return absl::StrFormat("%.2f GiB", b / double(1 << 30));
+  if (b >= (uint64_t{1} << 20)) return absl::StrFormat("%.1f MiB", b / double(1 << 20));
+  return absl::StrFormat("%d B", b);
+}
+
+}  // namespace
+
+std::string ToJson(const google::protobuf::Message& message) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  return out;
+}
+
+std::string JobLine(const v1::Job& job) {
+  return absl::StrFormat("%s  %-9s  step %d/%d  loss %.4f  %s", job.id(), State(job.state()),
+                         job.progress().step(), job.progress().total_steps(), job.progress().loss(),
+                         job.spec().name());
+}
+
+std::string JobDetails(const v1::Job& job) {
+  const v1::Progress& p = job.progress();
+  std::string out = absl::StrFormat(
+      "job:             %s\nname:            %s\nstate:           %s\nstep:            %d/%d\n"
+      "tokens:          %d\nloss:            %.4f\nvalidation loss: %.4f\n"
+      "learning rate:   %.3e\ntokens/s:        %.0f\neta:             %s\n",
+      job.id(), job.spec().name(), State(job.state()), p.step(), p.total_steps(), p.tokens(),
+      p.loss(), p.validation_loss(), p.learning_rate(), p.tokens_per_second(),
+      Duration(p.eta_seconds()));
+  for (const v1::TierUsage& t : p.memory()) {
+    absl::StrAppend(&out, absl::StrFormat("memory %-8s  %s\n", t.tier() + ":", Bytes(t.bytes())));
+  }
+  if (!job.failure_reason().empty())
+    absl::StrAppend(&out, "failure:         ", job.failure_reason(), "\n");
+  return out;
+}
+
+std::string DaemonStatusText(const v1::DaemonStatus& s) {
+  std::string out = absl::StrFormat(
+      "version:     %s\ndevice:      %s\nhealthy:     %s%s\nqueue:       %d\nrunning job: %s\n",
+      s.version(), s.device(), s.healthy() ? "yes" : "NO",
+      s.healthy() ? "" : absl::StrCat(" (", s.unhealthy_reason(), ")"), s.queue_length(),
+      s.running_job_id().empty() ? "-" : s.running_job_id());
+  for (const v1::TierUsage& t : s.memory()) {
+    absl::StrAppend(&out, absl::StrFormat("memory %-8s  %s of %s\n", t.tier() + ":",
+                                          Bytes(t.bytes()), Bytes(t.budget_bytes())));
+  }
+  return out;
+}
+
+std::string PlanText(const v1::PlanResponse& plan) {
+  std::string out = absl::StrFormat("parameters: %d\n", plan.parameters());
+  for (const v1::BufferPlacement& b : plan.placements()) {
+    absl::StrAppend(
+        &out, absl::StrFormat("buffer %-8s on %-7s %s\n", b.kind(), b.tier(), Bytes(b.bytes())));
+  }
+  for (const v1::TierUsage& t : plan.tiers()) {
+    absl::StrAppend(&out,
+                    absl::StrFormat("tier %-7s needs %s (budget %s)\n", t.tier(), Bytes(t.bytes()),
+                                    t.budget_bytes() ? Bytes(t.budget_bytes()) : "-"));
+  }
+  absl::StrAppend(&out, absl::StrFormat("device arena peak (executor plan): %s\n",
+                                        Bytes(plan.device_arena_peak_bytes())));
+  return out;
+}
+
+std::string ProgressLine(const v1::ProgressEvent& e, bool bar) {
+  const v1::Progress& p = e.progress();
+  std::string out;
+  if (bar) {
+    const int width = 30;
+    const int filled =
+        p.total_steps() == 0
+            ? 0
+            : static_cast<int>(width * std::min<uint64_t>(p.step(), p.total_steps()) /
+                               p.total_steps());
+    out = absl::StrCat("[", std::string(filled, '#'), std::string(width - filled, '.'), "] ");
+  }
+  absl::StrAppend(
+      &out, absl::StrFormat("%s %s step %d/%d loss %.4f val %.4f %.0f tok/s eta %s", e.job_id(),
+                            State(e.state()), p.step(), p.total_steps(), p.loss(),
+                            p.validation_loss(), p.tokens_per_second(), Duration(p.eta_seconds())));
+  if (!e.message().empty()) absl::StrAppend(&out, "  ", e.message());
+  return out;
+}
+
+}  // namespace megatrain::client

@@ -1,0 +1,127 @@
+// Daemon (see daemon.h).
+#include "server/daemon.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
+#include "server/job_spec_validation.h"
+#include "server/token_auth.h"
+
+namespace megatrain::server {
+namespace {
+
+absl::StatusOr<std::string> ReadPem(const std::string& field, const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(field, ": cannot read '", path, "'"));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonSettings& settings,
+                                                      JobEngine& engine, StructuredLog& log) {
+  std::unique_ptr<Daemon> d(new Daemon(settings, log));
+  std::error_code ec;
+  std::filesystem::create_directories(settings.state_dir, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("state_dir: cannot create '", settings.state_dir, "': ", ec.message()));
+  }
+  absl::StatusOr<std::unique_ptr<JobStore>> store =
+      JobStore::Open(settings.state_dir + "/megatrain.db");
+  if (!store.ok()) return store.status();
+
+  d->registry_ = std::make_shared<prometheus::Registry>();
+  d->metrics_ = std::make_unique<DaemonMetrics>(*d->registry_);
+  if (!settings.metrics_address.empty()) {
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http =
+        MetricsHttpServer::Start(settings.metrics_address, d->registry_);
+    if (!http.ok()) return http.status();
+    d->metrics_http_ = std::move(*http);
+  }
+
+  Daemon* self = d.get();
+  absl::StatusOr<std::unique_ptr<JobRunner>> runner =
+      JobRunner::Create(std::move(*store), engine, d->metrics_.get(), log,
+                        settings.max_queue_length, [self](const v1::JobSpec& spec) {
+                          return ValidateJobSpec(spec, self->settings_, self->paths_);
+                        });
+  if (!runner.ok()) return runner.status();
+  d->runner_ = std::move(*runner);
+  d->service_ = std::make_unique<TrainerService>(d->settings_, d->paths_, *d->runner_,
+                                                 d->metrics_.get(), log);
+
+  grpc::ServerBuilder builder;
+  builder.SetMaxReceiveMessageSize(4 << 20);
+  std::filesystem::create_directories(std::filesystem::path(settings.socket_path).parent_path(),
+                                      ec);
+  struct stat st;
+  if (lstat(settings.socket_path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("socket_path: '", settings.socket_path, "' exists and is not a socket"));
+    }
+    unlink(settings.socket_path.c_str());  // stale socket of a previous run
+  }
+  builder.AddListeningPort("unix:" + settings.socket_path, grpc::InsecureServerCredentials());
+  if (!settings.tcp_address.empty()) {
+    absl::StatusOr<std::string> cert = ReadPem("tls_cert_file", settings.tls_cert_file);
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key = ReadPem("tls_key_file", settings.tls_key_file);
+    if (!key.ok()) return key.status();
+    absl::StatusOr<std::string> token = ReadTokenFile(settings.token_file);
+    if (!token.ok()) return token.status();
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({*key, *cert});
+    std::shared_ptr<grpc::ServerCredentials> credentials = grpc::SslServerCredentials(ssl);
+    credentials->SetAuthMetadataProcessor(std::make_shared<TokenAuthProcessor>(*token));
+    builder.AddListeningPort(settings.tcp_address, credentials, &d->tcp_port_);
+  }
+  builder.RegisterService(d->service_.get());
+  d->server_ = builder.BuildAndStart();
+  if (d->server_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot listen on unix:", settings.socket_path,
+        settings.tcp_address.empty() ? "" : absl::StrCat(" or ", settings.tcp_address)));
+  }
+  if (chmod(settings.socket_path.c_str(), settings.socket_mode) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("socket_path: cannot chmod '", settings.socket_path, "'"));
+  }
+  d->runner_->Start();
+  log.Event("daemon_started",
+            {{"socket", settings.socket_path},
+             {"tcp_port", absl::StrCat(d->tcp_port_)},
+             {"metrics_port", absl::StrCat(d->metrics_port())},
+             {"device", std::string(engine::DeviceKindName(settings.device.kind))},
+             {"version", kDaemonVersion}});
+  return d;
+}
+
+Daemon::~Daemon() { Shutdown(); }
+
+int Daemon::metrics_port() const { return metrics_http_ == nullptr ? 0 : metrics_http_->port(); }
+
+bool Daemon::Shutdown() {
+  if (shut_down_ || runner_ == nullptr || server_ == nullptr) return true;  // never started
+  shut_down_ = true;
+  log_.Event("daemon_stopping", {});
+  const bool stopped = runner_->Shutdown(absl::Seconds(settings_.shutdown_timeout_seconds));
+  // Watch streams end once the runner stops; give in-flight unary calls a short grace.
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  log_.Event("daemon_stopped", {{"clean", stopped ? "true" : "false"}});
+  return stopped;
+}
+
+void Daemon::Wait() { server_->Wait(); }
+
+}  // namespace megatrain::server

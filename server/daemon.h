@@ -1,0 +1,57 @@
+// Daemon: megatraind assembled from validated settings: state directory and store, metrics
+// endpoint, job runner, Trainer service on the Unix socket (and TCP with TLS + token).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/server.h"
+#include "prometheus/registry.h"
+#include "server/daemon_config.h"
+#include "server/job_engine.h"
+#include "server/job_runner.h"
+#include "server/metrics.h"
+#include "server/metrics_http.h"
+#include "server/path_policy.h"
+#include "server/structured_log.h"
+#include "server/trainer_service.h"
+
+namespace megatrain::server {
+
+class Daemon {
+ public:
+  // Opens <state_dir>/megatrain.db, starts the metrics endpoint, the runner and the listeners.
+  // `engine` and `log` outlive the daemon.
+  static absl::StatusOr<std::unique_ptr<Daemon>> Start(const DaemonSettings& settings,
+                                                       JobEngine& engine, StructuredLog& log);
+  ~Daemon();
+
+  // Bounded shutdown: stop taking jobs, interrupt the running job (re-queued for the next
+  // start), close the listeners. False when the job did not stop within the configured timeout.
+  bool Shutdown();
+  // Blocks until Shutdown() closed the listeners.
+  void Wait();
+
+  int metrics_port() const;  // 0 without a metrics endpoint
+  int tcp_port() const { return tcp_port_; }
+  JobRunner& runner() { return *runner_; }
+
+ private:
+  Daemon(const DaemonSettings& settings, StructuredLog& log)
+      : settings_(settings), paths_(settings.data_roots, settings.output_roots), log_(log) {}
+
+  const DaemonSettings settings_;
+  const PathPolicy paths_;
+  StructuredLog& log_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<DaemonMetrics> metrics_;
+  std::unique_ptr<MetricsHttpServer> metrics_http_;
+  std::unique_ptr<JobRunner> runner_;
+  std::unique_ptr<TrainerService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int tcp_port_ = 0;
+  bool shut_down_ = false;
+};
+
+}  // namespace megatrain::server

@@ -1,0 +1,142 @@
+// DaemonConfig loading and validation (see daemon_config.h).
+#include "server/daemon_config.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+
+namespace megatrain::server {
+namespace {
+
+class CollectErrors : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, int column, const std::string& message) override {
+    absl::StrAppend(&errors_, errors_.empty() ? "" : "; ", "line ", line + 1, " column ",
+                    column + 1, ": ", message);
+  }
+  const std::string& errors() const { return errors_; }
+
+ private:
+  std::string errors_;
+};
+
+absl::Status Invalid(absl::string_view field, absl::string_view problem) {
+  return absl::InvalidArgumentError(absl::StrCat("daemon config ", field, ": ", problem));
+}
+
+absl::Status CheckAbsolute(absl::string_view field, const std::string& path, bool required) {
+  if (path.empty()) return required ? Invalid(field, "is required") : absl::OkStatus();
+  if (path[0] != '/') return Invalid(field, absl::StrCat("'", path, "' is not an absolute path"));
+  return absl::OkStatus();
+}
+
+bool IsLoopbackHostPort(const std::string& address) {
+  return absl::StartsWith(address, "127.0.0.1:") || absl::StartsWith(address, "[::1]:") ||
+         absl::StartsWith(address, "localhost:");
+}
+
+}  // namespace
+
+absl::StatusOr<v1::DaemonConfig> ParseDaemonConfigText(const std::string& text) {
+  v1::DaemonConfig config;
+  google::protobuf::TextFormat::Parser parser;
+  CollectErrors errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text, &config)) {
+    return absl::InvalidArgumentError(absl::StrCat("daemon config: ", errors.errors()));
+  }
+  return config;
+}
+
+absl::StatusOr<v1::DaemonConfig> LoadDaemonConfigFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read daemon config '", path, "'"));
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<v1::DaemonConfig> config = ParseDaemonConfigText(text.str());
+  if (!config.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", config.status().message()));
+  }
+  return config;
+}
+
+absl::StatusOr<DaemonSettings> ValidateDaemonConfig(const v1::DaemonConfig& c) {
+  if (c.config_version() != kDaemonConfigVersion) {
+    return Invalid("config_version", absl::StrCat(c.config_version(),
+                                                  " is not supported (this "
+                                                  "build reads version ",
+                                                  kDaemonConfigVersion, ")"));
+  }
+  DaemonSettings s;
+  if (absl::Status st = CheckAbsolute("state_dir", c.state_dir(), true); !st.ok()) return st;
+  if (absl::Status st = CheckAbsolute("socket_path", c.socket_path(), true); !st.ok()) return st;
+  if (c.socket_path().size() > 100) {
+    return Invalid("socket_path", absl::StrCat("'", c.socket_path(),
+                                               "' is longer than the 100 "
+                                               "bytes a Unix socket address holds"));
+  }
+  s.state_dir = c.state_dir();
+  s.socket_path = c.socket_path();
+  s.socket_mode = c.socket_mode() == 0 ? 0660 : c.socket_mode();
+  if (s.socket_mode > 0777) {
+    return Invalid("socket_mode", absl::StrFormat("0%o is not a file mode", s.socket_mode));
+  }
+  s.tcp_address = c.tcp_address();
+  s.tls_cert_file = c.tls_cert_file();
+  s.tls_key_file = c.tls_key_file();
+  s.token_file = c.token_file();
+  if (!s.tcp_address.empty()) {
+    if (s.tls_cert_file.empty() || s.tls_key_file.empty()) {
+      return Invalid(
+          "tcp_address",
+          "a TCP listener needs tls_cert_file and tls_key_file (refusing plaintext TCP)");
+    }
+    if (s.token_file.empty()) {
+      return Invalid("tcp_address", "a TCP listener needs token_file (bearer token)");
+    }
+  }
+  s.metrics_address = c.metrics_address();
+  if (!s.metrics_address.empty() && !IsLoopbackHostPort(s.metrics_address)) {
+    return Invalid("metrics_address",
+                   absl::StrCat("'", s.metrics_address, "' is not a loopback host:port"));
+  }
+  for (const std::string& root : c.data_roots()) {
+    if (absl::Status st = CheckAbsolute("data_roots", root, true); !st.ok()) return st;
+    s.data_roots.push_back(root);
+  }
+  for (const std::string& root : c.output_roots()) {
+    if (absl::Status st = CheckAbsolute("output_roots", root, true); !st.ok()) return st;
+    s.output_roots.push_back(root);
+  }
+  if (s.data_roots.empty()) return Invalid("data_roots", "at least one root is required");
+  if (s.output_roots.empty()) return Invalid("output_roots", "at least one root is required");
+
+  absl::StatusOr<engine::DeviceKind> kind =
+      engine::ParseDeviceKind(c.device().empty() ? "cpu" : c.device());
+  if (!kind.ok()) return Invalid("device", kind.status().message());
+  s.device.kind = *kind;
+  s.device.arena_bytes = c.device_arena_bytes() == 0 ? size_t{512} << 20 : c.device_arena_bytes();
+  s.device.pinned_budget_bytes =
+      c.pinned_budget_bytes() == 0 ? size_t{8} << 30 : c.pinned_budget_bytes();
+  s.device.link_gbps = c.link_gbps();
+  s.device.link_latency_us = c.link_latency_us();
+  if (absl::Status st = engine::ValidateDeviceOptions(s.device); !st.ok()) {
+    return Invalid("device options", st.message());
+  }
+  if (c.max_queue_length() != 0) s.max_queue_length = c.max_queue_length();
+  if (c.shutdown_timeout_seconds() != 0) s.shutdown_timeout_seconds = c.shutdown_timeout_seconds();
+  if (c.max_steps() != 0) s.max_steps = c.max_steps();
+  if (c.max_seq_len() != 0) s.max_seq_len = c.max_seq_len();
+  if (c.max_parameters() != 0) s.max_parameters = c.max_parameters();
+  if (c.threads() != 0) s.threads = static_cast<int>(c.threads());
+  if (s.threads > 256) return Invalid("threads", absl::StrCat(s.threads, " is more than 256"));
+  return s;
+}
+
+}  // namespace megatrain::server

@@ -1,0 +1,43 @@
+// DaemonConfig: loading the versioned textproto, defaults for zero fields, validation into an
+// immutable DaemonSettings that the rest of the daemon reads.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/device/device_options.h"
+#include "proto/megatrain.pb.h"
+
+namespace megatrain::server {
+
+inline constexpr uint32_t kDaemonConfigVersion = 1;
+
+struct DaemonSettings {
+  std::string state_dir;
+  std::string socket_path;
+  uint32_t socket_mode = 0660;
+  std::string tcp_address;  // empty = no TCP listener
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string token_file;
+  std::string metrics_address;  // empty = no metrics endpoint
+  std::vector<std::string> data_roots;
+  std::vector<std::string> output_roots;
+  engine::DeviceOptions device;
+  uint32_t max_queue_length = 64;
+  uint32_t shutdown_timeout_seconds = 60;
+  uint64_t max_steps = 10'000'000;
+  uint32_t max_seq_len = 8192;
+  uint64_t max_parameters = 20'000'000'000;
+  int threads = 2;
+};
+
+// Parses a textproto DaemonConfig; INVALID_ARGUMENT with the parser's message on bad text.
+absl::StatusOr<v1::DaemonConfig> ParseDaemonConfigText(const std::string& text);
+absl::StatusOr<v1::DaemonConfig> LoadDaemonConfigFile(const std::string& path);
+
+// Applies defaults for zero fields and validates every field; errors name the field and value.
+absl::StatusOr<DaemonSettings> ValidateDaemonConfig(const v1::DaemonConfig& config);
+
+}  // namespace megatrain::server

@@ -1,0 +1,72 @@
+// Tests of DaemonConfig parsing, defaults and validation.
+#include "server/daemon_config.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace megatrain::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kMinimal[] = R"pb(
+  config_version: 1
+  state_dir: "/var/lib/megatrain"
+  socket_path: "/run/megatrain/megatraind.sock"
+  data_roots: "/srv/data"
+  output_roots: "/srv/out"
+)pb";
+
+TEST(DaemonConfigTest, MinimalConfigGetsDefaults) {
+  absl::StatusOr<v1::DaemonConfig> c = ParseDaemonConfigText(kMinimal);
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::StatusOr<DaemonSettings> s = ValidateDaemonConfig(*c);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->socket_mode, 0660u);
+  EXPECT_EQ(s->device.kind, engine::DeviceKind::kCpu);
+  EXPECT_EQ(s->device.arena_bytes, size_t{512} << 20);
+  EXPECT_EQ(s->max_queue_length, 64u);
+  EXPECT_EQ(s->shutdown_timeout_seconds, 60u);
+}
+
+TEST(DaemonConfigTest, RefusesOtherVersions) {
+  absl::StatusOr<v1::DaemonConfig> c = ParseDaemonConfigText(kMinimal);
+  ASSERT_TRUE(c.ok());
+  c->set_config_version(7);
+  absl::StatusOr<DaemonSettings> s = ValidateDaemonConfig(*c);
+  EXPECT_THAT(s.status().message(), HasSubstr("config_version"));
+}
+
+TEST(DaemonConfigTest, UnknownFieldIsAParseError) {
+  absl::StatusOr<v1::DaemonConfig> c = ParseDaemonConfigText("config_version: 1\nbogus: 3\n");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), HasSubstr("bogus"));
+}
+
+TEST(DaemonConfigTest, TcpWithoutTlsOrTokenRefused) {
+  absl::StatusOr<v1::DaemonConfig> c =
+      ParseDaemonConfigText(std::string(kMinimal) + "tcp_address: \"0.0.0.0:7070\"");
+  ASSERT_TRUE(c.ok());
+  EXPECT_THAT(ValidateDaemonConfig(*c).status().message(), HasSubstr("tls_cert_file"));
+  c->set_tls_cert_file("/c.pem");
+  c->set_tls_key_file("/k.pem");
+  EXPECT_THAT(ValidateDaemonConfig(*c).status().message(), HasSubstr("token_file"));
+  c->set_token_file("/token");
+  EXPECT_TRUE(ValidateDaemonConfig(*c).ok());
+}
+
+TEST(DaemonConfigTest, MetricsOnlyOnLoopbackAndPathsAbsolute) {
+  absl::StatusOr<v1::DaemonConfig> c =
+      ParseDaemonConfigText(std::string(kMinimal) + "metrics_address: \"0.0.0.0:9464\"");
+  ASSERT_TRUE(c.ok());
+  EXPECT_THAT(ValidateDaemonConfig(*c).status().message(), HasSubstr("metrics_address"));
+  c->set_metrics_address("127.0.0.1:0");
+  c->set_state_dir("relative/dir");
+  EXPECT_THAT(ValidateDaemonConfig(*c).status().message(), HasSubstr("state_dir"));
+  c->set_state_dir("/ok");
+  c->set_link_gbps(-1);
+  EXPECT_THAT(ValidateDaemonConfig(*c).status().message(), HasSubstr("link_gbps"));
+}
+
+}  // namespace
+}  // namespace megatrain::server

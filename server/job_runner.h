@@ -1,0 +1,126 @@
+// JobRunner: the FIFO queue and the one thread that owns the engine. RPC handlers call the
+// thread-safe methods below, which only validate state transitions and hand work over.
+//
+// Protocol:
+//  1. Submit appends a QUEUED job (persisted before it is visible) and wakes the runner.
+//  2. The runner takes the oldest queued job while the device is healthy, marks it RUNNING and
+//     runs it without holding the lock; each step updates the job's progress and version.
+//  3. The run ends as SUCCEEDED, FAILED (reason kept; a device fault also makes the daemon
+//     unhealthy and stops the queue), CANCELLED (CancelJob), or QUEUED again when the daemon
+//     is shutting down (it restarts on the next start).
+//  4. On start, jobs the store says were RUNNING go back to the front of the queue; QUEUED jobs
+//     stay queued in order, re-validated against today's files and limits.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/megatrain.pb.h"
+#include "server/job_engine.h"
+#include "server/job_store.h"
+#include "server/metrics.h"
+#include "server/structured_log.h"
+
+namespace megatrain::server {
+
+struct RunnerStatus {
+  bool healthy = true;
+  std::string unhealthy_reason;
+  int queued = 0;
+  std::string running_job_id;
+};
+
+class JobRunner {
+ public:
+  using Revalidate = std::function<absl::StatusOr<ValidatedJob>(const v1::JobSpec&)>;
+
+  // Loads the store (restart semantics above). `metrics` may be null.
+  static absl::StatusOr<std::unique_ptr<JobRunner>> Create(
+      std::unique_ptr<JobStore> store, JobEngine& engine, DaemonMetrics* metrics,
+      StructuredLog& log, uint32_t max_queue_length, const Revalidate& revalidate);
+  ~JobRunner();  // Shutdown()
+
+  void Start();
+
+  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec, ValidatedJob job);
+  absl::StatusOr<v1::Job> Get(const std::string& id) const;
+  std::vector<v1::Job> List(const std::vector<v1::JobState>& states) const;
+  absl::StatusOr<v1::Job> Cancel(const std::string& id);
+  absl::StatusOr<std::vector<v1::CheckpointRecord>> Checkpoints(const std::string& id) const;
+  RunnerStatus Status() const;
+
+  // Blocks until the job changed after `*version` (0 = return at once), the timeout passed or
+  // the runner is stopping. Fills `job`, `message` (latest event) and `*version`; NOT_FOUND for
+  // an unknown id. Returns false on timeout/stop without a change.
+  absl::StatusOr<bool> WaitForChange(const std::string& id, uint64_t* version,
+                                     absl::Duration timeout, v1::Job* job,
+                                     std::string* message) const;
+
+  // Stops taking jobs, asks the running job to stop (it goes back to QUEUED) and joins the runner
+  // thread. Returns false when the run did not stop within `timeout` (the thread is detached).
+  bool Shutdown(absl::Duration timeout = absl::Seconds(60));
+
+ private:
+  struct Entry {
+    int64_t sequence = 0;
+    v1::Job job;
+    std::optional<ValidatedJob> validated;
+    uint64_t version = 1;
+    std::string message;
+    int64_t last_persist_ms = 0;
+  };
+  class StepObserver;
+
+  JobRunner(std::unique_ptr<JobStore> store, JobEngine& engine, DaemonMetrics* metrics,
+            StructuredLog& log, uint32_t max_queue_length)
+      : store_(std::move(store)),
+        engine_(engine),
+        metrics_(metrics),
+        log_(log),
+        max_queue_length_(max_queue_length) {}
+
+  void Loop();
+  // With mu_ held: persists the job and an event, bumps its version, wakes watchers.
+  void TransitionLocked(Entry& entry, v1::JobState state, const std::string& message);
+  void PersistLocked(Entry& entry);
+  void PublishCountsLocked();
+  const Entry* FindLocked(const std::string& id) const;
+
+  std::unique_ptr<JobStore> store_;
+  JobEngine& engine_;
+  DaemonMetrics* metrics_;
+  StructuredLog& log_;
+  const uint32_t max_queue_length_;
+
+  mutable std::mutex mu_;
+  mutable std::condition_variable changed_;
+  std::map<std::string, Entry> jobs_;
+  std::deque<std::string> queue_;
+  std::string running_;
+  int64_t next_sequence_ = 1;
+  bool healthy_ = true;
+  std::string unhealthy_reason_;
+  bool stopping_ = false;
+  std::atomic<bool> cancel_running_{false};
+  std::atomic<bool> stop_running_{false};
+  std::thread thread_;
+  std::mutex done_mu_;
+  std::condition_variable done_cv_;
+  bool loop_done_ = false;
+};
+
+std::string JobStateName(v1::JobState state);
+
+}  // namespace megatrain::server

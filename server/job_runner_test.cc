@@ -1,0 +1,226 @@
+// Tests of the job runner with a fake engine: FIFO order, cancel, device fault, restart, shutdown.
+#include "server/job_runner.h"
+
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace megatrain::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Steps `steps` times, or (blocking) until asked to stop; may fail with a device fault.
+class FakeEngine final : public JobEngine {
+ public:
+  absl::Status Run(const std::string& job_id, const ValidatedJob& job,
+                   engine::TrainingObserver& observer) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      started_.push_back(job_id);
+    }
+    for (uint64_t step = 1; step <= job.options.steps || blocking_; ++step) {
+      if (observer.ShouldStop()) return absl::CancelledError("stopped");
+      engine::StepReport report;
+      report.step = step;
+      report.loss = 5.0 / static_cast<double>(step);
+      report.tokens = 10;
+      report.layers.resize(2);
+      observer.OnStep(report, 4.0);
+      if (fault_at_ == step) return absl::InternalError("device fault: injected by the test");
+      if (blocking_) {
+        std::unique_lock<std::mutex> lock(mu_);
+        wake_.wait_for(lock, std::chrono::milliseconds(5));  // re-poll ShouldStop
+      }
+    }
+    return absl::OkStatus();
+  }
+  std::vector<std::string> started() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return started_;
+  }
+  bool blocking_ = false;
+  uint64_t fault_at_ = 0;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::vector<std::string> started_;
+};
+
+std::string TempDb(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(dir ? dir : "/tmp") + "/" + name;
+  std::remove(path.c_str());
+  return path;
+}
+
+ValidatedJob Job(uint64_t steps) {
+  ValidatedJob job;
+  job.options.steps = steps;
+  return job;
+}
+
+v1::JobSpec Spec(uint64_t steps) {
+  v1::JobSpec spec;
+  spec.mutable_hyper()->set_steps(steps);
+  return spec;
+}
+
+absl::StatusOr<ValidatedJob> Revalidate(const v1::JobSpec& spec) {
+  return Job(spec.hyper().steps());
+}
+
+// Waits (bounded) until the job reaches `state`; returns the last snapshot.
+v1::Job AwaitState(JobRunner& runner, const std::string& id, v1::JobState state) {
+  uint64_t version = 0;
+  v1::Job job;
+  std::string message;
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (absl::Now() < deadline) {
+    absl::StatusOr<bool> changed =
+        runner.WaitForChange(id, &version, absl::Milliseconds(200), &job, &message);
+    EXPECT_TRUE(changed.ok()) << changed.status();
+    if (!changed.ok()) break;
+    if (job.state() == state) return job;
+  }
+  ADD_FAILURE() << "job " << id << " never reached " << JobStateName(state) << "; last "
+                << JobStateName(job.state());
+  return job;
+}
+
+class JobRunnerTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<JobRunner> MakeRunner(const std::string& db) {
+    absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(db);
+    EXPECT_TRUE(store.ok());
+    absl::StatusOr<std::unique_ptr<JobRunner>> runner =
+        JobRunner::Create(std::move(*store), engine_, nullptr, log_, 8, Revalidate);
+    EXPECT_TRUE(runner.ok()) << runner.status();
+    return std::move(*runner);
+  }
+  FakeEngine engine_;
+  StructuredLog log_{stderr};
+};
+
+TEST_F(JobRunnerTest, RunsJobsInSubmissionOrderWithProgress) {
+  std::unique_ptr<JobRunner> runner = MakeRunner(TempDb("fifo.db"));
+  absl::StatusOr<v1::Job> a = runner->Submit(Spec(3), Job(3));
+  absl::StatusOr<v1::Job> b = runner->Submit(Spec(5), Job(5));
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->state(), v1::QUEUED);
+  runner->Start();
+  v1::Job done = AwaitState(*runner, b->id(), v1::SUCCEEDED);
+  EXPECT_EQ(done.progress().step(), 5u);
+  EXPECT_EQ(done.progress().total_steps(), 5u);
+  EXPECT_EQ(done.progress().tokens(), 50u);
+  EXPECT_DOUBLE_EQ(done.progress().loss(), 1.0);
+  EXPECT_EQ(runner->Get(a->id())->state(), v1::SUCCEEDED);
+  EXPECT_THAT(engine_.started(), ::testing::ElementsAre(a->id(), b->id()));
+  EXPECT_EQ(runner->List({v1::SUCCEEDED}).size(), 2u);
+  EXPECT_EQ(runner->List({v1::QUEUED}).size(), 0u);
+}
+
+TEST_F(JobRunnerTest, CancelQueuedAndRunning) {
+  engine_.blocking_ = true;
+  std::unique_ptr<JobRunner> runner = MakeRunner(TempDb("cancel.db"));
+  runner->Start();
+  absl::StatusOr<v1::Job> a = runner->Submit(Spec(3), Job(3));
+  absl::StatusOr<v1::Job> b = runner->Submit(Spec(3), Job(3));
+  AwaitState(*runner, a->id(), v1::RUNNING);
+  EXPECT_EQ(runner->Cancel(b->id())->state(), v1::CANCELLED);
+  ASSERT_TRUE(runner->Cancel(a->id()).ok());
+  AwaitState(*runner, a->id(), v1::CANCELLED);
+  EXPECT_EQ(runner->Cancel(a->id()).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(runner->Cancel("job-999999").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(engine_.started(), ::testing::ElementsAre(a->id()));
+}
+
+TEST_F(JobRunnerTest, DeviceFaultFailsJobAndMakesDaemonUnhealthy) {
+  engine_.fault_at_ = 2;
+  std::unique_ptr<JobRunner> runner = MakeRunner(TempDb("fault.db"));
+  absl::StatusOr<v1::Job> a = runner->Submit(Spec(5), Job(5));
+  absl::StatusOr<v1::Job> b = runner->Submit(Spec(5), Job(5));
+  runner->Start();
+  v1::Job failed = AwaitState(*runner, a->id(), v1::FAILED);
+  EXPECT_THAT(failed.failure_reason(), HasSubstr("device fault"));
+  RunnerStatus status = runner->Status();
+  EXPECT_FALSE(status.healthy);
+  EXPECT_THAT(status.unhealthy_reason, HasSubstr("injected by the test"));
+  absl::StatusOr<v1::Job> refused = runner->Submit(Spec(1), Job(1));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(), HasSubstr("unhealthy"));
+  EXPECT_EQ(runner->Get(b->id())->state(), v1::QUEUED);  // not run on a faulty device
+  EXPECT_EQ(status.queued, 1);
+}
+
+TEST_F(JobRunnerTest, ShutdownRequeuesRunningJobAndRestartKeepsOrder) {
+  const std::string db = TempDb("restart.db");
+  std::string a_id, b_id;
+  engine_.blocking_ = true;
+  {
+    std::unique_ptr<JobRunner> runner = MakeRunner(db);
+    runner->Start();
+    a_id = runner->Submit(Spec(4), Job(4))->id();
+    b_id = runner->Submit(Spec(2), Job(2))->id();
+    AwaitState(*runner, a_id, v1::RUNNING);
+    EXPECT_TRUE(runner->Shutdown(absl::Seconds(20)));
+    EXPECT_EQ(runner->Get(a_id)->state(), v1::QUEUED);
+    EXPECT_EQ(runner->Submit(Spec(1), Job(1)).status().code(), absl::StatusCode::kUnavailable);
+  }
+  engine_.blocking_ = false;
+  std::unique_ptr<JobRunner> runner = MakeRunner(db);
+  EXPECT_EQ(runner->Status().queued, 2);
+  runner->Start();
+  AwaitState(*runner, b_id, v1::SUCCEEDED);
+  EXPECT_EQ(runner->Get(a_id)->state(), v1::SUCCEEDED);
+  EXPECT_THAT(engine_.started(), ::testing::ElementsAre(a_id, a_id, b_id));
+  // New ids continue after the stored ones.
+  EXPECT_GT(runner->Submit(Spec(1), Job(1))->id(), b_id);
+}
+
+TEST_F(JobRunnerTest, JobRunningAtACrashIsQueuedFirstAndUnknownSpecsFail) {
+  const std::string db = TempDb("crash.db");
+  {
+    absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(db);
+    ASSERT_TRUE(store.ok());
+    v1::Job running, queued, bad;
+    running.set_id("job-000001");
+    running.set_state(v1::RUNNING);  // what a SIGKILL leaves behind
+    *running.mutable_spec() = Spec(2);
+    running.mutable_progress()->set_step(1);
+    queued.set_id("job-000002");
+    queued.set_state(v1::QUEUED);
+    *queued.mutable_spec() = Spec(2);
+    bad.set_id("job-000003");
+    bad.set_state(v1::QUEUED);
+    *bad.mutable_spec() = Spec(0);  // re-validation refuses it
+    ASSERT_TRUE((*store)->PutJob(2, queued).ok());
+    ASSERT_TRUE((*store)->PutJob(1, running).ok());
+    ASSERT_TRUE((*store)->PutJob(3, bad).ok());
+  }
+  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(db);
+  ASSERT_TRUE(store.ok());
+  absl::StatusOr<std::unique_ptr<JobRunner>> runner =
+      JobRunner::Create(std::move(*store), engine_, nullptr, log_, 8, [](const v1::JobSpec& spec) {
+        if (spec.hyper().steps() == 0) {
+          return absl::StatusOr<ValidatedJob>(absl::InvalidArgumentError("hyper.steps: 0"));
+        }
+        return absl::StatusOr<ValidatedJob>(Job(spec.hyper().steps()));
+      });
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  EXPECT_EQ((*runner)->Get("job-000001")->state(), v1::QUEUED);
+  EXPECT_EQ((*runner)->Get("job-000001")->progress().step(), 0u);
+  EXPECT_EQ((*runner)->Get("job-000003")->state(), v1::FAILED);
+  EXPECT_THAT((*runner)->Get("job-000003")->failure_reason(), HasSubstr("hyper.steps"));
+  (*runner)->Start();
+  AwaitState(**runner, "job-000002", v1::SUCCEEDED);
+  EXPECT_THAT(engine_.started(), ::testing::ElementsAre("job-000001", "job-000002"));
+}
+
+}  // namespace
+}  // namespace megatrain::server

@@ -1,0 +1,376 @@
+// Job spec validation (see job_spec_validation.h).
+#include "server/job_spec_validation.h"
+
+#include <sys/stat.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "engine/model/parameter_layout.h"
+#include "engine/planner/planner.h"
+#include "engine/tiers/placement.h"
+
+namespace megatrain::server {
+namespace {
+
+absl::Status Invalid(absl::string_view field, absl::string_view problem) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", problem));
+}
+
+absl::Status CheckFiniteRange(absl::string_view field, double value, double lo, double hi,
+                              bool lo_open) {
+  if (!std::isfinite(value)) return Invalid(field, absl::StrCat(value, " is not finite"));
+  if ((lo_open ? value <= lo : value < lo) || value > hi) {
+    return Invalid(field,
+                   absl::StrCat(value, " is outside ", lo_open ? "(" : "[", lo, ", ", hi, "]"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckRange(absl::string_view field, uint64_t value, uint64_t lo, uint64_t hi) {
+  if (value < lo || value > hi) {
+    return Invalid(field, absl::StrCat(value, " is outside [", lo, ", ", hi, "]"));
+  }
+  return absl::OkStatus();
+}
+
+// Bytes a text path will load: a file's size, or a directory's regular files (one level).
+uint64_t InputBytes(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    uint64_t total = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(path, ec)) {
+      if (entry.is_regular_file(ec)) total += entry.file_size(ec);
+    }
+    return total;
+  }
+  const uint64_t size = std::filesystem::file_size(path, ec);
+  return ec ? 0 : size;
+}
+
+constexpr uint64_t kMaxTextBytes = uint64_t{2} << 30;
+constexpr int kMaxTextFiles = 1024;
+constexpr uint32_t kMaxBatch = 4096;
+
+absl::Status ValidateModel(const v1::ModelSource& model, const DaemonSettings& settings,
+                           const PathPolicy& paths, ValidatedJob& job) {
+  switch (model.source_case()) {
+    case v1::ModelSource::SOURCE_NOT_SET:
+      return Invalid("model", "set model.config_json_path (or \"builtin:tiny\")");
+    case v1::ModelSource::kHfDirectory: {
+      absl::StatusOr<std::string> dir =
+          paths.ResolveInput("model.hf_directory", model.hf_directory());
+      if (!dir.ok()) return dir.status();
+      return absl::UnimplementedError(
+          "model.hf_directory: starting from Hugging Face weights is not supported by the "
+          "daemon yet; use model.config_json_path");
+    }
+    case v1::ModelSource::kConfigJsonPath:
+      break;
+  }
+  if (model.config_json_path() == kBuiltinTinyModel) {
+    job.model = engine::TinyTextModelConfig();
+  } else {
+    absl::StatusOr<std::string> path =
+        paths.ResolveInput("model.config_json_path", model.config_json_path());
+    if (!path.ok()) return path.status();
+    std::error_code ec;
+    if (std::filesystem::is_directory(*path, ec)) {
+      return Invalid("model.config_json_path", absl::StrCat("'", *path, "' is a directory"));
+    }
+    if (std::filesystem::file_size(*path, ec) > (1u << 20)) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("model.config_json_path: '", *path, "' is larger than 1 MiB"));
+    }
+    absl::StatusOr<engine::ModelConfig> config = engine::LoadModelConfig(*path);
+    if (!config.ok()) return Invalid("model.config_json_path", config.status().message());
+    job.model = *config;
+  }
+  if (job.model.vocab_size < 256) {
+    return Invalid("model.config_json_path",
+                   absl::StrCat("vocab_size ", job.model.vocab_size,
+                                " is smaller than the byte tokenizer's 256"));
+  }
+  absl::StatusOr<engine::ParameterLayout> layout = engine::ParameterLayout::Create(job.model);
+  if (!layout.ok()) return Invalid("model.config_json_path", layout.status().message());
+  job.parameters = layout->parameter_count();
+  if (static_cast<uint64_t>(job.parameters) > settings.max_parameters) {
+    return absl::ResourceExhaustedError(absl::StrCat("model: ", job.parameters,
+                                                     " parameters exceed the daemon's limit of ",
+                                                     settings.max_parameters));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateData(const v1::DataSource& data, const PathPolicy& paths, ValidatedJob& job) {
+  if (data.token_files_size() > 0) {
+    return absl::UnimplementedError(
+        "data.token_files: pre-tokenized data is not supported by the daemon yet; use "
+        "data.text_files");
+  }
+  if (data.text_files_size() == 0)
+    return Invalid("data.text_files", "at least one file is required");
+  if (data.text_files_size() > kMaxTextFiles) {
+    return Invalid("data.text_files",
+                   absl::StrCat(data.text_files_size(), " entries exceed ", kMaxTextFiles));
+  }
+  uint64_t total = 0;
+  for (int i = 0; i < data.text_files_size(); ++i) {
+    const std::string field = absl::StrCat("data.text_files[", i, "]");
+    absl::StatusOr<std::string> path = paths.ResolveInput(field, data.text_files(i));
+    if (!path.ok()) return path.status();
+    total += InputBytes(*path);
+    job.options.text_paths.push_back(*path);
+  }
+  if (total > kMaxTextBytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("data.text_files: ", total, " bytes exceed the 2 GiB a job may load"));
+  }
+  if (!data.tokenizer().empty() && data.tokenizer() != "bytes") {
+    return absl::UnimplementedError(absl::StrCat("data.tokenizer: '",
+                                                 data.tokenizer().substr(0, 256),
+                                                 "' is not supported; only \"bytes\""));
+  }
+  const double fraction = data.validation_fraction() == 0 ? 0.05 : data.validation_fraction();
+  if (absl::Status s = CheckFiniteRange("data.validation_fraction", fraction, 0, 0.5, true);
+      !s.ok()) {
+    return s;
+  }
+  job.options.validation_fraction = fraction;
+  if (absl::Status s = CheckRange("data.eval_windows", data.eval_windows(), 0, 4096); !s.ok()) {
+    return s;
+  }
+  job.options.eval_every = static_cast<int>(std::min<uint32_t>(data.eval_every_steps(), 1 << 30));
+  return absl::OkStatus();
+}
+
+absl::Status ValidateHyper(const v1::Hyperparameters& h, const v1::DataSource& data,
+                           const DaemonSettings& settings, ValidatedJob& job) {
+  if (absl::Status s = CheckRange("hyper.steps", h.steps(), 1, settings.max_steps); !s.ok()) {
+    return s;
+  }
+  job.options.steps = h.steps();
+  if (absl::Status s = CheckRange("hyper.batch_size", h.batch_size(), 1, kMaxBatch); !s.ok()) {
+    return s;
+  }
+  const uint32_t micro = h.micro_batch_size() == 0 ? h.batch_size() : h.micro_batch_size();
+  if (absl::Status s = CheckRange("hyper.micro_batch_size", micro, 1, h.batch_size()); !s.ok()) {
+    return s;
+  }
+  if (h.batch_size() % micro != 0) {
+    return Invalid("hyper.micro_batch_size",
+                   absl::StrCat(micro, " does not divide batch_size ", h.batch_size()));
+  }
+  const uint64_t max_seq = std::min<uint64_t>(
+      settings.max_seq_len, static_cast<uint64_t>(job.model.max_position_embeddings));
+  if (absl::Status s = CheckRange("hyper.seq_len", h.seq_len(), 1, max_seq); !s.ok()) return s;
+  if (absl::Status s = job.model.CheckSequenceLength(h.seq_len()); !s.ok()) {
+    return Invalid("hyper.seq_len", s.message());
+  }
+  if (uint64_t{micro} * h.seq_len() > (uint64_t{1} << 22)) {
+    return absl::ResourceExhaustedError(absl::StrCat("hyper.micro_batch_size: ", micro,
+                                                     " x seq_len ", h.seq_len(),
+                                                     " tokens per micro-batch exceed 4194304"));
+  }
+  engine::TrainerOptions& t = job.options.trainer;
+  t.micro_batch_size = static_cast<int>(micro);
+  t.seq_len = static_cast<int>(h.seq_len());
+  job.options.grad_accumulation = static_cast<int>(h.batch_size() / micro);
+  const uint32_t eval_windows = data.eval_windows() == 0 ? 8 * micro : data.eval_windows();
+  job.options.eval_batches = static_cast<int>(std::max<uint32_t>(1, eval_windows / micro));
+
+  if (absl::Status s = CheckFiniteRange("hyper.lr.peak_lr", h.lr().peak_lr(), 0, 10, true);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckRange("hyper.lr.warmup_steps", h.lr().warmup_steps(), 0, h.steps());
+      !s.ok()) {
+    return s;
+  }
+  if (!v1::LrSchedule::Decay_IsValid(h.lr().decay())) {
+    return Invalid("hyper.lr.decay", absl::StrCat(h.lr().decay(), " is not a decay kind"));
+  }
+  if (absl::Status s =
+          CheckFiniteRange("hyper.lr.min_lr_ratio", h.lr().min_lr_ratio(), 0, 1, false);
+      !s.ok()) {
+    return s;
+  }
+  t.lr.peak_lr = h.lr().peak_lr();
+  t.lr.warmup_steps = h.lr().warmup_steps();
+  t.lr.cosine = h.lr().decay() != v1::LrSchedule::CONSTANT;
+  t.lr.total_steps = h.steps();
+  t.lr.min_lr_ratio = h.lr().min_lr_ratio();
+  const double beta1 = h.adam_beta1() == 0 ? 0.9 : h.adam_beta1();
+  const double beta2 = h.adam_beta2() == 0 ? 0.95 : h.adam_beta2();
+  const double eps = h.adam_eps() == 0 ? 1e-8 : h.adam_eps();
+  if (absl::Status s = CheckFiniteRange("hyper.adam_beta1", beta1, 0, 0.999999, false); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckFiniteRange("hyper.adam_beta2", beta2, 0, 0.999999, false); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckFiniteRange("hyper.adam_eps", eps, 0, 1, true); !s.ok()) return s;
+  if (absl::Status s = CheckFiniteRange("hyper.weight_decay", h.weight_decay(), 0, 10, false);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckFiniteRange("hyper.grad_clip", h.grad_clip(), 0, 1e6, false); !s.ok()) {
+    return s;
+  }
+  t.beta1 = beta1;
+  t.beta2 = beta2;
+  t.eps = eps;
+  t.weight_decay = h.weight_decay();
+  t.grad_clip = h.grad_clip();
+  const uint32_t k = h.checkpoint_every_layers() == 0 ? 4 : h.checkpoint_every_layers();
+  if (absl::Status s = CheckRange("hyper.checkpoint_every_layers", k, 1,
+                                  static_cast<uint64_t>(std::max(1, job.model.num_hidden_layers)));
+      !s.ok() && h.checkpoint_every_layers() != 0) {
+    return s;
+  }
+  t.executor.checkpoint_interval =
+      static_cast<int>(std::min<uint32_t>(k, std::max(1, job.model.num_hidden_layers)));
+  if (data.eval_every_steps() > h.steps()) {
+    return Invalid("data.eval_every_steps",
+                   absl::StrCat(data.eval_every_steps(), " is more than hyper.steps ", h.steps()));
+  }
+  t.blas_threads = settings.threads;
+  t.optimizer_threads = settings.threads;
+  return absl::OkStatus();
+}
+
+// The CPU device as the planner sees it: memory figures exact, speeds nominal (the daemon does
+// not probe the host, so no step time is predicted).
+engine::planner::HardwareProfile DeviceProfile(const engine::DeviceOptions& device) {
+  engine::planner::HardwareProfile hw;
+  hw.name = "megatraind-cpu-device";
+  hw.cpu_device = device.kind == engine::DeviceKind::kCpu;
+  hw.device_memory_bytes = device.arena_bytes;
+  hw.dense_tflops = 0.1;
+  hw.device_memory_gbps = 10;
+  hw.h2d_gbps = device.link_gbps;
+  hw.d2h_gbps = device.link_gbps;
+  hw.link_latency_us = device.link_latency_us;
+  hw.memcpy_gbps = 10;
+  hw.host_memory_gbps = 10;
+  hw.weight_bytes = 4;
+  hw.activation_bytes = 4;
+  return hw;
+}
+
+// Exact placement and device plan from the engine's planner; refuses plans that do not fit.
+absl::Status PlanWithEngine(const v1::MemoryBudgets& m, ValidatedJob& job) {
+  engine::planner::PlanInputs in;
+  in.micro_batch = job.options.trainer.micro_batch_size;
+  in.seq = job.options.trainer.seq_len;
+  in.grad_accumulation = job.options.grad_accumulation;
+  in.checkpoint_interval = job.options.trainer.executor.checkpoint_interval;
+  in.weight_slots = job.options.trainer.executor.weight_slots;
+  in.device_arena_bytes = job.options.device.arena_bytes;
+  in.fixed_overhead_bytes = 0;
+  absl::StatusOr<engine::planner::PlanResult> plan =
+      engine::planner::Plan(job.model, in, DeviceProfile(job.options.device));
+  if (!plan.ok()) {
+    if (plan.status().code() == absl::StatusCode::kResourceExhausted) {
+      return absl::ResourceExhaustedError(absl::StrCat("memory: ", plan.status().message()));
+    }
+    return Invalid("hyper", plan.status().message());
+  }
+  if (!plan->fits_device) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("memory.device_arena_bytes: the executor's device plan peaks at ",
+                     plan->device_arena_peak, " bytes; the arena has ",
+                     job.options.device.arena_bytes, " (", plan->device.Describe(), ")"));
+  }
+  const engine::tiers::Placement& placement = plan->placement;
+  if (placement.pinned_used > job.options.device.pinned_budget_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("memory.pinned_ram_bytes: the plan needs ", placement.pinned_used,
+                     " pinned bytes (master, gradients); the budget is ",
+                     job.options.device.pinned_budget_bytes));
+  }
+  const uint64_t ram_need = placement.ram_used + plan->host_pinned_staging;
+  if (m.ram_bytes() != 0 && ram_need > m.ram_bytes()) {
+    return absl::ResourceExhaustedError(absl::StrCat("memory.ram_bytes: the plan needs ", ram_need,
+                                                     " bytes of RAM; the budget is ",
+                                                     m.ram_bytes()));
+  }
+  for (int k = 0; k < engine::tiers::kNumBufferKinds; ++k) {
+    const engine::tiers::KindPlacement& kind = placement.kinds[k];
+    if (kind.tier == engine::tiers::Tier::kAbsent) continue;
+    v1::BufferPlacement* p = job.plan.add_placements();
+    p->set_kind(engine::tiers::BufferKindName(static_cast<engine::tiers::BufferKind>(k)));
+    p->set_tier(engine::tiers::TierName(kind.tier));
+    p->set_bytes(kind.bytes);
+  }
+  auto add_tier = [&](const char* tier, uint64_t bytes, uint64_t budget) {
+    v1::TierUsage* t = job.plan.add_tiers();
+    t->set_tier(tier);
+    t->set_bytes(bytes);
+    t->set_budget_bytes(budget);
+  };
+  add_tier("device", plan->device_arena_peak, job.options.device.arena_bytes);
+  add_tier("pinned", placement.pinned_used, job.options.device.pinned_budget_bytes);
+  add_tier("ram", ram_need, m.ram_bytes());
+  job.plan.set_device_arena_peak_bytes(plan->device_arena_peak);
+  job.plan.set_parameters(static_cast<uint64_t>(plan->parameters));
+  return absl::OkStatus();
+}
+
+absl::Status ValidateMemory(const v1::MemoryBudgets& m, const DaemonSettings& settings,
+                            ValidatedJob& job) {
+  if (!m.nvme_dir().empty() || m.nvme_bytes() != 0) {
+    return absl::UnimplementedError("memory.nvme_dir: the NVMe tier is not supported yet");
+  }
+  job.options.device = settings.device;
+  if (m.device_arena_bytes() > settings.device.arena_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("memory.device_arena_bytes: ", m.device_arena_bytes(),
+                     " exceed the daemon's device arena of ", settings.device.arena_bytes));
+  }
+  if (m.device_arena_bytes() != 0) job.options.device.arena_bytes = m.device_arena_bytes();
+  if (m.pinned_ram_bytes() > settings.device.pinned_budget_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "memory.pinned_ram_bytes: ", m.pinned_ram_bytes(), " exceed the daemon's pinned budget of ",
+        settings.device.pinned_budget_bytes));
+  }
+  if (m.pinned_ram_bytes() != 0) job.options.device.pinned_budget_bytes = m.pinned_ram_bytes();
+  return PlanWithEngine(m, job);
+}
+
+}  // namespace
+
+absl::StatusOr<ValidatedJob> ValidateJobSpec(const v1::JobSpec& spec,
+                                             const DaemonSettings& settings,
+                                             const PathPolicy& paths) {
+  ValidatedJob job;
+  if (spec.name().size() > 128) {
+    return Invalid("name", absl::StrCat("of ", spec.name().size(), " bytes is longer than 128"));
+  }
+  for (unsigned char c : spec.name()) {
+    if (c < 0x20 || c == 0x7f) return Invalid("name", "contains a control character");
+  }
+  if (absl::Status s = ValidateModel(spec.model(), settings, paths, job); !s.ok()) return s;
+  if (absl::Status s = ValidateData(spec.data(), paths, job); !s.ok()) return s;
+  if (absl::Status s = ValidateHyper(spec.hyper(), spec.data(), settings, job); !s.ok()) return s;
+  if (absl::Status s = ValidateMemory(spec.memory(), settings, job); !s.ok()) return s;
+  if (spec.checkpoints().keep_last() > 10000) {
+    return Invalid("checkpoints.keep_last",
+                   absl::StrCat(spec.checkpoints().keep_last(), " is more than 10000"));
+  }
+  if (spec.checkpoints().every_steps() > spec.hyper().steps()) {
+    return Invalid("checkpoints.every_steps",
+                   absl::StrCat(spec.checkpoints().every_steps(), " is more than hyper.steps ",
+                                spec.hyper().steps()));
+  }
+  if (!spec.output_dir().empty()) {
+    absl::StatusOr<std::string> out = paths.ResolveOutput("output_dir", spec.output_dir());
+    if (!out.ok()) return out.status();
+    job.output_dir = *out;
+  }
+  job.options.seed = spec.seed();
+  return job;
+}
+
+}  // namespace megatrain::server

@@ -1,0 +1,36 @@
+// ValidateJobSpec: every field of a JobSpec checked at the edge (ranges, finiteness, sizes, paths
+// under allowed roots, files present, a memory plan that fits), turned into what the engine runs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/model/model_config.h"
+#include "engine/train/text_training.h"
+#include "proto/megatrain.pb.h"
+#include "server/daemon_config.h"
+#include "server/path_policy.h"
+
+namespace megatrain::server {
+
+// `config_json_path` value that selects the built-in ~10M-parameter text model.
+inline constexpr char kBuiltinTinyModel[] = "builtin:tiny";
+
+struct ValidatedJob {
+  engine::ModelConfig model;
+  engine::TextTrainingOptions options;  // device filled from the daemon's settings
+  int64_t parameters = 0;
+  std::string output_dir;  // resolved; empty = none requested
+  v1::PlanResponse plan;
+};
+
+// Errors carry the gRPC-meaningful code and name the field: INVALID_ARGUMENT (ranges, NaN,
+// syntax), NOT_FOUND (missing files), PERMISSION_DENIED (outside roots, unreadable),
+// RESOURCE_EXHAUSTED (over a daemon limit or budget), UNIMPLEMENTED (valid but unsupported
+// features such as HF weights or token files).
+absl::StatusOr<ValidatedJob> ValidateJobSpec(const v1::JobSpec& spec,
+                                             const DaemonSettings& settings,
+                                             const PathPolicy& paths);
+
+}  // namespace megatrain::server

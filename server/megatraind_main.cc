@@ -1,0 +1,174 @@
+// megatraind: the training daemon. Reads a DaemonConfig textproto (--config), applies flag
+// overrides, serves the Trainer API until SIGTERM/SIGINT, then shuts down within the bound.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "server/daemon.h"
+#include "server/daemon_config.h"
+#include "server/job_engine.h"
+#include "server/structured_log.h"
+
+ABSL_FLAG(std::string, config, "", "DaemonConfig textproto; flags below override its fields.");
+ABSL_FLAG(std::string, state_dir, "", "Overrides state_dir.");
+ABSL_FLAG(std::string, socket_path, "", "Overrides socket_path.");
+ABSL_FLAG(std::string, socket_mode, "", "Overrides socket_mode (octal, e.g. 0660).");
+ABSL_FLAG(std::string, tcp_address, "", "Overrides tcp_address.");
+ABSL_FLAG(std::string, tls_cert_file, "", "Overrides tls_cert_file.");
+ABSL_FLAG(std::string, tls_key_file, "", "Overrides tls_key_file.");
+ABSL_FLAG(std::string, token_file, "", "Overrides token_file.");
+ABSL_FLAG(std::string, metrics_address, "", "Overrides metrics_address.");
+ABSL_FLAG(std::string, data_roots, "", "Overrides data_roots (comma-separated).");
+ABSL_FLAG(std::string, output_roots, "", "Overrides output_roots (comma-separated).");
+ABSL_FLAG(std::string, device, "", "Overrides device (cpu|cuda).");
+ABSL_FLAG(uint64_t, device_arena_bytes, 0, "Overrides device_arena_bytes.");
+ABSL_FLAG(uint64_t, pinned_budget_bytes, 0, "Overrides pinned_budget_bytes.");
+ABSL_FLAG(double, link_gbps, 0, "Overrides link_gbps.");
+ABSL_FLAG(double, link_latency_us, 0, "Overrides link_latency_us.");
+ABSL_FLAG(uint32_t, max_queue_length, 0, "Overrides max_queue_length.");
+ABSL_FLAG(uint32_t, shutdown_timeout_seconds, 0, "Overrides shutdown_timeout_seconds.");
+ABSL_FLAG(uint64_t, max_steps, 0, "Overrides max_steps.");
+ABSL_FLAG(uint32_t, max_seq_len, 0, "Overrides max_seq_len.");
+ABSL_FLAG(uint64_t, max_parameters, 0, "Overrides max_parameters.");
+ABSL_FLAG(uint32_t, threads, 0, "Overrides threads.");
+
+namespace {
+
+// Written only by the signal handler (async-signal-safe), read by the shutdown thread.
+int g_signal_pipe[2] = {-1, -1};
+
+void OnSignal(int sig) {
+  const unsigned char byte = static_cast<unsigned char>(sig);
+  const int saved = errno;
+  (void)!write(g_signal_pipe[1], &byte, 1);
+  errno = saved;
+}
+
+// A flag overrides the file when it differs from its default (so `--link_gbps=0` cannot reset a
+// file's value; edit the file for that).
+bool Given(const char* name) {
+  const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+  return flag != nullptr && flag->CurrentValue() != flag->DefaultValue();
+}
+
+// Flags given on the command line replace the config file's fields.
+bool ApplyFlags(megatrain::v1::DaemonConfig& c) {
+  if (Given("state_dir")) c.set_state_dir(absl::GetFlag(FLAGS_state_dir));
+  if (Given("socket_path")) c.set_socket_path(absl::GetFlag(FLAGS_socket_path));
+  if (Given("socket_mode")) {
+    const std::string mode = absl::GetFlag(FLAGS_socket_mode);
+    char* end = nullptr;
+    const unsigned long value = std::strtoul(mode.c_str(), &end, 8);
+    if (mode.empty() || *end != '\0') {
+      std::fprintf(stderr, "megatraind: --socket_mode='%s' is not an octal mode\n", mode.c_str());
+      return false;
+    }
+    c.set_socket_mode(static_cast<uint32_t>(value));
+  }
+  if (Given("tcp_address")) c.set_tcp_address(absl::GetFlag(FLAGS_tcp_address));
+  if (Given("tls_cert_file")) c.set_tls_cert_file(absl::GetFlag(FLAGS_tls_cert_file));
+  if (Given("tls_key_file")) c.set_tls_key_file(absl::GetFlag(FLAGS_tls_key_file));
+  if (Given("token_file")) c.set_token_file(absl::GetFlag(FLAGS_token_file));
+  if (Given("metrics_address")) c.set_metrics_address(absl::GetFlag(FLAGS_metrics_address));
+  if (Given("data_roots")) {
+    c.clear_data_roots();
+    for (absl::string_view r :
+         absl::StrSplit(absl::GetFlag(FLAGS_data_roots), ',', absl::SkipEmpty()))
+      c.add_data_roots(std::string(r));
+  }
+  if (Given("output_roots")) {
+    c.clear_output_roots();
+    for (absl::string_view r :
+         absl::StrSplit(absl::GetFlag(FLAGS_output_roots), ',', absl::SkipEmpty()))
+      c.add_output_roots(std::string(r));
+  }
+  if (Given("device")) c.set_device(absl::GetFlag(FLAGS_device));
+  if (Given("device_arena_bytes"))
+    c.set_device_arena_bytes(absl::GetFlag(FLAGS_device_arena_bytes));
+  if (Given("pinned_budget_bytes"))
+    c.set_pinned_budget_bytes(absl::GetFlag(FLAGS_pinned_budget_bytes));
+  if (Given("link_gbps")) c.set_link_gbps(absl::GetFlag(FLAGS_link_gbps));
+  if (Given("link_latency_us")) c.set_link_latency_us(absl::GetFlag(FLAGS_link_latency_us));
+  if (Given("max_queue_length")) c.set_max_queue_length(absl::GetFlag(FLAGS_max_queue_length));
+  if (Given("shutdown_timeout_seconds"))
+    c.set_shutdown_timeout_seconds(absl::GetFlag(FLAGS_shutdown_timeout_seconds));
+  if (Given("max_steps")) c.set_max_steps(absl::GetFlag(FLAGS_max_steps));
+  if (Given("max_seq_len")) c.set_max_seq_len(absl::GetFlag(FLAGS_max_seq_len));
+  if (Given("max_parameters")) c.set_max_parameters(absl::GetFlag(FLAGS_max_parameters));
+  if (Given("threads")) c.set_threads(absl::GetFlag(FLAGS_threads));
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "megatraind: the megatrain training daemon (see docs/daemon.md).\n"
+      "Example: megatraind --config=/etc/megatrain/megatraind.textproto\n"
+      "         megatraind --state_dir=/tmp/mt --socket_path=/tmp/mt/s.sock "
+      "--data_roots=/usr/share/games/fortunes --output_roots=/tmp/mt/out");
+  absl::ParseCommandLine(argc, argv);
+  using namespace megatrain::server;
+  StructuredLog log(stderr);
+
+  megatrain::v1::DaemonConfig config;
+  config.set_config_version(kDaemonConfigVersion);
+  if (!absl::GetFlag(FLAGS_config).empty()) {
+    absl::StatusOr<megatrain::v1::DaemonConfig> loaded =
+        LoadDaemonConfigFile(absl::GetFlag(FLAGS_config));
+    if (!loaded.ok()) {
+      log.Event("config_error", {{"error", loaded.status().ToString()}});
+      return 2;
+    }
+    config = *loaded;
+  }
+  if (!ApplyFlags(config)) return 2;
+  absl::StatusOr<DaemonSettings> settings = ValidateDaemonConfig(config);
+  if (!settings.ok()) {
+    log.Event("config_error", {{"error", settings.status().ToString()}});
+    return 2;
+  }
+
+  // Libraries start threads before main (OpenBLAS), so a blocked-mask + sigwait scheme would
+  // miss them: the handler only writes the signal number to a pipe that one thread reads.
+  if (pipe2(g_signal_pipe, O_CLOEXEC) != 0) return 1;
+  struct sigaction action {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  TextJobEngine engine;
+  absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Start(*settings, engine, log);
+  if (!daemon.ok()) {
+    log.Event("start_error", {{"error", daemon.status().ToString()}});
+    return 1;
+  }
+  std::thread waiter([&] {
+    unsigned char sig = 0;
+    while (read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+    }
+    log.Event("signal", {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}});
+    if (!(*daemon)->Shutdown()) {
+      log.Event("shutdown_timeout",
+                {{"seconds", std::to_string(settings->shutdown_timeout_seconds)}});
+      std::_Exit(1);
+    }
+  });
+  (*daemon)->Wait();
+  waiter.join();
+  daemon->reset();
+  return 0;
+}

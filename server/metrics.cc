@@ -1,0 +1,185 @@
+// DaemonMetrics (see metrics.h).
+#include "server/metrics.h"
+
+#include <algorithm>
+#include <string>
+
+namespace megatrain::server {
+namespace {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+
+// Seconds from 10 us to ~10 s, for per-layer and per-step timings.
+prometheus::Histogram::BucketBoundaries SecondsBuckets() {
+  return {1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1, 3, 10};
+}
+
+}  // namespace
+
+DaemonMetrics::DaemonMetrics(prometheus::Registry& r)
+    : layer_copy_in_(BuildHistogram()
+                         .Name("megatrain_layer_copy_in_seconds")
+                         .Help("Host-to-device weight copy time of a decoder layer per step")
+                         .Register(r)),
+      layer_compute_(BuildHistogram()
+                         .Name("megatrain_layer_compute_seconds")
+                         .Help("Forward+backward compute time of a decoder layer per step")
+                         .Register(r)),
+      layer_copy_out_(BuildHistogram()
+                          .Name("megatrain_layer_copy_out_seconds")
+                          .Help("Device-to-host gradient copy time of a decoder layer per step")
+                          .Register(r)),
+      layer_stall_(BuildHistogram()
+                       .Name("megatrain_layer_stall_seconds")
+                       .Help("Time compute waited for a decoder layer's transfers per step")
+                       .Register(r)),
+      layer_optimizer_(BuildHistogram()
+                           .Name("megatrain_layer_optimizer_seconds")
+                           .Help("AdamW update time of a decoder layer per step")
+                           .Register(r)),
+      layer_overlap_(BuildGauge()
+                         .Name("megatrain_layer_overlap_ratio")
+                         .Help("1 - stall/copy_in of a decoder layer in the last step")
+                         .Register(r)),
+      overlap_ratio_(BuildGauge()
+                         .Name("megatrain_train_overlap_ratio")
+                         .Help("1 - stall/copy_in over the whole last step")
+                         .Register(r)
+                         .Add({})),
+      tokens_per_second_(BuildGauge()
+                             .Name("megatrain_train_tokens_per_second")
+                             .Help("Tokens per second of the last step")
+                             .Register(r)
+                             .Add({})),
+      loss_(BuildGauge()
+                .Name("megatrain_train_loss")
+                .Help("Training loss of the last step")
+                .Register(r)
+                .Add({})),
+      validation_loss_(BuildGauge()
+                           .Name("megatrain_train_validation_loss")
+                           .Help("Latest validation loss of the running job")
+                           .Register(r)
+                           .Add({})),
+      learning_rate_(BuildGauge()
+                         .Name("megatrain_train_learning_rate")
+                         .Help("Learning rate of the last step")
+                         .Register(r)
+                         .Add({})),
+      optimizer_seconds_(BuildHistogram()
+                             .Name("megatrain_train_optimizer_seconds")
+                             .Help("AdamW update time of a whole step")
+                             .Register(r)
+                             .Add({}, SecondsBuckets())),
+      step_seconds_(BuildHistogram()
+                        .Name("megatrain_train_step_seconds")
+                        .Help("Forward+backward time of a step")
+                        .Register(r)
+                        .Add({}, SecondsBuckets())),
+      steps_(BuildCounter()
+                 .Name("megatrain_train_steps_total")
+                 .Help("Optimizer steps run by this daemon")
+                 .Register(r)
+                 .Add({})),
+      tokens_(BuildCounter()
+                  .Name("megatrain_train_tokens_total")
+                  .Help("Tokens processed by this daemon")
+                  .Register(r)
+                  .Add({})),
+      memory_bytes_(BuildGauge()
+                        .Name("megatrain_memory_bytes")
+                        .Help("Bytes in use per memory tier after the last step")
+                        .Register(r)),
+      arena_peak_(BuildGauge()
+                      .Name("megatrain_device_arena_peak_bytes")
+                      .Help("Peak bytes allocated from the device arena in the last step")
+                      .Register(r)
+                      .Add({})),
+      queue_length_(BuildGauge()
+                        .Name("megatrain_daemon_queue_length")
+                        .Help("Jobs waiting in the queue")
+                        .Register(r)
+                        .Add({})),
+      jobs_(BuildGauge()
+                .Name("megatrain_daemon_jobs")
+                .Help("Jobs known to the daemon by state")
+                .Register(r)),
+      healthy_(BuildGauge()
+                   .Name("megatrain_daemon_healthy")
+                   .Help("1 while the device is healthy, 0 after a device fault")
+                   .Register(r)
+                   .Add({})),
+      rpcs_(BuildCounter()
+                .Name("megatrain_daemon_rpcs_total")
+                .Help("Finished RPCs by method and gRPC status code")
+                .Register(r)) {
+  healthy_.Set(1);
+}
+
+DaemonMetrics::LayerSeries& DaemonMetrics::Layer(int layer) {
+  auto it = layers_.find(layer);
+  if (it != layers_.end()) return it->second;
+  const prometheus::Labels labels{{"layer", std::to_string(layer)}};
+  LayerSeries s{&layer_copy_in_.Add(labels, SecondsBuckets()),
+                &layer_compute_.Add(labels, SecondsBuckets()),
+                &layer_copy_out_.Add(labels, SecondsBuckets()),
+                &layer_stall_.Add(labels, SecondsBuckets()),
+                &layer_optimizer_.Add(labels, SecondsBuckets()),
+                &layer_overlap_.Add(labels)};
+  return layers_.emplace(layer, s).first->second;
+}
+
+void DaemonMetrics::RecordStep(const engine::StepReport& report, double validation_loss) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < report.layers.size(); ++i) {
+    const engine::LayerTiming& t = report.layers[i];
+    LayerSeries& s = Layer(static_cast<int>(i));
+    s.copy_in->Observe(t.copy_in_seconds);
+    s.compute->Observe(t.compute_seconds);
+    s.copy_out->Observe(t.copy_out_seconds);
+    s.stall->Observe(t.stall_seconds);
+    s.optimizer->Observe(t.optimizer_seconds);
+    s.overlap->Set(t.overlap_ratio());
+  }
+  // Whole-step stall also counts waits that are not weight copies, so clamp into [0, 1].
+  overlap_ratio_.Set(
+      report.total_copy_in_seconds > 0
+          ? std::clamp(1.0 - report.total_stall_seconds / report.total_copy_in_seconds, 0.0, 1.0)
+          : 1.0);
+  tokens_per_second_.Set(report.tokens_per_second);
+  loss_.Set(report.loss);
+  validation_loss_.Set(validation_loss);
+  learning_rate_.Set(report.learning_rate);
+  optimizer_seconds_.Observe(report.optimizer_seconds);
+  step_seconds_.Observe(report.step_seconds);
+  steps_.Increment();
+  tokens_.Increment(static_cast<double>(report.tokens));
+  memory_bytes_.Add({{"tier", "device"}}).Set(static_cast<double>(report.device_arena_bytes));
+  memory_bytes_.Add({{"tier", "pinned"}}).Set(static_cast<double>(report.pinned_host_bytes));
+  memory_bytes_.Add({{"tier", "ram"}}).Set(static_cast<double>(report.pageable_host_bytes));
+  arena_peak_.Set(static_cast<double>(report.device_arena_peak_bytes));
+}
+
+void DaemonMetrics::SetQueueLength(int queued) { queue_length_.Set(queued); }
+
+void DaemonMetrics::SetJobsByState(const std::map<std::string, int>& counts) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [state, count] : counts) {
+    prometheus::Gauge*& g = job_states_[state];
+    if (g == nullptr) g = &jobs_.Add({{"state", state}});
+    g->Set(count);
+  }
+}
+
+void DaemonMetrics::SetHealthy(bool healthy) { healthy_.Set(healthy ? 1 : 0); }
+
+void DaemonMetrics::CountRpc(const std::string& method, const std::string& code) {
+  std::lock_guard<std::mutex> lock(mu_);
+  prometheus::Counter*& c = rpc_series_[{method, code}];
+  if (c == nullptr) c = &rpcs_.Add({{"method", method}, {"code", code}});
+  c->Increment();
+}
+
+}  // namespace megatrain::server

@@ -1,0 +1,32 @@
+// PathPolicy: request paths may only name files under configured roots; `..` components and
+// symlinks resolving outside the roots are refused.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace megatrain::server {
+
+class PathPolicy {
+ public:
+  // Roots are resolved (realpath) once; a root that does not exist is skipped.
+  PathPolicy(const std::vector<std::string>& data_roots,
+             const std::vector<std::string>& output_roots);
+
+  // An existing, readable file or directory under a data root; returns its resolved path.
+  // INVALID_ARGUMENT (empty, relative, `..`), NOT_FOUND, PERMISSION_DENIED (outside roots,
+  // unreadable). Messages start with `field`.
+  absl::StatusOr<std::string> ResolveInput(const std::string& field, const std::string& path) const;
+  // A directory to create or reuse under an output root (its nearest existing ancestor is
+  // resolved, so a symlink cannot lead outside); returns the resolved path.
+  absl::StatusOr<std::string> ResolveOutput(const std::string& field,
+                                            const std::string& path) const;
+
+ private:
+  std::vector<std::string> data_roots_;
+  std::vector<std::string> output_roots_;
+};
+
+}  // namespace megatrain::server

@@ -1,0 +1,229 @@
+// TrainerService (see trainer_service.h).
+#include "server/trainer_service.h"
+
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "engine/device/device_options.h"
+#include "server/job_spec_validation.h"
+
+namespace megatrain::server {
+namespace {
+
+// Handler threads yield the CPU to training under contention (nice is per thread on Linux):
+// polling clients must not slow the job down. Done once per gRPC thread.
+void DeprioritizeHandlerThread() {
+  thread_local bool done = false;
+  if (done) return;
+  done = true;
+  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
+}
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  // absl::StatusCode and grpc::StatusCode share their numbering.
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+std::string CodeName(absl::StatusCode code) { return absl::StatusCodeToString(code); }
+
+}  // namespace
+
+absl::Status ValidateJobId(const std::string& id) {
+  if (id.empty()) return absl::InvalidArgumentError("id: required");
+  if (id.size() > 64) {
+    return absl::InvalidArgumentError(absl::StrCat("id: ", id.size(), " bytes, more than 64"));
+  }
+  for (char c : id) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_')) {
+      return absl::InvalidArgumentError("id: only letters, digits, '-' and '_' are allowed");
+    }
+  }
+  return absl::OkStatus();
+}
+
+TrainerService::TrainerService(const DaemonSettings& settings, const PathPolicy& paths,
+                               JobRunner& runner, DaemonMetrics* metrics, StructuredLog& log)
+    : settings_(settings), paths_(paths), runner_(runner), metrics_(metrics), log_(log) {}
+
+grpc::Status TrainerService::Finish(const char* method, const absl::Status& status) {
+  const std::string code = CodeName(status.code());
+  if (metrics_ != nullptr) metrics_->CountRpc(method, code);
+  if (!status.ok()) {
+    log_.Event("rpc_error",
+               {{"method", method}, {"code", code}, {"message", std::string(status.message())}});
+  }
+  return ToGrpc(status);
+}
+
+absl::StatusOr<ValidatedJob> TrainerService::Validate(const v1::JobSpec& spec) const {
+  return ValidateJobSpec(spec, settings_, paths_);
+}
+
+grpc::Status TrainerService::SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* request,
+                                       v1::Job* response) {
+  DeprioritizeHandlerThread();
+  if (!request->has_spec()) {
+    return Finish("SubmitJob", absl::InvalidArgumentError("spec: required"));
+  }
+  absl::StatusOr<ValidatedJob> job = Validate(request->spec());
+  if (!job.ok()) return Finish("SubmitJob", job.status());
+  absl::StatusOr<v1::Job> submitted = runner_.Submit(request->spec(), std::move(*job));
+  if (submitted.ok()) *response = *submitted;
+  return Finish("SubmitJob", submitted.status());
+}
+
+grpc::Status TrainerService::GetJob(grpc::ServerContext*, const v1::GetJobRequest* request,
+                                    v1::Job* response) {
+  DeprioritizeHandlerThread();
+  if (absl::Status s = ValidateJobId(request->id()); !s.ok()) return Finish("GetJob", s);
+  absl::StatusOr<v1::Job> job = runner_.Get(request->id());
+  if (job.ok()) *response = *job;
+  return Finish("GetJob", job.status());
+}
+
+grpc::Status TrainerService::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* request,
+                                      v1::ListJobsResponse* response) {
+  DeprioritizeHandlerThread();
+  if (request->states_size() > 16) {
+    return Finish("ListJobs", absl::InvalidArgumentError(absl::StrCat(
+                                  "states: ", request->states_size(), " entries, more than 16")));
+  }
+  std::vector<v1::JobState> states;
+  for (int i = 0; i < request->states_size(); ++i) {
+    const int s = request->states(i);
+    if (s < v1::QUEUED || s > v1::CANCELLED) {
+      return Finish("ListJobs", absl::InvalidArgumentError(
+                                    absl::StrCat("states[", i, "]: ", s, " is not a job state")));
+    }
+    states.push_back(static_cast<v1::JobState>(s));
+  }
+  for (v1::Job& job : runner_.List(states)) *response->add_jobs() = std::move(job);
+  return Finish("ListJobs", absl::OkStatus());
+}
+
+grpc::Status TrainerService::WatchJob(grpc::ServerContext* context,
+                                      const v1::WatchJobRequest* request,
+                                      grpc::ServerWriter<v1::ProgressEvent>* writer) {
+  DeprioritizeHandlerThread();
+  if (absl::Status s = ValidateJobId(request->id()); !s.ok()) return Finish("WatchJob", s);
+  uint64_t version = 0;
+  while (!context->IsCancelled()) {
+    v1::Job job;
+    std::string message;
+    absl::StatusOr<bool> changed =
+        runner_.WaitForChange(request->id(), &version, absl::Milliseconds(500), &job, &message);
+    if (!changed.ok()) return Finish("WatchJob", changed.status());
+    if (!*changed) continue;
+    v1::ProgressEvent event;
+    event.set_job_id(job.id());
+    event.set_state(job.state());
+    *event.mutable_progress() = job.progress();
+    event.set_message(message.empty() && job.state() == v1::FAILED ? job.failure_reason()
+                                                                   : message);
+    event.set_unix_ms(absl::ToUnixMillis(absl::Now()));
+    if (!writer->Write(event)) break;
+    if (job.state() == v1::SUCCEEDED || job.state() == v1::FAILED || job.state() == v1::CANCELLED) {
+      return Finish("WatchJob", absl::OkStatus());
+    }
+  }
+  return Finish("WatchJob", absl::CancelledError("watch ended: client went away or the daemon is "
+                                                 "shutting down"));
+}
+
+grpc::Status TrainerService::CancelJob(grpc::ServerContext*, const v1::JobRef* request,
+                                       v1::Job* response) {
+  DeprioritizeHandlerThread();
+  if (absl::Status s = ValidateJobId(request->id()); !s.ok()) return Finish("CancelJob", s);
+  absl::StatusOr<v1::Job> job = runner_.Cancel(request->id());
+  if (job.ok()) *response = *job;
+  return Finish("CancelJob", job.status());
+}
+
+// Pause, resume and on-demand checkpoints need the engine's checkpoint save/restore; until the
+// daemon is wired to it they validate the request and answer UNIMPLEMENTED.
+grpc::Status TrainerService::PauseJob(grpc::ServerContext*, const v1::JobRef* request, v1::Job*) {
+  DeprioritizeHandlerThread();
+  if (absl::Status s = ValidateJobId(request->id()); !s.ok()) return Finish("PauseJob", s);
+  if (absl::StatusOr<v1::Job> job = runner_.Get(request->id()); !job.ok()) {
+    return Finish("PauseJob", job.status());
+  }
+  return Finish("PauseJob",
+                absl::UnimplementedError("PauseJob: needs checkpoint save/resume, not wired into "
+                                         "megatraind yet"));
+}
+
+grpc::Status TrainerService::ResumeJob(grpc::ServerContext*, const v1::JobRef* request, v1::Job*) {
+  DeprioritizeHandlerThread();
+  if (absl::Status s = ValidateJobId(request->id()); !s.ok()) return Finish("ResumeJob", s);
+  if (absl::StatusOr<v1::Job> job = runner_.Get(request->id()); !job.ok()) {
+    return Finish("ResumeJob", job.status());
+  }
+  return Finish("ResumeJob",
+                absl::UnimplementedError("ResumeJob: needs checkpoint save/resume, not wired into "
+                                         "megatraind yet"));
+}
+
+grpc::Status TrainerService::Checkpoint(grpc::ServerContext*, const v1::JobRef* request,
+                                        v1::CheckpointRecord*) {
+  DeprioritizeHandlerThread();
+  if (absl::Status s = ValidateJobId(request->id()); !s.ok()) return Finish("Checkpoint", s);
+  if (absl::StatusOr<v1::Job> job = runner_.Get(request->id()); !job.ok()) {
+    return Finish("Checkpoint", job.status());
+  }
+  return Finish("Checkpoint",
+                absl::UnimplementedError("Checkpoint: needs checkpoint save/resume, not wired into "
+                                         "megatraind yet"));
+}
+
+grpc::Status TrainerService::ListCheckpoints(grpc::ServerContext*, const v1::JobRef* request,
+                                             v1::ListCheckpointsResponse* response) {
+  DeprioritizeHandlerThread();
+  if (absl::Status s = ValidateJobId(request->id()); !s.ok()) return Finish("ListCheckpoints", s);
+  absl::StatusOr<std::vector<v1::CheckpointRecord>> records = runner_.Checkpoints(request->id());
+  if (records.ok()) {
+    for (v1::CheckpointRecord& r : *records) *response->add_checkpoints() = std::move(r);
+  }
+  return Finish("ListCheckpoints", records.status());
+}
+
+grpc::Status TrainerService::Plan(grpc::ServerContext*, const v1::JobSpec* request,
+                                  v1::PlanResponse* response) {
+  DeprioritizeHandlerThread();
+  absl::StatusOr<ValidatedJob> job = Validate(*request);
+  if (job.ok()) *response = job->plan;
+  return Finish("Plan", job.status());
+}
+
+grpc::Status TrainerService::GetDaemonStatus(grpc::ServerContext*,
+                                             const v1::GetDaemonStatusRequest*,
+                                             v1::DaemonStatus* response) {
+  DeprioritizeHandlerThread();
+  const RunnerStatus status = runner_.Status();
+  response->set_version(kDaemonVersion);
+  response->set_device(std::string(engine::DeviceKindName(settings_.device.kind)));
+  response->set_healthy(status.healthy);
+  response->set_unhealthy_reason(status.unhealthy_reason);
+  response->set_queue_length(static_cast<uint32_t>(status.queued));
+  response->set_running_job_id(status.running_job_id);
+  v1::TierUsage* device = response->add_memory();
+  device->set_tier("device");
+  device->set_budget_bytes(settings_.device.arena_bytes);
+  v1::TierUsage* pinned = response->add_memory();
+  pinned->set_tier("pinned");
+  pinned->set_budget_bytes(settings_.device.pinned_budget_bytes);
+  if (!status.running_job_id.empty()) {
+    if (absl::StatusOr<v1::Job> job = runner_.Get(status.running_job_id); job.ok()) {
+      for (const v1::TierUsage& t : job->progress().memory()) {
+        if (t.tier() == "device") device->set_bytes(t.bytes());
+        if (t.tier() == "pinned") pinned->set_bytes(t.bytes());
+      }
+    }
+  }
+  return Finish("GetDaemonStatus", absl::OkStatus());
+}
+
+}  // namespace megatrain::server

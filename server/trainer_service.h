@@ -1,0 +1,63 @@
+// TrainerService: the megatrain.v1.Trainer gRPC handlers. Each validates its request, hands work
+// to the JobRunner and maps absl codes 1:1 onto gRPC codes; every call is counted and logged.
+#pragma once
+
+#include <string>
+
+#include "proto/megatrain.grpc.pb.h"
+#include "server/daemon_config.h"
+#include "server/job_runner.h"
+#include "server/metrics.h"
+#include "server/path_policy.h"
+#include "server/structured_log.h"
+
+namespace megatrain::server {
+
+inline constexpr char kDaemonVersion[] = "megatraind 0.1.0";
+
+class TrainerService final : public v1::Trainer::Service {
+ public:
+  // `metrics` may be null. Everything passed in outlives the service.
+  TrainerService(const DaemonSettings& settings, const PathPolicy& paths, JobRunner& runner,
+                 DaemonMetrics* metrics, StructuredLog& log);
+
+  grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request,
+                         v1::Job* response) override;
+  grpc::Status GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
+                      v1::Job* response) override;
+  grpc::Status ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest* request,
+                        v1::ListJobsResponse* response) override;
+  grpc::Status WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* request,
+                        grpc::ServerWriter<v1::ProgressEvent>* writer) override;
+  grpc::Status CancelJob(grpc::ServerContext* context, const v1::JobRef* request,
+                         v1::Job* response) override;
+  grpc::Status PauseJob(grpc::ServerContext* context, const v1::JobRef* request,
+                        v1::Job* response) override;
+  grpc::Status ResumeJob(grpc::ServerContext* context, const v1::JobRef* request,
+                         v1::Job* response) override;
+  grpc::Status Checkpoint(grpc::ServerContext* context, const v1::JobRef* request,
+                          v1::CheckpointRecord* response) override;
+  grpc::Status ListCheckpoints(grpc::ServerContext* context, const v1::JobRef* request,
+                               v1::ListCheckpointsResponse* response) override;
+  grpc::Status Plan(grpc::ServerContext* context, const v1::JobSpec* request,
+                    v1::PlanResponse* response) override;
+  grpc::Status GetDaemonStatus(grpc::ServerContext* context,
+                               const v1::GetDaemonStatusRequest* request,
+                               v1::DaemonStatus* response) override;
+
+ private:
+  // Counts, logs and converts.
+  grpc::Status Finish(const char* method, const absl::Status& status);
+  absl::StatusOr<ValidatedJob> Validate(const v1::JobSpec& spec) const;
+
+  const DaemonSettings& settings_;
+  const PathPolicy& paths_;
+  JobRunner& runner_;
+  DaemonMetrics* metrics_;
+  StructuredLog& log_;
+};
+
+// "id: ..." errors for empty, over-long or odd job ids (INVALID_ARGUMENT).
+absl::Status ValidateJobId(const std::string& id);
+
+}  // namespace megatrain::server

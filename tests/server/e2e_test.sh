@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# End to end: a real megatraind on a Unix socket in a temp dir; submit a small job with the CLI
+# from a JSON spec with flag overrides, watch it to completion, read its status and output;
+# then restart semantics: SIGTERM with a running and a queued job, restart, both come back.
+source "$(dirname "$0")/daemon_test_lib.sh"
+
+start_daemon
+cat > "$WORK/job.json" <<JSON
+{"name": "e2e", "model": {"config_json_path": "$WORK/data/config.json"},
+ "data": {"text_files": ["$WORK/data/corpus.txt"], "eval_every_steps": 4},
+ "hyper": {"steps": 100, "batch_size": 2, "seq_len": 32, "lr": {"peak_lr": 0.001}},
+ "output_dir": "$WORK/out/e2e", "seed": 3}
+JSON
+id=$(cli submit --spec="$WORK/job.json" --steps=8) || fail "submit"
+[[ "$id" == job-* ]] || fail "submit printed '$id'"
+cli watch "$id" > "$WORK/watch.txt" || fail "watch exited non-zero"
+grep -q "SUCCEEDED step 8/8" "$WORK/watch.txt" || fail "watch output: $(cat "$WORK/watch.txt")"
+[ "$(wc -l < "$WORK/watch.txt")" -ge 3 ] || fail "expected several progress lines"
+
+status=$(cli status "$id" --json)
+[ "$(json_field "$status" .state)" = SUCCEEDED ] || fail "state: $status"
+[ "$(json_field "$status" .progress.step)" = 8 ] || fail "step: $status"
+[ "$(json_field "$status" .spec.hyper.steps)" = 8 ] || fail "flag override lost: $status"
+loss=$(json_field "$status" .progress.loss)
+python3 -c "import math,sys; v=float('$loss'); sys.exit(0 if math.isfinite(v) and 0 < v < 6 else 1)" \
+  || fail "loss $loss"
+[ -f "$WORK/out/e2e/result.json" ] || fail "no result.json"
+[ "$(jq -r .steps "$WORK/out/e2e/result.json")" = 8 ] || fail "result.json steps"
+listing=$(cli list)
+grep -q "$id  SUCCEEDED" <<< "$listing" || fail "list: $listing"
+[ "$(cli list --json --state=SUCCEEDED | jq '.jobs | length')" = 1 ] || fail "list --json"
+cli daemon-status --json | jq -e '.healthy == true' > /dev/null || fail "daemon unhealthy"
+cli plan --spec="$WORK/job.json" --json | jq -e '.parameters | tonumber > 0' > /dev/null || fail "plan"
+
+# Exit codes scripts rely on.
+set +e
+cli status job-999999 > /dev/null 2>&1; [ $? = 4 ] || fail "NOT_FOUND should exit 4"
+cli bogus-command > /dev/null 2>&1; [ $? = 2 ] || fail "unknown command should exit 2"
+"$MEGATRAIN" --socket="$SOCKDIR/nowhere.sock" daemon-status > /dev/null 2>&1
+[ $? = 3 ] || fail "unreachable daemon should exit 3"
+set -e
+
+# Restart semantics: a long job running and one queued; SIGTERM; both QUEUED after restart.
+long=$(cli submit --spec="$WORK/job.json" --steps=100000 --name=long)
+queued=$(cli submit --spec="$WORK/job.json" --steps=4 --name=queued)
+# Bounded: the watch stream delivers the first step event, then grep exits.
+(timeout 60 "$MEGATRAIN" --socket="$SOCKET" watch "$long" || true) |
+  grep -m1 -q "RUNNING step [1-9]" || fail "long job never ran a step"
+stop_daemon
+grep -q "interrupted by daemon shutdown" "$WORK/daemon.log" || fail "no interruption logged"
+start_daemon
+[ "$(cli status "$queued" --json | jq -r .state)" = QUEUED ] || fail "queued job lost its state"
+[ "$(cli status "$long" --json | jq -r .state)" != FAILED ] || fail "long job failed on restart"
+cli cancel "$long" > /dev/null || fail "cancel"
+set +e
+timeout 60 "$MEGATRAIN" --socket="$SOCKET" watch "$long" > /dev/null; rc=$?
+set -e
+[ "$rc" = 1 ] || fail "watch of a cancelled job should exit 1, got $rc"
+[ "$(cli status "$long" --json | jq -r .state)" = CANCELLED ] || fail "long not cancelled"
+timeout 120 "$MEGATRAIN" --socket="$SOCKET" watch "$queued" > /dev/null || fail "queued job did not finish"
+[ "$(cli status "$queued" --json | jq -r .state)" = SUCCEEDED ] || fail "queued job state"
+grep -q "job=$queued" "$WORK/daemon.log" || fail "structured log lacks job ids"
+stop_daemon
+echo PASS

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# scripts/install into a temporary root: files land where the unit expects them, the unit passes
+# `systemd-analyze verify`, and the installed example config starts the installed daemon.
+source "$(dirname "$0")/daemon_test_lib.sh"
+# The runfiles link back into the source tree, where scripts/install lives.
+repo="$(cd "$(dirname "$(readlink -f "$RUNFILES/deploy/megatraind.service")")/.." && pwd)"
+[ -x "$repo/scripts/install" ] || fail "scripts/install not found from $repo"
+mkdir -p "$WORK/bin"
+cp "$MEGATRAIND" "$MEGATRAIN" "$WORK/bin/"
+R="$WORK/root"
+"$repo/scripts/install" --prefix="$R/usr" --sysconfdir="$R/etc" --statedir="$R/var/lib" \
+  --bin-dir="$WORK/bin" --no-user > "$WORK/install.log" || fail "install: $(cat "$WORK/install.log")"
+unit="$R/usr/lib/systemd/system/megatraind.service"
+for f in "$R/usr/bin/megatraind" "$R/usr/bin/megatrain" "$unit" \
+  "$R/etc/megatrain/megatraind.textproto" "$R/usr/lib/sysusers.d/megatrain.conf" \
+  "$R/usr/share/megatrain/grafana/megatrain-dashboard.json" \
+  "$R/usr/share/megatrain/prometheus/megatrain-scrape.yml"; do
+  [ -e "$f" ] || fail "missing $f"
+done
+[ -d "$R/var/lib/megatrain/outputs" ] || fail "no outputs dir"
+grep -q "^ExecStart=$R/usr/bin/megatraind --config=$R/etc/megatrain/megatraind.textproto$" "$unit" \
+  || fail "ExecStart not substituted: $(grep ExecStart "$unit")"
+for key in "LimitMEMLOCK=infinity" "StateDirectory=megatrain" "RuntimeDirectory=megatrain" \
+  "Restart=on-failure" "ProtectSystem=strict" "NoNewPrivileges=yes" "User=megatrain"; do
+  grep -q "^$key" "$unit" || fail "unit lacks $key"
+done
+systemd-analyze verify "$unit" > "$WORK/verify.log" 2>&1 || fail "verify: $(cat "$WORK/verify.log")"
+[ ! -s "$WORK/verify.log" ] || fail "verify warnings: $(cat "$WORK/verify.log")"
+
+# The installed example config parses and validates; paths are overridden for the test.
+MEGATRAIND="$R/usr/bin/megatraind"
+start_daemon --config="$R/etc/megatrain/megatraind.textproto" --metrics_address="127.0.0.1:$(free_port)"
+cli daemon-status --json | jq -e '.healthy and .device == "cpu"' > /dev/null || fail "status"
+stop_daemon
+# Installing again keeps an edited config and drops the example beside it.
+echo "# edited" >> "$R/etc/megatrain/megatraind.textproto"
+"$repo/scripts/install" --prefix="$R/usr" --sysconfdir="$R/etc" --statedir="$R/var/lib" \
+  --bin-dir="$WORK/bin" --no-user > /dev/null
+grep -q "# edited" "$R/etc/megatrain/megatraind.textproto" || fail "config overwritten"
+[ -f "$R/etc/megatrain/megatraind.textproto.example" ] || fail "no .example"
+echo PASS
