@@ -27,12 +27,14 @@ absl::Status AsyncCheckpointWriter::Start(Trainer& trainer, const std::string& r
   }
   trainer.BeginSnapshot();
   const TrainerProgress progress = trainer.progress();
+  finished_ = false;
   thread_ = std::thread([this, &trainer, progress, root, run, options] {
     absl::StatusOr<std::string> path =
         WriteCheckpointSnapshot(trainer, progress, root, run, options,
                                 [&trainer](int entry) { trainer.SnapshotEntryDone(entry); });
     trainer.EndSnapshot();
     result_ = std::move(path);
+    finished_ = true;
   });
   return absl::OkStatus();
 }

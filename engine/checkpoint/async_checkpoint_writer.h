@@ -4,6 +4,7 @@
 // the writer has that entry on disk). One write in flight at a time.
 #pragma once
 
+#include <atomic>
 #include <optional>
 #include <string>
 #include <thread>
@@ -31,9 +32,12 @@ class AsyncCheckpointWriter {
   // Waits for the write in flight; the path of the newest checkpoint written
   // (nullopt if none was started since the last Wait), or the write's error.
   absl::StatusOr<std::optional<std::string>> Wait();
+  // True when no write is in flight (Wait would not block).
+  bool Idle() const { return !thread_.joinable() || finished_.load(); }
 
  private:
   std::thread thread_;
+  std::atomic<bool> finished_{false};
   std::optional<absl::StatusOr<std::string>> result_;  // written by thread_, read after join
 };
 

@@ -246,10 +246,14 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
   }
   // Checkpoints are written while the next step runs; the last one is waited for.
   AsyncCheckpointWriter checkpoint_writer;
+  uint64_t pending_checkpoint_step = 0;
   auto collect_checkpoint = [&]() -> absl::Status {
     absl::StatusOr<std::optional<std::string>> written = checkpoint_writer.Wait();
     if (!written.ok()) return written.status();
-    if (written->has_value()) result.last_checkpoint = **written;
+    if (written->has_value()) {
+      result.last_checkpoint = **written;
+      observer.OnCheckpoint(pending_checkpoint_step, result.last_checkpoint);
+    }
     return absl::OkStatus();
   };
   auto save_checkpoint = [&]() -> absl::Status {
@@ -262,6 +266,7 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
     checkpoint_options.keep_last = options.keep_last;
     checkpoint_options.model_dtype = checkpoint_dtype;
     if (absl::Status s = collect_checkpoint(); !s.ok()) return s;
+    pending_checkpoint_step = (*trainer)->steps_done();
     return checkpoint_writer.Start(**trainer, options.checkpoint_dir, run, checkpoint_options);
   };
   result.parameters = (*trainer)->layout().parameter_count();
@@ -302,7 +307,14 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
   double elapsed = 0;
   for (uint64_t step = first_step; step <= options.steps; ++step) {
     if (observer.ShouldStop()) {
-      return absl::CancelledError(absl::StrCat("stopped before step ", step));
+      const bool keep =
+          !options.checkpoint_dir.empty() && step > first_step && observer.CheckpointBeforeStop();
+      if (keep) {
+        if (absl::Status s = save_checkpoint(); !s.ok()) return s;
+      }
+      if (absl::Status s = collect_checkpoint(); !s.ok()) return s;
+      return absl::CancelledError(
+          absl::StrCat("stopped before step ", step, keep ? " (checkpoint written)" : ""));
     }
     std::vector<WindowBatch> batches;
     std::vector<const int32_t*> in, tg;
@@ -324,9 +336,11 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
       if (!v.ok()) return v.status();
       validation_loss = *v;
     }
-    const bool checkpoint_now = !options.checkpoint_dir.empty() &&
-                                (step == options.steps || (options.checkpoint_every > 0 &&
-                                                           step % options.checkpoint_every == 0));
+    const bool checkpoint_now =
+        !options.checkpoint_dir.empty() &&
+        (step == options.steps ||
+         (options.checkpoint_every > 0 && step % options.checkpoint_every == 0) ||
+         observer.ShouldCheckpoint());
     if (checkpoint_now) {
       if (absl::Status s = save_checkpoint(); !s.ok()) return s;
       if (step == options.steps) {
@@ -342,6 +356,10 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
                              FormatDuration(eta), report->skipped ? "  (skipped: non-finite)" : "",
                              checkpoint_now ? "  (checkpoint started)" : ""),
              evaluate_now || checkpoint_now);
+    if (!checkpoint_now && checkpoint_writer.Idle()) {
+      // Report a checkpoint that finished beside this step.
+      if (absl::Status s = collect_checkpoint(); !s.ok()) return s;
+    }
     observer.OnStep(*report, validation_loss);
     result.reports.push_back(std::move(*report));
   }

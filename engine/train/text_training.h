@@ -85,6 +85,14 @@ class TrainingObserver {
   }
   // Polled between steps: true stops the run early with CANCELLED.
   virtual bool ShouldStop() { return false; }
+  // Polled when stopping early: true = write a checkpoint of the last
+  // completed step first (a pause or a daemon shutdown, not a cancel).
+  virtual bool CheckpointBeforeStop() { return false; }
+  // Polled after every step: true = start a checkpoint of this step now
+  // (besides the checkpoint_every schedule). Needs checkpoint_dir.
+  virtual bool ShouldCheckpoint() { return false; }
+  // A checkpoint of `step` is committed at `path`.
+  virtual void OnCheckpoint(uint64_t step, const std::string& path) { (void)step, (void)path; }
 };
 
 absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
