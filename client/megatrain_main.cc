@@ -64,9 +64,13 @@ Commands:
                    event otherwise); exit 1 if it failed or was cancelled.
                                                    megatrain watch job-000001
   cancel <id>      Cancel a queued or running job. megatrain cancel job-000001
-  pause <id>       Checkpoint the job, then release the device.   (daemon: not wired yet)
-  resume <id>      Queue a paused job again.                      (daemon: not wired yet)
-  checkpoint <id>  Checkpoint now and print where.                (daemon: not wired yet)
+  pause <id>       Checkpoint a running job, then release the device (returns while it
+                   stops; the job becomes PAUSED); a queued job is paused at once.
+                                                   megatrain pause job-000001
+  resume <id>      Queue a paused job again; it continues from its last checkpoint.
+                                                   megatrain resume job-000001
+  checkpoint <id>  Checkpoint a running job now (waits up to 120 s) and print the path.
+                                                   megatrain checkpoint job-000001 --json
   plan             Show parameters and bytes per buffer and tier for a spec, without running.
                                                    megatrain plan --spec=job.json
   daemon-status    Version, device, health, memory, queue.

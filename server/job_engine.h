@@ -22,12 +22,23 @@ class JobEngine {
 // A device fault (CUDA sticky error, injected CPU fault): the device is unusable until restart.
 bool IsDeviceFault(const absl::Status& status);
 
-// The real engine: engine::TrainOnText on a device created from the job's DeviceOptions; writes
-// <output_dir>/result.json when the job names an output directory.
+// Where a job's checkpoints live: <output_dir>/checkpoints, or <state_dir>/jobs/<id>/checkpoints
+// for a job without an output directory.
+std::string JobCheckpointDir(const std::string& state_dir, const std::string& job_id,
+                             const ValidatedJob& job);
+
+// The real engine: engine::TrainOnText on a device created from the job's DeviceOptions, with
+// checkpoints per the job's CheckpointPolicy under JobCheckpointDir and resume on (a restarted or
+// resumed job continues from its newest checkpoint); writes <output_dir>/result.json when the
+// job names an output directory.
 class TextJobEngine final : public JobEngine {
  public:
+  explicit TextJobEngine(std::string state_dir) : state_dir_(std::move(state_dir)) {}
   absl::Status Run(const std::string& job_id, const ValidatedJob& job,
                    engine::TrainingObserver& observer) override;
+
+ private:
+  const std::string state_dir_;
 };
 
 }  // namespace megatrain::server

@@ -1,13 +1,18 @@
 // JobRunner (see job_runner.h for the protocol).
 #include "server/job_runner.h"
 
+#include <openssl/evp.h>
+
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <limits>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "engine/checkpoint/manifest.h"
 
 namespace megatrain::server {
 namespace {
@@ -16,6 +21,28 @@ int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
 
 bool IsTerminal(v1::JobState s) {
   return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
+}
+
+// Lower-case hex SHA-256 of a small file (a checkpoint manifest); empty when unreadable.
+std::string FileSha256Hex(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  const std::string data = bytes.str();
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  if (EVP_Digest(data.data(), data.size(), digest, &length, EVP_sha256(), nullptr) != 1) return "";
+  std::string hex;
+  for (unsigned int i = 0; i < length; ++i)
+    absl::StrAppend(&hex, absl::StrFormat("%02x", digest[i]));
+  return hex;
+}
+
+std::string CheckpointNote(const v1::Job& job) {
+  return job.progress().last_checkpoint().empty()
+             ? std::string("no checkpoint yet, so from step 0")
+             : absl::StrCat("from its checkpoint ", job.progress().last_checkpoint());
 }
 
 }  // namespace
@@ -33,6 +60,15 @@ class JobRunner::StepObserver final : public engine::TrainingObserver {
     if (runner_.metrics_ != nullptr) runner_.metrics_->RecordStep(report, validation_loss);
     std::lock_guard<std::mutex> lock(runner_.mu_);
     Entry& e = runner_.jobs_.at(id_);
+    if (!first_step_seen_) {
+      first_step_seen_ = true;
+      if (report.step > 1) {  // the engine continued from a checkpoint
+        runner_.log_.JobEvent("job_resumed", id_, {{"from_step", absl::StrCat(report.step - 1)}});
+        runner_.TransitionLocked(e, v1::RUNNING,
+                                 absl::StrCat("resumed from step ", report.step - 1, " (",
+                                              e.job.progress().last_checkpoint(), ")"));
+      }
+    }
     v1::Progress& p = *e.job.mutable_progress();
     p.set_step(report.step);
     p.set_tokens(p.tokens() + static_cast<uint64_t>(report.tokens));
@@ -65,7 +101,34 @@ class JobRunner::StepObserver final : public engine::TrainingObserver {
     runner_.changed_.notify_all();
   }
 
-  bool ShouldStop() override { return runner_.cancel_running_ || runner_.stop_running_; }
+  bool ShouldStop() override {
+    return runner_.cancel_running_ || runner_.stop_running_ || runner_.pause_running_;
+  }
+  // A pause or a shutdown keeps the work done; a cancel does not.
+  bool CheckpointBeforeStop() override { return !runner_.cancel_running_; }
+  bool ShouldCheckpoint() override { return runner_.checkpoint_requested_.exchange(false); }
+
+  void OnCheckpoint(uint64_t step, const std::string& path) override {
+    v1::CheckpointRecord record;
+    record.set_job_id(id_);
+    record.set_step(step);
+    record.set_path(path);
+    record.set_created_unix_ms(NowMs());
+    record.set_manifest_sha256(FileSha256Hex(path + "/" + engine::kManifestFileName));
+    std::lock_guard<std::mutex> lock(runner_.mu_);
+    if (absl::Status s = runner_.store_->PutCheckpoint(record); !s.ok()) {
+      runner_.log_.JobEvent("store_error", id_, {{"error", s.ToString()}});
+    }
+    // A scheduled checkpoint at or after the requested step answers an on-demand request too.
+    if (step >= runner_.checkpoint_request_step_) runner_.checkpoint_requested_ = false;
+    Entry& e = runner_.jobs_.at(id_);
+    e.job.mutable_progress()->set_last_checkpoint(path);
+    e.last_checkpoint = record;
+    ++e.checkpoints_committed;
+    runner_.log_.JobEvent("checkpoint", id_, {{"step", absl::StrCat(step)}, {"path", path}});
+    runner_.TransitionLocked(e, e.job.state(),
+                             absl::StrCat("checkpoint of step ", step, " written: ", path));
+  }
 
  private:
   static v1::TierUsage MakeTier(const char* tier, uint64_t bytes) {
@@ -77,6 +140,7 @@ class JobRunner::StepObserver final : public engine::TrainingObserver {
 
   JobRunner& runner_;
   const std::string id_;
+  bool first_step_seen_ = false;
 };
 
 absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(
@@ -85,7 +149,7 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(
   absl::StatusOr<std::vector<JobStore::StoredJob>> stored = store->LoadJobs();
   if (!stored.ok()) return stored.status();
   std::unique_ptr<JobRunner> runner(
-      new JobRunner(std::move(store), engine, metrics, log, max_queue_length));
+      new JobRunner(std::move(store), engine, metrics, log, max_queue_length, revalidate));
   std::lock_guard<std::mutex> lock(runner->mu_);
   std::vector<std::string> interrupted, queued;
   for (JobStore::StoredJob& s : *stored) {
@@ -98,11 +162,13 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(
   }
   for (const std::string& id : interrupted) {
     Entry& e = runner->jobs_.at(id);
+    const std::string last_checkpoint = e.job.progress().last_checkpoint();
     e.job.clear_progress();
     e.job.mutable_progress()->set_total_steps(e.job.spec().hyper().steps());
-    runner->TransitionLocked(e, v1::QUEUED,
-                             "daemon restarted while the job ran; it starts again from step 0 "
-                             "(checkpoint resume is not wired yet)");
+    e.job.mutable_progress()->set_last_checkpoint(last_checkpoint);
+    runner->TransitionLocked(
+        e, v1::QUEUED,
+        absl::StrCat("daemon restarted while the job ran; it continues ", CheckpointNote(e.job)));
   }
   interrupted.insert(interrupted.end(), queued.begin(), queued.end());
   for (const std::string& id : interrupted) {
@@ -176,6 +242,20 @@ absl::StatusOr<v1::Job> JobRunner::Submit(const v1::JobSpec& spec, ValidatedJob 
     return absl::ResourceExhaustedError(
         absl::StrCat("queue already holds ", queue_.size(), " jobs (max_queue_length)"));
   }
+  // A job's checkpoints live under its output directory and a run resumes from the newest one
+  // there, so two jobs must not share it.
+  if (!job.output_dir.empty()) {
+    for (const auto& [other_id, other] : jobs_) {
+      const bool same =
+          (other.validated.has_value() && other.validated->output_dir == job.output_dir) ||
+          other.job.spec().output_dir() == spec.output_dir();
+      if (same) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("output_dir: '", spec.output_dir(), "' is already used by job '", other_id,
+                         "'; each job needs its own (it holds the job's checkpoints)"));
+      }
+    }
+  }
   const int64_t sequence = next_sequence_++;
   const std::string id = absl::StrFormat("job-%06d", sequence);
   Entry& e = jobs_[id];
@@ -241,6 +321,93 @@ absl::StatusOr<v1::Job> JobRunner::Cancel(const std::string& id) {
   return e.job;
 }
 
+absl::StatusOr<v1::Job> JobRunner::Pause(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("id: job '", id, "' not found"));
+  Entry& e = it->second;
+  if (id == running_) {
+    if (cancel_running_) {
+      return absl::FailedPreconditionError(absl::StrCat("job '", id, "' is being cancelled"));
+    }
+    pause_running_ = true;
+    e.message = "pause requested: checkpoint, then stop";
+    ++e.version;
+    changed_.notify_all();
+    log_.JobEvent("pause_requested", id);
+    return e.job;
+  }
+  if (e.job.state() != v1::QUEUED) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", id, "' is ", JobStateName(e.job.state()), "; only QUEUED or RUNNING jobs pause"));
+  }
+  queue_.erase(std::remove(queue_.begin(), queue_.end(), id), queue_.end());
+  TransitionLocked(e, v1::PAUSED, "paused while queued");
+  return e.job;
+}
+
+absl::StatusOr<v1::Job> JobRunner::Resume(const std::string& id) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("id: job '", id, "' not found"));
+  Entry& e = it->second;
+  auto check_paused = [&]() -> absl::Status {
+    if (stopping_) return absl::UnavailableError("megatraind is shutting down");
+    if (e.job.state() != v1::PAUSED) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job '", id, "' is ", JobStateName(e.job.state()), ", not PAUSED"));
+    }
+    return absl::OkStatus();
+  };
+  if (absl::Status s = check_paused(); !s.ok()) return s;
+  if (!e.validated.has_value()) {  // paused before a restart: check today's files and limits
+    const v1::JobSpec spec = e.job.spec();
+    lock.unlock();
+    absl::StatusOr<ValidatedJob> validated = revalidate_(spec);
+    lock.lock();
+    if (absl::Status s = check_paused(); !s.ok()) return s;
+    if (!validated.ok()) {
+      return absl::Status(validated.status().code(),
+                          absl::StrCat("re-validation: ", validated.status().message()));
+    }
+    if (!e.validated.has_value()) e.validated = std::move(*validated);
+  }
+  queue_.push_back(id);
+  TransitionLocked(e, v1::QUEUED, absl::StrCat("resumed; it continues ", CheckpointNote(e.job)));
+  return e.job;
+}
+
+absl::StatusOr<v1::CheckpointRecord> JobRunner::CheckpointNow(const std::string& id,
+                                                              absl::Duration timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("id: job '", id, "' not found"));
+  Entry& e = it->second;
+  if (id != running_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", id, "' is ", JobStateName(e.job.state()), "; only a RUNNING job checkpoints"));
+  }
+  const uint64_t from_step = e.job.progress().step();
+  const uint64_t committed_before = e.checkpoints_committed;
+  checkpoint_request_step_ = from_step;
+  checkpoint_requested_ = true;
+  log_.JobEvent("checkpoint_requested", id, {{"after_step", absl::StrCat(from_step)}});
+  auto answered = [&] {
+    return e.checkpoints_committed > committed_before && e.last_checkpoint.step() >= from_step;
+  };
+  changed_.wait_for(lock, absl::ToChronoMilliseconds(timeout),
+                    [&] { return answered() || running_ != id || stopping_; });
+  if (answered()) return e.last_checkpoint;
+  if (running_ != id) {
+    return absl::FailedPreconditionError(absl::StrCat("job '", id, "' stopped as ",
+                                                      JobStateName(e.job.state()),
+                                                      " before the checkpoint was written"));
+  }
+  if (stopping_) return absl::UnavailableError("megatraind is shutting down");
+  return absl::DeadlineExceededError(absl::StrCat("job '", id, "': no checkpoint committed within ",
+                                                  absl::FormatDuration(timeout)));
+}
+
 absl::StatusOr<std::vector<v1::CheckpointRecord>> JobRunner::Checkpoints(
     const std::string& id) const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -286,9 +453,13 @@ void JobRunner::Loop() {
       Entry& e = jobs_.at(id);
       running_ = id;
       cancel_running_ = false;
+      pause_running_ = false;
+      checkpoint_requested_ = false;
       e.job.set_started_unix_ms(NowMs());
+      const std::string last_checkpoint = e.job.progress().last_checkpoint();
       e.job.clear_progress();
       e.job.mutable_progress()->set_total_steps(e.job.spec().hyper().steps());
+      e.job.mutable_progress()->set_last_checkpoint(last_checkpoint);
       e.job.mutable_progress()->set_validation_loss(std::numeric_limits<double>::quiet_NaN());
       validated = &*e.validated;
       TransitionLocked(e, v1::RUNNING, "started");
@@ -304,9 +475,15 @@ void JobRunner::Loop() {
     } else if (cancel_running_ && status.code() == absl::StatusCode::kCancelled) {
       e.job.set_finished_unix_ms(NowMs());
       TransitionLocked(e, v1::CANCELLED, "cancelled while running");
+    } else if (pause_running_ && status.code() == absl::StatusCode::kCancelled) {
+      TransitionLocked(e, v1::PAUSED,
+                       absl::StrCat("paused after step ", e.job.progress().step(),
+                                    "; ResumeJob continues ", CheckpointNote(e.job)));
     } else if (stop_running_ && status.code() == absl::StatusCode::kCancelled) {
-      TransitionLocked(e, v1::QUEUED,
-                       "interrupted by daemon shutdown; it starts again on the next start");
+      TransitionLocked(
+          e, v1::QUEUED,
+          absl::StrCat("interrupted by daemon shutdown after step ", e.job.progress().step(),
+                       "; on the next start it continues ", CheckpointNote(e.job)));
     } else {
       if (IsDeviceFault(status)) {
         healthy_ = false;

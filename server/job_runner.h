@@ -4,12 +4,19 @@
 // Protocol:
 //  1. Submit appends a QUEUED job (persisted before it is visible) and wakes the runner.
 //  2. The runner takes the oldest queued job while the device is healthy, marks it RUNNING and
-//     runs it without holding the lock; each step updates the job's progress and version.
+//     runs it without holding the lock; each step updates the job's progress and version, each
+//     committed checkpoint is recorded in the store and becomes progress.last_checkpoint.
 //  3. The run ends as SUCCEEDED, FAILED (reason kept; a device fault also makes the daemon
-//     unhealthy and stops the queue), CANCELLED (CancelJob), or QUEUED again when the daemon
-//     is shutting down (it restarts on the next start).
+//     unhealthy and stops the queue), CANCELLED (CancelJob, no checkpoint), PAUSED (PauseJob:
+//     checkpoint of the last completed step, then stop), or QUEUED again when the daemon is
+//     shutting down (checkpoint first, like a pause; it continues on the next start).
 //  4. On start, jobs the store says were RUNNING go back to the front of the queue; QUEUED jobs
-//     stay queued in order, re-validated against today's files and limits.
+//     stay queued in order, re-validated against today's files and limits; PAUSED jobs stay
+//     paused. The engine resumes every run from the job's newest checkpoint, so a restarted or
+//     resumed job continues where its last checkpoint left it (after SIGKILL: the steps since
+//     that checkpoint are lost and redone).
+//  5. ResumeJob puts a PAUSED job at the back of the queue. Checkpoint asks the running job for
+//     a checkpoint after its current step and waits for that commit.
 #pragma once
 
 #include <atomic>
@@ -58,6 +65,13 @@ class JobRunner {
   absl::StatusOr<v1::Job> Get(const std::string& id) const;
   std::vector<v1::Job> List(const std::vector<v1::JobState>& states) const;
   absl::StatusOr<v1::Job> Cancel(const std::string& id);
+  // QUEUED -> PAUSED at once; RUNNING -> checkpoint, stop, PAUSED (returns while it stops).
+  absl::StatusOr<v1::Job> Pause(const std::string& id);
+  // PAUSED -> QUEUED (re-validated first when it was paused before a restart).
+  absl::StatusOr<v1::Job> Resume(const std::string& id);
+  // Asks the running job for a checkpoint now and waits up to `timeout` for its commit.
+  // FAILED_PRECONDITION when the job is not running or ends without one; DEADLINE_EXCEEDED.
+  absl::StatusOr<v1::CheckpointRecord> CheckpointNow(const std::string& id, absl::Duration timeout);
   absl::StatusOr<std::vector<v1::CheckpointRecord>> Checkpoints(const std::string& id) const;
   RunnerStatus Status() const;
 
@@ -80,16 +94,19 @@ class JobRunner {
     uint64_t version = 1;
     std::string message;
     int64_t last_persist_ms = 0;
+    uint64_t checkpoints_committed = 0;  // this daemon run
+    v1::CheckpointRecord last_checkpoint;
   };
   class StepObserver;
 
   JobRunner(std::unique_ptr<JobStore> store, JobEngine& engine, DaemonMetrics* metrics,
-            StructuredLog& log, uint32_t max_queue_length)
+            StructuredLog& log, uint32_t max_queue_length, Revalidate revalidate)
       : store_(std::move(store)),
         engine_(engine),
         metrics_(metrics),
         log_(log),
-        max_queue_length_(max_queue_length) {}
+        max_queue_length_(max_queue_length),
+        revalidate_(std::move(revalidate)) {}
 
   void Loop();
   // With mu_ held: persists the job and an event, bumps its version, wakes watchers.
@@ -103,6 +120,7 @@ class JobRunner {
   DaemonMetrics* metrics_;
   StructuredLog& log_;
   const uint32_t max_queue_length_;
+  const Revalidate revalidate_;
 
   mutable std::mutex mu_;
   mutable std::condition_variable changed_;
@@ -115,6 +133,9 @@ class JobRunner {
   bool stopping_ = false;
   std::atomic<bool> cancel_running_{false};
   std::atomic<bool> stop_running_{false};
+  std::atomic<bool> pause_running_{false};
+  std::atomic<bool> checkpoint_requested_{false};
+  uint64_t checkpoint_request_step_ = 0;  // guarded by mu_
   std::thread thread_;
   std::mutex done_mu_;
   std::condition_variable done_cv_;

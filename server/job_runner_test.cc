@@ -3,7 +3,9 @@
 
 #include <condition_variable>
 #include <cstdlib>
+#include <map>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -14,22 +16,37 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// Steps `steps` times, or (blocking) until asked to stop; may fail with a device fault.
+// Steps `steps` times, or (blocking) until asked to stop; may fail with a device fault. Keeps
+// "checkpoints" per job in memory the way the real engine keeps them on disk: a run continues
+// after the job's newest one.
 class FakeEngine final : public JobEngine {
  public:
   absl::Status Run(const std::string& job_id, const ValidatedJob& job,
                    engine::TrainingObserver& observer) override {
+    uint64_t first_step = 1;
     {
       std::lock_guard<std::mutex> lock(mu_);
       started_.push_back(job_id);
+      first_step = checkpoint_step_[job_id] + 1;
     }
-    for (uint64_t step = 1; step <= job.options.steps || blocking_; ++step) {
-      if (observer.ShouldStop()) return absl::CancelledError("stopped");
+    auto checkpoint = [&](uint64_t step) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        checkpoint_step_[job_id] = step;
+      }
+      observer.OnCheckpoint(step, "/ckpt/" + job_id + "/step-" + std::to_string(step));
+    };
+    for (uint64_t step = first_step; step <= job.options.steps || blocking_; ++step) {
+      if (observer.ShouldStop()) {
+        if (step > first_step && observer.CheckpointBeforeStop()) checkpoint(step - 1);
+        return absl::CancelledError("stopped");
+      }
       engine::StepReport report;
       report.step = step;
       report.loss = 5.0 / static_cast<double>(step);
       report.tokens = 10;
       report.layers.resize(2);
+      if (observer.ShouldCheckpoint()) checkpoint(step);
       observer.OnStep(report, 4.0);
       if (fault_at_ == step) return absl::InternalError("device fault: injected by the test");
       if (blocking_) {
@@ -50,6 +67,7 @@ class FakeEngine final : public JobEngine {
   std::mutex mu_;
   std::condition_variable wake_;
   std::vector<std::string> started_;
+  std::map<std::string, uint64_t> checkpoint_step_;
 };
 
 std::string TempDb(const std::string& name) {
@@ -170,6 +188,7 @@ TEST_F(JobRunnerTest, ShutdownRequeuesRunningJobAndRestartKeepsOrder) {
     AwaitState(*runner, a_id, v1::RUNNING);
     EXPECT_TRUE(runner->Shutdown(absl::Seconds(20)));
     EXPECT_EQ(runner->Get(a_id)->state(), v1::QUEUED);
+    EXPECT_THAT(runner->Get(a_id)->progress().last_checkpoint(), HasSubstr("/ckpt/" + a_id));
     EXPECT_EQ(runner->Submit(Spec(1), Job(1)).status().code(), absl::StatusCode::kUnavailable);
   }
   engine_.blocking_ = false;
@@ -179,6 +198,11 @@ TEST_F(JobRunnerTest, ShutdownRequeuesRunningJobAndRestartKeepsOrder) {
   AwaitState(*runner, b_id, v1::SUCCEEDED);
   EXPECT_EQ(runner->Get(a_id)->state(), v1::SUCCEEDED);
   EXPECT_THAT(engine_.started(), ::testing::ElementsAre(a_id, a_id, b_id));
+  absl::StatusOr<std::vector<v1::CheckpointRecord>> records = runner->Checkpoints(a_id);
+  ASSERT_TRUE(records.ok());
+  ASSERT_FALSE(records->empty());  // the shutdown checkpoint, recorded in the store
+  EXPECT_EQ(records->front().job_id(), a_id);
+  EXPECT_GT(records->front().step(), 0u);
   // New ids continue after the stored ones.
   EXPECT_GT(runner->Submit(Spec(1), Job(1))->id(), b_id);
 }
@@ -220,6 +244,53 @@ TEST_F(JobRunnerTest, JobRunningAtACrashIsQueuedFirstAndUnknownSpecsFail) {
   (*runner)->Start();
   AwaitState(**runner, "job-000002", v1::SUCCEEDED);
   EXPECT_THAT(engine_.started(), ::testing::ElementsAre("job-000001", "job-000002"));
+}
+
+TEST_F(JobRunnerTest, PauseRunningAndQueuedJobsThenResume) {
+  engine_.blocking_ = true;
+  std::unique_ptr<JobRunner> runner = MakeRunner(TempDb("pause.db"));
+  runner->Start();
+  const std::string a = runner->Submit(Spec(7), Job(7))->id();
+  const std::string b = runner->Submit(Spec(3), Job(3))->id();
+  AwaitState(*runner, a, v1::RUNNING);
+  EXPECT_EQ(runner->Pause(b)->state(), v1::PAUSED);
+  EXPECT_EQ(runner->Resume(a).status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(runner->Pause(a).ok());
+  v1::Job paused = AwaitState(*runner, a, v1::PAUSED);
+  EXPECT_THAT(paused.progress().last_checkpoint(), HasSubstr("/ckpt/" + a));
+  EXPECT_EQ(runner->Pause(a).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(runner->Status().queued, 0);  // b is paused, not queued
+  engine_.blocking_ = false;
+  EXPECT_EQ(runner->Resume(a)->state(), v1::QUEUED);
+  EXPECT_EQ(runner->Resume(b)->state(), v1::QUEUED);
+  AwaitState(*runner, a, v1::SUCCEEDED);
+  AwaitState(*runner, b, v1::SUCCEEDED);
+  EXPECT_EQ(runner->Get(a)->progress().step(), 7u);
+  EXPECT_THAT(engine_.started(), ::testing::ElementsAre(a, a, b));
+}
+
+TEST_F(JobRunnerTest, CheckpointNowAnswersWithTheCommittedRecord) {
+  engine_.blocking_ = true;
+  std::unique_ptr<JobRunner> runner = MakeRunner(TempDb("checkpoint.db"));
+  const std::string queued_id = runner->Submit(Spec(3), Job(3))->id();
+  EXPECT_EQ(runner->CheckpointNow(queued_id, absl::Seconds(1)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(runner->CheckpointNow("job-999999", absl::Seconds(1)).status().code(),
+            absl::StatusCode::kNotFound);
+  runner->Start();
+  AwaitState(*runner, queued_id, v1::RUNNING);
+  absl::StatusOr<v1::CheckpointRecord> record = runner->CheckpointNow(queued_id, absl::Seconds(20));
+  ASSERT_TRUE(record.ok()) << record.status();
+  EXPECT_EQ(record->job_id(), queued_id);
+  EXPECT_GT(record->step(), 0u);
+  EXPECT_EQ(runner->Get(queued_id)->progress().last_checkpoint(), record->path());
+  absl::StatusOr<std::vector<v1::CheckpointRecord>> records = runner->Checkpoints(queued_id);
+  ASSERT_TRUE(records.ok());
+  ASSERT_EQ(records->size(), 1u);
+  EXPECT_EQ(records->front().path(), record->path());
+  ASSERT_TRUE(runner->Cancel(queued_id).ok());
+  AwaitState(*runner, queued_id, v1::CANCELLED);
+  EXPECT_EQ(runner->Checkpoints(queued_id)->size(), 1u);  // a cancel writes none
 }
 
 }  // namespace

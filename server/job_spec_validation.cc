@@ -3,8 +3,10 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "engine/model/parameter_layout.h"
@@ -364,6 +366,9 @@ absl::StatusOr<ValidatedJob> ValidateJobSpec(const v1::JobSpec& spec,
                    absl::StrCat(spec.checkpoints().every_steps(), " is more than hyper.steps ",
                                 spec.hyper().steps()));
   }
+  job.options.checkpoint_every = static_cast<int>(
+      std::min<uint64_t>(spec.checkpoints().every_steps(), std::numeric_limits<int>::max()));
+  job.options.keep_last = static_cast<int>(spec.checkpoints().keep_last());
   if (!spec.output_dir().empty()) {
     absl::StatusOr<std::string> out = paths.ResolveOutput("output_dir", spec.output_dir());
     if (!out.ok()) return out.status();

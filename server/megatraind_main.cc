@@ -150,7 +150,7 @@ int main(int argc, char** argv) {
   sigaction(SIGINT, &action, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  TextJobEngine engine;
+  TextJobEngine engine(settings->state_dir);
   absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Start(*settings, engine, log);
   if (!daemon.ok()) {
     log.Event("start_error", {{"error", daemon.status().ToString()}});

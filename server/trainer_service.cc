@@ -143,40 +143,33 @@ grpc::Status TrainerService::CancelJob(grpc::ServerContext*, const v1::JobRef* r
   return Finish("CancelJob", job.status());
 }
 
-// Pause, resume and on-demand checkpoints need the engine's checkpoint save/restore; until the
-// daemon is wired to it they validate the request and answer UNIMPLEMENTED.
-grpc::Status TrainerService::PauseJob(grpc::ServerContext*, const v1::JobRef* request, v1::Job*) {
+grpc::Status TrainerService::PauseJob(grpc::ServerContext*, const v1::JobRef* request,
+                                      v1::Job* response) {
   DeprioritizeHandlerThread();
   if (absl::Status s = ValidateJobId(request->id()); !s.ok()) return Finish("PauseJob", s);
-  if (absl::StatusOr<v1::Job> job = runner_.Get(request->id()); !job.ok()) {
-    return Finish("PauseJob", job.status());
-  }
-  return Finish("PauseJob",
-                absl::UnimplementedError("PauseJob: needs checkpoint save/resume, not wired into "
-                                         "megatraind yet"));
+  absl::StatusOr<v1::Job> job = runner_.Pause(request->id());
+  if (job.ok()) *response = *job;
+  return Finish("PauseJob", job.status());
 }
 
-grpc::Status TrainerService::ResumeJob(grpc::ServerContext*, const v1::JobRef* request, v1::Job*) {
+grpc::Status TrainerService::ResumeJob(grpc::ServerContext*, const v1::JobRef* request,
+                                       v1::Job* response) {
   DeprioritizeHandlerThread();
   if (absl::Status s = ValidateJobId(request->id()); !s.ok()) return Finish("ResumeJob", s);
-  if (absl::StatusOr<v1::Job> job = runner_.Get(request->id()); !job.ok()) {
-    return Finish("ResumeJob", job.status());
-  }
-  return Finish("ResumeJob",
-                absl::UnimplementedError("ResumeJob: needs checkpoint save/resume, not wired into "
-                                         "megatraind yet"));
+  absl::StatusOr<v1::Job> job = runner_.Resume(request->id());
+  if (job.ok()) *response = *job;
+  return Finish("ResumeJob", job.status());
 }
 
+// Waits on the handler thread for the runner's commit; the runner never blocks on it.
 grpc::Status TrainerService::Checkpoint(grpc::ServerContext*, const v1::JobRef* request,
-                                        v1::CheckpointRecord*) {
+                                        v1::CheckpointRecord* response) {
   DeprioritizeHandlerThread();
   if (absl::Status s = ValidateJobId(request->id()); !s.ok()) return Finish("Checkpoint", s);
-  if (absl::StatusOr<v1::Job> job = runner_.Get(request->id()); !job.ok()) {
-    return Finish("Checkpoint", job.status());
-  }
-  return Finish("Checkpoint",
-                absl::UnimplementedError("Checkpoint: needs checkpoint save/resume, not wired into "
-                                         "megatraind yet"));
+  absl::StatusOr<v1::CheckpointRecord> record =
+      runner_.CheckpointNow(request->id(), kCheckpointRpcTimeout);
+  if (record.ok()) *response = *record;
+  return Finish("Checkpoint", record.status());
 }
 
 grpc::Status TrainerService::ListCheckpoints(grpc::ServerContext*, const v1::JobRef* request,

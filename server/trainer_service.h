@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "absl/time/time.h"
 #include "proto/megatrain.grpc.pb.h"
 #include "server/daemon_config.h"
 #include "server/job_runner.h"
@@ -14,6 +15,8 @@
 namespace megatrain::server {
 
 inline constexpr char kDaemonVersion[] = "megatraind 0.1.0";
+// How long a Checkpoint RPC waits for the running job to commit the checkpoint it asked for.
+inline constexpr absl::Duration kCheckpointRpcTimeout = absl::Seconds(120);
 
 class TrainerService final : public v1::Trainer::Service {
  public:

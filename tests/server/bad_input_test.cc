@@ -267,7 +267,7 @@ TEST_F(BadInputTest, EveryHostileRequestIsRefusedWhileAJobRuns) {
     v1::JobRef ref;
     ref.set_id(running.id());
     v1::Job job;
-    expect(daemon_.stub().PauseJob(&context, ref, &job), C::UNIMPLEMENTED, "checkpoint");
+    expect(daemon_.stub().ResumeJob(&context, ref, &job), C::FAILED_PRECONDITION, "not PAUSED");
   }
   {
     // 5 MiB request: over the daemon's 4 MiB receive limit, refused before any handler.

@@ -49,6 +49,7 @@ TEST(DeviceFaultTest, FaultFailsJobAndMakesDaemonUnhealthy) {
   }
   {
     grpc::ClientContext context;
+    *submit.mutable_spec() = daemon.ValidSpec(10'000'000);  // its own output directory
     ASSERT_TRUE(daemon.stub().SubmitJob(&context, submit, &second).ok());
   }
   daemon.AwaitState(first.id(), v1::RUNNING, 1);

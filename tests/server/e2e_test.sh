@@ -41,8 +41,11 @@ cli bogus-command > /dev/null 2>&1; [ $? = 2 ] || fail "unknown command should e
 set -e
 
 # Restart semantics: a long job running and one queued; SIGTERM; both QUEUED after restart.
-long=$(cli submit --spec="$WORK/job.json" --steps=100000 --name=long)
-queued=$(cli submit --spec="$WORK/job.json" --steps=4 --name=queued)
+set +e
+cli submit --spec="$WORK/job.json" > /dev/null 2>&1; [ $? = 4 ] || fail "a reused output_dir should exit 4"
+set -e
+long=$(cli submit --spec="$WORK/job.json" --steps=100000 --name=long --output_dir="$WORK/out/long")
+queued=$(cli submit --spec="$WORK/job.json" --steps=4 --name=queued --output_dir="$WORK/out/queued")
 # Bounded: the watch stream delivers the first step event, then grep exits.
 (timeout 60 "$MEGATRAIN" --socket="$SOCKET" watch "$long" || true) |
   grep -m1 -q "RUNNING step [1-9]" || fail "long job never ran a step"

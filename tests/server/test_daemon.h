@@ -98,7 +98,8 @@ class TestDaemon {
     spec.mutable_hyper()->set_batch_size(2);
     spec.mutable_hyper()->set_seq_len(32);
     spec.mutable_hyper()->mutable_lr()->set_peak_lr(1e-3);
-    spec.set_output_dir(root_ + "/out/job");
+    // Each job needs its own output directory (it holds the job's checkpoints).
+    spec.set_output_dir(root_ + "/out/job" + std::to_string(next_output_++));
     return spec;
   }
 
@@ -134,6 +135,7 @@ class TestDaemon {
 
  private:
   std::string root_;
+  mutable int next_output_ = 0;
   std::string sock_dir_;
   DaemonSettings settings_;
   SteppingFakeEngine engine_;
