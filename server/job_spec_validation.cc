@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "engine/model/hf_loader.h"
 #include "engine/model/parameter_layout.h"
 #include "engine/planner/planner.h"
 #include "engine/tiers/placement.h"
@@ -64,14 +65,22 @@ absl::Status ValidateModel(const v1::ModelSource& model, const DaemonSettings& s
       absl::StatusOr<std::string> dir =
           paths.ResolveInput("model.hf_directory", model.hf_directory());
       if (!dir.ok()) return dir.status();
-      return absl::UnimplementedError(
-          "model.hf_directory: starting from Hugging Face weights is not supported by the "
-          "daemon yet; use model.config_json_path");
+      absl::StatusOr<engine::ModelConfig> config = engine::LoadModelConfig(*dir + "/config.json");
+      if (!config.ok()) return Invalid("model.hf_directory", config.status().message());
+      // Finds the weight files (refusing pickle-only directories) and reads
+      // their headers only; the weights load when the job runs.
+      absl::StatusOr<engine::SafetensorsDtype> dtype = engine::HfWeightsDtype(*dir);
+      if (!dtype.ok()) return Invalid("model.hf_directory", dtype.status().message());
+      job.model = *config;
+      job.options.init_from_hf_dir = *dir;
+      break;
     }
     case v1::ModelSource::kConfigJsonPath:
       break;
   }
-  if (model.config_json_path() == kBuiltinTinyModel) {
+  if (model.source_case() == v1::ModelSource::kHfDirectory) {
+    // job.model was read from the directory above.
+  } else if (model.config_json_path() == kBuiltinTinyModel) {
     job.model = engine::TinyTextModelConfig();
   } else {
     absl::StatusOr<std::string> path =
@@ -89,13 +98,15 @@ absl::Status ValidateModel(const v1::ModelSource& model, const DaemonSettings& s
     if (!config.ok()) return Invalid("model.config_json_path", config.status().message());
     job.model = *config;
   }
+  const char* model_field = model.source_case() == v1::ModelSource::kHfDirectory
+                                ? "model.hf_directory"
+                                : "model.config_json_path";
   if (job.model.vocab_size < 256) {
-    return Invalid("model.config_json_path",
-                   absl::StrCat("vocab_size ", job.model.vocab_size,
-                                " is smaller than the byte tokenizer's 256"));
+    return Invalid(model_field, absl::StrCat("vocab_size ", job.model.vocab_size,
+                                             " is smaller than the byte tokenizer's 256"));
   }
   absl::StatusOr<engine::ParameterLayout> layout = engine::ParameterLayout::Create(job.model);
-  if (!layout.ok()) return Invalid("model.config_json_path", layout.status().message());
+  if (!layout.ok()) return Invalid(model_field, layout.status().message());
   job.parameters = layout->parameter_count();
   if (static_cast<uint64_t>(job.parameters) > settings.max_parameters) {
     return absl::ResourceExhaustedError(absl::StrCat("model: ", job.parameters,
