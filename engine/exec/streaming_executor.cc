@@ -16,6 +16,10 @@ constexpr size_t kEntryAlignFloats = 64;
 // Chunk of later gradient contributions staged on the host (4 MiB).
 constexpr size_t kGradientStagingFloats = size_t{1} << 20;
 
+size_t GradientStagingBytes(size_t grad_floats) {
+  return std::min(grad_floats, kGradientStagingFloats) * sizeof(float) + 64;
+}
+
 size_t AlignFloats(size_t n) {
   return (n + kEntryAlignFloats - 1) / kEntryAlignFloats * kEntryAlignFloats;
 }
@@ -211,8 +215,8 @@ absl::Status StreamingExecutor::Impl::Allocate(int num_slots) {
     host_checkpoints.push_back(std::move(*b));
   }
   {
-    absl::StatusOr<PinnedHostBuffer> b = device.AllocatePinned(
-        std::min(shape.grad_floats, kGradientStagingFloats) * sizeof(float) + 64);
+    absl::StatusOr<PinnedHostBuffer> b =
+        device.AllocatePinned(GradientStagingBytes(shape.grad_floats));
     if (!b.ok()) return b.status();
     gradient_staging = std::move(*b);
   }
@@ -415,6 +419,18 @@ void StreamingExecutor::Impl::EnqueueOp(const ScheduledOp& op, const std::vector
       break;
     }
   }
+}
+
+size_t StreamingExecutor::PinnedStagingBytes(const ModelDims& dims,
+                                             const ExecutorLayout& given_layout,
+                                             absl::Span<const size_t> entry_elements,
+                                             const ExecutorOptions& options) {
+  const ExecutorLayout layout = WithOptions(given_layout, options);
+  const PlanShape p =
+      ShapePlan(layout, entry_elements, options, BuildStepSchedule(layout.schedule));
+  const size_t x_bytes = static_cast<size_t>(dims.tokens() * dims.hidden) * sizeof(float);
+  return static_cast<size_t>(p.checkpoints - p.device_checkpoints) * x_bytes +
+         GradientStagingBytes(p.grad_floats);
 }
 
 size_t StreamingExecutor::StageFloats(absl::Span<const size_t> entry_elements,

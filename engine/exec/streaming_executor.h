@@ -86,6 +86,11 @@ class StreamingExecutor {
   static DeviceMemoryPlan PlanDeviceMemory(const ModelDims& dims, const ExecutorLayout& layout,
                                            absl::Span<const size_t> entry_elements,
                                            const ExecutorOptions& options, int weight_slots = 2);
+  // Pinned host memory the executor allocates beside the store (host-resident
+  // activation checkpoints and the gradient staging chunk), in bytes requested.
+  static size_t PinnedStagingBytes(const ModelDims& dims, const ExecutorLayout& layout,
+                                   absl::Span<const size_t> entry_elements,
+                                   const ExecutorOptions& options);
   // Floats of a weight slot holding these entries (packed at the executor's
   // alignment).
   static size_t StageFloats(absl::Span<const size_t> entry_elements,

@@ -20,7 +20,6 @@ uint64_t ScaleBytes(uint64_t fp32_bytes, int bytes_per_element) {
   return fp32_bytes / 4 * static_cast<uint64_t>(bytes_per_element);
 }
 
-uint64_t PageRound(uint64_t bytes) { return (bytes + 4095) / 4096 * 4096; }
 
 }  // namespace
 
@@ -96,22 +95,13 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
   r.fits_device = r.device_arena_peak <= r.device_arena_capacity;
 
   // Host peak.
-  const ScheduleShape& s = g->layout.schedule;
-  ScheduleShape shape = s;
-  shape.checkpoint_interval = in.checkpoint_interval;
-  shape.keep_all = in.keep_all;
-  size_t grad_floats = 0;
-  for (const ScheduledOp& op : BuildStepSchedule(shape)) {
-    if (op.produces_gradients) grad_floats = std::max(grad_floats, StageFloats(*g, op.entries));
-  }
-  const int checkpoints = CheckpointCount(shape);
-  const int device_checkpoints =
-      in.device_checkpoints < 0 ? checkpoints : std::min(in.device_checkpoints, checkpoints);
-  const uint64_t x_bytes =
-      static_cast<uint64_t>(g->dims.tokens() * g->dims.hidden) * hw.activation_bytes;
-  r.host_pinned_staging =
-      2 * PageRound(std::max<uint64_t>(grad_floats * hw.grad_bytes, 64)) +
-      static_cast<uint64_t>(checkpoints - device_checkpoints) * PageRound(x_bytes);
+  // The executor's own pinned staging; on a GPU the checkpoints and gradient
+  // chunk are in the device's activation and gradient dtypes.
+  const size_t fp32_staging =
+      StreamingExecutor::PinnedStagingBytes(g->dims, g->layout, g->entry_elements, r.executor);
+  r.host_pinned_staging = static_cast<uint64_t>(
+      static_cast<double>(fp32_staging) *
+      (static_cast<double>(std::max(hw.activation_bytes, hw.grad_bytes)) / 4.0));
   r.host_store_bytes = r.placement.pinned_used + r.placement.ram_used;
   r.nvme_bytes = r.placement.nvme_used;
   r.host_fixed_overhead = in.fixed_overhead_bytes;
