@@ -6,6 +6,15 @@
 #include "absl/strings/str_cat.h"
 
 namespace megatrain::engine {
+namespace {
+
+ScheduledOp EmbedOp(StageKind kind, int embedding_entry) {
+  ScheduledOp op{kind, -1, false, false, -1, -1, {}, false};
+  op.host_entry = embedding_entry;
+  return op;
+}
+
+}  // namespace
 
 int ActivationSetCount(const ScheduleShape& s) {
   return s.keep_all ? s.num_layers : std::min(s.checkpoint_interval, s.num_layers);
@@ -24,7 +33,7 @@ std::vector<ScheduledOp> BuildStepSchedule(const ScheduleShape& s) {
   auto set_of = [&](int i) { return s.keep_all ? i : i % k; };
 
   std::vector<ScheduledOp> ops;
-  ops.push_back({StageKind::kEmbedForward, -1, false, false, -1, -1, {s.embedding_entry}, false});
+  ops.push_back(EmbedOp(StageKind::kEmbedForward, s.embedding_entry));
   for (int i = 0; i < L; ++i) {
     ScheduledOp op{StageKind::kLayerForward, i, false, false, -1, -1, {layer_entry(i)}, false};
     if (i >= top_block_start) {
@@ -54,13 +63,13 @@ std::vector<ScheduledOp> BuildStepSchedule(const ScheduleShape& s) {
     }
     if (s.keep_all) break;
   }
-  ops.push_back({StageKind::kEmbedBackward, -1, false, false, -1, -1, {s.embedding_entry}, true});
+  ops.push_back(EmbedOp(StageKind::kEmbedBackward, s.embedding_entry));
   return ops;
 }
 
 std::vector<ScheduledOp> BuildEvalSchedule(const ScheduleShape& s) {
   std::vector<ScheduledOp> ops;
-  ops.push_back({StageKind::kEmbedForward, -1, false, false, -1, -1, {s.embedding_entry}, false});
+  ops.push_back(EmbedOp(StageKind::kEmbedForward, s.embedding_entry));
   for (int i = 0; i < s.num_layers; ++i) {
     ops.push_back(
         {StageKind::kLayerForward, i, false, false, -1, -1, {s.first_layer_entry + i}, false});

@@ -3,7 +3,9 @@
 // it saves activations, and which parameter entries its weights come from.
 //
 // Schedule for L layers, checkpoint interval k (keep_all = no recompute):
-//   1. EmbedForward                      (entry: embedding)
+//   1. EmbedForward                      (host entry: embedding — the batch's
+//                                         rows are gathered on the host and
+//                                         copied in, never the whole table)
 //   2. LayerForward i = 0..L-1           (saves full activations only for the
 //                                         top block, or every layer if keep_all;
 //                                         the input of layer i with i % k == 0
@@ -15,7 +17,9 @@
 //                                         block's layers bottom-up — skipped for
 //                                         the top block and when keep_all — then
 //                                         LayerBackward top-down
-//   5. EmbedBackward                     (entry: embedding)
+//   5. EmbedBackward                     (host entry: embedding — the rows'
+//                                         gradients are copied out and
+//                                         scatter-added into the host slab)
 // Weights stream into two device slots; consecutive ops on the same entries
 // reuse the slot instead of copying again.
 #pragma once
@@ -37,6 +41,10 @@ struct ScheduledOp {
   std::vector<int> entries;       // parameter-layout entries whose weights the op reads
   bool produces_gradients = false;
   bool loss_only = false;  // Head in evaluation: loss without gradients
+  // Embedding stages: the entry is read (forward) or receives its gradient
+  // (backward) on the host, row by row; `entries` is then empty (no slot).
+  // Last member: ops are aggregate-initialised positionally.
+  int host_entry = -1;
 };
 
 struct ScheduleShape {

@@ -38,6 +38,21 @@ TEST(StepScheduleTest, FiveLayersIntervalTwo) {
   EXPECT_EQ(ActivationSetCount(Shape(5, 2, false)), 2);
 }
 
+TEST(StepScheduleTest, EmbeddingStagesRunOnTheHostWithoutASlot) {
+  for (const auto& ops :
+       {BuildStepSchedule(Shape(3, 2, false)), BuildEvalSchedule(Shape(3, 2, false))}) {
+    for (const auto& op : ops) {
+      const bool embed =
+          op.kind == StageKind::kEmbedForward || op.kind == StageKind::kEmbedBackward;
+      EXPECT_EQ(op.host_entry, embed ? 0 : -1) << DescribeOp(op);
+      EXPECT_EQ(op.entries.empty(), embed) << DescribeOp(op);
+      if (embed) {
+        EXPECT_FALSE(op.produces_gradients) << DescribeOp(op);
+      }
+    }
+  }
+}
+
 TEST(StepScheduleTest, KeepAllRecomputesNothing) {
   const auto ops = BuildStepSchedule(Shape(3, 4, true));
   EXPECT_EQ(Names(ops), (std::vector<std::string>{"embed.fwd", "layer.fwd.0", "layer.fwd.1",

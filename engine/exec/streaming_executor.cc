@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/exec/host_embedding.h"
 #include "engine/exec/weight_slot_policy.h"
-#include "kernels/cpu/embedding.h"
 
 namespace megatrain::engine {
 namespace {
@@ -18,6 +18,12 @@ constexpr size_t kGradientStagingFloats = size_t{1} << 20;
 
 size_t GradientStagingBytes(size_t grad_floats) {
   return std::min(grad_floats, kGradientStagingFloats) * sizeof(float) + 64;
+}
+
+// Pinned rows of the embedding stages: the batch's gathered rows going in,
+// their gradients coming out.
+size_t EmbeddingRowsBytes(const ModelDims& dims) {
+  return static_cast<size_t>(dims.tokens() * dims.hidden) * sizeof(float);
 }
 
 size_t AlignFloats(size_t n) {
@@ -125,7 +131,7 @@ struct StreamingExecutor::Impl {
   std::vector<std::unique_ptr<Event>> slot_ready, slot_free;
   std::unique_ptr<Event> grad_ready[2], grad_free[2];
   std::unique_ptr<Event> tokens_ready, x_ready, checkpoint_out_done, checkpoint_in_ready,
-      checkpoint_stage_free, compute_done, copy_out_done;
+      checkpoint_stage_free, compute_done, copy_out_done, embedding_in_ready, embedding_grad_ready;
 
   std::vector<DeviceBuffer> slots;
   DeviceBuffer grads[2];
@@ -144,6 +150,8 @@ struct StreamingExecutor::Impl {
   // Later gradient contributions of a step land here chunk by chunk and are
   // added into the host slab in copy_out stream order (bounded pinned memory).
   PinnedHostBuffer gradient_staging;
+  PinnedHostBuffer embedding_rows;  // EmbeddingRowsBytes
+  std::vector<int32_t> host_ids;    // the micro-batch's token ids, for the host embedding
 
   ThreadPool* compute_pool = nullptr;  // parallel loops of the compute stream
   MicroBatchResult head_result;        // written by the head's compute task
@@ -159,6 +167,9 @@ struct StreamingExecutor::Impl {
                                        bool first_micro_batch, uint64_t weights_version);
   float* CheckpointPointer(int c) const;
   bool CheckpointOnHost(int c) const { return c >= shape.device_checkpoints; }
+  void EnqueueEmbeddingForward(const ScheduledOp& op, float* x_out, uint64_t weights_version);
+  void EnqueueEmbeddingBackward(const ScheduledOp& op, const float* dx_out,
+                                bool first_contribution);
   void EnqueueOp(const ScheduledOp& op, const std::vector<size_t>& offsets, int slot, int grad,
                  const float* x_in, float* x_out, const float* dx_out, float* dx_in,
                  float inv_total_valid);
@@ -220,6 +231,11 @@ absl::Status StreamingExecutor::Impl::Allocate(int num_slots) {
     if (!b.ok()) return b.status();
     gradient_staging = std::move(*b);
   }
+  {
+    absl::StatusOr<PinnedHostBuffer> b = device.AllocatePinned(EmbeddingRowsBytes(dims));
+    if (!b.ok()) return b.status();
+    embedding_rows = std::move(*b);
+  }
   return absl::OkStatus();
 }
 
@@ -280,7 +296,8 @@ absl::StatusOr<std::unique_ptr<StreamingExecutor>> StreamingExecutor::Create(
       &impl->tokens_ready,          &impl->x_ready,
       &impl->checkpoint_out_done,   &impl->checkpoint_in_ready,
       &impl->checkpoint_stage_free, &impl->compute_done,
-      &impl->copy_out_done};
+      &impl->copy_out_done,         &impl->embedding_in_ready,
+      &impl->embedding_grad_ready};
   impl->slot_ready.resize(num_slots);
   impl->slot_free.resize(num_slots);
   for (int i = 0; i < num_slots; ++i) {
@@ -336,16 +353,6 @@ void StreamingExecutor::Impl::EnqueueOp(const ScheduledOp& op, const std::vector
   Impl* self = this;
   TimelineTag tag{SpanKind::kCompute, DescribeOp(op), op.layer};
   switch (op.kind) {
-    case StageKind::kEmbedForward: {
-      const int32_t* tok = ids.data_as<int32_t>();
-      compute->EnqueueHostTask(
-          [self, w, tok, x_out] {
-            kernels::cpu::EmbeddingForward(w, self->dims.vocab, self->dims.hidden, tok,
-                                           self->dims.tokens(), x_out);
-          },
-          tag);
-      break;
-    }
     case StageKind::kLayerForward: {
       // A forward that saves nothing writes its intermediates into set 0: no
       // saved set is live before the top block's forward or during evaluation.
@@ -407,18 +414,51 @@ void StreamingExecutor::Impl::EnqueueOp(const ScheduledOp& op, const std::vector
           tag);
       break;
     }
-    case StageKind::kEmbedBackward: {
-      const int32_t* tok = ids.data_as<int32_t>();
-      compute->EnqueueHostTask(
-          [self, g, grad_floats, tok, dx_out] {
-            std::memset(g, 0, grad_floats * sizeof(float));
-            kernels::cpu::EmbeddingBackward(dx_out, tok, self->dims.tokens(), self->dims.vocab,
-                                            self->dims.hidden, g);
-          },
-          tag);
-      break;
-    }
+    case StageKind::kEmbedForward:
+    case StageKind::kEmbedBackward:
+      break;  // host stages: EnqueueEmbeddingForward / EnqueueEmbeddingBackward
   }
+}
+
+void StreamingExecutor::Impl::EnqueueEmbeddingForward(const ScheduledOp& op, float* x_out,
+                                                      uint64_t weights_version) {
+  const int e = op.host_entry;
+  UpdateGate* update_gate = &gate;
+  copy_in->EnqueueHostTask(
+      [update_gate, e, weights_version] { update_gate->WaitFor(e, weights_version); },
+      {SpanKind::kWait, "optimizer update", -1});
+  float* rows = embedding_rows.data_as<float>();
+  const float* table = store.entry(e).master;
+  Impl* self = this;
+  copy_in->EnqueueHostTask(
+      [self, table, rows] {
+        GatherEmbeddingRows(table, self->dims.vocab, self->dims.hidden, self->host_ids.data(),
+                            self->dims.tokens(), rows);
+      },
+      {SpanKind::kCopyIn, "embed.gather", -1});
+  copy_in->CopyHostToDevice(x_out, rows, EmbeddingRowsBytes(dims),
+                            {SpanKind::kCopyIn, DescribeOp(op), -1});
+  copy_in->RecordEvent(*embedding_in_ready);
+  compute->WaitEvent(*embedding_in_ready, {SpanKind::kWait, "embedding rows", -1});
+}
+
+void StreamingExecutor::Impl::EnqueueEmbeddingBackward(const ScheduledOp& op, const float* dx_out,
+                                                       bool first_contribution) {
+  const int e = op.host_entry;
+  float* rows = embedding_rows.data_as<float>();
+  float* slab = store.entry(e).grad;
+  compute->RecordEvent(*embedding_grad_ready);
+  copy_out->WaitEvent(*embedding_grad_ready, {SpanKind::kWait, "gradients ready", -1});
+  copy_out->CopyDeviceToHost(rows, dx_out, EmbeddingRowsBytes(dims),
+                             {SpanKind::kCopyOut, DescribeOp(op), -1});
+  Impl* self = this;
+  copy_out->EnqueueHostTask(
+      [self, rows, slab, first_contribution] {
+        ScatterAddEmbeddingRows(rows, self->host_ids.data(), self->dims.tokens(), self->dims.vocab,
+                                self->dims.hidden, first_contribution, slab);
+      },
+      {SpanKind::kCopyOut, "embed.scatter", -1});
+  copy_out->RecordEvent(*copy_out_done);
 }
 
 size_t StreamingExecutor::PinnedStagingBytes(const ModelDims& dims,
@@ -430,7 +470,7 @@ size_t StreamingExecutor::PinnedStagingBytes(const ModelDims& dims,
       ShapePlan(layout, entry_elements, options, BuildStepSchedule(layout.schedule));
   const size_t x_bytes = static_cast<size_t>(dims.tokens() * dims.hidden) * sizeof(float);
   return static_cast<size_t>(p.checkpoints - p.device_checkpoints) * x_bytes +
-         GradientStagingBytes(p.grad_floats);
+         GradientStagingBytes(p.grad_floats) + EmbeddingRowsBytes(dims);
 }
 
 size_t StreamingExecutor::StageFloats(absl::Span<const size_t> entry_elements,
@@ -447,7 +487,9 @@ int StreamingExecutor::ChooseWeightSlots(const ModelDims& dims, const ExecutorLa
   const ExecutorLayout layout = WithOptions(given_layout, options);
   const std::vector<ScheduledOp> schedule = BuildStepSchedule(layout.schedule);
   std::vector<std::vector<int>> stages;
-  for (const ScheduledOp& op : schedule) stages.push_back(op.entries);
+  for (const ScheduledOp& op : schedule) {
+    if (!op.entries.empty()) stages.push_back(op.entries);
+  }
   const int max_slots = std::max(2, DistinctStageCount(stages));
   const PlanShape shape = ShapePlan(layout, entry_elements, options, schedule);
   const size_t base = PlanDeviceMemory(dims, layout, entry_elements, options, 2).total();
@@ -517,6 +559,7 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
                                                      ")"));
     }
   }
+  s.host_ids.assign(inputs, inputs + n);
   s.copy_in->CopyHostToDevice(s.ids.data(), inputs, n * sizeof(int32_t),
                               {SpanKind::kCopyIn, "token ids", -1});
   s.copy_in->CopyHostToDevice(s.targets.data(), targets, n * sizeof(int32_t),
@@ -531,6 +574,16 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
   bool pending_checkpoint_wait = false;
 
   for (const ScheduledOp& op : ops) {
+    if (op.kind == StageKind::kEmbedForward) {
+      s.EnqueueEmbeddingForward(op, s.x[xi].data_as<float>(), weights_version);
+      continue;
+    }
+    if (op.kind == StageKind::kEmbedBackward) {
+      const int e = op.host_entry;
+      s.EnqueueEmbeddingBackward(op, s.dx[dxi].data_as<float>(), !contributed[e]);
+      contributed[e] = true;
+      continue;
+    }
     size_t stage_floats = 0;
     const std::vector<size_t> offsets = StageOffsets(s.entry_elements, op.entries, &stage_floats);
     const bool host_checkpoint_in = op.kind == StageKind::kLayerForward && op.recompute &&
@@ -571,8 +624,8 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
     float* dx_in = nullptr;
     switch (op.kind) {
       case StageKind::kEmbedForward:
-        x_out = s.x[xi].data_as<float>();
-        break;
+      case StageKind::kEmbedBackward:
+        break;  // handled above
       case StageKind::kLayerForward:
         x_in = (op.recompute && op.checkpoint >= 0) ? s.CheckpointPointer(op.checkpoint)
                                                     : s.x[xi].data_as<float>();
@@ -585,9 +638,6 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
       case StageKind::kLayerBackward:
         dx_out = s.dx[dxi].data_as<float>();
         dx_in = s.dx[dxi ^ 1].data_as<float>();
-        break;
-      case StageKind::kEmbedBackward:
-        dx_out = s.dx[dxi].data_as<float>();
         break;
     }
 

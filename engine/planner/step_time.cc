@@ -73,7 +73,9 @@ StepWork BuildStepWork(const ExecutorGeometry& g, const ExecutorOptions& options
       }
       switch (op.kind) {
         case StageKind::kEmbedForward:
-          o.elementwise_bytes = 2 * n * m.hidden * a;
+          // The batch's rows are gathered on the host and copied in.
+          o.copy_in_bytes += x_bytes;
+          ++o.copies;
           break;
         case StageKind::kLayerForward:
           o.gemm_flops = LayerGemmForwardFlops(m);
@@ -98,7 +100,14 @@ StepWork BuildStepWork(const ExecutorGeometry& g, const ExecutorOptions& options
           o.elementwise_bytes = 2.5 * LayerElementwiseForward(m) * a + stage * 4;
           break;
         case StageKind::kEmbedBackward:
-          o.elementwise_bytes = 2 * n * m.hidden * a + stage * 4;
+          // The rows' gradients are copied out and scatter-added on the host
+          // (the slab is zeroed first on its first contribution).
+          o.copy_out_bytes += n * m.hidden * hw.grad_bytes;
+          if (!contributed[op.host_entry]) {
+            o.accumulate_elements += g.entry_elements[op.host_entry] / 3;  // a zeroing pass
+          }
+          o.accumulate_elements += n * m.hidden;
+          contributed[op.host_entry] = true;
           break;
       }
       if (op.produces_gradients) {
@@ -169,15 +178,17 @@ StepTimeEstimate EstimateStepTime(const StepWork& w, const HardwareProfile& hw, 
       double start = copy_in_free;
       // The slot being refilled was last read by the op that copied two copies ago.
       const size_t c = reader_done_of_copy.size();
-      if (c >= 2) start = std::max(start, reader_done_of_copy[c - 2]);
+      const bool fills_slot = !o.op.entries.empty();
+      if (fills_slot && c >= 2) start = std::max(start, reader_done_of_copy[c - 2]);
       for (int e : o.op.entries) start = std::max(start, update_done[e]);
+      if (o.op.host_entry >= 0) start = std::max(start, update_done[o.op.host_entry]);
       copy_in_free = start + copy_in;
       ready = std::max(ready, copy_in_free);
     }
     if (o.op.produces_gradients) ready = std::max(ready, grad_free[grad]);
     t.stall_seconds += ready - compute_free;
     compute_free = ready + compute;
-    if (copy_in > 0) reader_done_of_copy.push_back(compute_free);
+    if (copy_in > 0 && !o.op.entries.empty()) reader_done_of_copy.push_back(compute_free);
     if (o.op.produces_gradients || copy_out > 0) {
       copy_out_free = std::max(copy_out_free, compute_free) + copy_out;
       if (o.op.produces_gradients) {
