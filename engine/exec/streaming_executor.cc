@@ -22,8 +22,10 @@ size_t GradientStagingBytes(size_t grad_floats) {
 
 // Pinned rows of the embedding stages: the batch's gathered rows going in,
 // their gradients coming out.
-size_t EmbeddingRowsBytes(const ModelDims& dims) {
-  return static_cast<size_t>(dims.tokens() * dims.hidden) * sizeof(float);
+// One [tokens, hidden] activation tensor of the backend (residual stream,
+// checkpoint, embedding rows).
+size_t ActivationBytes(const ModelDims& dims, const StageSizes& sizes) {
+  return static_cast<size_t>(dims.tokens() * dims.hidden) * sizes.activation_element_bytes;
 }
 
 size_t AlignFloats(size_t n) {
@@ -95,22 +97,19 @@ DeviceMemoryPlan StreamingExecutor::PlanDeviceMemory(const ModelDims& dims,
                                                      const ExecutorLayout& given_layout,
                                                      absl::Span<const size_t> entry_elements,
                                                      const ExecutorOptions& options,
-                                                     int weight_slots) {
+                                                     int weight_slots, DeviceKind kind) {
   const ExecutorLayout layout = WithOptions(given_layout, options);
   const auto schedule = BuildStepSchedule(layout.schedule);
   const PlanShape p = ShapePlan(layout, entry_elements, options, schedule);
+  const StageSizes sizes = SizesFor(kind, dims);
   const size_t n = static_cast<size_t>(dims.tokens());
-  const size_t x_bytes = Round256(n * dims.hidden * sizeof(float));
+  const size_t x_bytes = Round256(ActivationBytes(dims, sizes));
   DeviceMemoryPlan plan;
-  plan.weight_slots = weight_slots * Round256(p.slot_floats * sizeof(float));
+  plan.weight_slots = weight_slots * Round256(p.slot_floats * sizes.weight_element_bytes);
   plan.gradient_buffers = 2 * Round256(p.grad_floats * sizeof(float));
-  plan.activations =
-      p.activation_sets * Round256(LayerActivations::FloatCount(dims) * sizeof(float));
+  plan.activations = p.activation_sets * Round256(sizes.activation_set_bytes);
   plan.checkpoints = p.device_checkpoints * x_bytes;
-  plan.scratch = 4 * x_bytes + Round256(LayerBackwardScratch::FloatCount(dims) * sizeof(float)) +
-                 Round256(HeadScratch::FloatCount(dims) * sizeof(float)) +
-                 Round256(AttentionWorkspaceFloats(dims) * sizeof(float)) +
-                 3 * Round256(n * sizeof(int32_t));
+  plan.scratch = 4 * x_bytes + Round256(sizes.scratch_bytes) + 3 * Round256(n * sizeof(int32_t));
   if (p.device_checkpoints < p.checkpoints) plan.scratch += x_bytes;  // staging for host ones
   return plan;
 }
@@ -121,8 +120,9 @@ struct StreamingExecutor::Impl {
   ExecutorLayout layout;
   ParameterStore& store;
   UpdateGate& gate;
-  const kernels::cpu::RopeTable& rope;
   ExecutorOptions options;
+  std::unique_ptr<StageBackend> backend;
+  StageSizes sizes;
   std::vector<ScheduledOp> schedule;
   std::vector<size_t> entry_elements;  // padded floats of each store entry
   PlanShape shape;
@@ -138,11 +138,8 @@ struct StreamingExecutor::Impl {
   std::unique_ptr<WeightSlotPolicy> slot_policy;
   std::vector<ScheduledOp> eval_schedule;
   std::vector<DeviceBuffer> activation_sets;
-  std::vector<LayerActivations> sets;
   DeviceBuffer x[2], dx[2];
-  DeviceBuffer backward_scratch_buffer, head_scratch_buffer, attention_workspace;
-  LayerBackwardScratch backward_scratch;
-  HeadScratch head_scratch;
+  DeviceBuffer stage_scratch;  // the backend's workspaces
   DeviceBuffer ids, targets, positions;
   std::vector<DeviceBuffer> device_checkpoints;
   DeviceBuffer checkpoint_stage;
@@ -153,26 +150,36 @@ struct StreamingExecutor::Impl {
   PinnedHostBuffer embedding_rows;  // EmbeddingRowsBytes
   std::vector<int32_t> host_ids;    // the micro-batch's token ids, for the host embedding
 
-  ThreadPool* compute_pool = nullptr;  // parallel loops of the compute stream
-  MicroBatchResult head_result;        // written by the head's compute task
-  float* logits_output = nullptr;      // device buffer; when set, the eval head writes logits
+  float* logits_output = nullptr;  // device buffer; when set, the eval head writes logits
 
   Impl(Device& d, const ModelDims& m, const ExecutorLayout& l, ParameterStore& s, UpdateGate& g,
-       const kernels::cpu::RopeTable& r, const ExecutorOptions& o)
-      : device(d), dims(m), layout(l), store(s), gate(g), rope(r), options(o) {}
+       const ExecutorOptions& o, std::unique_ptr<StageBackend> b)
+      : device(d),
+        dims(m),
+        layout(l),
+        store(s),
+        gate(g),
+        options(o),
+        backend(std::move(b)),
+        sizes(backend->sizes()) {}
+
+  size_t activation_bytes() const { return ActivationBytes(dims, sizes); }
+  void* SlotPointer(int slot, size_t element_offset) const {
+    return slots[slot].data_as<char>() + element_offset * sizes.weight_element_bytes;
+  }
+  // Where an activation checkpoint is read from in backward.
+  void* CheckpointPointer(int c) const;
 
   absl::Status Allocate(int num_slots);
   absl::StatusOr<MicroBatchResult> Run(const std::vector<ScheduledOp>& ops, const int32_t* inputs,
                                        const int32_t* targets, float inv_total_valid,
                                        bool first_micro_batch, uint64_t weights_version);
-  float* CheckpointPointer(int c) const;
   bool CheckpointOnHost(int c) const { return c >= shape.device_checkpoints; }
-  void EnqueueEmbeddingForward(const ScheduledOp& op, float* x_out, uint64_t weights_version);
-  void EnqueueEmbeddingBackward(const ScheduledOp& op, const float* dx_out,
-                                bool first_contribution);
-  void EnqueueOp(const ScheduledOp& op, const std::vector<size_t>& offsets, int slot, int grad,
-                 const float* x_in, float* x_out, const float* dx_out, float* dx_in,
-                 float inv_total_valid);
+  void EnqueueEmbeddingForward(const ScheduledOp& op, void* x_out, uint64_t weights_version);
+  void EnqueueEmbeddingBackward(const ScheduledOp& op, const void* dx_out, bool first_contribution);
+  absl::Status EnqueueOp(const ScheduledOp& op, const std::vector<size_t>& offsets, int slot,
+                         int grad, const void* x_in, void* x_out, const void* dx_out, void* dx_in,
+                         float inv_total_valid);
 };
 
 absl::Status StreamingExecutor::Impl::Allocate(int num_slots) {
@@ -187,16 +194,14 @@ absl::Status StreamingExecutor::Impl::Allocate(int num_slots) {
     return std::move(*b);
   };
   const size_t n = static_cast<size_t>(dims.tokens());
-  const size_t x_bytes = n * dims.hidden * sizeof(float);
+  const size_t x_bytes = activation_bytes();
   for (int i = 0; i < num_slots; ++i) {
-    slots.push_back(alloc(shape.slot_floats * sizeof(float), "weight slot"));
+    slots.push_back(alloc(shape.slot_floats * sizes.weight_element_bytes, "weight slot"));
   }
   for (int i = 0; i < 2; ++i)
     grads[i] = alloc(shape.grad_floats * sizeof(float), "gradient buffer");
-  const size_t set_bytes = LayerActivations::FloatCount(dims) * sizeof(float);
   for (int i = 0; i < shape.activation_sets; ++i) {
-    activation_sets.push_back(alloc(set_bytes, "saved activations"));
-    sets.push_back(LayerActivations::Carve(dims, activation_sets.back().data_as<float>()));
+    activation_sets.push_back(alloc(sizes.activation_set_bytes, "saved activations"));
   }
   for (int c = 0; c < shape.device_checkpoints; ++c) {
     device_checkpoints.push_back(alloc(x_bytes, "activation checkpoint"));
@@ -205,13 +210,7 @@ absl::Status StreamingExecutor::Impl::Allocate(int num_slots) {
     x[i] = alloc(x_bytes, "residual stream");
     dx[i] = alloc(x_bytes, "residual gradient");
   }
-  backward_scratch_buffer =
-      alloc(LayerBackwardScratch::FloatCount(dims) * sizeof(float), "backward scratch");
-  backward_scratch = LayerBackwardScratch::Carve(dims, backward_scratch_buffer.data_as<float>());
-  head_scratch_buffer = alloc(HeadScratch::FloatCount(dims) * sizeof(float), "head scratch");
-  head_scratch = HeadScratch::Carve(dims, head_scratch_buffer.data_as<float>());
-  attention_workspace =
-      alloc(AttentionWorkspaceFloats(dims) * sizeof(float), "attention workspace");
+  stage_scratch = alloc(sizes.scratch_bytes, "stage scratch");
   ids = alloc(n * sizeof(int32_t), "token ids");
   targets = alloc(n * sizeof(int32_t), "targets");
   positions = alloc(n * sizeof(int32_t), "positions");
@@ -232,25 +231,31 @@ absl::Status StreamingExecutor::Impl::Allocate(int num_slots) {
     gradient_staging = std::move(*b);
   }
   {
-    absl::StatusOr<PinnedHostBuffer> b = device.AllocatePinned(EmbeddingRowsBytes(dims));
+    absl::StatusOr<PinnedHostBuffer> b = device.AllocatePinned(x_bytes);
     if (!b.ok()) return b.status();
     embedding_rows = std::move(*b);
   }
   return absl::OkStatus();
 }
 
-float* StreamingExecutor::Impl::CheckpointPointer(int c) const {
-  return CheckpointOnHost(c) ? checkpoint_stage.data_as<float>()
-                             : device_checkpoints[c].data_as<float>();
+void* StreamingExecutor::Impl::CheckpointPointer(int c) const {
+  return CheckpointOnHost(c) ? checkpoint_stage.data() : device_checkpoints[c].data();
+}
+
+StageSizes StreamingExecutor::SizesFor(DeviceKind kind, const ModelDims& dims) {
+  (void)kind;  // one backend so far: the CPU device's
+  return CpuStageSizes(dims);
 }
 
 absl::StatusOr<std::unique_ptr<StreamingExecutor>> StreamingExecutor::Create(
     Device& device, const ModelDims& dims, const ExecutorLayout& layout, ParameterStore& store,
     UpdateGate& gate, const kernels::cpu::RopeTable& rope, const ExecutorOptions& options,
     ThreadPool* compute_pool) {
-  if (device.kind() != DeviceKind::kCpu) {
-    // The layer math is wired for the CPU device only; the CUDA kernels exist
-    // (kernels/cuda) but no CUDA stage backend drives them yet.
+  std::unique_ptr<StageBackend> backend;
+  if (device.kind() == DeviceKind::kCpu) {
+    backend = MakeCpuStageBackend(dims, layout.layer_offsets, rope, compute_pool);
+  } else {
+    // The CUDA kernels exist (kernels/cuda) but no CUDA stage backend drives them yet.
     return absl::UnimplementedError(
         absl::StrCat("the streaming executor has no compute backend for device '",
                      std::string(device.name()), "' yet; use the CPU device"));
@@ -266,17 +271,16 @@ absl::StatusOr<std::unique_ptr<StreamingExecutor>> StreamingExecutor::Create(
     return absl::InvalidArgumentError(absl::StrCat("weight_slots=", options.weight_slots,
                                                    " must be 0 (auto) or >= 2 (double buffering)"));
   }
-  auto impl = std::make_unique<Impl>(device, dims, WithOptions(layout, options), store, gate, rope,
-                                     options);
-  impl->compute_pool = compute_pool;
+  auto impl = std::make_unique<Impl>(device, dims, WithOptions(layout, options), store, gate,
+                                     options, std::move(backend));
   impl->entry_elements = EntryElements(store);
   impl->schedule = BuildStepSchedule(impl->layout.schedule);
   impl->eval_schedule = BuildEvalSchedule(impl->layout.schedule);
   impl->shape = ShapePlan(impl->layout, impl->entry_elements, options, impl->schedule);
-  const int num_slots =
-      ChooseWeightSlots(dims, layout, impl->entry_elements, options, device.arena_stats().capacity);
+  const int num_slots = ChooseWeightSlots(dims, layout, impl->entry_elements, options,
+                                          device.arena_stats().capacity, device.kind());
   const DeviceMemoryPlan plan =
-      PlanDeviceMemory(dims, layout, impl->entry_elements, options, num_slots);
+      PlanDeviceMemory(dims, layout, impl->entry_elements, options, num_slots, device.kind());
 
   if (absl::Status s = impl->Allocate(num_slots); !s.ok()) {
     return absl::ResourceExhaustedError(
@@ -314,6 +318,15 @@ absl::StatusOr<std::unique_ptr<StreamingExecutor>> StreamingExecutor::Create(
     if (!created.ok()) return created.status();
     *e = std::move(*created);
   }
+  {
+    std::vector<void*> sets;
+    for (const DeviceBuffer& b : impl->activation_sets) sets.push_back(b.data());
+    if (absl::Status s = impl->backend->Bind(impl->stage_scratch.data(), sets,
+                                             impl->positions.data_as<int32_t>(), *impl->copy_in);
+        !s.ok()) {
+      return s;
+    }
+  }
   // Positions are the same for every micro-batch: copy them once.
   std::vector<int32_t> pos(static_cast<size_t>(dims.tokens()));
   for (size_t t = 0; t < pos.size(); ++t) pos[t] = static_cast<int32_t>(t % dims.seq);
@@ -337,125 +350,86 @@ StreamingExecutor::~StreamingExecutor() {
   }
 }
 
-void StreamingExecutor::Impl::EnqueueOp(const ScheduledOp& op, const std::vector<size_t>& offsets,
-                                        int slot, int grad, const float* x_in, float* x_out,
-                                        const float* dx_out, float* dx_in, float inv_total_valid) {
-  const float* w = slots[slot].data_as<float>();
+absl::Status StreamingExecutor::Impl::EnqueueOp(const ScheduledOp& op,
+                                                const std::vector<size_t>& offsets, int slot,
+                                                int grad, const void* x_in, void* x_out,
+                                                const void* dx_out, void* dx_in,
+                                                float inv_total_valid) {
+  const void* w = slots[slot].data();
   float* g = grads[grad].data_as<float>();
   size_t grad_floats = 0;
   if (op.produces_gradients) StageOffsets(entry_elements, op.entries, &grad_floats);
-  const LayerContext ctx{&dims,
-                         &layout.layer_offsets,
-                         &rope,
-                         positions.data_as<int32_t>(),
-                         attention_workspace.data_as<float>(),
-                         compute_pool};
-  Impl* self = this;
-  TimelineTag tag{SpanKind::kCompute, DescribeOp(op), op.layer};
+  const TimelineTag tag{SpanKind::kCompute, DescribeOp(op), op.layer};
   switch (op.kind) {
-    case StageKind::kLayerForward: {
+    case StageKind::kLayerForward:
       // A forward that saves nothing writes its intermediates into set 0: no
       // saved set is live before the top block's forward or during evaluation.
-      LayerActivations* act = &sets[op.save_activations ? op.activation_set : 0];
-      compute->EnqueueHostTask(
-          [ctx, w, x_in, act, x_out] { CpuLayerForward(ctx, w, x_in, *act, x_out); }, tag);
-      break;
-    }
+      return backend->LayerForward(*compute, w, x_in, op.save_activations ? op.activation_set : 0,
+                                   x_out, tag);
+    case StageKind::kLayerBackward:
+      return backend->LayerBackward(*compute, w, op.activation_set, dx_out, dx_in, g, grad_floats,
+                                    tag);
     case StageKind::kHead: {
+      HeadArgs args;
+      args.final_norm = SlotPointer(slot, offsets[0]);
+      args.lm_head = SlotPointer(slot, offsets[1]);
+      args.x_final = x_in;
+      args.targets = targets.data_as<int32_t>();
       if (op.loss_only && logits_output != nullptr) {
-        const float* norm = w + offsets[0];
-        const float* head = w + offsets[1];
-        float* logits = logits_output;
-        compute->EnqueueHostTask(
-            [self, norm, head, x_in, logits] {
-              CpuHeadLogits(self->dims, norm, head, x_in, self->head_scratch, logits);
-            },
-            tag);
-        break;
+        args.logits = logits_output;
+        return backend->HeadLogits(*compute, args, tag);
       }
-      if (op.loss_only) {
-        const float* norm = w + offsets[0];
-        const float* head = w + offsets[1];
-        const int32_t* tgt = targets.data_as<int32_t>();
-        compute->EnqueueHostTask(
-            [self, norm, head, x_in, tgt] {
-              const HeadResult r =
-                  CpuHeadLoss(self->dims, norm, head, x_in, tgt, self->head_scratch);
-              self->head_result = MicroBatchResult{r.loss_sum, r.valid_tokens};
-            },
-            tag);
-        break;
-      }
-      const float* norm = w + offsets[0];
-      const float* head = w + offsets[1];
-      float* norm_grad = g + offsets[0];
-      float* head_grad = g + offsets[1];
-      const int32_t* tgt = targets.data_as<int32_t>();
-      compute->EnqueueHostTask(
-          [self, g, grad_floats, norm, head, x_in, tgt, inv_total_valid, dx_in, norm_grad,
-           head_grad] {
-            std::memset(g, 0, grad_floats * sizeof(float));
-            const HeadResult r =
-                CpuHeadForwardBackward(self->dims, norm, head, x_in, tgt, inv_total_valid,
-                                       self->head_scratch, dx_in, norm_grad, head_grad);
-            self->head_result = MicroBatchResult{r.loss_sum, r.valid_tokens};
-          },
-          tag);
-      break;
-    }
-    case StageKind::kLayerBackward: {
-      const LayerActivations* act = &sets[op.activation_set];
-      LayerBackwardScratch* scratch = &backward_scratch;
-      compute->EnqueueHostTask(
-          [ctx, w, g, grad_floats, act, scratch, dx_out, dx_in] {
-            std::memset(g, 0, grad_floats * sizeof(float));
-            CpuLayerBackward(ctx, w, *act, *scratch, dx_out, dx_in, g);
-          },
-          tag);
-      break;
+      if (op.loss_only) return backend->HeadLoss(*compute, args, tag);
+      args.inv_total_valid = inv_total_valid;
+      args.dx_final = dx_in;
+      args.gradient_buffer = g;
+      args.grad_floats = grad_floats;
+      args.final_norm_grad = g + offsets[0];
+      args.lm_head_grad = g + offsets[1];
+      return backend->HeadForwardBackward(*compute, args, tag);
     }
     case StageKind::kEmbedForward:
     case StageKind::kEmbedBackward:
       break;  // host stages: EnqueueEmbeddingForward / EnqueueEmbeddingBackward
   }
+  return absl::OkStatus();
 }
 
-void StreamingExecutor::Impl::EnqueueEmbeddingForward(const ScheduledOp& op, float* x_out,
+void StreamingExecutor::Impl::EnqueueEmbeddingForward(const ScheduledOp& op, void* x_out,
                                                       uint64_t weights_version) {
   const int e = op.host_entry;
   UpdateGate* update_gate = &gate;
   copy_in->EnqueueHostTask(
       [update_gate, e, weights_version] { update_gate->WaitFor(e, weights_version); },
       {SpanKind::kWait, "optimizer update", -1});
-  float* rows = embedding_rows.data_as<float>();
-  const float* table = store.entry(e).master;
+  void* rows = embedding_rows.data();
+  const EntryBuffers table = store.entry(e);
   Impl* self = this;
   copy_in->EnqueueHostTask(
       [self, table, rows] {
-        GatherEmbeddingRows(table, self->dims.vocab, self->dims.hidden, self->host_ids.data(),
-                            self->dims.tokens(), rows);
+        self->backend->GatherEmbeddingRows(table, self->host_ids.data(), rows);
       },
       {SpanKind::kCopyIn, "embed.gather", -1});
-  copy_in->CopyHostToDevice(x_out, rows, EmbeddingRowsBytes(dims),
+  copy_in->CopyHostToDevice(x_out, rows, activation_bytes(),
                             {SpanKind::kCopyIn, DescribeOp(op), -1});
   copy_in->RecordEvent(*embedding_in_ready);
   compute->WaitEvent(*embedding_in_ready, {SpanKind::kWait, "embedding rows", -1});
 }
 
-void StreamingExecutor::Impl::EnqueueEmbeddingBackward(const ScheduledOp& op, const float* dx_out,
+void StreamingExecutor::Impl::EnqueueEmbeddingBackward(const ScheduledOp& op, const void* dx_out,
                                                        bool first_contribution) {
   const int e = op.host_entry;
-  float* rows = embedding_rows.data_as<float>();
+  void* rows = embedding_rows.data();
   float* slab = store.entry(e).grad;
   compute->RecordEvent(*embedding_grad_ready);
   copy_out->WaitEvent(*embedding_grad_ready, {SpanKind::kWait, "gradients ready", -1});
-  copy_out->CopyDeviceToHost(rows, dx_out, EmbeddingRowsBytes(dims),
+  copy_out->CopyDeviceToHost(rows, dx_out, activation_bytes(),
                              {SpanKind::kCopyOut, DescribeOp(op), -1});
   Impl* self = this;
   copy_out->EnqueueHostTask(
       [self, rows, slab, first_contribution] {
-        ScatterAddEmbeddingRows(rows, self->host_ids.data(), self->dims.tokens(), self->dims.vocab,
-                                self->dims.hidden, first_contribution, slab);
+        self->backend->ScatterEmbeddingGradients(rows, self->host_ids.data(), first_contribution,
+                                                 slab);
       },
       {SpanKind::kCopyOut, "embed.scatter", -1});
   copy_out->RecordEvent(*copy_out_done);
@@ -464,13 +438,14 @@ void StreamingExecutor::Impl::EnqueueEmbeddingBackward(const ScheduledOp& op, co
 size_t StreamingExecutor::PinnedStagingBytes(const ModelDims& dims,
                                              const ExecutorLayout& given_layout,
                                              absl::Span<const size_t> entry_elements,
-                                             const ExecutorOptions& options) {
+                                             const ExecutorOptions& options, DeviceKind kind) {
   const ExecutorLayout layout = WithOptions(given_layout, options);
   const PlanShape p =
       ShapePlan(layout, entry_elements, options, BuildStepSchedule(layout.schedule));
-  const size_t x_bytes = static_cast<size_t>(dims.tokens() * dims.hidden) * sizeof(float);
+  const size_t x_bytes = ActivationBytes(dims, SizesFor(kind, dims));
+  // Host checkpoints, the gradient staging chunk and the embedding rows.
   return static_cast<size_t>(p.checkpoints - p.device_checkpoints) * x_bytes +
-         GradientStagingBytes(p.grad_floats) + EmbeddingRowsBytes(dims);
+         GradientStagingBytes(p.grad_floats) + x_bytes;
 }
 
 size_t StreamingExecutor::StageFloats(absl::Span<const size_t> entry_elements,
@@ -482,7 +457,8 @@ size_t StreamingExecutor::StageFloats(absl::Span<const size_t> entry_elements,
 
 int StreamingExecutor::ChooseWeightSlots(const ModelDims& dims, const ExecutorLayout& given_layout,
                                          absl::Span<const size_t> entry_elements,
-                                         const ExecutorOptions& options, size_t arena_capacity) {
+                                         const ExecutorOptions& options, size_t arena_capacity,
+                                         DeviceKind kind) {
   if (options.weight_slots > 0) return options.weight_slots;
   const ExecutorLayout layout = WithOptions(given_layout, options);
   const std::vector<ScheduledOp> schedule = BuildStepSchedule(layout.schedule);
@@ -492,8 +468,8 @@ int StreamingExecutor::ChooseWeightSlots(const ModelDims& dims, const ExecutorLa
   }
   const int max_slots = std::max(2, DistinctStageCount(stages));
   const PlanShape shape = ShapePlan(layout, entry_elements, options, schedule);
-  const size_t base = PlanDeviceMemory(dims, layout, entry_elements, options, 2).total();
-  const size_t slot_bytes = Round256(shape.slot_floats * sizeof(float));
+  const size_t base = PlanDeviceMemory(dims, layout, entry_elements, options, 2, kind).total();
+  const size_t slot_bytes = Round256(shape.slot_floats * SizesFor(kind, dims).weight_element_bytes);
   const size_t spare = arena_capacity > base ? arena_capacity - base : 0;
   // Leave 1/16 of the arena for allocator fragmentation.
   const size_t usable = spare > arena_capacity / 16 ? spare - arena_capacity / 16 : 0;
@@ -572,15 +548,16 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
   int xi = 0;   // residual stream buffer holding the current activations
   int dxi = 0;  // residual gradient buffer holding the current gradient
   bool pending_checkpoint_wait = false;
+  absl::Status launch_status;
 
   for (const ScheduledOp& op : ops) {
     if (op.kind == StageKind::kEmbedForward) {
-      s.EnqueueEmbeddingForward(op, s.x[xi].data_as<float>(), weights_version);
+      s.EnqueueEmbeddingForward(op, s.x[xi].data(), weights_version);
       continue;
     }
     if (op.kind == StageKind::kEmbedBackward) {
       const int e = op.host_entry;
-      s.EnqueueEmbeddingBackward(op, s.dx[dxi].data_as<float>(), !contributed[e]);
+      s.EnqueueEmbeddingBackward(op, s.dx[dxi].data(), !contributed[e]);
       contributed[e] = true;
       continue;
     }
@@ -594,7 +571,7 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
       s.copy_in->CopyHostToDevice(
           s.checkpoint_stage.data(),
           s.host_checkpoints[op.checkpoint - s.shape.device_checkpoints].data(),
-          n * m.hidden * sizeof(float), {SpanKind::kCopyIn, "checkpoint", op.layer});
+          s.activation_bytes(), {SpanKind::kCopyIn, "checkpoint", op.layer});
       s.copy_in->RecordEvent(*s.checkpoint_in_ready);
     }
     const WeightSlotPolicy::Decision placed = s.slot_policy->Place(op.entries, weights_version);
@@ -609,35 +586,35 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
         s.copy_in->EnqueueHostTask(
             [gate, e, weights_version] { gate->WaitFor(e, weights_version); },
             {SpanKind::kWait, "optimizer update", op.layer});
-        s.copy_in->CopyHostToDevice(s.slots[slot].data_as<float>() + offsets[i],
-                                    s.store.entry(e).master,
-                                    s.store.spec(e).elements * sizeof(float),
+        s.copy_in->CopyHostToDevice(s.SlotPointer(slot, offsets[i]),
+                                    s.backend->WeightSource(s.store.entry(e)),
+                                    s.store.spec(e).elements * s.sizes.weight_element_bytes,
                                     {SpanKind::kCopyIn, DescribeOp(op), op.layer});
       }
       s.copy_in->RecordEvent(*s.slot_ready[slot]);
     }
 
     // Pointers of the residual stream for this op.
-    const float* x_in = nullptr;
-    float* x_out = nullptr;
-    const float* dx_out = nullptr;
-    float* dx_in = nullptr;
+    const void* x_in = nullptr;
+    void* x_out = nullptr;
+    const void* dx_out = nullptr;
+    void* dx_in = nullptr;
     switch (op.kind) {
       case StageKind::kEmbedForward:
       case StageKind::kEmbedBackward:
         break;  // handled above
       case StageKind::kLayerForward:
         x_in = (op.recompute && op.checkpoint >= 0) ? s.CheckpointPointer(op.checkpoint)
-                                                    : s.x[xi].data_as<float>();
-        x_out = s.x[xi ^ 1].data_as<float>();
+                                                    : s.x[xi].data();
+        x_out = s.x[xi ^ 1].data();
         break;
       case StageKind::kHead:
-        x_in = s.x[xi].data_as<float>();
-        dx_in = s.dx[dxi].data_as<float>();
+        x_in = s.x[xi].data();
+        dx_in = s.dx[dxi].data();
         break;
       case StageKind::kLayerBackward:
-        dx_out = s.dx[dxi].data_as<float>();
-        dx_in = s.dx[dxi ^ 1].data_as<float>();
+        dx_out = s.dx[dxi].data();
+        dx_in = s.dx[dxi ^ 1].data();
         break;
     }
 
@@ -646,7 +623,7 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
         op.kind == StageKind::kLayerForward && !op.recompute && op.checkpoint >= 0;
     if (saves_checkpoint && !s.CheckpointOnHost(op.checkpoint)) {
       s.compute->CopyDeviceToDevice(s.device_checkpoints[op.checkpoint].data(), x_in,
-                                    n * m.hidden * sizeof(float),
+                                    s.activation_bytes(),
                                     {SpanKind::kCompute, "checkpoint", op.layer});
     } else if (saves_checkpoint) {
       if (pending_checkpoint_wait) {
@@ -657,7 +634,7 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
       s.copy_out->WaitEvent(*s.x_ready, {SpanKind::kWait, "checkpoint ready", op.layer});
       s.copy_out->CopyDeviceToHost(
           s.host_checkpoints[op.checkpoint - s.shape.device_checkpoints].data(), x_in,
-          n * m.hidden * sizeof(float), {SpanKind::kCopyOut, "checkpoint", op.layer});
+          s.activation_bytes(), {SpanKind::kCopyOut, "checkpoint", op.layer});
       s.copy_out->RecordEvent(*s.checkpoint_out_done);
     } else if (pending_checkpoint_wait && op.kind == StageKind::kLayerForward) {
       // This op overwrites the buffer the checkpoint copy is reading.
@@ -675,7 +652,9 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
     }
     if (s.options.serial)
       s.compute->WaitEvent(*s.copy_out_done, {SpanKind::kWait, "serial", op.layer});
-    s.EnqueueOp(op, offsets, slot, grad, x_in, x_out, dx_out, dx_in, inv_total_valid);
+    launch_status =
+        s.EnqueueOp(op, offsets, slot, grad, x_in, x_out, dx_out, dx_in, inv_total_valid);
+    if (!launch_status.ok()) break;  // what is queued still drains below
     s.compute->RecordEvent(*s.slot_free[slot]);
     s.compute->RecordEvent(*s.compute_done);
     if (host_checkpoint_in) s.compute->RecordEvent(*s.checkpoint_stage_free);
@@ -715,12 +694,13 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
     if (op.kind == StageKind::kLayerBackward) dxi ^= 1;
   }
 
-  absl::Status status;
+  absl::Status status = launch_status;
   for (Stream* stream : {s.copy_in.get(), s.compute.get(), s.copy_out.get()}) {
     status.Update(stream->Synchronize());
   }
   if (!status.ok()) return status;
-  return s.head_result;
+  const HeadResultSum head = s.backend->head_result();
+  return MicroBatchResult{head.loss_sum, head.valid_tokens};
 }
 
 }  // namespace megatrain::engine

@@ -35,6 +35,7 @@
 #include "engine/exec/cpu_layer_math.h"
 #include "engine/exec/model_dims.h"
 #include "engine/exec/parameter_store.h"
+#include "engine/exec/stage_backend.h"
 #include "engine/exec/step_schedule.h"
 #include "engine/exec/update_gate.h"
 
@@ -85,12 +86,14 @@ class StreamingExecutor {
   // options' checkpointing overrides the layout's. What Create allocates.
   static DeviceMemoryPlan PlanDeviceMemory(const ModelDims& dims, const ExecutorLayout& layout,
                                            absl::Span<const size_t> entry_elements,
-                                           const ExecutorOptions& options, int weight_slots = 2);
+                                           const ExecutorOptions& options, int weight_slots = 2,
+                                           DeviceKind kind = DeviceKind::kCpu);
   // Pinned host memory the executor allocates beside the store (host-resident
   // activation checkpoints and the gradient staging chunk), in bytes requested.
   static size_t PinnedStagingBytes(const ModelDims& dims, const ExecutorLayout& layout,
                                    absl::Span<const size_t> entry_elements,
-                                   const ExecutorOptions& options);
+                                   const ExecutorOptions& options,
+                                   DeviceKind kind = DeviceKind::kCpu);
   // Floats of a weight slot holding these entries (packed at the executor's
   // alignment).
   static size_t StageFloats(absl::Span<const size_t> entry_elements,
@@ -99,7 +102,10 @@ class StreamingExecutor {
   // fit an arena of `arena_capacity` bytes beside the rest of the plan.
   static int ChooseWeightSlots(const ModelDims& dims, const ExecutorLayout& layout,
                                absl::Span<const size_t> entry_elements,
-                               const ExecutorOptions& options, size_t arena_capacity);
+                               const ExecutorOptions& options, size_t arena_capacity,
+                               DeviceKind kind = DeviceKind::kCpu);
+  // Element sizes and device memory of the stage math of a kind of device.
+  static StageSizes SizesFor(DeviceKind kind, const ModelDims& dims);
 
   // Allocates the plan from the device arena; a too-small arena fails with
   // RESOURCE_EXHAUSTED saying how many bytes the plan needs and for what.

@@ -1,0 +1,166 @@
+// The CPU device's StageBackend: every stage is a host task on the compute
+// stream's worker thread running engine/exec/cpu_layer_math (fp32 throughout;
+// the fp32 master is the compute copy).
+#include <cstring>
+
+#include "engine/exec/activation_sets.h"
+#include "engine/exec/cpu_layer_math.h"
+#include "engine/exec/host_embedding.h"
+#include "engine/exec/stage_backend.h"
+
+namespace megatrain::engine {
+namespace {
+
+size_t Round256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+class CpuStageBackend final : public StageBackend {
+ public:
+  CpuStageBackend(const ModelDims& dims, const LayerOffsets& offsets,
+                  const kernels::cpu::RopeTable& rope, ThreadPool* pool)
+      : dims_(dims), offsets_(offsets), rope_(rope), pool_(pool), sizes_(CpuStageSizes(dims)) {}
+
+  const StageSizes& sizes() const override { return sizes_; }
+
+  absl::Status Bind(void* scratch, const std::vector<void*>& activation_sets,
+                    const int32_t* positions, Stream& /*setup*/) override {
+    char* base = static_cast<char*>(scratch);
+    backward_scratch_ = LayerBackwardScratch::Carve(dims_, reinterpret_cast<float*>(base));
+    base += Round256(LayerBackwardScratch::FloatCount(dims_) * sizeof(float));
+    head_scratch_ = HeadScratch::Carve(dims_, reinterpret_cast<float*>(base));
+    base += Round256(HeadScratch::FloatCount(dims_) * sizeof(float));
+    attention_workspace_ = reinterpret_cast<float*>(base);
+    sets_.clear();
+    for (void* set : activation_sets) {
+      sets_.push_back(LayerActivations::Carve(dims_, static_cast<float*>(set)));
+    }
+    positions_ = positions;
+    return absl::OkStatus();
+  }
+
+  const void* WeightSource(const EntryBuffers& entry) const override { return entry.master; }
+
+  void GatherEmbeddingRows(const EntryBuffers& table, const int32_t* ids,
+                           void* rows) const override {
+    engine::GatherEmbeddingRows(table.master, dims_.vocab, dims_.hidden, ids, dims_.tokens(),
+                                static_cast<float*>(rows));
+  }
+
+  void ScatterEmbeddingGradients(const void* d_rows, const int32_t* ids, bool first_contribution,
+                                 float* grad) const override {
+    ScatterAddEmbeddingRows(static_cast<const float*>(d_rows), ids, dims_.tokens(), dims_.vocab,
+                            dims_.hidden, first_contribution, grad);
+  }
+
+  absl::Status LayerForward(Stream& compute, const void* weights, const void* x_in, int set,
+                            void* x_out, const TimelineTag& tag) override {
+    const LayerContext ctx = Context();
+    const float* w = static_cast<const float*>(weights);
+    const float* in = static_cast<const float*>(x_in);
+    float* out = static_cast<float*>(x_out);
+    LayerActivations* act = &sets_[set];
+    compute.EnqueueHostTask([ctx, w, in, act, out] { CpuLayerForward(ctx, w, in, *act, out); },
+                            tag);
+    return absl::OkStatus();
+  }
+
+  absl::Status LayerBackward(Stream& compute, const void* weights, int set, const void* dx_out,
+                             void* dx_in, float* grads, size_t grad_floats,
+                             const TimelineTag& tag) override {
+    const LayerContext ctx = Context();
+    const float* w = static_cast<const float*>(weights);
+    const LayerActivations* act = &sets_[set];
+    LayerBackwardScratch* scratch = &backward_scratch_;
+    const float* d_out = static_cast<const float*>(dx_out);
+    float* d_in = static_cast<float*>(dx_in);
+    compute.EnqueueHostTask(
+        [ctx, w, grads, grad_floats, act, scratch, d_out, d_in] {
+          std::memset(grads, 0, grad_floats * sizeof(float));
+          CpuLayerBackward(ctx, w, *act, *scratch, d_out, d_in, grads);
+        },
+        tag);
+    return absl::OkStatus();
+  }
+
+  absl::Status HeadForwardBackward(Stream& compute, const HeadArgs& args,
+                                   const TimelineTag& tag) override {
+    CpuStageBackend* self = this;
+    compute.EnqueueHostTask(
+        [self, args] {
+          std::memset(args.gradient_buffer, 0, args.grad_floats * sizeof(float));
+          const HeadResult r = CpuHeadForwardBackward(
+              self->dims_, Floats(args.final_norm), Floats(args.lm_head), Floats(args.x_final),
+              args.targets, args.inv_total_valid, self->head_scratch_,
+              static_cast<float*>(args.dx_final), args.final_norm_grad, args.lm_head_grad);
+          self->head_result_ = {r.loss_sum, r.valid_tokens};
+        },
+        tag);
+    return absl::OkStatus();
+  }
+
+  absl::Status HeadLoss(Stream& compute, const HeadArgs& args, const TimelineTag& tag) override {
+    CpuStageBackend* self = this;
+    compute.EnqueueHostTask(
+        [self, args] {
+          const HeadResult r =
+              CpuHeadLoss(self->dims_, Floats(args.final_norm), Floats(args.lm_head),
+                          Floats(args.x_final), args.targets, self->head_scratch_);
+          self->head_result_ = {r.loss_sum, r.valid_tokens};
+        },
+        tag);
+    return absl::OkStatus();
+  }
+
+  absl::Status HeadLogits(Stream& compute, const HeadArgs& args, const TimelineTag& tag) override {
+    CpuStageBackend* self = this;
+    compute.EnqueueHostTask(
+        [self, args] {
+          CpuHeadLogits(self->dims_, Floats(args.final_norm), Floats(args.lm_head),
+                        Floats(args.x_final), self->head_scratch_, args.logits);
+        },
+        tag);
+    return absl::OkStatus();
+  }
+
+  HeadResultSum head_result() const override { return head_result_; }
+
+ private:
+  static const float* Floats(const void* p) { return static_cast<const float*>(p); }
+
+  LayerContext Context() const {
+    return LayerContext{&dims_, &offsets_, &rope_, positions_, attention_workspace_, pool_};
+  }
+
+  const ModelDims dims_;
+  const LayerOffsets offsets_;
+  const kernels::cpu::RopeTable& rope_;
+  ThreadPool* const pool_;
+  const StageSizes sizes_;
+  std::vector<LayerActivations> sets_;
+  LayerBackwardScratch backward_scratch_;
+  HeadScratch head_scratch_;
+  float* attention_workspace_ = nullptr;
+  const int32_t* positions_ = nullptr;
+  HeadResultSum head_result_;  // written by the head's task on the compute thread
+};
+
+}  // namespace
+
+StageSizes CpuStageSizes(const ModelDims& dims) {
+  StageSizes s;
+  s.weight_element_bytes = sizeof(float);
+  s.activation_element_bytes = sizeof(float);
+  s.activation_set_bytes = LayerActivations::FloatCount(dims) * sizeof(float);
+  s.scratch_bytes = Round256(LayerBackwardScratch::FloatCount(dims) * sizeof(float)) +
+                    Round256(HeadScratch::FloatCount(dims) * sizeof(float)) +
+                    Round256(AttentionWorkspaceFloats(dims) * sizeof(float));
+  return s;
+}
+
+std::unique_ptr<StageBackend> MakeCpuStageBackend(const ModelDims& dims,
+                                                  const LayerOffsets& offsets,
+                                                  const kernels::cpu::RopeTable& rope,
+                                                  ThreadPool* pool) {
+  return std::make_unique<CpuStageBackend>(dims, offsets, rope, pool);
+}
+
+}  // namespace megatrain::engine
