@@ -147,8 +147,9 @@ struct StreamingExecutor::Impl {
   // Later gradient contributions of a step land here chunk by chunk and are
   // added into the host slab in copy_out stream order (bounded pinned memory).
   PinnedHostBuffer gradient_staging;
-  PinnedHostBuffer embedding_rows;  // EmbeddingRowsBytes
-  std::vector<int32_t> host_ids;    // the micro-batch's token ids, for the host embedding
+  PinnedHostBuffer embedding_rows;    // EmbeddingRowsBytes
+  std::vector<int32_t> host_ids;      // the micro-batch's token ids, for the host embedding
+  std::vector<int32_t> host_targets;  // and its targets, for backends that count on the host
 
   float* logits_output = nullptr;  // device buffer; when set, the eval head writes logits
 
@@ -375,6 +376,7 @@ absl::Status StreamingExecutor::Impl::EnqueueOp(const ScheduledOp& op,
       args.lm_head = SlotPointer(slot, offsets[1]);
       args.x_final = x_in;
       args.targets = targets.data_as<int32_t>();
+      args.host_targets = host_targets.data();
       if (op.loss_only && logits_output != nullptr) {
         args.logits = logits_output;
         return backend->HeadLogits(*compute, args, tag);
@@ -536,6 +538,7 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
     }
   }
   s.host_ids.assign(inputs, inputs + n);
+  s.host_targets.assign(targets, targets + n);
   s.copy_in->CopyHostToDevice(s.ids.data(), inputs, n * sizeof(int32_t),
                               {SpanKind::kCopyIn, "token ids", -1});
   s.copy_in->CopyHostToDevice(s.targets.data(), targets, n * sizeof(int32_t),
@@ -566,6 +569,11 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
     const bool host_checkpoint_in = op.kind == StageKind::kLayerForward && op.recompute &&
                                     op.checkpoint >= 0 && s.CheckpointOnHost(op.checkpoint);
     if (host_checkpoint_in) {
+      // The checkpoint's copy to the host (copy_out, forward) must have
+      // landed before it is read back; copy_in runs ahead of compute, so
+      // compute's own wait does not order it. The last forward copy covers
+      // every earlier one (one stream).
+      s.copy_in->WaitEvent(*s.checkpoint_out_done, {SpanKind::kWait, "checkpoint out", op.layer});
       s.copy_in->WaitEvent(*s.checkpoint_stage_free,
                            {SpanKind::kWait, "checkpoint stage", op.layer});
       s.copy_in->CopyHostToDevice(

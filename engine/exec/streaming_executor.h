@@ -18,7 +18,8 @@
 //     is fixed), and records grad_free[g].
 //  4. Activation checkpoints that live on the host go out on copy_out after
 //     the producing op (compute waits for that copy before overwriting the
-//     buffer) and come back on copy_in before the block's recompute.
+//     buffer) and come back on copy_in before the block's recompute (copy_in
+//     waits for the copy out first: it runs ahead of compute).
 // With options.serial every copy waits for the previous compute and every
 // compute for the previous copies: the no-overlap baseline.
 #pragma once
