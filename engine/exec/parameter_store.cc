@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/common/bf16.h"
 
 namespace megatrain::engine {
 
@@ -51,6 +52,16 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
       wanted.push_back({&store.m_, false, "adam_m"});
       wanted.push_back({&store.v_, false, "adam_v"});
     }
+    if (placement.compute_copy_bf16) {
+      // Two bf16 values per float of storage.
+      absl::StatusOr<HostArray> array = AllocateArray(device, (n + 1) / 2, /*pinned=*/true);
+      if (!array.ok()) {
+        return absl::Status(
+            array.status().code(),
+            absl::StrCat("parameter entry ", i, " compute copy: ", array.status().message()));
+      }
+      store.compute_.push_back(std::move(*array));
+    }
     for (const Wanted& w : wanted) {
       absl::StatusOr<HostArray> array = AllocateArray(device, n, w.pinned);
       if (!array.ok()) {
@@ -87,6 +98,7 @@ EntryBuffers ParameterStore::entry(int i) const {
   EntryBuffers b;
   b.master = master_[i].data();
   b.grad = grad_[i].data();
+  if (!compute_.empty()) b.compute_bf16 = reinterpret_cast<uint16_t*>(compute_[i].data());
   if (!m_.empty()) {
     b.m = m_[i].data();
     b.v = v_[i].data();
@@ -127,6 +139,14 @@ absl::Status ParameterStore::WriteOptimizerState(int e, const float* m, const fl
   std::memcpy(staged->array(0), m, bytes);
   std::memcpy(staged->array(1), v, bytes);
   return state_store_->Release(e, /*dirty=*/true);
+}
+
+void ParameterStore::RefreshComputeCopy() {
+  for (size_t e = 0; e < compute_.size(); ++e) {
+    const float* master = master_[e].data();
+    uint16_t* copy = reinterpret_cast<uint16_t*>(compute_[e].data());
+    for (size_t j = 0; j < specs_[e].elements; ++j) copy[j] = kernels::Float32ToBf16Bits(master[j]);
+  }
 }
 
 absl::Status ParameterStore::Flush() {

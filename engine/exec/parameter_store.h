@@ -2,7 +2,8 @@
 // buffer, AdamW m and v, and a gradient slab, each in the memory tier the
 // placement gives it (pinned RAM, pageable RAM, or an NVMe file for m and v
 // streamed through staging). On the CPU device the fp32 master is also the
-// compute copy the weights stream from.
+// compute copy the weights stream from; a GPU gets a separate bf16 compute
+// copy, written by the optimizer in the same pass as the master.
 #pragma once
 
 #include <cstddef>
@@ -28,6 +29,7 @@ struct EntryBuffers {
   float* m = nullptr;  // null when the optimizer state lives on NVMe
   float* v = nullptr;
   float* grad = nullptr;
+  uint16_t* compute_bf16 = nullptr;  // bf16 bits of the master; null when the master is it
   size_t elements = 0;
 };
 
@@ -36,6 +38,9 @@ struct EntryBuffers {
 struct StorePlacement {
   bool master_pinned = true;  // the copy-in source
   bool grad_pinned = true;    // the copy-out target
+  // A separate bf16 compute copy (GPU devices), pinned: it is the copy-in
+  // source then, and the master need not be pinned.
+  bool compute_copy_bf16 = false;
   bool states_on_nvme = false;
   std::string nvme_dir;  // with states_on_nvme
   int read_ahead = 2;    // entries of m/v read ahead of the one being updated
@@ -67,6 +72,10 @@ class ParameterStore {
   // m and v of one entry wherever they live; not during an optimizer pass.
   absl::Status ReadOptimizerState(int entry, float* m, float* v) const;
   absl::Status WriteOptimizerState(int entry, const float* m, const float* v);
+  // Rewrites the bf16 compute copy of every entry from its master (after the
+  // masters change outside the optimizer); nothing without a compute copy.
+  void RefreshComputeCopy();
+
   // Waits for NVMe write-backs (and syncs the file); OK at once in RAM.
   absl::Status Flush();
 
@@ -90,6 +99,7 @@ class ParameterStore {
   std::vector<EntrySpec> specs_;
   StorePlacement placement_;
   std::vector<HostArray> master_, grad_, m_, v_;
+  std::vector<HostArray> compute_;  // bf16 pairs in float-sized storage, when enabled
   std::unique_ptr<tiers::UringBlockIo> io_;
   std::unique_ptr<tiers::NvmeStateStore> state_store_;
 };

@@ -39,7 +39,8 @@ struct HeadArgs {
   const void* final_norm = nullptr;
   const void* lm_head = nullptr;
   const void* x_final = nullptr;
-  const int32_t* targets = nullptr;  // device copy
+  const int32_t* targets = nullptr;       // device copy
+  const int32_t* host_targets = nullptr;  // the same on the host, alive until the stage ran
   float inv_total_valid = 0.0f;
   void* dx_final = nullptr;
   float* final_norm_grad = nullptr;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/exec/cuda_stage_backend.h"
 #include "engine/exec/host_embedding.h"
 #include "engine/exec/weight_slot_policy.h"
 
@@ -244,23 +245,13 @@ void* StreamingExecutor::Impl::CheckpointPointer(int c) const {
 }
 
 StageSizes StreamingExecutor::SizesFor(DeviceKind kind, const ModelDims& dims) {
-  (void)kind;  // one backend so far: the CPU device's
-  return CpuStageSizes(dims);
+  return kind == DeviceKind::kCuda ? CudaStageSizes(dims) : CpuStageSizes(dims);
 }
 
 absl::StatusOr<std::unique_ptr<StreamingExecutor>> StreamingExecutor::Create(
     Device& device, const ModelDims& dims, const ExecutorLayout& layout, ParameterStore& store,
     UpdateGate& gate, const kernels::cpu::RopeTable& rope, const ExecutorOptions& options,
     ThreadPool* compute_pool) {
-  std::unique_ptr<StageBackend> backend;
-  if (device.kind() == DeviceKind::kCpu) {
-    backend = MakeCpuStageBackend(dims, layout.layer_offsets, rope, compute_pool);
-  } else {
-    // The CUDA kernels exist (kernels/cuda) but no CUDA stage backend drives them yet.
-    return absl::UnimplementedError(
-        absl::StrCat("the streaming executor has no compute backend for device '",
-                     std::string(device.name()), "' yet; use the CPU device"));
-  }
   if (options.checkpoint_interval < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint_interval=", options.checkpoint_interval, " must be >= 1"));
@@ -271,6 +262,15 @@ absl::StatusOr<std::unique_ptr<StreamingExecutor>> StreamingExecutor::Create(
   if (options.weight_slots == 1 || options.weight_slots < 0) {
     return absl::InvalidArgumentError(absl::StrCat("weight_slots=", options.weight_slots,
                                                    " must be 0 (auto) or >= 2 (double buffering)"));
+  }
+  std::unique_ptr<StageBackend> backend;
+  if (device.kind() == DeviceKind::kCuda) {
+    absl::StatusOr<std::unique_ptr<StageBackend>> cuda =
+        MakeCudaStageBackend(device, dims, layout.layer_offsets, rope);
+    if (!cuda.ok()) return cuda.status();
+    backend = std::move(*cuda);
+  } else {
+    backend = MakeCpuStageBackend(dims, layout.layer_offsets, rope, compute_pool);
   }
   auto impl = std::make_unique<Impl>(device, dims, WithOptions(layout, options), store, gate,
                                      options, std::move(backend));
@@ -445,9 +445,11 @@ size_t StreamingExecutor::PinnedStagingBytes(const ModelDims& dims,
   const PlanShape p =
       ShapePlan(layout, entry_elements, options, BuildStepSchedule(layout.schedule));
   const size_t x_bytes = ActivationBytes(dims, SizesFor(kind, dims));
-  // Host checkpoints, the gradient staging chunk and the embedding rows.
+  // Host checkpoints, the gradient staging chunk, the embedding rows and
+  // what the backend downloads (the CUDA heads' per-chunk losses).
+  const size_t backend_bytes = kind == DeviceKind::kCuda ? CudaStageBackendPinnedBytes(dims) : 0;
   return static_cast<size_t>(p.checkpoints - p.device_checkpoints) * x_bytes +
-         GradientStagingBytes(p.grad_floats) + x_bytes;
+         GradientStagingBytes(p.grad_floats) + x_bytes + backend_bytes;
 }
 
 size_t StreamingExecutor::StageFloats(absl::Span<const size_t> entry_elements,

@@ -17,14 +17,15 @@ absl::StatusOr<ExecutorGeometry> MakeExecutorGeometry(const ModelConfig& config,
 }
 
 DeviceMemoryPlan DeviceMemoryPlanFor(const ExecutorGeometry& g, const ExecutorOptions& options,
-                                     int weight_slots) {
+                                     int weight_slots, DeviceKind kind) {
   return StreamingExecutor::PlanDeviceMemory(g.dims, g.layout, g.entry_elements, options,
-                                             weight_slots);
+                                             weight_slots, kind);
 }
 
-int WeightSlotsFor(const ExecutorGeometry& g, const ExecutorOptions& options, size_t arena_bytes) {
+int WeightSlotsFor(const ExecutorGeometry& g, const ExecutorOptions& options, size_t arena_bytes,
+                   DeviceKind kind) {
   return StreamingExecutor::ChooseWeightSlots(g.dims, g.layout, g.entry_elements, options,
-                                              arena_bytes);
+                                              arena_bytes, kind);
 }
 
 size_t StageFloats(const ExecutorGeometry& g, const std::vector<int>& entries) {

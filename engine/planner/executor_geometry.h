@@ -24,10 +24,11 @@ absl::StatusOr<ExecutorGeometry> MakeExecutorGeometry(const ModelConfig& config,
 
 // StreamingExecutor::PlanDeviceMemory for these entry sizes.
 DeviceMemoryPlan DeviceMemoryPlanFor(const ExecutorGeometry& g, const ExecutorOptions& options,
-                                     int weight_slots);
+                                     int weight_slots, DeviceKind kind);
 
 // StreamingExecutor::ChooseWeightSlots within an arena of `arena_bytes`.
-int WeightSlotsFor(const ExecutorGeometry& g, const ExecutorOptions& options, size_t arena_bytes);
+int WeightSlotsFor(const ExecutorGeometry& g, const ExecutorOptions& options, size_t arena_bytes,
+                   DeviceKind kind);
 
 // StreamingExecutor::StageFloats.
 size_t StageFloats(const ExecutorGeometry& g, const std::vector<int>& entries);

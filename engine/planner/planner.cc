@@ -16,11 +16,6 @@ using tiers::BufferKind;
 
 constexpr uint64_t kUnlimited = uint64_t{1} << 62;
 
-uint64_t ScaleBytes(uint64_t fp32_bytes, int bytes_per_element) {
-  return fp32_bytes / 4 * static_cast<uint64_t>(bytes_per_element);
-}
-
-
 }  // namespace
 
 absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
@@ -82,26 +77,18 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
   if (!g.ok()) return g.status();
   r.device_arena_capacity =
       in.device_arena_bytes > 0 ? in.device_arena_bytes : hw.device_memory_bytes;
-  r.weight_slots = WeightSlotsFor(*g, r.executor, r.device_arena_capacity);
-  r.device = DeviceMemoryPlanFor(*g, r.executor, r.weight_slots);
-  if (!hw.cpu_device) {
-    r.device.weight_slots = ScaleBytes(r.device.weight_slots, hw.weight_bytes);
-    r.device.gradient_buffers = ScaleBytes(r.device.gradient_buffers, hw.grad_bytes);
-    r.device.activations = ScaleBytes(r.device.activations, hw.activation_bytes);
-    r.device.checkpoints = ScaleBytes(r.device.checkpoints, hw.activation_bytes);
-    r.device.scratch = ScaleBytes(r.device.scratch, hw.activation_bytes);
-  }
+  // A GPU profile is planned with the CUDA backend's own sizes (bf16 weights
+  // and activations, fp32 gradients), exactly as the executor would allocate.
+  const DeviceKind kind = hw.cpu_device ? DeviceKind::kCpu : DeviceKind::kCuda;
+  r.weight_slots = WeightSlotsFor(*g, r.executor, r.device_arena_capacity, kind);
+  r.device = DeviceMemoryPlanFor(*g, r.executor, r.weight_slots, kind);
   r.device_arena_peak = r.device.total();
   r.fits_device = r.device_arena_peak <= r.device_arena_capacity;
 
   // Host peak.
-  // The executor's own pinned staging; on a GPU the checkpoints and gradient
-  // chunk are in the device's activation and gradient dtypes.
-  const size_t fp32_staging =
-      StreamingExecutor::PinnedStagingBytes(g->dims, g->layout, g->entry_elements, r.executor);
-  r.host_pinned_staging = static_cast<uint64_t>(
-      static_cast<double>(fp32_staging) *
-      (static_cast<double>(std::max(hw.activation_bytes, hw.grad_bytes)) / 4.0));
+  // The executor's own pinned staging, in the backend's element sizes.
+  r.host_pinned_staging = StreamingExecutor::PinnedStagingBytes(
+      g->dims, g->layout, g->entry_elements, r.executor, kind);
   r.host_store_bytes = r.placement.pinned_used + r.placement.ram_used;
   r.nvme_bytes = r.placement.nvme_used;
   r.host_fixed_overhead = in.fixed_overhead_bytes;

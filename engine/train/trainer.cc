@@ -103,6 +103,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(Device& device, ModelCo
     specs.push_back(std::move(spec));
   }
   StorePlacement store_placement;
+  // A GPU computes from a bf16 copy the optimizer keeps beside the master.
+  store_placement.compute_copy_bf16 = device.kind() == DeviceKind::kCuda;
   std::string placement_table;
   if (options.memory.enabled) {
     std::vector<tiers::EntryBytes> bytes;
@@ -113,7 +115,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(Device& device, ModelCo
       b[tiers::BufferKind::kM] = n;
       b[tiers::BufferKind::kV] = n;
       b[tiers::BufferKind::kGrad] = n;
-      b[tiers::BufferKind::kComputeCopy] = 0;  // the CPU device computes from the master
+      // The CPU device computes from the master; a GPU from a bf16 copy.
+      b[tiers::BufferKind::kComputeCopy] = store_placement.compute_copy_bf16 ? n / 2 : 0;
       bytes.push_back(b);
     }
     tiers::PlacementOptions placement_options;
@@ -199,6 +202,7 @@ void Trainer::InitializeRandom(uint64_t seed) {
       piece.p[j] = static_cast<float>(0.02 * z);
     }
   });
+  store_.RefreshComputeCopy();
 }
 
 absl::Status Trainer::LoadHfWeights(const std::string& dir) {
@@ -206,7 +210,9 @@ absl::Status Trainer::LoadHfWeights(const std::string& dir) {
   executor_->InvalidateWeights();
   std::vector<float*> buffers;
   for (int e = 0; e < store_.num_entries(); ++e) buffers.push_back(store_.entry(e).master);
-  return engine::LoadHfWeights(dir, layout_, buffers);
+  absl::Status loaded = engine::LoadHfWeights(dir, layout_, buffers);
+  store_.RefreshComputeCopy();
+  return loaded;
 }
 
 TrainerProgress Trainer::progress() const {
@@ -220,6 +226,7 @@ void Trainer::RestoreProgress(const TrainerProgress& p) {
   skipped_steps_ = p.skipped_steps;
   consecutive_skips_ = p.consecutive_skips;
   gate_.ResetAll(step_);
+  store_.RefreshComputeCopy();  // the masters were just loaded
   executor_->InvalidateWeights();
 }
 
@@ -285,7 +292,8 @@ void Trainer::LaunchUpdate(uint64_t version, double clip_coefficient, double lr)
         }
       }
       if (update_status_.ok()) {
-        adamw_.Step(decay, no_decay, store_.spec(e).segments, b.master, m, v, b.grad, nullptr);
+        adamw_.Step(decay, no_decay, store_.spec(e).segments, b.master, m, v, b.grad,
+                    b.compute_bf16);
         if (states != nullptr) update_status_.Update(states->Release(e));
       }
       update_seconds_[e] = SecondsSince(t0);

@@ -53,10 +53,10 @@ TEST(DevicePlanTest, EqualsTheExecutorsPlan) {
     o.executor = options;
     auto trainer = Trainer::Create(*device, config, o);
     ASSERT_TRUE(trainer.ok()) << trainer.status();
-    const int slots = WeightSlotsFor(*g, options, size_t{64} << 20);
+    const int slots = WeightSlotsFor(*g, options, size_t{64} << 20, DeviceKind::kCpu);
     EXPECT_EQ(slots, (*trainer)->executor().weight_slots());
     const DeviceMemoryPlan want = (*trainer)->executor().plan();
-    const DeviceMemoryPlan got = DeviceMemoryPlanFor(*g, options, slots);
+    const DeviceMemoryPlan got = DeviceMemoryPlanFor(*g, options, slots, DeviceKind::kCpu);
     EXPECT_EQ(device->arena_stats().in_use, want.total());
     EXPECT_EQ(got.weight_slots, want.weight_slots);
     EXPECT_EQ(got.gradient_buffers, want.gradient_buffers);
@@ -83,10 +83,13 @@ TEST(DevicePlanTest, AutoWeightSlotsMatchTheTrainer) {
     auto layout = ParameterLayout::Create(config);
     auto g = MakeExecutorGeometry(config, *layout, 2, 16, 0, o.executor);
     ASSERT_TRUE(g.ok());
-    EXPECT_EQ(WeightSlotsFor(*g, o.executor, arena), (*trainer)->executor().weight_slots())
+    EXPECT_EQ(WeightSlotsFor(*g, o.executor, arena, DeviceKind::kCpu),
+              (*trainer)->executor().weight_slots())
         << arena;
-    EXPECT_EQ(DeviceMemoryPlanFor(*g, o.executor, (*trainer)->executor().weight_slots()).total(),
-              (*trainer)->executor().plan().total());
+    EXPECT_EQ(
+        DeviceMemoryPlanFor(*g, o.executor, (*trainer)->executor().weight_slots(), DeviceKind::kCpu)
+            .total(),
+        (*trainer)->executor().plan().total());
   }
 }
 

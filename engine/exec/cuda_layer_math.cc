@@ -1,0 +1,468 @@
+// CUDA implementation of the decoder layer, the embedding and the head,
+// written over kernels/cuda in the same order as cpu_layer_math.cc.
+//
+// Biases have no kernel of their own: y = x W^T + b is two GEMMs into one
+// output, first ones[N, 1] * b[1, out] (each element exactly b, k = 1), then
+// x W^T added onto it with beta = 1, so y is rounded to bf16 once; the bias
+// gradient is dy^T * ones[N, 1], an ordinary weight-gradient GEMM with one
+// input column (deterministic like every other). Residual adds ride on the
+// same beta = 1 path: x_mid = x_in + attn W_o^T is rounded once, not twice.
+#include "engine/exec/cuda_layer_math.h"
+
+#include <algorithm>
+#include <climits>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/common/bf16.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/ops.h"
+
+namespace megatrain::engine {
+namespace {
+
+namespace kc = kernels::cuda;
+using bf16 = __nv_bfloat16;
+
+#define MT_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    const absl::Status mt_status_ = (expr);  \
+    if (!mt_status_.ok()) return mt_status_; \
+  } while (false)
+
+// Prefixes a failed status with where in the layer it happened.
+absl::Status InStep(absl::Status status, const char* step) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat(step, ": ", std::string(status.message())));
+}
+
+const bf16* At(const bf16* base, int64_t offset) { return offset < 0 ? nullptr : base + offset; }
+float* At(float* base, int64_t offset) { return offset < 0 ? nullptr : base + offset; }
+
+absl::Status CheckStream(cudaStream_t stream, const char* op) {
+  if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": stream is a default stream; pass a created stream"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CopyDeviceToDevice(void* dst, const void* src, size_t bytes, cudaStream_t stream,
+                                const char* what) {
+  return kc::CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream), what);
+}
+
+absl::Status CheckPositive(int64_t value, const char* field) {
+  if (value <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("dims.", field, " = ", value, " must be > 0"));
+  }
+  return absl::OkStatus();
+}
+
+// Kernels take int sizes and int32 token indices.
+absl::Status CheckFitsInt(int64_t value, const char* field) {
+  if (value > INT_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " = ", value, " exceeds ", INT_MAX, " (CUDA kernels index with int)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckOffset(int64_t offset, const char* field) {
+  if (offset < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("offsets.", field, " = ", offset, ": the tensor is mandatory"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CudaLayerMath::Validate(const ModelDims& m, const LayerOffsets& o,
+                                     const kernels::cpu::RopeTable& rope) {
+  MT_RETURN_IF_ERROR(CheckPositive(m.vocab, "vocab"));
+  MT_RETURN_IF_ERROR(CheckPositive(m.hidden, "hidden"));
+  MT_RETURN_IF_ERROR(CheckPositive(m.ffn, "ffn"));
+  MT_RETURN_IF_ERROR(CheckPositive(m.q_heads, "q_heads"));
+  MT_RETURN_IF_ERROR(CheckPositive(m.kv_heads, "kv_heads"));
+  MT_RETURN_IF_ERROR(CheckPositive(m.head_dim, "head_dim"));
+  MT_RETURN_IF_ERROR(CheckPositive(m.batch, "batch"));
+  MT_RETURN_IF_ERROR(CheckPositive(m.seq, "seq"));
+  MT_RETURN_IF_ERROR(CheckPositive(m.head_chunk, "head_chunk"));
+  if (!(m.rms_eps > 0.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat("dims.rms_eps = ", m.rms_eps, " must be > 0"));
+  }
+  if (m.head_dim != 64 && m.head_dim != 128) {
+    return absl::UnimplementedError(absl::StrCat(
+        "dims.head_dim = ", m.head_dim, ": the CUDA attention kernels support 64 and 128"));
+  }
+  if (m.q_heads % m.kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dims.q_heads = ", m.q_heads, " is not a multiple of dims.kv_heads = ", m.kv_heads));
+  }
+  if (m.sliding_window < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dims.sliding_window = ", m.sliding_window, " must be >= 0"));
+  }
+  if (m.sliding_window > 0 && m.seq > m.sliding_window) {
+    return absl::UnimplementedError(absl::StrCat("dims.sliding_window = ", m.sliding_window,
+                                                 " is shorter than dims.seq = ", m.seq,
+                                                 ": the CUDA attention is plain causal"));
+  }
+  MT_RETURN_IF_ERROR(CheckFitsInt(m.hidden, "dims.hidden"));
+  MT_RETURN_IF_ERROR(CheckFitsInt(m.ffn, "dims.ffn"));
+  MT_RETURN_IF_ERROR(CheckFitsInt(m.q_heads, "dims.q_heads"));
+  MT_RETURN_IF_ERROR(CheckFitsInt(m.batch, "dims.batch"));
+  MT_RETURN_IF_ERROR(CheckFitsInt(m.seq, "dims.seq"));
+  MT_RETURN_IF_ERROR(CheckFitsInt(m.tokens(), "dims.batch * dims.seq"));
+  MT_RETURN_IF_ERROR(CheckFitsInt(m.batch * m.q_heads * m.seq, "dims.batch * q_heads * seq"));
+
+  MT_RETURN_IF_ERROR(CheckOffset(o.input_norm, "input_norm"));
+  MT_RETURN_IF_ERROR(CheckOffset(o.q, "q"));
+  MT_RETURN_IF_ERROR(CheckOffset(o.k, "k"));
+  MT_RETURN_IF_ERROR(CheckOffset(o.v, "v"));
+  MT_RETURN_IF_ERROR(CheckOffset(o.o, "o"));
+  MT_RETURN_IF_ERROR(CheckOffset(o.post_norm, "post_norm"));
+  MT_RETURN_IF_ERROR(CheckOffset(o.gate, "gate"));
+  MT_RETURN_IF_ERROR(CheckOffset(o.up, "up"));
+  MT_RETURN_IF_ERROR(CheckOffset(o.down, "down"));
+
+  if (rope.head_dim() != m.head_dim) {
+    return absl::InvalidArgumentError(absl::StrCat("rope table head_dim = ", rope.head_dim(),
+                                                   " differs from dims.head_dim = ", m.head_dim));
+  }
+  if (rope.max_positions() < m.seq) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rope table max_positions = ", rope.max_positions(), " < dims.seq = ", m.seq));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CudaLayerMath> CudaLayerMath::Create(const ModelDims& dims,
+                                                    const LayerOffsets& offsets,
+                                                    const kernels::cpu::RopeTable& rope,
+                                                    void* device_tables_base,
+                                                    cudaStream_t setup_stream) {
+  MT_RETURN_IF_ERROR(Validate(dims, offsets, rope));
+  if (device_tables_base == nullptr) {
+    return absl::InvalidArgumentError("device_tables_base is null");
+  }
+  if (reinterpret_cast<uintptr_t>(device_tables_base) % kCudaCarveAlignment != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device_tables_base is not ", kCudaCarveAlignment, "-byte aligned"));
+  }
+  MT_RETURN_IF_ERROR(CheckStream(setup_stream, "CudaLayerMath::Create"));
+
+  absl::StatusOr<kc::CublasLtGemm> gemm = kc::CublasLtGemm::Create();
+  if (!gemm.ok()) return InStep(gemm.status(), "CudaLayerMath::Create");
+
+  const CudaLayerTables tables = CudaLayerTables::Carve(dims, device_tables_base);
+  // RopeTable rows are contiguous [max_positions, head_dim / 2]: rows 0..seq-1
+  // are its first seq * half values, the layout RopeInPlace reads.
+  const size_t table_bytes = sizeof(float) * static_cast<size_t>(dims.seq * (dims.head_dim / 2));
+  const std::vector<uint16_t> ones(static_cast<size_t>(dims.tokens()),
+                                   kernels::Float32ToBf16Bits(1.0f));
+  MT_RETURN_IF_ERROR(kc::CudaStatus(cudaMemcpyAsync(tables.rope_cos, rope.cos_row(0), table_bytes,
+                                                    cudaMemcpyHostToDevice, setup_stream),
+                                    "upload RoPE cos table"));
+  MT_RETURN_IF_ERROR(kc::CudaStatus(cudaMemcpyAsync(tables.rope_sin, rope.sin_row(0), table_bytes,
+                                                    cudaMemcpyHostToDevice, setup_stream),
+                                    "upload RoPE sin table"));
+  MT_RETURN_IF_ERROR(
+      kc::CudaStatus(cudaMemcpyAsync(tables.ones, ones.data(), sizeof(uint16_t) * ones.size(),
+                                     cudaMemcpyHostToDevice, setup_stream),
+                     "upload ones vector"));
+  // The host sources die with this call.
+  MT_RETURN_IF_ERROR(
+      kc::CudaStatus(cudaStreamSynchronize(setup_stream), "CudaLayerMath::Create tables"));
+  return CudaLayerMath(dims, offsets, tables, std::move(*gemm));
+}
+
+absl::Status CudaLayerMath::Linear(const bf16* x, const bf16* w, const bf16* bias, int64_t in,
+                                   int64_t out, bf16* y, cudaStream_t stream) const {
+  const int64_t n = dims_.tokens();
+  if (bias == nullptr) return gemm_.LinearForward(x, w, y, n, in, out, stream);
+  kc::MatmulArgs broadcast;  // y = ones[n, 1] * bias[1, out]
+  broadcast.m = n;
+  broadcast.n = out;
+  broadcast.k = 1;
+  broadcast.a = tables_.ones;
+  broadcast.b = bias;
+  broadcast.c = y;
+  MT_RETURN_IF_ERROR(gemm_.Matmul(broadcast, stream));
+  kc::MatmulArgs product;  // y += x W^T
+  product.m = n;
+  product.n = out;
+  product.k = in;
+  product.a = x;
+  product.b = w;
+  product.transpose_b = true;
+  product.c = y;
+  product.beta = 1.0f;
+  return gemm_.Matmul(product, stream);
+}
+
+absl::Status CudaLayerMath::LinearAddTo(const bf16* x, const bf16* w, const bf16* bias, int64_t in,
+                                        int64_t out, const bf16* residual, bf16* y,
+                                        cudaStream_t stream) const {
+  const int64_t n = dims_.tokens();
+  MT_RETURN_IF_ERROR(CopyDeviceToDevice(y, residual, sizeof(bf16) * static_cast<size_t>(n * out),
+                                        stream, "copy residual"));
+  if (bias != nullptr) {
+    kc::MatmulArgs broadcast;  // y += ones[n, 1] * bias[1, out]
+    broadcast.m = n;
+    broadcast.n = out;
+    broadcast.k = 1;
+    broadcast.a = tables_.ones;
+    broadcast.b = bias;
+    broadcast.c = y;
+    broadcast.beta = 1.0f;
+    MT_RETURN_IF_ERROR(gemm_.Matmul(broadcast, stream));
+  }
+  kc::MatmulArgs product;  // y += x W^T
+  product.m = n;
+  product.n = out;
+  product.k = in;
+  product.a = x;
+  product.b = w;
+  product.transpose_b = true;
+  product.c = y;
+  product.beta = 1.0f;
+  return gemm_.Matmul(product, stream);
+}
+
+absl::Status CudaLayerMath::LinearBackward(const bf16* dy, const bf16* x, const bf16* w, int64_t in,
+                                           int64_t out, bf16* dx, bool accumulate, float* dw,
+                                           float* db, cudaStream_t stream) const {
+  const int64_t n = dims_.tokens();
+  MT_RETURN_IF_ERROR(gemm_.LinearBackwardInput(dy, w, dx, n, in, out, accumulate, stream));
+  MT_RETURN_IF_ERROR(gemm_.LinearBackwardWeight(dy, x, dw, n, in, out, stream));
+  if (db == nullptr) return absl::OkStatus();
+  // db[out, 1] += dy^T[out, n] * ones[n, 1]
+  return gemm_.LinearBackwardWeight(dy, tables_.ones, db, n, /*in=*/1, out, stream);
+}
+
+absl::Status CudaLayerMath::EmbedForward(const int32_t* ids, const bf16* table, bf16* x_out,
+                                         cudaStream_t stream) const {
+  return kc::EmbeddingForward(ids, dims_.tokens(), table, dims_.vocab,
+                              static_cast<int>(dims_.hidden), x_out, stream);
+}
+
+absl::Status CudaLayerMath::EmbedBackward(const CudaEmbeddingGradIndex& index, const bf16* dx,
+                                          float* dtable, cudaStream_t stream) const {
+  return kc::EmbeddingBackward(index.unique_rows, index.segment_offsets, index.token_order,
+                               index.unique_count, dims_.tokens(), dx,
+                               static_cast<int>(dims_.hidden), dtable, stream);
+}
+
+absl::Status CudaLayerMath::LayerForward(const bf16* w, const bf16* x_in, CudaActivations& a,
+                                         bf16* x_out, cudaStream_t stream) const {
+  MT_RETURN_IF_ERROR(CheckStream(stream, "LayerForward"));
+  const ModelDims& m = dims_;
+  const LayerOffsets& o = offsets_;
+  const int64_t n = m.tokens();
+  const int d = static_cast<int>(m.hidden);
+  const int seq = static_cast<int>(m.seq);
+  const int head_dim = static_cast<int>(m.head_dim);
+  MT_RETURN_IF_ERROR(CopyDeviceToDevice(a.x_in, x_in, sizeof(bf16) * static_cast<size_t>(n * d),
+                                        stream, "LayerForward: save x_in"));
+
+  MT_RETURN_IF_ERROR(
+      InStep(kc::RmsnormForward(a.x_in, w + o.input_norm, n, d, m.rms_eps, a.h1, a.rstd1, stream),
+             "LayerForward input norm"));
+  MT_RETURN_IF_ERROR(InStep(Linear(a.h1, w + o.q, At(w, o.q_bias), d, m.q_width(), a.q, stream),
+                            "LayerForward q_proj"));
+  MT_RETURN_IF_ERROR(InStep(Linear(a.h1, w + o.k, At(w, o.k_bias), d, m.kv_width(), a.k, stream),
+                            "LayerForward k_proj"));
+  MT_RETURN_IF_ERROR(InStep(Linear(a.h1, w + o.v, At(w, o.v_bias), d, m.kv_width(), a.v, stream),
+                            "LayerForward v_proj"));
+  MT_RETURN_IF_ERROR(InStep(kc::RopeInPlace(a.q, n, static_cast<int>(m.q_heads), head_dim, seq,
+                                            tables_.rope_cos, tables_.rope_sin,
+                                            /*backward=*/false, stream),
+                            "LayerForward RoPE q"));
+  MT_RETURN_IF_ERROR(InStep(kc::RopeInPlace(a.k, n, static_cast<int>(m.kv_heads), head_dim, seq,
+                                            tables_.rope_cos, tables_.rope_sin,
+                                            /*backward=*/false, stream),
+                            "LayerForward RoPE k"));
+  MT_RETURN_IF_ERROR(
+      InStep(kc::AttentionForward(CudaAttentionShape(m), a.q, a.k, a.v, a.attn, a.lse, stream),
+             "LayerForward attention"));
+
+  // x_mid = x_in + attn W_o^T (+ b_o)
+  MT_RETURN_IF_ERROR(
+      InStep(LinearAddTo(a.attn, w + o.o, At(w, o.o_bias), m.q_width(), d, a.x_in, a.x_mid, stream),
+             "LayerForward o_proj"));
+
+  MT_RETURN_IF_ERROR(
+      InStep(kc::RmsnormForward(a.x_mid, w + o.post_norm, n, d, m.rms_eps, a.h2, a.rstd2, stream),
+             "LayerForward post-attention norm"));
+  MT_RETURN_IF_ERROR(InStep(Linear(a.h2, w + o.gate, At(w, o.gate_bias), d, m.ffn, a.gate, stream),
+                            "LayerForward gate_proj"));
+  MT_RETURN_IF_ERROR(InStep(Linear(a.h2, w + o.up, At(w, o.up_bias), d, m.ffn, a.up, stream),
+                            "LayerForward up_proj"));
+  MT_RETURN_IF_ERROR(
+      InStep(kc::SwigluForward(a.gate, a.up, a.act, n * m.ffn, stream), "LayerForward SwiGLU"));
+
+  // x_out = x_mid + act W_down^T (+ b_down)
+  return InStep(
+      LinearAddTo(a.act, w + o.down, At(w, o.down_bias), m.ffn, d, a.x_mid, x_out, stream),
+      "LayerForward down_proj");
+}
+
+absl::Status CudaLayerMath::LayerBackward(const bf16* w, const CudaActivations& a,
+                                          CudaBackwardScratch& s, const bf16* dx_out, bf16* dx_in,
+                                          float* g, cudaStream_t stream) const {
+  MT_RETURN_IF_ERROR(CheckStream(stream, "LayerBackward"));
+  const ModelDims& m = dims_;
+  const LayerOffsets& o = offsets_;
+  const int64_t n = m.tokens();
+  const int d = static_cast<int>(m.hidden);
+  const int seq = static_cast<int>(m.seq);
+  const int head_dim = static_cast<int>(m.head_dim);
+
+  // MLP: x_out = x_mid + down(swiglu(gate(h2), up(h2))).
+  MT_RETURN_IF_ERROR(
+      InStep(LinearBackward(dx_out, a.act, w + o.down, m.ffn, d, s.d_act,
+                            /*accumulate=*/false, g + o.down, At(g, o.down_bias), stream),
+             "LayerBackward down_proj"));
+  MT_RETURN_IF_ERROR(
+      InStep(kc::SwigluBackward(a.gate, a.up, s.d_act, s.d_gate, s.d_up, n * m.ffn, stream),
+             "LayerBackward SwiGLU"));
+  MT_RETURN_IF_ERROR(
+      InStep(LinearBackward(s.d_gate, a.h2, w + o.gate, d, m.ffn, s.d_h,
+                            /*accumulate=*/false, g + o.gate, At(g, o.gate_bias), stream),
+             "LayerBackward gate_proj"));
+  MT_RETURN_IF_ERROR(InStep(LinearBackward(s.d_up, a.h2, w + o.up, d, m.ffn, s.d_h,
+                                           /*accumulate=*/true, g + o.up, At(g, o.up_bias), stream),
+                            "LayerBackward up_proj"));
+  // d x_mid = dx_out (residual) + norm backward of d h2.
+  bf16* d_mid = dx_in;  // dx_in doubles as d x_mid until the attention half adds to it
+  MT_RETURN_IF_ERROR(CopyDeviceToDevice(d_mid, dx_out, sizeof(bf16) * static_cast<size_t>(n * d),
+                                        stream, "LayerBackward: residual gradient"));
+  MT_RETURN_IF_ERROR(InStep(kc::RmsnormBackward(a.x_mid, w + o.post_norm, a.rstd2, s.d_h, n, d,
+                                                /*accumulate_dx=*/true, d_mid, g + o.post_norm,
+                                                s.norm_workspace, s.norm_workspace_floats, stream),
+                            "LayerBackward post-attention norm"));
+
+  // Attention: x_mid = x_in + o(attn(rope(q(h1)), rope(k(h1)), v(h1))).
+  MT_RETURN_IF_ERROR(InStep(LinearBackward(d_mid, a.attn, w + o.o, m.q_width(), d, s.d_attn,
+                                           /*accumulate=*/false, g + o.o, At(g, o.o_bias), stream),
+                            "LayerBackward o_proj"));
+  MT_RETURN_IF_ERROR(
+      InStep(kc::AttentionBackward(CudaAttentionShape(m), a.q, a.k, a.v, a.attn, s.d_attn, a.lse,
+                                   s.d_q, s.d_k, s.d_v, s.attention_workspace,
+                                   s.attention_workspace_bytes, stream),
+             "LayerBackward attention"));
+  MT_RETURN_IF_ERROR(InStep(kc::RopeInPlace(s.d_q, n, static_cast<int>(m.q_heads), head_dim, seq,
+                                            tables_.rope_cos, tables_.rope_sin,
+                                            /*backward=*/true, stream),
+                            "LayerBackward RoPE q"));
+  MT_RETURN_IF_ERROR(InStep(kc::RopeInPlace(s.d_k, n, static_cast<int>(m.kv_heads), head_dim, seq,
+                                            tables_.rope_cos, tables_.rope_sin,
+                                            /*backward=*/true, stream),
+                            "LayerBackward RoPE k"));
+  MT_RETURN_IF_ERROR(InStep(LinearBackward(s.d_q, a.h1, w + o.q, d, m.q_width(), s.d_h,
+                                           /*accumulate=*/false, g + o.q, At(g, o.q_bias), stream),
+                            "LayerBackward q_proj"));
+  MT_RETURN_IF_ERROR(InStep(LinearBackward(s.d_k, a.h1, w + o.k, d, m.kv_width(), s.d_h,
+                                           /*accumulate=*/true, g + o.k, At(g, o.k_bias), stream),
+                            "LayerBackward k_proj"));
+  MT_RETURN_IF_ERROR(InStep(LinearBackward(s.d_v, a.h1, w + o.v, d, m.kv_width(), s.d_h,
+                                           /*accumulate=*/true, g + o.v, At(g, o.v_bias), stream),
+                            "LayerBackward v_proj"));
+  // dx_in = d x_mid (residual, already in place) + norm backward of d h1.
+  return InStep(kc::RmsnormBackward(a.x_in, w + o.input_norm, a.rstd1, s.d_h, n, d,
+                                    /*accumulate_dx=*/true, dx_in, g + o.input_norm,
+                                    s.norm_workspace, s.norm_workspace_floats, stream),
+                "LayerBackward input norm");
+}
+
+absl::Status CudaLayerMath::HeadChunks(const bf16* final_norm, const bf16* lm_head,
+                                       const bf16* x_final, const int32_t* targets, float scale,
+                                       CudaHeadScratch& s, bf16* dx_final, float* final_norm_grad,
+                                       float* lm_head_grad, float* chunk_loss_sums,
+                                       cudaStream_t stream) const {
+  const ModelDims& m = dims_;
+  const int64_t n = m.tokens();
+  const int d = static_cast<int>(m.hidden);
+  const bool backward = dx_final != nullptr;
+  MT_RETURN_IF_ERROR(
+      InStep(kc::RmsnormForward(x_final, final_norm, n, d, m.rms_eps, s.h, s.rstd, stream),
+             "Head final norm"));
+  for (int64_t c = 0, first = 0; first < n; ++c, first += m.head_chunk) {
+    const int64_t rows = std::min(m.head_chunk, n - first);
+    const bf16* h_chunk = s.h + first * d;
+    MT_RETURN_IF_ERROR(InStep(
+        gemm_.LinearForward(h_chunk, lm_head, s.logits, rows, d, m.vocab, stream), "Head logits"));
+    // d logits overwrite the logits in place (the kernel allows the alias).
+    MT_RETURN_IF_ERROR(InStep(kc::CrossEntropy(s.logits, targets + first, rows, m.vocab, scale,
+                                               s.logits, s.row_loss, chunk_loss_sums + c, stream),
+                              "Head cross-entropy"));
+    if (!backward) continue;
+    MT_RETURN_IF_ERROR(InStep(gemm_.LinearBackwardInput(s.logits, lm_head, s.d_h + first * d, rows,
+                                                        d, m.vocab, /*accumulate=*/false, stream),
+                              "Head d hidden"));
+    MT_RETURN_IF_ERROR(InStep(
+        gemm_.LinearBackwardWeight(s.logits, h_chunk, lm_head_grad, rows, d, m.vocab, stream),
+        "Head d lm_head"));
+  }
+  if (!backward) return absl::OkStatus();
+  return InStep(kc::RmsnormBackward(x_final, final_norm, s.rstd, s.d_h, n, d,
+                                    /*accumulate_dx=*/false, dx_final, final_norm_grad,
+                                    s.norm_workspace, s.norm_workspace_floats, stream),
+                "Head final norm backward");
+}
+
+absl::Status CudaLayerMath::HeadForwardBackward(const bf16* final_norm, const bf16* lm_head,
+                                                const bf16* x_final, const int32_t* targets,
+                                                float inv_total_valid, CudaHeadScratch& s,
+                                                bf16* dx_final, float* final_norm_grad,
+                                                float* lm_head_grad, float* chunk_loss_sums,
+                                                cudaStream_t stream) const {
+  MT_RETURN_IF_ERROR(CheckStream(stream, "HeadForwardBackward"));
+  if (dx_final == nullptr || final_norm_grad == nullptr || lm_head_grad == nullptr) {
+    return absl::InvalidArgumentError(
+        "HeadForwardBackward: dx_final, final_norm_grad and lm_head_grad must be non-null");
+  }
+  return HeadChunks(final_norm, lm_head, x_final, targets, inv_total_valid, s, dx_final,
+                    final_norm_grad, lm_head_grad, chunk_loss_sums, stream);
+}
+
+absl::Status CudaLayerMath::HeadLoss(const bf16* final_norm, const bf16* lm_head,
+                                     const bf16* x_final, const int32_t* targets,
+                                     CudaHeadScratch& s, float* chunk_loss_sums,
+                                     cudaStream_t stream) const {
+  MT_RETURN_IF_ERROR(CheckStream(stream, "HeadLoss"));
+  return HeadChunks(final_norm, lm_head, x_final, targets, /*scale=*/0.0f, s, nullptr, nullptr,
+                    nullptr, chunk_loss_sums, stream);
+}
+
+absl::Status CudaLayerMath::HeadLogits(const bf16* final_norm, const bf16* lm_head,
+                                       const bf16* x_final, CudaHeadScratch& s, float* logits,
+                                       cudaStream_t stream) const {
+  MT_RETURN_IF_ERROR(CheckStream(stream, "HeadLogits"));
+  const ModelDims& m = dims_;
+  MT_RETURN_IF_ERROR(
+      InStep(kc::RmsnormForward(x_final, final_norm, m.tokens(), static_cast<int>(m.hidden),
+                                m.rms_eps, s.h, s.rstd, stream),
+             "HeadLogits final norm"));
+  kc::MatmulArgs args;  // logits[N, V] = h W^T, fp32 out
+  args.m = m.tokens();
+  args.n = m.vocab;
+  args.k = m.hidden;
+  args.a = s.h;
+  args.b = lm_head;
+  args.transpose_b = true;
+  args.c = logits;
+  args.c_type = kc::GemmOutput::kFp32;
+  return InStep(gemm_.Matmul(args, stream), "HeadLogits LM head");
+}
+
+double CudaLayerMath::SumChunkLosses(std::span<const float> chunk_loss_sums) {
+  double total = 0.0;
+  for (const float v : chunk_loss_sums) total += static_cast<double>(v);
+  return total;
+}
+
+}  // namespace megatrain::engine

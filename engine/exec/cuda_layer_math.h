@@ -1,0 +1,144 @@
+// The math of one Llama-family decoder layer, the embedding and the head on a
+// CUDA device: the twin of cpu_layer_math, step for step, over kernels/cuda
+// (bf16 storage, fp32 math) and cuBLASLt GEMMs (bf16 in, fp32 accumulate,
+// never split along K). Weights are a layer's bf16 compute copy packed like
+// its fp32 master (LayerOffsets); weight gradients are fp32 packed the same
+// way and are ADDED to, like the CPU version. Every method only enqueues work
+// on the given stream (never a default stream) and returns the launch status;
+// faults inside a kernel surface at the caller's next synchronisation.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <span>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/exec/cuda_activation_sets.h"
+#include "engine/exec/model_dims.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cuda/gemm.h"
+
+namespace megatrain::engine {
+
+// Device copies of a host kernels::cuda::EmbeddingGradIndex of the batch's ids.
+struct CudaEmbeddingGradIndex {
+  const int32_t* unique_rows = nullptr;
+  const int32_t* segment_offsets = nullptr;
+  const int32_t* token_order = nullptr;
+  int64_t unique_count = 0;
+};
+
+class CudaLayerMath {
+ public:
+  using bf16 = __nv_bfloat16;
+
+  // Device bytes of the constant tables Create uploads (carved by the caller).
+  static size_t TablesBytes(const ModelDims& dims) { return CudaLayerTables::Bytes(dims); }
+
+  // What Create checks before touching the device: dims the kernels handle
+  // (attention: head_dim 64 or 128, q_heads a multiple of kv_heads, no
+  // sliding window shorter than the sequence; sizes within int range), the
+  // offsets of every mandatory tensor, and a RoPE table for these dims.
+  // InvalidArgument / Unimplemented naming the field and its value.
+  static absl::Status Validate(const ModelDims& dims, const LayerOffsets& offsets,
+                               const kernels::cpu::RopeTable& rope);
+
+  // Creates the cuBLASLt handle and its fixed workspace (cudaMalloc'd here,
+  // outside any step) and uploads the RoPE cos/sin rows 0..seq-1 of `rope`
+  // (the CPU device's table, so both backends rotate by the same fp32
+  // values) and a ones vector into `device_tables_base` (TablesBytes(dims),
+  // kCudaCarveAlignment-aligned). Waits for setup_stream before returning.
+  static absl::StatusOr<CudaLayerMath> Create(const ModelDims& dims, const LayerOffsets& offsets,
+                                              const kernels::cpu::RopeTable& rope,
+                                              void* device_tables_base, cudaStream_t setup_stream);
+
+  CudaLayerMath(CudaLayerMath&&) noexcept = default;
+  CudaLayerMath& operator=(CudaLayerMath&&) noexcept = default;
+  CudaLayerMath(const CudaLayerMath&) = delete;
+  CudaLayerMath& operator=(const CudaLayerMath&) = delete;
+
+  const ModelDims& dims() const { return dims_; }
+
+  // x_out[N, d] = table[ids] (ids: int32 [N] in [0, vocab), validated by the
+  // caller on the host; table bf16 [vocab, d]).
+  absl::Status EmbedForward(const int32_t* ids, const bf16* table, bf16* x_out,
+                            cudaStream_t stream) const;
+
+  // dtable (fp32 [vocab, d]) += the scatter of dx [N, d] by token id, each
+  // row summed in token order.
+  absl::Status EmbedBackward(const CudaEmbeddingGradIndex& index, const bf16* dx, float* dtable,
+                             cudaStream_t stream) const;
+
+  // x_out = layer(x_in); `act` receives everything backward needs (act.x_in
+  // a copy of x_in). x_out may not alias x_in.
+  absl::Status LayerForward(const bf16* weights, const bf16* x_in, CudaActivations& act,
+                            bf16* x_out, cudaStream_t stream) const;
+
+  // dx_in = d loss / d x_in given dx_out, from the saved activations; weight
+  // gradients are ADDED into `grads` (fp32, packed like `weights`). dx_in may
+  // not alias dx_out.
+  absl::Status LayerBackward(const bf16* weights, const CudaActivations& act,
+                             CudaBackwardScratch& scratch, const bf16* dx_out, bf16* dx_in,
+                             float* grads, cudaStream_t stream) const;
+
+  // Final norm + LM head + cross-entropy + their backward in token chunks of
+  // dims.head_chunk (the [N, vocab] logits never exist): dx_final =
+  // d(loss)/d(x_final) with loss = loss_sum * inv_total_valid; final-norm and
+  // LM-head gradients are ADDED. Targets: int32 [N], < 0 = ignored. The
+  // unscaled loss of chunk c goes to chunk_loss_sums[c] (fp32 device array of
+  // HeadChunkCount(dims)); the caller copies it out and adds it up with
+  // SumChunkLosses. The valid-token count is the caller's (it has the
+  // targets on the host).
+  absl::Status HeadForwardBackward(const bf16* final_norm, const bf16* lm_head, const bf16* x_final,
+                                   const int32_t* targets, float inv_total_valid,
+                                   CudaHeadScratch& scratch, bf16* dx_final, float* final_norm_grad,
+                                   float* lm_head_grad, float* chunk_loss_sums,
+                                   cudaStream_t stream) const;
+
+  // Loss only (evaluation): the same chunks, no gradients.
+  absl::Status HeadLoss(const bf16* final_norm, const bf16* lm_head, const bf16* x_final,
+                        const int32_t* targets, CudaHeadScratch& scratch, float* chunk_loss_sums,
+                        cudaStream_t stream) const;
+
+  // logits (fp32 [N, vocab], device) of every token: final norm, then the
+  // LM head (tests and sampling of small batches).
+  absl::Status HeadLogits(const bf16* final_norm, const bf16* lm_head, const bf16* x_final,
+                          CudaHeadScratch& scratch, float* logits, cudaStream_t stream) const;
+
+  // Host: the loss sum of a micro-batch from the downloaded chunk sums,
+  // added in chunk order in a double.
+  static double SumChunkLosses(std::span<const float> chunk_loss_sums);
+
+ private:
+  CudaLayerMath(const ModelDims& dims, const LayerOffsets& offsets, CudaLayerTables tables,
+                kernels::cuda::CublasLtGemm gemm)
+      : dims_(dims), offsets_(offsets), tables_(tables), gemm_(std::move(gemm)) {}
+
+  // y[N, out] = x[N, in] W^T (+ bias).
+  absl::Status Linear(const bf16* x, const bf16* w, const bf16* bias, int64_t in, int64_t out,
+                      bf16* y, cudaStream_t stream) const;
+  // y[N, out] = residual + x W^T (+ bias), adding onto the residual inside
+  // the GEMM (beta = 1). y may not alias x or residual.
+  absl::Status LinearAddTo(const bf16* x, const bf16* w, const bf16* bias, int64_t in, int64_t out,
+                           const bf16* residual, bf16* y, cudaStream_t stream) const;
+  // dx (= or += when accumulate) dy W; dw += dy^T x; db += column sums of dy.
+  absl::Status LinearBackward(const bf16* dy, const bf16* x, const bf16* w, int64_t in, int64_t out,
+                              bf16* dx, bool accumulate, float* dw, float* db,
+                              cudaStream_t stream) const;
+  // The shared head prefix and chunk loop; grads null = loss only.
+  absl::Status HeadChunks(const bf16* final_norm, const bf16* lm_head, const bf16* x_final,
+                          const int32_t* targets, float scale, CudaHeadScratch& scratch,
+                          bf16* dx_final, float* final_norm_grad, float* lm_head_grad,
+                          float* chunk_loss_sums, cudaStream_t stream) const;
+
+  ModelDims dims_;
+  LayerOffsets offsets_;
+  CudaLayerTables tables_;
+  kernels::cuda::CublasLtGemm gemm_;
+};
+
+}  // namespace megatrain::engine

@@ -1,0 +1,330 @@
+// The CUDA device's StageBackend: each stage is enqueued on the compute
+// stream's cudaStream_t through CudaLayerMath (bf16 storage, fp32 math and
+// gradients). The heads' loss sums travel back per chunk into a pinned host
+// array on the compute stream; the valid-token count is taken from the host
+// targets at enqueue time, so nothing but the loss needs the device.
+#include "engine/exec/cuda_stage_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/device/cuda_stream.h"
+#include "engine/device/fatal.h"
+#include "engine/exec/cuda_activation_sets.h"
+#include "engine/exec/cuda_layer_math.h"
+#include "engine/exec/host_embedding.h"
+#include "kernels/common/bf16.h"
+#include "kernels/cuda/cuda_status.h"
+
+namespace megatrain::engine {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+size_t Round256(size_t bytes) {
+  return (bytes + kCudaCarveAlignment - 1) / kCudaCarveAlignment * kCudaCarveAlignment;
+}
+
+size_t ChunkLossBytes(const ModelDims& dims) {
+  return static_cast<size_t>(HeadChunkCount(dims)) * sizeof(float);
+}
+
+// Prefixes a failed status with the stage it belongs to.
+absl::Status InStage(absl::Status status, const TimelineTag& tag, const char* what) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat("CUDA stage '", tag.label, "' (", what,
+                                                  "): ", std::string(status.message())));
+}
+
+absl::Status CudaCall(cudaError_t error, const TimelineTag& tag, const char* what) {
+  return kernels::cuda::CudaStatus(error,
+                                   absl::StrCat("CUDA stage '", tag.label, "' (", what, ")"));
+}
+
+// The cudaStream_t behind a Stream of the CUDA device.
+absl::StatusOr<cudaStream_t> NativeStream(Stream& stream, const char* role) {
+  auto* cuda = dynamic_cast<CudaStream*>(&stream);
+  if (cuda == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("the CUDA stage backend's ", role, " stream '",
+                                                   std::string(stream.name()),
+                                                   "' is not a CUDA stream"));
+  }
+  return cuda->native_handle();
+}
+
+const bf16* Bf16(const void* p) { return static_cast<const bf16*>(p); }
+bf16* Bf16(void* p) { return static_cast<bf16*>(p); }
+
+int64_t CountValidTargets(const int32_t* host_targets, int64_t tokens) {
+  int64_t valid = 0;
+  for (int64_t t = 0; t < tokens; ++t) valid += host_targets[t] >= 0 ? 1 : 0;
+  return valid;
+}
+
+class CudaStageBackend final : public StageBackend {
+ public:
+  CudaStageBackend(const ModelDims& dims, const LayerOffsets& offsets,
+                   const kernels::cpu::RopeTable& rope, PinnedHostBuffer chunk_losses_host)
+      : dims_(dims),
+        offsets_(offsets),
+        rope_(rope),
+        sizes_(CudaStageSizes(dims)),
+        plan_(PlanCudaScratch(dims)),
+        chunk_losses_host_(std::move(chunk_losses_host)),
+        scatter_rows_(static_cast<size_t>(dims.tokens() * dims.hidden)) {
+    std::memset(chunk_losses_host_.data(), 0, chunk_losses_host_.size());
+  }
+
+  const StageSizes& sizes() const override { return sizes_; }
+
+  // `positions` is not needed: the executor's positions are t % seq, exactly
+  // the rows of the RoPE table CudaLayerMath uploads and indexes that way.
+  absl::Status Bind(void* scratch, const std::vector<void*>& activation_sets,
+                    const int32_t* /*positions*/, Stream& setup) override {
+    absl::StatusOr<cudaStream_t> setup_stream = NativeStream(setup, "setup");
+    if (!setup_stream.ok()) return setup_stream.status();
+    if (absl::Status s = CheckCarveBase(scratch, "scratch"); !s.ok()) return s;
+    for (size_t i = 0; i < activation_sets.size(); ++i) {
+      const std::string what = absl::StrCat("activation set ", i);
+      if (absl::Status s = CheckCarveBase(activation_sets[i], what.c_str()); !s.ok()) return s;
+    }
+    char* base = static_cast<char*>(scratch);
+    absl::StatusOr<CudaLayerMath> math =
+        CudaLayerMath::Create(dims_, offsets_, rope_, base + plan_.tables_offset, *setup_stream);
+    if (!math.ok()) {
+      return absl::Status(math.status().code(), absl::StrCat("CUDA stage backend Bind: ",
+                                                             std::string(math.status().message())));
+    }
+    math_.emplace(std::move(*math));
+    backward_scratch_ = CudaBackwardScratch::Carve(dims_, base + plan_.backward_offset);
+    head_scratch_ = CudaHeadScratch::Carve(dims_, base + plan_.head_offset);
+    chunk_losses_device_ = reinterpret_cast<float*>(base + plan_.chunk_losses_offset);
+    sets_.clear();
+    for (void* set : activation_sets) sets_.push_back(CudaActivations::Carve(dims_, set));
+    return absl::OkStatus();
+  }
+
+  const void* WeightSource(const EntryBuffers& entry) const override {
+    if (entry.compute_bf16 == nullptr) {
+      internal::DieBecause(
+          "CUDA stage backend: a parameter entry has no bf16 compute copy (the store must be "
+          "created with StorePlacement::compute_copy_bf16 on a CUDA device)");
+    }
+    return entry.compute_bf16;
+  }
+
+  // Ids were validated against the vocabulary by the executor.
+  void GatherEmbeddingRows(const EntryBuffers& table, const int32_t* ids,
+                           void* rows) const override {
+    const uint16_t* source = static_cast<const uint16_t*>(WeightSource(table));
+    uint16_t* out = static_cast<uint16_t*>(rows);
+    const size_t row_bytes = static_cast<size_t>(dims_.hidden) * sizeof(uint16_t);
+    for (int64_t t = 0; t < dims_.tokens(); ++t) {
+      std::memcpy(out + t * dims_.hidden, source + int64_t{ids[t]} * dims_.hidden, row_bytes);
+    }
+  }
+
+  // Runs only as the copy-out stream's scatter task, one at a time: the fp32
+  // rows buffer it widens into is reused without a lock.
+  void ScatterEmbeddingGradients(const void* d_rows, const int32_t* ids, bool first_contribution,
+                                 float* grad) const override {
+    const uint16_t* bits = static_cast<const uint16_t*>(d_rows);
+    for (size_t i = 0; i < scatter_rows_.size(); ++i) {
+      scatter_rows_[i] = kernels::Bf16BitsToFloat32(bits[i]);
+    }
+    ScatterAddEmbeddingRows(scatter_rows_.data(), ids, dims_.tokens(), dims_.vocab, dims_.hidden,
+                            first_contribution, grad);
+  }
+
+  absl::Status LayerForward(Stream& compute, const void* weights, const void* x_in, int set,
+                            void* x_out, const TimelineTag& tag) override {
+    absl::StatusOr<cudaStream_t> stream = ComputeStream(compute, tag);
+    if (!stream.ok()) return stream.status();
+    if (absl::Status s = CheckSet(set, tag); !s.ok()) return s;
+    return InStage(math_->LayerForward(Bf16(weights), Bf16(x_in), sets_[set], Bf16(x_out), *stream),
+                   tag, "layer forward");
+  }
+
+  absl::Status LayerBackward(Stream& compute, const void* weights, int set, const void* dx_out,
+                             void* dx_in, float* grads, size_t grad_floats,
+                             const TimelineTag& tag) override {
+    absl::StatusOr<cudaStream_t> stream = ComputeStream(compute, tag);
+    if (!stream.ok()) return stream.status();
+    if (absl::Status s = CheckSet(set, tag); !s.ok()) return s;
+    if (absl::Status s = CudaCall(cudaMemsetAsync(grads, 0, grad_floats * sizeof(float), *stream),
+                                  tag, "zero the gradient buffer");
+        !s.ok()) {
+      return s;
+    }
+    return InStage(math_->LayerBackward(Bf16(weights), sets_[set], backward_scratch_, Bf16(dx_out),
+                                        Bf16(dx_in), grads, *stream),
+                   tag, "layer backward");
+  }
+
+  absl::Status HeadForwardBackward(Stream& compute, const HeadArgs& args,
+                                   const TimelineTag& tag) override {
+    absl::StatusOr<cudaStream_t> stream = ComputeStream(compute, tag);
+    if (!stream.ok()) return stream.status();
+    if (absl::Status s = CheckHostTargets(args, tag); !s.ok()) return s;
+    if (absl::Status s = CudaCall(
+            cudaMemsetAsync(args.gradient_buffer, 0, args.grad_floats * sizeof(float), *stream),
+            tag, "zero the gradient buffer");
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s =
+            InStage(math_->HeadForwardBackward(
+                        Bf16(args.final_norm), Bf16(args.lm_head), Bf16(args.x_final), args.targets,
+                        args.inv_total_valid, head_scratch_, Bf16(args.dx_final),
+                        args.final_norm_grad, args.lm_head_grad, chunk_losses_device_, *stream),
+                    tag, "head forward and backward");
+        !s.ok()) {
+      return s;
+    }
+    return DownloadLoss(args, *stream, tag);
+  }
+
+  absl::Status HeadLoss(Stream& compute, const HeadArgs& args, const TimelineTag& tag) override {
+    absl::StatusOr<cudaStream_t> stream = ComputeStream(compute, tag);
+    if (!stream.ok()) return stream.status();
+    if (absl::Status s = CheckHostTargets(args, tag); !s.ok()) return s;
+    if (absl::Status s =
+            InStage(math_->HeadLoss(Bf16(args.final_norm), Bf16(args.lm_head), Bf16(args.x_final),
+                                    args.targets, head_scratch_, chunk_losses_device_, *stream),
+                    tag, "head loss");
+        !s.ok()) {
+      return s;
+    }
+    return DownloadLoss(args, *stream, tag);
+  }
+
+  absl::Status HeadLogits(Stream& compute, const HeadArgs& args, const TimelineTag& tag) override {
+    absl::StatusOr<cudaStream_t> stream = ComputeStream(compute, tag);
+    if (!stream.ok()) return stream.status();
+    return InStage(math_->HeadLogits(Bf16(args.final_norm), Bf16(args.lm_head), Bf16(args.x_final),
+                                     head_scratch_, args.logits, *stream),
+                   tag, "head logits");
+  }
+
+  HeadResultSum head_result() const override {
+    const std::span<const float> chunks(chunk_losses_host_.data_as<const float>(),
+                                        static_cast<size_t>(HeadChunkCount(dims_)));
+    return HeadResultSum{CudaLayerMath::SumChunkLosses(chunks), valid_tokens_};
+  }
+
+ private:
+  static absl::Status CheckCarveBase(const void* base, const char* what) {
+    if (base == nullptr || reinterpret_cast<uintptr_t>(base) % kCudaCarveAlignment != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "CUDA stage backend Bind: ", what, " at ", absl::Hex(reinterpret_cast<uintptr_t>(base)),
+          " is null or not ", kCudaCarveAlignment, "-byte aligned"));
+    }
+    return absl::OkStatus();
+  }
+
+  // The compute stream's handle, once Bind has created the math.
+  absl::StatusOr<cudaStream_t> ComputeStream(Stream& compute, const TimelineTag& tag) const {
+    if (!math_.has_value()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("CUDA stage '", tag.label, "' enqueued before Bind"));
+    }
+    return NativeStream(compute, "compute");
+  }
+
+  absl::Status CheckSet(int set, const TimelineTag& tag) const {
+    if (set < 0 || static_cast<size_t>(set) >= sets_.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CUDA stage '", tag.label, "': activation set ", set, " of ", sets_.size()));
+    }
+    return absl::OkStatus();
+  }
+
+  // The valid tokens are counted on the host; without its targets the head cannot report them.
+  static absl::Status CheckHostTargets(const HeadArgs& args, const TimelineTag& tag) {
+    if (args.host_targets == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CUDA stage '", tag.label, "': HeadArgs.host_targets is null"));
+    }
+    return absl::OkStatus();
+  }
+
+  // The chunk sums follow the head on its stream into the pinned array
+  // head_result() reads after the executor synchronised that stream.
+  absl::Status DownloadLoss(const HeadArgs& args, cudaStream_t stream, const TimelineTag& tag) {
+    if (absl::Status s =
+            CudaCall(cudaMemcpyAsync(chunk_losses_host_.data(), chunk_losses_device_,
+                                     ChunkLossBytes(dims_), cudaMemcpyDeviceToHost, stream),
+                     tag, "download the chunk losses");
+        !s.ok()) {
+      return s;
+    }
+    valid_tokens_ = CountValidTargets(args.host_targets, dims_.tokens());
+    return absl::OkStatus();
+  }
+
+  const ModelDims dims_;
+  const LayerOffsets offsets_;
+  const kernels::cpu::RopeTable& rope_;
+  const StageSizes sizes_;
+  const CudaScratchPlan plan_;
+  PinnedHostBuffer chunk_losses_host_;  // fp32 [HeadChunkCount]
+  mutable std::vector<float> scatter_rows_;
+  std::optional<CudaLayerMath> math_;  // created by Bind
+  std::vector<CudaActivations> sets_;
+  CudaBackwardScratch backward_scratch_;
+  CudaHeadScratch head_scratch_;
+  float* chunk_losses_device_ = nullptr;
+  int64_t valid_tokens_ = 0;  // of the last loss-producing head
+};
+
+}  // namespace
+
+CudaScratchPlan PlanCudaScratch(const ModelDims& dims) {
+  CudaScratchPlan plan;
+  size_t at = 0;
+  plan.backward_offset = at;
+  at += Round256(CudaBackwardScratch::Bytes(dims));
+  plan.head_offset = at;
+  at += Round256(CudaHeadScratch::Bytes(dims));
+  plan.tables_offset = at;
+  at += Round256(CudaLayerMath::TablesBytes(dims));
+  plan.chunk_losses_offset = at;
+  at += Round256(ChunkLossBytes(dims));
+  plan.total_bytes = at;
+  return plan;
+}
+
+StageSizes CudaStageSizes(const ModelDims& dims) {
+  StageSizes s;
+  s.weight_element_bytes = sizeof(uint16_t);
+  s.activation_element_bytes = sizeof(uint16_t);
+  s.activation_set_bytes = CudaActivations::Bytes(dims);
+  s.scratch_bytes = PlanCudaScratch(dims).total_bytes;
+  return s;
+}
+
+size_t CudaStageBackendPinnedBytes(const ModelDims& dims) { return ChunkLossBytes(dims); }
+
+absl::StatusOr<std::unique_ptr<StageBackend>> MakeCudaStageBackend(
+    Device& device, const ModelDims& dims, const LayerOffsets& offsets,
+    const kernels::cpu::RopeTable& rope) {
+  if (absl::Status s = CudaLayerMath::Validate(dims, offsets, rope); !s.ok()) return s;
+  absl::StatusOr<PinnedHostBuffer> chunk_losses =
+      device.AllocatePinned(CudaStageBackendPinnedBytes(dims));
+  if (!chunk_losses.ok()) {
+    return absl::Status(chunk_losses.status().code(),
+                        absl::StrCat("CUDA stage backend chunk losses: ",
+                                     std::string(chunk_losses.status().message())));
+  }
+  return std::make_unique<CudaStageBackend>(dims, offsets, rope, std::move(*chunk_losses));
+}
+
+}  // namespace megatrain::engine
