@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/checkpoint/durable_file.h"
+#include "engine/provenance/record.h"
 
 namespace megatrain::engine {
 namespace {
@@ -14,6 +15,38 @@ namespace {
 namespace fs = std::filesystem;
 constexpr char kPrefix[] = "step-";
 constexpr size_t kDigits = 12;
+
+constexpr char kLineageSuffix[] = ".provenance.json";
+
+// Copies the checkpoint's provenance.json (and .sig, when signed) into
+// root/lineage; a checkpoint without a record has nothing to keep.
+absl::Status PreserveProvenanceRecord(const std::string& root, const std::string& checkpoint) {
+  const std::string name = fs::path(checkpoint).filename().string();
+  const std::string lineage = absl::StrCat(root, "/", provenance::kLineageDirName);
+  struct Copy {
+    const char* from;
+    std::string to;
+  };
+  bool created = false;
+  for (const Copy& c :
+       {Copy{provenance::kProvenanceFileName, provenance::LineageRecordFileName(name)},
+        Copy{provenance::kSignatureFileName, provenance::LineageSignatureFileName(name)}}) {
+    const std::string from = absl::StrCat(checkpoint, "/", c.from);
+    std::error_code ec;
+    if (!fs::exists(from, ec)) continue;
+    absl::StatusOr<std::string> text = ReadSmallFile(from, provenance::kMaxProvenanceBytes);
+    if (!text.ok()) return text.status();
+    if (!created) {
+      fs::create_directories(lineage, ec);
+      if (ec) return absl::InternalError(absl::StrCat(lineage, ": cannot create: ", ec.message()));
+      created = true;
+    }
+    if (absl::Status s = ReplaceFileDurably(absl::StrCat(lineage, "/", c.to), *text); !s.ok()) {
+      return s;
+    }
+  }
+  return created ? FsyncDirectory(root) : absl::OkStatus();
+}
 
 }  // namespace
 
@@ -50,6 +83,26 @@ absl::StatusOr<std::vector<CheckpointListing>> ListCheckpoints(const std::string
   return out;
 }
 
+absl::StatusOr<std::vector<CheckpointListing>> ListLineageRecords(const std::string& root) {
+  std::vector<CheckpointListing> out;
+  const std::string lineage = absl::StrCat(root, "/", provenance::kLineageDirName);
+  std::error_code ec;
+  if (!fs::is_directory(lineage, ec)) return out;
+  const size_t suffix = sizeof(kLineageSuffix) - 1;
+  for (fs::directory_iterator it(lineage, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() <= suffix || !name.ends_with(kLineageSuffix)) continue;
+    if (std::optional<uint64_t> step =
+            ParseCheckpointDirName(name.substr(0, name.size() - suffix))) {
+      out.push_back({*step, it->path().string()});
+    }
+  }
+  if (ec) return absl::InternalError(absl::StrCat(lineage, ": cannot list: ", ec.message()));
+  std::sort(out.begin(), out.end(),
+            [](const CheckpointListing& a, const CheckpointListing& b) { return a.step < b.step; });
+  return out;
+}
+
 absl::StatusOr<std::optional<std::string>> LatestCheckpoint(const std::string& root) {
   absl::StatusOr<std::vector<CheckpointListing>> all = ListCheckpoints(root);
   if (!all.ok()) return all.status();
@@ -66,6 +119,7 @@ absl::Status ApplyRetention(const std::string& root, int keep_last) {
   const size_t remove = all->size() - static_cast<size_t>(keep_last);
   std::vector<std::string> trash;
   for (size_t i = 0; i < remove; ++i) {
+    if (absl::Status s = PreserveProvenanceRecord(root, (*all)[i].path); !s.ok()) return s;
     const std::string target = absl::StrCat(root, "/.trash-", CheckpointDirName((*all)[i].step));
     std::error_code ec;
     fs::remove_all(target, ec);  // a leftover of an earlier interrupted deletion

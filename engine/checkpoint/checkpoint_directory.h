@@ -3,7 +3,9 @@
 // A root holds complete checkpoints named "step-<12-digit step>" and, after a
 // crash, leftovers named ".tmp-*" (a checkpoint being written) or ".trash-*"
 // (one being deleted). Only "step-*" names are ever read; leftovers are
-// removed by the next writer.
+// removed by the next writer. "lineage/" keeps the provenance records
+// (provenance.json and .sig) of checkpoints deleted by retention, so the
+// chain of records from the newest checkpoint to the base model stays whole.
 #pragma once
 
 #include <cstdint>
@@ -31,9 +33,14 @@ absl::StatusOr<std::vector<CheckpointListing>> ListCheckpoints(const std::string
 // The newest checkpoint's path, or nullopt when there is none.
 absl::StatusOr<std::optional<std::string>> LatestCheckpoint(const std::string& root);
 
-// Deletes all but the newest `keep_last` checkpoints (0 = keep all). Each is
-// first renamed to a ".trash-" name, so no partly deleted "step-*" directory
-// is ever visible; the root is fsynced.
+// Provenance records kept under root/lineage, ascending by step; `path` is the
+// record's provenance.json copy. Empty when there are none.
+absl::StatusOr<std::vector<CheckpointListing>> ListLineageRecords(const std::string& root);
+
+// Deletes all but the newest `keep_last` checkpoints (0 = keep all). Each
+// one's provenance record is first copied (durably) to root/lineage, then it
+// is renamed to a ".trash-" name, so no partly deleted "step-*" directory is
+// ever visible; the root is fsynced.
 absl::Status ApplyRetention(const std::string& root, int keep_last);
 
 // Removes ".tmp-*" and ".trash-*" leftovers of interrupted writers/deleters.

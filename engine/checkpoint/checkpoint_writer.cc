@@ -15,6 +15,7 @@
 #include "engine/checkpoint/build_version.h"
 #include "engine/checkpoint/checkpoint_directory.h"
 #include "engine/checkpoint/durable_file.h"
+#include "engine/checkpoint/provenance_writer.h"
 #include "engine/checkpoint/safetensors_stream_writer.h"
 #include "engine/checkpoint/training_state.h"
 
@@ -73,17 +74,34 @@ absl::Status AppendConverted(SafetensorsStreamWriter& writer, absl::Span<const f
   }
 }
 
+// What was written into a checkpoint directory: manifest records and, when
+// the provenance record is wanted, SHA-256 digests computed while streaming.
+struct WrittenFiles {
+  bool with_digests = false;
+  std::vector<ManifestFileRecord> records;
+  std::vector<provenance::FileDigest> digests;
+};
+
 absl::Status WriteText(const std::string& dir, const std::string& name, const std::string& text,
-                       std::vector<ManifestFileRecord>* records) {
+                       WrittenFiles* written) {
   absl::StatusOr<FileChecksum> sum = WriteDurableFile(absl::StrCat(dir, "/", name), text);
   if (!sum.ok()) return sum.status();
-  records->push_back({name, *sum});
+  written->records.push_back({name, *sum});
+  if (written->with_digests) {
+    written->digests.push_back({name, sum->bytes, provenance::Sha256Hex(text), {}});
+  }
   return absl::OkStatus();
+}
+
+void AddStreamed(const SafetensorsStreamWriter& writer, const std::string& name,
+                 WrittenFiles* written) {
+  written->records.push_back({name, writer.checksum()});
+  if (written->with_digests) written->digests.push_back(writer.digest());
 }
 
 // config.json and the model weights, fsynced, into the existing `dir`.
 absl::Status WriteModelFiles(Trainer& trainer, const std::string& dir, SafetensorsDtype dtype,
-                             uint64_t max_shard_bytes, std::vector<ManifestFileRecord>* records) {
+                             uint64_t max_shard_bytes, WrittenFiles* records) {
   if (absl::Status s = CheckModelDtype(dtype); !s.ok()) return s;
   nlohmann::ordered_json config = nlohmann::ordered_json::parse(trainer.config().ToJson());
   config["torch_dtype"] = TorchDtypeName(dtype);
@@ -117,8 +135,8 @@ absl::Status WriteModelFiles(Trainer& trainer, const std::string& dir, Safetenso
       entries.push_back({t.slot->hf_name, dtype, t.slot->shape});
       weight_map[t.slot->hf_name] = name;
     }
-    absl::StatusOr<SafetensorsStreamWriter> writer =
-        SafetensorsStreamWriter::Create(absl::StrCat(dir, "/", name), entries, kPtMetadata);
+    absl::StatusOr<SafetensorsStreamWriter> writer = SafetensorsStreamWriter::Create(
+        absl::StrCat(dir, "/", name), entries, kPtMetadata, records->with_digests);
     if (!writer.ok()) return writer.status();
     for (const TensorRef& t : shards[k]) {
       const float* p = trainer.mutable_store().entry(t.entry).master + t.slot->offset;
@@ -129,7 +147,7 @@ absl::Status WriteModelFiles(Trainer& trainer, const std::string& dir, Safetenso
       }
     }
     if (absl::Status s = writer->Finish(); !s.ok()) return s;
-    records->push_back({name, writer->checksum()});
+    AddStreamed(*writer, name, records);
   }
   if (sharded) {
     nlohmann::ordered_json index = {{"metadata", {{"total_size", total_bytes}}},
@@ -144,7 +162,7 @@ absl::Status WriteModelFiles(Trainer& trainer, const std::string& dir, Safetenso
 }
 
 absl::Status WriteOptimizerFile(Trainer& trainer, const std::string& dir, bool with_master,
-                                std::vector<ManifestFileRecord>* records,
+                                WrittenFiles* records,
                                 const std::function<void(int)>& entry_written) {
   const std::vector<TensorRef> tensors = AllTensors(trainer.layout());
   std::vector<SafetensorsEntry> entries;
@@ -155,7 +173,8 @@ absl::Status WriteOptimizerFile(Trainer& trainer, const std::string& dir, bool w
     entries.push_back({"v." + t.slot->hf_name, SafetensorsDtype::kF32, t.slot->shape});
   }
   absl::StatusOr<SafetensorsStreamWriter> writer = SafetensorsStreamWriter::Create(
-      absl::StrCat(dir, "/", kOptimizerFileName), std::move(entries), {{"format", "megatrain"}});
+      absl::StrCat(dir, "/", kOptimizerFileName), std::move(entries), {{"format", "megatrain"}},
+      records->with_digests);
   if (!writer.ok()) return writer.status();
   // m and v come through the store one entry at a time, wherever they live
   // (RAM, or the NVMe tier), so RAM never holds more than one entry's copy.
@@ -184,7 +203,7 @@ absl::Status WriteOptimizerFile(Trainer& trainer, const std::string& dir, bool w
   }
   if (staged_entry >= 0 && entry_written) entry_written(staged_entry);
   if (absl::Status s = writer->Finish(); !s.ok()) return s;
-  records->push_back({kOptimizerFileName, writer->checksum()});
+  AddStreamed(*writer, kOptimizerFileName, records);
   return absl::OkStatus();
 }
 
@@ -256,26 +275,33 @@ absl::StatusOr<std::string> WriteCheckpointSnapshot(Trainer& trainer,
   manifest.step = state.progress.step;
   manifest.model_dtype = std::string(SafetensorsDtypeName(options.model_dtype));
   manifest.data_files = run.data_files;
-  if (absl::Status s = WriteModelFiles(trainer, tmp, options.model_dtype, options.max_shard_bytes,
-                                       &manifest.files);
-      !s.ok()) {
-    return s;
-  }
+  WrittenFiles written;
+  written.with_digests = options.record_provenance;
   if (absl::Status s =
-          WriteOptimizerFile(trainer, tmp, options.model_dtype != SafetensorsDtype::kF32,
-                             &manifest.files, entry_written);
+          WriteModelFiles(trainer, tmp, options.model_dtype, options.max_shard_bytes, &written);
       !s.ok()) {
     return s;
   }
-  if (absl::Status s =
-          WriteText(tmp, kTrainingStateFileName, TrainingStateToJson(state), &manifest.files);
+  if (absl::Status s = WriteOptimizerFile(
+          trainer, tmp, options.model_dtype != SafetensorsDtype::kF32, &written, entry_written);
       !s.ok()) {
     return s;
   }
-  std::vector<ManifestFileRecord> unused;
-  if (absl::Status s = WriteText(tmp, kManifestFileName, ManifestToJson(manifest), &unused);
+  if (absl::Status s = WriteText(tmp, kTrainingStateFileName, TrainingStateToJson(state), &written);
+      !s.ok()) {
+    return s;
+  }
+  manifest.files = written.records;
+  if (absl::Status s = WriteText(tmp, kManifestFileName, ManifestToJson(manifest), &written);
       !s.ok()) {
     return s;  // 4
+  }
+  if (options.record_provenance) {
+    if (absl::Status s = WriteProvenanceFiles(tmp, root, state.progress.step, run.job_json,
+                                              run.provenance.get(), std::move(written.digests));
+        !s.ok()) {
+      return s;
+    }
   }
   if (absl::Status s = FsyncDirectory(tmp); !s.ok()) return s;                      // 5
   if (absl::Status s = CommitDirectory(tmp, final_path, root); !s.ok()) return s;   // 6, 7
@@ -293,7 +319,7 @@ absl::Status ExportHfModel(Trainer& trainer, const std::string& dir, Safetensors
   const std::string tmp = absl::StrCat(parent, "/.tmp-export-", target.filename().string());
   fs::remove_all(tmp, ec);
   if (absl::Status s = MakeDirectory(tmp); !s.ok()) return s;
-  std::vector<ManifestFileRecord> records;
+  WrittenFiles records;
   if (absl::Status s = WriteModelFiles(trainer, tmp, dtype, max_shard_bytes, &records); !s.ok()) {
     fs::remove_all(tmp, ec);
     return s;

@@ -18,26 +18,33 @@
 //      and model.safetensors.index.json when sharded; optimizer.safetensors
 //      (AdamW m and v, plus the fp32 master when the model is not fp32);
 //      trainer_state.json.
-//   4. Write manifest.json last (sizes and CRC32C of every file, the data
-//      files' checksums, the build) and fsync it.
+//   4. Write manifest.json (sizes and CRC32C of every file, the data
+//      files' checksums, the build) and fsync it; then provenance.json (the
+//      SHA-256 of every file including the manifest, and of every tensor of
+//      the safetensors files, all computed while the files were streamed; the
+//      lineage; the link to the previous record; engine/provenance/record.h)
+//      and, with a signer, provenance.sig; both fsynced.
 //   5. fsync the temporary directory, so all names in it are durable.
 //   6. Rename it to root/step-N (the commit point). If step-N already exists,
 //      the two are swapped atomically (renameat2 RENAME_EXCHANGE) and the old
 //      one, now under the temporary name, is removed.
 //   7. fsync the root, so the rename is durable.
-//   8. Retention: delete all but the newest keep_last checkpoints (each
-//      renamed to ".trash-*" before removal; see checkpoint_directory.h).
+//   8. Retention: delete all but the newest keep_last checkpoints (each one's
+//      provenance record copied to root/lineage, then renamed to ".trash-*"
+//      before removal; see checkpoint_directory.h).
 // Readers only ever open "step-*" directories and verify their manifest.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/checkpoint/manifest.h"
 #include "engine/model/safetensors_dtype.h"
+#include "engine/provenance/record.h"
 #include "engine/train/trainer.h"
 
 namespace megatrain::engine {
@@ -52,6 +59,9 @@ struct CheckpointOptions {
   // than the limit gets a shard of its own.
   uint64_t max_shard_bytes = 0;
   int keep_last = 0;  // checkpoints kept after this one is committed; 0 = all
+  // false: no SHA-256 and no provenance record. Only for measuring what the
+  // record costs (bench); every checkpoint of a run carries one.
+  bool record_provenance = true;
 };
 
 // What the trainer does not know about the run.
@@ -60,6 +70,9 @@ struct CheckpointRunInfo {
   uint64_t seed = 0;
   std::string job_json = "{}";
   std::vector<DataFileRecord> data_files;
+  // Lineage, the run's origin and the signer for provenance.json; null = a
+  // record with only the job and the build, unsigned.
+  std::shared_ptr<const provenance::ProvenanceContext> provenance;
 };
 
 // Writes the checkpoint of the trainer's current step under `root` (created

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -48,17 +49,23 @@ class ScopedFd {
 
 }  // namespace
 
-absl::StatusOr<DurableFileWriter> DurableFileWriter::Create(const std::string& path) {
+absl::StatusOr<DurableFileWriter> DurableFileWriter::Create(const std::string& path,
+                                                            bool with_sha256) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoError("cannot create", path, errno);
   DurableFileWriter w;
   w.path_ = path;
   w.fd_ = fd;
+  if (with_sha256) w.sha256_.emplace();
   return w;
 }
 
 DurableFileWriter::DurableFileWriter(DurableFileWriter&& other) noexcept
-    : path_(std::move(other.path_)), fd_(other.fd_), checksum_(other.checksum_) {
+    : path_(std::move(other.path_)),
+      fd_(other.fd_),
+      checksum_(other.checksum_),
+      sha256_(std::move(other.sha256_)),
+      sha256_hex_(std::move(other.sha256_hex_)) {
   other.fd_ = -1;
 }
 
@@ -68,6 +75,8 @@ DurableFileWriter& DurableFileWriter::operator=(DurableFileWriter&& other) noexc
     path_ = std::move(other.path_);
     fd_ = other.fd_;
     checksum_ = other.checksum_;
+    sha256_ = std::move(other.sha256_);
+    sha256_hex_ = std::move(other.sha256_hex_);
     other.fd_ = -1;
   }
   return *this;
@@ -81,6 +90,7 @@ absl::Status DurableFileWriter::Append(absl::Span<const uint8_t> data) {
   if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(path_, ": writer is closed"));
   checksum_.crc32c = Crc32cExtend(checksum_.crc32c, data);
   checksum_.bytes += data.size();
+  if (sha256_.has_value()) sha256_->Update(data);
   const uint8_t* p = data.data();
   size_t left = data.size();
   while (left > 0) {
@@ -103,6 +113,7 @@ absl::Status DurableFileWriter::Close() {
   if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(path_, ": writer is closed"));
   const int fd = fd_;
   fd_ = -1;
+  if (sha256_.has_value()) sha256_hex_ = sha256_->FinalHex();
   if (::fsync(fd) != 0) {
     const int err = errno;
     ::close(fd);
@@ -118,6 +129,19 @@ absl::StatusOr<FileChecksum> WriteDurableFile(const std::string& path, std::stri
   if (absl::Status s = w->Append(text); !s.ok()) return s;
   if (absl::Status s = w->Close(); !s.ok()) return s;
   return w->checksum();
+}
+
+absl::Status ReplaceFileDurably(const std::string& path, std::string_view text) {
+  const std::string tmp = path + ".tmp";
+  if (::unlink(tmp.c_str()) != 0 && errno != ENOENT) {
+    return ErrnoError("cannot remove leftover", tmp, errno);
+  }
+  if (absl::StatusOr<FileChecksum> written = WriteDurableFile(tmp, text); !written.ok()) {
+    return written.status();
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoError("cannot rename to", path, errno);
+  const size_t slash = path.rfind('/');
+  return FsyncDirectory(slash == std::string::npos ? "." : path.substr(0, slash + 1));
 }
 
 absl::Status FsyncDirectory(const std::string& path) {

@@ -3,12 +3,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/provenance/sha256.h"
 
 namespace megatrain::engine {
 
@@ -19,13 +21,16 @@ struct FileChecksum {
   bool operator==(const FileChecksum&) const = default;
 };
 
-// Writes a new file front to back, keeping its size and CRC32C. Move-only;
+// Writes a new file front to back, keeping its size and CRC32C (and, when
+// asked, its SHA-256: hashed while streaming, so a checkpoint's provenance
+// record never re-reads what was just written). Move-only;
 // the destructor closes without fsync (an abandoned file), Close() is the
 // fallible commit.
 class DurableFileWriter {
  public:
   // Creates `path`, which must not exist (O_EXCL), mode 0644.
-  static absl::StatusOr<DurableFileWriter> Create(const std::string& path);
+  static absl::StatusOr<DurableFileWriter> Create(const std::string& path,
+                                                  bool with_sha256 = false);
 
   DurableFileWriter(DurableFileWriter&& other) noexcept;
   DurableFileWriter& operator=(DurableFileWriter&& other) noexcept;
@@ -40,16 +45,24 @@ class DurableFileWriter {
 
   const std::string& path() const { return path_; }
   FileChecksum checksum() const { return checksum_; }
+  // After Close, of a writer created with_sha256: the SHA-256 of every byte; else "".
+  const std::string& sha256_hex() const { return sha256_hex_; }
 
  private:
   DurableFileWriter() = default;
   std::string path_;
   int fd_ = -1;
   FileChecksum checksum_;
+  std::optional<provenance::Sha256> sha256_;
+  std::string sha256_hex_;
 };
 
 // Writes `text` as a new file and returns its checksum (Create, Append, Close).
 absl::StatusOr<FileChecksum> WriteDurableFile(const std::string& path, std::string_view text);
+
+// Replaces (or creates) `path` with `text` durably: written to a temporary
+// name beside it, fsynced, renamed over it, and the directory fsynced.
+absl::Status ReplaceFileDurably(const std::string& path, std::string_view text);
 
 // fsyncs a directory so the names created, renamed or removed in it persist.
 absl::Status FsyncDirectory(const std::string& path);

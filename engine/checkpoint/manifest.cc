@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/checkpoint/crc32c.h"
 #include "engine/model/strict_json.h"
+#include "engine/provenance/record.h"
 
 namespace megatrain::engine {
 namespace {
@@ -200,7 +201,12 @@ absl::StatusOr<CheckpointManifest> VerifyCheckpointDirectory(const std::string& 
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (name == kManifestFileName) continue;
+    // The provenance record covers the manifest, so it cannot be listed in it;
+    // engine/provenance verifies it.
+    if (name == kManifestFileName || name == provenance::kProvenanceFileName ||
+        name == provenance::kSignatureFileName) {
+      continue;
+    }
     if (!listed.contains(name)) {
       return absl::FailedPreconditionError(
           absl::StrCat(dir, "/", name, ": not listed in ", kManifestFileName,

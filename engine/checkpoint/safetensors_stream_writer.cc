@@ -1,6 +1,7 @@
 // Streaming safetensors writer.
 #include "engine/checkpoint/safetensors_stream_writer.h"
 
+#include <algorithm>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -30,7 +31,7 @@ absl::StatusOr<uint64_t> SafetensorsEntryBytes(const SafetensorsEntry& entry) {
 
 absl::StatusOr<SafetensorsStreamWriter> SafetensorsStreamWriter::Create(
     const std::string& path, std::vector<SafetensorsEntry> entries,
-    const std::map<std::string, std::string>& metadata) {
+    const std::map<std::string, std::string>& metadata, bool with_digests) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) {
     nlohmann::ordered_json meta = nlohmann::ordered_json::object();
@@ -58,11 +59,26 @@ absl::StatusOr<SafetensorsStreamWriter> SafetensorsStreamWriter::Create(
   const uint64_t n = text.size();
   for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>((n >> (8 * i)) & 0xff);
 
-  absl::StatusOr<DurableFileWriter> file = DurableFileWriter::Create(path);
+  absl::StatusOr<DurableFileWriter> file = DurableFileWriter::Create(path, with_digests);
   if (!file.ok()) return file.status();
   if (absl::Status s = file->Append(prefix); !s.ok()) return s;
   if (absl::Status s = file->Append(text); !s.ok()) return s;
-  return SafetensorsStreamWriter(std::move(*file), offset);
+  SafetensorsStreamWriter writer(std::move(*file), offset);
+  if (with_digests) {
+    const uint64_t data_start = prefix.size() + text.size();
+    for (const SafetensorsEntry& e : entries) {
+      const uint64_t begin = writer.tensors_.empty() ? data_start : writer.tensors_.back().end;
+      writer.tensors_.push_back({e.name, begin, begin + *SafetensorsEntryBytes(e), ""});
+    }
+    writer.tensor_sha_.emplace();
+  }
+  return writer;
+}
+
+provenance::FileDigest SafetensorsStreamWriter::digest() const {
+  const size_t slash = path().rfind('/');
+  return {slash == std::string::npos ? path() : path().substr(slash + 1), checksum().bytes,
+          file_.sha256_hex(), tensors_};
 }
 
 absl::Status SafetensorsStreamWriter::Append(absl::Span<const uint8_t> bytes) {
@@ -72,6 +88,22 @@ absl::Status SafetensorsStreamWriter::Append(absl::Span<const uint8_t> bytes) {
                      " would exceed the header's data size of ", data_bytes_));
   }
   written_ += bytes.size();
+  if (tensor_sha_.has_value()) {
+    // Split the bytes at tensor boundaries; empty tensors complete at once.
+    absl::Span<const uint8_t> rest = bytes;
+    const uint64_t data_start = tensors_.empty() ? 0 : tensors_.front().begin;
+    uint64_t position = data_start + written_ - bytes.size();
+    while (current_tensor_ < tensors_.size()) {
+      provenance::TensorDigest& t = tensors_[current_tensor_];
+      const uint64_t take = std::min<uint64_t>(rest.size(), t.end - position);
+      tensor_sha_->Update(rest.subspan(0, take));
+      rest.remove_prefix(take);
+      position += take;
+      if (position < t.end) break;
+      t.sha256_hex = tensor_sha_->FinalHex();
+      ++current_tensor_;
+    }
+  }
   return file_.Append(bytes);
 }
 
@@ -79,6 +111,12 @@ absl::Status SafetensorsStreamWriter::Finish() {
   if (written_ != data_bytes_) {
     return absl::FailedPreconditionError(
         absl::StrCat(path(), ": only ", written_, " of ", data_bytes_, " data bytes were written"));
+  }
+  if (tensor_sha_.has_value()) {
+    // Trailing empty tensors (or all, when no byte was appended) are complete.
+    for (; current_tensor_ < tensors_.size(); ++current_tensor_) {
+      tensors_[current_tensor_].sha256_hex = tensor_sha_->FinalHex();
+    }
   }
   return file_.Close();
 }

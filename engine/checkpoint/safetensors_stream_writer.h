@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,8 @@
 #include "absl/types/span.h"
 #include "engine/checkpoint/durable_file.h"
 #include "engine/model/safetensors_dtype.h"
+#include "engine/provenance/record.h"
+#include "engine/provenance/sha256.h"
 
 namespace megatrain::engine {
 
@@ -24,12 +27,13 @@ struct SafetensorsEntry {
 // The header is written at creation (same layout as WriteSafetensors: u64 LE
 // length, JSON with "__metadata__" first, space-padded to 8 bytes); then each
 // tensor's bytes must be appended, in order, exactly once. Finish() refuses an
-// incomplete file and fsyncs it.
+// incomplete file and fsyncs it. With `with_digests`, the SHA-256 of the file
+// and of each tensor's bytes are computed while streaming.
 class SafetensorsStreamWriter {
  public:
   static absl::StatusOr<SafetensorsStreamWriter> Create(
       const std::string& path, std::vector<SafetensorsEntry> entries,
-      const std::map<std::string, std::string>& metadata = {});
+      const std::map<std::string, std::string>& metadata = {}, bool with_digests = false);
 
   // The next tensor's bytes; may be given in several pieces.
   absl::Status Append(absl::Span<const uint8_t> bytes);
@@ -41,6 +45,9 @@ class SafetensorsStreamWriter {
 
   FileChecksum checksum() const { return file_.checksum(); }
   const std::string& path() const { return file_.path(); }
+  // After Finish, with digests: the file's and each tensor's SHA-256 (the
+  // file name is the path's last component).
+  provenance::FileDigest digest() const;
 
  private:
   SafetensorsStreamWriter(DurableFileWriter file, uint64_t data_bytes)
@@ -48,6 +55,10 @@ class SafetensorsStreamWriter {
   DurableFileWriter file_;
   uint64_t data_bytes_ = 0;
   uint64_t written_ = 0;
+  // With digests: every tensor's range (sha256_hex filled as each completes).
+  std::vector<provenance::TensorDigest> tensors_;
+  size_t current_tensor_ = 0;
+  std::optional<provenance::Sha256> tensor_sha_;
 };
 
 // Bytes the tensor occupies (numel x dtype size); InvalidArgument on a negative

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "engine/data/text_tokenizer.h"
 #include "engine/model/model_config.h"
+#include "engine/provenance/signing_key.h"
 #include "engine/train/text_training.h"
 
 ABSL_FLAG(std::string, text, "/usr/share/games/fortunes",
@@ -64,6 +66,9 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
 ABSL_FLAG(int, checkpoint_every, 0,
           "Write a checkpoint every N steps (and after the last); 0 = only after the last.");
 ABSL_FLAG(int, keep_last, 0, "Checkpoints to keep; 0 = all.");
+ABSL_FLAG(std::string, signing_key, "",
+          "Ed25519 key (PEM, created with mode 0600 if missing) that signs every checkpoint's "
+          "provenance record; empty = unsigned records.");
 ABSL_FLAG(bool, resume, false,
           "Continue from the newest checkpoint in --checkpoint_dir when one exists.");
 
@@ -116,6 +121,15 @@ int main(int argc, char** argv) {
   o.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
   o.keep_last = absl::GetFlag(FLAGS_keep_last);
   o.resume = absl::GetFlag(FLAGS_resume);
+  if (const std::string key_path = absl::GetFlag(FLAGS_signing_key); !key_path.empty()) {
+    absl::StatusOr<megatrain::provenance::SigningKey> key =
+        megatrain::provenance::SigningKey::LoadOrCreate(key_path);
+    if (!key.ok()) {
+      fprintf(stderr, "error: %s\n", std::string(key.status().message()).c_str());
+      return 2;
+    }
+    o.signer = std::make_shared<const megatrain::provenance::SigningKey>(*std::move(key));
+  }
   if (o.resume && o.checkpoint_dir.empty()) {
     fprintf(stderr, "error: --resume needs --checkpoint_dir\n");
     return 2;

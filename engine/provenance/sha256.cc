@@ -1,0 +1,137 @@
+// SHA-256 via OpenSSL EVP.
+#include "engine/provenance/sha256.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace megatrain::provenance {
+namespace {
+
+// OpenSSL fails these calls only on allocation failure or misuse: programmer errors.
+void Require(bool ok, const char* what) {
+  if (ok) return;
+  std::fprintf(stderr, "Sha256: %s\n", what);
+  std::abort();
+}
+
+void Init(EVP_MD_CTX* ctx) {
+  Require(EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr) == 1, "EVP_DigestInit_ex failed");
+}
+
+}  // namespace
+
+Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
+  Require(ctx_ != nullptr, "EVP_MD_CTX_new failed");
+  Init(ctx_);
+}
+
+Sha256::Sha256(Sha256&& other) noexcept : ctx_(other.ctx_) { other.ctx_ = nullptr; }
+
+Sha256& Sha256::operator=(Sha256&& other) noexcept {
+  if (this != &other) {
+    EVP_MD_CTX_free(ctx_);
+    ctx_ = other.ctx_;
+    other.ctx_ = nullptr;
+  }
+  return *this;
+}
+
+Sha256::~Sha256() { EVP_MD_CTX_free(ctx_); }
+
+void Sha256::Update(absl::Span<const uint8_t> bytes) {
+  Require(ctx_ != nullptr, "used after move");
+  if (bytes.empty()) return;
+  Require(EVP_DigestUpdate(ctx_, bytes.data(), bytes.size()) == 1, "EVP_DigestUpdate failed");
+}
+
+void Sha256::Update(std::string_view bytes) {
+  Update(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+}
+
+Sha256Digest Sha256::Final() {
+  Require(ctx_ != nullptr, "used after move");
+  Sha256Digest digest;
+  unsigned int length = 0;
+  Require(EVP_DigestFinal_ex(ctx_, digest.data(), &length) == 1 && length == digest.size(),
+          "EVP_DigestFinal_ex failed");
+  Init(ctx_);
+  return digest;
+}
+
+std::string Sha256::FinalHex() {
+  const Sha256Digest digest = Final();
+  return HexEncode(absl::MakeConstSpan(digest));
+}
+
+std::string HexEncode(absl::Span<const uint8_t> bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (uint8_t b : bytes) {
+    out.push_back(kDigits[b >> 4]);
+    out.push_back(kDigits[b & 15]);
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> HexDecode(std::string_view hex) {
+  if (hex.size() % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("hex text of odd length ", hex.size()));
+  }
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out(hex.size() / 2, '\0');
+  for (size_t i = 0; i < out.size(); ++i) {
+    const int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("not a hex digit at position ", hi < 0 ? 2 * i : 2 * i + 1));
+    }
+    out[i] = static_cast<char>(hi << 4 | lo);
+  }
+  return out;
+}
+
+std::string Sha256Hex(std::string_view bytes) {
+  Sha256 sha;
+  sha.Update(bytes);
+  return sha.FinalHex();
+}
+
+absl::StatusOr<std::string> Sha256FileHex(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const std::string message = absl::StrCat(path, ": cannot open: ", std::strerror(errno));
+    return errno == ENOENT ? absl::NotFoundError(message) : absl::InternalError(message);
+  }
+  Sha256 sha;
+  std::vector<uint8_t> chunk(size_t{1} << 20);
+  while (true) {
+    const ssize_t n = ::read(fd, chunk.data(), chunk.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const std::string message = absl::StrCat(path, ": read failed: ", std::strerror(errno));
+      ::close(fd);
+      return absl::InternalError(message);
+    }
+    if (n == 0) break;
+    sha.Update(absl::MakeConstSpan(chunk.data(), static_cast<size_t>(n)));
+  }
+  ::close(fd);
+  return sha.FinalHex();
+}
+
+}  // namespace megatrain::provenance

@@ -1,0 +1,254 @@
+// Ed25519 signing keys over OpenSSL EVP_PKEY.
+#include "engine/provenance/signing_key.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/provenance/sha256.h"
+
+namespace megatrain::provenance {
+namespace {
+
+constexpr size_t kMaxKeyFileBytes = 16 << 10;
+
+struct BioFree {
+  void operator()(BIO* b) const { BIO_free(b); }
+};
+struct PkeyFree {
+  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
+};
+struct MdCtxFree {
+  void operator()(EVP_MD_CTX* c) const { EVP_MD_CTX_free(c); }
+};
+using BioPtr = std::unique_ptr<BIO, BioFree>;
+using PkeyPtr = std::unique_ptr<EVP_PKEY, PkeyFree>;
+using MdCtxPtr = std::unique_ptr<EVP_MD_CTX, MdCtxFree>;
+
+std::string OpensslError() {
+  const unsigned long code = ERR_get_error();
+  if (code == 0) return "unknown OpenSSL error";
+  char text[256];
+  ERR_error_string_n(code, text, sizeof(text));
+  ERR_clear_error();
+  return text;
+}
+
+absl::Status ErrnoError(const std::string& path, const char* what) {
+  const std::string message = absl::StrCat(path, ": ", what, ": ", std::strerror(errno));
+  if (errno == ENOENT) return absl::NotFoundError(message);
+  if (errno == EACCES || errno == EPERM) return absl::PermissionDeniedError(message);
+  return absl::InternalError(message);
+}
+
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path, int fd) {
+  std::string text;
+  char buffer[4096];
+  while (true) {
+    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError(path, "read failed");
+    }
+    if (n == 0) break;
+    text.append(buffer, static_cast<size_t>(n));
+    if (text.size() > kMaxKeyFileBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": larger than ", kMaxKeyFileBytes, " bytes; not a key file"));
+    }
+  }
+  return text;
+}
+
+absl::Status WriteAll(int fd, const std::string& path, std::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError(path, "write failed");
+    }
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<SigningKey> SigningKey::Generate() {
+  EVP_PKEY* key = EVP_PKEY_Q_keygen(nullptr, nullptr, "ED25519");
+  if (key == nullptr) {
+    return absl::InternalError(absl::StrCat("Ed25519 key generation failed: ", OpensslError()));
+  }
+  return SigningKey(key);
+}
+
+absl::StatusOr<SigningKey> SigningKey::Load(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return ErrnoError(path, "cannot open signing key");
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const absl::Status error = ErrnoError(path, "stat failed");
+    ::close(fd);
+    return error;
+  }
+  if (!S_ISREG(st.st_mode) || (st.st_mode & 077) != 0) {
+    ::close(fd);
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "%s: signing key file has mode %04o; it must be a regular file readable only by its "
+        "owner (chmod 600 %s)",
+        path, st.st_mode & 07777, path));
+  }
+  absl::StatusOr<std::string> pem = ReadWholeFile(path, fd);
+  ::close(fd);
+  if (!pem.ok()) return pem.status();
+  BioPtr bio(BIO_new_mem_buf(pem->data(), static_cast<int>(pem->size())));
+  if (bio == nullptr) return absl::InternalError("BIO_new_mem_buf failed");
+  PkeyPtr key(PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
+  if (key == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a PEM private key: ", OpensslError()));
+  }
+  if (EVP_PKEY_get_id(key.get()) != EVP_PKEY_ED25519) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": the private key is not Ed25519"));
+  }
+  return SigningKey(key.release());
+}
+
+absl::StatusOr<SigningKey> SigningKey::LoadOrCreate(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) {
+    if (errno == EEXIST) return Load(path);
+    return ErrnoError(path, "cannot create signing key");
+  }
+  auto fail = [&](absl::Status status) {
+    ::close(fd);
+    ::unlink(path.c_str());
+    return status;
+  };
+  absl::StatusOr<SigningKey> key = Generate();
+  if (!key.ok()) return fail(key.status());
+  BioPtr bio(BIO_new(BIO_s_mem()));
+  if (bio == nullptr ||
+      PEM_write_bio_PrivateKey(bio.get(), key->key_, nullptr, nullptr, 0, nullptr, nullptr) != 1) {
+    return fail(absl::InternalError(absl::StrCat("PEM encoding failed: ", OpensslError())));
+  }
+  char* data = nullptr;
+  const long size = BIO_get_mem_data(bio.get(), &data);
+  // The umask may only have narrowed the mode; fchmod makes it exactly 0600.
+  if (::fchmod(fd, 0600) != 0) return fail(ErrnoError(path, "fchmod failed"));
+  if (absl::Status s = WriteAll(fd, path, std::string_view(data, static_cast<size_t>(size)));
+      !s.ok()) {
+    return fail(s);
+  }
+  if (::fsync(fd) != 0) return fail(ErrnoError(path, "fsync failed"));
+  if (::close(fd) != 0) return ErrnoError(path, "close failed");
+  return key;
+}
+
+SigningKey::SigningKey(SigningKey&& other) noexcept : key_(other.key_) { other.key_ = nullptr; }
+
+SigningKey& SigningKey::operator=(SigningKey&& other) noexcept {
+  if (this != &other) {
+    EVP_PKEY_free(key_);
+    key_ = other.key_;
+    other.key_ = nullptr;
+  }
+  return *this;
+}
+
+SigningKey::~SigningKey() { EVP_PKEY_free(key_); }
+
+std::string SigningKey::Sign(std::string_view message) const {
+  MdCtxPtr ctx(EVP_MD_CTX_new());
+  std::string signature(kEd25519SignatureBytes, '\0');
+  size_t length = signature.size();
+  if (ctx == nullptr || key_ == nullptr ||
+      EVP_DigestSignInit(ctx.get(), nullptr, nullptr, nullptr, key_) != 1 ||
+      EVP_DigestSign(ctx.get(), reinterpret_cast<unsigned char*>(signature.data()), &length,
+                     reinterpret_cast<const unsigned char*>(message.data()), message.size()) != 1 ||
+      length != kEd25519SignatureBytes) {
+    // Signing with a loaded Ed25519 key fails only on allocation failure.
+    std::fprintf(stderr, "SigningKey::Sign: %s\n", OpensslError().c_str());
+    std::abort();
+  }
+  return signature;
+}
+
+std::string SigningKey::public_key_raw() const {
+  std::string raw(kEd25519PublicKeyBytes, '\0');
+  size_t length = raw.size();
+  if (key_ == nullptr ||
+      EVP_PKEY_get_raw_public_key(key_, reinterpret_cast<unsigned char*>(raw.data()), &length) !=
+          1 ||
+      length != kEd25519PublicKeyBytes) {
+    std::fprintf(stderr, "SigningKey::public_key_raw: %s\n", OpensslError().c_str());
+    std::abort();
+  }
+  return raw;
+}
+
+std::string SigningKey::public_key_hex() const { return HexEncode(public_key_raw()); }
+
+absl::Status SigningKey::WritePublicKeyFile(const std::string& path) const {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError(path, "cannot create");
+  absl::Status s = WriteAll(fd, path, public_key_hex() + "\n");
+  if (s.ok() && ::fsync(fd) != 0) s = ErrnoError(path, "fsync failed");
+  if (::close(fd) != 0 && s.ok()) s = ErrnoError(path, "close failed");
+  return s;
+}
+
+absl::StatusOr<std::string> ReadPublicKeyFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError(path, "cannot open public key");
+  absl::StatusOr<std::string> text = ReadWholeFile(path, fd);
+  ::close(fd);
+  if (!text.ok()) return text.status();
+  const std::string hex(absl::StripAsciiWhitespace(*text));
+  absl::StatusOr<std::string> raw = HexDecode(hex);
+  if (!raw.ok() || raw->size() != kEd25519PublicKeyBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": expected the ", 2 * kEd25519PublicKeyBytes,
+                     " hex digits of an Ed25519 public key, found ", hex.size(), " characters",
+                     raw.ok() ? "" : absl::StrCat(" (", std::string(raw.status().message()), ")")));
+  }
+  return raw;
+}
+
+bool VerifySignature(std::string_view public_key_raw, std::string_view message,
+                     std::string_view signature) {
+  if (public_key_raw.size() != kEd25519PublicKeyBytes ||
+      signature.size() != kEd25519SignatureBytes) {
+    return false;
+  }
+  PkeyPtr key(EVP_PKEY_new_raw_public_key(
+      EVP_PKEY_ED25519, nullptr, reinterpret_cast<const unsigned char*>(public_key_raw.data()),
+      public_key_raw.size()));
+  MdCtxPtr ctx(EVP_MD_CTX_new());
+  if (key == nullptr || ctx == nullptr ||
+      EVP_DigestVerifyInit(ctx.get(), nullptr, nullptr, nullptr, key.get()) != 1) {
+    ERR_clear_error();
+    return false;
+  }
+  const bool ok =
+      EVP_DigestVerify(ctx.get(), reinterpret_cast<const unsigned char*>(signature.data()),
+                       signature.size(), reinterpret_cast<const unsigned char*>(message.data()),
+                       message.size()) == 1;
+  ERR_clear_error();
+  return ok;
+}
+
+}  // namespace megatrain::provenance
