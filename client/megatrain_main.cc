@@ -15,8 +15,10 @@
 #include "client/connection.h"
 #include "client/job_spec_file.h"
 #include "client/render.h"
+#include "client/verify_command.h"
 #include "grpcpp/client_context.h"
 #include "proto/megatrain.grpc.pb.h"
+#include "server/offline_plan.h"
 
 ABSL_FLAG(std::string, socket, "/run/megatrain/megatraind.sock", "megatraind's Unix socket.");
 ABSL_FLAG(std::string, address, "", "host:port of megatraind's TCP listener (TLS + token).");
@@ -41,6 +43,12 @@ ABSL_FLAG(std::string, output_dir, "", "submit/plan: output directory on the dae
 ABSL_FLAG(uint64_t, seed, 0, "submit/plan: seed of weights and data order.");
 ABSL_FLAG(bool, watch, false, "submit: watch the job after submitting it.");
 ABSL_FLAG(std::string, state, "", "list: comma-separated states to show (e.g. RUNNING,QUEUED).");
+ABSL_FLAG(bool, offline, false,
+          "plan: run the engine planner in-process instead of asking a daemon (also the "
+          "fallback when no daemon answers).");
+ABSL_FLAG(std::string, daemon_config, "",
+          "plan in-process: megatraind's config textproto whose device, budgets, roots and "
+          "limits apply; empty = the defaults with / as the only root.");
 
 namespace {
 
@@ -72,9 +80,14 @@ Commands:
   checkpoint <id>  Checkpoint a running job now (waits up to 120 s) and print the path.
                                                    megatrain checkpoint job-000001 --json
   plan             Show parameters and bytes per buffer and tier for a spec, without running.
-                                                   megatrain plan --spec=job.json
+                   Asks the daemon; with --offline (or when no daemon answers) the engine
+                   planner runs in-process (--daemon_config: the daemon's config to plan under)
+                   and the output says so (stderr with --json).
+                                                   megatrain plan --spec=job.json --offline
   daemon-status    Version, device, health, memory, queue.
                                                    megatrain daemon-status --wait_seconds=10
+  verify <dir>     Check checkpoints' files, signatures and provenance chain offline (no
+                   daemon; exit 0 ok, 1 failed, 2 usage, 3 unsigned; `megatrain verify --help`).
 
 Connection: --socket (default /run/megatrain/megatraind.sock), or --address=host:port with
 --token_file and --ca_file for TCP (TLS + bearer token).
@@ -152,6 +165,29 @@ int Watch(v1::Trainer::Stub& stub, const std::string& id) {
   return last == v1::SUCCEEDED ? kOk : kJobFailed;
 }
 
+// `plan` without a daemon: the daemon's validation and the engine planner, in-process.
+int PlanInProcess(const std::string& why) {
+  absl::StatusOr<v1::JobSpec> spec = SpecFromFlags();
+  if (!spec.ok()) {
+    std::fprintf(stderr, "megatrain: %s\n", std::string(spec.status().message()).c_str());
+    return kUsage;
+  }
+  absl::StatusOr<v1::PlanResponse> plan =
+      server::PlanOffline(*spec, absl::GetFlag(FLAGS_daemon_config));
+  if (!plan.ok()) {
+    return ExitFor(grpc::Status(static_cast<grpc::StatusCode>(plan.status().code()),
+                                std::string(plan.status().message())));
+  }
+  const std::string note = "planned in-process by the engine planner (" + why + ")";
+  if (absl::GetFlag(FLAGS_json)) {
+    std::fprintf(stderr, "megatrain: %s\n", note.c_str());
+    Print(client::ToJson(*plan));
+  } else {
+    Print(note + "\n" + client::PlanText(*plan));
+  }
+  return kOk;
+}
+
 int Run(const std::string& command, const std::vector<std::string>& args) {
   const bool needs_id = command == "status" || command == "watch" || command == "cancel" ||
                         command == "pause" || command == "resume" || command == "checkpoint";
@@ -169,6 +205,7 @@ int Run(const std::string& command, const std::vector<std::string>& args) {
     std::fprintf(stderr, "megatrain: '%s' takes no positional arguments\n", command.c_str());
     return kUsage;
   }
+  if (command == "plan" && absl::GetFlag(FLAGS_offline)) return PlanInProcess("--offline");
   client::ConnectionOptions connection{absl::GetFlag(FLAGS_socket), absl::GetFlag(FLAGS_address),
                                        absl::GetFlag(FLAGS_token_file),
                                        absl::GetFlag(FLAGS_ca_file)};
@@ -199,6 +236,12 @@ int Run(const std::string& command, const std::vector<std::string>& args) {
     if (command == "plan") {
       v1::PlanResponse plan;
       grpc::Status s = stub->Plan(&context, *spec, &plan);
+      if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+        const std::string where = absl::GetFlag(FLAGS_address).empty()
+                                      ? "unix:" + absl::GetFlag(FLAGS_socket)
+                                      : absl::GetFlag(FLAGS_address);
+        return PlanInProcess("no daemon answered at " + where);
+      }
       if (!s.ok()) return ExitFor(s);
       Print(json ? client::ToJson(plan) : client::PlanText(plan));
       return kOk;
@@ -271,6 +314,10 @@ int Run(const std::string& command, const std::vector<std::string>& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // verify works offline and has its own flags: dispatched before flag parsing.
+  if (argc >= 2 && std::string(argv[1]) == "verify") {
+    return megatrain::client::RunVerifyCommand(std::vector<std::string>(argv + 2, argv + argc));
+  }
   absl::SetProgramUsageMessage(kUsageText);
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() < 2) {

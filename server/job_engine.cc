@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "engine/device/device_factory.h"
 #include "nlohmann/json.hpp"
 
 namespace megatrain::server {
@@ -21,10 +22,63 @@ std::string JobCheckpointDir(const std::string& state_dir, const std::string& jo
   return absl::StrCat(state_dir, "/jobs/", job_id, "/checkpoints");
 }
 
+// Forwards everything to the runner's observer; counts steps and faults the CPU device once the
+// test hook's count is reached, so the next step fails inside the real executor.
+class TextJobEngine::FaultHookObserver final : public engine::TrainingObserver {
+ public:
+  FaultHookObserver(TextJobEngine& engine, engine::TrainingObserver& inner)
+      : engine_(engine), inner_(inner) {}
+  void OnLine(const std::string& line, bool keep) override { inner_.OnLine(line, keep); }
+  void OnStep(const engine::StepReport& report, double validation_loss) override {
+    inner_.OnStep(report, validation_loss);
+    const uint64_t after = engine_.options_.inject_device_fault_after_steps;
+    if (++engine_.steps_run_ == after && engine_.cpu_device_ != nullptr) {
+      engine_.cpu_device_->InjectFault(
+          absl::StrCat("injected by --inject_device_fault_after_steps=", after));
+    }
+  }
+  bool ShouldStop() override { return inner_.ShouldStop(); }
+  bool CheckpointBeforeStop() override { return inner_.CheckpointBeforeStop(); }
+  bool ShouldCheckpoint() override { return inner_.ShouldCheckpoint(); }
+  void OnCheckpoint(uint64_t step, const std::string& path) override {
+    inner_.OnCheckpoint(step, path);
+  }
+
+ private:
+  TextJobEngine& engine_;
+  engine::TrainingObserver& inner_;
+};
+
+absl::StatusOr<std::unique_ptr<TextJobEngine>> TextJobEngine::Create(TextJobEngineOptions options) {
+  if (options.inject_device_fault_after_steps != 0 &&
+      options.device.kind != engine::DeviceKind::kCpu) {
+    return absl::InvalidArgumentError(
+        "inject_device_fault_after_steps: the fault hook exists only for the cpu device");
+  }
+  std::unique_ptr<engine::Device> device;
+  engine::CpuDevice* cpu_device = nullptr;
+  if (options.device.kind == engine::DeviceKind::kCpu) {
+    absl::StatusOr<std::unique_ptr<engine::CpuDevice>> cpu =
+        engine::CpuDevice::Create(options.device);
+    if (!cpu.ok()) return cpu.status();
+    cpu_device = cpu->get();
+    device = std::move(*cpu);
+  } else {
+    absl::StatusOr<std::unique_ptr<engine::Device>> created = engine::CreateDevice(options.device);
+    if (!created.ok()) return created.status();
+    device = std::move(*created);
+  }
+  return std::unique_ptr<TextJobEngine>(
+      new TextJobEngine(std::move(options), std::move(device), cpu_device));
+}
+
 absl::Status TextJobEngine::Run(const std::string& job_id, const ValidatedJob& job,
-                                engine::TrainingObserver& observer) {
+                                engine::TrainingObserver& runner_observer) {
+  if (absl::Status health = device_->health(); !health.ok()) return health;
+  FaultHookObserver observer(*this, runner_observer);
   engine::TextTrainingOptions options = job.options;
-  options.checkpoint_dir = JobCheckpointDir(state_dir_, job_id, job);
+  options.shared_device = device_.get();
+  options.checkpoint_dir = JobCheckpointDir(options_.state_dir, job_id, job);
   options.resume = true;
   std::error_code ec;
   std::filesystem::create_directories(options.checkpoint_dir, ec);

@@ -2,9 +2,14 @@
 // can run the daemon with a fake (blocking, failing, device-faulting) engine.
 #pragma once
 
+#include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/device/cpu_device.h"
+#include "engine/device/device.h"
 #include "engine/train/text_training.h"
 #include "server/job_spec_validation.h"
 
@@ -17,6 +22,9 @@ class JobEngine {
   // when observer.ShouldStop() stopped it, the engine's error otherwise.
   virtual absl::Status Run(const std::string& job_id, const ValidatedJob& job,
                            engine::TrainingObserver& observer) = 0;
+  // The health of the device the engine runs jobs on: OK, or its sticky fault (the daemon then
+  // stops taking jobs until it is restarted).
+  virtual absl::Status DeviceHealth() const { return absl::OkStatus(); }
 };
 
 // A device fault (CUDA sticky error, injected CPU fault): the device is unusable until restart.
@@ -27,18 +35,39 @@ bool IsDeviceFault(const absl::Status& status);
 std::string JobCheckpointDir(const std::string& state_dir, const std::string& job_id,
                              const ValidatedJob& job);
 
-// The real engine: engine::TrainOnText on a device created from the job's DeviceOptions, with
-// checkpoints per the job's CheckpointPolicy under JobCheckpointDir and resume on (a restarted or
-// resumed job continues from its newest checkpoint); writes <output_dir>/result.json when the
-// job names an output directory.
+struct TextJobEngineOptions {
+  std::string state_dir;
+  engine::DeviceOptions device;  // the daemon's one device, created once
+  // Test hook, CPU device only: CpuDevice::InjectFault after this many training steps of the
+  // engine's lifetime (over all jobs); 0 = never. megatraind's --inject_device_fault_after_steps.
+  uint64_t inject_device_fault_after_steps = 0;
+};
+
+// The real engine: owns the daemon's one device for its lifetime and runs each job with
+// engine::TrainOnText on it (jobs run one at a time), with checkpoints per the job's
+// CheckpointPolicy under JobCheckpointDir and resume on (a restarted or resumed job continues
+// from its newest checkpoint); writes <output_dir>/result.json when the job names an output
+// directory. A device fault fails the running job and every later one (DeviceHealth).
 class TextJobEngine final : public JobEngine {
  public:
-  explicit TextJobEngine(std::string state_dir) : state_dir_(std::move(state_dir)) {}
+  // Creates the device; INVALID_ARGUMENT for a fault hook on a non-CPU device.
+  static absl::StatusOr<std::unique_ptr<TextJobEngine>> Create(TextJobEngineOptions options);
+
   absl::Status Run(const std::string& job_id, const ValidatedJob& job,
                    engine::TrainingObserver& observer) override;
+  absl::Status DeviceHealth() const override { return device_->health(); }
+  engine::Device& device() { return *device_; }
 
  private:
-  const std::string state_dir_;
+  class FaultHookObserver;
+  TextJobEngine(TextJobEngineOptions options, std::unique_ptr<engine::Device> device,
+                engine::CpuDevice* cpu_device)
+      : options_(std::move(options)), device_(std::move(device)), cpu_device_(cpu_device) {}
+
+  const TextJobEngineOptions options_;
+  const std::unique_ptr<engine::Device> device_;
+  engine::CpuDevice* const cpu_device_;  // device_ when it is the CPU device, else null
+  uint64_t steps_run_ = 0;               // runner thread only
 };
 
 }  // namespace megatrain::server

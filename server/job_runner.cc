@@ -60,8 +60,13 @@ class JobRunner::StepObserver final : public engine::TrainingObserver {
     if (runner_.metrics_ != nullptr) runner_.metrics_->RecordStep(report, validation_loss);
     std::lock_guard<std::mutex> lock(runner_.mu_);
     Entry& e = runner_.jobs_.at(id_);
+    v1::Progress& p = *e.job.mutable_progress();
     if (!first_step_seen_) {
       first_step_seen_ = true;
+      first_step_ = report.step;
+      // Every step processes batch_size x seq_len tokens, so the checkpoint's step (the one
+      // before this) gives the tokens of the whole job so far, not only since the resume.
+      p.set_tokens((report.step - 1) * static_cast<uint64_t>(report.tokens));
       if (report.step > 1) {  // the engine continued from a checkpoint
         runner_.log_.JobEvent("job_resumed", id_, {{"from_step", absl::StrCat(report.step - 1)}});
         runner_.TransitionLocked(e, v1::RUNNING,
@@ -69,7 +74,6 @@ class JobRunner::StepObserver final : public engine::TrainingObserver {
                                               e.job.progress().last_checkpoint(), ")"));
       }
     }
-    v1::Progress& p = *e.job.mutable_progress();
     p.set_step(report.step);
     p.set_tokens(p.tokens() + static_cast<uint64_t>(report.tokens));
     p.set_loss(report.loss);
@@ -78,9 +82,11 @@ class JobRunner::StepObserver final : public engine::TrainingObserver {
     p.set_tokens_per_second(report.tokens_per_second);
     p.set_skipped_steps(report.skipped_total);
     const double elapsed = static_cast<double>(NowMs() - e.job.started_unix_ms()) / 1000.0;
-    p.set_eta_seconds(report.step == 0 ? 0
-                                       : elapsed / static_cast<double>(report.step) *
-                                             static_cast<double>(p.total_steps() - report.step));
+    const uint64_t steps_this_run = report.step - first_step_ + 1;
+    p.set_eta_seconds(report.step < first_step_
+                          ? 0
+                          : elapsed / static_cast<double>(steps_this_run) *
+                                static_cast<double>(p.total_steps() - report.step));
     p.clear_memory();
     const v1::TierUsage device = MakeTier("device", report.device_arena_bytes);
     *p.add_memory() = device;
@@ -141,6 +147,7 @@ class JobRunner::StepObserver final : public engine::TrainingObserver {
   JobRunner& runner_;
   const std::string id_;
   bool first_step_seen_ = false;
+  uint64_t first_step_ = 1;  // of this run (after a resume, the checkpoint's step + 1)
 };
 
 absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(
@@ -466,9 +473,17 @@ void JobRunner::Loop() {
     }
     StepObserver observer(*this, id);
     const absl::Status status = engine_.Run(id, *validated, observer);
+    const absl::Status device_health = engine_.DeviceHealth();
     std::lock_guard<std::mutex> lock(mu_);
     Entry& e = jobs_.at(id);
     running_.clear();
+    // Before the transition below, so watchers that see the job end see the daemon's health too.
+    if (!device_health.ok() || IsDeviceFault(status)) {
+      healthy_ = false;
+      unhealthy_reason_ =
+          std::string(device_health.ok() ? status.message() : device_health.message());
+      log_.JobEvent("device_fault", id, {{"error", unhealthy_reason_}});
+    }
     if (status.ok()) {
       e.job.set_finished_unix_ms(NowMs());
       TransitionLocked(e, v1::SUCCEEDED, "finished");
@@ -485,11 +500,6 @@ void JobRunner::Loop() {
           absl::StrCat("interrupted by daemon shutdown after step ", e.job.progress().step(),
                        "; on the next start it continues ", CheckpointNote(e.job)));
     } else {
-      if (IsDeviceFault(status)) {
-        healthy_ = false;
-        unhealthy_reason_ = std::string(status.message());
-        log_.JobEvent("device_fault", id, {{"error", status.ToString()}});
-      }
       e.job.set_failure_reason(status.ToString());
       e.job.set_finished_unix_ms(NowMs());
       TransitionLocked(e, v1::FAILED, e.job.failure_reason());

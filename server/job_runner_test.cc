@@ -56,12 +56,14 @@ class FakeEngine final : public JobEngine {
     }
     return absl::OkStatus();
   }
+  absl::Status DeviceHealth() const override { return device_health_; }
   std::vector<std::string> started() {
     std::lock_guard<std::mutex> lock(mu_);
     return started_;
   }
   bool blocking_ = false;
   uint64_t fault_at_ = 0;
+  absl::Status device_health_;  // what the engine's device reports after a run
 
  private:
   std::mutex mu_;
@@ -109,6 +111,21 @@ v1::Job AwaitState(JobRunner& runner, const std::string& id, v1::JobState state)
   ADD_FAILURE() << "job " << id << " never reached " << JobStateName(state) << "; last "
                 << JobStateName(job.state());
   return job;
+}
+
+// Waits (bounded) until the job has completed at least `step` steps.
+void AwaitStep(JobRunner& runner, const std::string& id, uint64_t step) {
+  uint64_t version = 0;
+  v1::Job job;
+  std::string message;
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (absl::Now() < deadline) {
+    absl::StatusOr<bool> changed =
+        runner.WaitForChange(id, &version, absl::Milliseconds(200), &job, &message);
+    ASSERT_TRUE(changed.ok()) << changed.status();
+    if (job.progress().step() >= step) return;
+  }
+  ADD_FAILURE() << "job " << id << " never reached step " << step;
 }
 
 class JobRunnerTest : public ::testing::Test {
@@ -176,6 +193,20 @@ TEST_F(JobRunnerTest, DeviceFaultFailsJobAndMakesDaemonUnhealthy) {
   EXPECT_EQ(status.queued, 1);
 }
 
+TEST_F(JobRunnerTest, UnhealthyDeviceAfterASucceededJobStopsTheQueue) {
+  engine_.device_health_ = absl::InternalError("device fault: went bad after the last step");
+  std::unique_ptr<JobRunner> runner = MakeRunner(TempDb("health.db"));
+  absl::StatusOr<v1::Job> a = runner->Submit(Spec(2), Job(2));
+  absl::StatusOr<v1::Job> b = runner->Submit(Spec(2), Job(2));
+  runner->Start();
+  AwaitState(*runner, a->id(), v1::SUCCEEDED);
+  const RunnerStatus status = runner->Status();
+  EXPECT_FALSE(status.healthy);
+  EXPECT_THAT(status.unhealthy_reason, HasSubstr("went bad after the last step"));
+  EXPECT_EQ(runner->Get(b->id())->state(), v1::QUEUED);
+  EXPECT_THAT(engine_.started(), ::testing::ElementsAre(a->id()));
+}
+
 TEST_F(JobRunnerTest, ShutdownRequeuesRunningJobAndRestartKeepsOrder) {
   const std::string db = TempDb("restart.db");
   std::string a_id, b_id;
@@ -197,6 +228,8 @@ TEST_F(JobRunnerTest, ShutdownRequeuesRunningJobAndRestartKeepsOrder) {
   runner->Start();
   AwaitState(*runner, b_id, v1::SUCCEEDED);
   EXPECT_EQ(runner->Get(a_id)->state(), v1::SUCCEEDED);
+  EXPECT_EQ(runner->Get(a_id)->progress().step(), 4u);
+  EXPECT_EQ(runner->Get(a_id)->progress().tokens(), 40u);  // from the job's start
   EXPECT_THAT(engine_.started(), ::testing::ElementsAre(a_id, a_id, b_id));
   absl::StatusOr<std::vector<v1::CheckpointRecord>> records = runner->Checkpoints(a_id);
   ASSERT_TRUE(records.ok());
@@ -253,6 +286,7 @@ TEST_F(JobRunnerTest, PauseRunningAndQueuedJobsThenResume) {
   const std::string a = runner->Submit(Spec(7), Job(7))->id();
   const std::string b = runner->Submit(Spec(3), Job(3))->id();
   AwaitState(*runner, a, v1::RUNNING);
+  AwaitStep(*runner, a, 1);  // a step done, so the pause has a step to checkpoint
   EXPECT_EQ(runner->Pause(b)->state(), v1::PAUSED);
   EXPECT_EQ(runner->Resume(a).status().code(), absl::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(runner->Pause(a).ok());
@@ -266,6 +300,8 @@ TEST_F(JobRunnerTest, PauseRunningAndQueuedJobsThenResume) {
   AwaitState(*runner, a, v1::SUCCEEDED);
   AwaitState(*runner, b, v1::SUCCEEDED);
   EXPECT_EQ(runner->Get(a)->progress().step(), 7u);
+  // Counted from the start of the job, not from the resume (10 tokens per step).
+  EXPECT_EQ(runner->Get(a)->progress().tokens(), 70u);
   EXPECT_THAT(engine_.started(), ::testing::ElementsAre(a, a, b));
 }
 

@@ -2,16 +2,21 @@
 #include "server/job_spec_validation.h"
 
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <limits>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "engine/data/token_file.h"
 #include "engine/model/hf_loader.h"
 #include "engine/model/parameter_layout.h"
 #include "engine/planner/planner.h"
+#include "engine/tiers/direct_io_directory.h"
 #include "engine/tiers/placement.h"
 
 namespace megatrain::server {
@@ -101,10 +106,6 @@ absl::Status ValidateModel(const v1::ModelSource& model, const DaemonSettings& s
   const char* model_field = model.source_case() == v1::ModelSource::kHfDirectory
                                 ? "model.hf_directory"
                                 : "model.config_json_path";
-  if (job.model.vocab_size < 256) {
-    return Invalid(model_field, absl::StrCat("vocab_size ", job.model.vocab_size,
-                                             " is smaller than the byte tokenizer's 256"));
-  }
   absl::StatusOr<engine::ParameterLayout> layout = engine::ParameterLayout::Create(job.model);
   if (!layout.ok()) return Invalid(model_field, layout.status().message());
   job.parameters = layout->parameter_count();
@@ -116,17 +117,60 @@ absl::Status ValidateModel(const v1::ModelSource& model, const DaemonSettings& s
   return absl::OkStatus();
 }
 
-absl::Status ValidateData(const v1::DataSource& data, const PathPolicy& paths, ValidatedJob& job) {
-  if (data.token_files_size() > 0) {
-    return absl::UnimplementedError(
-        "data.token_files: pre-tokenized data is not supported by the daemon yet; use "
-        "data.text_files");
+// Pre-tokenized data: each file opened (size, llm.c header) and its ids checked against the
+// model's vocabulary (one pass over the mapped tokens, as the engine does before training).
+absl::Status ValidateTokenFiles(const v1::DataSource& data, const PathPolicy& paths,
+                                ValidatedJob& job) {
+  if (data.text_files_size() > 0) {
+    return Invalid("data.token_files", "set either token_files or text_files, not both");
   }
-  if (data.text_files_size() == 0)
-    return Invalid("data.text_files", "at least one file is required");
+  if (!data.tokenizer().empty()) {
+    return Invalid("data.tokenizer", "token files are already tokenized; leave it empty");
+  }
+  if (data.token_files_size() > kMaxTextFiles) {
+    return Invalid("data.token_files",
+                   absl::StrCat(data.token_files_size(), " entries exceed ", kMaxTextFiles));
+  }
+  const std::string format_name = data.token_format().empty() ? "u16" : data.token_format();
+  absl::StatusOr<engine::TokenFileFormat> format = engine::ParseTokenFileFormat(format_name);
+  if (!format.ok()) {
+    return Invalid("data.token_format",
+                   absl::StrCat("'", format_name.substr(0, 64), "' is not u16, u32 or llmc"));
+  }
+  for (int i = 0; i < data.token_files_size(); ++i) {
+    const std::string field = absl::StrCat("data.token_files[", i, "]");
+    absl::StatusOr<std::string> path = paths.ResolveInput(field, data.token_files(i));
+    if (!path.ok()) return path.status();
+    std::error_code ec;
+    if (std::filesystem::is_directory(*path, ec)) {
+      return Invalid(field, absl::StrCat("'", *path, "' is a directory; name the files"));
+    }
+    job.options.token_files.push_back(*path);
+  }
+  absl::StatusOr<engine::TokenFiles> files =
+      engine::TokenFiles::Open(job.options.token_files, *format);
+  if (!files.ok()) return Invalid("data.token_files", files.status().message());
+  const int32_t max_token = files->MaxToken();
+  if (max_token >= job.model.vocab_size) {
+    return Invalid("data.token_files",
+                   absl::StrCat("hold token id ", max_token, ", outside the model's vocab_size ",
+                                job.model.vocab_size));
+  }
+  job.options.token_format = format_name;
+  return absl::OkStatus();
+}
+
+absl::Status ValidateTextFiles(const v1::DataSource& data, const PathPolicy& paths,
+                               ValidatedJob& job) {
+  if (data.text_files_size() == 0) {
+    return Invalid("data.text_files", "at least one file (or data.token_files) is required");
+  }
   if (data.text_files_size() > kMaxTextFiles) {
     return Invalid("data.text_files",
                    absl::StrCat(data.text_files_size(), " entries exceed ", kMaxTextFiles));
+  }
+  if (!data.token_format().empty()) {
+    return Invalid("data.token_format", "applies to data.token_files only");
   }
   uint64_t total = 0;
   for (int i = 0; i < data.text_files_size(); ++i) {
@@ -140,11 +184,27 @@ absl::Status ValidateData(const v1::DataSource& data, const PathPolicy& paths, V
     return absl::ResourceExhaustedError(
         absl::StrCat("data.text_files: ", total, " bytes exceed the 2 GiB a job may load"));
   }
+  // The engine reads SentencePiece models, but not inside megatraind: libsentencepiece carries
+  // protobuf 3.14 generated code that aborts against the daemon's libprotobuf 3.21 in one
+  // process (a model load throws). Refused until tokenization runs out of process.
   if (!data.tokenizer().empty() && data.tokenizer() != "bytes") {
-    return absl::UnimplementedError(absl::StrCat("data.tokenizer: '",
-                                                 data.tokenizer().substr(0, 256),
-                                                 "' is not supported; only \"bytes\""));
+    return absl::UnimplementedError(absl::StrCat(
+        "data.tokenizer: '", data.tokenizer().substr(0, 256),
+        "': SentencePiece models cannot be loaded inside megatraind (its protobuf runtime "
+        "clashes with libsentencepiece's); use \"bytes\" or pre-tokenized data.token_files"));
   }
+  job.options.tokenizer = "bytes";
+  if (job.model.vocab_size < 256) {
+    return Invalid("model", absl::StrCat("vocab_size ", job.model.vocab_size,
+                                         " is smaller than the byte tokenizer's 256"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateData(const v1::DataSource& data, const PathPolicy& paths, ValidatedJob& job) {
+  absl::Status source = data.token_files_size() > 0 ? ValidateTokenFiles(data, paths, job)
+                                                    : ValidateTextFiles(data, paths, job);
+  if (!source.ok()) return source;
   const double fraction = data.validation_fraction() == 0 ? 0.05 : data.validation_fraction();
   if (absl::Status s = CheckFiniteRange("data.validation_fraction", fraction, 0, 0.5, true);
       !s.ok()) {
@@ -282,11 +342,20 @@ absl::Status PlanWithEngine(const v1::MemoryBudgets& m, ValidatedJob& job) {
   in.weight_slots = job.options.trainer.executor.weight_slots;
   in.device_arena_bytes = job.options.device.arena_bytes;
   in.fixed_overhead_bytes = 0;
+  const engine::HostMemoryBudgets& budgets = job.options.trainer.memory;
+  in.budgets_enabled = budgets.enabled;
+  in.budgets = budgets.budgets;
+  in.states_on_nvme = budgets.states_on_nvme;
   absl::StatusOr<engine::planner::PlanResult> plan =
       engine::planner::Plan(job.model, in, DeviceProfile(job.options.device));
   if (!plan.ok()) {
     if (plan.status().code() == absl::StatusCode::kResourceExhausted) {
-      return absl::ResourceExhaustedError(absl::StrCat("memory: ", plan.status().message()));
+      // The placement's refusal says which tier lacks how much; name that budget's field.
+      const absl::string_view message = plan.status().message();
+      const char* field = absl::StrContains(message, "of NVMe")  ? "memory.nvme_bytes"
+                          : absl::StrContains(message, "of RAM") ? "memory.ram_bytes"
+                                                                 : "memory";
+      return absl::ResourceExhaustedError(absl::StrCat(field, ": ", message));
     }
     return Invalid("hyper", plan.status().message());
   }
@@ -304,7 +373,8 @@ absl::Status PlanWithEngine(const v1::MemoryBudgets& m, ValidatedJob& job) {
                      job.options.device.pinned_budget_bytes));
   }
   const uint64_t ram_need = placement.ram_used + plan->host_pinned_staging;
-  if (m.ram_bytes() != 0 && ram_need > m.ram_bytes()) {
+  // With the NVMe tier the placement above already fitted the store into ram_bytes.
+  if (m.ram_bytes() != 0 && m.nvme_dir().empty() && ram_need > m.ram_bytes()) {
     return absl::ResourceExhaustedError(absl::StrCat("memory.ram_bytes: the plan needs ", ram_need,
                                                      " bytes of RAM; the budget is ",
                                                      m.ram_bytes()));
@@ -326,16 +396,62 @@ absl::Status PlanWithEngine(const v1::MemoryBudgets& m, ValidatedJob& job) {
   add_tier("device", plan->device_arena_peak, job.options.device.arena_bytes);
   add_tier("pinned", placement.pinned_used, job.options.device.pinned_budget_bytes);
   add_tier("ram", ram_need, m.ram_bytes());
+  if (placement.any_on_nvme() || !m.nvme_dir().empty()) {
+    add_tier("nvme", placement.nvme_used, m.nvme_bytes());
+  }
   job.plan.set_device_arena_peak_bytes(plan->device_arena_peak);
   job.plan.set_parameters(static_cast<uint64_t>(plan->parameters));
   return absl::OkStatus();
 }
 
-absl::Status ValidateMemory(const v1::MemoryBudgets& m, const DaemonSettings& settings,
-                            ValidatedJob& job) {
-  if (!m.nvme_dir().empty() || m.nvme_bytes() != 0) {
-    return absl::UnimplementedError("memory.nvme_dir: the NVMe tier is not supported yet");
+uint64_t PhysicalRamBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
+
+// The NVMe tier's directory: under an output root (the daemon writes state files there), on a
+// block-backed filesystem that does O_DIRECT (the engine's check), with nvme_bytes free.
+absl::Status ValidateNvme(const v1::MemoryBudgets& m, const PathPolicy& paths,
+                          engine::tiers::TierBudgets& budgets) {
+  if (m.nvme_dir().empty()) {
+    if (m.nvme_bytes() != 0) {
+      return Invalid("memory.nvme_bytes", absl::StrCat(m.nvme_bytes(), " without memory.nvme_dir"));
+    }
+    if (m.states_on_nvme()) return Invalid("memory.states_on_nvme", "needs memory.nvme_dir");
+    return absl::OkStatus();
   }
+  if (m.nvme_bytes() == 0) {
+    return Invalid("memory.nvme_bytes", "0 with memory.nvme_dir set: give the tier a size");
+  }
+  absl::StatusOr<std::string> dir = paths.ResolveOutput("memory.nvme_dir", m.nvme_dir());
+  if (!dir.ok()) return dir.status();
+  std::error_code ec;
+  if (!std::filesystem::is_directory(*dir, ec)) {
+    return absl::NotFoundError(
+        absl::StrCat("memory.nvme_dir: '", *dir, "' is not an existing directory"));
+  }
+  if (absl::Status s = engine::tiers::CheckDirectIoDirectory(*dir); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("memory.nvme_dir: ", s.message()));
+  }
+  struct statvfs fs;
+  if (statvfs(dir->c_str(), &fs) == 0) {
+    const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+    if (m.nvme_bytes() > free_bytes) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("memory.nvme_bytes: ", m.nvme_bytes(), " exceed the ", free_bytes,
+                       " bytes free in memory.nvme_dir '", *dir, "'"));
+    }
+  }
+  budgets.nvme_dir = *dir;
+  budgets.nvme_bytes = m.nvme_bytes();
+  return absl::OkStatus();
+}
+
+absl::Status ValidateMemory(const v1::MemoryBudgets& m, const DaemonSettings& settings,
+                            const PathPolicy& paths, ValidatedJob& job) {
+  engine::HostMemoryBudgets& budgets = job.options.trainer.memory;
+  if (absl::Status s = ValidateNvme(m, paths, budgets.budgets); !s.ok()) return s;
   job.options.device = settings.device;
   if (m.device_arena_bytes() > settings.device.arena_bytes) {
     return absl::ResourceExhaustedError(
@@ -349,6 +465,14 @@ absl::Status ValidateMemory(const v1::MemoryBudgets& m, const DaemonSettings& se
         settings.device.pinned_budget_bytes));
   }
   if (m.pinned_ram_bytes() != 0) job.options.device.pinned_budget_bytes = m.pinned_ram_bytes();
+  // A RAM budget or the NVMe tier: the engine places the store's buffers under the budgets
+  // (engine/tiers/placement.h); without either, everything in RAM, copy endpoints pinned.
+  if (m.ram_bytes() != 0 || !m.nvme_dir().empty()) {
+    budgets.enabled = true;
+    budgets.budgets.pinned_ram = job.options.device.pinned_budget_bytes;
+    budgets.budgets.ram = m.ram_bytes() != 0 ? m.ram_bytes() : PhysicalRamBytes();
+    budgets.states_on_nvme = m.states_on_nvme();
+  }
   return PlanWithEngine(m, job);
 }
 
@@ -367,7 +491,7 @@ absl::StatusOr<ValidatedJob> ValidateJobSpec(const v1::JobSpec& spec,
   if (absl::Status s = ValidateModel(spec.model(), settings, paths, job); !s.ok()) return s;
   if (absl::Status s = ValidateData(spec.data(), paths, job); !s.ok()) return s;
   if (absl::Status s = ValidateHyper(spec.hyper(), spec.data(), settings, job); !s.ok()) return s;
-  if (absl::Status s = ValidateMemory(spec.memory(), settings, job); !s.ok()) return s;
+  if (absl::Status s = ValidateMemory(spec.memory(), settings, paths, job); !s.ok()) return s;
   if (spec.checkpoints().keep_last() > 10000) {
     return Invalid("checkpoints.keep_last",
                    absl::StrCat(spec.checkpoints().keep_last(), " is more than 10000"));

@@ -42,6 +42,9 @@ ABSL_FLAG(uint64_t, max_steps, 0, "Overrides max_steps.");
 ABSL_FLAG(uint32_t, max_seq_len, 0, "Overrides max_seq_len.");
 ABSL_FLAG(uint64_t, max_parameters, 0, "Overrides max_parameters.");
 ABSL_FLAG(uint32_t, threads, 0, "Overrides threads.");
+ABSL_FLAG(uint64_t, inject_device_fault_after_steps, 0,
+          "Test hook (cpu device only): fault the daemon's device after this many training "
+          "steps, counted over all jobs; 0 = never. Never set it in production.");
 
 namespace {
 
@@ -150,8 +153,23 @@ int main(int argc, char** argv) {
   sigaction(SIGINT, &action, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  TextJobEngine engine(settings->state_dir);
-  absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Start(*settings, engine, log);
+  TextJobEngineOptions engine_options;
+  engine_options.state_dir = settings->state_dir;
+  engine_options.device = settings->device;
+  engine_options.inject_device_fault_after_steps =
+      absl::GetFlag(FLAGS_inject_device_fault_after_steps);
+  absl::StatusOr<std::unique_ptr<TextJobEngine>> engine =
+      TextJobEngine::Create(std::move(engine_options));
+  if (!engine.ok()) {
+    log.Event("start_error", {{"error", engine.status().ToString()}});
+    return 1;
+  }
+  if (absl::GetFlag(FLAGS_inject_device_fault_after_steps) != 0) {
+    log.Event("test_hook",
+              {{"inject_device_fault_after_steps",
+                std::to_string(absl::GetFlag(FLAGS_inject_device_fault_after_steps))}});
+  }
+  absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Start(*settings, **engine, log);
   if (!daemon.ok()) {
     log.Event("start_error", {{"error", daemon.status().ToString()}});
     return 1;

@@ -21,6 +21,7 @@
 #include "engine/model/hf_loader.h"
 #include "engine/model/parameter_layout.h"
 #include "engine/model/safetensors_dtype.h"
+#include "engine/provenance/record.h"
 
 namespace megatrain::engine {
 namespace {
@@ -60,6 +61,40 @@ std::string FirstDifferentKey(const std::string& a, const std::string& b) {
     if (!jb.contains(it.key())) return absl::StrCat(it.key(), ": not set by the job");
   }
   return "(none)";
+}
+
+// The lineage (given, or hashed now: base model, data, tokenizer), the
+// origin of the run's first checkpoint and the signer.
+absl::StatusOr<std::shared_ptr<const provenance::ProvenanceContext>> MakeProvenanceContext(
+    const TextTrainingOptions& options, const std::string& job_json,
+    const std::vector<std::string>& data_and_tokenizer_files) {
+  auto context = std::make_shared<provenance::ProvenanceContext>();
+  if (options.lineage.has_value()) {
+    context->lineage = *options.lineage;
+  } else {
+    provenance::Lineage& l = context->lineage;
+    l.job_spec_json = job_json;
+    l.device_kind = std::string(DeviceKindName(options.device.kind));
+    if (!options.init_from_hf_dir.empty()) {
+      absl::StatusOr<std::vector<provenance::InputFile>> base =
+          provenance::HashInputs(provenance::kRoleBaseModel, {options.init_from_hf_dir});
+      if (!base.ok()) return base.status();
+      l.inputs = *std::move(base);
+    }
+    for (const std::string& f : data_and_tokenizer_files) {
+      const bool tokenizer = options.token_files.empty() && f == options.tokenizer;
+      absl::StatusOr<std::vector<provenance::InputFile>> hashed = provenance::HashInputs(
+          tokenizer ? provenance::kRoleTokenizer : provenance::kRoleData, {f});
+      if (!hashed.ok()) return hashed.status();
+      l.inputs.insert(l.inputs.end(), hashed->begin(), hashed->end());
+    }
+  }
+  context->origin =
+      options.init_from_hf_dir.empty()
+          ? provenance::RandomInitOrigin(options.seed)
+          : provenance::BaseModelOrigin(options.init_from_hf_dir, context->lineage.inputs);
+  context->signer = options.signer;
+  return std::shared_ptr<const provenance::ProvenanceContext>(std::move(context));
 }
 
 }  // namespace
@@ -175,10 +210,17 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
       TokenWindows::Create(source, seq, options.validation_fraction, options.seed);
   if (!windows.ok()) return windows.status();
 
-  absl::StatusOr<std::unique_ptr<Device>> device = CreateDevice(options.device);
-  if (!device.ok()) return device.status();
+  std::unique_ptr<Device> owned_device;
+  Device* device = options.shared_device;
+  if (device == nullptr) {
+    absl::StatusOr<std::unique_ptr<Device>> created = CreateDevice(options.device);
+    if (!created.ok()) return created.status();
+    owned_device = std::move(*created);
+    device = owned_device.get();
+  }
+  if (absl::Status health = device->health(); !health.ok()) return health;
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
-      Trainer::Create(**device, config, options.trainer);
+      Trainer::Create(*device, config, options.trainer);
   if (!trainer.ok()) return trainer.status();
   if (!(*trainer)->placement_table().empty()) {
     observer.OnLine("memory placement:\n" + (*trainer)->placement_table(), true);
@@ -209,6 +251,7 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
   TextTrainingResult result;
   const std::string job_json = TextTrainingJobJson(options);
   std::vector<DataFileRecord> data_files;
+  std::shared_ptr<const provenance::ProvenanceContext> provenance_context;
   uint64_t first_step = 1;
   if (!options.checkpoint_dir.empty()) {
     absl::StatusOr<std::vector<std::string>> files =
@@ -222,6 +265,10 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
     absl::StatusOr<std::vector<DataFileRecord>> sums = ChecksumDataFiles(*files);
     if (!sums.ok()) return sums.status();
     data_files = std::move(*sums);
+    absl::StatusOr<std::shared_ptr<const provenance::ProvenanceContext>> context =
+        MakeProvenanceContext(options, job_json, *files);
+    if (!context.ok()) return context.status();
+    provenance_context = *std::move(context);
   }
   if (!options.checkpoint_dir.empty() && options.resume) {
     absl::StatusOr<std::optional<std::string>> latest = LatestCheckpoint(options.checkpoint_dir);
@@ -262,6 +309,7 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
     run.seed = options.seed;
     run.job_json = job_json;
     run.data_files = data_files;
+    run.provenance = provenance_context;
     CheckpointOptions checkpoint_options;
     checkpoint_options.keep_last = options.keep_last;
     checkpoint_options.model_dtype = checkpoint_dtype;
@@ -370,7 +418,7 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
   }
   if (!options.chrome_trace_path.empty()) {
     std::ofstream out(options.chrome_trace_path);
-    out << (*device)->timeline().ToChromeTraceJson();
+    out << device->timeline().ToChromeTraceJson();
     if (!out) {
       return absl::PermissionDeniedError(
           absl::StrCat("cannot write chrome trace to '", options.chrome_trace_path, "'"));

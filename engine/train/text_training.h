@@ -6,12 +6,17 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/device/device.h"
 #include "engine/device/device_options.h"
 #include "engine/model/model_config.h"
+#include "engine/provenance/lineage.h"
+#include "engine/provenance/signing_key.h"
 #include "engine/train/trainer.h"
 
 namespace megatrain::engine {
@@ -42,6 +47,9 @@ struct TextTrainingOptions {
   int eval_batches = 8;  // micro-batches of validation windows
   uint64_t seed = 1;
   DeviceOptions device;
+  // A device the caller owns and shares between runs one at a time (a daemon's); when set, the
+  // run uses it instead of creating one from `device`.
+  Device* shared_device = nullptr;
   std::string chrome_trace_path;  // written after the last step when set
   // Checkpoints (engine/checkpoint): written under checkpoint_dir every
   // checkpoint_every steps and after the last step; empty = none.
@@ -51,6 +59,11 @@ struct TextTrainingOptions {
   // Continue from the newest checkpoint in checkpoint_dir when there is one
   // (refused if the model, the job or the data files differ).
   bool resume = false;
+  // Provenance of checkpoints (engine/provenance): the job's lineage, hashed
+  // at submit by a daemon; nullopt = TrainOnText hashes the inputs itself
+  // when it writes checkpoints. With a signer, every record is signed.
+  std::optional<provenance::Lineage> lineage;
+  std::shared_ptr<const provenance::SigningKey> signer;
 };
 
 // The settings that determine the run's results, as a JSON object (sorted

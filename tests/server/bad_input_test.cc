@@ -1,6 +1,9 @@
 // Hostile and malformed requests against a real Trainer service (in-process daemon, Unix socket
 // and TLS TCP listener) while a job keeps running: each gets the right gRPC code and a message
 // naming the problem, and the running job is unaffected.
+#include <linux/magic.h>
+#include <sys/vfs.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -54,6 +57,26 @@ class BadInputTest : public ::testing::Test {
     std::filesystem::create_directory_symlink(daemon_.root() + "/elsewhere",
                                               daemon_.root() + "/out/link");
     std::ofstream(daemon_.root() + "/data/broken.json") << "{\"model_type\": ";
+    // Token files: a valid u16 one, one of 3 bytes (not whole u16 tokens), one holding id 300
+    // (outside the test model's 256 ids); a tokenizer that is not a SentencePiece model.
+    const uint16_t tokens[] = {1, 2, 3, 4, 5, 6, 7};
+    const uint16_t big[] = {1, 300};
+    std::ofstream(daemon_.root() + "/data/ok.u16", std::ios::binary)
+        .write(reinterpret_cast<const char*>(tokens), sizeof(tokens));
+    std::ofstream(daemon_.root() + "/data/odd.u16", std::ios::binary) << "abc";
+    std::ofstream(daemon_.root() + "/data/big.u16", std::ios::binary)
+        .write(reinterpret_cast<const char*>(big), sizeof(big));
+    std::ofstream(daemon_.root() + "/data/garbage.model") << "not a sentencepiece model";
+    // NVMe tier fixtures: a disk directory under the output root and, when /dev/shm is a tmpfs,
+    // a memory-backed one the daemon must refuse (made an output root so only tmpfs is wrong).
+    std::filesystem::create_directories(daemon_.root() + "/out/nvme");
+    char shm_template[] = "/dev/shm/mt-bad-input.XXXXXX";
+    struct statfs shm_fs;
+    if (statfs("/dev/shm", &shm_fs) == 0 && shm_fs.f_type == TMPFS_MAGIC &&
+        mkdtemp(shm_template) != nullptr) {
+      shm_dir_ = shm_template;
+      s.output_roots.push_back(shm_dir_);
+    }
     std::ofstream(daemon_.root() + "/data/huge.json")
         << R"({"model_type": "llama", "vocab_size": 256000, "hidden_size": 8192,
               "intermediate_size": 28672, "num_hidden_layers": 80, "num_attention_heads": 64,
@@ -70,7 +93,12 @@ class BadInputTest : public ::testing::Test {
                                      grpc::SslCredentials(ssl), args);
   }
 
+  void TearDown() override {
+    if (!shm_dir_.empty()) std::filesystem::remove_all(shm_dir_);
+  }
+
   TestDaemon daemon_{"bad_input"};
+  std::string shm_dir_;
 };
 
 TEST_F(BadInputTest, EveryHostileRequestIsRefusedWhileAJobRuns) {
@@ -128,9 +156,36 @@ TEST_F(BadInputTest, EveryHostileRequestIsRefusedWhileAJobRuns) {
          s.mutable_data()->add_text_files(root + std::string("/data/x\0y", 9));
        },
        C::INVALID_ARGUMENT, "NUL"},
-      {"token files", [](v1::JobSpec& s) { s.mutable_data()->add_token_files("/x.bin"); },
-       C::UNIMPLEMENTED, "data.token_files"},
-      {"tokenizer", [](v1::JobSpec& s) { s.mutable_data()->set_tokenizer("/spm.model"); },
+      {"token and text files",
+       [&](v1::JobSpec& s) { s.mutable_data()->add_token_files(root + "/data/ok.u16"); },
+       C::INVALID_ARGUMENT, "data.token_files: set either"},
+      {"token file outside roots",
+       [](v1::JobSpec& s) {
+         s.mutable_data()->clear_text_files();
+         s.mutable_data()->add_token_files("/etc/hostname");
+       },
+       C::PERMISSION_DENIED, "data.token_files[0]"},
+      {"token file of 3 bytes",
+       [&](v1::JobSpec& s) {
+         s.mutable_data()->clear_text_files();
+         s.mutable_data()->add_token_files(root + "/data/odd.u16");
+       },
+       C::INVALID_ARGUMENT, "data.token_files"},
+      {"token id outside the vocabulary",
+       [&](v1::JobSpec& s) {
+         s.mutable_data()->clear_text_files();
+         s.mutable_data()->add_token_files(root + "/data/big.u16");
+       },
+       C::INVALID_ARGUMENT, "token id 300"},
+      {"unknown token format",
+       [&](v1::JobSpec& s) {
+         s.mutable_data()->clear_text_files();
+         s.mutable_data()->add_token_files(root + "/data/ok.u16");
+         s.mutable_data()->set_token_format("u7");
+       },
+       C::INVALID_ARGUMENT, "data.token_format"},
+      {"sentencepiece tokenizer",
+       [&](v1::JobSpec& s) { s.mutable_data()->set_tokenizer(root + "/data/garbage.model"); },
        C::UNIMPLEMENTED, "data.tokenizer"},
       {"NaN validation fraction",
        [&](v1::JobSpec& s) { s.mutable_data()->set_validation_fraction(nan); }, C::INVALID_ARGUMENT,
@@ -189,8 +244,37 @@ TEST_F(BadInputTest, EveryHostileRequestIsRefusedWhileAJobRuns) {
          s.mutable_hyper()->set_seq_len(256);
        },
        C::RESOURCE_EXHAUSTED, "memory.device_arena_bytes: the executor's device plan"},
-      {"nvme", [](v1::JobSpec& s) { s.mutable_memory()->set_nvme_dir("/nvme"); }, C::UNIMPLEMENTED,
-       "memory.nvme_dir"},
+      {"nvme outside roots",
+       [](v1::JobSpec& s) {
+         s.mutable_memory()->set_nvme_dir("/nvme");
+         s.mutable_memory()->set_nvme_bytes(1 << 30);
+       },
+       C::PERMISSION_DENIED, "memory.nvme_dir"},
+      {"nvme without a size",
+       [&](v1::JobSpec& s) { s.mutable_memory()->set_nvme_dir(root + "/out/nvme"); },
+       C::INVALID_ARGUMENT, "memory.nvme_bytes"},
+      {"nvme size without a directory",
+       [](v1::JobSpec& s) { s.mutable_memory()->set_nvme_bytes(1 << 30); }, C::INVALID_ARGUMENT,
+       "memory.nvme_bytes"},
+      {"nvme directory missing",
+       [&](v1::JobSpec& s) {
+         s.mutable_memory()->set_nvme_dir(root + "/out/no-such-dir");
+         s.mutable_memory()->set_nvme_bytes(1 << 30);
+       },
+       C::NOT_FOUND, "memory.nvme_dir"},
+      {"nvme too small for m and v",
+       [&](v1::JobSpec& s) {
+         s.mutable_memory()->set_nvme_dir(root + "/out/nvme");
+         s.mutable_memory()->set_nvme_bytes(4096);
+         s.mutable_memory()->set_states_on_nvme(true);
+       },
+       C::RESOURCE_EXHAUSTED, "memory.nvme_bytes"},
+      {"nvme larger than the disk",
+       [&](v1::JobSpec& s) {
+         s.mutable_memory()->set_nvme_dir(root + "/out/nvme");
+         s.mutable_memory()->set_nvme_bytes(uint64_t{1} << 60);
+       },
+       C::FAILED_PRECONDITION, "memory.nvme_bytes"},
       {"output outside roots", [](v1::JobSpec& s) { s.set_output_dir("/etc/megatrain-out"); },
        C::PERMISSION_DENIED, "output_dir"},
       {"output dotdot", [&](v1::JobSpec& s) { s.set_output_dir(root + "/out/../../x"); },
@@ -205,8 +289,17 @@ TEST_F(BadInputTest, EveryHostileRequestIsRefusedWhileAJobRuns) {
        [](v1::JobSpec& s) { s.mutable_checkpoints()->set_every_steps(10'000); },
        C::INVALID_ARGUMENT, "checkpoints.every_steps"},
   };
+  std::vector<Case> all = cases;
+  if (!shm_dir_.empty()) {
+    all.push_back({"nvme on tmpfs",
+                   [&](v1::JobSpec& s) {
+                     s.mutable_memory()->set_nvme_dir(shm_dir_);
+                     s.mutable_memory()->set_nvme_bytes(1 << 30);
+                   },
+                   C::FAILED_PRECONDITION, "memory.nvme_dir"});
+  }
   int checked = 0;
-  for (const Case& c : cases) {
+  for (const Case& c : all) {
     SCOPED_TRACE(c.name);
     v1::SubmitJobRequest request;
     *request.mutable_spec() = daemon_.ValidSpec(10);

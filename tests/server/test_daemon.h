@@ -1,5 +1,5 @@
 // In-process megatraind for tests: a Daemon on a short Unix socket path with a fake engine that
-// steps until stopped (or faults on request), plus a temp data/output tree.
+// steps until stopped (or faults on request) or a real one, plus a temp data/output tree.
 #pragma once
 
 #include <stdlib.h>
@@ -80,8 +80,10 @@ class TestDaemon {
     std::filesystem::remove_all(sock_dir_);
   }
 
-  void Start() {
-    absl::StatusOr<std::unique_ptr<Daemon>> d = Daemon::Start(settings_, engine_, log_);
+  // Runs jobs on `engine` (a real TextJobEngine, say) instead of the fake one.
+  void Start(JobEngine* engine = nullptr) {
+    absl::StatusOr<std::unique_ptr<Daemon>> d =
+        Daemon::Start(settings_, engine != nullptr ? *engine : engine_, log_);
     ASSERT_TRUE(d.ok()) << d.status();
     daemon_ = std::move(*d);
     channel_ =
@@ -104,9 +106,10 @@ class TestDaemon {
   }
 
   // Bounded wait (via WatchJob) until the job has reached `state` with at least `min_step`.
-  v1::Job AwaitState(const std::string& id, v1::JobState state, uint64_t min_step = 0) {
+  v1::Job AwaitState(const std::string& id, v1::JobState state, uint64_t min_step = 0,
+                     int timeout_seconds = 30) {
     grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_seconds));
     v1::WatchJobRequest request;
     request.set_id(id);
     auto reader = stub_->WatchJob(&context, request);
