@@ -122,6 +122,7 @@ StepWork BuildStepWork(const ExecutorGeometry& g, const ExecutorOptions& options
     }
   }
   w.tokens = n * micro_batches;
+  w.weight_slots = std::max(2, weight_slots);
   w.parameters = flop_parameters;
   w.model_flops =
       (6.0 * flop_parameters * n + 3.0 * m.num_layers * AttentionForwardFlops(m)) * micro_batches;
@@ -176,10 +177,12 @@ StepTimeEstimate EstimateStepTime(const StepWork& w, const HardwareProfile& hw, 
     double ready = compute_free;
     if (copy_in > 0) {
       double start = copy_in_free;
-      // The slot being refilled was last read by the op that copied two copies ago.
+      // The slot being refilled was last read by the op that copied `weight_slots` copies ago
+      // (two slots: double buffering).
       const size_t c = reader_done_of_copy.size();
+      const size_t slots = static_cast<size_t>(w.weight_slots);
       const bool fills_slot = !o.op.entries.empty();
-      if (fills_slot && c >= 2) start = std::max(start, reader_done_of_copy[c - 2]);
+      if (fills_slot && c >= slots) start = std::max(start, reader_done_of_copy[c - slots]);
       for (int e : o.op.entries) start = std::max(start, update_done[e]);
       if (o.op.host_entry >= 0) start = std::max(start, update_done[o.op.host_entry]);
       copy_in_free = start + copy_in;

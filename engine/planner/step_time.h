@@ -44,6 +44,7 @@ struct StepWork {
   double model_flops = 0;     // 6 * P_flop * tokens + causal attention (see docs/planning.md)
   double hardware_flops = 0;  // everything the schedule runs, recompute included
   double tokens = 0;
+  int weight_slots = 2;  // a copy may run this many copies ahead of the compute reading it
 };
 
 StepWork BuildStepWork(const ExecutorGeometry& g, const ExecutorOptions& options, int weight_slots,
