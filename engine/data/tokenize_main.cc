@@ -1,0 +1,96 @@
+// megatrain_tokenize: turns text/JSONL corpora into one raw token file with
+// the byte tokenizer or a SentencePiece model, exactly as training on the
+// text would tokenize it (documents in order, each followed by the
+// end-of-document id). A separate process so the daemon never loads
+// SentencePiece, whose bundled protobuf clashes with the system one.
+// Prints one JSON line {tokens, documents, vocab_size, end_of_document,
+// format, out}. Exit: 0 written, 1 failed (reason on stderr), 2 usage.
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/data/text_corpus.h"
+#include "engine/data/text_tokenizer.h"
+
+ABSL_FLAG(std::string, tokenizer, "bytes", "\"bytes\" or the path of a SentencePiece .model.");
+ABSL_FLAG(std::string, out, "", "Output token file (written to <out>.tmp, then renamed).");
+ABSL_FLAG(std::string, format, "auto",
+          "u16, u32 or auto (u16 when the vocabulary fits in 16 bits).");
+
+namespace megatrain::engine {
+namespace {
+
+absl::Status WriteTokens(const std::vector<int32_t>& tokens, bool u16, const std::string& out) {
+  const std::string tmp = out + ".tmp";
+  {
+    std::ofstream file(tmp, std::ios::binary | std::ios::trunc);
+    if (!file) return absl::NotFoundError(absl::StrCat("cannot create ", tmp));
+    if (u16) {
+      std::vector<uint16_t> narrow(tokens.begin(), tokens.end());
+      file.write(reinterpret_cast<const char*>(narrow.data()),
+                 static_cast<std::streamsize>(narrow.size() * sizeof(uint16_t)));
+    } else {
+      file.write(reinterpret_cast<const char*>(tokens.data()),
+                 static_cast<std::streamsize>(tokens.size() * sizeof(int32_t)));
+    }
+    file.flush();
+    if (!file) return absl::DataLossError(absl::StrCat("cannot write ", tmp));
+  }
+  if (std::rename(tmp.c_str(), out.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", out));
+  }
+  return absl::OkStatus();
+}
+
+int Run(const std::vector<std::string>& inputs) {
+  const std::string out = absl::GetFlag(FLAGS_out);
+  const std::string format = absl::GetFlag(FLAGS_format);
+  if (out.empty() || inputs.empty() || (format != "auto" && format != "u16" && format != "u32")) {
+    std::fprintf(stderr, "%s\n", absl::ProgramUsageMessage());
+    return 2;
+  }
+  absl::StatusOr<std::unique_ptr<TextTokenizer>> tokenizer =
+      CreateTextTokenizer(absl::GetFlag(FLAGS_tokenizer));
+  absl::StatusOr<std::vector<std::string>> documents =
+      tokenizer.ok() ? LoadTextDocuments(inputs) : tokenizer.status();
+  absl::StatusOr<std::vector<int32_t>> tokens =
+      documents.ok() ? TokenizeDocuments(*documents, **tokenizer) : documents.status();
+  if (!tokens.ok()) {
+    std::fprintf(stderr, "megatrain_tokenize: %s\n",
+                 std::string(tokens.status().message()).c_str());
+    return 1;
+  }
+  const int vocab = (*tokenizer)->vocab_size();
+  const bool u16 = format == "u16" || (format == "auto" && vocab <= 65536);
+  if (u16 && vocab > 65536) {
+    std::fprintf(stderr, "megatrain_tokenize: --format=u16 cannot hold vocab_size=%d\n", vocab);
+    return 1;
+  }
+  if (absl::Status s = WriteTokens(*tokens, u16, out); !s.ok()) {
+    std::fprintf(stderr, "megatrain_tokenize: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  std::printf("%s\n", absl::StrFormat(R"({"tokens": %d, "documents": %d, "vocab_size": %d, )"
+                                      R"("end_of_document": %d, "format": "%s", "out": "%s"})",
+                                      tokens->size(), documents->size(), vocab,
+                                      (*tokenizer)->end_of_document(), u16 ? "u16" : "u32", out)
+                          .c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace megatrain::engine
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "megatrain_tokenize --tokenizer=bytes|MODEL.model --out=FILE [--format=auto|u16|u32] "
+      "TEXT_OR_JSONL...");
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  return megatrain::engine::Run(std::vector<std::string>(rest.begin() + 1, rest.end()));
+}
