@@ -166,6 +166,12 @@ struct StreamingExecutor::Impl {
         sizes(backend->sizes()) {}
 
   size_t activation_bytes() const { return ActivationBytes(dims, sizes); }
+  // A CUDA stream runs host tasks on the driver's callback thread, which must
+  // not block for an optimizer update (it would hold up every stream's host
+  // work): there the enqueueing thread waits for the update instead, which
+  // still leaves the already enqueued earlier stages running. The CPU device
+  // waits inside its copy stream, so enqueueing never blocks.
+  bool WaitForUpdatesOnHost() const { return device.kind() == DeviceKind::kCuda; }
   void* SlotPointer(int slot, size_t element_offset) const {
     return slots[slot].data_as<char>() + element_offset * sizes.weight_element_bytes;
   }
@@ -400,18 +406,23 @@ absl::Status StreamingExecutor::Impl::EnqueueOp(const ScheduledOp& op,
 void StreamingExecutor::Impl::EnqueueEmbeddingForward(const ScheduledOp& op, void* x_out,
                                                       uint64_t weights_version) {
   const int e = op.host_entry;
-  UpdateGate* update_gate = &gate;
-  copy_in->EnqueueHostTask(
-      [update_gate, e, weights_version] { update_gate->WaitFor(e, weights_version); },
-      {SpanKind::kWait, "optimizer update", -1});
   void* rows = embedding_rows.data();
   const EntryBuffers table = store.entry(e);
-  Impl* self = this;
-  copy_in->EnqueueHostTask(
-      [self, table, rows] {
-        self->backend->GatherEmbeddingRows(table, self->host_ids.data(), rows);
-      },
-      {SpanKind::kCopyIn, "embed.gather", -1});
+  if (WaitForUpdatesOnHost()) {
+    gate.WaitFor(e, weights_version);
+    backend->GatherEmbeddingRows(table, host_ids.data(), rows);
+  } else {
+    UpdateGate* update_gate = &gate;
+    copy_in->EnqueueHostTask(
+        [update_gate, e, weights_version] { update_gate->WaitFor(e, weights_version); },
+        {SpanKind::kWait, "optimizer update", -1});
+    Impl* self = this;
+    copy_in->EnqueueHostTask(
+        [self, table, rows] {
+          self->backend->GatherEmbeddingRows(table, self->host_ids.data(), rows);
+        },
+        {SpanKind::kCopyIn, "embed.gather", -1});
+  }
   copy_in->CopyHostToDevice(x_out, rows, activation_bytes(),
                             {SpanKind::kCopyIn, DescribeOp(op), -1});
   copy_in->RecordEvent(*embedding_in_ready);
@@ -592,10 +603,14 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
       s.copy_in->WaitEvent(*s.slot_free[slot], {SpanKind::kWait, "slot free", op.layer});
       for (size_t i = 0; i < op.entries.size(); ++i) {
         const int e = op.entries[i];
-        UpdateGate* gate = &s.gate;
-        s.copy_in->EnqueueHostTask(
-            [gate, e, weights_version] { gate->WaitFor(e, weights_version); },
-            {SpanKind::kWait, "optimizer update", op.layer});
+        if (s.WaitForUpdatesOnHost()) {
+          s.gate.WaitFor(e, weights_version);
+        } else {
+          UpdateGate* gate = &s.gate;
+          s.copy_in->EnqueueHostTask(
+              [gate, e, weights_version] { gate->WaitFor(e, weights_version); },
+              {SpanKind::kWait, "optimizer update", op.layer});
+        }
         s.copy_in->CopyHostToDevice(s.SlotPointer(slot, offsets[i]),
                                     s.backend->WeightSource(s.store.entry(e)),
                                     s.store.spec(e).elements * s.sizes.weight_element_bytes,
