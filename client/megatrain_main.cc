@@ -1,6 +1,7 @@
 // megatrain: the command-line client of megatraind (submit, list, status, watch, cancel, pause,
-// resume, checkpoint, plan, daemon-status). Exit codes: 0 ok, 1 the watched job failed or was
-// cancelled, 2 usage error, 3 daemon unreachable, 4 request rejected by the daemon.
+// resume, checkpoint, plan, daemon-status, audit, verify). Exit codes: 0 ok, 1 the watched job
+// failed or was cancelled (audit: the chain is broken), 2 usage error, 3 daemon unreachable,
+// 4 request rejected by the daemon.
 #include <unistd.h>
 
 #include <chrono>
@@ -18,6 +19,7 @@
 #include "client/verify_command.h"
 #include "grpcpp/client_context.h"
 #include "proto/megatrain.grpc.pb.h"
+#include "server/audit_log.h"
 #include "server/offline_plan.h"
 
 ABSL_FLAG(std::string, socket, "/run/megatrain/megatraind.sock", "megatraind's Unix socket.");
@@ -46,6 +48,12 @@ ABSL_FLAG(std::string, state, "", "list: comma-separated states to show (e.g. RU
 ABSL_FLAG(bool, offline, false,
           "plan: run the engine planner in-process instead of asking a daemon (also the "
           "fallback when no daemon answers).");
+ABSL_FLAG(bool, allow_data_change, false,
+          "resume: continue although a data file changed since the job's lineage recorded it; "
+          "the change is recorded (also spelled --allow-data-change).");
+ABSL_FLAG(std::string, db, "",
+          "audit: read and check the audit log in this state database file offline (no daemon), "
+          "e.g. /var/lib/megatrain/megatrain.db.");
 ABSL_FLAG(std::string, daemon_config, "",
           "plan in-process: megatraind's config textproto whose device, budgets, roots and "
           "limits apply; empty = the defaults with / as the only root.");
@@ -75,7 +83,10 @@ Commands:
   pause <id>       Checkpoint a running job, then release the device (returns while it
                    stops; the job becomes PAUSED); a queued job is paused at once.
                                                    megatrain pause job-000001
-  resume <id>      Queue a paused job again; it continues from its last checkpoint.
+  resume <id>      Queue a paused job again; it continues from its last checkpoint. Refused
+                   (the job stays PAUSED) when a data file changed since the job recorded
+                   its hash, unless --allow-data-change (the change is then recorded in the
+                   job's lineage and audit log).
                                                    megatrain resume job-000001
   checkpoint <id>  Checkpoint a running job now (waits up to 120 s) and print the path.
                                                    megatrain checkpoint job-000001 --json
@@ -84,15 +95,18 @@ Commands:
                    planner runs in-process (--daemon_config: the daemon's config to plan under)
                    and the output says so (stderr with --json).
                                                    megatrain plan --spec=job.json --offline
-  daemon-status    Version, device, health, memory, queue.
+  daemon-status    Version, device, health, memory, queue, the daemon's signing public key.
                                                    megatrain daemon-status --wait_seconds=10
+  audit <id>       Print the job's audit log and check its hash chain; exit 1 naming the first
+                   bad row when a row was altered or deleted. --db=FILE checks the state
+                   database offline (no daemon).   megatrain audit job-000001 --db=/var/lib/megatrain/megatrain.db
   verify <dir>     Check checkpoints' files, signatures and provenance chain offline (no
                    daemon; exit 0 ok, 1 failed, 2 usage, 3 unsigned; `megatrain verify --help`).
 
 Connection: --socket (default /run/megatrain/megatraind.sock), or --address=host:port with
 --token_file and --ca_file for TCP (TLS + bearer token).
-Exit codes: 0 ok, 1 watched job failed/cancelled, 2 usage, 3 daemon unreachable,
-4 request rejected (the message names the field).)";
+Exit codes: 0 ok, 1 watched job failed/cancelled or audit chain broken, 2 usage, 3 daemon
+unreachable, 4 request rejected (the message names the field).)";
 
 int ExitFor(const grpc::Status& status) {
   std::fprintf(stderr, "megatrain: %s: %s\n",
@@ -158,6 +172,8 @@ int Watch(v1::Trainer::Stub& stub, const std::string& id) {
     } else {
       Print(client::ProgressLine(event, false));
     }
+    // One event per line as it happens, also into a pipe or a file (tee, logs).
+    std::fflush(stdout);
   }
   if (tty) std::printf("\n");
   grpc::Status status = reader->Finish();
@@ -188,9 +204,21 @@ int PlanInProcess(const std::string& why) {
   return kOk;
 }
 
+// Prints the audit log; exit 1 when its chain does not check.
+int PrintAudit(const v1::AuditLog& log) {
+  Print(absl::GetFlag(FLAGS_json) ? client::ToJson(log) : client::AuditText(log));
+  if (!log.chain_ok()) {
+    std::fprintf(stderr, "megatrain: audit chain broken at row %lld: %s\n",
+                 static_cast<long long>(log.first_bad_row()), log.problem().c_str());
+    return kJobFailed;
+  }
+  return kOk;
+}
+
 int Run(const std::string& command, const std::vector<std::string>& args) {
   const bool needs_id = command == "status" || command == "watch" || command == "cancel" ||
-                        command == "pause" || command == "resume" || command == "checkpoint";
+                        command == "pause" || command == "resume" || command == "checkpoint" ||
+                        command == "audit";
   const bool known = needs_id || command == "submit" || command == "list" || command == "plan" ||
                      command == "daemon-status";
   if (!known) {
@@ -206,6 +234,20 @@ int Run(const std::string& command, const std::vector<std::string>& args) {
     return kUsage;
   }
   if (command == "plan" && absl::GetFlag(FLAGS_offline)) return PlanInProcess("--offline");
+  if (command == "audit" && !absl::GetFlag(FLAGS_db).empty()) {
+    absl::StatusOr<std::vector<server::AuditRow>> rows =
+        server::ReadAuditLogFile(absl::GetFlag(FLAGS_db), args[0]);
+    if (!rows.ok()) {
+      std::fprintf(stderr, "megatrain: %s\n", std::string(rows.status().message()).c_str());
+      return kUsage;
+    }
+    if (rows->empty()) {
+      std::fprintf(stderr, "megatrain: no audit rows for job '%s' in %s\n", args[0].c_str(),
+                   absl::GetFlag(FLAGS_db).c_str());
+      return kRejected;
+    }
+    return PrintAudit(server::CheckedAuditLog(*rows));
+  }
   client::ConnectionOptions connection{absl::GetFlag(FLAGS_socket), absl::GetFlag(FLAGS_address),
                                        absl::GetFlag(FLAGS_token_file),
                                        absl::GetFlag(FLAGS_ca_file)};
@@ -288,11 +330,22 @@ int Run(const std::string& command, const std::vector<std::string>& args) {
   if (command == "watch") return Watch(*stub, id);
   v1::JobRef ref;
   ref.set_id(id);
+  if (command == "audit") {
+    v1::GetAuditLogRequest request;
+    request.set_job_id(id);
+    v1::AuditLog log;
+    grpc::Status s = stub->GetAuditLog(&context, request, &log);
+    if (!s.ok()) return ExitFor(s);
+    return PrintAudit(log);
+  }
   if (command == "cancel" || command == "pause" || command == "resume") {
+    v1::ResumeJobRequest resume;
+    resume.set_id(id);
+    resume.set_allow_data_change(absl::GetFlag(FLAGS_allow_data_change));
     v1::Job job;
     grpc::Status s = command == "cancel"  ? stub->CancelJob(&context, ref, &job)
                      : command == "pause" ? stub->PauseJob(&context, ref, &job)
-                                          : stub->ResumeJob(&context, ref, &job);
+                                          : stub->ResumeJob(&context, resume, &job);
     if (!s.ok()) return ExitFor(s);
     Print(json ? client::ToJson(job) : client::JobLine(job));
     return kOk;
@@ -319,7 +372,15 @@ int main(int argc, char** argv) {
     return megatrain::client::RunVerifyCommand(std::vector<std::string>(argv + 2, argv + argc));
   }
   absl::SetProgramUsageMessage(kUsageText);
-  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  // The documented spelling of the allowance has dashes; absl flag names cannot.
+  std::vector<std::string> renamed(argv, argv + argc);
+  std::vector<char*> args;
+  for (std::string& a : renamed) {
+    if (a == "--allow-data-change") a = "--allow_data_change";
+    args.push_back(a.data());
+  }
+  std::vector<char*> positional =
+      absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
   if (positional.size() < 2) {
     std::fprintf(stderr, "%s\n", kUsageText);
     return kUsage;

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/time.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace megatrain::client {
@@ -68,9 +69,35 @@ std::string DaemonStatusText(const v1::DaemonStatus& s) {
       s.version(), s.device(), s.healthy() ? "yes" : "NO",
       s.healthy() ? "" : absl::StrCat(" (", s.unhealthy_reason(), ")"), s.queue_length(),
       s.running_job_id().empty() ? "-" : s.running_job_id());
+  absl::StrAppend(&out, "signing key: ", s.public_key().empty() ? "-" : s.public_key(),
+                  " (ed25519; verify with megatrain verify DIR --pubkey FILE)\n");
   for (const v1::TierUsage& t : s.memory()) {
     absl::StrAppend(&out, absl::StrFormat("memory %-8s  %s of %s\n", t.tier() + ":",
                                           Bytes(t.bytes()), Bytes(t.budget_bytes())));
+  }
+  return out;
+}
+
+std::string AuditText(const v1::AuditLog& log) {
+  std::string out;
+  for (const v1::AuditEntry& e : log.entries()) {
+    const bool bad = !log.chain_ok() && e.row() == log.first_bad_row();
+    absl::StrAppend(
+        &out,
+        absl::StrFormat("%s row %d  seq %d  %s  %-24s %s\n", bad ? "BAD" : "  ", e.row(), e.seq(),
+                        absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::FromUnixMillis(e.unix_ms()),
+                                         absl::UTCTimeZone()),
+                        e.kind(), e.message()));
+  }
+  if (log.chain_ok()) {
+    absl::StrAppend(&out, "audit chain OK: ", log.entries_size(), " rows",
+                    log.entries_size() > 0
+                        ? absl::StrCat(", head ", log.entries(log.entries_size() - 1).hash())
+                        : "",
+                    "\n");
+  } else {
+    absl::StrAppend(&out, "audit chain BROKEN at row ", log.first_bad_row(), ": ", log.problem(),
+                    "\n");
   }
   return out;
 }

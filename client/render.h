@@ -16,6 +16,8 @@ std::string JobLine(const v1::Job& job);
 std::string JobDetails(const v1::Job& job);
 std::string DaemonStatusText(const v1::DaemonStatus& status);
 std::string PlanText(const v1::PlanResponse& plan);
+// One line per audit row (the first bad one marked BAD), then the chain's verdict.
+std::string AuditText(const v1::AuditLog& log);
 // One progress line; with `bar`, a 30-character bar first (for terminals).
 std::string ProgressLine(const v1::ProgressEvent& event, bool bar);
 

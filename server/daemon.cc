@@ -27,6 +27,19 @@ absl::StatusOr<std::string> ReadPem(const std::string& field, const std::string&
 
 }  // namespace
 
+absl::StatusOr<provenance::SigningKey> LoadOrCreateDaemonKey(const std::string& state_dir) {
+  const std::string path = absl::StrCat(state_dir, "/", kSigningKeyFileName);
+  absl::StatusOr<provenance::SigningKey> key = provenance::SigningKey::LoadOrCreate(path);
+  if (!key.ok()) {
+    return absl::Status(key.status().code(), absl::StrCat("signing key: ", key.status().message()));
+  }
+  if (absl::Status s = key->WritePublicKeyFile(absl::StrCat(state_dir, "/", kPublicKeyFileName));
+      !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("signing key: ", s.message()));
+  }
+  return key;
+}
+
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonSettings& settings,
                                                       JobEngine& engine, StructuredLog& log) {
   std::unique_ptr<Daemon> d(new Daemon(settings, log));
@@ -39,6 +52,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonSettings& sett
   absl::StatusOr<std::unique_ptr<JobStore>> store =
       JobStore::Open(settings.state_dir + "/megatrain.db");
   if (!store.ok()) return store.status();
+  absl::StatusOr<provenance::SigningKey> key = LoadOrCreateDaemonKey(settings.state_dir);
+  if (!key.ok()) return key.status();
+  d->signing_key_ = std::make_shared<const provenance::SigningKey>(*std::move(key));
 
   d->registry_ = std::make_shared<prometheus::Registry>();
   d->metrics_ = std::make_unique<DaemonMetrics>(*d->registry_);
@@ -50,15 +66,18 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonSettings& sett
   }
 
   Daemon* self = d.get();
-  absl::StatusOr<std::unique_ptr<JobRunner>> runner =
-      JobRunner::Create(std::move(*store), engine, d->metrics_.get(), log,
-                        settings.max_queue_length, [self](const v1::JobSpec& spec) {
-                          return ValidateJobSpec(spec, self->settings_, self->paths_);
-                        });
+  absl::StatusOr<std::unique_ptr<JobRunner>> runner = JobRunner::Create(
+      std::move(*store), engine, d->metrics_.get(), log, settings.max_queue_length,
+      [self](const v1::JobSpec& spec) {
+        return ValidateJobSpec(spec, self->settings_, self->paths_);
+      },
+      JobProvenanceOptions{d->signing_key_,
+                           std::string(engine::DeviceKindName(settings.device.kind))});
   if (!runner.ok()) return runner.status();
   d->runner_ = std::move(*runner);
-  d->service_ = std::make_unique<TrainerService>(d->settings_, d->paths_, *d->runner_,
-                                                 d->metrics_.get(), log);
+  d->service_ =
+      std::make_unique<TrainerService>(d->settings_, d->paths_, *d->runner_, d->metrics_.get(), log,
+                                       d->signing_key_->public_key_hex());
 
   grpc::ServerBuilder builder;
   builder.SetMaxReceiveMessageSize(4 << 20);
@@ -103,7 +122,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonSettings& sett
              {"tcp_port", absl::StrCat(d->tcp_port_)},
              {"metrics_port", absl::StrCat(d->metrics_port())},
              {"device", std::string(engine::DeviceKindName(settings.device.kind))},
-             {"version", kDaemonVersion}});
+             {"version", kDaemonVersion},
+             {"public_key", d->signing_key_->public_key_hex()}});
   return d;
 }
 

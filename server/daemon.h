@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "engine/provenance/signing_key.h"
 #include "grpcpp/server.h"
 #include "prometheus/registry.h"
 #include "server/daemon_config.h"
@@ -19,10 +20,18 @@
 
 namespace megatrain::server {
 
+// The daemon's Ed25519 key (provenance): <state_dir>/signing_key (PKCS#8 PEM, 0600) and its
+// public key beside it in signing_key.pub (64 hex digits, 0644).
+inline constexpr char kSigningKeyFileName[] = "signing_key";
+inline constexpr char kPublicKeyFileName[] = "signing_key.pub";
+
+// Loads <state_dir>/signing_key, creating it when missing, and (re)writes signing_key.pub.
+absl::StatusOr<provenance::SigningKey> LoadOrCreateDaemonKey(const std::string& state_dir);
+
 class Daemon {
  public:
-  // Opens <state_dir>/megatrain.db, starts the metrics endpoint, the runner and the listeners.
-  // `engine` and `log` outlive the daemon.
+  // Opens <state_dir>/megatrain.db, loads (or creates) the signing key, starts the metrics
+  // endpoint, the runner and the listeners. `engine` and `log` outlive the daemon.
   static absl::StatusOr<std::unique_ptr<Daemon>> Start(const DaemonSettings& settings,
                                                        JobEngine& engine, StructuredLog& log);
   ~Daemon();
@@ -35,6 +44,7 @@ class Daemon {
 
   int metrics_port() const;  // 0 without a metrics endpoint
   int tcp_port() const { return tcp_port_; }
+  const provenance::SigningKey& signing_key() const { return *signing_key_; }
   JobRunner& runner() { return *runner_; }
 
  private:
@@ -47,6 +57,7 @@ class Daemon {
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<DaemonMetrics> metrics_;
   std::unique_ptr<MetricsHttpServer> metrics_http_;
+  std::shared_ptr<const provenance::SigningKey> signing_key_;
   std::unique_ptr<JobRunner> runner_;
   std::unique_ptr<TrainerService> service_;
   std::unique_ptr<grpc::Server> server_;

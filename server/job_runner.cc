@@ -13,6 +13,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "engine/checkpoint/manifest.h"
+#include "engine/provenance/record.h"
+#include "server/job_lineage.h"
 
 namespace megatrain::server {
 namespace {
@@ -71,7 +73,8 @@ class JobRunner::StepObserver final : public engine::TrainingObserver {
         runner_.log_.JobEvent("job_resumed", id_, {{"from_step", absl::StrCat(report.step - 1)}});
         runner_.TransitionLocked(e, v1::RUNNING,
                                  absl::StrCat("resumed from step ", report.step - 1, " (",
-                                              e.job.progress().last_checkpoint(), ")"));
+                                              e.job.progress().last_checkpoint(), ")"),
+                                 "resumed_from_checkpoint");
       }
     }
     p.set_step(report.step);
@@ -132,8 +135,14 @@ class JobRunner::StepObserver final : public engine::TrainingObserver {
     e.last_checkpoint = record;
     ++e.checkpoints_committed;
     runner_.log_.JobEvent("checkpoint", id_, {{"step", absl::StrCat(step)}, {"path", path}});
-    runner_.TransitionLocked(e, e.job.state(),
-                             absl::StrCat("checkpoint of step ", step, " written: ", path));
+    const std::string provenance_sha = FileSha256Hex(path + "/" + provenance::kProvenanceFileName);
+    runner_.TransitionLocked(
+        e, e.job.state(),
+        absl::StrCat("checkpoint of step ", step, " written: ", path,
+                     provenance_sha.empty()
+                         ? ""
+                         : absl::StrCat(" (provenance.json sha256 ", provenance_sha, ")")),
+        "checkpoint");
   }
 
  private:
@@ -152,11 +161,13 @@ class JobRunner::StepObserver final : public engine::TrainingObserver {
 
 absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(
     std::unique_ptr<JobStore> store, JobEngine& engine, DaemonMetrics* metrics, StructuredLog& log,
-    uint32_t max_queue_length, const Revalidate& revalidate) {
+    uint32_t max_queue_length, const Revalidate& revalidate, JobProvenanceOptions provenance) {
   absl::StatusOr<std::vector<JobStore::StoredJob>> stored = store->LoadJobs();
   if (!stored.ok()) return stored.status();
-  std::unique_ptr<JobRunner> runner(
-      new JobRunner(std::move(store), engine, metrics, log, max_queue_length, revalidate));
+  absl::StatusOr<std::map<std::string, std::string>> lineages = store->LoadLineages();
+  if (!lineages.ok()) return lineages.status();
+  std::unique_ptr<JobRunner> runner(new JobRunner(
+      std::move(store), engine, metrics, log, max_queue_length, revalidate, std::move(provenance)));
   std::lock_guard<std::mutex> lock(runner->mu_);
   std::vector<std::string> interrupted, queued;
   for (JobStore::StoredJob& s : *stored) {
@@ -164,6 +175,15 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(
     Entry& e = runner->jobs_[s.job.id()];
     e.sequence = s.sequence;
     e.job = std::move(s.job);
+    if (auto l = lineages->find(e.job.id()); l != lineages->end()) {
+      absl::StatusOr<provenance::Lineage> lineage =
+          provenance::ParseLineage(l->second, absl::StrCat("lineage of job ", e.job.id()));
+      // A job must not continue without the record its data is checked against.
+      if (!lineage.ok()) {
+        return absl::DataLossError(absl::StrCat("state database: ", lineage.status().message()));
+      }
+      e.lineage = *std::move(lineage);
+    }
     if (e.job.state() == v1::RUNNING) interrupted.push_back(e.job.id());
     if (e.job.state() == v1::QUEUED) queued.push_back(e.job.id());
   }
@@ -175,7 +195,8 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(
     e.job.mutable_progress()->set_last_checkpoint(last_checkpoint);
     runner->TransitionLocked(
         e, v1::QUEUED,
-        absl::StrCat("daemon restarted while the job ran; it continues ", CheckpointNote(e.job)));
+        absl::StrCat("daemon restarted while the job ran; it continues ", CheckpointNote(e.job)),
+        "requeued_after_restart");
   }
   interrupted.insert(interrupted.end(), queued.begin(), queued.end());
   for (const std::string& id : interrupted) {
@@ -185,7 +206,7 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(
       e.job.set_failure_reason(
           absl::StrCat("re-validation after restart: ", validated.status().ToString()));
       e.job.set_finished_unix_ms(NowMs());
-      runner->TransitionLocked(e, v1::FAILED, e.job.failure_reason());
+      runner->TransitionLocked(e, v1::FAILED, e.job.failure_reason(), "failure");
       continue;
     }
     e.validated = std::move(*validated);
@@ -208,7 +229,15 @@ void JobRunner::PersistLocked(Entry& entry) {
   }
 }
 
-void JobRunner::TransitionLocked(Entry& entry, v1::JobState state, const std::string& message) {
+void JobRunner::AuditLocked(const std::string& id, const std::string& kind,
+                            const std::string& message) {
+  if (absl::StatusOr<AuditRow> row = store_->AppendAudit(id, NowMs(), kind, message); !row.ok()) {
+    log_.JobEvent("store_error", id, {{"error", row.status().ToString()}});
+  }
+}
+
+void JobRunner::TransitionLocked(Entry& entry, v1::JobState state, const std::string& message,
+                                 const char* audit_kind) {
   entry.job.set_state(state);
   entry.message = message;
   ++entry.version;
@@ -222,6 +251,8 @@ void JobRunner::TransitionLocked(Entry& entry, v1::JobState state, const std::st
   if (absl::Status s = store_->AppendEvent(event); !s.ok()) {
     log_.JobEvent("store_error", entry.job.id(), {{"error", s.ToString()}});
   }
+  AuditLocked(entry.job.id(), audit_kind,
+              absl::StrCat("state ", JobStateName(state), ": ", message));
   log_.JobEvent("job_state", entry.job.id(),
                 {{"state", JobStateName(state)}, {"message", message}});
   PublishCountsLocked();
@@ -274,7 +305,7 @@ absl::StatusOr<v1::Job> JobRunner::Submit(const v1::JobSpec& spec, ValidatedJob 
   e.job.mutable_progress()->set_validation_loss(std::numeric_limits<double>::quiet_NaN());
   e.validated = std::move(job);
   queue_.push_back(id);
-  TransitionLocked(e, v1::QUEUED, "submitted");
+  TransitionLocked(e, v1::QUEUED, "submitted", "submit");
   return e.job;
 }
 
@@ -324,7 +355,7 @@ absl::StatusOr<v1::Job> JobRunner::Cancel(const std::string& id) {
   }
   queue_.erase(std::remove(queue_.begin(), queue_.end(), id), queue_.end());
   e.job.set_finished_unix_ms(NowMs());
-  TransitionLocked(e, v1::CANCELLED, "cancelled while queued");
+  TransitionLocked(e, v1::CANCELLED, "cancelled while queued", "cancel");
   return e.job;
 }
 
@@ -349,11 +380,11 @@ absl::StatusOr<v1::Job> JobRunner::Pause(const std::string& id) {
         "job '", id, "' is ", JobStateName(e.job.state()), "; only QUEUED or RUNNING jobs pause"));
   }
   queue_.erase(std::remove(queue_.begin(), queue_.end(), id), queue_.end());
-  TransitionLocked(e, v1::PAUSED, "paused while queued");
+  TransitionLocked(e, v1::PAUSED, "paused while queued", "pause");
   return e.job;
 }
 
-absl::StatusOr<v1::Job> JobRunner::Resume(const std::string& id) {
+absl::StatusOr<v1::Job> JobRunner::Resume(const std::string& id, bool allow_data_change) {
   std::unique_lock<std::mutex> lock(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("id: job '", id, "' not found"));
@@ -379,9 +410,132 @@ absl::StatusOr<v1::Job> JobRunner::Resume(const std::string& id) {
     }
     if (!e.validated.has_value()) e.validated = std::move(*validated);
   }
+  if (e.lineage.has_value()) {  // the data check of protocol 6, answered to the caller at once
+    const provenance::Lineage lineage = *e.lineage;
+    const ValidatedJob validated = *e.validated;
+    lock.unlock();
+    absl::StatusOr<std::vector<provenance::InputFile>> current = HashDataInputs(validated);
+    lock.lock();
+    if (absl::Status s = check_paused(); !s.ok()) return s;
+    if (!current.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job '", id, "': data check: ", current.status().message()));
+    }
+    const std::vector<provenance::DataChange> changes = CompareDataInputs(lineage, *current);
+    if (!changes.empty() && !allow_data_change) {
+      const std::string message = absl::StrCat(
+          "job '", id, "' stays PAUSED: ", DescribeDataChanges(changes),
+          ". Restore the data, or continue with it: megatrain resume ", id,
+          " --allow-data-change (the change is then recorded in the job's lineage and audit "
+          "log)");
+      AuditLocked(id, "data_change_refused", message);
+      log_.JobEvent("data_change_refused", id, {{"message", message}});
+      return absl::FailedPreconditionError(message);
+    }
+  }
+  e.allow_data_change = allow_data_change;
+  e.job.clear_failure_reason();
   queue_.push_back(id);
-  TransitionLocked(e, v1::QUEUED, absl::StrCat("resumed; it continues ", CheckpointNote(e.job)));
+  TransitionLocked(e, v1::QUEUED,
+                   absl::StrCat("resumed; it continues ", CheckpointNote(e.job),
+                                allow_data_change ? " (data changes allowed)" : ""),
+                   "resume");
   return e.job;
+}
+
+absl::StatusOr<v1::AuditLog> JobRunner::Audit(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (FindLocked(id) == nullptr) {
+    return absl::NotFoundError(absl::StrCat("id: job '", id, "' not found"));
+  }
+  absl::StatusOr<std::vector<AuditRow>> rows = store_->LoadAudit(id);
+  if (!rows.ok()) return rows.status();
+  return CheckedAuditLog(*rows);
+}
+
+absl::StatusOr<provenance::Lineage> JobRunner::JobLineage(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Entry* e = FindLocked(id);
+  if (e == nullptr) return absl::NotFoundError(absl::StrCat("id: job '", id, "' not found"));
+  if (!e->lineage.has_value()) {
+    return absl::NotFoundError(absl::StrCat("job '", id, "' has not started; no lineage yet"));
+  }
+  return *e->lineage;
+}
+
+absl::StatusOr<ValidatedJob> JobRunner::PrepareRun(const std::string& id,
+                                                   const ValidatedJob& validated,
+                                                   std::string* refusal) {
+  std::optional<provenance::Lineage> lineage;
+  bool allow_data_change = false;
+  v1::JobSpec spec;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Entry& e = jobs_.at(id);
+    lineage = e.lineage;
+    allow_data_change = e.allow_data_change;
+    e.allow_data_change = false;
+    spec = e.job.spec();
+  }
+  if (!lineage.has_value()) {
+    absl::StatusOr<provenance::Lineage> built =
+        BuildJobLineage(spec, validated, provenance_.device_kind);
+    if (!built.ok()) {
+      return absl::Status(built.status().code(),
+                          absl::StrCat("lineage: ", built.status().message()));
+    }
+    uint64_t bytes = 0;
+    for (const provenance::InputFile& f : built->inputs) bytes += f.bytes;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (absl::Status s = store_->PutLineage(id, provenance::LineageToJson(*built)); !s.ok()) {
+      return s;
+    }
+    jobs_.at(id).lineage = *built;
+    AuditLocked(id, "lineage_recorded",
+                absl::StrCat(built->inputs.size(), " input files (", bytes,
+                             " bytes) hashed; build ", built->build.version, " ",
+                             built->build.commit, "; device ", built->device_kind));
+    lineage = *std::move(built);
+  } else {
+    absl::StatusOr<std::vector<provenance::InputFile>> current = HashDataInputs(validated);
+    if (!current.ok()) {
+      *refusal = absl::StrCat("data check before continuing: ", current.status().message(),
+                              "; the job is PAUSED until the data is back");
+      return absl::FailedPreconditionError(*refusal);
+    }
+    std::vector<provenance::DataChange> changes = CompareDataInputs(*lineage, *current);
+    if (!changes.empty() && !allow_data_change) {
+      *refusal = absl::StrCat(DescribeDataChanges(changes),
+                              ". The job is PAUSED: restore the data, or continue with it: "
+                              "megatrain resume ",
+                              id, " --allow-data-change");
+      return absl::FailedPreconditionError(*refusal);
+    }
+    if (!changes.empty()) {
+      const std::string now = absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone());
+      for (provenance::DataChange& c : changes) {
+        c.allowed_at = now;
+        c.reason = "megatrain resume --allow-data-change";
+        lineage->data_changes.push_back(c);
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      if (absl::Status s = store_->PutLineage(id, provenance::LineageToJson(*lineage)); !s.ok()) {
+        return s;
+      }
+      jobs_.at(id).lineage = *lineage;
+      for (const provenance::DataChange& c : changes) {
+        AuditLocked(id, "data_change_allowed", DescribeDataChanges({c}));
+      }
+      log_.JobEvent("data_change_allowed", id, {{"files", absl::StrCat(changes.size())}});
+    }
+  }
+  ValidatedJob run = validated;
+  run.options.lineage = *lineage;
+  run.options.signer = provenance_.signer;
+  // The SHA-256 check above is the data check of this run; the checkpoint's CRC32Cs still
+  // describe the data from before an allowed change.
+  run.options.allow_changed_data_files = !lineage->data_changes.empty();
+  return run;
 }
 
 absl::StatusOr<v1::CheckpointRecord> JobRunner::CheckpointNow(const std::string& id,
@@ -469,10 +623,20 @@ void JobRunner::Loop() {
       e.job.mutable_progress()->set_last_checkpoint(last_checkpoint);
       e.job.mutable_progress()->set_validation_loss(std::numeric_limits<double>::quiet_NaN());
       validated = &*e.validated;
-      TransitionLocked(e, v1::RUNNING, "started");
+      TransitionLocked(e, v1::RUNNING, "started", "start");
+    }
+    std::string refusal;
+    absl::StatusOr<ValidatedJob> run = PrepareRun(id, *validated, &refusal);
+    if (!refusal.empty()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      Entry& e = jobs_.at(id);
+      running_.clear();
+      e.job.set_failure_reason(refusal);  // shown by `megatrain status`; cleared by a resume
+      TransitionLocked(e, v1::PAUSED, refusal, "data_change_refused");
+      continue;
     }
     StepObserver observer(*this, id);
-    const absl::Status status = engine_.Run(id, *validated, observer);
+    const absl::Status status = run.ok() ? engine_.Run(id, *run, observer) : run.status();
     const absl::Status device_health = engine_.DeviceHealth();
     std::lock_guard<std::mutex> lock(mu_);
     Entry& e = jobs_.at(id);
@@ -486,23 +650,25 @@ void JobRunner::Loop() {
     }
     if (status.ok()) {
       e.job.set_finished_unix_ms(NowMs());
-      TransitionLocked(e, v1::SUCCEEDED, "finished");
+      TransitionLocked(e, v1::SUCCEEDED, "finished", "completion");
     } else if (cancel_running_ && status.code() == absl::StatusCode::kCancelled) {
       e.job.set_finished_unix_ms(NowMs());
-      TransitionLocked(e, v1::CANCELLED, "cancelled while running");
+      TransitionLocked(e, v1::CANCELLED, "cancelled while running", "cancel");
     } else if (pause_running_ && status.code() == absl::StatusCode::kCancelled) {
       TransitionLocked(e, v1::PAUSED,
                        absl::StrCat("paused after step ", e.job.progress().step(),
-                                    "; ResumeJob continues ", CheckpointNote(e.job)));
+                                    "; ResumeJob continues ", CheckpointNote(e.job)),
+                       "pause");
     } else if (stop_running_ && status.code() == absl::StatusCode::kCancelled) {
       TransitionLocked(
           e, v1::QUEUED,
           absl::StrCat("interrupted by daemon shutdown after step ", e.job.progress().step(),
-                       "; on the next start it continues ", CheckpointNote(e.job)));
+                       "; on the next start it continues ", CheckpointNote(e.job)),
+          "interrupted_by_shutdown");
     } else {
       e.job.set_failure_reason(status.ToString());
       e.job.set_finished_unix_ms(NowMs());
-      TransitionLocked(e, v1::FAILED, e.job.failure_reason());
+      TransitionLocked(e, v1::FAILED, e.job.failure_reason(), "failure");
     }
   }
   std::lock_guard<std::mutex> lock(done_mu_);

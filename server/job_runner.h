@@ -17,6 +17,14 @@
 //     that checkpoint are lost and redone).
 //  5. ResumeJob puts a PAUSED job at the back of the queue. Checkpoint asks the running job for
 //     a checkpoint after its current step and waits for that commit.
+//  6. Provenance: the first phase of a job's first run (on the runner thread, after RUNNING) hashes
+//     its inputs into its lineage, stored with the job. Every later run (a resume, a restart)
+//     first re-hashes the data files: a file that differs from the lineage puts the job in
+//     PAUSED with a message naming the file and both hashes (ResumeJob checks the same before
+//     queueing and refuses). With ResumeJob's allow_data_change the run records the change as a
+//     provenance::DataChange in the lineage instead. The engine gets the lineage and the
+//     daemon's signer, so every checkpoint is signed and chained to the base model or seed.
+//  7. Every job event is appended to the store's hash-chained audit log (server/audit_log.h).
 #pragma once
 
 #include <atomic>
@@ -34,6 +42,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "engine/provenance/lineage.h"
+#include "engine/provenance/signing_key.h"
 #include "proto/megatrain.pb.h"
 #include "server/job_engine.h"
 #include "server/job_store.h"
@@ -49,6 +59,11 @@ struct RunnerStatus {
   std::string running_job_id;
 };
 
+struct JobProvenanceOptions {
+  std::shared_ptr<const provenance::SigningKey> signer;  // null: checkpoints are unsigned
+  std::string device_kind;                               // recorded in each job's lineage
+};
+
 class JobRunner {
  public:
   using Revalidate = std::function<absl::StatusOr<ValidatedJob>(const v1::JobSpec&)>;
@@ -56,7 +71,8 @@ class JobRunner {
   // Loads the store (restart semantics above). `metrics` may be null.
   static absl::StatusOr<std::unique_ptr<JobRunner>> Create(
       std::unique_ptr<JobStore> store, JobEngine& engine, DaemonMetrics* metrics,
-      StructuredLog& log, uint32_t max_queue_length, const Revalidate& revalidate);
+      StructuredLog& log, uint32_t max_queue_length, const Revalidate& revalidate,
+      JobProvenanceOptions provenance = {});
   ~JobRunner();  // Shutdown()
 
   void Start();
@@ -67,8 +83,14 @@ class JobRunner {
   absl::StatusOr<v1::Job> Cancel(const std::string& id);
   // QUEUED -> PAUSED at once; RUNNING -> checkpoint, stop, PAUSED (returns while it stops).
   absl::StatusOr<v1::Job> Pause(const std::string& id);
-  // PAUSED -> QUEUED (re-validated first when it was paused before a restart).
-  absl::StatusOr<v1::Job> Resume(const std::string& id);
+  // PAUSED -> QUEUED (re-validated first when it was paused before a restart). The data files
+  // are re-hashed first (with the lock released): a change is FAILED_PRECONDITION naming the
+  // file and both hashes unless `allow_data_change`, which lets the next run record it.
+  absl::StatusOr<v1::Job> Resume(const std::string& id, bool allow_data_change = false);
+  // The job's audit rows and the check of their chain. NOT_FOUND for an unknown job.
+  absl::StatusOr<v1::AuditLog> Audit(const std::string& id) const;
+  // The job's lineage once its first run hashed it; NOT_FOUND before that or for an unknown id.
+  absl::StatusOr<provenance::Lineage> JobLineage(const std::string& id) const;
   // Asks the running job for a checkpoint now and waits up to `timeout` for its commit.
   // FAILED_PRECONDITION when the job is not running or ends without one; DEADLINE_EXCEEDED.
   absl::StatusOr<v1::CheckpointRecord> CheckpointNow(const std::string& id, absl::Duration timeout);
@@ -96,21 +118,34 @@ class JobRunner {
     int64_t last_persist_ms = 0;
     uint64_t checkpoints_committed = 0;  // this daemon run
     v1::CheckpointRecord last_checkpoint;
+    std::optional<provenance::Lineage> lineage;  // set by the first run's provenance phase
+    bool allow_data_change = false;              // ResumeJob's allowance, for the next run
   };
   class StepObserver;
 
   JobRunner(std::unique_ptr<JobStore> store, JobEngine& engine, DaemonMetrics* metrics,
-            StructuredLog& log, uint32_t max_queue_length, Revalidate revalidate)
+            StructuredLog& log, uint32_t max_queue_length, Revalidate revalidate,
+            JobProvenanceOptions provenance)
       : store_(std::move(store)),
         engine_(engine),
         metrics_(metrics),
         log_(log),
         max_queue_length_(max_queue_length),
-        revalidate_(std::move(revalidate)) {}
+        revalidate_(std::move(revalidate)),
+        provenance_(std::move(provenance)) {}
 
   void Loop();
-  // With mu_ held: persists the job and an event, bumps its version, wakes watchers.
-  void TransitionLocked(Entry& entry, v1::JobState state, const std::string& message);
+  // The provenance phase of a run (protocol 6), on the runner thread without mu_: the job as the
+  // engine runs it (lineage, signer). `*refusal` is set (and nothing returned) when changed data
+  // keeps the job from continuing; an error fails the job.
+  absl::StatusOr<ValidatedJob> PrepareRun(const std::string& id, const ValidatedJob& validated,
+                                          std::string* refusal);
+  // With mu_ held: persists the job and an event, appends `audit_kind` to the audit log, bumps
+  // its version, wakes watchers.
+  void TransitionLocked(Entry& entry, v1::JobState state, const std::string& message,
+                        const char* audit_kind);
+  // With mu_ held: appends one audit row (errors are logged).
+  void AuditLocked(const std::string& id, const std::string& kind, const std::string& message);
   void PersistLocked(Entry& entry);
   void PublishCountsLocked();
   const Entry* FindLocked(const std::string& id) const;
@@ -121,6 +156,7 @@ class JobRunner {
   StructuredLog& log_;
   const uint32_t max_queue_length_;
   const Revalidate revalidate_;
+  const JobProvenanceOptions provenance_;
 
   mutable std::mutex mu_;
   mutable std::condition_variable changed_;

@@ -1,8 +1,10 @@
-// Tests of the job runner with a fake engine: FIFO order, cancel, device fault, restart, shutdown.
+// Tests of the job runner with a fake engine: FIFO order, cancel, device fault, restart, shutdown,
+// lineage, the data check before a continued run and the audit log.
 #include "server/job_runner.h"
 
 #include <condition_variable>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -216,7 +218,7 @@ TEST_F(JobRunnerTest, ShutdownRequeuesRunningJobAndRestartKeepsOrder) {
     runner->Start();
     a_id = runner->Submit(Spec(4), Job(4))->id();
     b_id = runner->Submit(Spec(2), Job(2))->id();
-    AwaitState(*runner, a_id, v1::RUNNING);
+    AwaitStep(*runner, a_id, 1);  // a stop before the first step would leave no checkpoint
     EXPECT_TRUE(runner->Shutdown(absl::Seconds(20)));
     EXPECT_EQ(runner->Get(a_id)->state(), v1::QUEUED);
     EXPECT_THAT(runner->Get(a_id)->progress().last_checkpoint(), HasSubstr("/ckpt/" + a_id));
@@ -327,6 +329,72 @@ TEST_F(JobRunnerTest, CheckpointNowAnswersWithTheCommittedRecord) {
   ASSERT_TRUE(runner->Cancel(queued_id).ok());
   AwaitState(*runner, queued_id, v1::CANCELLED);
   EXPECT_EQ(runner->Checkpoints(queued_id)->size(), 1u);  // a cancel writes none
+}
+
+// A job interrupted by a restart whose data file changed meanwhile: the runner's data check keeps
+// it PAUSED naming the file; a plain resume is refused; the allowance resumes it and records
+// the change in its lineage and audit log.
+TEST_F(JobRunnerTest, ChangedDataAfterRestartPausesUntilAllowed) {
+  const std::string db = TempDb("data_change.db");
+  const std::string data = TempDb("data_change.txt");
+  std::ofstream(data) << "some training text";
+  auto job_with_data = [&](uint64_t steps) {
+    ValidatedJob job = Job(steps);
+    job.options.text_paths = {data};
+    return job;
+  };
+  std::string id;
+  engine_.blocking_ = true;
+  {
+    std::unique_ptr<JobRunner> runner = MakeRunner(db);
+    runner->Start();
+    id = runner->Submit(Spec(5), job_with_data(5))->id();
+    AwaitStep(*runner, id, 1);
+    absl::StatusOr<provenance::Lineage> lineage = runner->JobLineage(id);
+    ASSERT_TRUE(lineage.ok()) << lineage.status();
+    ASSERT_EQ(lineage->inputs.size(), 1u);
+    EXPECT_EQ(lineage->inputs[0].path, data);
+    EXPECT_TRUE(runner->Shutdown(absl::Seconds(20)));
+  }
+  std::ofstream(data) << "some training tExt";
+  engine_.blocking_ = false;
+  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(db);
+  ASSERT_TRUE(store.ok());
+  absl::StatusOr<std::unique_ptr<JobRunner>> created =
+      JobRunner::Create(std::move(*store), engine_, nullptr, log_, 8,
+                        [&](const v1::JobSpec& spec) -> absl::StatusOr<ValidatedJob> {
+                          return job_with_data(spec.hyper().steps());
+                        });
+  ASSERT_TRUE(created.ok()) << created.status();
+  JobRunner& runner = **created;
+  runner.Start();
+  const v1::Job paused = AwaitState(runner, id, v1::PAUSED);
+  EXPECT_THAT(paused.failure_reason(), HasSubstr(data + " changed"));
+  EXPECT_THAT(paused.failure_reason(), HasSubstr("--allow-data-change"));
+  absl::StatusOr<v1::Job> refused = runner.Resume(id);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(), HasSubstr(data));
+  ASSERT_TRUE(runner.Resume(id, /*allow_data_change=*/true).ok());
+  const v1::Job done = AwaitState(runner, id, v1::SUCCEEDED);
+  EXPECT_EQ(done.progress().step(), 5u);
+  EXPECT_TRUE(done.failure_reason().empty());
+  absl::StatusOr<provenance::Lineage> lineage = runner.JobLineage(id);
+  ASSERT_TRUE(lineage.ok());
+  ASSERT_EQ(lineage->data_changes.size(), 1u);
+  EXPECT_EQ(lineage->data_changes[0].path, data);
+  EXPECT_NE(lineage->data_changes[0].old_sha256_hex, lineage->data_changes[0].new_sha256_hex);
+  EXPECT_FALSE(lineage->data_changes[0].allowed_at.empty());
+
+  absl::StatusOr<v1::AuditLog> audit = runner.Audit(id);
+  ASSERT_TRUE(audit.ok());
+  EXPECT_TRUE(audit->chain_ok()) << audit->problem();
+  std::vector<std::string> kinds;
+  for (const v1::AuditEntry& e : audit->entries()) kinds.push_back(e.kind());
+  EXPECT_THAT(kinds, ::testing::IsSupersetOf({"submit", "start", "lineage_recorded", "checkpoint",
+                                              "interrupted_by_shutdown", "data_change_refused",
+                                              "resume", "data_change_allowed", "completion"}));
+  EXPECT_EQ(kinds.front(), "submit");
+  EXPECT_EQ(kinds.back(), "completion");
 }
 
 }  // namespace

@@ -64,11 +64,25 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
         "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER);"}) {
     if (absl::Status s = store->Exec(sql); !s.ok()) return s;
   }
+  constexpr char kVersion2Tables[] =
+      "CREATE TABLE lineage (job_id TEXT PRIMARY KEY, lineage TEXT NOT NULL);";
   {
     Statement get(db, "SELECT value FROM meta WHERE key = 'schema_version';");
     if (absl::Status s = get.prepared(); !s.ok()) return s;
     if (get.Step() == SQLITE_ROW) {
       const int64_t version = get.Int(0);
+      if (version == 1) {
+        // Version 1 lacks the lineage and audit tables; its rows stay as they are.
+        const std::string migrate =
+            absl::StrCat("BEGIN IMMEDIATE;", kVersion2Tables, kAuditSchemaSql,
+                         "UPDATE meta SET value = 2 WHERE key = 'schema_version';COMMIT;");
+        if (absl::Status s = store->Exec(migrate.c_str()); !s.ok()) {
+          (void)store->Exec("ROLLBACK;");
+          return absl::Status(s.code(), absl::StrCat("state database '", path,
+                                                     "': migration 1 -> 2: ", s.message()));
+        }
+        return store;
+      }
       if (version != kJobStoreSchemaVersion) {
         return absl::FailedPreconditionError(
             absl::StrCat("state database '", path, "' has schema version ", version,
@@ -85,8 +99,8 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
       "event BLOB NOT NULL);"
       "CREATE INDEX events_by_job ON events(job_id);"
       "CREATE TABLE checkpoints (job_id TEXT NOT NULL, step INTEGER NOT NULL, record BLOB NOT "
-      "NULL, PRIMARY KEY (job_id, step));"
-      "INSERT INTO meta VALUES ('schema_version', ",
+      "NULL, PRIMARY KEY (job_id, step));",
+      kVersion2Tables, kAuditSchemaSql, "INSERT INTO meta VALUES ('schema_version', ",
       kJobStoreSchemaVersion, ");COMMIT;");
   if (absl::Status s = store->Exec(create.c_str()); !s.ok()) return s;
   return store;
@@ -129,6 +143,32 @@ absl::Status JobStore::PutCheckpoint(const v1::CheckpointRecord& record) {
   put.Bind(2, static_cast<int64_t>(record.step()));
   put.Bind(3, record.SerializeAsString());
   return put.Done();
+}
+
+absl::Status JobStore::PutLineage(const std::string& job_id, const std::string& lineage_json) {
+  Statement put(db_, "INSERT OR REPLACE INTO lineage (job_id, lineage) VALUES (?, ?);");
+  if (absl::Status s = put.prepared(); !s.ok()) return s;
+  put.Bind(1, job_id);
+  put.Bind(2, lineage_json);
+  return put.Done();
+}
+
+absl::StatusOr<AuditRow> JobStore::AppendAudit(const std::string& job_id, int64_t unix_ms,
+                                               const std::string& kind,
+                                               const std::string& message) {
+  return AppendAuditRow(db_, job_id, unix_ms, kind, message);
+}
+
+absl::StatusOr<std::map<std::string, std::string>> JobStore::LoadLineages() {
+  Statement get(db_, "SELECT job_id, lineage FROM lineage;");
+  if (absl::Status s = get.prepared(); !s.ok()) return s;
+  std::map<std::string, std::string> lineages;
+  while (get.Step() == SQLITE_ROW) lineages[get.Blob(0)] = get.Blob(1);
+  return lineages;
+}
+
+absl::StatusOr<std::vector<AuditRow>> JobStore::LoadAudit(const std::string& job_id) {
+  return ReadAuditRows(db_, job_id);
 }
 
 absl::StatusOr<std::vector<JobStore::StoredJob>> JobStore::LoadJobs() {

@@ -1,24 +1,29 @@
 // JobStore: the daemon's durable state in SQLite (WAL): job specs and states, events, checkpoint
-// records, under a versioned schema that is created, accepted or refused explicitly.
+// records, each job's provenance lineage and the audit log, under a versioned schema that is
+// created, migrated (1 -> 2) or refused explicitly.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "proto/megatrain.pb.h"
+#include "server/audit_log.h"
 
 struct sqlite3;
 
 namespace megatrain::server {
 
-inline constexpr int kJobStoreSchemaVersion = 1;
+// 1: jobs, events, checkpoints. 2: + lineage (per job) and audit (hash-chained events).
+inline constexpr int kJobStoreSchemaVersion = 2;
 
 // Not thread-safe: the owner serialises calls (the job runner holds its lock around them).
 class JobStore {
  public:
-  // Opens or creates `path`. A database with another schema version is FAILED_PRECONDITION.
+  // Opens or creates `path`; a version-1 database is migrated to version 2 in one transaction.
+  // A database with another schema version is FAILED_PRECONDITION.
   static absl::StatusOr<std::unique_ptr<JobStore>> Open(const std::string& path);
   ~JobStore();
   JobStore(const JobStore&) = delete;
@@ -28,6 +33,11 @@ class JobStore {
   absl::Status PutJob(int64_t sequence, const v1::Job& job);
   absl::Status AppendEvent(const v1::ProgressEvent& event);
   absl::Status PutCheckpoint(const v1::CheckpointRecord& record);
+  // The job's lineage (provenance::LineageToJson text), inserted or replaced.
+  absl::Status PutLineage(const std::string& job_id, const std::string& lineage_json);
+  // Appends an event to the job's audit chain.
+  absl::StatusOr<AuditRow> AppendAudit(const std::string& job_id, int64_t unix_ms,
+                                       const std::string& kind, const std::string& message);
 
   struct StoredJob {
     int64_t sequence = 0;
@@ -37,6 +47,9 @@ class JobStore {
   absl::StatusOr<std::vector<StoredJob>> LoadJobs();
   absl::StatusOr<std::vector<v1::ProgressEvent>> LoadEvents(const std::string& job_id);
   absl::StatusOr<std::vector<v1::CheckpointRecord>> LoadCheckpoints(const std::string& job_id);
+  // Lineage JSON by job id.
+  absl::StatusOr<std::map<std::string, std::string>> LoadLineages();
+  absl::StatusOr<std::vector<AuditRow>> LoadAudit(const std::string& job_id);
 
  private:
   explicit JobStore(sqlite3* db) : db_(db) {}

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <thread>
 
@@ -42,6 +43,9 @@ ABSL_FLAG(uint64_t, max_steps, 0, "Overrides max_steps.");
 ABSL_FLAG(uint32_t, max_seq_len, 0, "Overrides max_seq_len.");
 ABSL_FLAG(uint64_t, max_parameters, 0, "Overrides max_parameters.");
 ABSL_FLAG(uint32_t, threads, 0, "Overrides threads.");
+ABSL_FLAG(bool, init_signing_key, false,
+          "Create <state_dir>/signing_key (Ed25519, mode 0600) if missing, write "
+          "signing_key.pub, print the public key and exit (scripts/install runs this).");
 ABSL_FLAG(uint64_t, inject_device_fault_after_steps, 0,
           "Test hook (cpu device only): fault the daemon's device after this many training "
           "steps, counted over all jobs; 0 = never. Never set it in production.");
@@ -137,6 +141,23 @@ int main(int argc, char** argv) {
     config = *loaded;
   }
   if (!ApplyFlags(config)) return 2;
+  if (absl::GetFlag(FLAGS_init_signing_key)) {
+    // Needs only the state directory: install time, before roots and devices are configured.
+    if (config.state_dir().empty() || config.state_dir()[0] != '/') {
+      std::fprintf(stderr, "megatraind: --init_signing_key needs an absolute --state_dir\n");
+      return 2;
+    }
+    std::error_code ec;
+    std::filesystem::create_directories(config.state_dir(), ec);
+    absl::StatusOr<megatrain::provenance::SigningKey> key =
+        LoadOrCreateDaemonKey(config.state_dir());
+    if (!key.ok()) {
+      std::fprintf(stderr, "megatraind: %s\n", key.status().ToString().c_str());
+      return 1;
+    }
+    std::printf("%s\n", key->public_key_hex().c_str());
+    return 0;
+  }
   absl::StatusOr<DaemonSettings> settings = ValidateDaemonConfig(config);
   if (!settings.ok()) {
     log.Event("config_error", {{"error", settings.status().ToString()}});

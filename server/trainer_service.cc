@@ -46,8 +46,14 @@ absl::Status ValidateJobId(const std::string& id) {
 }
 
 TrainerService::TrainerService(const DaemonSettings& settings, const PathPolicy& paths,
-                               JobRunner& runner, DaemonMetrics* metrics, StructuredLog& log)
-    : settings_(settings), paths_(paths), runner_(runner), metrics_(metrics), log_(log) {}
+                               JobRunner& runner, DaemonMetrics* metrics, StructuredLog& log,
+                               std::string public_key_hex)
+    : settings_(settings),
+      paths_(paths),
+      runner_(runner),
+      metrics_(metrics),
+      log_(log),
+      public_key_hex_(std::move(public_key_hex)) {}
 
 grpc::Status TrainerService::Finish(const char* method, const absl::Status& status) {
   const std::string code = CodeName(status.code());
@@ -152,11 +158,12 @@ grpc::Status TrainerService::PauseJob(grpc::ServerContext*, const v1::JobRef* re
   return Finish("PauseJob", job.status());
 }
 
-grpc::Status TrainerService::ResumeJob(grpc::ServerContext*, const v1::JobRef* request,
+// Re-hashes the job's data files on this handler thread (see JobRunner::Resume).
+grpc::Status TrainerService::ResumeJob(grpc::ServerContext*, const v1::ResumeJobRequest* request,
                                        v1::Job* response) {
   DeprioritizeHandlerThread();
   if (absl::Status s = ValidateJobId(request->id()); !s.ok()) return Finish("ResumeJob", s);
-  absl::StatusOr<v1::Job> job = runner_.Resume(request->id());
+  absl::StatusOr<v1::Job> job = runner_.Resume(request->id(), request->allow_data_change());
   if (job.ok()) *response = *job;
   return Finish("ResumeJob", job.status());
 }
@@ -202,6 +209,7 @@ grpc::Status TrainerService::GetDaemonStatus(grpc::ServerContext*,
   response->set_unhealthy_reason(status.unhealthy_reason);
   response->set_queue_length(static_cast<uint32_t>(status.queued));
   response->set_running_job_id(status.running_job_id);
+  response->set_public_key(public_key_hex_);
   v1::TierUsage* device = response->add_memory();
   device->set_tier("device");
   device->set_budget_bytes(settings_.device.arena_bytes);
@@ -217,6 +225,18 @@ grpc::Status TrainerService::GetDaemonStatus(grpc::ServerContext*,
     }
   }
   return Finish("GetDaemonStatus", absl::OkStatus());
+}
+
+grpc::Status TrainerService::GetAuditLog(grpc::ServerContext*,
+                                         const v1::GetAuditLogRequest* request,
+                                         v1::AuditLog* response) {
+  DeprioritizeHandlerThread();
+  if (absl::Status s = ValidateJobId(request->job_id()); !s.ok()) {
+    return Finish("GetAuditLog", absl::InvalidArgumentError(absl::StrCat("job_", s.message())));
+  }
+  absl::StatusOr<v1::AuditLog> log = runner_.Audit(request->job_id());
+  if (log.ok()) *response = *std::move(log);
+  return Finish("GetAuditLog", log.status());
 }
 
 }  // namespace megatrain::server

@@ -20,9 +20,10 @@ inline constexpr absl::Duration kCheckpointRpcTimeout = absl::Seconds(120);
 
 class TrainerService final : public v1::Trainer::Service {
  public:
-  // `metrics` may be null. Everything passed in outlives the service.
+  // `metrics` may be null. Everything passed in outlives the service. `public_key_hex` is the
+  // daemon's signing key, reported by GetDaemonStatus.
   TrainerService(const DaemonSettings& settings, const PathPolicy& paths, JobRunner& runner,
-                 DaemonMetrics* metrics, StructuredLog& log);
+                 DaemonMetrics* metrics, StructuredLog& log, std::string public_key_hex = "");
 
   grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request,
                          v1::Job* response) override;
@@ -36,7 +37,7 @@ class TrainerService final : public v1::Trainer::Service {
                          v1::Job* response) override;
   grpc::Status PauseJob(grpc::ServerContext* context, const v1::JobRef* request,
                         v1::Job* response) override;
-  grpc::Status ResumeJob(grpc::ServerContext* context, const v1::JobRef* request,
+  grpc::Status ResumeJob(grpc::ServerContext* context, const v1::ResumeJobRequest* request,
                          v1::Job* response) override;
   grpc::Status Checkpoint(grpc::ServerContext* context, const v1::JobRef* request,
                           v1::CheckpointRecord* response) override;
@@ -47,6 +48,8 @@ class TrainerService final : public v1::Trainer::Service {
   grpc::Status GetDaemonStatus(grpc::ServerContext* context,
                                const v1::GetDaemonStatusRequest* request,
                                v1::DaemonStatus* response) override;
+  grpc::Status GetAuditLog(grpc::ServerContext* context, const v1::GetAuditLogRequest* request,
+                           v1::AuditLog* response) override;
 
  private:
   // Counts, logs and converts.
@@ -58,6 +61,7 @@ class TrainerService final : public v1::Trainer::Service {
   JobRunner& runner_;
   DaemonMetrics* metrics_;
   StructuredLog& log_;
+  const std::string public_key_hex_;
 };
 
 // "id: ..." errors for empty, over-long or odd job ids (INVALID_ARGUMENT).

@@ -276,7 +276,8 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
     if (latest->has_value()) {
       absl::StatusOr<LoadedCheckpoint> loaded = LoadCheckpoint(**latest, **trainer);
       if (!loaded.ok()) return loaded.status();
-      if (absl::Status s = CheckDataFilesMatch(loaded->manifest.data_files, data_files); !s.ok()) {
+      if (absl::Status s = CheckDataFilesMatch(loaded->manifest.data_files, data_files);
+          !s.ok() && !options.allow_changed_data_files) {
         return absl::FailedPreconditionError(absl::StrCat(**latest, ": ", s.message()));
       }
       if (loaded->state.job_json != job_json) {

@@ -59,6 +59,9 @@ struct TextTrainingOptions {
   // Continue from the newest checkpoint in checkpoint_dir when there is one
   // (refused if the model, the job or the data files differ).
   bool resume = false;
+  // Resume even when a data file's checksum differs from the checkpoint's: the caller checked
+  // the data itself and recorded the change (a daemon job resumed with --allow-data-change).
+  bool allow_changed_data_files = false;
   // Provenance of checkpoints (engine/provenance): the job's lineage, hashed
   // at submit by a daemon; nullopt = TrainOnText hashes the inputs itself
   // when it writes checkpoints. With a signer, every record is signed.

@@ -358,7 +358,7 @@ TEST_F(BadInputTest, EveryHostileRequestIsRefusedWhileAJobRuns) {
   }
   {
     grpc::ClientContext context;
-    v1::JobRef ref;
+    v1::ResumeJobRequest ref;
     ref.set_id(running.id());
     v1::Job job;
     expect(daemon_.stub().ResumeJob(&context, ref, &job), C::FAILED_PRECONDITION, "not PAUSED");

@@ -11,11 +11,20 @@ cat > "$WORK/job.json" <<JSON
  "hyper": {"steps": 100, "batch_size": 2, "seq_len": 32, "lr": {"peak_lr": 0.001}},
  "output_dir": "$WORK/out/e2e", "seed": 3}
 JSON
+# A blocker keeps the job QUEUED until the watch is attached, so the watch
+# sees the job run from its first step however fast it is.
+blocker=$(cli submit --spec="$WORK/job.json" --steps=100000 --name=blocker \
+  --output_dir="$WORK/out/blocker") || fail "submit blocker"
 id=$(cli submit --spec="$WORK/job.json" --steps=8) || fail "submit"
 [[ "$id" == job-* ]] || fail "submit printed '$id'"
-cli watch "$id" > "$WORK/watch.txt" || fail "watch exited non-zero"
+cli watch "$id" > "$WORK/watch.txt" &
+watcher=$!
+for _ in $(seq 1 300); do [ -s "$WORK/watch.txt" ] && break; sleep 0.1; done
+[ -s "$WORK/watch.txt" ] || fail "watch printed nothing for a queued job within 30 s"
+cli cancel "$blocker" > /dev/null || fail "cancel blocker"
+wait "$watcher" || fail "watch exited non-zero"
 grep -q "SUCCEEDED step 8/8" "$WORK/watch.txt" || fail "watch output: $(cat "$WORK/watch.txt")"
-[ "$(wc -l < "$WORK/watch.txt")" -ge 3 ] || fail "expected several progress lines"
+[ "$(wc -l < "$WORK/watch.txt")" -ge 3 ] || fail "expected several progress lines: $(cat "$WORK/watch.txt")"
 
 status=$(cli status "$id" --json)
 [ "$(json_field "$status" .state)" = SUCCEEDED ] || fail "state: $status"

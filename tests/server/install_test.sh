@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/install into a temporary root: files land where the unit expects them, the unit passes
-# `systemd-analyze verify`, and the installed example config starts the installed daemon.
+# `systemd-analyze verify`, the daemon's signing key is created once (0600), and the installed
+# example config starts the installed daemon.
 source "$(dirname "$0")/daemon_test_lib.sh"
 # The runfiles link back into the source tree, where scripts/install lives.
 repo="$(cd "$(dirname "$(readlink -f "$RUNFILES/deploy/megatraind.service")")/.." && pwd)"
@@ -18,6 +19,9 @@ for f in "$R/usr/bin/megatraind" "$R/usr/bin/megatrain" "$unit" \
   [ -e "$f" ] || fail "missing $f"
 done
 [ -d "$R/var/lib/megatrain/outputs" ] || fail "no outputs dir"
+[ "$(stat -c %a "$R/var/lib/megatrain/signing_key")" = 600 ] || fail "signing_key not created 0600"
+installed_key=$(tr -d '[:space:]' < "$R/var/lib/megatrain/signing_key.pub")
+[ "${#installed_key}" = 64 ] || fail "signing_key.pub holds '$installed_key'"
 grep -q "^ExecStart=$R/usr/bin/megatraind --config=$R/etc/megatrain/megatraind.textproto$" "$unit" \
   || fail "ExecStart not substituted: $(grep ExecStart "$unit")"
 for key in "LimitMEMLOCK=infinity" "StateDirectory=megatrain" "RuntimeDirectory=megatrain" \
@@ -37,5 +41,7 @@ echo "# edited" >> "$R/etc/megatrain/megatraind.textproto"
 "$repo/scripts/install" --prefix="$R/usr" --sysconfdir="$R/etc" --statedir="$R/var/lib" \
   --bin-dir="$WORK/bin" --no-user > /dev/null
 grep -q "# edited" "$R/etc/megatrain/megatraind.textproto" || fail "config overwritten"
+[ "$(tr -d '[:space:]' < "$R/var/lib/megatrain/signing_key.pub")" = "$installed_key" ] ||
+  fail "installing again replaced the signing key"
 [ -f "$R/etc/megatrain/megatraind.textproto.example" ] || fail "no .example"
 echo PASS
