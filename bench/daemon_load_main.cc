@@ -2,10 +2,15 @@
 // tokens/s quietly; phase 2 adds pollers (GetJob/ListJobs at a fixed rate each) and watchers
 // (WatchJob streams) and samples again. Prints both medians, the drop and failed RPCs; exits 1
 // when any RPC failed or the drop reaches --max_drop.
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,8 +28,34 @@ ABSL_FLAG(int, pollers, 40, "Clients calling GetJob/ListJobs.");
 ABSL_FLAG(int, poll_hz, 10, "Calls per second per poller.");
 ABSL_FLAG(int, watchers, 10, "Clients holding WatchJob streams.");
 ABSL_FLAG(double, max_drop, 0.05, "Largest acceptable relative tokens/s drop.");
+ABSL_FLAG(int, daemon_pid, 0,
+          "megatraind's pid: reports its CPU time per phase (0 = not reported).");
 
 namespace {
+
+// CPU seconds (user + system) of a process from /proc/PID/stat; 0 if unknown.
+double ProcessCpuSeconds(int pid) {
+  if (pid <= 0) return 0;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return 0;
+  // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+  std::istringstream rest(line.substr(line.rfind(')') + 2));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14) utime = std::stoull(field);
+    if (i == 15) stime = std::stoull(field);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+double SelfCpuSeconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_utime.tv_sec + usage.ru_stime.tv_sec +
+         1e-6 * (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+}
 
 using namespace megatrain;
 using Clock = std::chrono::steady_clock;
@@ -77,7 +108,12 @@ int main(int argc, char** argv) {
   std::atomic<long> failures{0}, calls{0}, events{0};
   const int seconds = absl::GetFlag(FLAGS_seconds);
 
+  const double daemon_cpu_0 = ProcessCpuSeconds(absl::GetFlag(FLAGS_daemon_pid));
+  const auto wall_0 = Clock::now();
   std::vector<double> quiet = Sample(*stub, id, seconds, failures);
+  const double daemon_cpu_1 = ProcessCpuSeconds(absl::GetFlag(FLAGS_daemon_pid));
+  const double self_cpu_1 = SelfCpuSeconds();
+  const auto wall_1 = Clock::now();
   std::atomic<bool> stop{false};
   std::vector<std::thread> threads;
   for (int p = 0; p < absl::GetFlag(FLAGS_pollers); ++p) {
@@ -121,6 +157,9 @@ int main(int argc, char** argv) {
     });
   }
   std::vector<double> loaded = Sample(*stub, id, seconds, failures);
+  const double daemon_cpu_2 = ProcessCpuSeconds(absl::GetFlag(FLAGS_daemon_pid));
+  const double self_cpu_2 = SelfCpuSeconds();
+  const auto wall_2 = Clock::now();
   stop = true;
   for (auto& c : watch_contexts) c->TryCancel();
   for (std::thread& t : threads) t.join();
@@ -131,5 +170,19 @@ int main(int argc, char** argv) {
       "quiet: %.0f tokens/s (median of %zu steps); loaded: %.0f tokens/s (median of %zu steps); "
       "drop %.2f%%; %ld unary calls, %ld watch events, %ld failed RPCs\n",
       q, quiet.size(), l, loaded.size(), drop * 100, calls.load(), events.load(), failures.load());
+  // Where the CPU went: on a machine with few cores the load generator (this
+  // process) competes with training for the same cores.
+  const double quiet_wall = std::chrono::duration<double>(wall_1 - wall_0).count();
+  const double loaded_wall = std::chrono::duration<double>(wall_2 - wall_1).count();
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  std::printf(
+      "load generator (this process): %.1f CPU-s in the %.0f s loaded phase = %.1f%% of %u "
+      "cores\n",
+      self_cpu_2 - self_cpu_1, loaded_wall, 100 * (self_cpu_2 - self_cpu_1) / (loaded_wall * cores),
+      cores);
+  if (absl::GetFlag(FLAGS_daemon_pid) > 0) {
+    std::printf("megatraind: %.1f CPU-s quiet (%.0f s), %.1f CPU-s loaded (%.0f s)\n",
+                daemon_cpu_1 - daemon_cpu_0, quiet_wall, daemon_cpu_2 - daemon_cpu_1, loaded_wall);
+  }
   return failures == 0 && drop < absl::GetFlag(FLAGS_max_drop) && !loaded.empty() ? 0 : 1;
 }

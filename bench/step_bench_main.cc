@@ -265,10 +265,17 @@ int Run() {
   out["update_wait_seconds"] = Median(update_wait);
   out["optimizer_seconds"] = Median(optimizer);  // the AdamW pass (NVMe reads/writes included)
   out["states_on_nvme"] = t.store().state_store() != nullptr;
-  // m and v read and written once per step when they live on NVMe.
-  out["nvme_bytes_per_step"] = t.store().state_store() != nullptr
-                                   ? 16.0 * static_cast<double>(t.store().total_elements())
-                                   : 0.0;
+  // What the NVMe tier really moved per optimizer pass (every step ran one,
+  // warm-up included): entries still in a staging slot are not re-read, so a
+  // model with few entries may move much less than 16 bytes per parameter.
+  const auto* nvme = t.store().state_store();
+  const double passes = static_cast<double>(warmup + steps);
+  out["nvme_bytes_per_step"] =
+      nvme != nullptr
+          ? static_cast<double>(nvme->stats().bytes_read + nvme->stats().bytes_written) / passes
+          : 0.0;
+  out["nvme_staging_hits_per_step"] =
+      nvme != nullptr ? static_cast<double>(nvme->stats().staging_hits) / passes : 0.0;
   out["stall_seconds"] = stall_s;
   out["stall_fraction"] = stall_s / step_s;
   out["copy_in_seconds"] = Median(copy_in);

@@ -1,6 +1,7 @@
 // TrainerService (see trainer_service.h).
 #include "server/trainer_service.h"
 
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -19,7 +20,13 @@ void DeprioritizeHandlerThread() {
   thread_local bool done = false;
   if (done) return;
   done = true;
-  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
+  // SCHED_IDLE: a handler never preempts the training threads on wakeup (with
+  // two BLAS threads on two cores, one preempted thread stalls both at the
+  // next barrier); it runs in their gaps. Nice 19 if the policy is refused.
+  sched_param param{};
+  if (sched_setscheduler(static_cast<pid_t>(syscall(SYS_gettid)), SCHED_IDLE, &param) != 0) {
+    setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
+  }
 }
 
 grpc::Status ToGrpc(const absl::Status& s) {

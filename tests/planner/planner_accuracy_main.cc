@@ -76,12 +76,16 @@ int Run() {
         static_cast<double>(p->device_arena_peak) / static_cast<double>(m->arena_peak) - 1;
     const double hwm_err =
         static_cast<double>(p->host_peak_bytes) / static_cast<double>(m->vmhwm_growth) - 1;
-    printf(
-        "%-44s step %.4f s pred %.4f s (%+5.1f%%) [%s]  arena %+.2f%%  VmHWM %.1f MB pred %.1f "
-        "MB (%+5.1f%%)\n",
-        c.name.c_str(), m->step_seconds, p->time.step_seconds, 100 * err,
-        p->time.bottleneck.c_str(), 100 * arena_err, m->vmhwm_growth / 1e6,
-        p->host_peak_bytes / 1e6, 100 * hwm_err);
+    printf("%-44s step %.4f s pred %.4f s (%+5.1f%%) [%s]  arena %+.2f%%", c.name.c_str(),
+           m->step_seconds, p->time.step_seconds, 100 * err, p->time.bottleneck.c_str(),
+           100 * arena_err);
+    // VmHWM is a high-water mark of the whole process: only the first case of a
+    // run measures its own growth (run one case per process with --only).
+    if (absl::GetFlag(FLAGS_only) >= 0) {
+      printf("  VmHWM %.1f MB pred %.1f MB (%+5.1f%%)", m->vmhwm_growth / 1e6,
+             p->host_peak_bytes / 1e6, 100 * hwm_err);
+    }
+    printf("\n");
     if (i > 0) {
       ++checked;
       if (std::fabs(err) > absl::GetFlag(FLAGS_tolerance)) ++bad;
