@@ -10,6 +10,10 @@
 #include "engine/provenance/json_fields.h"
 #include "engine/provenance/sha256.h"
 
+// Provided by //engine/provenance:build_commit (stamped with the source
+// commit) in the binaries that link it; absent (null) elsewhere.
+extern "C" const char* megatrain_build_commit() __attribute__((weak));
+
 namespace megatrain::provenance {
 namespace {
 
@@ -68,11 +72,7 @@ absl::StatusOr<DataChange> ParseDataChange(const nlohmann::json& v, const std::s
 BuildInfo CurrentBuild() {
   BuildInfo b;
   b.version = engine::kMegatrainVersion;
-#if defined(MEGATRAIN_GIT_COMMIT)
-  b.commit = MEGATRAIN_GIT_COMMIT;
-#else
-  b.commit = "unknown";
-#endif
+  b.commit = megatrain_build_commit != nullptr ? megatrain_build_commit() : "unknown";
 #if defined(__VERSION__)
   b.compiler = __VERSION__;
 #else

@@ -51,7 +51,8 @@ struct Lineage {
   bool operator==(const Lineage&) const = default;
 };
 
-// This binary's build: version, MEGATRAIN_GIT_COMMIT when defined at compile time, compiler.
+// This binary's build: version, the source commit when the binary links
+// //engine/provenance:build_commit ("unknown" otherwise), compiler.
 BuildInfo CurrentBuild();
 
 nlohmann::ordered_json LineageToJsonValue(const Lineage& lineage);

@@ -124,6 +124,21 @@ TEST_F(ProvenanceChainTest, UntouchedRunVerifiesWithTheDaemonKey) {
   EXPECT_EQ(Verify(root_ + "/" + Step(2) + Pubkey()).exit_code, kVerifyOk);
 }
 
+// The record names the source commit train_local was built from: the one
+// Bazel stamped into //engine/provenance:build_commit for this build.
+TEST_F(ProvenanceChainTest, RecordNamesTheStampedSourceCommit) {
+  const std::string stamped =
+      ReadFile(std::string(std::getenv("TEST_SRCDIR")) + "/" + std::getenv("TEST_WORKSPACE") +
+               "/engine/provenance/build_commit.cc");
+  const size_t open = stamped.find("return \"");
+  ASSERT_NE(open, std::string::npos) << stamped;
+  const std::string commit = stamped.substr(open + 8, stamped.find('"', open + 8) - (open + 8));
+  const nlohmann::json record =
+      nlohmann::json::parse(ReadFile(root_ + "/" + Step(3) + "/provenance.json"));
+  EXPECT_EQ(record["lineage"]["build"]["commit"], commit);
+  EXPECT_NE(commit, "") << "the stamp is empty";
+}
+
 TEST_F(ProvenanceChainTest, FlippedTensorByteNamesTheFileAndTheTensor) {
   const std::string dir = root_ + "/" + Step(2);
   const nlohmann::json record = nlohmann::json::parse(ReadFile(dir + "/provenance.json"));
