@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "engine/common/proc_status.h"
 #include "engine/device/cpu_device.h"
 #include "engine/model/model_config.h"
 #include "engine/train/trainer.h"
@@ -56,21 +57,6 @@ double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// A field of /proc/self/status in bytes (the kernel reports kB); 0 if absent.
-int64_t ProcStatusBytes(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!absl::StartsWith(line, field + ":")) continue;
-    std::string rest = line.substr(field.size() + 1);
-    absl::StripAsciiWhitespace(&rest);
-    if (absl::EndsWith(rest, " kB")) rest.resize(rest.size() - 3);
-    int64_t kb = 0;
-    if (absl::SimpleAtoi(rest, &kb)) return kb * 1024;
-  }
-  return 0;
 }
 
 absl::StatusOr<engine::ModelConfig> ConfigFromFlags() {
@@ -285,8 +271,8 @@ int Run() {
   out["head_seconds"] = Median(head);
   out["weight_copies_per_layer"] = Median(copies);
   out["arena_peak_bytes"] = arena_peak;
-  out["vm_hwm_bytes"] = ProcStatusBytes("VmHWM");
-  out["vm_rss_bytes"] = ProcStatusBytes("VmRSS");
+  out["vm_hwm_bytes"] = static_cast<int64_t>(ProcStatusBytes("VmHWM"));
+  out["vm_rss_bytes"] = static_cast<int64_t>(ProcStatusBytes("VmRSS"));
   out["final_loss"] = last_loss;
   printf("%s\n", out.dump().c_str());
   return 0;

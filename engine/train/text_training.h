@@ -63,7 +63,7 @@ struct TextTrainingOptions {
   // the data itself and recorded the change (a daemon job resumed with --allow-data-change).
   bool allow_changed_data_files = false;
   // Provenance of checkpoints (engine/provenance): the job's lineage, hashed
-  // at submit by a daemon; nullopt = TrainOnText hashes the inputs itself
+  // by the daemon on the job's first run; nullopt = TrainOnText hashes the inputs itself
   // when it writes checkpoints. With a signer, every record is signed.
   std::optional<provenance::Lineage> lineage;
   std::shared_ptr<const provenance::SigningKey> signer;

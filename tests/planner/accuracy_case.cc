@@ -5,17 +5,10 @@
 #include <chrono>
 #include <fstream>
 
+#include "engine/common/proc_status.h"
+
 namespace megatrain::engine::planner {
 namespace {
-
-uint64_t StatusField(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field + ":", 0) == 0) return std::stoull(line.substr(field.size() + 1)) * 1024;
-  }
-  return 0;
-}
 
 constexpr uint64_t kArenaBytes = uint64_t{512} << 20;  // untouched pages cost no RAM
 
@@ -112,7 +105,7 @@ absl::StatusOr<Measured> RunCase(const AccuracyCase& c, int warmup, int steps,
   const auto batches = testing::MakeTokenBatches(total_mb, tokens, vocab, 7);
 
   { std::ofstream("/proc/self/clear_refs") << "5"; }
-  const uint64_t baseline = StatusField("VmRSS");
+  const uint64_t baseline = ProcStatusBytes("VmRSS");
   Measured out;
   {
     auto device = testing::MakeCpuDevice(kArenaBytes, c.link_gbps);
@@ -132,7 +125,7 @@ absl::StatusOr<Measured> RunCase(const AccuracyCase& c, int warmup, int steps,
       out.arena_peak = std::max<uint64_t>(out.arena_peak, r->device_arena_peak_bytes);
     }
     if (absl::Status s = (*trainer)->UpdateStatus(); !s.ok()) return s;
-    out.vmhwm_growth = StatusField("VmHWM") - baseline;
+    out.vmhwm_growth = ProcStatusBytes("VmHWM") - baseline;
     std::sort(seconds.begin(), seconds.end());
     out.step_seconds = seconds[seconds.size() / 2];
   }

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 
+#include "engine/common/proc_status.h"
 #include "engine/tiers/test_dir.h"
 #include "tests/engine/tiny_model.h"
 
@@ -20,15 +21,6 @@ using testing::TinyConfig;
 using testing::TinyShape;
 
 constexpr size_t kFixedOverheadBytes = size_t{48} << 20;
-
-size_t StatusField(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field + ":", 0) == 0) return std::stoull(line.substr(field.size() + 1)) * 1024;
-  }
-  return 0;
-}
 
 TEST(TrainerPeakMemoryTest, PeakResidentMemoryStaysWithinTheBudgets) {
   absl::Status usable;
@@ -60,7 +52,7 @@ TEST(TrainerPeakMemoryTest, PeakResidentMemoryStaysWithinTheBudgets) {
 
   // Reset the high-water mark to the current resident set.
   { std::ofstream("/proc/self/clear_refs") << "5"; }
-  const size_t baseline = StatusField("VmRSS");
+  const size_t baseline = ProcStatusBytes("VmRSS");
   auto trainer = Trainer::Create(*device, TinyConfig(shape), o);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   (*trainer)->InitializeRandom(1);
@@ -69,7 +61,7 @@ TEST(TrainerPeakMemoryTest, PeakResidentMemoryStaysWithinTheBudgets) {
     ASSERT_TRUE(r.ok()) << r.status();
   }
   ASSERT_TRUE((*trainer)->UpdateStatus().ok());
-  const size_t peak = StatusField("VmHWM");
+  const size_t peak = ProcStatusBytes("VmHWM");
   const size_t budget = o.memory.budgets.pinned_ram + o.memory.budgets.ram + arena;
   const size_t growth = peak - baseline;
   printf(
