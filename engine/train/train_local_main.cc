@@ -46,8 +46,10 @@ ABSL_FLAG(int, eval_every, 50, "Evaluate the validation loss every N steps.");
 ABSL_FLAG(int, checkpoint_every_layers, 4, "Activation checkpoint interval k.");
 ABSL_FLAG(bool, keep_all, false, "Keep every activation (no recomputation).");
 ABSL_FLAG(int, weight_slots, 0, "Device weight slots; 0 = as many as the arena holds.");
-ABSL_FLAG(int, arena_mb, 512, "Emulated device memory in MiB.");
-ABSL_FLAG(double, link_gbps, 0, "Emulated host<->device link in GB/s; 0 = unthrottled.");
+ABSL_FLAG(std::string, device, "cpu", "cpu (the emulated GPU) or cuda (the first GPU).");
+ABSL_FLAG(int, arena_mb, 512, "Device memory for the executor's arena, in MiB.");
+ABSL_FLAG(double, link_gbps, 0,
+          "CPU device only: emulated host<->device link in GB/s; 0 = unthrottled.");
 ABSL_FLAG(double, link_latency_us, 0, "Emulated link latency in microseconds.");
 ABSL_FLAG(int, threads, 2, "BLAS and optimizer threads.");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of the initial weights and the data order.");
@@ -74,7 +76,7 @@ ABSL_FLAG(bool, resume, false,
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "Trains a small model on text on the CPU device.\n"
+      "Trains a small model on text on the CPU device (or a GPU with --device=cuda).\n"
       "Example: train_local --text=/usr/share/games/fortunes --steps=300");
   absl::ParseCommandLine(argc, argv);
   using namespace megatrain::engine;
@@ -164,7 +166,13 @@ int main(int argc, char** argv) {
     t.memory.budgets.nvme_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_nvme_mb)) << 20;
     t.memory.states_on_nvme = absl::GetFlag(FLAGS_states_on_nvme);
   }
-  o.device.kind = DeviceKind::kCpu;
+  absl::StatusOr<DeviceKind> kind = ParseDeviceKind(absl::GetFlag(FLAGS_device));
+  if (!kind.ok()) {
+    std::fprintf(stderr, "train_local: --device: %s\n",
+                 std::string(kind.status().message()).c_str());
+    return 2;
+  }
+  o.device.kind = *kind;
   o.device.arena_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_arena_mb)) << 20;
   o.device.pinned_budget_bytes = size_t{64} << 30;
   o.device.link_gbps = absl::GetFlag(FLAGS_link_gbps);
