@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/device/device_factory.h"
 #include "nlohmann/json.hpp"
+#include "server/job_lineage.h"
 
 namespace megatrain::server {
 
@@ -20,6 +21,12 @@ std::string JobCheckpointDir(const std::string& state_dir, const std::string& jo
                              const ValidatedJob& job) {
   if (!job.output_dir.empty()) return job.output_dir + "/checkpoints";
   return absl::StrCat(state_dir, "/jobs/", job_id, "/checkpoints");
+}
+
+std::string JobTokensDir(const std::string& state_dir, const std::string& job_id,
+                         const ValidatedJob& job) {
+  if (!job.output_dir.empty()) return job.output_dir + "/tokens";
+  return absl::StrCat(state_dir, "/jobs/", job_id, "/tokens");
 }
 
 // Forwards everything to the runner's observer; counts steps and faults the CPU device once the
@@ -77,6 +84,14 @@ absl::Status TextJobEngine::Run(const std::string& job_id, const ValidatedJob& j
   if (absl::Status health = device_->health(); !health.ok()) return health;
   FaultHookObserver observer(*this, runner_observer);
   engine::TextTrainingOptions options = job.options;
+  if (options.token_files.empty() && options.tokenizer != "bytes") {
+    absl::StatusOr<JobTokens> tokens = TokenizeText(job_id, job, observer);
+    if (!tokens.ok()) return tokens.status();
+    absl::StatusOr<std::string> link = LinkJobTokens(*tokens, job_id);
+    if (!link.ok()) return link.status();
+    options.token_files = {*link};
+    options.token_format = tokens->format;
+  }
   options.shared_device = device_.get();
   options.checkpoint_dir = JobCheckpointDir(options_.state_dir, job_id, job);
   options.resume = true;
@@ -113,6 +128,40 @@ absl::Status TextJobEngine::Run(const std::string& job_id, const ValidatedJob& j
   if (!out)
     return absl::PermissionDeniedError(absl::StrCat("output_dir: cannot write '", path, "'"));
   return absl::OkStatus();
+}
+
+absl::StatusOr<JobTokens> TextJobEngine::TokenizeText(const std::string& job_id,
+                                                      const ValidatedJob& job,
+                                                      engine::TrainingObserver& observer) {
+  // The runner hashed the data and the tokenizer into the lineage at the first run and checked
+  // them before every later one; only after an allowed data change are they hashed again here.
+  std::vector<provenance::InputFile> inputs;
+  if (job.options.lineage.has_value() && job.options.lineage->data_changes.empty()) {
+    inputs = job.options.lineage->inputs;
+  } else {
+    absl::StatusOr<std::vector<provenance::InputFile>> hashed = HashDataInputs(job);
+    if (!hashed.ok()) return hashed.status();
+    inputs = *std::move(hashed);
+  }
+  JobTokensRequest request;
+  request.tokenize_binary =
+      options_.tokenize_binary.empty() ? DefaultTokenizeBinary() : options_.tokenize_binary;
+  request.tokenizer = job.options.tokenizer;
+  request.text_paths = job.options.text_paths;
+  request.tokens_dir = JobTokensDir(options_.state_dir, job_id, job);
+  request.key = TokenFileKey(inputs);
+  request.model_vocab_size = job.model.vocab_size;
+  observer.OnLine(absl::StrCat("tokenizing with ", request.tokenizer, " into ", request.tokens_dir,
+                               "/", request.key, " (reused when present)"),
+                  true);
+  absl::StatusOr<JobTokens> tokens =
+      PrepareJobTokens(request, [&observer] { return observer.ShouldStop(); });
+  if (!tokens.ok()) return tokens.status();
+  observer.OnLine(
+      absl::StrCat(tokens->reused ? "reusing token file " : "tokenized into ", tokens->path, ": ",
+                   tokens->tokens, " tokens, vocab_size ", tokens->vocab_size),
+      true);
+  return tokens;
 }
 
 }  // namespace megatrain::server

@@ -12,6 +12,7 @@
 #include "engine/device/device.h"
 #include "engine/train/text_training.h"
 #include "server/job_spec_validation.h"
+#include "server/job_tokens.h"
 
 namespace megatrain::server {
 
@@ -35,19 +36,29 @@ bool IsDeviceFault(const absl::Status& status);
 std::string JobCheckpointDir(const std::string& state_dir, const std::string& job_id,
                              const ValidatedJob& job);
 
+// Where a job's token files live: <output_dir>/tokens, or <state_dir>/jobs/<id>/tokens.
+std::string JobTokensDir(const std::string& state_dir, const std::string& job_id,
+                         const ValidatedJob& job);
+
 struct TextJobEngineOptions {
   std::string state_dir;
   engine::DeviceOptions device;  // the daemon's one device, created once
   // Test hook, CPU device only: CpuDevice::InjectFault after this many training steps of the
   // engine's lifetime (over all jobs); 0 = never. megatraind's --inject_device_fault_after_steps.
   uint64_t inject_device_fault_after_steps = 0;
+  // megatrain_tokenize, run for jobs with a SentencePiece data.tokenizer; empty = the one beside
+  // the running executable (DefaultTokenizeBinary). megatraind's --tokenize_binary.
+  std::string tokenize_binary;
 };
 
 // The real engine: owns the daemon's one device for its lifetime and runs each job with
 // engine::TrainOnText on it (jobs run one at a time), with checkpoints per the job's
 // CheckpointPolicy under JobCheckpointDir and resume on (a restarted or resumed job continues
 // from its newest checkpoint); writes <output_dir>/result.json when the job names an output
-// directory. A device fault fails the running job and every later one (DeviceHealth).
+// directory. A job whose text uses a SentencePiece model is first tokenized by
+// megatrain_tokenize in a child process (server/job_tokens.h) into JobTokensDir, killed when the
+// job is stopped, and trains on that token file. A device fault fails the running job and every
+// later one (DeviceHealth).
 class TextJobEngine final : public JobEngine {
  public:
   // Creates the device; INVALID_ARGUMENT for a fault hook on a non-CPU device.
@@ -60,6 +71,9 @@ class TextJobEngine final : public JobEngine {
 
  private:
   class FaultHookObserver;
+  // The token file of a SentencePiece job (reused when an earlier run made it).
+  absl::StatusOr<JobTokens> TokenizeText(const std::string& job_id, const ValidatedJob& job,
+                                         engine::TrainingObserver& observer);
   TextJobEngine(TextJobEngineOptions options, std::unique_ptr<engine::Device> device,
                 engine::CpuDevice* cpu_device)
       : options_(std::move(options)), device_(std::move(device)), cpu_device_(cpu_device) {}

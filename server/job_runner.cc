@@ -58,6 +58,18 @@ class JobRunner::StepObserver final : public engine::TrainingObserver {
  public:
   StepObserver(JobRunner& runner, std::string id) : runner_(runner), id_(std::move(id)) {}
 
+  // Single-line kept lines (the data summary, a tokenization phase) become the job's latest
+  // message, so watchers see what a run does before its first step; tables are not shown.
+  void OnLine(const std::string& line, bool keep) override {
+    if (!keep || line.find('\n') != std::string::npos) return;
+    std::lock_guard<std::mutex> lock(runner_.mu_);
+    Entry& e = runner_.jobs_.at(id_);
+    e.message = line;
+    ++e.version;
+    runner_.log_.JobEvent("engine", id_, {{"line", line}});
+    runner_.changed_.notify_all();
+  }
+
   void OnStep(const engine::StepReport& report, double validation_loss) override {
     if (runner_.metrics_ != nullptr) runner_.metrics_->RecordStep(report, validation_loss);
     std::lock_guard<std::mutex> lock(runner_.mu_);

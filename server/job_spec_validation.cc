@@ -184,20 +184,26 @@ absl::Status ValidateTextFiles(const v1::DataSource& data, const PathPolicy& pat
     return absl::ResourceExhaustedError(
         absl::StrCat("data.text_files: ", total, " bytes exceed the 2 GiB a job may load"));
   }
-  // The engine reads SentencePiece models, but not inside megatraind: libsentencepiece carries
-  // protobuf 3.14 generated code that aborts against the daemon's libprotobuf 3.21 in one
-  // process (a model load throws). Refused until tokenization runs out of process.
-  if (!data.tokenizer().empty() && data.tokenizer() != "bytes") {
-    return absl::UnimplementedError(absl::StrCat(
-        "data.tokenizer: '", data.tokenizer().substr(0, 256),
-        "': SentencePiece models cannot be loaded inside megatraind (its protobuf runtime "
-        "clashes with libsentencepiece's); use \"bytes\" or pre-tokenized data.token_files"));
+  if (data.tokenizer().empty() || data.tokenizer() == "bytes") {
+    job.options.tokenizer = "bytes";
+    if (job.model.vocab_size < 256) {
+      return Invalid("model", absl::StrCat("vocab_size ", job.model.vocab_size,
+                                           " is smaller than the byte tokenizer's 256"));
+    }
+    return absl::OkStatus();
   }
-  job.options.tokenizer = "bytes";
-  if (job.model.vocab_size < 256) {
-    return Invalid("model", absl::StrCat("vocab_size ", job.model.vocab_size,
-                                         " is smaller than the byte tokenizer's 256"));
+  // A SentencePiece model: only its path is checked here. It is never loaded inside megatraind
+  // (libsentencepiece's bundled protobuf clashes with the daemon's); the job's first run
+  // tokenizes the text with it in a megatrain_tokenize process (server/job_tokens.h), which also
+  // checks its vocabulary against the model's.
+  absl::StatusOr<std::string> tokenizer = paths.ResolveInput("data.tokenizer", data.tokenizer());
+  if (!tokenizer.ok()) return tokenizer.status();
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(*tokenizer, ec)) {
+    return Invalid("data.tokenizer",
+                   absl::StrCat("'", *tokenizer, "' is not a file (a SentencePiece .model)"));
   }
+  job.options.tokenizer = *tokenizer;
   return absl::OkStatus();
 }
 

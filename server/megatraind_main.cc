@@ -19,6 +19,7 @@
 #include "server/daemon.h"
 #include "server/daemon_config.h"
 #include "server/job_engine.h"
+#include "server/job_tokens.h"
 #include "server/structured_log.h"
 
 ABSL_FLAG(std::string, config, "", "DaemonConfig textproto; flags below override its fields.");
@@ -46,6 +47,9 @@ ABSL_FLAG(uint32_t, threads, 0, "Overrides threads.");
 ABSL_FLAG(bool, init_signing_key, false,
           "Create <state_dir>/signing_key (Ed25519, mode 0600) if missing, write "
           "signing_key.pub, print the public key and exit (scripts/install runs this).");
+ABSL_FLAG(std::string, tokenize_binary, "",
+          "megatrain_tokenize, run in a child process for jobs whose data.tokenizer is a "
+          "SentencePiece model; empty = megatrain_tokenize beside this executable.");
 ABSL_FLAG(uint64_t, inject_device_fault_after_steps, 0,
           "Test hook (cpu device only): fault the daemon's device after this many training "
           "steps, counted over all jobs; 0 = never. Never set it in production.");
@@ -179,6 +183,13 @@ int main(int argc, char** argv) {
   engine_options.device = settings->device;
   engine_options.inject_device_fault_after_steps =
       absl::GetFlag(FLAGS_inject_device_fault_after_steps);
+  engine_options.tokenize_binary = absl::GetFlag(FLAGS_tokenize_binary).empty()
+                                       ? DefaultTokenizeBinary()
+                                       : absl::GetFlag(FLAGS_tokenize_binary);
+  // Only SentencePiece jobs need it: a missing binary is reported now and fails those jobs.
+  if (access(engine_options.tokenize_binary.c_str(), X_OK) != 0) {
+    log.Event("tokenize_binary_missing", {{"path", engine_options.tokenize_binary}});
+  }
   absl::StatusOr<std::unique_ptr<TextJobEngine>> engine =
       TextJobEngine::Create(std::move(engine_options));
   if (!engine.ok()) {

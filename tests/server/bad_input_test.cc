@@ -58,7 +58,7 @@ class BadInputTest : public ::testing::Test {
                                               daemon_.root() + "/out/link");
     std::ofstream(daemon_.root() + "/data/broken.json") << "{\"model_type\": ";
     // Token files: a valid u16 one, one of 3 bytes (not whole u16 tokens), one holding id 300
-    // (outside the test model's 256 ids); a tokenizer that is not a SentencePiece model.
+    // (outside the test model's 256 ids).
     const uint16_t tokens[] = {1, 2, 3, 4, 5, 6, 7};
     const uint16_t big[] = {1, 300};
     std::ofstream(daemon_.root() + "/data/ok.u16", std::ios::binary)
@@ -66,7 +66,6 @@ class BadInputTest : public ::testing::Test {
     std::ofstream(daemon_.root() + "/data/odd.u16", std::ios::binary) << "abc";
     std::ofstream(daemon_.root() + "/data/big.u16", std::ios::binary)
         .write(reinterpret_cast<const char*>(big), sizeof(big));
-    std::ofstream(daemon_.root() + "/data/garbage.model") << "not a sentencepiece model";
     // NVMe tier fixtures: a disk directory under the output root and, when /dev/shm is a tmpfs,
     // a memory-backed one the daemon must refuse (made an output root so only tmpfs is wrong).
     std::filesystem::create_directories(daemon_.root() + "/out/nvme");
@@ -184,9 +183,20 @@ TEST_F(BadInputTest, EveryHostileRequestIsRefusedWhileAJobRuns) {
          s.mutable_data()->set_token_format("u7");
        },
        C::INVALID_ARGUMENT, "data.token_format"},
-      {"sentencepiece tokenizer",
-       [&](v1::JobSpec& s) { s.mutable_data()->set_tokenizer(root + "/data/garbage.model"); },
-       C::UNIMPLEMENTED, "data.tokenizer"},
+      // A SentencePiece model is only located at submit (the first run tokenizes with it in a
+      // megatrain_tokenize process), with the data files' path policy.
+      {"missing tokenizer",
+       [&](v1::JobSpec& s) { s.mutable_data()->set_tokenizer(root + "/data/none.model"); },
+       C::NOT_FOUND, "data.tokenizer"},
+      {"tokenizer outside the data roots",
+       [&](v1::JobSpec& s) { s.mutable_data()->set_tokenizer(root + "/data/escape.txt"); },
+       C::PERMISSION_DENIED, "data.tokenizer"},
+      {"tokenizer is a directory",
+       [&](v1::JobSpec& s) { s.mutable_data()->set_tokenizer(root + "/data"); },
+       C::INVALID_ARGUMENT, "data.tokenizer"},
+      {"relative tokenizer path",
+       [&](v1::JobSpec& s) { s.mutable_data()->set_tokenizer("sp.model"); }, C::INVALID_ARGUMENT,
+       "data.tokenizer"},
       {"NaN validation fraction",
        [&](v1::JobSpec& s) { s.mutable_data()->set_validation_fraction(nan); }, C::INVALID_ARGUMENT,
        "data.validation_fraction"},

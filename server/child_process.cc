@@ -1,0 +1,164 @@
+// RunChildProcess (see child_process.h).
+#include "server/child_process.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+extern char** environ;
+
+namespace megatrain::server {
+namespace {
+
+// The child's stdout [0] and stderr [1] pipes; every end still open is closed on the way out.
+struct Pipes {
+  int read[2] = {-1, -1};
+  int write[2] = {-1, -1};
+  ~Pipes() {
+    for (int fd : {read[0], read[1], write[0], write[1]}) {
+      if (fd >= 0) close(fd);
+    }
+  }
+  void CloseWriteEnds() {
+    for (int& fd : write) {
+      if (fd >= 0) close(fd);
+      fd = -1;
+    }
+  }
+};
+
+// posix_spawn attributes and file actions, destroyed on every path out.
+struct SpawnSetup {
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_t actions;
+  SpawnSetup() {
+    posix_spawnattr_init(&attr);
+    posix_spawn_file_actions_init(&actions);
+  }
+  ~SpawnSetup() {
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attr);
+  }
+};
+
+// Reads what is available on `fd`; false at end of file (or an error other than EINTR/EAGAIN).
+bool Drain(int fd, std::string& into, size_t limit) {
+  char buffer[4096];
+  const ssize_t n = read(fd, buffer, sizeof(buffer));
+  if (n < 0) return errno == EINTR || errno == EAGAIN;
+  if (n == 0) return false;
+  const size_t room = into.size() < limit ? limit - into.size() : 0;
+  into.append(buffer, std::min(room, static_cast<size_t>(n)));
+  return true;
+}
+
+void KillAndReap(pid_t pid) {
+  kill(-pid, SIGKILL);  // its group: anything it started goes too
+  kill(pid, SIGKILL);
+  while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<ChildResult> RunChildProcess(const std::vector<std::string>& argv,
+                                            const std::function<bool()>& should_stop,
+                                            const ChildOptions& options) {
+  if (argv.empty() || argv[0].empty()) {
+    return absl::InvalidArgumentError("RunChildProcess: empty argv");
+  }
+  Pipes pipes;
+  for (int i = 0; i < 2; ++i) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+      return absl::ResourceExhaustedError(absl::StrCat("pipe: ", std::strerror(errno)));
+    }
+    pipes.read[i] = fds[0];
+    pipes.write[i] = fds[1];
+  }
+  SpawnSetup setup;
+  // The daemon ignores SIGPIPE and handles SIGTERM/SIGINT; the child starts with defaults.
+  sigset_t all;
+  sigset_t none;
+  sigfillset(&all);
+  sigemptyset(&none);
+  posix_spawnattr_setsigdefault(&setup.attr, &all);
+  posix_spawnattr_setsigmask(&setup.attr, &none);
+  posix_spawnattr_setpgroup(&setup.attr, 0);
+  posix_spawnattr_setflags(&setup.attr,
+                           POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
+  posix_spawn_file_actions_addopen(&setup.actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&setup.actions, pipes.write[0], 1);
+  posix_spawn_file_actions_adddup2(&setup.actions, pipes.write[1], 2);
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  if (const int e =
+          posix_spawn(&pid, argv[0].c_str(), &setup.actions, &setup.attr, args.data(), environ);
+      e != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot run '", argv[0], "': ", std::strerror(e)));
+  }
+  pipes.CloseWriteEnds();
+
+  ChildResult result;
+  std::string* sinks[2] = {&result.out, &result.err};
+  const int poll_ms =
+      static_cast<int>(std::max<int64_t>(1, absl::ToInt64Milliseconds(options.poll_interval)));
+  int status = 0;
+  while (true) {
+    if (should_stop()) {
+      KillAndReap(pid);
+      return absl::CancelledError(absl::StrCat("'", argv[0], "' stopped on request"));
+    }
+    pollfd fds[2];
+    nfds_t count = 0;
+    int which[2];
+    for (int i = 0; i < 2; ++i) {
+      if (pipes.read[i] < 0) continue;
+      fds[count] = pollfd{pipes.read[i], POLLIN, 0};
+      which[count++] = i;
+    }
+    if (count == 0) {
+      // Both streams closed: the child is exiting (or closed them and runs on; keep polling).
+      const pid_t done = waitpid(pid, &status, WNOHANG);
+      if (done == pid) break;
+      if (done < 0 && errno != EINTR) {
+        return absl::InternalError(absl::StrCat("waitpid: ", std::strerror(errno)));
+      }
+      poll(nullptr, 0, poll_ms);
+      continue;
+    }
+    const int ready = poll(fds, count, poll_ms);
+    if (ready < 0 && errno != EINTR) {
+      KillAndReap(pid);
+      return absl::InternalError(absl::StrCat("poll: ", std::strerror(errno)));
+    }
+    for (nfds_t k = 0; k < count && ready > 0; ++k) {
+      if (fds[k].revents == 0) continue;
+      const int i = which[k];
+      if (!Drain(pipes.read[i], *sinks[i], options.max_output_bytes)) {
+        close(pipes.read[i]);
+        pipes.read[i] = -1;
+      }
+    }
+  }
+  if (WIFEXITED(status)) {
+    result.exit_code = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    result.term_signal = WTERMSIG(status);
+  }
+  return result;
+}
+
+}  // namespace megatrain::server

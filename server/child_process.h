@@ -1,0 +1,37 @@
+// RunChildProcess: runs a helper binary (no shell) with its output captured, killed when the
+// caller asks it to stop; the runner thread uses it for work that must not share the daemon's
+// process (megatrain_tokenize).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace megatrain::server {
+
+struct ChildResult {
+  int exit_code = -1;   // -1 when killed by a signal
+  int term_signal = 0;  // the signal that ended it, 0 when it exited
+  std::string out;      // stdout, its first max_output_bytes
+  std::string err;      // stderr, its first max_output_bytes
+};
+
+struct ChildOptions {
+  absl::Duration poll_interval = absl::Milliseconds(50);  // how often should_stop is asked
+  size_t max_output_bytes = 64 << 10;                     // per stream; the rest is drained
+};
+
+// Spawns argv[0] (an absolute or relative path; PATH is not searched) with argv, stdin from
+// /dev/null, in its own process group, default signal dispositions and an empty signal mask.
+// Waits for it while polling `should_stop`: once that is true the child's group gets SIGKILL,
+// the child is reaped and CANCELLED is returned. FAILED_PRECONDITION when it cannot be spawned
+// (naming the path). Otherwise the child's exit, whatever its code.
+absl::StatusOr<ChildResult> RunChildProcess(const std::vector<std::string>& argv,
+                                            const std::function<bool()>& should_stop,
+                                            const ChildOptions& options = {});
+
+}  // namespace megatrain::server

@@ -1,0 +1,80 @@
+// RunChildProcess: exit codes and both streams captured, a missing binary named, and a child
+// that would run for minutes killed (and reaped) as soon as the caller asks it to stop.
+#include "server/child_process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace megatrain::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ChildProcessTest, CapturesExitCodeAndBothStreams) {
+  absl::StatusOr<ChildResult> r = RunChildProcess(
+      {"/bin/sh", "-c", "echo out; echo err >&2; cat; exit 3"}, [] { return false; });
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->exit_code, 3);
+  EXPECT_EQ(r->term_signal, 0);
+  EXPECT_EQ(r->out, "out\n");  // stdin is /dev/null: cat ends at once
+  EXPECT_EQ(r->err, "err\n");
+}
+
+TEST(ChildProcessTest, OutputBeyondTheCapIsDrainedNotKept) {
+  ChildOptions options;
+  options.max_output_bytes = 1001;
+  absl::StatusOr<ChildResult> r = RunChildProcess(
+      {"/bin/sh", "-c", "head -c 300007 /dev/zero"}, [] { return false; }, options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->exit_code, 0);
+  EXPECT_EQ(r->out.size(), 1001u);
+}
+
+TEST(ChildProcessTest, MissingBinaryIsNamed) {
+  absl::StatusOr<ChildResult> r = RunChildProcess({"/no/such/tool", "x"}, [] { return false; });
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(r.status().message(), HasSubstr("/no/such/tool"));
+}
+
+TEST(ChildProcessTest, KilledAndReapedWhenAskedToStop) {
+  // The child reports its pid through a FIFO, then becomes a 10-minute sleep.
+  const std::string fifo = std::string(std::getenv("TEST_TMPDIR")) + "/pid.fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const int reader = open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  std::string pid_text;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  bool timed_out = false;
+  auto should_stop = [&] {
+    char buffer[32];
+    const ssize_t n = read(reader, buffer, sizeof(buffer));
+    if (n > 0) pid_text.append(buffer, static_cast<size_t>(n));
+    if (std::chrono::steady_clock::now() > deadline) timed_out = true;
+    return pid_text.find('\n') != std::string::npos || timed_out;
+  };
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<ChildResult> r = RunChildProcess(
+      {"/bin/sh", "-c", "echo $$ > " + fifo + "; exec sleep 600"}, should_stop);
+  close(reader);
+  ASSERT_FALSE(timed_out) << "the child never reported its pid";
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled) << r.status();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60));
+  const pid_t pid = static_cast<pid_t>(std::atol(pid_text.c_str()));
+  ASSERT_GT(pid, 0);
+  EXPECT_EQ(kill(pid, 0), -1) << "the child " << pid << " still exists";
+  EXPECT_EQ(errno, ESRCH);
+}
+
+}  // namespace
+}  // namespace megatrain::server

@@ -1,0 +1,176 @@
+// A job's token file from megatrain_tokenize (see job_tokens.h).
+#include "server/job_tokens.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "engine/provenance/sha256.h"
+#include "nlohmann/json.hpp"
+#include "server/child_process.h"
+
+namespace megatrain::server {
+namespace {
+
+// The tool's report, as kept in <key>.json.
+struct ToolReport {
+  uint64_t tokens = 0;
+  int vocab_size = 0;
+  std::string format;
+};
+
+absl::StatusOr<ToolReport> ParseReport(const std::string& text, const std::string& source) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("tokens") || !j["tokens"].is_number_unsigned() ||
+      !j.contains("vocab_size") || !j["vocab_size"].is_number_integer() || !j.contains("format") ||
+      !j["format"].is_string()) {
+    return absl::InternalError(
+        absl::StrCat(source, ": not a megatrain_tokenize report: '", text.substr(0, 200), "'"));
+  }
+  ToolReport report{j["tokens"].get<uint64_t>(), j["vocab_size"].get<int>(),
+                    j["format"].get<std::string>()};
+  if (report.format != "u16" && report.format != "u32") {
+    return absl::InternalError(absl::StrCat(source, ": unknown format '", report.format, "'"));
+  }
+  return report;
+}
+
+uint64_t TokenWidth(const std::string& format) { return format == "u16" ? 2 : 4; }
+
+// The report of an earlier run whose token file is still whole; nullopt-like error otherwise.
+absl::StatusOr<ToolReport> FindReusable(const std::string& report_path, const std::string& stem) {
+  std::ifstream in(report_path);
+  if (!in) return absl::NotFoundError(report_path);
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<ToolReport> report = ParseReport(text.str(), report_path);
+  if (!report.ok()) return report.status();
+  std::error_code ec;
+  const uint64_t size = std::filesystem::file_size(stem + "." + report->format, ec);
+  if (ec || size != report->tokens * TokenWidth(report->format)) {
+    return absl::NotFoundError(absl::StrCat(stem, ".", report->format, " is missing or cut"));
+  }
+  return report;
+}
+
+absl::Status WriteReport(const std::string& path, const std::string& line) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << line << "\n";
+    out.flush();
+    if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write '", tmp, "'"));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot rename '", tmp, "' to '", path, "'"));
+  }
+  return absl::OkStatus();
+}
+
+std::string Trimmed(const std::string& text) {
+  return std::string(absl::StripAsciiWhitespace(text));
+}
+
+}  // namespace
+
+std::string DefaultTokenizeBinary() {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "megatrain_tokenize";
+  return (self.parent_path() / "megatrain_tokenize").string();
+}
+
+std::string TokenFileKey(const std::vector<provenance::InputFile>& inputs) {
+  provenance::Sha256 hasher;
+  for (const char* role : {provenance::kRoleTokenizer, provenance::kRoleData}) {
+    for (const provenance::InputFile& f : inputs) {
+      if (f.role == role) hasher.Update(absl::StrCat(role, " ", f.sha256_hex, "\n"));
+    }
+  }
+  return hasher.FinalHex();
+}
+
+absl::StatusOr<JobTokens> PrepareJobTokens(const JobTokensRequest& request,
+                                           const std::function<bool()>& should_stop) {
+  std::error_code ec;
+  std::filesystem::create_directories(request.tokens_dir, ec);
+  if (ec) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("token directory: cannot create '", request.tokens_dir, "': ", ec.message()));
+  }
+  const std::string stem = absl::StrCat(request.tokens_dir, "/", request.key);
+  const std::string report_path = stem + ".json";
+  JobTokens tokens;
+  absl::StatusOr<ToolReport> report = FindReusable(report_path, stem);
+  tokens.reused = report.ok();
+  if (!report.ok()) {
+    const std::string part = stem + ".part";
+    std::vector<std::string> argv = {request.tokenize_binary,
+                                     absl::StrCat("--tokenizer=", request.tokenizer),
+                                     absl::StrCat("--out=", part), "--format=auto"};
+    argv.insert(argv.end(), request.text_paths.begin(), request.text_paths.end());
+    absl::StatusOr<ChildResult> child = RunChildProcess(argv, should_stop);
+    if (!child.ok()) {
+      std::filesystem::remove(part + ".tmp", ec);
+      if (child.status().code() == absl::StatusCode::kCancelled) {
+        return absl::CancelledError("stopped while tokenizing");
+      }
+      return absl::Status(child.status().code(),
+                          absl::StrCat("tokenize_binary: ", child.status().message()));
+    }
+    if (child->exit_code == 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("data.tokenizer: tokenizing the data failed: ", Trimmed(child->err)));
+    }
+    if (child->exit_code != 0) {
+      return absl::InternalError(absl::StrCat(
+          "tokenize_binary '", request.tokenize_binary, "' ",
+          child->exit_code < 0 ? absl::StrCat("was killed by signal ", child->term_signal)
+                               : absl::StrCat("exited with ", child->exit_code),
+          ": ", Trimmed(child->err)));
+    }
+    const std::string line = Trimmed(child->out);
+    report = ParseReport(line, request.tokenize_binary);
+    if (!report.ok()) return report.status();
+    const std::string path = stem + "." + report->format;
+    if (std::rename(part.c_str(), path.c_str()) != 0) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot rename '", part, "' to '", path, "'"));
+    }
+    nlohmann::json kept = nlohmann::json::parse(line);
+    kept["out"] = path;
+    if (absl::Status s = WriteReport(report_path, kept.dump()); !s.ok()) return s;
+  }
+  tokens.path = stem + "." + report->format;
+  tokens.format = report->format;
+  tokens.tokens = report->tokens;
+  tokens.vocab_size = report->vocab_size;
+  if (tokens.vocab_size > request.model_vocab_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.tokenizer: '", request.tokenizer, "' has vocab_size ", tokens.vocab_size,
+                     ", more than the model's vocab_size ", request.model_vocab_size));
+  }
+  return tokens;
+}
+
+absl::StatusOr<std::string> LinkJobTokens(const JobTokens& tokens, const std::string& job_id) {
+  const std::filesystem::path target(tokens.path);
+  const std::string link = (target.parent_path() / (job_id + "." + tokens.format)).string();
+  const std::string tmp = link + ".tmp";
+  std::error_code ec;
+  std::filesystem::remove(tmp, ec);
+  std::filesystem::create_symlink(target.filename(), tmp, ec);
+  if (!ec) std::filesystem::rename(tmp, link, ec);
+  if (ec) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot link '", link, "' to '", tokens.path, "': ", ec.message()));
+  }
+  return link;
+}
+
+}  // namespace megatrain::server

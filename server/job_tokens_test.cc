@@ -1,0 +1,152 @@
+// PrepareJobTokens with the real megatrain_tokenize: the token file holds what training on the
+// text would use, is named by the inputs' hashes, is reused without starting a process (and
+// not when cut), and the tool's failure and a vocabulary larger than the model's are reported.
+#include "server/job_tokens.h"
+
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "engine/data/text_corpus.h"
+#include "engine/data/text_tokenizer.h"
+#include "engine/data/token_file.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace megatrain::server {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+std::string Tmp(const std::string& name) {
+  return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+}
+
+std::string Tool() {
+  return std::string(std::getenv("TEST_SRCDIR")) + "/" + std::getenv("TEST_WORKSPACE") +
+         "/engine/data/megatrain_tokenize";
+}
+
+class JobTokensTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    corpus_ = Tmp("corpus.txt");
+    std::ofstream f(corpus_);
+    for (int i = 0; i < 37; ++i) f << "Fortune " << i << ": a penny saved is a penny earned.\n%\n";
+    request_.tokenize_binary = Tool();
+    request_.tokenizer = "bytes";
+    request_.text_paths = {corpus_};
+    request_.tokens_dir = Tmp(
+        std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "/tokens");
+    request_.key = TokenFileKey({{provenance::kRoleData, corpus_, std::string(64, 'a'), 1}});
+    request_.model_vocab_size = 256;
+  }
+  std::string corpus_;
+  JobTokensRequest request_;
+};
+
+TEST_F(JobTokensTest, WritesTheTrainingTokensThenReusesThem) {
+  absl::StatusOr<JobTokens> made = PrepareJobTokens(request_, [] { return false; });
+  ASSERT_TRUE(made.ok()) << made.status();
+  EXPECT_FALSE(made->reused);
+  EXPECT_EQ(made->path, request_.tokens_dir + "/" + request_.key + ".u16");
+  EXPECT_EQ(made->format, "u16");
+  EXPECT_EQ(made->vocab_size, 256);
+  EXPECT_TRUE(std::filesystem::exists(request_.tokens_dir + "/" + request_.key + ".json"));
+  EXPECT_FALSE(std::filesystem::exists(request_.tokens_dir + "/" + request_.key + ".part"));
+
+  auto tokenizer = engine::CreateTextTokenizer("bytes");
+  ASSERT_TRUE(tokenizer.ok());
+  auto docs = engine::LoadTextDocuments({corpus_});
+  ASSERT_TRUE(docs.ok()) << docs.status();
+  auto expected = engine::TokenizeDocuments(*docs, **tokenizer);
+  ASSERT_TRUE(expected.ok());
+  auto file = engine::TokenFile::Open(made->path, engine::TokenFileFormat::kUint16);
+  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_EQ(file->size(), expected->size());
+  EXPECT_EQ(made->tokens, expected->size());
+  for (size_t i = 0; i < expected->size(); ++i) ASSERT_EQ(file->at(i), (*expected)[i]) << i;
+
+  // Reused: no process is started (the binary does not even exist), the file is untouched.
+  struct stat before {};
+  ASSERT_EQ(stat(made->path.c_str(), &before), 0);
+  JobTokensRequest again = request_;
+  again.tokenize_binary = "/no/such/megatrain_tokenize";
+  absl::StatusOr<JobTokens> reused = PrepareJobTokens(again, [] { return false; });
+  ASSERT_TRUE(reused.ok()) << reused.status();
+  EXPECT_TRUE(reused->reused);
+  EXPECT_EQ(reused->path, made->path);
+  EXPECT_EQ(reused->tokens, made->tokens);
+  struct stat after {};
+  ASSERT_EQ(stat(made->path.c_str(), &after), 0);
+  EXPECT_EQ(after.st_ino, before.st_ino);
+
+  // A cut file is not reused: the tool must run again (and here it cannot).
+  std::filesystem::resize_file(made->path, 11);
+  absl::StatusOr<JobTokens> cut = PrepareJobTokens(again, [] { return false; });
+  EXPECT_EQ(cut.status().code(), absl::StatusCode::kFailedPrecondition) << cut.status();
+  EXPECT_THAT(cut.status().message(), HasSubstr("/no/such/megatrain_tokenize"));
+}
+
+TEST_F(JobTokensTest, ToolFailureBecomesTheReason) {
+  request_.tokenizer = Tmp("missing.model");
+  absl::StatusOr<JobTokens> r = PrepareJobTokens(request_, [] { return false; });
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), StartsWith("data.tokenizer: "));
+  EXPECT_THAT(r.status().message(), HasSubstr("megatrain_tokenize: "));
+  EXPECT_THAT(r.status().message(), HasSubstr("missing.model"));
+}
+
+TEST_F(JobTokensTest, VocabularyLargerThanTheModelsNamesBoth) {
+  request_.model_vocab_size = 173;
+  absl::StatusOr<JobTokens> r = PrepareJobTokens(request_, [] { return false; });
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("vocab_size 256"));
+  EXPECT_THAT(r.status().message(), HasSubstr("model's vocab_size 173"));
+}
+
+TEST_F(JobTokensTest, StopRequestCancels) {
+  absl::StatusOr<JobTokens> r = PrepareJobTokens(request_, [] { return true; });
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled) << r.status();
+  EXPECT_FALSE(std::filesystem::exists(request_.tokens_dir + "/" + request_.key + ".json"));
+}
+
+TEST_F(JobTokensTest, JobLinkFollowsTheNewestTokenFile) {
+  absl::StatusOr<JobTokens> made = PrepareJobTokens(request_, [] { return false; });
+  ASSERT_TRUE(made.ok()) << made.status();
+  absl::StatusOr<std::string> link = LinkJobTokens(*made, "job-000042");
+  ASSERT_TRUE(link.ok()) << link.status();
+  EXPECT_EQ(*link, request_.tokens_dir + "/job-000042.u16");
+  EXPECT_EQ(std::filesystem::read_symlink(*link), request_.key + ".u16");
+  JobTokens other = *made;
+  other.path = request_.tokens_dir + "/" + std::string(64, 'b') + ".u16";
+  std::filesystem::copy_file(made->path, other.path);
+  ASSERT_TRUE(LinkJobTokens(other, "job-000042").ok());
+  EXPECT_EQ(std::filesystem::read_symlink(*link), std::string(64, 'b') + ".u16");
+  EXPECT_FALSE(std::filesystem::exists(*link + ".tmp"));
+}
+
+TEST(TokenFileKeyTest, HashesOfTokenizerAndDataInOrder) {
+  using provenance::InputFile;
+  const InputFile tok{provenance::kRoleTokenizer, "/t.model", std::string(64, '1'), 5};
+  const InputFile a{provenance::kRoleData, "/a.txt", std::string(64, '2'), 7};
+  const InputFile b{provenance::kRoleData, "/b.txt", std::string(64, '3'), 9};
+  const InputFile base{provenance::kRoleBaseModel, "/m/w.safetensors", std::string(64, '4'), 3};
+  const std::string key = TokenFileKey({tok, a, b});
+  EXPECT_EQ(key.size(), 64u);
+  EXPECT_EQ(TokenFileKey({a, tok, b, base}), key);  // tokenizer first; other roles ignored
+  EXPECT_NE(TokenFileKey({tok, b, a}), key);        // the data order is the token order
+  InputFile moved = a;
+  moved.path = "/elsewhere/a.txt";  // same bytes elsewhere: same tokens
+  EXPECT_EQ(TokenFileKey({tok, moved, b}), key);
+  InputFile changed = a;
+  changed.sha256_hex = std::string(64, '5');
+  EXPECT_NE(TokenFileKey({tok, changed, b}), key);
+}
+
+}  // namespace
+}  // namespace megatrain::server
