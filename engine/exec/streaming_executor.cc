@@ -21,8 +21,6 @@ size_t GradientStagingBytes(size_t grad_floats) {
   return std::min(grad_floats, kGradientStagingFloats) * sizeof(float) + 64;
 }
 
-// Pinned rows of the embedding stages: the batch's gathered rows going in,
-// their gradients coming out.
 // One [tokens, hidden] activation tensor of the backend (residual stream,
 // checkpoint, embedding rows).
 size_t ActivationBytes(const ModelDims& dims, const StageSizes& sizes) {
@@ -148,7 +146,9 @@ struct StreamingExecutor::Impl {
   // Later gradient contributions of a step land here chunk by chunk and are
   // added into the host slab in copy_out stream order (bounded pinned memory).
   PinnedHostBuffer gradient_staging;
-  PinnedHostBuffer embedding_rows;    // EmbeddingRowsBytes
+  // The embedding stages' pinned rows: the batch's gathered rows going in,
+  // their gradients coming out (activation_bytes()).
+  PinnedHostBuffer embedding_rows;
   std::vector<int32_t> host_ids;      // the micro-batch's token ids, for the host embedding
   std::vector<int32_t> host_targets;  // and its targets, for backends that count on the host
 
