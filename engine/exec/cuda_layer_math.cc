@@ -181,26 +181,7 @@ absl::StatusOr<CudaLayerMath> CudaLayerMath::Create(const ModelDims& dims,
 
 absl::Status CudaLayerMath::Linear(const bf16* x, const bf16* w, const bf16* bias, int64_t in,
                                    int64_t out, bf16* y, cudaStream_t stream) const {
-  const int64_t n = dims_.tokens();
-  if (bias == nullptr) return gemm_.LinearForward(x, w, y, n, in, out, stream);
-  kc::MatmulArgs broadcast;  // y = ones[n, 1] * bias[1, out]
-  broadcast.m = n;
-  broadcast.n = out;
-  broadcast.k = 1;
-  broadcast.a = tables_.ones;
-  broadcast.b = bias;
-  broadcast.c = y;
-  MT_RETURN_IF_ERROR(gemm_.Matmul(broadcast, stream));
-  kc::MatmulArgs product;  // y += x W^T
-  product.m = n;
-  product.n = out;
-  product.k = in;
-  product.a = x;
-  product.b = w;
-  product.transpose_b = true;
-  product.c = y;
-  product.beta = 1.0f;
-  return gemm_.Matmul(product, stream);
+  return BiasAndProduct(x, w, bias, in, out, /*accumulate=*/false, y, stream);
 }
 
 absl::Status CudaLayerMath::LinearAddTo(const bf16* x, const bf16* w, const bf16* bias, int64_t in,
@@ -209,18 +190,28 @@ absl::Status CudaLayerMath::LinearAddTo(const bf16* x, const bf16* w, const bf16
   const int64_t n = dims_.tokens();
   MT_RETURN_IF_ERROR(CopyDeviceToDevice(y, residual, sizeof(bf16) * static_cast<size_t>(n * out),
                                         stream, "copy residual"));
+  return BiasAndProduct(x, w, bias, in, out, /*accumulate=*/true, y, stream);
+}
+
+// y (=, or += when accumulate) ones[n, 1] * bias[1, out] + x W^T: each GEMM
+// after the first adds onto y (beta = 1), so y is rounded to bf16 once per GEMM.
+absl::Status CudaLayerMath::BiasAndProduct(const bf16* x, const bf16* w, const bf16* bias,
+                                           int64_t in, int64_t out, bool accumulate, bf16* y,
+                                           cudaStream_t stream) const {
+  const int64_t n = dims_.tokens();
   if (bias != nullptr) {
-    kc::MatmulArgs broadcast;  // y += ones[n, 1] * bias[1, out]
+    kc::MatmulArgs broadcast;
     broadcast.m = n;
     broadcast.n = out;
     broadcast.k = 1;
     broadcast.a = tables_.ones;
     broadcast.b = bias;
     broadcast.c = y;
-    broadcast.beta = 1.0f;
+    broadcast.beta = accumulate ? 1.0f : 0.0f;
     MT_RETURN_IF_ERROR(gemm_.Matmul(broadcast, stream));
+    accumulate = true;
   }
-  kc::MatmulArgs product;  // y += x W^T
+  kc::MatmulArgs product;
   product.m = n;
   product.n = out;
   product.k = in;
@@ -228,7 +219,7 @@ absl::Status CudaLayerMath::LinearAddTo(const bf16* x, const bf16* w, const bf16
   product.b = w;
   product.transpose_b = true;
   product.c = y;
-  product.beta = 1.0f;
+  product.beta = accumulate ? 1.0f : 0.0f;
   return gemm_.Matmul(product, stream);
 }
 
