@@ -352,6 +352,7 @@ absl::Status PlanWithEngine(const v1::MemoryBudgets& m, ValidatedJob& job) {
   in.budgets_enabled = budgets.enabled;
   in.budgets = budgets.budgets;
   in.states_on_nvme = budgets.states_on_nvme;
+  in.master_on_nvme = budgets.master_on_nvme;
   absl::StatusOr<engine::planner::PlanResult> plan =
       engine::planner::Plan(job.model, in, DeviceProfile(job.options.device));
   if (!plan.ok()) {
@@ -425,6 +426,7 @@ absl::Status ValidateNvme(const v1::MemoryBudgets& m, const PathPolicy& paths,
       return Invalid("memory.nvme_bytes", absl::StrCat(m.nvme_bytes(), " without memory.nvme_dir"));
     }
     if (m.states_on_nvme()) return Invalid("memory.states_on_nvme", "needs memory.nvme_dir");
+    if (m.master_on_nvme()) return Invalid("memory.master_on_nvme", "needs memory.nvme_dir");
     return absl::OkStatus();
   }
   if (m.nvme_bytes() == 0) {
@@ -478,6 +480,7 @@ absl::Status ValidateMemory(const v1::MemoryBudgets& m, const DaemonSettings& se
     budgets.budgets.pinned_ram = job.options.device.pinned_budget_bytes;
     budgets.budgets.ram = m.ram_bytes() != 0 ? m.ram_bytes() : PhysicalRamBytes();
     budgets.states_on_nvme = m.states_on_nvme();
+    budgets.master_on_nvme = m.master_on_nvme();
   }
   return PlanWithEngine(m, job);
 }

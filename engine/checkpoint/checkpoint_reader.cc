@@ -149,8 +149,14 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Trainer&
   // Per entry, the m and v copies, their dest an element offset in the entry.
   std::vector<std::array<std::vector<Copy>, 2>> state_plan(layout.num_entries());
   size_t layout_tensors = 0;
-  for (int e = 0; e < layout.num_entries(); ++e) {
+  // A master on the NVMe tier is read into the entry's gradient slab (free
+  // between steps), then written through the store with m and v below.
+  const auto master_dest = [&store](int e) {
     const EntryBuffers b = store.entry(e);
+    return b.master != nullptr ? b.master : b.grad;
+  };
+  for (int e = 0; e < layout.num_entries(); ++e) {
+    float* const master = master_dest(e);
     for (const TensorSlot& slot : layout.entries()[e].tensors) {
       ++layout_tensors;
       auto it = model_file_of.find(slot.hf_name);
@@ -163,10 +169,10 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Trainer&
         std::vector<Copy> unused;
         s = PlanCopy(*it->second, slot.hf_name, slot, false, nullptr, &unused);  // shape check only
         if (s.ok())
-          s = PlanCopy(**optimizer, "master." + slot.hf_name, slot, true, b.master + slot.offset,
+          s = PlanCopy(**optimizer, "master." + slot.hf_name, slot, true, master + slot.offset,
                        &plan);
       } else {
-        s = PlanCopy(*it->second, slot.hf_name, slot, true, b.master + slot.offset, &plan);
+        s = PlanCopy(*it->second, slot.hf_name, slot, true, master + slot.offset, &plan);
       }
       // m and v land in per-entry staging (see below), at the slot's offset.
       if (s.ok()) {
@@ -195,8 +201,7 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Trainer&
 
   trainer.WaitForUpdates();
   for (int e = 0; e < store.num_entries(); ++e) {
-    const EntryBuffers b = store.entry(e);
-    std::fill(b.master, b.master + b.elements, 0.0f);
+    std::fill(master_dest(e), master_dest(e) + store.spec(e).elements, 0.0f);
   }
   for (const Copy& c : plan) {
     // Cannot fail after the checks above; a failure here is a broken invariant.
@@ -224,6 +229,11 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Trainer&
     if (absl::Status s = store.WriteOptimizerState(e, staged[0].data(), staged[1].data());
         !s.ok()) {
       return s;
+    }
+    if (store.master_on_nvme()) {
+      float* const slab = store.entry(e).grad;
+      if (absl::Status s = store.WriteMaster(e, slab); !s.ok()) return s;
+      std::fill(slab, slab + n, 0.0f);
     }
   }
   if (absl::Status s = store.Flush(); !s.ok()) return s;

@@ -74,6 +74,29 @@ absl::Status AppendConverted(SafetensorsStreamWriter& writer, absl::Span<const f
   }
 }
 
+// One entry's fp32 master at a time, wherever it lives: in RAM directly, on
+// the NVMe tier through one entry's worth of RAM.
+class MasterReader {
+ public:
+  explicit MasterReader(ParameterStore& store) : store_(store) {}
+  absl::StatusOr<const float*> Entry(int entry) {
+    const EntryBuffers b = store_.entry(entry);
+    if (b.master != nullptr) return b.master;
+    if (entry != staged_entry_) {
+      staged_.resize(b.elements);
+      staged_entry_ = -1;
+      if (absl::Status s = store_.ReadMaster(entry, staged_.data()); !s.ok()) return s;
+      staged_entry_ = entry;
+    }
+    return staged_.data();
+  }
+
+ private:
+  ParameterStore& store_;
+  int staged_entry_ = -1;
+  std::vector<float> staged_;
+};
+
 // What was written into a checkpoint directory: manifest records and, when
 // the provenance record is wanted, SHA-256 digests computed while streaming.
 struct WrittenFiles {
@@ -125,6 +148,7 @@ absl::Status WriteModelFiles(Trainer& trainer, const std::string& dir, Safetenso
     total_bytes += bytes;
   }
   const bool sharded = shards.size() > 1;
+  MasterReader masters(trainer.mutable_store());
   nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
   for (size_t k = 0; k < shards.size(); ++k) {
     const std::string name =
@@ -139,7 +163,9 @@ absl::Status WriteModelFiles(Trainer& trainer, const std::string& dir, Safetenso
         absl::StrCat(dir, "/", name), entries, kPtMetadata, records->with_digests);
     if (!writer.ok()) return writer.status();
     for (const TensorRef& t : shards[k]) {
-      const float* p = trainer.mutable_store().entry(t.entry).master + t.slot->offset;
+      absl::StatusOr<const float*> master = masters.Entry(t.entry);
+      if (!master.ok()) return master.status();
+      const float* p = *master + t.slot->offset;
       if (absl::Status s =
               AppendConverted(*writer, absl::MakeConstSpan(p, t.slot->num_elements()), dtype);
           !s.ok()) {
@@ -179,8 +205,10 @@ absl::Status WriteOptimizerFile(Trainer& trainer, const std::string& dir, bool w
   // m and v come through the store one entry at a time, wherever they live
   // (RAM, or the NVMe tier), so RAM never holds more than one entry's copy.
   ParameterStore& store = trainer.mutable_store();
+  MasterReader masters(store);
   int staged_entry = -1;
   std::vector<float> m, v;
+  const float* master = nullptr;
   for (const TensorRef& t : tensors) {
     const EntryBuffers b = store.entry(t.entry);
     if (t.entry != staged_entry) {
@@ -191,10 +219,16 @@ absl::Status WriteOptimizerFile(Trainer& trainer, const std::string& dir, bool w
       if (absl::Status s = store.ReadOptimizerState(t.entry, m.data(), v.data()); !s.ok()) {
         return s;
       }
+      if (with_master) {
+        absl::StatusOr<const float*> entry_master = masters.Entry(t.entry);
+        if (!entry_master.ok()) return entry_master.status();
+        master = *entry_master;
+      }
       staged_entry = t.entry;
     }
     const size_t n = t.slot->num_elements();
-    for (const float* base : {with_master ? b.master : nullptr, m.data(), v.data()}) {
+    const float* const arrays[] = {with_master ? master : nullptr, m.data(), v.data()};
+    for (const float* base : arrays) {
       if (base == nullptr) continue;
       if (absl::Status s = writer->Append(absl::MakeConstSpan(base + t.slot->offset, n)); !s.ok()) {
         return s;

@@ -36,6 +36,19 @@ absl::StatusOr<ParameterStore::HostArray> ParameterStore::AllocateArray(Device& 
 absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
                                                       std::vector<EntrySpec> entries,
                                                       const StorePlacement& placement) {
+  if (placement.compute_copy_bf16 && placement.compute_copy_fp32) {
+    return absl::InvalidArgumentError(
+        "compute_copy_bf16 and compute_copy_fp32 are exclusive: one compute copy per device");
+  }
+  if (placement.master_on_nvme && !placement.states_on_nvme) {
+    return absl::InvalidArgumentError(
+        "master_on_nvme needs states_on_nvme: the master streams with m and v");
+  }
+  if (placement.master_on_nvme && !placement.compute_copy_bf16 && !placement.compute_copy_fp32) {
+    return absl::InvalidArgumentError(
+        "master_on_nvme needs a compute copy (compute_copy_bf16 or compute_copy_fp32): the "
+        "weights stream from it, never from the NVMe tier");
+  }
   ParameterStore store;
   store.specs_ = std::move(entries);
   store.placement_ = placement;
@@ -46,15 +59,18 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
       bool pinned;
       const char* kind;
     };
-    std::vector<Wanted> wanted = {{&store.master_, placement.master_pinned, "master"},
-                                  {&store.grad_, placement.grad_pinned, "gradient"}};
+    std::vector<Wanted> wanted = {{&store.grad_, placement.grad_pinned, "gradient"}};
+    if (!placement.master_on_nvme) {
+      wanted.push_back({&store.master_, placement.master_pinned, "master"});
+    }
     if (!placement.states_on_nvme) {
       wanted.push_back({&store.m_, false, "adam_m"});
       wanted.push_back({&store.v_, false, "adam_v"});
     }
-    if (placement.compute_copy_bf16) {
-      // Two bf16 values per float of storage.
-      absl::StatusOr<HostArray> array = AllocateArray(device, (n + 1) / 2, /*pinned=*/true);
+    if (placement.compute_copy_bf16 || placement.compute_copy_fp32) {
+      // bf16: two values per float of storage.
+      const size_t floats = placement.compute_copy_bf16 ? (n + 1) / 2 : n;
+      absl::StatusOr<HostArray> array = AllocateArray(device, floats, /*pinned=*/true);
       if (!array.ok()) {
         return absl::Status(
             array.status().code(),
@@ -81,9 +97,10 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
     }
     tiers::NvmeStateStoreOptions options;
     options.dir = placement.nvme_dir;
-    options.arrays_per_entry = 2;
+    options.arrays_per_entry = placement.master_on_nvme ? 3 : 2;
     options.read_ahead = placement.read_ahead;
     options.max_writes_in_flight = placement.max_writes_in_flight;
+    options.request_bytes = placement.nvme_request_bytes;
     std::vector<size_t> elements;
     for (const EntrySpec& s : store.specs_) elements.push_back(s.elements);
     absl::StatusOr<std::unique_ptr<tiers::NvmeStateStore>> state =
@@ -96,9 +113,12 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
 
 EntryBuffers ParameterStore::entry(int i) const {
   EntryBuffers b;
-  b.master = master_[i].data();
+  if (!master_.empty()) b.master = master_[i].data();
   b.grad = grad_[i].data();
-  if (!compute_.empty()) b.compute_bf16 = reinterpret_cast<uint16_t*>(compute_[i].data());
+  if (placement_.compute_copy_bf16) {
+    b.compute_bf16 = reinterpret_cast<uint16_t*>(compute_[i].data());
+  }
+  if (placement_.compute_copy_fp32) b.compute_fp32 = compute_[i].data();
   if (!m_.empty()) {
     b.m = m_[i].data();
     b.v = v_[i].data();
@@ -141,11 +161,47 @@ absl::Status ParameterStore::WriteOptimizerState(int e, const float* m, const fl
   return state_store_->Release(e, /*dirty=*/true);
 }
 
+absl::Status ParameterStore::ReadMaster(int e, float* master) const {
+  const size_t bytes = specs_[e].elements * sizeof(float);
+  if (!placement_.master_on_nvme) {
+    std::memcpy(master, master_[e].data(), bytes);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<tiers::StagedEntry> staged = state_store_->Acquire(e);
+  if (!staged.ok()) return staged.status();
+  std::memcpy(master, staged->array(kMasterArray), bytes);
+  return state_store_->Release(e, /*dirty=*/false);
+}
+
+absl::Status ParameterStore::WriteMaster(int e, const float* master) {
+  const size_t bytes = specs_[e].elements * sizeof(float);
+  if (!placement_.master_on_nvme) {
+    std::memcpy(master_[e].data(), master, bytes);
+    WriteComputeCopy(e, master);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<tiers::StagedEntry> staged = state_store_->Acquire(e);
+  if (!staged.ok()) return staged.status();
+  std::memcpy(staged->array(kMasterArray), master, bytes);
+  WriteComputeCopy(e, master);
+  return state_store_->Release(e, /*dirty=*/true);
+}
+
+void ParameterStore::WriteComputeCopy(int e, const float* master) {
+  if (compute_.empty()) return;
+  const size_t n = specs_[e].elements;
+  if (placement_.compute_copy_fp32) {
+    std::memcpy(compute_[e].data(), master, n * sizeof(float));
+    return;
+  }
+  uint16_t* copy = reinterpret_cast<uint16_t*>(compute_[e].data());
+  for (size_t j = 0; j < n; ++j) copy[j] = kernels::Float32ToBf16Bits(master[j]);
+}
+
 void ParameterStore::RefreshComputeCopy() {
+  if (master_.empty()) return;  // on NVMe: every write went through WriteMaster
   for (size_t e = 0; e < compute_.size(); ++e) {
-    const float* master = master_[e].data();
-    uint16_t* copy = reinterpret_cast<uint16_t*>(compute_[e].data());
-    for (size_t j = 0; j < specs_[e].elements; ++j) copy[j] = kernels::Float32ToBf16Bits(master[j]);
+    WriteComputeCopy(static_cast<int>(e), master_[e].data());
   }
 }
 

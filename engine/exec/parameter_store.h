@@ -1,9 +1,11 @@
 // Host home of every parameter: per layout entry one contiguous fp32 master
 // buffer, AdamW m and v, and a gradient slab, each in the memory tier the
-// placement gives it (pinned RAM, pageable RAM, or an NVMe file for m and v
-// streamed through staging). On the CPU device the fp32 master is also the
-// compute copy the weights stream from; a GPU gets a separate bf16 compute
-// copy, written by the optimizer in the same pass as the master.
+// placement gives it (pinned RAM, pageable RAM, or an NVMe file for m and v,
+// and optionally the master, streamed through staging). On the CPU device the
+// fp32 master is also the compute copy the weights stream from, unless the
+// master is on NVMe (then a separate fp32 compute copy is kept); a GPU gets a
+// separate bf16 compute copy. Compute copies are written by the optimizer in
+// the same pass as the master.
 #pragma once
 
 #include <cstddef>
@@ -25,12 +27,15 @@ struct EntrySpec {
 };
 
 struct EntryBuffers {
-  float* master = nullptr;
-  float* m = nullptr;  // null when the optimizer state lives on NVMe
+  float* master = nullptr;  // null when the master lives on NVMe (ReadMaster/WriteMaster)
+  float* m = nullptr;       // null when the optimizer state lives on NVMe
   float* v = nullptr;
   float* grad = nullptr;
   uint16_t* compute_bf16 = nullptr;  // bf16 bits of the master; null when the master is it
+  float* compute_fp32 = nullptr;     // a copy of the master (CPU device, master on NVMe)
   size_t elements = 0;
+  // What fp32 weights are computed from: the fp32 compute copy, else the master.
+  const float* fp32_weights() const { return compute_fp32 != nullptr ? compute_fp32 : master; }
 };
 
 // Where the store's buffers go (from tiers::PlanPlacement, or the default:
@@ -41,10 +46,17 @@ struct StorePlacement {
   // A separate bf16 compute copy (GPU devices), pinned: it is the copy-in
   // source then, and the master need not be pinned.
   bool compute_copy_bf16 = false;
+  // A separate fp32 compute copy (the CPU device with the master on NVMe),
+  // pinned, the copy-in source; bit for bit the master.
+  bool compute_copy_fp32 = false;
   bool states_on_nvme = false;
+  // The master streams with m and v (3 arrays per entry of the NVMe file).
+  // Needs states_on_nvme and a compute copy (bf16 or fp32).
+  bool master_on_nvme = false;
   std::string nvme_dir;  // with states_on_nvme
-  int read_ahead = 2;    // entries of m/v read ahead of the one being updated
+  int read_ahead = 2;    // entries of m/v (and master) read ahead of the one being updated
   int max_writes_in_flight = 2;
+  size_t nvme_request_bytes = tiers::kDefaultBlockBytes;  // I/O request size of the NVMe file
   // The block I/O of the NVMe tier; null = the store's own io_uring. Tests
   // pass a fault-injecting one. Not owned; must outlive the store.
   tiers::BlockIo* block_io = nullptr;
@@ -66,14 +78,24 @@ class ParameterStore {
   const StorePlacement& placement() const { return placement_; }
 
   // The NVMe-resident optimizer state, or null when m and v are in RAM. Used
-  // from one thread at a time (the optimizer pass, or a checkpoint).
+  // from one thread at a time (the optimizer pass, or a checkpoint). Arrays
+  // of a staged entry: 0 = m, 1 = v, and kMasterArray = the master when
+  // master_on_nvme().
   tiers::NvmeStateStore* state_store() const { return state_store_.get(); }
+  static constexpr int kMasterArray = 2;
+  bool master_on_nvme() const { return placement_.master_on_nvme; }
 
   // m and v of one entry wherever they live; not during an optimizer pass.
   absl::Status ReadOptimizerState(int entry, float* m, float* v) const;
   absl::Status WriteOptimizerState(int entry, const float* m, const float* v);
-  // Rewrites the bf16 compute copy of every entry from its master (after the
-  // masters change outside the optimizer); nothing without a compute copy.
+  // The fp32 master of one entry wherever it lives (entry's elements floats);
+  // not during an optimizer pass. WriteMaster also rewrites the entry's
+  // compute copy, so after it nothing needs RefreshComputeCopy.
+  absl::Status ReadMaster(int entry, float* master) const;
+  absl::Status WriteMaster(int entry, const float* master);
+  // Rewrites the compute copy of every entry from its RAM master (after the
+  // masters were written in place, outside the optimizer); nothing without a
+  // compute copy or with the master on NVMe (WriteMaster keeps that current).
   void RefreshComputeCopy();
 
   // Waits for NVMe write-backs (and syncs the file); OK at once in RAM.
@@ -95,11 +117,13 @@ class ParameterStore {
   };
   ParameterStore() = default;
   static absl::StatusOr<HostArray> AllocateArray(Device& device, size_t elements, bool pinned);
+  // Writes the compute copy of one entry (if any) from `master`, its new values.
+  void WriteComputeCopy(int entry, const float* master);
 
   std::vector<EntrySpec> specs_;
   StorePlacement placement_;
   std::vector<HostArray> master_, grad_, m_, v_;
-  std::vector<HostArray> compute_;  // bf16 pairs in float-sized storage, when enabled
+  std::vector<HostArray> compute_;  // bf16 pairs in float-sized storage, or fp32, when enabled
   std::unique_ptr<tiers::UringBlockIo> io_;
   std::unique_ptr<tiers::NvmeStateStore> state_store_;
 };

@@ -61,6 +61,7 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
   }
   tiers::PlacementOptions placement_options;  // staging_slots = read_ahead 2 + 1 + writes 2
   placement_options.states_on_nvme = in.states_on_nvme;
+  placement_options.master_on_nvme = in.master_on_nvme;
   absl::StatusOr<tiers::Placement> placement =
       tiers::PlanPlacement(bytes, budgets, placement_options);
   if (!placement.ok()) return placement.status();

@@ -34,6 +34,7 @@ struct PlanInputs {
   bool budgets_enabled = false;
   tiers::TierBudgets budgets;
   bool states_on_nvme = false;
+  bool master_on_nvme = false;  // with m and v (tiers::PlacementOptions)
   uint64_t fixed_overhead_bytes = kDefaultFixedOverheadBytes;
 };
 

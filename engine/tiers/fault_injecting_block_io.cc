@@ -10,15 +10,24 @@ void FaultInjectingBlockIo::FailNth(uint64_t nth, InjectedFault fault) {
   counted_ = 0;
   nth_ = nth;
   filter_by_op_ = false;
+  range_begin_ = 0;
+  range_end_ = UINT64_MAX;
   fault_ = fault;
 }
 
 void FaultInjectingBlockIo::FailNthOf(IoOp only, uint64_t nth, InjectedFault fault) {
+  FailNthOfRange(only, 0, UINT64_MAX, nth, fault);
+}
+
+void FaultInjectingBlockIo::FailNthOfRange(IoOp only, uint64_t begin, uint64_t end, uint64_t nth,
+                                           InjectedFault fault) {
   absl::MutexLock lock(&mu_);
   counted_ = 0;
   nth_ = nth;
   filter_by_op_ = true;
   only_ = only;
+  range_begin_ = begin;
+  range_end_ = end;
   fault_ = fault;
 }
 
@@ -33,7 +42,9 @@ IoFuture FaultInjectingBlockIo::Submit(const IoRequest& request) {
   {
     absl::MutexLock lock(&mu_);
     ++seen_;
-    if (fault_ != InjectedFault::kNone && (!filter_by_op_ || request.op == only_) &&
+    const bool in_range =
+        request.offset < range_end_ && request.offset + request.bytes > range_begin_;
+    if (fault_ != InjectedFault::kNone && (!filter_by_op_ || request.op == only_) && in_range &&
         ++counted_ == nth_) {
       fault = fault_;
       fault_ = InjectedFault::kNone;

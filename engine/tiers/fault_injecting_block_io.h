@@ -24,6 +24,9 @@ class FaultInjectingBlockIo final : public BlockIo {
   // `only` when set) with `fault`; later requests pass through again.
   void FailNth(uint64_t nth, InjectedFault fault);
   void FailNthOf(IoOp only, uint64_t nth, InjectedFault fault);
+  // As FailNthOf, counting only requests whose bytes overlap [begin, end) of the file (one array
+  // of a state file, say).
+  void FailNthOfRange(IoOp only, uint64_t begin, uint64_t end, uint64_t nth, InjectedFault fault);
 
   IoFuture Submit(const IoRequest& request) override;
   int queue_depth() const override { return inner_.queue_depth(); }
@@ -37,6 +40,8 @@ class FaultInjectingBlockIo final : public BlockIo {
   uint64_t nth_ ABSL_GUARDED_BY(mu_) = 0;
   bool filter_by_op_ ABSL_GUARDED_BY(mu_) = false;
   IoOp only_ ABSL_GUARDED_BY(mu_) = IoOp::kRead;
+  uint64_t range_begin_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t range_end_ ABSL_GUARDED_BY(mu_) = UINT64_MAX;
   InjectedFault fault_ ABSL_GUARDED_BY(mu_) = InjectedFault::kNone;
 };
 

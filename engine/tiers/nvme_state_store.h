@@ -88,6 +88,13 @@ class NvmeStateStore {
   uint64_t file_bytes() const { return file_bytes_; }
   const std::string& path() const { return file_.path(); }
   const NvmeStateStoreStats& stats() const { return stats_; }
+  int arrays_per_entry() const { return options_.arrays_per_entry; }
+  // Where array `array` of `entry` starts in the file and how many bytes it spans (block-rounded):
+  // what an I/O error's offset is matched against.
+  uint64_t array_offset(int entry, int array) const {
+    return entries_[entry].offset + static_cast<uint64_t>(array) * entries_[entry].array_bytes;
+  }
+  uint64_t array_bytes(int entry) const { return entries_[entry].array_bytes; }
 
  private:
   enum class SlotState { kFree, kReading, kAcquired, kWriting };

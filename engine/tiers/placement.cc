@@ -87,6 +87,9 @@ absl::StatusOr<Placement> PlanPlacement(absl::Span<const EntryBytes> entries,
     return absl::InvalidArgumentError(
         absl::StrCat("staging_slots=", options.staging_slots, " must be at least 1"));
   }
+  if (!have_nvme && (options.states_on_nvme || options.master_on_nvme)) {
+    return absl::InvalidArgumentError("states_on_nvme/master_on_nvme need an nvme_dir");
+  }
   Placement p;
   p.budgets = budgets;
   for (const EntryBytes& e : entries) {
@@ -96,6 +99,12 @@ absl::StatusOr<Placement> PlanPlacement(absl::Span<const EntryBytes> entries,
     }
   }
   const auto kind = [&](BufferKind k) -> KindPlacement& { return p.kinds[static_cast<int>(k)]; };
+  if (options.master_on_nvme && kind(BufferKind::kComputeCopy).bytes == 0) {
+    // The master is the copy-in source here: it can leave RAM only behind an fp32 copy.
+    kind(BufferKind::kComputeCopy).bytes = kind(BufferKind::kMaster).bytes;
+    kind(BufferKind::kComputeCopy).largest_entry = kind(BufferKind::kMaster).largest_entry;
+    p.compute_copy_fp32 = true;
+  }
   const bool master_is_copy_source = kind(BufferKind::kComputeCopy).bytes == 0;
 
   // 1. Copy endpoints: pinned while it lasts, pageable staging otherwise.
@@ -118,14 +127,6 @@ absl::StatusOr<Placement> PlanPlacement(absl::Span<const EntryBytes> entries,
     if (kind(k).tier == Tier::kAbsent && kind(k).bytes > 0) kind(k).tier = Tier::kRam;
   }
   Recount(p, options.staging_slots);
-  if (!have_nvme && (options.states_on_nvme || options.master_on_nvme)) {
-    return absl::InvalidArgumentError("states_on_nvme/master_on_nvme need an nvme_dir");
-  }
-  if (options.master_on_nvme && master_is_copy_source) {
-    return absl::InvalidArgumentError(
-        "master_on_nvme: the master is the compute copy on this device (weights stream from it), "
-        "so it must stay in RAM");
-  }
   if (have_nvme) {
     std::vector<std::vector<BufferKind>> moves = {{BufferKind::kM, BufferKind::kV}};
     if (!master_is_copy_source) moves.push_back({BufferKind::kMaster});
@@ -187,10 +188,13 @@ std::string Placement::Table() const {
   for (int k = 0; k < kNumBufferKinds; ++k) {
     const KindPlacement& kp = kinds[k];
     if (kp.tier == Tier::kAbsent) continue;
-    absl::StrAppend(&out,
-                    absl::StrFormat("%-13s %-7s %s%s\n", BufferKindName(static_cast<BufferKind>(k)),
-                                    TierName(kp.tier), FormatBytes(kp.bytes),
-                                    kp.wanted_pinned ? "  (pageable: pinned budget full)" : ""));
+    const bool fp32_copy =
+        compute_copy_fp32 && static_cast<BufferKind>(k) == BufferKind::kComputeCopy;
+    absl::StrAppend(
+        &out, absl::StrFormat("%-13s %-7s %s%s%s\n", BufferKindName(static_cast<BufferKind>(k)),
+                              TierName(kp.tier), FormatBytes(kp.bytes),
+                              fp32_copy ? "  (fp32: the master is on NVMe)" : "",
+                              kp.wanted_pinned ? "  (pageable: pinned budget full)" : ""));
   }
   if (staging_bytes > 0) {
     absl::StrAppend(&out, absl::StrFormat("%-13s %-7s %s\n", "nvme_staging", "ram",

@@ -21,7 +21,8 @@ enum class Tier { kAbsent, kPinned, kRam, kNvme };
 const char* TierName(Tier tier);
 
 // One parameter-store entry's buffer sizes in bytes, indexed by BufferKind. compute_copy is 0 on
-// the CPU device, where the fp32 master is what the weights stream from.
+// the CPU device, where the fp32 master is what the weights stream from (unless master_on_nvme
+// asks for an fp32 compute copy, which PlanPlacement then adds).
 struct EntryBytes {
   std::array<uint64_t, kNumBufferKinds> bytes{};
   uint64_t& operator[](BufferKind k) { return bytes[static_cast<int>(k)]; }
@@ -42,7 +43,10 @@ struct PlacementOptions {
   // the entry being updated, write-backs in flight). Matches NvmeStateStoreOptions.
   int staging_slots = 5;
   bool states_on_nvme = false;  // put m and v on NVMe even when RAM could hold them
-  bool master_on_nvme = false;  // also the master (only when it is not the compute copy)
+  // Also the master (with m and v). Where the master is the compute copy (compute_copy bytes 0:
+  // the CPU device), a separate fp32 compute copy of the master's size is added as the copy
+  // endpoint, so the master can leave RAM; it costs as much RAM as the master saves.
+  bool master_on_nvme = false;
 };
 
 struct KindPlacement {
@@ -58,6 +62,8 @@ struct Placement {
   uint64_t pinned_used = 0;
   uint64_t ram_used = 0;  // including staging
   uint64_t nvme_used = 0;
+  // The compute copy is an fp32 copy of the master added for master_on_nvme on the CPU device.
+  bool compute_copy_fp32 = false;
   TierBudgets budgets;
 
   const KindPlacement& of(BufferKind k) const { return kinds[static_cast<int>(k)]; }
@@ -72,8 +78,9 @@ struct Placement {
 //     device) go to pinned RAM while the pinned budget lasts, else to pageable RAM (staging
 //     through pageable memory: slower copies, never a pinned allocation beyond the budget).
 //  2. Other buffers go to pageable RAM; while RAM overflows (or when asked) m and v move to NVMe,
-//     then the master if it is not a copy endpoint. NVMe-resident kinds need staging_slots
-//     largest-entry buffers of RAM.
+//     then the master if it is not a copy endpoint (never before m and v: it streams with them).
+//     NVMe-resident kinds need staging_slots largest-entry buffers of RAM. master_on_nvme on the
+//     CPU device first adds the fp32 compute copy (see PlacementOptions).
 //  3. A plan that still does not fit fails with RESOURCE_EXHAUSTED: "needs X more bytes of <tier>
 //     for <kinds>". Bad budgets fail with INVALID_ARGUMENT naming the field.
 absl::StatusOr<Placement> PlanPlacement(absl::Span<const EntryBytes> entries,

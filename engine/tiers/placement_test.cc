@@ -94,11 +94,63 @@ TEST(PlanPlacement, CpuDeviceKeepsTheMasterAsPinnedCopySource) {
   EXPECT_EQ(p->tier(BufferKind::kGrad), Tier::kPinned);
   EXPECT_EQ(p->tier(BufferKind::kComputeCopy), Tier::kAbsent);
   EXPECT_EQ(p->tier(BufferKind::kM), Tier::kNvme);
-  EXPECT_THAT(PlanPlacement(entries, {64 * kGiB, 32 * kGiB, "/nvme/x", 1024 * kGiB},
-                            {.master_on_nvme = true})
+  EXPECT_FALSE(p->compute_copy_fp32);
+}
+
+TEST(PlanPlacement, MasterOnNvmeOnTheCpuDeviceAddsAPinnedFp32ComputeCopy) {
+  // Odd sizes: three entries of 4 * 1013, 4 * 1020 and 4 * 1027 bytes per kind.
+  std::vector<EntryBytes> entries(3);
+  for (int i = 0; i < 3; ++i) {
+    for (BufferKind k : {BufferKind::kMaster, BufferKind::kM, BufferKind::kV, BufferKind::kGrad}) {
+      entries[i][k] = 4 * (1013 + 7 * i);
+    }
+  }
+  const uint64_t per_kind = 4 * (1013 + 1020 + 1027), largest = 4 * 1027;
+  absl::StatusOr<Placement> p = PlanPlacement(entries, {2 * per_kind, 1 << 20, "/d", 1 << 20},
+                                              {.staging_slots = 5, .master_on_nvme = true});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->compute_copy_fp32);
+  EXPECT_EQ(p->tier(BufferKind::kComputeCopy), Tier::kPinned);
+  EXPECT_EQ(p->of(BufferKind::kComputeCopy).bytes, per_kind);
+  EXPECT_EQ(p->of(BufferKind::kComputeCopy).largest_entry, largest);
+  EXPECT_EQ(p->tier(BufferKind::kGrad), Tier::kPinned);
+  for (BufferKind k : {BufferKind::kMaster, BufferKind::kM, BufferKind::kV}) {
+    EXPECT_EQ(p->tier(k), Tier::kNvme) << BufferKindName(k);
+  }
+  EXPECT_EQ(p->nvme_used, 3 * per_kind);
+  // Five slots, each holding the largest entry's m, v and master.
+  EXPECT_EQ(p->staging_bytes, 5 * 3 * largest);
+  EXPECT_EQ(p->pinned_used, 2 * per_kind);
+  EXPECT_EQ(p->ram_used, p->staging_bytes);
+  EXPECT_THAT(p->Table(), AllOf(HasSubstr("master        nvme"), HasSubstr("compute_copy  pinned"),
+                                HasSubstr("fp32")));
+  // The copy is counted: a pinned budget holding only the gradients leaves it pageable.
+  p = PlanPlacement(entries, {per_kind, 1 << 20, "/d", 1 << 20}, {.master_on_nvme = true});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->tier(BufferKind::kComputeCopy), Tier::kRam);
+  EXPECT_TRUE(p->of(BufferKind::kComputeCopy).wanted_pinned);
+  // Without an NVMe directory the request is refused naming the option.
+  EXPECT_THAT(PlanPlacement(entries, {per_kind, 1 << 20, "", 0}, {.master_on_nvme = true})
                   .status()
                   .message(),
-              HasSubstr("must stay in RAM"));
+              HasSubstr("master_on_nvme"));
+}
+
+TEST(PlanPlacement, GpuMasterGoesToNvmeOnlyAfterTheStatesOrWhenAsked) {
+  const auto entries = Llama7b(/*gpu=*/true);
+  // RAM holds everything: nothing moves unless asked.
+  const TierBudgets roomy{16 * kGiB, 512 * kGiB, "/nvme/megatrain", 1024 * kGiB};
+  absl::StatusOr<Placement> p = PlanPlacement(entries, roomy);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->tier(BufferKind::kMaster), Tier::kRam);
+  EXPECT_EQ(p->tier(BufferKind::kM), Tier::kRam);
+  p = PlanPlacement(entries, roomy, {.master_on_nvme = true});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(p->compute_copy_fp32);  // the bf16 copy is the copy-in source
+  EXPECT_EQ(p->tier(BufferKind::kMaster), Tier::kNvme);
+  EXPECT_EQ(p->tier(BufferKind::kM), Tier::kNvme);
+  EXPECT_EQ(p->tier(BufferKind::kComputeCopy), Tier::kPinned);
+  EXPECT_EQ(p->nvme_used, 3 * Total(entries, BufferKind::kMaster));
 }
 
 TEST(PlanPlacement, EverythingInRamWhenItFitsAndNoNvmeMeansAClearRefusal) {

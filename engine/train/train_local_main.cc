@@ -63,6 +63,9 @@ ABSL_FLAG(std::string, nvme_dir, "",
           "Directory on a block-backed filesystem (O_DIRECT) for the NVMe tier.");
 ABSL_FLAG(int64_t, nvme_mb, 0, "Bytes the NVMe tier may use (MiB).");
 ABSL_FLAG(bool, states_on_nvme, false, "Put AdamW m and v on the NVMe tier even if RAM fits.");
+ABSL_FLAG(bool, master_on_nvme, false,
+          "Put the fp32 master on the NVMe tier too, streamed with m and v (needs --nvme_dir; on "
+          "the CPU device adds a pinned fp32 compute copy, so it saves no RAM there).");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "Directory for checkpoints (step-N subdirectories); empty = no checkpoints.");
 ABSL_FLAG(int, checkpoint_every, 0,
@@ -165,6 +168,10 @@ int main(int argc, char** argv) {
     t.memory.budgets.nvme_dir = absl::GetFlag(FLAGS_nvme_dir);
     t.memory.budgets.nvme_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_nvme_mb)) << 20;
     t.memory.states_on_nvme = absl::GetFlag(FLAGS_states_on_nvme);
+    t.memory.master_on_nvme = absl::GetFlag(FLAGS_master_on_nvme);
+  } else if (absl::GetFlag(FLAGS_master_on_nvme)) {
+    fprintf(stderr, "error: --master_on_nvme needs --nvme_dir\n");
+    return 2;
   }
   absl::StatusOr<DeviceKind> kind = ParseDeviceKind(absl::GetFlag(FLAGS_device));
   if (!kind.ok()) {

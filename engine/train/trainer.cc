@@ -105,6 +105,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(Device& device, ModelCo
   StorePlacement store_placement;
   // A GPU computes from a bf16 copy the optimizer keeps beside the master.
   store_placement.compute_copy_bf16 = device.kind() == DeviceKind::kCuda;
+  if (options.memory.master_on_nvme && !options.memory.enabled) {
+    return absl::InvalidArgumentError(
+        "memory.master_on_nvme needs memory budgets with an nvme_dir (memory.enabled)");
+  }
   std::string placement_table;
   if (options.memory.enabled) {
     std::vector<tiers::EntryBytes> bytes;
@@ -115,12 +119,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(Device& device, ModelCo
       b[tiers::BufferKind::kM] = n;
       b[tiers::BufferKind::kV] = n;
       b[tiers::BufferKind::kGrad] = n;
-      // The CPU device computes from the master; a GPU from a bf16 copy.
+      // The CPU device computes from the master (or, with the master on NVMe,
+      // an fp32 copy PlanPlacement adds); a GPU from a bf16 copy.
       b[tiers::BufferKind::kComputeCopy] = store_placement.compute_copy_bf16 ? n / 2 : 0;
       bytes.push_back(b);
     }
     tiers::PlacementOptions placement_options;
     placement_options.states_on_nvme = options.memory.states_on_nvme;
+    placement_options.master_on_nvme = options.memory.master_on_nvme;
     placement_options.staging_slots =
         store_placement.read_ahead + 1 + store_placement.max_writes_in_flight;
     absl::StatusOr<tiers::Placement> placement =
@@ -130,6 +136,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(Device& device, ModelCo
         placement->tier(tiers::BufferKind::kMaster) == tiers::Tier::kPinned;
     store_placement.grad_pinned = placement->tier(tiers::BufferKind::kGrad) == tiers::Tier::kPinned;
     store_placement.states_on_nvme = placement->tier(tiers::BufferKind::kM) == tiers::Tier::kNvme;
+    store_placement.master_on_nvme =
+        placement->tier(tiers::BufferKind::kMaster) == tiers::Tier::kNvme;
+    store_placement.compute_copy_fp32 = placement->compute_copy_fp32;
     store_placement.nvme_dir = options.memory.budgets.nvme_dir;
     store_placement.block_io = options.memory.block_io_for_tests;
     placement_table = placement->Table();
@@ -172,8 +181,9 @@ void Trainer::InitializeRandom(uint64_t seed) {
     uint64_t state;
   };
   std::vector<Piece> pieces;
+  const std::vector<float*> masters = MasterDestinations();
   for (int e = 0; e < layout_.num_entries(); ++e) {
-    float* master = store_.entry(e).master;
+    float* master = masters[e];
     std::memset(master, 0, store_.spec(e).elements * sizeof(float));
     const auto& tensors = layout_.entries()[e].tensors;
     for (size_t t = 0; t < tensors.size(); ++t) {
@@ -202,17 +212,43 @@ void Trainer::InitializeRandom(uint64_t seed) {
       piece.p[j] = static_cast<float>(0.02 * z);
     }
   });
-  store_.RefreshComputeCopy();
+  init_status_ = WriteMasters();
+}
+
+std::vector<float*> Trainer::MasterDestinations() {
+  std::vector<float*> out;
+  for (int e = 0; e < store_.num_entries(); ++e) {
+    const EntryBuffers b = store_.entry(e);
+    out.push_back(b.master != nullptr ? b.master : b.grad);
+  }
+  return out;
+}
+
+absl::Status Trainer::WriteMasters() {
+  if (!store_.master_on_nvme()) {
+    store_.RefreshComputeCopy();
+    return absl::OkStatus();
+  }
+  // The slabs are overwritten by the next step's first micro-batch; zeroed
+  // anyway so ReadGradient sees what it would with the master in RAM.
+  absl::Status status;
+  for (int e = 0; e < store_.num_entries() && status.ok(); ++e) {
+    const EntryBuffers b = store_.entry(e);
+    status = store_.WriteMaster(e, b.grad);
+  }
+  for (int e = 0; e < store_.num_entries(); ++e) {
+    std::memset(store_.entry(e).grad, 0, store_.spec(e).elements * sizeof(float));
+  }
+  if (status.ok()) status = store_.Flush();
+  return status;
 }
 
 absl::Status Trainer::LoadHfWeights(const std::string& dir) {
   WaitForUpdates();
   executor_->InvalidateWeights();
-  std::vector<float*> buffers;
-  for (int e = 0; e < store_.num_entries(); ++e) buffers.push_back(store_.entry(e).master);
-  absl::Status loaded = engine::LoadHfWeights(dir, layout_, buffers);
-  store_.RefreshComputeCopy();
-  return loaded;
+  absl::Status loaded = engine::LoadHfWeights(dir, layout_, MasterDestinations());
+  absl::Status written = WriteMasters();
+  return loaded.ok() ? written : loaded;
 }
 
 TrainerProgress Trainer::progress() const {
@@ -253,7 +289,7 @@ void Trainer::WaitForUpdates() {
 
 absl::Status Trainer::UpdateStatus() {
   WaitForUpdates();
-  return update_status_;
+  return update_status_.ok() ? init_status_ : update_status_;
 }
 
 void Trainer::LaunchUpdate(uint64_t version, double clip_coefficient, double lr) {
@@ -279,21 +315,27 @@ void Trainer::LaunchUpdate(uint64_t version, double clip_coefficient, double lr)
       }
       const auto t0 = std::chrono::steady_clock::now();
       const EntryBuffers b = store_.entry(e);
+      float* master = b.master;
       float* m = b.m;
       float* v = b.v;
       if (states != nullptr && update_status_.ok()) {
-        // Reads entries e+1.. ahead while e is updated; write-back is async.
+        // Reads entries e+1.. ahead while e is updated (m, v and, when it
+        // streams too, the master); write-back is async.
         absl::StatusOr<tiers::StagedEntry> staged = states->Acquire(e);
         if (staged.ok()) {
           m = staged->array(0);
           v = staged->array(1);
+          if (store_.master_on_nvme()) master = staged->array(ParameterStore::kMasterArray);
         } else {
           update_status_ = staged.status();
         }
       }
       if (update_status_.ok()) {
-        adamw_.Step(decay, no_decay, store_.spec(e).segments, b.master, m, v, b.grad,
-                    b.compute_bf16);
+        adamw_.Step(decay, no_decay, store_.spec(e).segments, master, m, v, b.grad, b.compute_bf16);
+        // The fp32 compute copy is the master bit for bit: copied, not recomputed.
+        if (b.compute_fp32 != nullptr) {
+          std::memcpy(b.compute_fp32, master, b.elements * sizeof(float));
+        }
         if (states != nullptr) update_status_.Update(states->Release(e));
       }
       update_seconds_[e] = SecondsSince(t0);
@@ -309,7 +351,14 @@ absl::StatusOr<std::vector<float>> Trainer::ReadSlab(const std::string& hf_name,
   absl::StatusOr<TensorLocation> loc = layout_.Find(hf_name);
   if (!loc.ok()) return loc.status();
   const EntryBuffers b = store_.entry(loc->entry);
-  const float* p = (gradient ? b.grad : b.master) + loc->slot->offset;
+  std::vector<float> staged;
+  const float* base = gradient ? b.grad : b.master;
+  if (base == nullptr) {
+    staged.resize(b.elements);
+    if (absl::Status s = store_.ReadMaster(loc->entry, staged.data()); !s.ok()) return s;
+    base = staged.data();
+  }
+  const float* p = base + loc->slot->offset;
   return std::vector<float>(p, p + loc->slot->num_elements());
 }
 
@@ -360,6 +409,11 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
   }
   const float inv_total_valid = static_cast<float>(1.0 / static_cast<double>(total_valid));
   const uint64_t weights_version = step_;
+  if (!init_status_.ok()) {
+    return absl::Status(init_status_.code(), absl::StrCat("writing the initial master weights "
+                                                          "failed: ",
+                                                          init_status_.message()));
+  }
 
   if (options_.collect_timeline) {
     device_.timeline().Clear();

@@ -31,8 +31,11 @@ namespace megatrain::engine {
 // copy endpoints (master, gradients) pinned.
 struct HostMemoryBudgets {
   bool enabled = false;
-  tiers::TierBudgets budgets;                    // pinned_ram, ram, nvme_dir, nvme_bytes (bytes)
-  bool states_on_nvme = false;                   // m and v on NVMe even when RAM could hold them
+  tiers::TierBudgets budgets;   // pinned_ram, ram, nvme_dir, nvme_bytes (bytes)
+  bool states_on_nvme = false;  // m and v on NVMe even when RAM could hold them
+  // The fp32 master on NVMe too, streamed with m and v (on the CPU device
+  // behind a pinned fp32 compute copy; see tiers::PlacementOptions).
+  bool master_on_nvme = false;
   tiers::BlockIo* block_io_for_tests = nullptr;  // null = io_uring (see StorePlacement)
 };
 
@@ -69,7 +72,8 @@ class Trainer {
   ~Trainer();
 
   // Parameters: normal(0, 0.02) for weight matrices, 1 for norms, 0 for biases,
-  // from a generator fully determined by `seed`.
+  // from a generator fully determined by `seed`. With the master on NVMe a
+  // write error is kept and returned by the next Step and UpdateStatus.
   void InitializeRandom(uint64_t seed);
   absl::Status LoadHfWeights(const std::string& dir);
 
@@ -89,7 +93,8 @@ class Trainer {
 
   // Waits until the last step's optimizer update has finished writing.
   void WaitForUpdates();
-  // WaitForUpdates, then the update's outcome (an NVMe I/O error, say).
+  // WaitForUpdates, then the update's outcome (an NVMe I/O error, say), or
+  // that of the last InitializeRandom.
   absl::Status UpdateStatus();
 
   const ModelConfig& config() const { return config_; }
@@ -111,11 +116,14 @@ class Trainer {
   // after WaitForUpdates, BeginSnapshot freezes the current parameters in the
   // sense that no optimizer update touches entry e (master, m, v) until
   // SnapshotEntryDone(e) or EndSnapshot. Forward and backward only read the
-  // masters, so the next steps run alongside the writer; their updates wait.
+  // compute copy (by default the master itself on the CPU device), so the
+  // next steps run alongside the writer; their updates wait. With the
+  // optimizer state on NVMe, AsyncCheckpointWriter writes synchronously.
   void BeginSnapshot();
   void SnapshotEntryDone(int entry);
   void EndSnapshot();
-  // Copies a tensor's fp32 master values (after WaitForUpdates).
+  // Copies a tensor's fp32 master values (after WaitForUpdates), wherever the
+  // master lives.
   absl::StatusOr<std::vector<float>> ReadTensor(const std::string& hf_name);
   // The last step's accumulated gradient of a tensor, before clipping.
   absl::StatusOr<std::vector<float>> ReadGradient(const std::string& hf_name);
@@ -124,6 +132,13 @@ class Trainer {
   Trainer(Device& device, ModelConfig config, ParameterLayout layout, ParameterStore store,
           const TrainerOptions& options, kernels::cpu::RopeTable rope);
   absl::StatusOr<std::vector<float>> ReadSlab(const std::string& hf_name, bool gradient);
+  // Per entry, where new master values are written before WriteMasters: the
+  // master itself in RAM, else the entry's gradient slab (free between steps).
+  std::vector<float*> MasterDestinations();
+  // With the master on NVMe: writes every entry's master from its gradient
+  // slab through the store, then zeroes the slabs; else refreshes the
+  // compute copy from the RAM masters.
+  absl::Status WriteMasters();
   void LaunchUpdate(uint64_t version, double clip_coefficient, double lr);
 
   Device& device_;
@@ -140,6 +155,7 @@ class Trainer {
   std::unique_ptr<StreamingExecutor> executor_;
   std::thread update_thread_;
   absl::Status update_status_;  // written by the update thread, read after joining it
+  absl::Status init_status_;    // of the last InitializeRandom (NVMe master writes)
   absl::Mutex snapshot_mu_;
   bool snapshot_active_ ABSL_GUARDED_BY(snapshot_mu_) = false;
   std::vector<bool> snapshot_done_ ABSL_GUARDED_BY(snapshot_mu_);

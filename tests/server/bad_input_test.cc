@@ -266,6 +266,16 @@ TEST_F(BadInputTest, EveryHostileRequestIsRefusedWhileAJobRuns) {
       {"nvme size without a directory",
        [](v1::JobSpec& s) { s.mutable_memory()->set_nvme_bytes(1 << 30); }, C::INVALID_ARGUMENT,
        "memory.nvme_bytes"},
+      {"master on nvme without a directory",
+       [](v1::JobSpec& s) { s.mutable_memory()->set_master_on_nvme(true); }, C::INVALID_ARGUMENT,
+       "memory.master_on_nvme"},
+      {"nvme too small for master, m and v",
+       [&](v1::JobSpec& s) {
+         s.mutable_memory()->set_nvme_dir(root + "/out/nvme");
+         s.mutable_memory()->set_nvme_bytes(4096);
+         s.mutable_memory()->set_master_on_nvme(true);
+       },
+       C::RESOURCE_EXHAUSTED, "master"},
       {"nvme directory missing",
        [&](v1::JobSpec& s) {
          s.mutable_memory()->set_nvme_dir(root + "/out/no-such-dir");

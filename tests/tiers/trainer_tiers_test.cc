@@ -1,11 +1,12 @@
 // The memory tiers inside the trainer: a model whose AdamW state is more than
-// 4x the RAM budget trains with m and v on an NVMe file (O_DIRECT, io_uring)
-// and gives bitwise the losses, weights and optimizer state of the all-RAM
-// run; budgets that cannot hold the model are refused up front with what is
-// missing; the process's peak resident memory stays within the budgets plus
-// the documented fixed overhead.
+// 4x the RAM budget trains with m and v (and, asked, the fp32 master) on an
+// NVMe file (O_DIRECT, io_uring) and gives bitwise the losses, weights and
+// optimizer state of the all-RAM run, also across a checkpoint and resume;
+// disk faults fail the step naming file and offset; budgets that cannot hold
+// the model are refused up front with what is missing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -50,8 +51,39 @@ TrainerOptions BaseOptions() {
 struct Outcome {
   std::vector<double> losses;
   std::vector<std::vector<float>> masters, m, v;
+  std::vector<float> probe_tensor;  // ReadTensor(kProbeTensor)
   uint64_t pageable_bytes = 0;
 };
+
+constexpr char kProbeTensor[] = "model.layers.17.mlp.down_proj.weight";
+
+// Every entry's master, m and v, wherever they live.
+void ReadStore(const ParameterStore& store, Outcome* out) {
+  for (int e = 0; e < store.num_entries(); ++e) {
+    const size_t n = store.spec(e).elements;
+    out->masters.emplace_back(n);
+    out->m.emplace_back(n);
+    out->v.emplace_back(n);
+    EXPECT_TRUE(store.ReadMaster(e, out->masters.back().data()).ok());
+    EXPECT_TRUE(store.ReadOptimizerState(e, out->m.back().data(), out->v.back().data()).ok());
+  }
+}
+
+void ExpectSameState(const Outcome& expected, const Outcome& actual) {
+  ASSERT_EQ(expected.masters.size(), actual.masters.size());
+  for (size_t e = 0; e < expected.masters.size(); ++e) {
+    const size_t bytes = expected.masters[e].size() * sizeof(float);
+    EXPECT_EQ(std::memcmp(expected.masters[e].data(), actual.masters[e].data(), bytes), 0) << e;
+    EXPECT_EQ(std::memcmp(expected.m[e].data(), actual.m[e].data(), bytes), 0) << e;
+    EXPECT_EQ(std::memcmp(expected.v[e].data(), actual.v[e].data(), bytes), 0) << e;
+  }
+}
+
+// The "offset N" of an I/O error message.
+uint64_t OffsetIn(const std::string& message) {
+  const size_t at = message.find("offset ");
+  return at == std::string::npos ? UINT64_MAX : std::stoull(message.substr(at + 7));
+}
 
 Outcome TrainFiveSteps(const TrainerOptions& o) {
   Outcome out;
@@ -70,14 +102,10 @@ Outcome TrainFiveSteps(const TrainerOptions& o) {
     out.pageable_bytes = r->pageable_host_bytes;
   }
   EXPECT_TRUE((*trainer)->UpdateStatus().ok());
-  const ParameterStore& store = (*trainer)->store();
-  for (int e = 0; e < store.num_entries(); ++e) {
-    const size_t n = store.spec(e).elements;
-    out.masters.emplace_back(store.entry(e).master, store.entry(e).master + n);
-    out.m.emplace_back(n);
-    out.v.emplace_back(n);
-    EXPECT_TRUE(store.ReadOptimizerState(e, out.m.back().data(), out.v.back().data()).ok());
-  }
+  ReadStore((*trainer)->store(), &out);
+  auto tensor = (*trainer)->ReadTensor(kProbeTensor);
+  EXPECT_TRUE(tensor.ok()) << tensor.status();
+  if (tensor.ok()) out.probe_tensor = *tensor;
   return out;
 }
 
@@ -111,13 +139,217 @@ TEST(TrainerTiersTest, OptimizerStateOnNvmeFourTimesTheRamBudgetIsBitwiseIdentic
     EXPECT_EQ(std::memcmp(&in_ram.losses[s], &on_nvme.losses[s], sizeof(double)), 0)
         << "step " << s << ": " << in_ram.losses[s] << " vs " << on_nvme.losses[s];
   }
-  ASSERT_EQ(in_ram.masters.size(), on_nvme.masters.size());
-  for (size_t e = 0; e < in_ram.masters.size(); ++e) {
-    const size_t bytes = in_ram.masters[e].size() * sizeof(float);
-    EXPECT_EQ(std::memcmp(in_ram.masters[e].data(), on_nvme.masters[e].data(), bytes), 0) << e;
-    EXPECT_EQ(std::memcmp(in_ram.m[e].data(), on_nvme.m[e].data(), bytes), 0) << e;
-    EXPECT_EQ(std::memcmp(in_ram.v[e].data(), on_nvme.v[e].data(), bytes), 0) << e;
+  ExpectSameState(in_ram, on_nvme);
+}
+
+TEST(TrainerTiersTest, MasterAndStatesOnNvmeAreBitwiseIdenticalToTheAllRamRun) {
+  absl::Status usable;
+  const std::string dir = tiers::FreshTestDir("trainer_tiers_master", &usable);
+  if (!usable.ok()) GTEST_SKIP() << "no O_DIRECT scratch directory: " << usable;
+
+  const Outcome in_ram = TrainFiveSteps(BaseOptions());
+  ASSERT_EQ(in_ram.losses.size(), 5u);
+
+  TrainerOptions o = BaseOptions();
+  const size_t state_bytes = StateBytes(o);
+  o.memory.enabled = true;
+  o.memory.master_on_nvme = true;
+  o.memory.budgets.pinned_ram = state_bytes + (size_t{4} << 20);  // fp32 copy + gradients
+  o.memory.budgets.ram = state_bytes / 2;                         // staging of 3 arrays
+  o.memory.budgets.nvme_dir = dir;
+  o.memory.budgets.nvme_bytes = 2 * state_bytes;
+  {
+    auto device = MakeCpuDevice(size_t{32} << 20);
+    auto trainer = Trainer::Create(*device, TinyConfig(DeepNarrow()), o);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    const ParameterStore& store = (*trainer)->store();
+    ASSERT_TRUE(store.master_on_nvme());
+    EXPECT_EQ(store.state_store()->arrays_per_entry(), 3);
+    EXPECT_EQ(store.entry(0).master, nullptr);
+    EXPECT_NE(store.entry(0).compute_fp32, nullptr);
+    const std::string& table = (*trainer)->placement_table();
+    EXPECT_NE(table.find("master        nvme"), std::string::npos) << table;
+    EXPECT_NE(table.find("fp32"), std::string::npos) << table;
   }
+  const Outcome on_nvme = TrainFiveSteps(o);
+  ASSERT_EQ(on_nvme.losses.size(), 5u);
+  EXPECT_LE(on_nvme.pageable_bytes, o.memory.budgets.ram);
+  for (int s = 0; s < 5; ++s) {
+    EXPECT_EQ(std::memcmp(&in_ram.losses[s], &on_nvme.losses[s], sizeof(double)), 0)
+        << "step " << s << ": " << in_ram.losses[s] << " vs " << on_nvme.losses[s];
+  }
+  ExpectSameState(in_ram, on_nvme);
+  ASSERT_EQ(in_ram.probe_tensor.size(), on_nvme.probe_tensor.size());
+  EXPECT_EQ(std::memcmp(in_ram.probe_tensor.data(), on_nvme.probe_tensor.data(),
+                        in_ram.probe_tensor.size() * sizeof(float)),
+            0);
+}
+
+// Three steps, a checkpoint (model files in `dtype`), a fresh trainer with the
+// same tiers loading it, two more steps: bitwise the all-RAM run's steps 4, 5.
+void CheckpointAndResume(const std::string& name, bool master_on_nvme, SafetensorsDtype dtype) {
+  absl::Status usable;
+  const std::string dir = tiers::FreshTestDir(name, &usable);
+  if (!usable.ok()) GTEST_SKIP() << "no O_DIRECT scratch directory: " << usable;
+  const Outcome in_ram = TrainFiveSteps(BaseOptions());
+  ASSERT_EQ(in_ram.losses.size(), 5u);
+
+  TrainerOptions o = BaseOptions();
+  const size_t state_bytes = StateBytes(o);
+  o.memory.enabled = true;
+  o.memory.states_on_nvme = true;
+  o.memory.master_on_nvme = master_on_nvme;
+  o.memory.budgets.pinned_ram = state_bytes + (size_t{4} << 20);
+  o.memory.budgets.ram = state_bytes / 2;
+  o.memory.budgets.nvme_bytes = 2 * state_bytes;
+  CheckpointOptions checkpoint_options;
+  checkpoint_options.model_dtype = dtype;
+  const auto batches = MakeTokenBatches(10, 48, DeepNarrow().vocab, 17);
+  std::string checkpoint;
+  {
+    o.memory.budgets.nvme_dir = dir + "/first";
+    std::filesystem::create_directories(o.memory.budgets.nvme_dir);
+    auto device = MakeCpuDevice(size_t{32} << 20);
+    auto trainer = Trainer::Create(*device, TinyConfig(DeepNarrow()), o);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    ASSERT_EQ((*trainer)->store().master_on_nvme(), master_on_nvme);
+    (*trainer)->InitializeRandom(3);
+    for (int step = 0; step < 3; ++step) {
+      auto r =
+          (*trainer)->Step(batches.InputPointers(2 * step, 2), batches.TargetPointers(2 * step, 2));
+      ASSERT_TRUE(r.ok()) << r.status();
+    }
+    auto written =
+        WriteCheckpoint(**trainer, dir + "/checkpoints", CheckpointRunInfo{}, checkpoint_options);
+    ASSERT_TRUE(written.ok()) << written.status();
+    checkpoint = *written;
+  }
+  o.memory.budgets.nvme_dir = dir + "/second";
+  std::filesystem::create_directories(o.memory.budgets.nvme_dir);
+  auto device = MakeCpuDevice(size_t{32} << 20);
+  auto trainer = Trainer::Create(*device, TinyConfig(DeepNarrow()), o);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  auto loaded = LoadCheckpoint(checkpoint, **trainer);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  for (int step = 3; step < 5; ++step) {
+    auto r =
+        (*trainer)->Step(batches.InputPointers(2 * step, 2), batches.TargetPointers(2 * step, 2));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(std::memcmp(&r->loss, &in_ram.losses[step], sizeof(double)), 0) << "step " << step;
+  }
+  ASSERT_TRUE((*trainer)->UpdateStatus().ok());
+  Outcome resumed;
+  ReadStore((*trainer)->store(), &resumed);
+  ExpectSameState(in_ram, resumed);
+}
+
+TEST(TrainerTiersTest, CheckpointAndResumeWithMasterOnNvmeIsBitwiseIdentical) {
+  CheckpointAndResume("trainer_tiers_master_resume", true, SafetensorsDtype::kF32);
+}
+
+TEST(TrainerTiersTest, Bf16CheckpointCarriesTheNvmeMasterInTheOptimizerFile) {
+  CheckpointAndResume("trainer_tiers_master_resume_bf16", true, SafetensorsDtype::kBF16);
+}
+
+TEST(TrainerTiersTest, HfExportAndLoadGoThroughTheNvmeMaster) {
+  absl::Status usable;
+  const std::string dir = tiers::FreshTestDir("trainer_tiers_master_hf", &usable);
+  if (!usable.ok()) GTEST_SKIP() << "no O_DIRECT scratch directory: " << usable;
+  const Outcome in_ram = TrainFiveSteps(BaseOptions());
+  ASSERT_EQ(in_ram.losses.size(), 5u);
+
+  TrainerOptions o = BaseOptions();
+  const size_t state_bytes = StateBytes(o);
+  o.memory.enabled = true;
+  o.memory.master_on_nvme = true;
+  o.memory.budgets.pinned_ram = state_bytes + (size_t{4} << 20);
+  o.memory.budgets.ram = state_bytes / 2;
+  o.memory.budgets.nvme_bytes = 2 * state_bytes;
+  const auto batches = MakeTokenBatches(10, 48, DeepNarrow().vocab, 17);
+  {
+    o.memory.budgets.nvme_dir = dir + "/first";
+    std::filesystem::create_directories(o.memory.budgets.nvme_dir);
+    auto device = MakeCpuDevice(size_t{32} << 20);
+    auto trainer = Trainer::Create(*device, TinyConfig(DeepNarrow()), o);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    (*trainer)->InitializeRandom(3);
+    for (int step = 0; step < 5; ++step) {
+      ASSERT_TRUE(
+          (*trainer)
+              ->Step(batches.InputPointers(2 * step, 2), batches.TargetPointers(2 * step, 2))
+              .ok());
+    }
+    ASSERT_TRUE(ExportHfModel(**trainer, dir + "/hf", SafetensorsDtype::kF32).ok());
+  }
+  // A fresh trainer loads the export into its NVMe masters: they equal the
+  // all-RAM run's, its gradients are zero, and it computes from them.
+  o.memory.budgets.nvme_dir = dir + "/second";
+  std::filesystem::create_directories(o.memory.budgets.nvme_dir);
+  auto device = MakeCpuDevice(size_t{32} << 20);
+  auto trainer = Trainer::Create(*device, TinyConfig(DeepNarrow()), o);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  ASSERT_TRUE((*trainer)->LoadHfWeights(dir + "/hf").ok());
+  const ParameterStore& store = (*trainer)->store();
+  for (int e = 0; e < store.num_entries(); ++e) {
+    const size_t n = store.spec(e).elements;
+    std::vector<float> master(n);
+    ASSERT_TRUE(store.ReadMaster(e, master.data()).ok());
+    EXPECT_EQ(std::memcmp(master.data(), in_ram.masters[e].data(), n * 4), 0) << e;
+    EXPECT_EQ(std::memcmp(store.entry(e).compute_fp32, master.data(), n * 4), 0) << e;
+    EXPECT_EQ(std::count(store.entry(e).grad, store.entry(e).grad + n, 0.0f),
+              static_cast<std::ptrdiff_t>(n))
+        << e;
+  }
+  auto tensor = (*trainer)->ReadTensor(kProbeTensor);
+  ASSERT_TRUE(tensor.ok()) << tensor.status();
+  EXPECT_EQ(*tensor, in_ram.probe_tensor);
+}
+
+TEST(TrainerTiersTest, AReadFaultOnTheMasterArrayFailsTheStepNamingFileAndOffset) {
+  absl::Status usable;
+  const std::string dir = tiers::FreshTestDir("trainer_tiers_master_fault", &usable);
+  if (!usable.ok()) GTEST_SKIP() << "no O_DIRECT scratch directory: " << usable;
+  auto uring = tiers::UringBlockIo::Create();
+  ASSERT_TRUE(uring.ok()) << uring.status();
+  tiers::FaultInjectingBlockIo faults(**uring);
+
+  TrainerOptions o = BaseOptions();
+  const size_t state_bytes = StateBytes(o);
+  o.memory.enabled = true;
+  o.memory.master_on_nvme = true;
+  o.memory.budgets.pinned_ram = state_bytes + (size_t{4} << 20);
+  o.memory.budgets.ram = state_bytes / 2;
+  o.memory.budgets.nvme_dir = dir;
+  o.memory.budgets.nvme_bytes = 2 * state_bytes;
+  o.memory.block_io_for_tests = &faults;
+  const auto batches = MakeTokenBatches(10, 48, DeepNarrow().vocab, 17);
+  auto device = MakeCpuDevice(size_t{32} << 20);
+  auto trainer = Trainer::Create(*device, TinyConfig(DeepNarrow()), o);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  (*trainer)->InitializeRandom(3);
+  ASSERT_TRUE((*trainer)->Step(batches.InputPointers(0, 2), batches.TargetPointers(0, 2)).ok());
+  (*trainer)->WaitForUpdates();
+
+  // Layer 9's entry is m, v, master of 726 KiB each: with 2 MiB requests the
+  // second read request of the entry starts inside its master array.
+  const tiers::NvmeStateStore& states = *(*trainer)->store().state_store();
+  const int entry = (*trainer)->layout().layer_entry(9);
+  const uint64_t begin = states.array_offset(entry, ParameterStore::kMasterArray);
+  const uint64_t end = begin + states.array_bytes(entry);
+  faults.FailNthOfRange(tiers::IoOp::kRead, begin, end, 2, tiers::InjectedFault::kEio);
+  absl::Status failure;
+  for (int step = 1; step < 4 && failure.ok(); ++step) {
+    failure = (*trainer)
+                  ->Step(batches.InputPointers(2 * step, 2), batches.TargetPointers(2 * step, 2))
+                  .status();
+  }
+  ASSERT_FALSE(failure.ok()) << "an EIO reading a master must fail the job";
+  EXPECT_EQ(failure.code(), absl::StatusCode::kDataLoss) << failure;
+  const std::string message(failure.message());
+  EXPECT_NE(message.find(states.path()), std::string::npos) << message;
+  const uint64_t offset = OffsetIn(message);
+  EXPECT_GE(offset, begin) << message;
+  EXPECT_LT(offset, end) << message;
 }
 
 TEST(TrainerTiersTest, CheckpointAndResumeWithStateOnNvmeIsBitwiseIdentical) {
