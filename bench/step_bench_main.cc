@@ -18,6 +18,8 @@
 #include "engine/common/proc_status.h"
 #include "engine/device/cpu_device.h"
 #include "engine/model/model_config.h"
+#include "engine/model/parameter_layout.h"
+#include "engine/train/executor_geometry.h"
 #include "engine/train/trainer.h"
 #include "nlohmann/json.hpp"
 
@@ -34,6 +36,11 @@ ABSL_FLAG(int, k, 4, "checkpoint interval (ignored with --keep_all)");
 ABSL_FLAG(bool, keep_all, false, "keep every activation, recompute nothing");
 ABSL_FLAG(int, weight_slots, 0, "device weight slots: 0 = auto (all resident if the arena fits)");
 ABSL_FLAG(int, device_checkpoints, -1, "checkpoints kept on the device; -1 = all");
+ABSL_FLAG(double, weight_ring_layers, 0,
+          "fragmented weight streaming: a weight ring of this many layers' tensors (0 = off)");
+ABSL_FLAG(int64_t, weight_ring_bytes, 0,
+          "fragmented weight streaming: weight ring bytes (overrides --weight_ring_layers)");
+ABSL_FLAG(int64_t, fragment_bytes, 0, "largest fragment (row block) in bytes; 0 = default");
 ABSL_FLAG(int64_t, arena_mb, 4096, "device arena MiB (untouched pages cost no RAM)");
 ABSL_FLAG(double, link_gbps, 0, "emulated link GB/s per direction; 0 = unthrottled");
 ABSL_FLAG(double, link_latency_us, 0, "emulated link latency per copy (us)");
@@ -134,6 +141,30 @@ int Run() {
   options.executor.device_checkpoints = absl::GetFlag(FLAGS_device_checkpoints);
   options.executor.serial = absl::GetFlag(FLAGS_serial);
   options.executor.weight_slots = absl::GetFlag(FLAGS_weight_slots);
+  // The ring of N layers: N x the bytes one layer's tensors take in the ring.
+  size_t layer_ring_bytes = 0;
+  {
+    absl::StatusOr<engine::ParameterLayout> layout = engine::ParameterLayout::Create(*config);
+    if (!layout.ok()) {
+      fprintf(stderr, "layout: %s\n", std::string(layout.status().message()).c_str());
+      return 2;
+    }
+    absl::StatusOr<engine::ExecutorGeometry> g =
+        engine::MakeExecutorGeometry(*config, *layout, micro_batch, seq, 0);
+    if (!g.ok()) {
+      fprintf(stderr, "geometry: %s\n", std::string(g.status().message()).c_str());
+      return 2;
+    }
+    layer_ring_bytes = engine::StreamingExecutor::LayerRingBytes(g->dims, g->layout.layer_offsets);
+  }
+  if (absl::GetFlag(FLAGS_weight_ring_bytes) > 0) {
+    options.executor.weight_ring_bytes =
+        static_cast<size_t>(absl::GetFlag(FLAGS_weight_ring_bytes));
+  } else if (absl::GetFlag(FLAGS_weight_ring_layers) > 0) {
+    options.executor.weight_ring_bytes = static_cast<size_t>(
+        absl::GetFlag(FLAGS_weight_ring_layers) * static_cast<double>(layer_ring_bytes));
+  }
+  options.executor.fragment_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_fragment_bytes));
   options.blas_threads = absl::GetFlag(FLAGS_blas_threads);
   options.optimizer_threads = absl::GetFlag(FLAGS_optimizer_threads);
   options.collect_timeline = true;  // needed for stall figures; two clock reads per op
@@ -234,6 +265,8 @@ int Run() {
                    {"keep_all", options.executor.keep_all},
                    {"weight_slots_flag", options.executor.weight_slots},
                    {"weight_slots", t.executor().weight_slots()},
+                   {"weight_ring_bytes", options.executor.weight_ring_bytes},
+                   {"fragment_bytes", options.executor.fragment_bytes},
                    {"serial", options.executor.serial},
                    {"arena_mb", absl::GetFlag(FLAGS_arena_mb)},
                    {"link_gbps", device_options.link_gbps},
@@ -244,6 +277,10 @@ int Run() {
                    {"warmup", warmup}};
   out["parameters"] = t.layout().parameter_count();
   out["layer_weight_bytes"] = layer_elements * int64_t{sizeof(float)};
+  out["layer_ring_bytes"] = layer_ring_bytes;
+  out["fragments_per_step"] = t.executor().step_fragment_count();
+  out["device_weight_bytes"] = t.executor().plan().weight_slots;  // slots or ring
+  out["device_plan_bytes"] = t.executor().plan().total();  // predicted; arena_peak_bytes measured
   out["tokens_per_step"] = tokens * micro_batches;
   out["step_seconds"] = step_s;  // median wall time between Step() returns
   out["tokens_per_second"] = static_cast<double>(tokens * micro_batches) / step_s;

@@ -8,6 +8,7 @@
 
 #include "engine/common/thread_pool.h"
 #include "engine/exec/activation_sets.h"
+#include "engine/exec/fragment_parts.h"
 #include "engine/exec/model_dims.h"
 #include "kernels/cpu/rope.h"
 
@@ -24,16 +25,33 @@ struct LayerContext {
   ThreadPool* pool = nullptr;
 };
 
+using LayerWeights = LayerWeightsOf<float>;
+
 // x_out = layer(x_in); `act` receives everything backward needs (act.x_in is
-// filled with a copy of x_in). x_out may not alias x_in.
+// filled with a copy of x_in). x_out may not alias x_in. `weights` is the
+// packed entry (ctx.offsets); the LayerWeights form reads each tensor through
+// its own pointer. Both are the kLayerParts forward parts run back to back.
 void CpuLayerForward(const LayerContext& ctx, const float* weights, const float* x_in,
                      LayerActivations& act, float* x_out);
+void CpuLayerForward(const LayerContext& ctx, const LayerWeights& weights, const float* x_in,
+                     LayerActivations& act, float* x_out);
+// Forward part `part` (0..kLayerParts-1): reads only ForwardPartTensor(part)
+// and its bias; parts run in order on one thread.
+void CpuLayerForwardPart(const LayerContext& ctx, int part, const LayerWeights& weights,
+                         const float* x_in, LayerActivations& act, float* x_out);
 
 // dx_in = d loss / d x_in given dx_out, from the saved activations; weight
-// gradients are ADDED into `grads` (packed like `weights`).
+// gradients are ADDED into `grads` (packed like the layer entry: ctx.offsets).
 void CpuLayerBackward(const LayerContext& ctx, const float* weights, const LayerActivations& act,
                       LayerBackwardScratch& scratch, const float* dx_out, float* dx_in,
                       float* grads);
+void CpuLayerBackward(const LayerContext& ctx, const LayerWeights& weights,
+                      const LayerActivations& act, LayerBackwardScratch& scratch,
+                      const float* dx_out, float* dx_in, float* grads);
+// Backward part `part`: reads only BackwardPartTensor(part) and its bias.
+void CpuLayerBackwardPart(const LayerContext& ctx, int part, const LayerWeights& weights,
+                          const LayerActivations& act, LayerBackwardScratch& scratch,
+                          const float* dx_out, float* dx_in, float* grads);
 
 // Sizes of the attention workspace the kernels need for these dims (one
 // slice per sequence of the micro-batch).
@@ -61,5 +79,20 @@ HeadResult CpuHeadLoss(const ModelDims& dims, const float* final_norm, const flo
 // Logits of every token: final norm, then the LM head (tests and sampling).
 void CpuHeadLogits(const ModelDims& dims, const float* final_norm, const float* lm_head,
                    const float* x_final, HeadScratch& scratch, float* logits);
+
+// The head in its kHeadParts parts: each function above is CpuHeadNorm (part
+// 0, reads the final norm) followed by its *AfterNorm form (part 1, reads the
+// LM head, and the final norm again for its backward).
+void CpuHeadNorm(const ModelDims& dims, const float* final_norm, const float* x_final,
+                 HeadScratch& scratch);
+HeadResult CpuHeadForwardBackwardAfterNorm(const ModelDims& dims, const float* final_norm,
+                                           const float* lm_head, const float* x_final,
+                                           const int32_t* targets, float inv_total_valid,
+                                           HeadScratch& scratch, float* dx_final,
+                                           float* final_norm_grad, float* lm_head_grad);
+HeadResult CpuHeadLossAfterNorm(const ModelDims& dims, const float* lm_head, const int32_t* targets,
+                                HeadScratch& scratch);
+void CpuHeadLogitsAfterNorm(const ModelDims& dims, const float* lm_head, HeadScratch& scratch,
+                            float* logits);
 
 }  // namespace megatrain::engine

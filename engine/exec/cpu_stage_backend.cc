@@ -37,12 +37,14 @@ class CpuStageBackend final : public StageBackend {
     return absl::OkStatus();
   }
 
-  const void* WeightSource(const EntryBuffers& entry) const override { return entry.master; }
+  const void* WeightSource(const EntryBuffers& entry) const override {
+    return entry.fp32_weights();
+  }
 
   void GatherEmbeddingRows(const EntryBuffers& table, const int32_t* ids,
                            void* rows) const override {
-    engine::GatherEmbeddingRows(table.master, dims_.vocab, dims_.hidden, ids, dims_.tokens(),
-                                static_cast<float*>(rows));
+    engine::GatherEmbeddingRows(table.fp32_weights(), dims_.vocab, dims_.hidden, ids,
+                                dims_.tokens(), static_cast<float*>(rows));
   }
 
   void ScatterEmbeddingGradients(const void* d_rows, const int32_t* ids, bool first_contribution,
@@ -81,13 +83,49 @@ class CpuStageBackend final : public StageBackend {
     return absl::OkStatus();
   }
 
+  absl::Status LayerForwardPart(Stream& compute, int part, const LayerWeightPointers& weights,
+                                const void* x_in, int set, void* x_out,
+                                const TimelineTag& tag) override {
+    const LayerContext ctx = Context();
+    const LayerWeights w = LayerWeightsAs<float>(weights);
+    const float* in = static_cast<const float*>(x_in);
+    float* out = static_cast<float*>(x_out);
+    LayerActivations* act = &sets_[set];
+    compute.EnqueueHostTask(
+        [ctx, part, w, in, act, out] { CpuLayerForwardPart(ctx, part, w, in, *act, out); }, tag);
+    return absl::OkStatus();
+  }
+
+  absl::Status LayerBackwardPart(Stream& compute, int part, const LayerWeightPointers& weights,
+                                 int set, const void* dx_out, void* dx_in, float* grads,
+                                 size_t grad_floats, const TimelineTag& tag) override {
+    const LayerContext ctx = Context();
+    const LayerWeights w = LayerWeightsAs<float>(weights);
+    const LayerActivations* act = &sets_[set];
+    LayerBackwardScratch* scratch = &backward_scratch_;
+    const float* d_out = static_cast<const float*>(dx_out);
+    float* d_in = static_cast<float*>(dx_in);
+    compute.EnqueueHostTask(
+        [ctx, part, w, grads, grad_floats, act, scratch, d_out, d_in] {
+          if (part == 0) std::memset(grads, 0, grad_floats * sizeof(float));
+          CpuLayerBackwardPart(ctx, part, w, *act, *scratch, d_out, d_in, grads);
+        },
+        tag);
+    return absl::OkStatus();
+  }
+
   absl::Status HeadForwardBackward(Stream& compute, const HeadArgs& args,
                                    const TimelineTag& tag) override {
     CpuStageBackend* self = this;
     compute.EnqueueHostTask(
         [self, args] {
-          std::memset(args.gradient_buffer, 0, args.grad_floats * sizeof(float));
-          const HeadResult r = CpuHeadForwardBackward(
+          if (args.part <= 0) {
+            std::memset(args.gradient_buffer, 0, args.grad_floats * sizeof(float));
+            CpuHeadNorm(self->dims_, Floats(args.final_norm), Floats(args.x_final),
+                        self->head_scratch_);
+          }
+          if (args.part == 0) return;
+          const HeadResult r = CpuHeadForwardBackwardAfterNorm(
               self->dims_, Floats(args.final_norm), Floats(args.lm_head), Floats(args.x_final),
               args.targets, args.inv_total_valid, self->head_scratch_,
               static_cast<float*>(args.dx_final), args.final_norm_grad, args.lm_head_grad);
@@ -101,9 +139,13 @@ class CpuStageBackend final : public StageBackend {
     CpuStageBackend* self = this;
     compute.EnqueueHostTask(
         [self, args] {
-          const HeadResult r =
-              CpuHeadLoss(self->dims_, Floats(args.final_norm), Floats(args.lm_head),
-                          Floats(args.x_final), args.targets, self->head_scratch_);
+          if (args.part <= 0) {
+            CpuHeadNorm(self->dims_, Floats(args.final_norm), Floats(args.x_final),
+                        self->head_scratch_);
+          }
+          if (args.part == 0) return;
+          const HeadResult r = CpuHeadLossAfterNorm(self->dims_, Floats(args.lm_head), args.targets,
+                                                    self->head_scratch_);
           self->head_result_ = {r.loss_sum, r.valid_tokens};
         },
         tag);
@@ -114,8 +156,13 @@ class CpuStageBackend final : public StageBackend {
     CpuStageBackend* self = this;
     compute.EnqueueHostTask(
         [self, args] {
-          CpuHeadLogits(self->dims_, Floats(args.final_norm), Floats(args.lm_head),
-                        Floats(args.x_final), self->head_scratch_, args.logits);
+          if (args.part <= 0) {
+            CpuHeadNorm(self->dims_, Floats(args.final_norm), Floats(args.x_final),
+                        self->head_scratch_);
+          }
+          if (args.part == 0) return;
+          CpuHeadLogitsAfterNorm(self->dims_, Floats(args.lm_head), self->head_scratch_,
+                                 args.logits);
         },
         tag);
     return absl::OkStatus();

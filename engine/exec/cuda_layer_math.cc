@@ -37,7 +37,6 @@ absl::Status InStep(absl::Status status, const char* step) {
   return absl::Status(status.code(), absl::StrCat(step, ": ", std::string(status.message())));
 }
 
-const bf16* At(const bf16* base, int64_t offset) { return offset < 0 ? nullptr : base + offset; }
 float* At(float* base, int64_t offset) { return offset < 0 ? nullptr : base + offset; }
 
 absl::Status CheckStream(cudaStream_t stream, const char* op) {
@@ -249,61 +248,84 @@ absl::Status CudaLayerMath::EmbedBackward(const CudaEmbeddingGradIndex& index, c
 
 absl::Status CudaLayerMath::LayerForward(const bf16* w, const bf16* x_in, CudaActivations& a,
                                          bf16* x_out, cudaStream_t stream) const {
+  const Weights weights = LayerWeightsAt(w, offsets_);
+  for (int part = 0; part < kLayerParts; ++part) {
+    MT_RETURN_IF_ERROR(LayerForwardPart(part, weights, x_in, a, x_out, stream));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaLayerMath::LayerForwardPart(int part, const Weights& w, const bf16* x_in,
+                                             CudaActivations& a, bf16* x_out,
+                                             cudaStream_t stream) const {
   MT_RETURN_IF_ERROR(CheckStream(stream, "LayerForward"));
   const ModelDims& m = dims_;
-  const LayerOffsets& o = offsets_;
   const int64_t n = m.tokens();
   const int d = static_cast<int>(m.hidden);
   const int seq = static_cast<int>(m.seq);
   const int head_dim = static_cast<int>(m.head_dim);
-  MT_RETURN_IF_ERROR(CopyDeviceToDevice(a.x_in, x_in, sizeof(bf16) * static_cast<size_t>(n * d),
-                                        stream, "LayerForward: save x_in"));
-
-  MT_RETURN_IF_ERROR(
-      InStep(kc::RmsnormForward(a.x_in, w + o.input_norm, n, d, m.rms_eps, a.h1, a.rstd1, stream),
-             "LayerForward input norm"));
-  MT_RETURN_IF_ERROR(InStep(Linear(a.h1, w + o.q, At(w, o.q_bias), d, m.q_width(), a.q, stream),
-                            "LayerForward q_proj"));
-  MT_RETURN_IF_ERROR(InStep(Linear(a.h1, w + o.k, At(w, o.k_bias), d, m.kv_width(), a.k, stream),
-                            "LayerForward k_proj"));
-  MT_RETURN_IF_ERROR(InStep(Linear(a.h1, w + o.v, At(w, o.v_bias), d, m.kv_width(), a.v, stream),
-                            "LayerForward v_proj"));
-  MT_RETURN_IF_ERROR(InStep(kc::RopeInPlace(a.q, n, static_cast<int>(m.q_heads), head_dim, seq,
-                                            tables_.rope_cos, tables_.rope_sin,
-                                            /*backward=*/false, stream),
-                            "LayerForward RoPE q"));
-  MT_RETURN_IF_ERROR(InStep(kc::RopeInPlace(a.k, n, static_cast<int>(m.kv_heads), head_dim, seq,
-                                            tables_.rope_cos, tables_.rope_sin,
-                                            /*backward=*/false, stream),
-                            "LayerForward RoPE k"));
-  MT_RETURN_IF_ERROR(
-      InStep(kc::AttentionForward(CudaAttentionShape(m), a.q, a.k, a.v, a.attn, a.lse, stream),
-             "LayerForward attention"));
-
-  // x_mid = x_in + attn W_o^T (+ b_o)
-  MT_RETURN_IF_ERROR(
-      InStep(LinearAddTo(a.attn, w + o.o, At(w, o.o_bias), m.q_width(), d, a.x_in, a.x_mid, stream),
-             "LayerForward o_proj"));
-
-  MT_RETURN_IF_ERROR(
-      InStep(kc::RmsnormForward(a.x_mid, w + o.post_norm, n, d, m.rms_eps, a.h2, a.rstd2, stream),
-             "LayerForward post-attention norm"));
-  MT_RETURN_IF_ERROR(InStep(Linear(a.h2, w + o.gate, At(w, o.gate_bias), d, m.ffn, a.gate, stream),
-                            "LayerForward gate_proj"));
-  MT_RETURN_IF_ERROR(InStep(Linear(a.h2, w + o.up, At(w, o.up_bias), d, m.ffn, a.up, stream),
-                            "LayerForward up_proj"));
-  MT_RETURN_IF_ERROR(
-      InStep(kc::SwigluForward(a.gate, a.up, a.act, n * m.ffn, stream), "LayerForward SwiGLU"));
-
-  // x_out = x_mid + act W_down^T (+ b_down)
-  return InStep(
-      LinearAddTo(a.act, w + o.down, At(w, o.down_bias), m.ffn, d, a.x_mid, x_out, stream),
-      "LayerForward down_proj");
+  switch (part) {
+    case 0:  // input_norm
+      MT_RETURN_IF_ERROR(CopyDeviceToDevice(a.x_in, x_in, sizeof(bf16) * static_cast<size_t>(n * d),
+                                            stream, "LayerForward: save x_in"));
+      return InStep(
+          kc::RmsnormForward(a.x_in, w.input_norm, n, d, m.rms_eps, a.h1, a.rstd1, stream),
+          "LayerForward input norm");
+    case 1:
+      return InStep(Linear(a.h1, w.q, w.q_bias, d, m.q_width(), a.q, stream),
+                    "LayerForward q_proj");
+    case 2:
+      return InStep(Linear(a.h1, w.k, w.k_bias, d, m.kv_width(), a.k, stream),
+                    "LayerForward k_proj");
+    case 3:
+      MT_RETURN_IF_ERROR(
+          InStep(Linear(a.h1, w.v, w.v_bias, d, m.kv_width(), a.v, stream), "LayerForward v_proj"));
+      MT_RETURN_IF_ERROR(InStep(kc::RopeInPlace(a.q, n, static_cast<int>(m.q_heads), head_dim, seq,
+                                                tables_.rope_cos, tables_.rope_sin,
+                                                /*backward=*/false, stream),
+                                "LayerForward RoPE q"));
+      MT_RETURN_IF_ERROR(InStep(kc::RopeInPlace(a.k, n, static_cast<int>(m.kv_heads), head_dim, seq,
+                                                tables_.rope_cos, tables_.rope_sin,
+                                                /*backward=*/false, stream),
+                                "LayerForward RoPE k"));
+      return InStep(
+          kc::AttentionForward(CudaAttentionShape(m), a.q, a.k, a.v, a.attn, a.lse, stream),
+          "LayerForward attention");
+    case 4:  // x_mid = x_in + attn W_o^T (+ b_o)
+      return InStep(LinearAddTo(a.attn, w.o, w.o_bias, m.q_width(), d, a.x_in, a.x_mid, stream),
+                    "LayerForward o_proj");
+    case 5:
+      return InStep(
+          kc::RmsnormForward(a.x_mid, w.post_norm, n, d, m.rms_eps, a.h2, a.rstd2, stream),
+          "LayerForward post-attention norm");
+    case 6:
+      return InStep(Linear(a.h2, w.gate, w.gate_bias, d, m.ffn, a.gate, stream),
+                    "LayerForward gate_proj");
+    case 7:
+      MT_RETURN_IF_ERROR(
+          InStep(Linear(a.h2, w.up, w.up_bias, d, m.ffn, a.up, stream), "LayerForward up_proj"));
+      return InStep(kc::SwigluForward(a.gate, a.up, a.act, n * m.ffn, stream),
+                    "LayerForward SwiGLU");
+    case 8:  // x_out = x_mid + act W_down^T (+ b_down)
+      return InStep(LinearAddTo(a.act, w.down, w.down_bias, m.ffn, d, a.x_mid, x_out, stream),
+                    "LayerForward down_proj");
+  }
+  return absl::InvalidArgumentError(absl::StrCat("LayerForward part ", part, " of ", kLayerParts));
 }
 
 absl::Status CudaLayerMath::LayerBackward(const bf16* w, const CudaActivations& a,
                                           CudaBackwardScratch& s, const bf16* dx_out, bf16* dx_in,
                                           float* g, cudaStream_t stream) const {
+  const Weights weights = LayerWeightsAt(w, offsets_);
+  for (int part = 0; part < kLayerParts; ++part) {
+    MT_RETURN_IF_ERROR(LayerBackwardPart(part, weights, a, s, dx_out, dx_in, g, stream));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaLayerMath::LayerBackwardPart(int part, const Weights& w, const CudaActivations& a,
+                                              CudaBackwardScratch& s, const bf16* dx_out,
+                                              bf16* dx_in, float* g, cudaStream_t stream) const {
   MT_RETURN_IF_ERROR(CheckStream(stream, "LayerBackward"));
   const ModelDims& m = dims_;
   const LayerOffsets& o = offsets_;
@@ -311,76 +333,83 @@ absl::Status CudaLayerMath::LayerBackward(const bf16* w, const CudaActivations& 
   const int d = static_cast<int>(m.hidden);
   const int seq = static_cast<int>(m.seq);
   const int head_dim = static_cast<int>(m.head_dim);
-
-  // MLP: x_out = x_mid + down(swiglu(gate(h2), up(h2))).
-  MT_RETURN_IF_ERROR(
-      InStep(LinearBackward(dx_out, a.act, w + o.down, m.ffn, d, s.d_act,
-                            /*accumulate=*/false, g + o.down, At(g, o.down_bias), stream),
-             "LayerBackward down_proj"));
-  MT_RETURN_IF_ERROR(
-      InStep(kc::SwigluBackward(a.gate, a.up, s.d_act, s.d_gate, s.d_up, n * m.ffn, stream),
-             "LayerBackward SwiGLU"));
-  MT_RETURN_IF_ERROR(
-      InStep(LinearBackward(s.d_gate, a.h2, w + o.gate, d, m.ffn, s.d_h,
-                            /*accumulate=*/false, g + o.gate, At(g, o.gate_bias), stream),
-             "LayerBackward gate_proj"));
-  MT_RETURN_IF_ERROR(InStep(LinearBackward(s.d_up, a.h2, w + o.up, d, m.ffn, s.d_h,
-                                           /*accumulate=*/true, g + o.up, At(g, o.up_bias), stream),
-                            "LayerBackward up_proj"));
-  // d x_mid = dx_out (residual) + norm backward of d h2.
   bf16* d_mid = dx_in;  // dx_in doubles as d x_mid until the attention half adds to it
-  MT_RETURN_IF_ERROR(CopyDeviceToDevice(d_mid, dx_out, sizeof(bf16) * static_cast<size_t>(n * d),
-                                        stream, "LayerBackward: residual gradient"));
-  MT_RETURN_IF_ERROR(InStep(kc::RmsnormBackward(a.x_mid, w + o.post_norm, a.rstd2, s.d_h, n, d,
-                                                /*accumulate_dx=*/true, d_mid, g + o.post_norm,
-                                                s.norm_workspace, s.norm_workspace_floats, stream),
-                            "LayerBackward post-attention norm"));
-
-  // Attention: x_mid = x_in + o(attn(rope(q(h1)), rope(k(h1)), v(h1))).
-  MT_RETURN_IF_ERROR(InStep(LinearBackward(d_mid, a.attn, w + o.o, m.q_width(), d, s.d_attn,
-                                           /*accumulate=*/false, g + o.o, At(g, o.o_bias), stream),
-                            "LayerBackward o_proj"));
-  MT_RETURN_IF_ERROR(
-      InStep(kc::AttentionBackward(CudaAttentionShape(m), a.q, a.k, a.v, a.attn, s.d_attn, a.lse,
-                                   s.d_q, s.d_k, s.d_v, s.attention_workspace,
-                                   s.attention_workspace_bytes, stream),
-             "LayerBackward attention"));
-  MT_RETURN_IF_ERROR(InStep(kc::RopeInPlace(s.d_q, n, static_cast<int>(m.q_heads), head_dim, seq,
-                                            tables_.rope_cos, tables_.rope_sin,
-                                            /*backward=*/true, stream),
-                            "LayerBackward RoPE q"));
-  MT_RETURN_IF_ERROR(InStep(kc::RopeInPlace(s.d_k, n, static_cast<int>(m.kv_heads), head_dim, seq,
-                                            tables_.rope_cos, tables_.rope_sin,
-                                            /*backward=*/true, stream),
-                            "LayerBackward RoPE k"));
-  MT_RETURN_IF_ERROR(InStep(LinearBackward(s.d_q, a.h1, w + o.q, d, m.q_width(), s.d_h,
-                                           /*accumulate=*/false, g + o.q, At(g, o.q_bias), stream),
-                            "LayerBackward q_proj"));
-  MT_RETURN_IF_ERROR(InStep(LinearBackward(s.d_k, a.h1, w + o.k, d, m.kv_width(), s.d_h,
-                                           /*accumulate=*/true, g + o.k, At(g, o.k_bias), stream),
-                            "LayerBackward k_proj"));
-  MT_RETURN_IF_ERROR(InStep(LinearBackward(s.d_v, a.h1, w + o.v, d, m.kv_width(), s.d_h,
-                                           /*accumulate=*/true, g + o.v, At(g, o.v_bias), stream),
-                            "LayerBackward v_proj"));
-  // dx_in = d x_mid (residual, already in place) + norm backward of d h1.
-  return InStep(kc::RmsnormBackward(a.x_in, w + o.input_norm, a.rstd1, s.d_h, n, d,
-                                    /*accumulate_dx=*/true, dx_in, g + o.input_norm,
-                                    s.norm_workspace, s.norm_workspace_floats, stream),
-                "LayerBackward input norm");
+  switch (part) {
+    // MLP: x_out = x_mid + down(swiglu(gate(h2), up(h2))).
+    case 0:
+      MT_RETURN_IF_ERROR(
+          InStep(LinearBackward(dx_out, a.act, w.down, m.ffn, d, s.d_act,
+                                /*accumulate=*/false, g + o.down, At(g, o.down_bias), stream),
+                 "LayerBackward down_proj"));
+      return InStep(kc::SwigluBackward(a.gate, a.up, s.d_act, s.d_gate, s.d_up, n * m.ffn, stream),
+                    "LayerBackward SwiGLU");
+    case 1:
+      return InStep(LinearBackward(s.d_gate, a.h2, w.gate, d, m.ffn, s.d_h,
+                                   /*accumulate=*/false, g + o.gate, At(g, o.gate_bias), stream),
+                    "LayerBackward gate_proj");
+    case 2:
+      return InStep(LinearBackward(s.d_up, a.h2, w.up, d, m.ffn, s.d_h,
+                                   /*accumulate=*/true, g + o.up, At(g, o.up_bias), stream),
+                    "LayerBackward up_proj");
+    case 3:  // d x_mid = dx_out (residual) + norm backward of d h2.
+      MT_RETURN_IF_ERROR(CopyDeviceToDevice(d_mid, dx_out,
+                                            sizeof(bf16) * static_cast<size_t>(n * d), stream,
+                                            "LayerBackward: residual gradient"));
+      return InStep(kc::RmsnormBackward(a.x_mid, w.post_norm, a.rstd2, s.d_h, n, d,
+                                        /*accumulate_dx=*/true, d_mid, g + o.post_norm,
+                                        s.norm_workspace, s.norm_workspace_floats, stream),
+                    "LayerBackward post-attention norm");
+    // Attention: x_mid = x_in + o(attn(rope(q(h1)), rope(k(h1)), v(h1))).
+    case 4:
+      MT_RETURN_IF_ERROR(
+          InStep(LinearBackward(d_mid, a.attn, w.o, m.q_width(), d, s.d_attn,
+                                /*accumulate=*/false, g + o.o, At(g, o.o_bias), stream),
+                 "LayerBackward o_proj"));
+      MT_RETURN_IF_ERROR(
+          InStep(kc::AttentionBackward(CudaAttentionShape(m), a.q, a.k, a.v, a.attn, s.d_attn,
+                                       a.lse, s.d_q, s.d_k, s.d_v, s.attention_workspace,
+                                       s.attention_workspace_bytes, stream),
+                 "LayerBackward attention"));
+      MT_RETURN_IF_ERROR(InStep(kc::RopeInPlace(s.d_q, n, static_cast<int>(m.q_heads), head_dim,
+                                                seq, tables_.rope_cos, tables_.rope_sin,
+                                                /*backward=*/true, stream),
+                                "LayerBackward RoPE q"));
+      return InStep(kc::RopeInPlace(s.d_k, n, static_cast<int>(m.kv_heads), head_dim, seq,
+                                    tables_.rope_cos, tables_.rope_sin,
+                                    /*backward=*/true, stream),
+                    "LayerBackward RoPE k");
+    case 5:
+      return InStep(LinearBackward(s.d_q, a.h1, w.q, d, m.q_width(), s.d_h,
+                                   /*accumulate=*/false, g + o.q, At(g, o.q_bias), stream),
+                    "LayerBackward q_proj");
+    case 6:
+      return InStep(LinearBackward(s.d_k, a.h1, w.k, d, m.kv_width(), s.d_h,
+                                   /*accumulate=*/true, g + o.k, At(g, o.k_bias), stream),
+                    "LayerBackward k_proj");
+    case 7:
+      return InStep(LinearBackward(s.d_v, a.h1, w.v, d, m.kv_width(), s.d_h,
+                                   /*accumulate=*/true, g + o.v, At(g, o.v_bias), stream),
+                    "LayerBackward v_proj");
+    case 8:  // dx_in = d x_mid (residual, already in place) + norm backward of d h1.
+      return InStep(kc::RmsnormBackward(a.x_in, w.input_norm, a.rstd1, s.d_h, n, d,
+                                        /*accumulate_dx=*/true, dx_in, g + o.input_norm,
+                                        s.norm_workspace, s.norm_workspace_floats, stream),
+                    "LayerBackward input norm");
+  }
+  return absl::InvalidArgumentError(absl::StrCat("LayerBackward part ", part, " of ", kLayerParts));
 }
 
 absl::Status CudaLayerMath::HeadChunks(const bf16* final_norm, const bf16* lm_head,
                                        const bf16* x_final, const int32_t* targets, float scale,
                                        CudaHeadScratch& s, bf16* dx_final, float* final_norm_grad,
                                        float* lm_head_grad, float* chunk_loss_sums,
-                                       cudaStream_t stream) const {
+                                       cudaStream_t stream, int part) const {
   const ModelDims& m = dims_;
   const int64_t n = m.tokens();
   const int d = static_cast<int>(m.hidden);
   const bool backward = dx_final != nullptr;
-  MT_RETURN_IF_ERROR(
-      InStep(kc::RmsnormForward(x_final, final_norm, n, d, m.rms_eps, s.h, s.rstd, stream),
-             "Head final norm"));
+  if (part <= 0) MT_RETURN_IF_ERROR(HeadNorm(final_norm, x_final, s, stream));
+  if (part == 0) return absl::OkStatus();
   for (int64_t c = 0, first = 0; first < n; ++c, first += m.head_chunk) {
     const int64_t rows = std::min(m.head_chunk, n - first);
     const bf16* h_chunk = s.h + first * d;
@@ -405,39 +434,45 @@ absl::Status CudaLayerMath::HeadChunks(const bf16* final_norm, const bf16* lm_he
                 "Head final norm backward");
 }
 
+absl::Status CudaLayerMath::HeadNorm(const bf16* final_norm, const bf16* x_final,
+                                     CudaHeadScratch& s, cudaStream_t stream) const {
+  const ModelDims& m = dims_;
+  return InStep(kc::RmsnormForward(x_final, final_norm, m.tokens(), static_cast<int>(m.hidden),
+                                   m.rms_eps, s.h, s.rstd, stream),
+                "Head final norm");
+}
+
 absl::Status CudaLayerMath::HeadForwardBackward(const bf16* final_norm, const bf16* lm_head,
                                                 const bf16* x_final, const int32_t* targets,
                                                 float inv_total_valid, CudaHeadScratch& s,
                                                 bf16* dx_final, float* final_norm_grad,
                                                 float* lm_head_grad, float* chunk_loss_sums,
-                                                cudaStream_t stream) const {
+                                                cudaStream_t stream, int part) const {
   MT_RETURN_IF_ERROR(CheckStream(stream, "HeadForwardBackward"));
   if (dx_final == nullptr || final_norm_grad == nullptr || lm_head_grad == nullptr) {
     return absl::InvalidArgumentError(
         "HeadForwardBackward: dx_final, final_norm_grad and lm_head_grad must be non-null");
   }
   return HeadChunks(final_norm, lm_head, x_final, targets, inv_total_valid, s, dx_final,
-                    final_norm_grad, lm_head_grad, chunk_loss_sums, stream);
+                    final_norm_grad, lm_head_grad, chunk_loss_sums, stream, part);
 }
 
 absl::Status CudaLayerMath::HeadLoss(const bf16* final_norm, const bf16* lm_head,
                                      const bf16* x_final, const int32_t* targets,
                                      CudaHeadScratch& s, float* chunk_loss_sums,
-                                     cudaStream_t stream) const {
+                                     cudaStream_t stream, int part) const {
   MT_RETURN_IF_ERROR(CheckStream(stream, "HeadLoss"));
   return HeadChunks(final_norm, lm_head, x_final, targets, /*scale=*/0.0f, s, nullptr, nullptr,
-                    nullptr, chunk_loss_sums, stream);
+                    nullptr, chunk_loss_sums, stream, part);
 }
 
 absl::Status CudaLayerMath::HeadLogits(const bf16* final_norm, const bf16* lm_head,
                                        const bf16* x_final, CudaHeadScratch& s, float* logits,
-                                       cudaStream_t stream) const {
+                                       cudaStream_t stream, int part) const {
   MT_RETURN_IF_ERROR(CheckStream(stream, "HeadLogits"));
   const ModelDims& m = dims_;
-  MT_RETURN_IF_ERROR(
-      InStep(kc::RmsnormForward(x_final, final_norm, m.tokens(), static_cast<int>(m.hidden),
-                                m.rms_eps, s.h, s.rstd, stream),
-             "HeadLogits final norm"));
+  if (part <= 0) MT_RETURN_IF_ERROR(HeadNorm(final_norm, x_final, s, stream));
+  if (part == 0) return absl::OkStatus();
   kc::MatmulArgs args;  // logits[N, V] = h W^T, fp32 out
   args.m = m.tokens();
   args.n = m.vocab;

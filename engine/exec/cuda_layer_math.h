@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/exec/cuda_activation_sets.h"
+#include "engine/exec/fragment_parts.h"
 #include "engine/exec/model_dims.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/gemm.h"
@@ -35,6 +36,7 @@ struct CudaEmbeddingGradIndex {
 class CudaLayerMath {
  public:
   using bf16 = __nv_bfloat16;
+  using Weights = LayerWeightsOf<bf16>;
 
   // Device bytes of the constant tables Create uploads (carved by the caller).
   static size_t TablesBytes(const ModelDims& dims) { return CudaLayerTables::Bytes(dims); }
@@ -77,6 +79,10 @@ class CudaLayerMath {
   // a copy of x_in). x_out may not alias x_in.
   absl::Status LayerForward(const bf16* weights, const bf16* x_in, CudaActivations& act,
                             bf16* x_out, cudaStream_t stream) const;
+  // The same as its kLayerParts parts (fragment_parts.h) enqueued in order;
+  // part p reads only ForwardPartTensor(p) and its bias through `weights`.
+  absl::Status LayerForwardPart(int part, const Weights& weights, const bf16* x_in,
+                                CudaActivations& act, bf16* x_out, cudaStream_t stream) const;
 
   // dx_in = d loss / d x_in given dx_out, from the saved activations; weight
   // gradients are ADDED into `grads` (fp32, packed like `weights`). dx_in may
@@ -84,6 +90,11 @@ class CudaLayerMath {
   absl::Status LayerBackward(const bf16* weights, const CudaActivations& act,
                              CudaBackwardScratch& scratch, const bf16* dx_out, bf16* dx_in,
                              float* grads, cudaStream_t stream) const;
+  // Backward part p: reads only BackwardPartTensor(p) and its bias; grads
+  // are packed like the layer entry (the offsets given to Create).
+  absl::Status LayerBackwardPart(int part, const Weights& weights, const CudaActivations& act,
+                                 CudaBackwardScratch& scratch, const bf16* dx_out, bf16* dx_in,
+                                 float* grads, cudaStream_t stream) const;
 
   // Final norm + LM head + cross-entropy + their backward in token chunks of
   // dims.head_chunk (the [N, vocab] logits never exist): dx_final =
@@ -93,21 +104,25 @@ class CudaLayerMath {
   // HeadChunkCount(dims)); the caller copies it out and adds it up with
   // SumChunkLosses. The valid-token count is the caller's (it has the
   // targets on the host).
+  // `part` (fragment mode): -1 = all; 0 = the final norm only (reads
+  // final_norm); 1 = the rest (reads lm_head and final_norm). The same for
+  // HeadLoss and HeadLogits.
   absl::Status HeadForwardBackward(const bf16* final_norm, const bf16* lm_head, const bf16* x_final,
                                    const int32_t* targets, float inv_total_valid,
                                    CudaHeadScratch& scratch, bf16* dx_final, float* final_norm_grad,
-                                   float* lm_head_grad, float* chunk_loss_sums,
-                                   cudaStream_t stream) const;
+                                   float* lm_head_grad, float* chunk_loss_sums, cudaStream_t stream,
+                                   int part = -1) const;
 
   // Loss only (evaluation): the same chunks, no gradients.
   absl::Status HeadLoss(const bf16* final_norm, const bf16* lm_head, const bf16* x_final,
                         const int32_t* targets, CudaHeadScratch& scratch, float* chunk_loss_sums,
-                        cudaStream_t stream) const;
+                        cudaStream_t stream, int part = -1) const;
 
   // logits (fp32 [N, vocab], device) of every token: final norm, then the
   // LM head (tests and sampling of small batches).
   absl::Status HeadLogits(const bf16* final_norm, const bf16* lm_head, const bf16* x_final,
-                          CudaHeadScratch& scratch, float* logits, cudaStream_t stream) const;
+                          CudaHeadScratch& scratch, float* logits, cudaStream_t stream,
+                          int part = -1) const;
 
   // Host: the loss sum of a micro-batch from the downloaded chunk sums,
   // added in chunk order in a double.
@@ -136,7 +151,9 @@ class CudaLayerMath {
   absl::Status HeadChunks(const bf16* final_norm, const bf16* lm_head, const bf16* x_final,
                           const int32_t* targets, float scale, CudaHeadScratch& scratch,
                           bf16* dx_final, float* final_norm_grad, float* lm_head_grad,
-                          float* chunk_loss_sums, cudaStream_t stream) const;
+                          float* chunk_loss_sums, cudaStream_t stream, int part) const;
+  absl::Status HeadNorm(const bf16* final_norm, const bf16* x_final, CudaHeadScratch& scratch,
+                        cudaStream_t stream) const;
 
   ModelDims dims_;
   LayerOffsets offsets_;

@@ -169,26 +169,59 @@ class CudaStageBackend final : public StageBackend {
                    tag, "layer backward");
   }
 
+  absl::Status LayerForwardPart(Stream& compute, int part, const LayerWeightPointers& weights,
+                                const void* x_in, int set, void* x_out,
+                                const TimelineTag& tag) override {
+    absl::StatusOr<cudaStream_t> stream = ComputeStream(compute, tag);
+    if (!stream.ok()) return stream.status();
+    if (absl::Status s = CheckSet(set, tag); !s.ok()) return s;
+    return InStage(math_->LayerForwardPart(part, LayerWeightsAs<bf16>(weights), Bf16(x_in),
+                                           sets_[set], Bf16(x_out), *stream),
+                   tag, "layer forward part");
+  }
+
+  absl::Status LayerBackwardPart(Stream& compute, int part, const LayerWeightPointers& weights,
+                                 int set, const void* dx_out, void* dx_in, float* grads,
+                                 size_t grad_floats, const TimelineTag& tag) override {
+    absl::StatusOr<cudaStream_t> stream = ComputeStream(compute, tag);
+    if (!stream.ok()) return stream.status();
+    if (absl::Status s = CheckSet(set, tag); !s.ok()) return s;
+    if (part == 0) {
+      if (absl::Status s = CudaCall(cudaMemsetAsync(grads, 0, grad_floats * sizeof(float), *stream),
+                                    tag, "zero the gradient buffer");
+          !s.ok()) {
+        return s;
+      }
+    }
+    return InStage(
+        math_->LayerBackwardPart(part, LayerWeightsAs<bf16>(weights), sets_[set], backward_scratch_,
+                                 Bf16(dx_out), Bf16(dx_in), grads, *stream),
+        tag, "layer backward part");
+  }
+
   absl::Status HeadForwardBackward(Stream& compute, const HeadArgs& args,
                                    const TimelineTag& tag) override {
     absl::StatusOr<cudaStream_t> stream = ComputeStream(compute, tag);
     if (!stream.ok()) return stream.status();
     if (absl::Status s = CheckHostTargets(args, tag); !s.ok()) return s;
-    if (absl::Status s = CudaCall(
-            cudaMemsetAsync(args.gradient_buffer, 0, args.grad_floats * sizeof(float), *stream),
-            tag, "zero the gradient buffer");
+    if (args.part <= 0) {
+      if (absl::Status s = CudaCall(
+              cudaMemsetAsync(args.gradient_buffer, 0, args.grad_floats * sizeof(float), *stream),
+              tag, "zero the gradient buffer");
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (absl::Status s = InStage(
+            math_->HeadForwardBackward(Bf16(args.final_norm), Bf16(args.lm_head),
+                                       Bf16(args.x_final), args.targets, args.inv_total_valid,
+                                       head_scratch_, Bf16(args.dx_final), args.final_norm_grad,
+                                       args.lm_head_grad, chunk_losses_device_, *stream, args.part),
+            tag, "head forward and backward");
         !s.ok()) {
       return s;
     }
-    if (absl::Status s =
-            InStage(math_->HeadForwardBackward(
-                        Bf16(args.final_norm), Bf16(args.lm_head), Bf16(args.x_final), args.targets,
-                        args.inv_total_valid, head_scratch_, Bf16(args.dx_final),
-                        args.final_norm_grad, args.lm_head_grad, chunk_losses_device_, *stream),
-                    tag, "head forward and backward");
-        !s.ok()) {
-      return s;
-    }
+    if (args.part == 0) return absl::OkStatus();
     return DownloadLoss(args, *stream, tag);
   }
 
@@ -196,13 +229,14 @@ class CudaStageBackend final : public StageBackend {
     absl::StatusOr<cudaStream_t> stream = ComputeStream(compute, tag);
     if (!stream.ok()) return stream.status();
     if (absl::Status s = CheckHostTargets(args, tag); !s.ok()) return s;
-    if (absl::Status s =
-            InStage(math_->HeadLoss(Bf16(args.final_norm), Bf16(args.lm_head), Bf16(args.x_final),
-                                    args.targets, head_scratch_, chunk_losses_device_, *stream),
-                    tag, "head loss");
+    if (absl::Status s = InStage(
+            math_->HeadLoss(Bf16(args.final_norm), Bf16(args.lm_head), Bf16(args.x_final),
+                            args.targets, head_scratch_, chunk_losses_device_, *stream, args.part),
+            tag, "head loss");
         !s.ok()) {
       return s;
     }
+    if (args.part == 0) return absl::OkStatus();
     return DownloadLoss(args, *stream, tag);
   }
 
@@ -210,7 +244,7 @@ class CudaStageBackend final : public StageBackend {
     absl::StatusOr<cudaStream_t> stream = ComputeStream(compute, tag);
     if (!stream.ok()) return stream.status();
     return InStage(math_->HeadLogits(Bf16(args.final_norm), Bf16(args.lm_head), Bf16(args.x_final),
-                                     head_scratch_, args.logits, *stream),
+                                     head_scratch_, args.logits, *stream, args.part),
                    tag, "head logits");
   }
 

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "engine/common/thread_pool.h"
 #include "engine/device/device.h"
+#include "engine/exec/fragment_parts.h"
 #include "engine/exec/model_dims.h"
 #include "engine/exec/parameter_store.h"
 #include "kernels/cpu/rope.h"
@@ -48,7 +49,14 @@ struct HeadArgs {
   float* gradient_buffer = nullptr;  // zeroed first: grad_floats floats
   size_t grad_floats = 0;
   float* logits = nullptr;  // logits form: [tokens, vocab] fp32 on the device
+  // Fragment mode: -1 = the whole head; 0 = its first part (the final norm,
+  // reading final_norm only; zeroes the gradient buffer); 1 = the rest
+  // (reading lm_head and final_norm). Part 0 then 1 == the whole head.
+  int part = -1;
 };
+
+// Per-tensor device pointers of one layer's weights (the backend's element type).
+using LayerWeightPointers = LayerWeightsOf<void>;
 
 class StageBackend {
  public:
@@ -85,6 +93,17 @@ class StageBackend {
   virtual absl::Status LayerBackward(Stream& compute, const void* weights, int set,
                                      const void* dx_out, void* dx_in, float* grads,
                                      size_t grad_floats, const TimelineTag& tag) = 0;
+  // Fragment mode: one part of a layer stage (0..kLayerParts-1, see
+  // fragment_parts.h), reading only the part's tensors through `weights`.
+  // The parts enqueued in order == LayerForward / LayerBackward (backward
+  // part 0 zeroes `grads`).
+  virtual absl::Status LayerForwardPart(Stream& compute, int part,
+                                        const LayerWeightPointers& weights, const void* x_in,
+                                        int set, void* x_out, const TimelineTag& tag) = 0;
+  virtual absl::Status LayerBackwardPart(Stream& compute, int part,
+                                         const LayerWeightPointers& weights, int set,
+                                         const void* dx_out, void* dx_in, float* grads,
+                                         size_t grad_floats, const TimelineTag& tag) = 0;
   virtual absl::Status HeadForwardBackward(Stream& compute, const HeadArgs& args,
                                            const TimelineTag& tag) = 0;
   virtual absl::Status HeadLoss(Stream& compute, const HeadArgs& args, const TimelineTag& tag) = 0;

@@ -2,11 +2,13 @@
 #include "engine/exec/streaming_executor.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/exec/cuda_stage_backend.h"
+#include "engine/exec/fragment_plan.h"
 #include "engine/exec/host_embedding.h"
 #include "engine/exec/weight_slot_policy.h"
 
@@ -87,9 +89,10 @@ PlanShape ShapePlan(const ExecutorLayout& layout, absl::Span<const size_t> entry
 
 std::string DeviceMemoryPlan::Describe() const {
   return absl::StrFormat(
-      "%d bytes = weight slots %d + gradient buffers %d + saved activations %d + "
+      "%d bytes = %s %d + gradient buffers %d + saved activations %d + "
       "checkpoints %d + scratch %d",
-      total(), weight_slots, gradient_buffers, activations, checkpoints, scratch);
+      total(), weight_ring ? "weight ring" : "weight slots", weight_slots, gradient_buffers,
+      activations, checkpoints, scratch);
 }
 
 DeviceMemoryPlan StreamingExecutor::PlanDeviceMemory(const ModelDims& dims,
@@ -104,7 +107,12 @@ DeviceMemoryPlan StreamingExecutor::PlanDeviceMemory(const ModelDims& dims,
   const size_t n = static_cast<size_t>(dims.tokens());
   const size_t x_bytes = Round256(ActivationBytes(dims, sizes));
   DeviceMemoryPlan plan;
-  plan.weight_slots = weight_slots * Round256(p.slot_floats * sizes.weight_element_bytes);
+  if (options.weight_ring_bytes > 0) {
+    plan.weight_ring = true;
+    plan.weight_slots = Round256(options.weight_ring_bytes);
+  } else {
+    plan.weight_slots = weight_slots * Round256(p.slot_floats * sizes.weight_element_bytes);
+  }
   plan.gradient_buffers = 2 * Round256(p.grad_floats * sizeof(float));
   plan.activations = p.activation_sets * Round256(sizes.activation_set_bytes);
   plan.checkpoints = p.device_checkpoints * x_bytes;
@@ -133,6 +141,11 @@ struct StreamingExecutor::Impl {
       checkpoint_stage_free, compute_done, copy_out_done, embedding_in_ready, embedding_grad_ready;
 
   std::vector<DeviceBuffer> slots;
+  // Fragment mode: the ring, the plans of both schedules and one ready and
+  // one free event per fragment (shared by the two plans: one Run at a time).
+  DeviceBuffer ring;
+  FragmentPlan step_fragments, eval_fragments;
+  std::vector<std::unique_ptr<Event>> fragment_ready, fragment_free;
   DeviceBuffer grads[2];
   std::unique_ptr<WeightSlotPolicy> slot_policy;
   std::vector<ScheduledOp> eval_schedule;
@@ -175,6 +188,7 @@ struct StreamingExecutor::Impl {
   void* SlotPointer(int slot, size_t element_offset) const {
     return slots[slot].data_as<char>() + element_offset * sizes.weight_element_bytes;
   }
+  bool fragment_mode() const { return options.weight_ring_bytes > 0; }
   // Where an activation checkpoint is read from in backward.
   void* CheckpointPointer(int c) const;
 
@@ -188,6 +202,25 @@ struct StreamingExecutor::Impl {
   absl::Status EnqueueOp(const ScheduledOp& op, const std::vector<size_t>& offsets, int slot,
                          int grad, const void* x_in, void* x_out, const void* dx_out, void* dx_in,
                          float inv_total_valid);
+  // The head in the form the op asks for (logits, loss, or forward + backward).
+  absl::Status EnqueueHead(const ScheduledOp& op, HeadArgs args, const std::vector<size_t>& offsets,
+                           int grad, void* dx_in, float inv_total_valid, const TimelineTag& tag);
+
+  // Fragment mode. Copies run in plan order; `next_copy` is the first fragment
+  // not yet enqueued and `parts_enqueued` the parts whose frees are recorded.
+  struct FragmentCursor {
+    const std::vector<ScheduledOp>* ops = nullptr;
+    const FragmentPlan* plan = nullptr;
+    int next_copy = 0;
+    uint64_t weights_version = 0;
+  };
+  void EnqueueFragmentCopy(FragmentCursor& cursor);
+  // Enqueues every copy whose blocker is freed by a part < parts_enqueued.
+  void EnqueueCopiesAhead(FragmentCursor& cursor, int parts_enqueued);
+  absl::Status EnqueueFragmentedOp(const ScheduledOp& op, int op_index, FragmentCursor& cursor,
+                                   const std::vector<size_t>& offsets, int grad, const void* x_in,
+                                   void* x_out, const void* dx_out, void* dx_in,
+                                   float inv_total_valid);
 };
 
 absl::Status StreamingExecutor::Impl::Allocate(int num_slots) {
@@ -206,6 +239,7 @@ absl::Status StreamingExecutor::Impl::Allocate(int num_slots) {
   for (int i = 0; i < num_slots; ++i) {
     slots.push_back(alloc(shape.slot_floats * sizes.weight_element_bytes, "weight slot"));
   }
+  if (fragment_mode()) ring = alloc(options.weight_ring_bytes, "weight ring");
   for (int i = 0; i < 2; ++i)
     grads[i] = alloc(shape.grad_floats * sizeof(float), "gradient buffer");
   for (int i = 0; i < shape.activation_sets; ++i) {
@@ -284,6 +318,21 @@ absl::StatusOr<std::unique_ptr<StreamingExecutor>> StreamingExecutor::Create(
   impl->schedule = BuildStepSchedule(impl->layout.schedule);
   impl->eval_schedule = BuildEvalSchedule(impl->layout.schedule);
   impl->shape = ShapePlan(impl->layout, impl->entry_elements, options, impl->schedule);
+  if (impl->fragment_mode()) {
+    FragmentPlanInputs in;
+    in.dims = dims;
+    in.offsets = layout.layer_offsets;
+    in.entry_elements = impl->entry_elements;
+    in.element_bytes = impl->sizes.weight_element_bytes;
+    in.ring_bytes = options.weight_ring_bytes;
+    in.fragment_bytes = options.fragment_bytes > 0 ? options.fragment_bytes : kDefaultFragmentBytes;
+    absl::StatusOr<FragmentPlan> step = PlanFragments(impl->schedule, in);
+    if (!step.ok()) return step.status();
+    absl::StatusOr<FragmentPlan> eval = PlanFragments(impl->eval_schedule, in);
+    if (!eval.ok()) return eval.status();
+    impl->step_fragments = std::move(*step);
+    impl->eval_fragments = std::move(*eval);
+  }
   const int num_slots = ChooseWeightSlots(dims, layout, impl->entry_elements, options,
                                           device.arena_stats().capacity, device.kind());
   const DeviceMemoryPlan plan =
@@ -314,6 +363,14 @@ absl::StatusOr<std::unique_ptr<StreamingExecutor>> StreamingExecutor::Create(
   for (int i = 0; i < num_slots; ++i) {
     events.push_back(&impl->slot_ready[i]);
     events.push_back(&impl->slot_free[i]);
+  }
+  const size_t fragment_events =
+      std::max(impl->step_fragments.fragments.size(), impl->eval_fragments.fragments.size());
+  impl->fragment_ready.resize(fragment_events);
+  impl->fragment_free.resize(fragment_events);
+  for (size_t i = 0; i < fragment_events; ++i) {
+    events.push_back(&impl->fragment_ready[i]);
+    events.push_back(&impl->fragment_free[i]);
   }
   impl->slot_policy = std::make_unique<WeightSlotPolicy>(num_slots);
   for (int i = 0; i < 2; ++i) {
@@ -381,24 +438,134 @@ absl::Status StreamingExecutor::Impl::EnqueueOp(const ScheduledOp& op,
       args.final_norm = SlotPointer(slot, offsets[0]);
       args.lm_head = SlotPointer(slot, offsets[1]);
       args.x_final = x_in;
-      args.targets = targets.data_as<int32_t>();
-      args.host_targets = host_targets.data();
-      if (op.loss_only && logits_output != nullptr) {
-        args.logits = logits_output;
-        return backend->HeadLogits(*compute, args, tag);
-      }
-      if (op.loss_only) return backend->HeadLoss(*compute, args, tag);
-      args.inv_total_valid = inv_total_valid;
-      args.dx_final = dx_in;
-      args.gradient_buffer = g;
-      args.grad_floats = grad_floats;
-      args.final_norm_grad = g + offsets[0];
-      args.lm_head_grad = g + offsets[1];
-      return backend->HeadForwardBackward(*compute, args, tag);
+      return EnqueueHead(op, args, offsets, grad, dx_in, inv_total_valid, tag);
     }
     case StageKind::kEmbedForward:
     case StageKind::kEmbedBackward:
       break;  // host stages: EnqueueEmbeddingForward / EnqueueEmbeddingBackward
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StreamingExecutor::Impl::EnqueueHead(const ScheduledOp& op, HeadArgs args,
+                                                  const std::vector<size_t>& offsets, int grad,
+                                                  void* dx_in, float inv_total_valid,
+                                                  const TimelineTag& tag) {
+  args.targets = targets.data_as<int32_t>();
+  args.host_targets = host_targets.data();
+  if (op.loss_only && logits_output != nullptr) {
+    args.logits = logits_output;
+    return backend->HeadLogits(*compute, args, tag);
+  }
+  if (op.loss_only) return backend->HeadLoss(*compute, args, tag);
+  float* g = grads[grad].data_as<float>();
+  size_t grad_floats = 0;
+  StageOffsets(entry_elements, op.entries, &grad_floats);
+  args.inv_total_valid = inv_total_valid;
+  args.dx_final = dx_in;
+  args.gradient_buffer = g;
+  args.grad_floats = grad_floats;
+  args.final_norm_grad = g + offsets[0];
+  args.lm_head_grad = g + offsets[1];
+  return backend->HeadForwardBackward(*compute, args, tag);
+}
+
+void StreamingExecutor::Impl::EnqueueFragmentCopy(FragmentCursor& cursor) {
+  const FragmentPlan& plan = *cursor.plan;
+  const WeightFragment& f = plan.fragments[cursor.next_copy];
+  const PlannedTensor& t = plan.tensors[f.tensor];
+  const ScheduledOp& op = (*cursor.ops)[t.op];
+  if (options.serial) copy_in->WaitEvent(*compute_done, {SpanKind::kWait, "serial", op.layer});
+  if (f.blocker >= 0) {
+    copy_in->WaitEvent(*fragment_free[f.blocker], {SpanKind::kWait, "ring free", op.layer});
+  }
+  if (f.waits_for_update) {
+    const int e = t.entry;
+    const uint64_t version = cursor.weights_version;
+    if (WaitForUpdatesOnHost()) {
+      gate.WaitFor(e, version);
+    } else {
+      UpdateGate* update_gate = &gate;
+      copy_in->EnqueueHostTask([update_gate, e, version] { update_gate->WaitFor(e, version); },
+                               {SpanKind::kWait, "optimizer update", op.layer});
+    }
+  }
+  const size_t eb = sizes.weight_element_bytes;
+  const char* source = static_cast<const char*>(backend->WeightSource(store.entry(t.entry)));
+  copy_in->CopyHostToDevice(
+      ring.data_as<char>() + f.ring_offset, source + static_cast<size_t>(f.element_offset) * eb,
+      static_cast<size_t>(f.elements) * eb, {SpanKind::kCopyIn, DescribeOp(op), op.layer});
+  copy_in->RecordEvent(*fragment_ready[cursor.next_copy]);
+  ++cursor.next_copy;
+}
+
+void StreamingExecutor::Impl::EnqueueCopiesAhead(FragmentCursor& cursor, int parts_enqueued) {
+  const FragmentPlan& plan = *cursor.plan;
+  while (cursor.next_copy < static_cast<int>(plan.fragments.size())) {
+    const WeightFragment& f = plan.fragments[cursor.next_copy];
+    if (f.blocker >= 0 && plan.fragments[f.blocker].last_reader >= parts_enqueued) return;
+    // Where the enqueueing thread itself waits for updates, running ahead into
+    // an entry not updated yet would hold back this op's remaining parts.
+    if (WaitForUpdatesOnHost() && f.waits_for_update &&
+        gate.version(plan.tensors[f.tensor].entry) < cursor.weights_version) {
+      return;
+    }
+    EnqueueFragmentCopy(cursor);
+  }
+}
+
+absl::Status StreamingExecutor::Impl::EnqueueFragmentedOp(const ScheduledOp& op, int op_index,
+                                                          FragmentCursor& cursor,
+                                                          const std::vector<size_t>& offsets,
+                                                          int grad, const void* x_in, void* x_out,
+                                                          const void* dx_out, void* dx_in,
+                                                          float inv_total_valid) {
+  const FragmentPlan& plan = *cursor.plan;
+  const std::vector<size_t>& ring_offsets = plan.ring_offsets[op_index];
+  char* base = ring.data_as<char>();
+  auto at = [&](size_t i) -> const void* {
+    return ring_offsets[i] == SIZE_MAX ? nullptr : base + ring_offsets[i];
+  };
+  LayerWeightPointers w;
+  if (op.kind != StageKind::kHead) {
+    for (int i = 0; i < kLayerTensorCount; ++i) w[LayerTensorAt(i)] = at(static_cast<size_t>(i));
+  }
+  float* g = grads[grad].data_as<float>();
+  size_t grad_floats = 0;
+  if (op.produces_gradients) StageOffsets(entry_elements, op.entries, &grad_floats);
+  const TimelineTag tag{SpanKind::kCompute, DescribeOp(op), op.layer};
+  for (int p = 0; p < plan.part_count[op_index]; ++p) {
+    const int global_part = plan.first_part[op_index] + p;
+    const PlannedPart& part = plan.parts[global_part];
+    while (cursor.next_copy <= part.last_fragment) EnqueueFragmentCopy(cursor);
+    compute->WaitEvent(*fragment_ready[part.last_fragment], {SpanKind::kWait, "weights", op.layer});
+    absl::Status launched;
+    switch (op.kind) {
+      case StageKind::kLayerForward:
+        launched = backend->LayerForwardPart(
+            *compute, p, w, x_in, op.save_activations ? op.activation_set : 0, x_out, tag);
+        break;
+      case StageKind::kLayerBackward:
+        launched = backend->LayerBackwardPart(*compute, p, w, op.activation_set, dx_out, dx_in, g,
+                                              grad_floats, tag);
+        break;
+      case StageKind::kHead: {
+        HeadArgs args;
+        args.final_norm = at(0);
+        args.lm_head = at(1);
+        args.x_final = x_in;
+        args.part = p;
+        launched = EnqueueHead(op, args, offsets, grad, dx_in, inv_total_valid, tag);
+        break;
+      }
+      case StageKind::kEmbedForward:
+      case StageKind::kEmbedBackward:
+        break;  // host stages have no parts
+    }
+    if (!launched.ok()) return launched;
+    for (int f : part.frees) compute->RecordEvent(*fragment_free[f]);
+    compute->RecordEvent(*compute_done);
+    if (!options.serial) EnqueueCopiesAhead(cursor, global_part + 1);
   }
   return absl::OkStatus();
 }
@@ -474,6 +641,7 @@ int StreamingExecutor::ChooseWeightSlots(const ModelDims& dims, const ExecutorLa
                                          absl::Span<const size_t> entry_elements,
                                          const ExecutorOptions& options, size_t arena_capacity,
                                          DeviceKind kind) {
+  if (options.weight_ring_bytes > 0) return 0;
   if (options.weight_slots > 0) return options.weight_slots;
   const ExecutorLayout layout = WithOptions(given_layout, options);
   const std::vector<ScheduledOp> schedule = BuildStepSchedule(layout.schedule);
@@ -492,6 +660,17 @@ int StreamingExecutor::ChooseWeightSlots(const ModelDims& dims, const ExecutorLa
 }
 
 int StreamingExecutor::weight_slots() const { return impl_->slot_policy->num_slots(); }
+
+bool StreamingExecutor::fragment_mode() const { return impl_->fragment_mode(); }
+
+int StreamingExecutor::step_fragment_count() const {
+  return static_cast<int>(impl_->step_fragments.fragments.size());
+}
+
+size_t StreamingExecutor::LayerRingBytes(const ModelDims& dims, const LayerOffsets& offsets,
+                                         DeviceKind kind) {
+  return engine::LayerRingBytes(dims, offsets, SizesFor(kind, dims).weight_element_bytes);
+}
 
 void StreamingExecutor::InvalidateWeights() {
   impl_->slot_policy = std::make_unique<WeightSlotPolicy>(impl_->slot_policy->num_slots());
@@ -565,8 +744,15 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
   int dxi = 0;  // residual gradient buffer holding the current gradient
   bool pending_checkpoint_wait = false;
   absl::Status launch_status;
+  FragmentCursor fragments;
+  if (s.fragment_mode()) {
+    fragments.ops = &ops;
+    fragments.plan = &ops == &s.schedule ? &s.step_fragments : &s.eval_fragments;
+    fragments.weights_version = weights_version;
+  }
 
   for (const ScheduledOp& op : ops) {
+    const int op_index = static_cast<int>(&op - ops.data());
     if (op.kind == StageKind::kEmbedForward) {
       s.EnqueueEmbeddingForward(op, s.x[xi].data(), weights_version);
       continue;
@@ -595,7 +781,10 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
           s.activation_bytes(), {SpanKind::kCopyIn, "checkpoint", op.layer});
       s.copy_in->RecordEvent(*s.checkpoint_in_ready);
     }
-    const WeightSlotPolicy::Decision placed = s.slot_policy->Place(op.entries, weights_version);
+    // Fragment mode copies weights part by part in EnqueueFragmentedOp.
+    const WeightSlotPolicy::Decision placed =
+        s.fragment_mode() ? WeightSlotPolicy::Decision{-1, false}
+                          : s.slot_policy->Place(op.entries, weights_version);
     const int slot = placed.slot;
     if (placed.copy) {
       if (s.options.serial)
@@ -668,7 +857,9 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
     }
     if (saves_checkpoint && s.CheckpointOnHost(op.checkpoint)) pending_checkpoint_wait = true;
 
-    s.compute->WaitEvent(*s.slot_ready[slot], {SpanKind::kWait, "weights", op.layer});
+    if (!s.fragment_mode()) {
+      s.compute->WaitEvent(*s.slot_ready[slot], {SpanKind::kWait, "weights", op.layer});
+    }
     if (host_checkpoint_in) {
       s.compute->WaitEvent(*s.checkpoint_in_ready, {SpanKind::kWait, "checkpoint in", op.layer});
     }
@@ -677,11 +868,17 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
     }
     if (s.options.serial)
       s.compute->WaitEvent(*s.copy_out_done, {SpanKind::kWait, "serial", op.layer});
-    launch_status =
-        s.EnqueueOp(op, offsets, slot, grad, x_in, x_out, dx_out, dx_in, inv_total_valid);
-    if (!launch_status.ok()) break;  // what is queued still drains below
-    s.compute->RecordEvent(*s.slot_free[slot]);
-    s.compute->RecordEvent(*s.compute_done);
+    if (s.fragment_mode()) {
+      launch_status = s.EnqueueFragmentedOp(op, op_index, fragments, offsets, grad, x_in, x_out,
+                                            dx_out, dx_in, inv_total_valid);
+      if (!launch_status.ok()) break;  // what is queued still drains below
+    } else {
+      launch_status =
+          s.EnqueueOp(op, offsets, slot, grad, x_in, x_out, dx_out, dx_in, inv_total_valid);
+      if (!launch_status.ok()) break;  // what is queued still drains below
+      s.compute->RecordEvent(*s.slot_free[slot]);
+      s.compute->RecordEvent(*s.compute_done);
+    }
     if (host_checkpoint_in) s.compute->RecordEvent(*s.checkpoint_stage_free);
 
     if (op.produces_gradients) {

@@ -22,6 +22,17 @@
 //     waits for the copy out first: it runs ahead of compute).
 // With options.serial every copy waits for the previous compute and every
 // compute for the previous copies: the no-overlap baseline.
+//
+// Fragment mode (options.weight_ring_bytes > 0, engine/exec/fragment_plan.h):
+// instead of step 1, each op's tensors are copied as row-block fragments, in
+// the order the op consumes them, into a device ring; each copy waits for the
+// free event of the earlier fragment whose bytes it overwrites (and for the
+// entry's optimizer update), then records its own ready event. The op runs as
+// parts (fragment_parts.h): compute waits only for the fragments of the next
+// part, runs it, and records the free events of the fragments it has read for
+// the last time. Copies are enqueued as early as their free events exist, so
+// the next layer's first fragments go in while this layer computes. Results
+// are bitwise those of whole-stage slots: the parts are the same math.
 #pragma once
 
 #include <cstdint>
@@ -54,6 +65,13 @@ struct ExecutorOptions {
   // and weights are copied once per optimizer step); otherwise exactly this
   // many (>= 2). Never changes what is computed.
   int weight_slots = 0;
+  // Fragmented weight streaming: > 0 = device bytes of the weight ring that
+  // replaces the slots (weight_slots is then unused); must hold the largest
+  // tensor (often the LM head). 0 = whole-stage slots.
+  size_t weight_ring_bytes = 0;
+  // Largest row block of one fragment in bytes (fragment mode); 0 =
+  // kDefaultFragmentBytes (fragment_plan.h). Never changes what is computed.
+  size_t fragment_bytes = 0;
 };
 
 // Where the executor finds each stage's weights in the ParameterStore.
@@ -64,7 +82,8 @@ struct ExecutorLayout {
 
 // Bytes of device memory the executor plans to allocate, by purpose.
 struct DeviceMemoryPlan {
-  size_t weight_slots = 0;
+  size_t weight_slots = 0;  // the slots, or the ring in fragment mode
+  bool weight_ring = false;
   size_t gradient_buffers = 0;
   size_t activations = 0;  // saved activation sets
   size_t checkpoints = 0;  // device-resident activation checkpoints
@@ -85,6 +104,8 @@ class StreamingExecutor {
   // The plan with `weight_slots` slots (2 = the minimum the executor runs
   // with) for parameter entries of `entry_elements` padded floats each; the
   // options' checkpointing overrides the layout's. What Create allocates.
+  // With options.weight_ring_bytes > 0 the weight line is the ring and
+  // `weight_slots` is ignored.
   static DeviceMemoryPlan PlanDeviceMemory(const ModelDims& dims, const ExecutorLayout& layout,
                                            absl::Span<const size_t> entry_elements,
                                            const ExecutorOptions& options, int weight_slots = 2,
@@ -100,7 +121,8 @@ class StreamingExecutor {
   static size_t StageFloats(absl::Span<const size_t> entry_elements,
                             const std::vector<int>& entries);
   // The slot count Create uses: options.weight_slots, or with 0 as many as
-  // fit an arena of `arena_capacity` bytes beside the rest of the plan.
+  // fit an arena of `arena_capacity` bytes beside the rest of the plan; 0 in
+  // fragment mode (no slots).
   static int ChooseWeightSlots(const ModelDims& dims, const ExecutorLayout& layout,
                                absl::Span<const size_t> entry_elements,
                                const ExecutorOptions& options, size_t arena_capacity,
@@ -139,8 +161,16 @@ class StreamingExecutor {
   // change outside the optimizer (initialisation, loading, resume).
   void InvalidateWeights();
 
+  // Ring bytes one layer's tensors take in fragment mode (each aligned):
+  // the smallest ring holding a whole layer.
+  static size_t LayerRingBytes(const ModelDims& dims, const LayerOffsets& offsets,
+                               DeviceKind kind = DeviceKind::kCpu);
+
   const DeviceMemoryPlan& plan() const { return plan_; }
-  int weight_slots() const;
+  int weight_slots() const;  // 0 in fragment mode
+  bool fragment_mode() const;
+  // Fragment copies per RunMicroBatch (fragment mode; 0 otherwise).
+  int step_fragment_count() const;
   const std::vector<ScheduledOp>& schedule() const { return schedule_; }
 
  private:
