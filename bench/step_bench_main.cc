@@ -45,6 +45,10 @@ ABSL_FLAG(int64_t, arena_mb, 4096, "device arena MiB (untouched pages cost no RA
 ABSL_FLAG(double, link_gbps, 0, "emulated link GB/s per direction; 0 = unthrottled");
 ABSL_FLAG(double, link_latency_us, 0, "emulated link latency per copy (us)");
 ABSL_FLAG(bool, serial, false, "no copy/compute overlap (baseline)");
+ABSL_FLAG(std::string, activation_policy, "recompute",
+          "blocks beyond the activation budget: recompute, offload or adaptive");
+ABSL_FLAG(uint64_t, activation_budget_bytes, 0,
+          "device bytes for saved activation sets; 0 = the k working sets");
 ABSL_FLAG(int, steps, 10, "measured steps (after warmup)");
 ABSL_FLAG(int, warmup, 2, "unmeasured warm-up steps");
 ABSL_FLAG(int, blas_threads, 2, "OpenBLAS threads");
@@ -165,6 +169,14 @@ int Run() {
         absl::GetFlag(FLAGS_weight_ring_layers) * static_cast<double>(layer_ring_bytes));
   }
   options.executor.fragment_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_fragment_bytes));
+  absl::StatusOr<engine::ActivationPolicyKind> policy =
+      engine::ParseActivationPolicy(absl::GetFlag(FLAGS_activation_policy));
+  if (!policy.ok()) {
+    fprintf(stderr, "--activation_policy: %s\n", std::string(policy.status().message()).c_str());
+    return 2;
+  }
+  options.executor.activation_policy = *policy;
+  options.executor.activation_budget_bytes = absl::GetFlag(FLAGS_activation_budget_bytes);
   options.blas_threads = absl::GetFlag(FLAGS_blas_threads);
   options.optimizer_threads = absl::GetFlag(FLAGS_optimizer_threads);
   options.collect_timeline = true;  // needed for stall figures; two clock reads per op
@@ -213,6 +225,7 @@ int Run() {
       copies, optimizer;
   uint64_t arena_peak = 0;
   double last_loss = 0;
+  std::string activation_modes;  // per block, of the last measured step
   const int warmup = absl::GetFlag(FLAGS_warmup);
   const int steps = absl::GetFlag(FLAGS_steps);
   auto last = std::chrono::steady_clock::now();
@@ -234,6 +247,10 @@ int Run() {
     update_wait.push_back(r->previous_update_wait_seconds);
     optimizer.push_back(r->optimizer_seconds);
     arena_peak = std::max(arena_peak, r->device_arena_peak_bytes);
+    activation_modes.clear();
+    for (const engine::ActivationBlockReport& b : r->activation_blocks) {
+      absl::StrAppend(&activation_modes, activation_modes.empty() ? "" : ",", b.mode);
+    }
     const TimelineFigures f =
         ReadTimeline((*device)->timeline().Spans(), config->num_hidden_layers);
     layer_fwd.push_back(f.layer_forward_seconds);
@@ -308,6 +325,19 @@ int Run() {
   out["head_seconds"] = Median(head);
   out["weight_copies_per_layer"] = Median(copies);
   out["arena_peak_bytes"] = arena_peak;
+  out["activation_policy"] = absl::GetFlag(FLAGS_activation_policy);
+  out["activation_budget_bytes"] = options.executor.activation_budget_bytes;
+  out["activation_plan_bytes"] = t.executor().plan().activations;
+  // One saved-activation set (the default plan holds k of them).
+  out["activation_set_bytes"] = t.executor().activation_set_bytes();
+  out["activation_modes"] = activation_modes;
+  {
+    nlohmann::json reasons = nlohmann::json::array();
+    for (const engine::BlockDecision& b : t.executor().activation_decision().blocks) {
+      reasons.push_back(b.reason);
+    }
+    out["activation_reasons"] = reasons;
+  }
   out["vm_hwm_bytes"] = static_cast<int64_t>(ProcStatusBytes("VmHWM"));
   out["vm_rss_bytes"] = static_cast<int64_t>(ProcStatusBytes("VmRSS"));
   out["final_loss"] = last_loss;

@@ -119,7 +119,29 @@ class JobRunner::StepObserver final : public engine::TrainingObserver {
            {"loss", absl::StrFormat("%.4f", report.loss)},
            {"tokens_per_second", absl::StrFormat("%.0f", report.tokens_per_second)}});
     }
+    LogActivationModesIfChanged(report);
     runner_.changed_.notify_all();
+  }
+
+  // Adaptive recomputation: a job event with each block's mode and reason
+  // whenever the modes change (the first step included).
+  void LogActivationModesIfChanged(const engine::StepReport& report) {
+    std::string modes;
+    std::vector<std::string> keys;  // the fields' names point into these
+    for (const engine::ActivationBlockReport& b : report.activation_blocks) {
+      const std::string layers =
+          b.num_layers > 1 ? absl::StrCat(b.first_layer, "-", b.first_layer + b.num_layers - 1)
+                           : absl::StrCat(b.first_layer);
+      absl::StrAppend(&modes, modes.empty() ? "" : " ", layers, ":", b.mode);
+      keys.push_back(absl::StrCat("layers_", layers));
+    }
+    if (modes == activation_modes_) return;
+    activation_modes_ = modes;
+    StructuredLog::Fields fields = {{"step", absl::StrCat(report.step)}, {"modes", modes}};
+    for (size_t i = 0; i < keys.size(); ++i) {
+      fields.push_back({keys[i], report.activation_blocks[i].reason});
+    }
+    runner_.log_.JobEvent("activation_modes", id_, fields);
   }
 
   bool ShouldStop() override {
@@ -168,7 +190,8 @@ class JobRunner::StepObserver final : public engine::TrainingObserver {
   JobRunner& runner_;
   const std::string id_;
   bool first_step_seen_ = false;
-  uint64_t first_step_ = 1;  // of this run (after a resume, the checkpoint's step + 1)
+  std::string activation_modes_;  // the last logged per-block activation modes
+  uint64_t first_step_ = 1;       // of this run (after a resume, the checkpoint's step + 1)
 };
 
 absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(

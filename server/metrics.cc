@@ -97,6 +97,11 @@ DaemonMetrics::DaemonMetrics(prometheus::Registry& r)
                       .Help("Peak bytes allocated from the device arena in the last step")
                       .Register(r)
                       .Add({})),
+      activation_block_mode_(BuildGauge()
+                                 .Name("megatrain_activation_block_mode")
+                                 .Help("1 for the mode (keep, offload, recompute) each block of "
+                                       "layers ran its activations with in the last step, else 0")
+                                 .Register(r)),
       queue_length_(BuildGauge()
                         .Name("megatrain_daemon_queue_length")
                         .Help("Jobs waiting in the queue")
@@ -160,6 +165,12 @@ void DaemonMetrics::RecordStep(const engine::StepReport& report, double validati
   memory_bytes_.Add({{"tier", "pinned"}}).Set(static_cast<double>(report.pinned_host_bytes));
   memory_bytes_.Add({{"tier", "ram"}}).Set(static_cast<double>(report.pageable_host_bytes));
   arena_peak_.Set(static_cast<double>(report.device_arena_peak_bytes));
+  for (size_t b = 0; b < report.activation_blocks.size(); ++b) {
+    for (const char* mode : {"keep", "offload", "recompute"}) {
+      activation_block_mode_.Add({{"block", std::to_string(b)}, {"mode", mode}})
+          .Set(report.activation_blocks[b].mode == mode ? 1 : 0);
+    }
+  }
 }
 
 void DaemonMetrics::SetQueueLength(int queued) { queue_length_.Set(queued); }

@@ -57,6 +57,7 @@ class DaemonMetrics {
   prometheus::Counter& tokens_;
   prometheus::Family<prometheus::Gauge>& memory_bytes_;
   prometheus::Gauge& arena_peak_;
+  prometheus::Family<prometheus::Gauge>& activation_block_mode_;
   prometheus::Gauge& queue_length_;
   prometheus::Family<prometheus::Gauge>& jobs_;
   prometheus::Gauge& healthy_;

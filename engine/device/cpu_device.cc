@@ -1,6 +1,7 @@
 // CpuDevice: creation (validation, arena reservation) and the Device methods.
 #include "engine/device/cpu_device.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <utility>
 
@@ -53,6 +54,15 @@ absl::StatusOr<DeviceBuffer> CpuDevice::Allocate(size_t bytes, std::string_view 
 
 absl::StatusOr<PinnedHostBuffer> CpuDevice::AllocatePinned(size_t bytes) {
   return pinned_.Allocate(bytes);
+}
+
+absl::Status CpuDevice::SetLinkGbps(double gbps) {
+  if (!(gbps >= 0) || !std::isfinite(gbps)) {
+    return absl::InvalidArgumentError(absl::StrCat("link_gbps=", gbps, " must be finite and >= 0"));
+  }
+  state_->host_to_device().set_gbps(gbps);
+  state_->device_to_host().set_gbps(gbps);
+  return absl::OkStatus();
 }
 
 void CpuDevice::InjectFault(std::string reason) {

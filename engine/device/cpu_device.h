@@ -35,6 +35,10 @@ class CpuDevice final : public Device {
   // on every stream returns the fault.
   void InjectFault(std::string reason);
 
+  // Sets the emulated bandwidth of both link directions (GB/s, 0 = unthrottled) for copies
+  // that start from now on; INVALID_ARGUMENT when negative or not finite.
+  absl::Status SetLinkGbps(double gbps);
+
   // Whether pinned memory degraded to pageable memory because mlock failed.
   bool pinned_mlock_degraded() const { return pinned_.mlock_degraded(); }
 

@@ -10,7 +10,8 @@ EmulatedLink::EmulatedLink(double gbps, double latency_us) : gbps_(gbps), latenc
 
 std::chrono::nanoseconds EmulatedLink::MinimumDuration(size_t bytes) const {
   double ns = latency_us_ * 1e3;
-  if (gbps_ > 0) ns += static_cast<double>(bytes) / gbps_;  // bytes / (gbps * 1e9) s, in ns
+  const double gbps = this->gbps();
+  if (gbps > 0) ns += static_cast<double>(bytes) / gbps;  // bytes / (gbps * 1e9) s, in ns
   return std::chrono::nanoseconds(static_cast<int64_t>(ns));
 }
 

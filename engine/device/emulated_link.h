@@ -1,6 +1,7 @@
 // EmulatedLink: one direction of a throttled host<->device link on the CPU device.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <mutex>
@@ -22,10 +23,15 @@ class EmulatedLink {
 
   // The least time a copy of `bytes` occupies the link (zero when unthrottled).
   std::chrono::nanoseconds MinimumDuration(size_t bytes) const;
-  bool throttled() const { return gbps_ > 0 || latency_us_ > 0; }
+  bool throttled() const { return gbps() > 0 || latency_us_ > 0; }
+
+  // Changes the bandwidth for copies that start from now on (0 = unthrottled):
+  // another process taking a share of the link, in tests and benchmarks.
+  void set_gbps(double gbps) { gbps_.store(gbps, std::memory_order_relaxed); }
+  double gbps() const { return gbps_.load(std::memory_order_relaxed); }
 
  private:
-  const double gbps_;
+  std::atomic<double> gbps_;
   const double latency_us_;
   std::mutex busy_;
 };

@@ -2,6 +2,7 @@
 #include "engine/exec/step_schedule.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 
@@ -16,8 +17,39 @@ ScheduledOp EmbedOp(StageKind kind, int embedding_entry) {
 
 }  // namespace
 
+const char* ActivationModeName(ActivationMode mode) {
+  switch (mode) {
+    case ActivationMode::kRecompute:
+      return "recompute";
+    case ActivationMode::kKeep:
+      return "keep";
+    case ActivationMode::kOffload:
+      return "offload";
+  }
+  return "?";
+}
+
+int BlockCount(const ScheduleShape& s) {
+  if (s.keep_all) return s.num_layers > 0 ? 1 : 0;
+  return (s.num_layers + s.checkpoint_interval - 1) / s.checkpoint_interval;
+}
+
+ActivationMode BlockMode(const ScheduleShape& s, int block) {
+  if (s.keep_all || block == BlockCount(s) - 1) return ActivationMode::kKeep;
+  if (block < static_cast<int>(s.block_modes.size())) return s.block_modes[block];
+  return ActivationMode::kRecompute;
+}
+
+int BlocksWithMode(const ScheduleShape& s, ActivationMode mode) {
+  int count = 0;
+  for (int b = 0; b + 1 < BlockCount(s); ++b) count += BlockMode(s, b) == mode ? 1 : 0;
+  return count;
+}
+
 int ActivationSetCount(const ScheduleShape& s) {
-  return s.keep_all ? s.num_layers : std::min(s.checkpoint_interval, s.num_layers);
+  if (s.keep_all) return s.num_layers;
+  return std::min(s.checkpoint_interval, s.num_layers) +
+         s.checkpoint_interval * BlocksWithMode(s, ActivationMode::kKeep);
 }
 
 int CheckpointCount(const ScheduleShape& s) {
@@ -25,22 +57,61 @@ int CheckpointCount(const ScheduleShape& s) {
   return (s.num_layers + s.checkpoint_interval - 1) / s.checkpoint_interval;
 }
 
+namespace {
+
+// The set an op writes or reads, counting the scratch set 0 of a forward that
+// saves nothing; -1 for ops without one.
+int SetTouched(const ScheduledOp& op) {
+  if (op.kind == StageKind::kLayerForward) return op.save_activations ? op.activation_set : 0;
+  if (op.kind == StageKind::kLayerBackward) return op.activation_set;
+  return -1;
+}
+
+// Attaches each fetched backward's fetch to the last earlier op using its set.
+void AttachFetches(std::vector<ScheduledOp>& ops) {
+  for (size_t j = 0; j < ops.size(); ++j) {
+    if (!ops[j].fetched_activations) continue;
+    const int set = ops[j].activation_set;
+    size_t last = j;
+    while (last > 0 && SetTouched(ops[last - 1]) != set) --last;
+    // The offloaded forward itself always touches the set.
+    if (last == 0) std::abort();
+    ops[last - 1].fetch_after.push_back({ops[j].layer, set});
+  }
+}
+
+}  // namespace
+
 std::vector<ScheduledOp> BuildStepSchedule(const ScheduleShape& s) {
   const int L = s.num_layers;
   const int k = s.checkpoint_interval;
   const int top_block_start = s.keep_all ? 0 : ((L - 1) / k) * k;
   auto layer_entry = [&](int i) { return s.first_layer_entry + i; };
-  auto set_of = [&](int i) { return s.keep_all ? i : i % k; };
+  auto mode_of = [&](int i) { return BlockMode(s, s.keep_all ? 0 : i / k); };
+  // Kept blocks below the top get sets of their own after the working sets.
+  std::vector<int> keep_ordinal(static_cast<size_t>(BlockCount(s)), -1);
+  for (int b = 0, next = 0; b + 1 < BlockCount(s); ++b) {
+    if (BlockMode(s, b) == ActivationMode::kKeep) keep_ordinal[b] = next++;
+  }
+  auto set_of = [&](int i) {
+    if (s.keep_all) return i;
+    if (i < top_block_start && mode_of(i) == ActivationMode::kKeep) {
+      return k + keep_ordinal[i / k] * k + i % k;
+    }
+    return i % k;
+  };
 
   std::vector<ScheduledOp> ops;
   ops.push_back(EmbedOp(StageKind::kEmbedForward, s.embedding_entry));
   for (int i = 0; i < L; ++i) {
     ScheduledOp op{StageKind::kLayerForward, i, false, false, -1, -1, {layer_entry(i)}, false};
-    if (i >= top_block_start) {
+    const ActivationMode mode = mode_of(i);
+    if (i >= top_block_start || mode != ActivationMode::kRecompute) {
       op.save_activations = true;
       op.activation_set = set_of(i);
     }
-    if (!s.keep_all && i % k == 0) op.checkpoint = i / k;
+    if (i < top_block_start && mode == ActivationMode::kOffload) op.offload_activations = true;
+    if (!s.keep_all && i % k == 0 && mode == ActivationMode::kRecompute) op.checkpoint = i / k;
     ops.push_back(op);
   }
   std::vector<int> head_entries = {s.final_norm_entry, s.lm_head_entry};
@@ -49,7 +120,8 @@ std::vector<ScheduledOp> BuildStepSchedule(const ScheduleShape& s) {
   for (int block_start = top_block_start; block_start >= 0;
        block_start -= (s.keep_all ? L + 1 : k)) {
     const int block_end = s.keep_all ? L : std::min(block_start + k, L);
-    if (block_start != top_block_start) {
+    const ActivationMode mode = mode_of(block_start);
+    if (block_start != top_block_start && mode == ActivationMode::kRecompute) {
       for (int i = block_start; i < block_end; ++i) {
         ScheduledOp op{StageKind::kLayerForward, i,    true, true, set_of(i), -1,
                        {layer_entry(i)},         false};
@@ -58,12 +130,15 @@ std::vector<ScheduledOp> BuildStepSchedule(const ScheduleShape& s) {
       }
     }
     for (int i = block_end - 1; i >= block_start; --i) {
-      ops.push_back(
-          {StageKind::kLayerBackward, i, false, false, set_of(i), -1, {layer_entry(i)}, true});
+      ScheduledOp op{StageKind::kLayerBackward, i,   false, false, set_of(i), -1,
+                     {layer_entry(i)},          true};
+      op.fetched_activations = block_start != top_block_start && mode == ActivationMode::kOffload;
+      ops.push_back(op);
     }
     if (s.keep_all) break;
   }
   ops.push_back(EmbedOp(StageKind::kEmbedBackward, s.embedding_entry));
+  AttachFetches(ops);
   return ops;
 }
 

@@ -22,6 +22,17 @@
 //                                         scatter-added into the host slab)
 // Weights stream into two device slots; consecutive ops on the same entries
 // reuse the slot instead of copying again.
+//
+// Block modes (ScheduleShape::block_modes, one per block below the top; the
+// top block is always kept in the working sets 0..k-1):
+//   kRecompute  as above (the default).
+//   kKeep       the first forward saves the block's activations into sets of
+//               its own (k + keep ordinal * k + i % k); backward reads them.
+//   kOffload    the first forward saves into working set i % k and copy_out
+//               copies the set to the host right after; copy_in fetches it
+//               back into set i % k as soon as the last earlier op using that
+//               set has run (`fetch_after`), ahead of the block's backward.
+// Neither kKeep nor kOffload blocks recompute or keep a checkpoint.
 #pragma once
 
 #include <string>
@@ -30,6 +41,19 @@
 namespace megatrain::engine {
 
 enum class StageKind { kEmbedForward, kLayerForward, kHead, kLayerBackward, kEmbedBackward };
+
+// How a block's activations reach its backward (see above).
+enum class ActivationMode { kRecompute, kKeep, kOffload };
+
+// "recompute", "keep", "offload".
+const char* ActivationModeName(ActivationMode mode);
+
+// A saved-activation set copy_in brings back from the host.
+struct ActivationFetch {
+  int layer = -1;  // whose offloaded set
+  int set = -1;    // the working set it lands in
+  bool operator==(const ActivationFetch&) const = default;
+};
 
 struct ScheduledOp {
   StageKind kind;
@@ -45,6 +69,12 @@ struct ScheduledOp {
   // (backward) on the host, row by row; `entries` is then empty (no slot).
   // Last member: ops are aggregate-initialised positionally.
   int host_entry = -1;
+  // LayerForward of an offloaded layer: copy the saved set to the host after it.
+  bool offload_activations = false;
+  // LayerBackward: its set is fetched from the host (wait for the fetch).
+  bool fetched_activations = false;
+  // Fetches copy_in may start once this op is done with their set.
+  std::vector<ActivationFetch> fetch_after = {};
 };
 
 struct ScheduleShape {
@@ -55,12 +85,23 @@ struct ScheduleShape {
   int first_layer_entry = 1;
   int final_norm_entry = 0;
   int lm_head_entry = 0;  // == embedding_entry when tied
+  // One per block (ceil(L / k)), the top block's ignored; empty = all
+  // kRecompute. Ignored with keep_all.
+  std::vector<ActivationMode> block_modes;
 };
 
-// Number of activation sets the device needs: k (the top block, and each
-// recomputed block), or L with keep_all.
+int BlockCount(const ScheduleShape& shape);
+// The mode of block b under the shape (kKeep for the top block).
+ActivationMode BlockMode(const ScheduleShape& shape, int block);
+// Blocks below the top with the given mode.
+int BlocksWithMode(const ScheduleShape& shape, ActivationMode mode);
+
+// Number of activation sets the device needs: k working sets (the top block,
+// each recomputed or offloaded block) + k per kept block, or L with keep_all.
 int ActivationSetCount(const ScheduleShape& shape);
 // Number of checkpoints (inputs of layers 0, k, 2k, ...); 0 with keep_all.
+// Indexed by block whatever the modes (kept and offloaded blocks leave theirs
+// unused), so modes can change without reallocating.
 int CheckpointCount(const ScheduleShape& shape);
 
 std::vector<ScheduledOp> BuildStepSchedule(const ScheduleShape& shape);

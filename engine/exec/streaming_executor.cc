@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/exec/activation_measurement.h"
 #include "engine/exec/cuda_stage_backend.h"
 #include "engine/exec/fragment_plan.h"
 #include "engine/exec/host_embedding.h"
@@ -57,6 +58,7 @@ std::vector<size_t> EntryElements(const ParameterStore& store) {
 ExecutorLayout WithOptions(ExecutorLayout layout, const ExecutorOptions& options) {
   layout.schedule.checkpoint_interval = options.checkpoint_interval;
   layout.schedule.keep_all = options.keep_all;
+  layout.schedule.block_modes = options.block_modes;
   return layout;
 }
 
@@ -83,6 +85,21 @@ PlanShape ShapePlan(const ExecutorLayout& layout, absl::Span<const size_t> entry
                              ? p.checkpoints
                              : std::min(options.device_checkpoints, p.checkpoints);
   return p;
+}
+
+// The decision of modes set by hand (options.block_modes, SetBlockModes).
+ActivationDecision ForcedDecision(const ScheduleShape& shape) {
+  ActivationDecision decision;
+  const int k = shape.keep_all ? shape.num_layers : shape.checkpoint_interval;
+  for (int b = 0; b < BlockCount(shape); ++b) {
+    BlockDecision block;
+    block.first_layer = b * k;
+    block.num_layers = std::min(k, shape.num_layers - b * k);
+    block.mode = BlockMode(shape, b);
+    block.reason = absl::StrCat(ActivationModeName(block.mode), ": forced");
+    decision.blocks.push_back(std::move(block));
+  }
+  return decision;
 }
 
 }  // namespace
@@ -114,7 +131,8 @@ DeviceMemoryPlan StreamingExecutor::PlanDeviceMemory(const ModelDims& dims,
     plan.weight_slots = weight_slots * Round256(p.slot_floats * sizes.weight_element_bytes);
   }
   plan.gradient_buffers = 2 * Round256(p.grad_floats * sizeof(float));
-  plan.activations = p.activation_sets * Round256(sizes.activation_set_bytes);
+  const absl::StatusOr<int> sets = ActivationSetsFor(dims, given_layout, options, kind);
+  plan.activations = (sets.ok() ? *sets : p.activation_sets) * Round256(sizes.activation_set_bytes);
   plan.checkpoints = p.device_checkpoints * x_bytes;
   plan.scratch = 4 * x_bytes + Round256(sizes.scratch_bytes) + 3 * Round256(n * sizeof(int32_t));
   if (p.device_checkpoints < p.checkpoints) plan.scratch += x_bytes;  // staging for host ones
@@ -145,6 +163,7 @@ struct StreamingExecutor::Impl {
   // one free event per fragment (shared by the two plans: one Run at a time).
   DeviceBuffer ring;
   FragmentPlan step_fragments, eval_fragments;
+  FragmentPlanInputs fragment_inputs;  // to re-plan when the activation modes change
   std::vector<std::unique_ptr<Event>> fragment_ready, fragment_free;
   DeviceBuffer grads[2];
   std::unique_ptr<WeightSlotPolicy> slot_policy;
@@ -166,6 +185,18 @@ struct StreamingExecutor::Impl {
   std::vector<int32_t> host_targets;  // and its targets, for backends that count on the host
 
   float* logits_output = nullptr;  // device buffer; when set, the eval head writes logits
+
+  // Adaptive recomputation: the block modes the schedule was built with, the
+  // policy choosing them (null when forced), and per working set the events
+  // of its offload copy (written, out), of its fetch (gate, in).
+  ActivationDecision activation_decision;
+  std::unique_ptr<ActivationPolicy> activation_policy;
+  int working_sets = 0;
+  int keep_capacity_blocks = 0;
+  std::vector<std::unique_ptr<Event>> set_written, set_out_done, set_fetch_gate, set_in_ready;
+  std::unique_ptr<Event> offloads_done;
+  std::vector<PinnedHostBuffer> offloaded_sets;  // per layer, allocated when first offloaded
+  LayerTraffic traffic;                          // since the last ObserveTimeline
 
   Impl(Device& d, const ModelDims& m, const ExecutorLayout& l, ParameterStore& s, UpdateGate& g,
        const ExecutorOptions& o, std::unique_ptr<StageBackend> b)
@@ -221,6 +252,20 @@ struct StreamingExecutor::Impl {
                                    const std::vector<size_t>& offsets, int grad, const void* x_in,
                                    void* x_out, const void* dx_out, void* dx_in,
                                    float inv_total_valid);
+
+  absl::Status SetUpActivationPolicy();
+  ActivationCosts ActivationCostsOf() const;
+  // Rebuilds the schedule for `decision`, allocating host copies for newly
+  // offloaded layers.
+  absl::Status ApplyActivationDecision(const ActivationDecision& decision);
+  // copy_in: the fetches whose sets the ops before were done with.
+  void EnqueueFetches(std::vector<ActivationFetch>& pending);
+  // compute, before the op: the offload copy of the set it overwrites, the
+  // fetch of the set it reads.
+  void WaitForActivationSets(const ScheduledOp& op, std::vector<bool>& offload_pending);
+  // After the op: its set's offload copy, the gates of the fetches it allows.
+  void AfterActivationOp(const ScheduledOp& op, std::vector<bool>& offload_pending,
+                         std::vector<ActivationFetch>& pending);
 };
 
 absl::Status StreamingExecutor::Impl::Allocate(int num_slots) {
@@ -319,7 +364,7 @@ absl::StatusOr<std::unique_ptr<StreamingExecutor>> StreamingExecutor::Create(
   impl->eval_schedule = BuildEvalSchedule(impl->layout.schedule);
   impl->shape = ShapePlan(impl->layout, impl->entry_elements, options, impl->schedule);
   if (impl->fragment_mode()) {
-    FragmentPlanInputs in;
+    FragmentPlanInputs& in = impl->fragment_inputs;
     in.dims = dims;
     in.offsets = layout.layer_offsets;
     in.entry_elements = impl->entry_elements;
@@ -332,6 +377,11 @@ absl::StatusOr<std::unique_ptr<StreamingExecutor>> StreamingExecutor::Create(
     if (!eval.ok()) return eval.status();
     impl->step_fragments = std::move(*step);
     impl->eval_fragments = std::move(*eval);
+  }
+  {
+    absl::StatusOr<int> sets = ActivationSetsFor(dims, layout, options, device.kind());
+    if (!sets.ok()) return sets.status();
+    impl->shape.activation_sets = *sets;
   }
   const int num_slots = ChooseWeightSlots(dims, layout, impl->entry_elements, options,
                                           device.arena_stats().capacity, device.kind());
@@ -396,6 +446,7 @@ absl::StatusOr<std::unique_ptr<StreamingExecutor>> StreamingExecutor::Create(
   for (size_t t = 0; t < pos.size(); ++t) pos[t] = static_cast<int32_t>(t % dims.seq);
   impl->copy_in->CopyHostToDevice(impl->positions.data(), pos.data(), pos.size() * sizeof(int32_t));
   if (absl::Status s = impl->copy_in->Synchronize(); !s.ok()) return s;
+  if (absl::Status s = impl->SetUpActivationPolicy(); !s.ok()) return s;
 
   auto executor = std::unique_ptr<StreamingExecutor>(new StreamingExecutor(std::move(impl)));
   executor->plan_ = plan;
@@ -495,6 +546,11 @@ void StreamingExecutor::Impl::EnqueueFragmentCopy(FragmentCursor& cursor) {
   copy_in->CopyHostToDevice(
       ring.data_as<char>() + f.ring_offset, source + static_cast<size_t>(f.element_offset) * eb,
       static_cast<size_t>(f.elements) * eb, {SpanKind::kCopyIn, DescribeOp(op), op.layer});
+  // The activation policy's bandwidth measure counts the layers' weight bytes
+  // (the copy spans it times are the layer ops').
+  if (cursor.plan == &step_fragments && op.layer >= 0) {
+    traffic.copy_in_bytes += static_cast<double>(static_cast<size_t>(f.elements) * eb);
+  }
   copy_in->RecordEvent(*fragment_ready[cursor.next_copy]);
   ++cursor.next_copy;
 }
@@ -626,8 +682,19 @@ size_t StreamingExecutor::PinnedStagingBytes(const ModelDims& dims,
   // Host checkpoints, the gradient staging chunk, the embedding rows and
   // what the backend downloads (the CUDA heads' per-chunk losses).
   const size_t backend_bytes = kind == DeviceKind::kCuda ? CudaStageBackendPinnedBytes(dims) : 0;
+  // Offloaded activation sets: at most every layer below the top block, when
+  // the policy (or the forced modes) may offload.
+  size_t offload_bytes = 0;
+  const bool may_offload = options.block_modes.empty()
+                               ? options.activation_policy != ActivationPolicyKind::kRecompute
+                               : BlocksWithMode(layout.schedule, ActivationMode::kOffload) > 0;
+  if (may_offload && !layout.schedule.keep_all) {
+    const int k = layout.schedule.checkpoint_interval;
+    const int below_top = (layout.schedule.num_layers - 1) / k * k;
+    offload_bytes = static_cast<size_t>(below_top) * SizesFor(kind, dims).activation_set_bytes;
+  }
   return static_cast<size_t>(p.checkpoints - p.device_checkpoints) * x_bytes +
-         GradientStagingBytes(p.grad_floats) + x_bytes + backend_bytes;
+         GradientStagingBytes(p.grad_floats) + x_bytes + backend_bytes + offload_bytes;
 }
 
 size_t StreamingExecutor::StageFloats(absl::Span<const size_t> entry_elements,
@@ -750,6 +817,9 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
     fragments.plan = &ops == &s.schedule ? &s.step_fragments : &s.eval_fragments;
     fragments.weights_version = weights_version;
   }
+  const bool training = &ops == &s.schedule;
+  std::vector<bool> offload_pending(static_cast<size_t>(s.working_sets), false);
+  std::vector<ActivationFetch> pending_fetches;
 
   for (const ScheduledOp& op : ops) {
     const int op_index = static_cast<int>(&op - ops.data());
@@ -804,9 +874,14 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
                                     s.backend->WeightSource(s.store.entry(e)),
                                     s.store.spec(e).elements * s.sizes.weight_element_bytes,
                                     {SpanKind::kCopyIn, DescribeOp(op), op.layer});
+        if (training && op.layer >= 0) {
+          s.traffic.copy_in_bytes +=
+              static_cast<double>(s.store.spec(e).elements * s.sizes.weight_element_bytes);
+        }
       }
       s.copy_in->RecordEvent(*s.slot_ready[slot]);
     }
+    s.EnqueueFetches(pending_fetches);
 
     // Pointers of the residual stream for this op.
     const void* x_in = nullptr;
@@ -860,6 +935,7 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
     if (!s.fragment_mode()) {
       s.compute->WaitEvent(*s.slot_ready[slot], {SpanKind::kWait, "weights", op.layer});
     }
+    s.WaitForActivationSets(op, offload_pending);
     if (host_checkpoint_in) {
       s.compute->WaitEvent(*s.checkpoint_in_ready, {SpanKind::kWait, "checkpoint in", op.layer});
     }
@@ -880,6 +956,9 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
       s.compute->RecordEvent(*s.compute_done);
     }
     if (host_checkpoint_in) s.compute->RecordEvent(*s.checkpoint_stage_free);
+    s.AfterActivationOp(op, offload_pending, pending_fetches);
+    if (training && op.kind == StageKind::kLayerForward) ++s.traffic.forward_ops;
+    if (training && op.kind == StageKind::kLayerBackward) ++s.traffic.backward_ops;
 
     if (op.produces_gradients) {
       s.compute->RecordEvent(*s.grad_ready[grad]);
@@ -889,6 +968,9 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
         const float* src = s.grads[grad].data_as<float>() + offsets[i];
         const size_t count = s.store.spec(e).elements;
         const TimelineTag out_tag{SpanKind::kCopyOut, DescribeOp(op), op.layer};
+        if (training && op.layer >= 0) {
+          s.traffic.copy_out_bytes += static_cast<double>(count * sizeof(float));
+        }
         if (!contributed[e]) {
           s.copy_out->CopyDeviceToHost(s.store.entry(e).grad, src, count * sizeof(float), out_tag);
           contributed[e] = true;
@@ -916,6 +998,7 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
     if (op.kind == StageKind::kLayerBackward) dxi ^= 1;
   }
 
+  s.EnqueueFetches(pending_fetches);  // none left when the schedule is whole
   absl::Status status = launch_status;
   for (Stream* stream : {s.copy_in.get(), s.compute.get(), s.copy_out.get()}) {
     status.Update(stream->Synchronize());
@@ -923,6 +1006,195 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
   if (!status.ok()) return status;
   const HeadResultSum head = s.backend->head_result();
   return MicroBatchResult{head.loss_sum, head.valid_tokens};
+}
+
+absl::StatusOr<int> StreamingExecutor::ActivationSetsFor(const ModelDims& dims,
+                                                         const ExecutorLayout& given_layout,
+                                                         const ExecutorOptions& options,
+                                                         DeviceKind kind) {
+  const ExecutorLayout layout = WithOptions(given_layout, options);
+  ScheduleShape base = layout.schedule;
+  base.block_modes.clear();
+  const int working = ActivationSetCount(base);
+  const int forced = ActivationSetCount(layout.schedule);
+  const size_t set_bytes = Round256(SizesFor(kind, dims).activation_set_bytes);
+  const size_t budget = options.activation_budget_bytes;
+  if (budget == 0) return forced;
+  if (budget < static_cast<size_t>(working) * set_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("activation_budget_bytes=", budget, " is below the minimum of ",
+                     static_cast<size_t>(working) * set_bytes, " bytes (", working,
+                     " working activation sets of ", set_bytes, " bytes)"));
+  }
+  if (base.keep_all) return working;
+  const int k = base.checkpoint_interval;
+  const int keepable =
+      std::min(BlockCount(base) - 1, static_cast<int>(budget / set_bytes - working) / k);
+  return std::max(working + k * keepable, forced);
+}
+
+ActivationCosts StreamingExecutor::Impl::ActivationCostsOf() const {
+  ActivationCosts c;
+  c.num_layers = layout.schedule.num_layers;
+  c.checkpoint_interval = layout.schedule.checkpoint_interval;
+  c.keep_capacity_blocks = keep_capacity_blocks;
+  if (c.num_layers > 0) {
+    const size_t elements = store.spec(layout.schedule.first_layer_entry).elements;
+    c.weight_bytes = static_cast<double>(elements * sizes.weight_element_bytes);
+    c.gradient_bytes = static_cast<double>(elements * sizeof(float));
+  }
+  c.activation_set_bytes = static_cast<double>(sizes.activation_set_bytes);
+  return c;
+}
+
+absl::Status StreamingExecutor::Impl::SetUpActivationPolicy() {
+  ScheduleShape base = layout.schedule;
+  base.block_modes.clear();
+  working_sets = ActivationSetCount(base);
+  const int k = base.checkpoint_interval;
+  keep_capacity_blocks = base.keep_all ? 0 : (shape.activation_sets - working_sets) / k;
+  std::vector<std::unique_ptr<Event>*> events;
+  for (auto* list : {&set_written, &set_out_done, &set_fetch_gate, &set_in_ready}) {
+    list->resize(static_cast<size_t>(working_sets));
+    for (auto& e : *list) events.push_back(&e);
+  }
+  events.push_back(&offloads_done);
+  for (auto* e : events) {
+    absl::StatusOr<std::unique_ptr<Event>> created = device.CreateEvent();
+    if (!created.ok()) return created.status();
+    *e = std::move(*created);
+  }
+  ActivationDecision decision;
+  if (options.block_modes.empty()) {
+    activation_policy = std::make_unique<ActivationPolicy>(
+        options.activation_policy, ActivationCostsOf(), options.activation_drift_threshold);
+    decision = activation_policy->decision();
+  } else {
+    decision = ForcedDecision(layout.schedule);
+  }
+  return ApplyActivationDecision(decision);
+}
+
+absl::Status StreamingExecutor::Impl::ApplyActivationDecision(const ActivationDecision& decision) {
+  ScheduleShape next = layout.schedule;
+  next.block_modes = decision.modes();
+  if (BlocksWithMode(next, ActivationMode::kKeep) > keep_capacity_blocks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "block_modes keep ", BlocksWithMode(next, ActivationMode::kKeep),
+        " blocks below the top but the activation budget holds ", keep_capacity_blocks));
+  }
+  std::vector<ScheduledOp> ops = BuildStepSchedule(next);
+  FragmentPlan fragments;
+  if (fragment_mode()) {
+    // Kept and offloaded blocks drop recompute ops, so the plan never needs
+    // more fragments (and events) than the all-recompute one Create sized.
+    absl::StatusOr<FragmentPlan> planned = PlanFragments(ops, fragment_inputs);
+    if (!planned.ok()) return planned.status();
+    if (planned->fragments.size() > fragment_ready.size()) {
+      return absl::InternalError(absl::StrCat("activation modes need ", planned->fragments.size(),
+                                              " weight fragments; ", fragment_ready.size(),
+                                              " events were created"));
+    }
+    fragments = std::move(*planned);
+  }
+  offloaded_sets.resize(static_cast<size_t>(next.num_layers));
+  for (const ScheduledOp& op : ops) {
+    if (!op.offload_activations || offloaded_sets[op.layer].data() != nullptr) continue;
+    absl::StatusOr<PinnedHostBuffer> b = device.AllocatePinned(sizes.activation_set_bytes);
+    if (!b.ok()) return b.status();
+    offloaded_sets[op.layer] = std::move(*b);
+  }
+  layout.schedule = next;
+  schedule = std::move(ops);
+  if (fragment_mode()) step_fragments = std::move(fragments);
+  activation_decision = decision;
+  return absl::OkStatus();
+}
+
+void StreamingExecutor::Impl::EnqueueFetches(std::vector<ActivationFetch>& pending) {
+  for (const ActivationFetch& f : pending) {
+    copy_in->WaitEvent(*set_fetch_gate[f.set], {SpanKind::kWait, "activation set free", f.layer});
+    copy_in->WaitEvent(*offloads_done, {SpanKind::kWait, "activations out", f.layer});
+    copy_in->CopyHostToDevice(activation_sets[f.set].data(), offloaded_sets[f.layer].data(),
+                              sizes.activation_set_bytes,
+                              {SpanKind::kCopyIn, std::string(kFetchLabel), f.layer});
+    copy_in->RecordEvent(*set_in_ready[f.set]);
+    traffic.copy_in_bytes += static_cast<double>(sizes.activation_set_bytes);
+  }
+  pending.clear();
+}
+
+void StreamingExecutor::Impl::WaitForActivationSets(const ScheduledOp& op,
+                                                    std::vector<bool>& offload_pending) {
+  if (op.kind == StageKind::kLayerForward) {
+    const size_t set = static_cast<size_t>(op.save_activations ? op.activation_set : 0);
+    if (set < offload_pending.size() && offload_pending[set]) {
+      compute->WaitEvent(*set_out_done[set], {SpanKind::kWait, "activations out", op.layer});
+      offload_pending[set] = false;
+    }
+  }
+  if (op.fetched_activations) {
+    compute->WaitEvent(*set_in_ready[op.activation_set],
+                       {SpanKind::kWait, "activations in", op.layer});
+  }
+}
+
+void StreamingExecutor::Impl::AfterActivationOp(const ScheduledOp& op,
+                                                std::vector<bool>& offload_pending,
+                                                std::vector<ActivationFetch>& pending) {
+  if (op.offload_activations) {
+    const int set = op.activation_set;
+    compute->RecordEvent(*set_written[set]);
+    copy_out->WaitEvent(*set_written[set], {SpanKind::kWait, "activations ready", op.layer});
+    copy_out->CopyDeviceToHost(offloaded_sets[op.layer].data(), activation_sets[set].data(),
+                               sizes.activation_set_bytes,
+                               {SpanKind::kCopyOut, std::string(kOffloadLabel), op.layer});
+    copy_out->RecordEvent(*set_out_done[set]);
+    copy_out->RecordEvent(*offloads_done);
+    offload_pending[set] = true;
+    traffic.copy_out_bytes += static_cast<double>(sizes.activation_set_bytes);
+  }
+  for (const ActivationFetch& f : op.fetch_after) {
+    compute->RecordEvent(*set_fetch_gate[f.set]);
+    pending.push_back(f);
+  }
+}
+
+const ActivationDecision& StreamingExecutor::activation_decision() const {
+  return impl_->activation_decision;
+}
+
+size_t StreamingExecutor::activation_set_bytes() const { return impl_->sizes.activation_set_bytes; }
+
+bool StreamingExecutor::ObserveTimeline(const std::vector<TimelineSpan>& spans) {
+  Impl& s = *impl_;
+  const ActivationMeasurement measured = MeasureFromSpans(spans, s.traffic);
+  s.traffic = LayerTraffic{};
+  if (s.activation_policy == nullptr) return false;
+  const bool changed = s.activation_policy->Observe(measured);
+  ActivationDecision decision = s.activation_policy->decision();
+  if (absl::Status applied = s.ApplyActivationDecision(decision); !applied.ok()) {
+    // No pinned memory for new offloads: those blocks recompute instead.
+    for (BlockDecision& block : decision.blocks) {
+      if (block.mode != ActivationMode::kOffload) continue;
+      block.mode = ActivationMode::kRecompute;
+      block.reason = absl::StrCat("recompute: offload wanted but ", applied.message());
+    }
+    if (!s.ApplyActivationDecision(decision).ok()) return false;
+  }
+  schedule_ = s.schedule;
+  return changed;
+}
+
+absl::Status StreamingExecutor::SetBlockModes(const std::vector<ActivationMode>& modes) {
+  Impl& s = *impl_;
+  ScheduleShape shape = s.layout.schedule;
+  shape.block_modes = modes;
+  const ActivationDecision decision = ForcedDecision(shape);
+  if (absl::Status st = s.ApplyActivationDecision(decision); !st.ok()) return st;
+  s.activation_policy.reset();
+  schedule_ = s.schedule;
+  return absl::OkStatus();
 }
 
 }  // namespace megatrain::engine

@@ -20,6 +20,12 @@
 //     the producing op (compute waits for that copy before overwriting the
 //     buffer) and come back on copy_in before the block's recompute (copy_in
 //     waits for the copy out first: it runs ahead of compute).
+//  5. Offloaded activation sets (adaptive recomputation, step_schedule.h) go
+//     out on copy_out after their forward (a later forward writing that
+//     working set waits for the copy), and come back on copy_in once the last
+//     earlier op using their working set has run (copy_in waits for that op
+//     and for every offload), ahead of the block's backward, which waits for
+//     the fetch.
 // With options.serial every copy waits for the previous compute and every
 // compute for the previous copies: the no-overlap baseline.
 //
@@ -43,6 +49,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/device/device.h"
+#include "engine/exec/activation_policy.h"
 #include "engine/exec/activation_sets.h"
 #include "engine/exec/cpu_layer_math.h"
 #include "engine/exec/model_dims.h"
@@ -72,6 +79,17 @@ struct ExecutorOptions {
   // Largest row block of one fragment in bytes (fragment mode); 0 =
   // kDefaultFragmentBytes (fragment_plan.h). Never changes what is computed.
   size_t fragment_bytes = 0;
+  // Device bytes for saved activation sets: 0 = the minimum (k working sets);
+  // more lets blocks below the top keep their activations (k sets each).
+  size_t activation_budget_bytes = 0;
+  // How blocks that do not fit the budget get their activations back.
+  ActivationPolicyKind activation_policy = ActivationPolicyKind::kRecompute;
+  // Adaptive: re-decide when a measurement moves more than this from the one
+  // the current decision used.
+  double activation_drift_threshold = 0.15;
+  // Tests and benchmarks: one mode per block (top block ignored), instead of
+  // the policy's.
+  std::vector<ActivationMode> block_modes;
 };
 
 // Where the executor finds each stage's weights in the ParameterStore.
@@ -85,7 +103,7 @@ struct DeviceMemoryPlan {
   size_t weight_slots = 0;  // the slots, or the ring in fragment mode
   bool weight_ring = false;
   size_t gradient_buffers = 0;
-  size_t activations = 0;  // saved activation sets
+  size_t activations = 0;  // saved activation sets (the budget's, when set)
   size_t checkpoints = 0;  // device-resident activation checkpoints
   size_t scratch = 0;      // residual streams, backward scratch, head, attention, tokens
   size_t total() const {
@@ -111,7 +129,8 @@ class StreamingExecutor {
                                            const ExecutorOptions& options, int weight_slots = 2,
                                            DeviceKind kind = DeviceKind::kCpu);
   // Pinned host memory the executor allocates beside the store (host-resident
-  // activation checkpoints and the gradient staging chunk), in bytes requested.
+  // activation checkpoints, the gradient staging chunk and, when blocks may
+  // offload, a host copy per layer below the top), in bytes requested.
   static size_t PinnedStagingBytes(const ModelDims& dims, const ExecutorLayout& layout,
                                    absl::Span<const size_t> entry_elements,
                                    const ExecutorOptions& options,
@@ -172,6 +191,26 @@ class StreamingExecutor {
   // Fragment copies per RunMicroBatch (fragment mode; 0 otherwise).
   int step_fragment_count() const;
   const std::vector<ScheduledOp>& schedule() const { return schedule_; }
+
+  // Saved-activation sets Create allocates: k working sets plus k for each
+  // block below the top that activation_budget_bytes can keep. A budget below
+  // the k working sets is INVALID_ARGUMENT naming the minimum.
+  static absl::StatusOr<int> ActivationSetsFor(const ModelDims& dims, const ExecutorLayout& layout,
+                                               const ExecutorOptions& options,
+                                               DeviceKind kind = DeviceKind::kCpu);
+  // Adaptive recomputation: the per-block modes and reasons the next
+  // micro-batches run with.
+  const ActivationDecision& activation_decision() const;
+  // Bytes of one saved-activation set of this executor's backend.
+  size_t activation_set_bytes() const;
+  // Measures link bandwidth and layer compute from the device timeline spans
+  // of the micro-batches run since the last call (the timeline enabled while
+  // they ran) and lets the policy re-decide; a changed decision rebuilds the
+  // schedule (between steps). Returns whether the modes changed.
+  bool ObserveTimeline(const std::vector<TimelineSpan>& spans);
+  // Forces per-block modes (one per block, the top one ignored) from now on;
+  // INVALID_ARGUMENT when more blocks keep than the budget allocated.
+  absl::Status SetBlockModes(const std::vector<ActivationMode>& modes);
 
  private:
   struct Impl;

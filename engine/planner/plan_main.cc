@@ -26,6 +26,10 @@ ABSL_FLAG(int, k, 4, "activation checkpoint interval");
 ABSL_FLAG(bool, keep_all, false, "keep every activation (no recompute)");
 ABSL_FLAG(int, weight_slots, 2, "device weight slots; 0 = as many as fit");
 ABSL_FLAG(int, device_checkpoints, -1, "checkpoints kept on the device; -1 = all");
+ABSL_FLAG(double, activation_budget_gb, 0,
+          "device GB (1e9) for saved activation sets; 0 = the k working sets");
+ABSL_FLAG(std::string, activation_policy, "recompute",
+          "blocks beyond the activation budget: recompute, offload or adaptive");
 ABSL_FLAG(double, arena_gb, 0, "device arena GB (1e9); 0 = the profile's device memory");
 ABSL_FLAG(double, pinned_gb, -1, "pinned host budget GB; <0 = no budgets (all in RAM)");
 ABSL_FLAG(double, ram_gb, 0, "pageable host budget GB (with --pinned_gb)");
@@ -80,6 +84,17 @@ int Run() {
   in.keep_all = absl::GetFlag(FLAGS_keep_all);
   in.weight_slots = absl::GetFlag(FLAGS_weight_slots);
   in.device_checkpoints = absl::GetFlag(FLAGS_device_checkpoints);
+  in.activation_budget_bytes =
+      static_cast<uint64_t>(absl::GetFlag(FLAGS_activation_budget_gb) * 1e9);
+  {
+    absl::StatusOr<ActivationPolicyKind> policy =
+        ParseActivationPolicy(absl::GetFlag(FLAGS_activation_policy));
+    if (!policy.ok()) {
+      fprintf(stderr, "--activation_policy: %s\n", std::string(policy.status().message()).c_str());
+      return 2;
+    }
+    in.activation_policy = *policy;
+  }
   in.device_arena_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_arena_gb) * 1e9);
   if (absl::GetFlag(FLAGS_pinned_gb) >= 0) {
     in.budgets_enabled = true;

@@ -18,6 +18,48 @@ constexpr uint64_t kUnlimited = uint64_t{1} << 62;
 
 }  // namespace
 
+namespace {
+
+// The activation policy fed with the profile: its link both ways and one
+// layer's forward and backward compute from the step-time model.
+ActivationDecision PredictActivationModes(const ExecutorGeometry& g, const ExecutorOptions& options,
+                                          int activation_sets, int weight_slots,
+                                          const HardwareProfile& hw, double flop_parameters) {
+  const ScheduleShape& shape = g.layout.schedule;
+  ActivationCosts costs;
+  costs.num_layers = shape.num_layers;
+  costs.checkpoint_interval = options.keep_all ? shape.num_layers : options.checkpoint_interval;
+  const int working = std::min(costs.checkpoint_interval, shape.num_layers);
+  costs.keep_capacity_blocks =
+      options.keep_all ? 0 : (activation_sets - working) / std::max(1, costs.checkpoint_interval);
+  if (shape.num_layers > 0) {
+    const double elements = static_cast<double>(g.entry_elements[shape.first_layer_entry]);
+    costs.weight_bytes = elements * hw.weight_bytes;
+    costs.gradient_bytes = elements * hw.grad_bytes;
+  }
+  const DeviceKind kind = hw.cpu_device ? DeviceKind::kCpu : DeviceKind::kCuda;
+  costs.activation_set_bytes =
+      static_cast<double>(StreamingExecutor::SizesFor(kind, g.dims).activation_set_bytes);
+  ActivationMeasurement m;
+  const double memcpy_gbps = hw.memcpy_gbps > 0 ? hw.memcpy_gbps : 0;
+  m.copy_in_bytes_per_second = (hw.h2d_gbps > 0 ? hw.h2d_gbps : memcpy_gbps) * 1e9;
+  m.copy_out_bytes_per_second = (hw.d2h_gbps > 0 ? hw.d2h_gbps : memcpy_gbps) * 1e9;
+  ExecutorOptions plain = options;
+  plain.block_modes.clear();
+  const StepWork work = BuildStepWork(g, plain, weight_slots, 1, hw, flop_parameters);
+  for (const OpWork& o : work.ops) {
+    if (o.op.kind == StageKind::kLayerForward && m.forward_seconds == 0) {
+      m.forward_seconds = OpComputeSeconds(o, hw);
+    }
+    if (o.op.kind == StageKind::kLayerBackward && m.backward_seconds == 0) {
+      m.backward_seconds = OpComputeSeconds(o, hw);
+    }
+  }
+  return DecideActivationModes(options.activation_policy, costs, m);
+}
+
+}  // namespace
+
 absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
                                 const HardwareProfile& hw) {
   if (in.grad_accumulation < 1) {
@@ -73,6 +115,8 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
   r.executor.keep_all = in.keep_all;
   r.executor.device_checkpoints = in.device_checkpoints;
   r.executor.weight_slots = in.weight_slots;
+  r.executor.activation_budget_bytes = in.activation_budget_bytes;
+  r.executor.activation_policy = in.activation_policy;
   absl::StatusOr<ExecutorGeometry> g =
       MakeExecutorGeometry(config, *layout, in.micro_batch, in.seq, in.head_chunk, r.executor);
   if (!g.ok()) return g.status();
@@ -83,6 +127,9 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
   const DeviceKind kind = hw.cpu_device ? DeviceKind::kCpu : DeviceKind::kCuda;
   r.weight_slots = WeightSlotsFor(*g, r.executor, r.device_arena_capacity, kind);
   r.device = DeviceMemoryPlanFor(*g, r.executor, r.weight_slots, kind);
+  absl::StatusOr<int> activation_sets =
+      StreamingExecutor::ActivationSetsFor(g->dims, g->layout, r.executor, kind);
+  if (!activation_sets.ok()) return activation_sets.status();
   r.device_arena_peak = r.device.total();
   r.fits_device = r.device_arena_peak <= r.device_arena_capacity;
 
@@ -102,6 +149,9 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
   if (!config.tie_word_embeddings) {
     flop_parameters -= static_cast<double>(config.vocab_size * config.hidden_size);
   }
+  r.activation =
+      PredictActivationModes(*g, r.executor, *activation_sets, r.weight_slots, hw, flop_parameters);
+  r.executor.block_modes = r.activation.modes();
   const StepWork work =
       BuildStepWork(*g, r.executor, r.weight_slots, in.grad_accumulation, hw, flop_parameters);
   int nvme_arrays = 0;
@@ -169,6 +219,17 @@ std::string PlanResult::Table() const {
                             host_arena_bytes > 0
                                 ? absl::StrCat(" + emulated device memory ", gb(host_arena_bytes))
                                 : ""));
+  absl::StrAppend(&out, absl::StrFormat("device peak for weights %s (slots + gradient buffers), "
+                                        "activations %s (saved sets + checkpoints)\n",
+                                        gb(device.weight_slots + device.gradient_buffers),
+                                        gb(device.activations + device.checkpoints)));
+  absl::StrAppend(&out, "\nactivation blocks (policy ",
+                  ActivationPolicyName(executor.activation_policy), ")\n");
+  for (const BlockDecision& b : activation.blocks) {
+    absl::StrAppend(&out, absl::StrFormat("  layers %3d-%-3d %-9s %s\n", b.first_layer,
+                                          b.first_layer + b.num_layers - 1,
+                                          ActivationModeName(b.mode), b.reason));
+  }
   if (nvme_bytes > 0) absl::StrAppend(&out, "NVMe ", gb(nvme_bytes), "\n");
   const StepTimeEstimate& t = time;
   absl::StrAppend(
@@ -212,6 +273,18 @@ std::string PlanResult::ToJson() const {
                  {"arena_peak", device_arena_peak},
                  {"arena_capacity", device_arena_capacity},
                  {"fits", fits_device}};
+  j["device_peak"] = {{"weights", device.weight_slots + device.gradient_buffers},
+                      {"activations", device.activations + device.checkpoints}};
+  nlohmann::json blocks = nlohmann::json::array();
+  for (const BlockDecision& b : activation.blocks) {
+    blocks.push_back({{"first_layer", b.first_layer},
+                      {"num_layers", b.num_layers},
+                      {"mode", ActivationModeName(b.mode)},
+                      {"reason", b.reason}});
+  }
+  j["activation"] = {{"policy", ActivationPolicyName(executor.activation_policy)},
+                     {"budget_bytes", executor.activation_budget_bytes},
+                     {"blocks", blocks}};
   j["host_peak"] = {{"total", host_peak_bytes},
                     {"store", host_store_bytes},
                     {"pinned_staging", host_pinned_staging},

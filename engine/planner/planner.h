@@ -28,7 +28,11 @@ struct PlanInputs {
   bool keep_all = false;
   int weight_slots = 2;  // 0 = as many as the arena holds (the executor's auto rule)
   int device_checkpoints = -1;
-  int head_chunk = 0;               // 0 = min(tokens, 256)
+  int head_chunk = 0;  // 0 = min(tokens, 256)
+  // Adaptive recomputation: device bytes for saved activation sets (0 = the
+  // k working sets) and how blocks beyond the budget get theirs back.
+  uint64_t activation_budget_bytes = 0;
+  ActivationPolicyKind activation_policy = ActivationPolicyKind::kRecompute;
   uint64_t device_arena_bytes = 0;  // 0 = the hardware's device memory
   // Host budgets; unset = everything in RAM, copy endpoints pinned (the Trainer's default).
   bool budgets_enabled = false;
@@ -57,6 +61,9 @@ struct PlanResult {
   uint64_t nvme_bytes = 0;
   StepTimeEstimate time;
   double tokens_per_step = 0;
+  // The predicted per-block activation modes (from the profile's link and
+  // compute); executor.block_modes holds them and the step time uses them.
+  ActivationDecision activation;
 
   std::string Table() const;
   std::string ToJson() const;

@@ -105,5 +105,36 @@ TEST(PlannerTest, BadInputsNameTheField) {
             std::string::npos);
 }
 
+TEST(PlannerTest, ActivationBudgetKeepsBlocksAndPrintsPerBlockModes) {
+  const ModelConfig c = *ModelPreset("qwen2.5-7b");
+  PlanInputs in;
+  in.micro_batch = 1;
+  in.seq = 1024;
+  in.checkpoint_interval = 4;
+  in.activation_policy = ActivationPolicyKind::kAdaptive;
+  const absl::StatusOr<PlanResult> base = Plan(c, in, Gpu("h100-pcie"));
+  ASSERT_TRUE(base.ok()) << base.status();
+  const int blocks = (c.num_hidden_layers + 3) / 4;
+  ASSERT_EQ(static_cast<int>(base->activation.blocks.size()), blocks);
+  EXPECT_EQ(base->activation.blocks.back().mode, ActivationMode::kKeep);
+  const uint64_t set_bytes = base->device.activations / 4;
+  // Room for two more blocks of 4 sets: they keep, and the plan grows by them.
+  in.activation_budget_bytes = base->device.activations + 8 * set_bytes;
+  const absl::StatusOr<PlanResult> kept = Plan(c, in, Gpu("h100-pcie"));
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(kept->device.activations, base->device.activations + 8 * set_bytes);
+  int keeps = 0;
+  for (const BlockDecision& b : kept->activation.blocks) keeps += b.mode == ActivationMode::kKeep;
+  EXPECT_EQ(keeps, 3);
+  EXPECT_NE(kept->Table().find("activation blocks (policy adaptive)"), std::string::npos);
+  EXPECT_NE(kept->Table().find("device peak for weights"), std::string::npos);
+  EXPECT_NE(kept->ToJson().find("\"activation\""), std::string::npos);
+  // Below the working sets: the error names the minimum.
+  in.activation_budget_bytes = set_bytes;
+  const absl::StatusOr<PlanResult> small = Plan(c, in, Gpu("h100-pcie"));
+  ASSERT_FALSE(small.ok());
+  EXPECT_NE(small.status().message().find("below the minimum"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace megatrain::engine::planner

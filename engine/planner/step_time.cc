@@ -40,11 +40,17 @@ double CopySeconds(double bytes, double gbps, const HardwareProfile& hw, int cop
 
 }  // namespace
 
+double OpComputeSeconds(const OpWork& o, const HardwareProfile& hw) {
+  return (o.gemm_flops + o.attention_flops) / (hw.dense_tflops * 1e12 * hw.compute_efficiency) +
+         o.elementwise_bytes / (hw.device_memory_gbps * 1e9);
+}
+
 StepWork BuildStepWork(const ExecutorGeometry& g, const ExecutorOptions& options, int weight_slots,
                        int micro_batches, const HardwareProfile& hw, double flop_parameters) {
   ScheduleShape shape = g.layout.schedule;
   shape.checkpoint_interval = options.checkpoint_interval;
   shape.keep_all = options.keep_all;
+  shape.block_modes = options.block_modes;
   const std::vector<ScheduledOp> schedule = BuildStepSchedule(shape);
   const ModelDims& m = g.dims;
   const double n = static_cast<double>(m.tokens());
@@ -54,6 +60,9 @@ StepWork BuildStepWork(const ExecutorGeometry& g, const ExecutorOptions& options
                                      ? checkpoints
                                      : std::min(options.device_checkpoints, checkpoints);
   const double x_bytes = n * m.hidden * a;
+  const size_t activation_set_bytes =
+      StreamingExecutor::SizesFor(hw.cpu_device ? DeviceKind::kCpu : DeviceKind::kCuda, m)
+          .activation_set_bytes;
 
   StepWork w;
   for (size_t e : g.entry_elements) {
@@ -81,6 +90,9 @@ StepWork BuildStepWork(const ExecutorGeometry& g, const ExecutorOptions& options
           o.gemm_flops = LayerGemmForwardFlops(m);
           o.attention_flops = AttentionForwardFlops(m);
           o.elementwise_bytes = LayerElementwiseForward(m) * a;
+          if (op.offload_activations) {
+            o.copy_out_bytes += static_cast<double>(activation_set_bytes);
+          }
           if (op.checkpoint >= 0 && op.checkpoint >= device_checkpoints) {
             if (op.recompute) {
               o.copy_in_bytes += x_bytes;
@@ -110,6 +122,11 @@ StepWork BuildStepWork(const ExecutorGeometry& g, const ExecutorOptions& options
           contributed[op.host_entry] = true;
           break;
       }
+      for (size_t f = 0; f < op.fetch_after.size(); ++f) {
+        // Fetched sets ride on copy_in after the op that frees their set.
+        o.copy_in_bytes += static_cast<double>(activation_set_bytes);
+        ++o.copies;
+      }
       if (op.produces_gradients) {
         o.copy_out_bytes += stage * hw.grad_bytes;
         for (int e : op.entries) {
@@ -131,8 +148,6 @@ StepWork BuildStepWork(const ExecutorGeometry& g, const ExecutorOptions& options
 
 StepTimeEstimate EstimateStepTime(const StepWork& w, const HardwareProfile& hw, int nvme_arrays) {
   StepTimeEstimate t;
-  const double flops_per_s = hw.dense_tflops * 1e12 * hw.compute_efficiency;
-  const double device_bw = hw.device_memory_gbps * 1e9;
   const double host_bw = hw.host_memory_gbps * 1e9;
 
   // Host optimizer of the previous step, entry by entry in forward order.
@@ -164,8 +179,7 @@ StepTimeEstimate EstimateStepTime(const StepWork& w, const HardwareProfile& hw, 
   // copying ops ago is the double-buffering constraint.
   std::vector<double> reader_done_of_copy;  // compute end of each op that copied weights
   for (const OpWork& o : w.ops) {
-    const double compute =
-        (o.gemm_flops + o.attention_flops) / flops_per_s + o.elementwise_bytes / device_bw;
+    const double compute = OpComputeSeconds(o, hw);
     const double copy_in = CopySeconds(o.copy_in_bytes, hw.h2d_gbps, hw, o.copies);
     const double copy_out =
         CopySeconds(o.copy_out_bytes, hw.d2h_gbps, hw, o.copy_out_bytes > 0 ? 1 : 0) +

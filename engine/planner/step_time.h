@@ -50,6 +50,9 @@ struct StepWork {
 StepWork BuildStepWork(const ExecutorGeometry& g, const ExecutorOptions& options, int weight_slots,
                        int micro_batches, const HardwareProfile& hw, double flop_parameters);
 
+// Seconds the op computes on the device of the profile.
+double OpComputeSeconds(const OpWork& op, const HardwareProfile& hw);
+
 struct StepTimeEstimate {
   // Sums of each resource's busy time over the step (seconds).
   double compute_seconds = 0;

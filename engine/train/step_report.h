@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace megatrain::engine {
@@ -18,6 +19,15 @@ struct LayerTiming {
   double optimizer_seconds = 0;  // the layer's AdamW update that preceded this step
   // 1 - stall / copy_in (1 when nothing was copied): how much of the copy was hidden.
   double overlap_ratio() const;
+};
+
+// How one block of layers got its activations back for backward in the step
+// (adaptive recomputation): "keep", "offload" or "recompute", and why.
+struct ActivationBlockReport {
+  int first_layer = 0;
+  int num_layers = 0;
+  std::string mode;
+  std::string reason;
 };
 
 struct StepReport {
@@ -42,6 +52,7 @@ struct StepReport {
   uint64_t pinned_host_bytes = 0;    // pinned host memory (master, gradients, staging)
   uint64_t pageable_host_bytes = 0;  // pageable host memory (AdamW m and v)
   double optimizer_seconds = 0;      // the preceding AdamW update, all entries
+  std::vector<ActivationBlockReport> activation_blocks;  // bottom-up, the top block last
 };
 
 }  // namespace megatrain::engine

@@ -420,6 +420,12 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
     device_.timeline().set_enabled(true);
   }
   device_.ResetPeak();
+  // The activation modes this step runs with (re-decided after it).
+  std::vector<ActivationBlockReport> activation_blocks;
+  for (const BlockDecision& b : executor_->activation_decision().blocks) {
+    activation_blocks.push_back(
+        {b.first_layer, b.num_layers, ActivationModeName(b.mode), b.reason});
+  }
   const auto t0 = std::chrono::steady_clock::now();
   double loss_sum = 0;
   for (size_t mb = 0; mb < inputs.size(); ++mb) {
@@ -489,6 +495,7 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
     LaunchUpdate(step_, report.clip_coefficient, report.learning_rate);
   }
   report.skipped_total = skipped_steps_;
+  report.activation_blocks = std::move(activation_blocks);
 
   if (options_.collect_timeline) {
     device_.timeline().set_enabled(false);
@@ -496,7 +503,9 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
     for (int i = 0; i < dims_.num_layers; ++i) {
       report.layers[i].optimizer_seconds = previous_update_seconds[layout_.layer_entry(i)];
     }
-    for (const TimelineSpan& span : device_.timeline().Spans()) {
+    const std::vector<TimelineSpan> spans = device_.timeline().Spans();
+    executor_->ObserveTimeline(spans);
+    for (const TimelineSpan& span : spans) {
       const double seconds = static_cast<double>(span.end_ns - span.begin_ns) * 1e-9;
       const bool on_compute = span.stream == "compute";
       if (span.kind == SpanKind::kWait && on_compute) report.total_stall_seconds += seconds;
