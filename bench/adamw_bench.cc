@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <functional>
 #include <memory>
 #include <string>
@@ -15,6 +16,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "engine/common/huge_pages.h"
 #include "engine/common/thread_pool.h"
 #include "engine/optimizer/grad_norm.h"
 #include "engine/optimizer/host_adamw.h"
@@ -27,6 +29,9 @@ ABSL_FLAG(std::vector<std::string>, params,
 ABSL_FLAG(int, threads, 2, "optimizer and triad worker threads");
 ABSL_FLAG(int, steps, 10, "timed steps per measurement (median reported)");
 ABSL_FLAG(int, warmup, 2, "untimed steps before timing");
+ABSL_FLAG(bool, huge_pages, true,
+          "advise transparent huge pages on every benchmark array before first touch "
+          "(engine/common/huge_pages.h); false leaves them on 4 KiB pages");
 ABSL_FLAG(int64_t, triad_elements, 64 << 20, "doubles per triad array (3 arrays)");
 
 namespace megatrain::engine {
@@ -38,15 +43,36 @@ struct FreeDeleter {
 template <typename T>
 using AlignedArray = std::unique_ptr<T[], FreeDeleter>;
 
+// Huge-page aligned so that with huge_pages every byte can sit on 2 MiB pages;
+// the advice comes before the first touch (the fill in RunSize).
 template <typename T>
-AlignedArray<T> Allocate(size_t n) {
-  const size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
-  T* p = static_cast<T*>(std::aligned_alloc(64, bytes));
+AlignedArray<T> Allocate(size_t n, bool huge_pages) {
+  const size_t bytes = (n * sizeof(T) + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+  T* p = static_cast<T*>(std::aligned_alloc(kHugePageBytes, bytes));
   if (p == nullptr) {
     std::fprintf(stderr, "adamw_bench: cannot allocate %zu bytes\n", bytes);
     std::exit(1);
   }
+  if (huge_pages) {
+    const absl::Status advised = AdviseHugePages(p, bytes);
+    if (!advised.ok()) {
+      std::fprintf(stderr, "adamw_bench: %s\n", std::string(advised.message()).c_str());
+    }
+  }
   return AlignedArray<T>(p);
+}
+
+// AnonHugePages of /proc/self/smaps_rollup in MiB: how much really got huge pages.
+long long AnonHugePagesMib() {
+  std::FILE* f = std::fopen("/proc/self/smaps_rollup", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  long long kib = -1;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::sscanf(line, "AnonHugePages: %lld kB", &kib) == 1) break;
+  }
+  std::fclose(f);
+  return kib < 0 ? -1 : kib / 1024;
 }
 
 constexpr size_t kTaskElements = 64 * 1024;
@@ -62,21 +88,25 @@ void ForRanges(ThreadPool& pool, size_t n, Fn fn) {
   });
 }
 
-// Step times of one measured operation.
+// Step times of one measured operation: wall clock, and the CPU time of the
+// whole process (all threads) over the same interval. On a shared machine the
+// wall time mostly measures the CPU share we got; CPU time per step does not.
 struct Timing {
   std::vector<double> seconds;
-  double Median() const {
-    std::vector<double> sorted = seconds;
-    std::sort(sorted.begin(), sorted.end());
-    return sorted[sorted.size() / 2];
+  std::vector<double> cpu_seconds;
+  static double MedianOf(std::vector<double> values) {
+    std::sort(values.begin(), values.end());
+    return values[values.size() / 2];
   }
+  double Median() const { return MedianOf(seconds); }
+  double CpuMedian() const { return MedianOf(cpu_seconds); }
   double Best() const { return *std::min_element(seconds.begin(), seconds.end()); }
 };
 
-double SecondsOf(const std::function<void()>& fn) {
-  const auto start = std::chrono::steady_clock::now();
-  fn();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 // Runs the operations round-robin, one step of each per round, so that all
@@ -86,8 +116,16 @@ std::vector<Timing> TimeInterleaved(int warmup, int steps,
   std::vector<Timing> timings(ops.size());
   for (int round = 0; round < warmup + steps; ++round) {
     for (size_t k = 0; k < ops.size(); ++k) {
-      const double seconds = SecondsOf(ops[k]);
-      if (round >= warmup) timings[k].seconds.push_back(seconds);
+      const double cpu_start = ProcessCpuSeconds();
+      const auto start = std::chrono::steady_clock::now();
+      ops[k]();
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double cpu_seconds = ProcessCpuSeconds() - cpu_start;
+      if (round >= warmup) {
+        timings[k].seconds.push_back(seconds);
+        timings[k].cpu_seconds.push_back(cpu_seconds);
+      }
     }
   }
   return timings;
@@ -126,12 +164,12 @@ double PrintRow(const char* name, size_t n, double bytes_per_elem, const Timing&
   return gbps;
 }
 
-void RunSize(ThreadPool& pool, size_t n, int warmup, int steps, size_t triad_n) {
-  AlignedArray<double> a = Allocate<double>(triad_n), b = Allocate<double>(triad_n),
-                       c = Allocate<double>(triad_n);
-  AlignedArray<float> p = Allocate<float>(n), m = Allocate<float>(n), v = Allocate<float>(n),
-                      g = Allocate<float>(n);
-  AlignedArray<uint16_t> bf16 = Allocate<uint16_t>(n);
+void RunSize(ThreadPool& pool, size_t n, int warmup, int steps, size_t triad_n, bool huge) {
+  AlignedArray<double> a = Allocate<double>(triad_n, huge), b = Allocate<double>(triad_n, huge),
+                       c = Allocate<double>(triad_n, huge);
+  AlignedArray<float> p = Allocate<float>(n, huge), m = Allocate<float>(n, huge),
+                      v = Allocate<float>(n, huge), g = Allocate<float>(n, huge);
+  AlignedArray<uint16_t> bf16 = Allocate<uint16_t>(n, huge);
   ForRanges(pool, triad_n, [&](size_t lo, size_t hi) {
     for (size_t i = lo; i < hi; ++i) {
       a[i] = 0.0;
@@ -148,6 +186,7 @@ void RunSize(ThreadPool& pool, size_t n, int warmup, int steps, size_t triad_n) 
       bf16[i] = 0;
     }
   });
+  std::printf("n=%zu: %lld MiB of the process on transparent huge pages\n", n, AnonHugePagesMib());
   HostAdamw adamw(&pool);
   // One packed "layer": a decayed matrix and a small undecayed norm at the end.
   const size_t norm = std::min<size_t>(n, 4096);
@@ -180,6 +219,8 @@ void RunSize(ThreadPool& pool, size_t n, int warmup, int steps, size_t triad_n) 
   PrintRow("triad(+wa)", triad_n, 32.0, t[0], 0.0);
   PrintRow("triad(nt)", triad_n, 24.0, t[1], 0.0);
   PrintRow("adamw", n, 28.0, t[2], triad_gbps);
+  std::printf("cpu(adamw)  n=%-9zu median %8.2f ms of process CPU time per step (all threads)\n", n,
+              t[2].CpuMedian() * 1e3);
   PrintRow("adamw+bf16", n, 30.0, t[3], triad_gbps);
   PrintRow("grad_norm", n, 4.0, t[4], triad_gbps);
   if (!(sink > 0.0)) std::printf("(unexpected gradient norm %g)\n", sink);
@@ -196,8 +237,10 @@ int Main(int argc, char** argv) {
     return 2;
   }
   ThreadPool pool(static_cast<size_t>(threads));
-  std::printf("adamw_bench: threads=%d steps=%d (median) warmup=%d isa=%s\n", threads, steps,
-              warmup, std::string(SimdIsaName(BestSupportedSimdIsa())).c_str());
+  const bool huge_pages = absl::GetFlag(FLAGS_huge_pages);
+  std::printf("adamw_bench: threads=%d steps=%d (median) warmup=%d isa=%s huge_pages=%s\n", threads,
+              steps, warmup, std::string(SimdIsaName(BestSupportedSimdIsa())).c_str(),
+              huge_pages ? "advised" : "off");
   const size_t triad_n = static_cast<size_t>(absl::GetFlag(FLAGS_triad_elements));
   std::printf(
       "triad: a[i] = b[i] + s*c[i], %zu doubles x 3 arrays (%.1f GiB), 2 variants: "
@@ -210,7 +253,7 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr, "adamw_bench: bad --params entry '%s'\n", text.c_str());
       return 2;
     }
-    RunSize(pool, n, warmup, steps, triad_n);
+    RunSize(pool, n, warmup, steps, triad_n, huge_pages);
   }
   return 0;
 }

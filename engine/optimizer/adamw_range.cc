@@ -6,12 +6,23 @@
 // vector-extension intrinsics are fused into FMAs. sqrt and division are
 // correctly rounded in both scalar and vector form, so every element gets the
 // same bits whichever body (or tail) handles it.
+//
+// Division by the per-step constant sqrt(1 - beta2^t) is the one exception to
+// "same instructions": when that constant is a power of two (it rounds to
+// exactly 1.0f from step 325 at beta2 = 0.95 and from step 16628 at 0.999:
+// most of a long run) the vector bodies multiply by its reciprocal instead.
+// x / 2^k and x * 2^-k are correct roundings of the same real number, so the
+// bits are the same for every x (zeros, subnormals, infinities and NaNs
+// included), and the loop does one divider operation fewer per element: the
+// sqrt and the two divisions share one divider and bound the in-cache speed
+// (0.39 -> 0.29 ns/element per core, AVX-512, on this machine).
 #include "engine/optimizer/adamw_range.h"
 
 #include <immintrin.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "kernels/common/bf16.h"
 
@@ -49,6 +60,17 @@ AdamwConstants MakeConstants(const AdamwStepScalars& s) {
           1.0f - s.beta2, s.bias_correction2_sqrt,      s.eps,   s.step_size};
 }
 
+// True when x is 2^k with 2^k and 2^-k both normal floats, so that dividing
+// by x and multiplying by 1 / x round identically.
+bool IsPowerOfTwoWithNormalInverse(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  const uint32_t biased_exponent = bits >> 23;  // sign bit set -> > 253
+  return (bits & 0x7fffff) == 0 && biased_exponent >= 1 && biased_exponent <= 253;
+}
+
+// kScaleByInverse: bias_correction2_sqrt is a power of two (see the top).
+template <bool kScaleByInverse>
 void AdamwRangeAvx2(const AdamwStepScalars& s, size_t count, float* param, float* m, float* v,
                     const float* grad, uint16_t* bf16) {
   const AdamwConstants c = MakeConstants(s);
@@ -59,6 +81,7 @@ void AdamwRangeAvx2(const AdamwStepScalars& s, size_t count, float* param, float
   const __m256 beta2 = _mm256_set1_ps(c.beta2);
   const __m256 one_minus_beta2 = _mm256_set1_ps(c.one_minus_beta2);
   const __m256 bc2_sqrt = _mm256_set1_ps(c.bias_correction2_sqrt);
+  const __m256 bc2_sqrt_inverse = _mm256_set1_ps(1.0f / c.bias_correction2_sqrt);
   const __m256 eps = _mm256_set1_ps(c.eps);
   const __m256 step_size = _mm256_set1_ps(c.step_size);
   const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
@@ -75,7 +98,10 @@ void AdamwRangeAvx2(const AdamwStepScalars& s, size_t count, float* param, float
                                        _mm256_mul_ps(one_minus_beta1, g));
     const __m256 v_new = _mm256_add_ps(_mm256_mul_ps(beta2, _mm256_loadu_ps(v + i)),
                                        _mm256_mul_ps(one_minus_beta2, _mm256_mul_ps(g, g)));
-    const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(v_new), bc2_sqrt), eps);
+    const __m256 root = _mm256_sqrt_ps(v_new);
+    const __m256 denom = _mm256_add_ps(
+        kScaleByInverse ? _mm256_mul_ps(root, bc2_sqrt_inverse) : _mm256_div_ps(root, bc2_sqrt),
+        eps);
     p = _mm256_sub_ps(p, _mm256_mul_ps(step_size, _mm256_div_ps(m_new, denom)));
     _mm256_storeu_ps(param + i, p);
     _mm256_storeu_ps(m + i, m_new);
@@ -101,6 +127,7 @@ void AdamwRangeAvx2(const AdamwStepScalars& s, size_t count, float* param, float
                    bf16 == nullptr ? nullptr : bf16 + i);
 }
 
+template <bool kScaleByInverse>
 __attribute__((target("avx512f"))) void AdamwRangeAvx512(const AdamwStepScalars& s, size_t count,
                                                          float* param, float* m, float* v,
                                                          const float* grad, uint16_t* bf16) {
@@ -112,6 +139,7 @@ __attribute__((target("avx512f"))) void AdamwRangeAvx512(const AdamwStepScalars&
   const __m512 beta2 = _mm512_set1_ps(c.beta2);
   const __m512 one_minus_beta2 = _mm512_set1_ps(c.one_minus_beta2);
   const __m512 bc2_sqrt = _mm512_set1_ps(c.bias_correction2_sqrt);
+  const __m512 bc2_sqrt_inverse = _mm512_set1_ps(1.0f / c.bias_correction2_sqrt);
   const __m512 eps = _mm512_set1_ps(c.eps);
   const __m512 step_size = _mm512_set1_ps(c.step_size);
   const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
@@ -131,8 +159,10 @@ __attribute__((target("avx512f"))) void AdamwRangeAvx512(const AdamwStepScalars&
                                        _mm512_mul_ps(one_minus_beta1, g));
     const __m512 v_new = _mm512_add_ps(_mm512_mul_ps(beta2, _mm512_loadu_ps(v + i)),
                                        _mm512_mul_ps(one_minus_beta2, _mm512_mul_ps(g, g)));
-    const __m512 denom =
-        _mm512_add_ps(_mm512_div_ps(_mm512_maskz_sqrt_ps(kAll, v_new), bc2_sqrt), eps);
+    const __m512 root = _mm512_maskz_sqrt_ps(kAll, v_new);
+    const __m512 denom = _mm512_add_ps(
+        kScaleByInverse ? _mm512_mul_ps(root, bc2_sqrt_inverse) : _mm512_div_ps(root, bc2_sqrt),
+        eps);
     p = _mm512_sub_ps(p, _mm512_mul_ps(step_size, _mm512_div_ps(m_new, denom)));
     _mm512_storeu_ps(param + i, p);
     _mm512_storeu_ps(m + i, m_new);
@@ -166,9 +196,13 @@ void AdamwRange(SimdIsa isa, const kernels::AdamwStepScalars& s, size_t count, f
     case SimdIsa::kScalar:
       return AdamwRangeScalar(s, count, param, m, v, grad, compute_copy_bf16);
     case SimdIsa::kAvx2:
-      return AdamwRangeAvx2(s, count, param, m, v, grad, compute_copy_bf16);
+      return IsPowerOfTwoWithNormalInverse(s.bias_correction2_sqrt)
+                 ? AdamwRangeAvx2<true>(s, count, param, m, v, grad, compute_copy_bf16)
+                 : AdamwRangeAvx2<false>(s, count, param, m, v, grad, compute_copy_bf16);
     case SimdIsa::kAvx512:
-      return AdamwRangeAvx512(s, count, param, m, v, grad, compute_copy_bf16);
+      return IsPowerOfTwoWithNormalInverse(s.bias_correction2_sqrt)
+                 ? AdamwRangeAvx512<true>(s, count, param, m, v, grad, compute_copy_bf16)
+                 : AdamwRangeAvx512<false>(s, count, param, m, v, grad, compute_copy_bf16);
   }
   std::fprintf(stderr, "AdamwRange: unknown SimdIsa %d\n", static_cast<int>(isa));
   std::abort();

@@ -95,6 +95,58 @@ TEST(AdamwRangeTest, EverySimdBodyMatchesTheSharedFormulaBitForBit) {
   }
 }
 
+// Same bits, or both NaN (NaN payloads may legitimately differ when two NaN
+// operands meet in an addition the compiler commutes).
+bool SameBitsOrBothNan(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) && std::isnan(b[i])) continue;
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return false;
+  }
+  return true;
+}
+
+TEST(AdamwRangeTest, PowerOfTwoBiasCorrectionMatchesDivisionForEveryKindOfValue) {
+  // Vector bodies multiply by the reciprocal when sqrt(1 - beta2^t) is a
+  // power of two; the reference divides. Special values of v and grad push
+  // sqrt(v) through zero, tiny, huge, infinite and NaN; 2^-100 and 2^100 push
+  // the scaled root into overflow and subnormals. Non-powers of two (next to
+  // 1.0f and 0.5f) take the division path.
+  const uint32_t special_bits[] = {0x00000000, 0x00000001, 0x00000123, 0x007fffff, 0x00800000,
+                                   0x3f800000, 0x7f7fffff, 0x7f800000, 0x7fc00000, 0x1e3ce508,
+                                   0x5f000000, 0x3a83126f, 0x80000000};
+  const size_t n = 7 * 16 + 13;
+  std::vector<float> special(std::size(special_bits));
+  for (size_t i = 0; i < special.size(); ++i) std::memcpy(&special[i], &special_bits[i], 4);
+  const float bc2_values[] = {1.0f,
+                              0.5f,
+                              4.0f,
+                              std::ldexp(1.0f, -100),
+                              std::ldexp(1.0f, 100),
+                              std::nextafter(1.0f, 0.0f),
+                              std::nextafter(0.5f, 1.0f)};
+  for (float bc2 : bc2_values) {
+    AdamwStepScalars s = DecayScalars(4);
+    s.bias_correction2_sqrt = bc2;
+    State want(n, 77);
+    for (size_t i = 0; i < n; ++i) {
+      if (i % 3 == 0) want.v[i] = std::fabs(special[(i / 3) % special.size()]);
+      if (i % 5 == 1) want.grad[i] = special[(i / 5) % special.size()];
+    }
+    const State initial = want;
+    ReferenceStep(s, 0, n, want, true);
+    for (SimdIsa isa : SupportedIsas()) {
+      State got = initial;
+      AdamwRange(isa, s, n, got.param.data(), got.m.data(), got.v.data(), got.grad.data(),
+                 got.bf16.data());
+      const std::string what = std::string(SimdIsaName(isa)) + " bc2=" + std::to_string(bc2);
+      EXPECT_TRUE(SameBitsOrBothNan(got.param, want.param)) << what << ": param";
+      EXPECT_TRUE(SameBitsOrBothNan(got.m, want.m)) << what << ": m";
+      EXPECT_TRUE(SameBitsOrBothNan(got.v, want.v)) << what << ": v";
+    }
+  }
+}
+
 TEST(AdamwRangeTest, AnyAlignmentMatches) {
   // Shifts of 0, 8 and 16 elements put the compute copy on 64, 16 and 32
   // byte boundaries (streaming or ordinary stores); odd shifts on none.
