@@ -9,6 +9,9 @@ namespace megatrain::engine {
 
 // x86-64 transparent huge page size.
 inline constexpr size_t kHugePageBytes = size_t{2} << 20;
+// Host arrays from this size on are allocated huge-page aligned and advised
+// (the alignment costs address space only: the unused head is never touched).
+inline constexpr size_t kHugePageMinBytes = size_t{8} << 20;
 
 // Asks the kernel to back the whole 2 MiB pages inside [data, data + bytes)
 // with transparent huge pages (madvise MADV_HUGEPAGE). Call it before the

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/common/huge_pages.h"
 
 namespace megatrain::engine {
 namespace {
@@ -34,21 +35,27 @@ CpuPinnedPool::CpuPinnedPool(size_t budget_bytes, std::string device_name)
 CpuPinnedPool::~CpuPinnedPool() { CheckNoLiveBuffers(); }
 
 absl::StatusOr<void*> CpuPinnedPool::AllocateRaw(size_t bytes) {
-  const size_t page = PageSize();
+  // Big buffers (master and gradient slabs) start on a huge page so the
+  // optimizer's streaming passes run on 2 MiB pages (see huge_pages.h).
+  const size_t page = bytes >= kHugePageMinBytes ? kHugePageBytes : PageSize();
   const size_t rounded = RoundUp(bytes, page);
   void* data = std::aligned_alloc(page, rounded);
   if (data == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "device '", device_name_, "': host allocation of ", bytes, " pinned bytes failed"));
   }
-  if (mlock(data, rounded) != 0) {
+  // Advice must precede the first touch, which mlock is.
+  AdviseHugePages(data, bytes).IgnoreError();
+  // Lock what was asked for (to whole small pages), not the alignment tail.
+  const size_t locked = RoundUp(bytes, PageSize());
+  if (mlock(data, locked) != 0) {
     const int error = errno;
     if (!mlock_degraded_.exchange(true)) {
       std::fprintf(stderr,
                    "megatrain warning: device '%s': mlock of %zu bytes failed (%s); pinned "
                    "buffers on the CPU device continue as pageable memory (raise `ulimit -l` "
                    "to lock them)\n",
-                   device_name_.c_str(), rounded, std::strerror(error));
+                   device_name_.c_str(), locked, std::strerror(error));
     }
   }
   return data;

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "engine/common/huge_pages.h"
 #include "kernels/common/bf16.h"
 
 namespace megatrain::engine {
@@ -21,12 +22,15 @@ absl::StatusOr<ParameterStore::HostArray> ParameterStore::AllocateArray(Device& 
     if (!buffer.ok()) return buffer.status();
     array.pinned = std::move(*buffer);
   } else {
-    const size_t rounded = (bytes + 63) / 64 * 64;
-    float* p = static_cast<float*>(std::aligned_alloc(64, rounded == 0 ? 64 : rounded));
+    // Big arrays (AdamW m and v) on huge pages: see engine/common/huge_pages.h.
+    const size_t align = bytes >= kHugePageMinBytes ? kHugePageBytes : 64;
+    const size_t rounded = (bytes + align - 1) / align * align;
+    float* p = static_cast<float*>(std::aligned_alloc(align, rounded == 0 ? align : rounded));
     if (p == nullptr) {
       return absl::ResourceExhaustedError(
           absl::StrCat("cannot allocate ", bytes, " bytes of host RAM"));
     }
+    AdviseHugePages(p, bytes).IgnoreError();  // before the memset below, the first touch
     array.pageable.reset(p);
   }
   if (bytes > 0) std::memset(array.data(), 0, bytes);
