@@ -319,6 +319,45 @@ absl::Status ValidateHyper(const v1::Hyperparameters& h, const v1::DataSource& d
   return absl::OkStatus();
 }
 
+constexpr uint64_t kMinFragmentBytes = 4096;  // bounds the fragments (and events) of a step
+
+// Fragmented weight streaming and adaptive recomputation; the planner (PlanWithEngine) then
+// checks the ring and the activation budget against the model and the arena.
+absl::Status ValidateExecutor(const v1::ExecutorOptions& e, ValidatedJob& job) {
+  engine::ExecutorOptions& x = job.options.trainer.executor;
+  if (e.fragment_bytes() != 0 && e.weight_ring_bytes() == 0) {
+    return Invalid("executor.fragment_bytes",
+                   absl::StrCat(e.fragment_bytes(), " needs executor.weight_ring_bytes"));
+  }
+  if (e.fragment_bytes() != 0 && e.fragment_bytes() < kMinFragmentBytes) {
+    return Invalid("executor.fragment_bytes",
+                   absl::StrCat(e.fragment_bytes(), " is below ", kMinFragmentBytes));
+  }
+  const std::string policy = e.activation_policy().empty() ? "recompute" : e.activation_policy();
+  absl::StatusOr<engine::ActivationPolicyKind> kind = engine::ParseActivationPolicy(policy);
+  if (!kind.ok()) {
+    return Invalid("executor.activation_policy",
+                   absl::StrCat("'", policy.substr(0, 64),
+                                "' is not \"recompute\", \"offload\" or \"adaptive\""));
+  }
+  x.weight_ring_bytes = e.weight_ring_bytes();
+  x.fragment_bytes = e.fragment_bytes();
+  x.activation_budget_bytes = e.activation_budget_bytes();
+  x.activation_policy = *kind;
+  return absl::OkStatus();
+}
+
+// The planner's refusal of an executor option names the option ("weight_ring_bytes=..."):
+// the job spec's field for it.
+std::string ExecutorField(absl::string_view planner_message) {
+  for (const char* option : {"weight_ring_bytes", "fragment_bytes", "activation_budget_bytes"}) {
+    if (absl::StartsWith(planner_message, absl::StrCat(option, "="))) {
+      return absl::StrCat("executor.", option);
+    }
+  }
+  return "hyper";
+}
+
 // The CPU device as the planner sees it: memory figures exact, speeds nominal (the daemon does
 // not probe the host, so no step time is predicted).
 engine::planner::HardwareProfile DeviceProfile(const engine::DeviceOptions& device) {
@@ -346,6 +385,10 @@ absl::Status PlanWithEngine(const v1::MemoryBudgets& m, ValidatedJob& job) {
   in.grad_accumulation = job.options.grad_accumulation;
   in.checkpoint_interval = job.options.trainer.executor.checkpoint_interval;
   in.weight_slots = job.options.trainer.executor.weight_slots;
+  in.weight_ring_bytes = job.options.trainer.executor.weight_ring_bytes;
+  in.fragment_bytes = job.options.trainer.executor.fragment_bytes;
+  in.activation_budget_bytes = job.options.trainer.executor.activation_budget_bytes;
+  in.activation_policy = job.options.trainer.executor.activation_policy;
   in.device_arena_bytes = job.options.device.arena_bytes;
   in.fixed_overhead_bytes = 0;
   const engine::HostMemoryBudgets& budgets = job.options.trainer.memory;
@@ -353,6 +396,17 @@ absl::Status PlanWithEngine(const v1::MemoryBudgets& m, ValidatedJob& job) {
   in.budgets = budgets.budgets;
   in.states_on_nvme = budgets.states_on_nvme;
   in.master_on_nvme = budgets.master_on_nvme;
+  // A ring or an activation budget alone beyond the arena: name that field.
+  for (const auto& [field, bytes] :
+       {std::pair<const char*, uint64_t>{"executor.weight_ring_bytes", in.weight_ring_bytes},
+        std::pair<const char*, uint64_t>{"executor.activation_budget_bytes",
+                                         in.activation_budget_bytes}}) {
+    if (bytes > job.options.device.arena_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(field, ": ", bytes,
+                                                       " exceed the device arena of ",
+                                                       job.options.device.arena_bytes, " bytes"));
+    }
+  }
   absl::StatusOr<engine::planner::PlanResult> plan =
       engine::planner::Plan(job.model, in, DeviceProfile(job.options.device));
   if (!plan.ok()) {
@@ -364,7 +418,7 @@ absl::Status PlanWithEngine(const v1::MemoryBudgets& m, ValidatedJob& job) {
                                                                  : "memory";
       return absl::ResourceExhaustedError(absl::StrCat(field, ": ", message));
     }
-    return Invalid("hyper", plan.status().message());
+    return Invalid(ExecutorField(plan.status().message()), plan.status().message());
   }
   if (!plan->fits_device) {
     return absl::ResourceExhaustedError(
@@ -500,6 +554,7 @@ absl::StatusOr<ValidatedJob> ValidateJobSpec(const v1::JobSpec& spec,
   if (absl::Status s = ValidateModel(spec.model(), settings, paths, job); !s.ok()) return s;
   if (absl::Status s = ValidateData(spec.data(), paths, job); !s.ok()) return s;
   if (absl::Status s = ValidateHyper(spec.hyper(), spec.data(), settings, job); !s.ok()) return s;
+  if (absl::Status s = ValidateExecutor(spec.executor(), job); !s.ok()) return s;
   if (absl::Status s = ValidateMemory(spec.memory(), settings, paths, job); !s.ok()) return s;
   if (spec.checkpoints().keep_last() > 10000) {
     return Invalid("checkpoints.keep_last",

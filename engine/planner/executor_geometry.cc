@@ -28,6 +28,27 @@ int WeightSlotsFor(const ExecutorGeometry& g, const ExecutorOptions& options, si
                                               arena_bytes, kind);
 }
 
+absl::StatusOr<FragmentPlan> StepFragmentPlanFor(const ExecutorGeometry& g,
+                                                 const ExecutorOptions& options, DeviceKind kind) {
+  ScheduleShape shape = g.layout.schedule;
+  shape.checkpoint_interval = options.checkpoint_interval;
+  shape.keep_all = options.keep_all;
+  shape.block_modes = options.block_modes;
+  FragmentPlanInputs in;
+  in.dims = g.dims;
+  in.offsets = g.layout.layer_offsets;
+  in.entry_elements = g.entry_elements;
+  in.element_bytes = StreamingExecutor::SizesFor(kind, g.dims).weight_element_bytes;
+  in.ring_bytes = options.weight_ring_bytes;
+  in.fragment_bytes = options.fragment_bytes > 0 ? options.fragment_bytes : kDefaultFragmentBytes;
+  absl::StatusOr<FragmentPlan> step = PlanFragments(BuildStepSchedule(shape), in);
+  if (!step.ok()) return step.status();
+  if (absl::StatusOr<FragmentPlan> eval = PlanFragments(BuildEvalSchedule(shape), in); !eval.ok()) {
+    return eval.status();
+  }
+  return step;
+}
+
 size_t StageFloats(const ExecutorGeometry& g, const std::vector<int>& entries) {
   return StreamingExecutor::StageFloats(g.entry_elements, entries);
 }

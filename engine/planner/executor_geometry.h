@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/exec/fragment_plan.h"
 #include "engine/exec/streaming_executor.h"
 #include "engine/model/model_config.h"
 #include "engine/model/parameter_layout.h"
@@ -29,6 +30,12 @@ DeviceMemoryPlan DeviceMemoryPlanFor(const ExecutorGeometry& g, const ExecutorOp
 // StreamingExecutor::ChooseWeightSlots within an arena of `arena_bytes`.
 int WeightSlotsFor(const ExecutorGeometry& g, const ExecutorOptions& options, size_t arena_bytes,
                    DeviceKind kind);
+
+// Fragment mode (options.weight_ring_bytes > 0): the fragment plan Create builds for the step
+// schedule of these options; a ring Create would refuse (too small for a tensor or a part's
+// unit) fails here with Create's message, the evaluation schedule's plan checked too.
+absl::StatusOr<FragmentPlan> StepFragmentPlanFor(const ExecutorGeometry& g,
+                                                 const ExecutorOptions& options, DeviceKind kind);
 
 // StreamingExecutor::StageFloats.
 size_t StageFloats(const ExecutorGeometry& g, const std::vector<int>& entries);

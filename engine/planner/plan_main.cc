@@ -25,6 +25,13 @@ ABSL_FLAG(int, grad_accumulation, 1, "micro-batches per optimizer step");
 ABSL_FLAG(int, k, 4, "activation checkpoint interval");
 ABSL_FLAG(bool, keep_all, false, "keep every activation (no recompute)");
 ABSL_FLAG(int, weight_slots, 2, "device weight slots; 0 = as many as fit");
+ABSL_FLAG(double, weight_ring_layers, 0,
+          "fragmented weight streaming through a device ring of this many layers (0.5 = half a "
+          "layer); 0 = whole-layer weight slots");
+ABSL_FLAG(uint64_t, weight_ring_bytes, 0,
+          "fragmented weight streaming through a device ring of this many bytes (or use "
+          "--weight_ring_layers)");
+ABSL_FLAG(uint64_t, fragment_bytes, 0, "largest weight fragment in bytes; 0 = 4 MiB");
 ABSL_FLAG(int, device_checkpoints, -1, "checkpoints kept on the device; -1 = all");
 ABSL_FLAG(double, activation_budget_gb, 0,
           "device GB (1e9) for saved activation sets; 0 = the k working sets");
@@ -84,6 +91,9 @@ int Run() {
   in.keep_all = absl::GetFlag(FLAGS_keep_all);
   in.weight_slots = absl::GetFlag(FLAGS_weight_slots);
   in.device_checkpoints = absl::GetFlag(FLAGS_device_checkpoints);
+  in.weight_ring_layers = absl::GetFlag(FLAGS_weight_ring_layers);
+  in.weight_ring_bytes = absl::GetFlag(FLAGS_weight_ring_bytes);
+  in.fragment_bytes = absl::GetFlag(FLAGS_fragment_bytes);
   in.activation_budget_bytes =
       static_cast<uint64_t>(absl::GetFlag(FLAGS_activation_budget_gb) * 1e9);
   {

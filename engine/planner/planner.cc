@@ -2,6 +2,7 @@
 #include "engine/planner/planner.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -70,6 +71,20 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
     return absl::InvalidArgumentError(
         absl::StrCat("weight_slots=", in.weight_slots, " must be 0 (auto) or >= 2"));
   }
+  if (!std::isfinite(in.weight_ring_layers) || in.weight_ring_layers < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight_ring_layers=", in.weight_ring_layers, " must be >= 0"));
+  }
+  if (in.weight_ring_layers > 0 && in.weight_ring_bytes > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight_ring_layers=", in.weight_ring_layers, " and weight_ring_bytes=",
+                     in.weight_ring_bytes, ": give the ring in layers or in bytes, not both"));
+  }
+  if (in.fragment_bytes > 0 && in.weight_ring_layers == 0 && in.weight_ring_bytes == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("fragment_bytes=", in.fragment_bytes,
+                                                   " needs a weight ring (weight_ring_bytes or "
+                                                   "weight_ring_layers)"));
+  }
   if (absl::Status s = config.CheckSequenceLength(in.seq); !s.ok()) return s;
   absl::StatusOr<ParameterLayout> layout = ParameterLayout::Create(config);
   if (!layout.ok()) return layout.status();
@@ -125,6 +140,18 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
   // A GPU profile is planned with the CUDA backend's own sizes (bf16 weights
   // and activations, fp32 gradients), exactly as the executor would allocate.
   const DeviceKind kind = hw.cpu_device ? DeviceKind::kCpu : DeviceKind::kCuda;
+  r.layer_ring_bytes = StreamingExecutor::LayerRingBytes(g->dims, g->layout.layer_offsets, kind);
+  r.executor.weight_ring_bytes =
+      in.weight_ring_layers > 0
+          ? static_cast<size_t>(std::ceil(in.weight_ring_layers * r.layer_ring_bytes))
+          : in.weight_ring_bytes;
+  r.executor.fragment_bytes = in.fragment_bytes;
+  if (r.executor.weight_ring_bytes > 0) {
+    // The executor's own fragment plan: a ring it would refuse is refused here, in its words.
+    absl::StatusOr<FragmentPlan> fragments = StepFragmentPlanFor(*g, r.executor, kind);
+    if (!fragments.ok()) return fragments.status();
+    r.step_fragments = static_cast<int>(fragments->fragments.size());
+  }
   r.weight_slots = WeightSlotsFor(*g, r.executor, r.device_arena_capacity, kind);
   r.device = DeviceMemoryPlanFor(*g, r.executor, r.weight_slots, kind);
   absl::StatusOr<int> activation_sets =
@@ -201,16 +228,24 @@ std::string PlanResult::Table() const {
   std::string out = absl::StrFormat("hardware %s: %d parameters (%.2f B)\n", hardware, parameters,
                                     parameters / 1e9);
   absl::StrAppend(&out, "\nhost tiers\n", placement.Table(), "\n");
-  absl::StrAppend(&out,
-                  absl::StrFormat("\ndevice arena (%d weight slots, k=%d%s)\n"
-                                  "  weight slots      %s\n  gradient buffers  %s\n"
-                                  "  activations       %s\n  checkpoints       %s\n"
-                                  "  scratch           %s\n  peak              %s of %s%s\n",
-                                  weight_slots, executor.checkpoint_interval,
-                                  executor.keep_all ? ", keep_all" : "", gb(device.weight_slots),
-                                  gb(device.gradient_buffers), gb(device.activations),
-                                  gb(device.checkpoints), gb(device.scratch), gb(device_arena_peak),
-                                  gb(device_arena_capacity), fits_device ? "" : "  DOES NOT FIT"));
+  const std::string weights =
+      device.weight_ring
+          ? absl::StrFormat("weight ring %.2f layers, %d fragments per micro-batch",
+                            static_cast<double>(executor.weight_ring_bytes) /
+                                static_cast<double>(std::max<uint64_t>(layer_ring_bytes, 1)),
+                            step_fragments)
+          : absl::StrFormat("%d weight slots", weight_slots);
+  absl::StrAppend(
+      &out,
+      absl::StrFormat("\ndevice arena (%s, k=%d%s)\n"
+                      "  %-17s %s\n  gradient buffers  %s\n"
+                      "  activations       %s\n  checkpoints       %s\n"
+                      "  scratch           %s\n  peak              %s of %s%s\n",
+                      weights, executor.checkpoint_interval, executor.keep_all ? ", keep_all" : "",
+                      device.weight_ring ? "weight ring" : "weight slots", gb(device.weight_slots),
+                      gb(device.gradient_buffers), gb(device.activations), gb(device.checkpoints),
+                      gb(device.scratch), gb(device_arena_peak), gb(device_arena_capacity),
+                      fits_device ? "" : "  DOES NOT FIT"));
   absl::StrAppend(
       &out, absl::StrFormat("\nhost peak resident memory %s = store %s + pinned staging %s + "
                             "fixed overhead %s%s\n",
@@ -219,9 +254,10 @@ std::string PlanResult::Table() const {
                             host_arena_bytes > 0
                                 ? absl::StrCat(" + emulated device memory ", gb(host_arena_bytes))
                                 : ""));
-  absl::StrAppend(&out, absl::StrFormat("device peak for weights %s (slots + gradient buffers), "
+  absl::StrAppend(&out, absl::StrFormat("device peak for weights %s (%s + gradient buffers), "
                                         "activations %s (saved sets + checkpoints)\n",
                                         gb(device.weight_slots + device.gradient_buffers),
+                                        device.weight_ring ? "ring" : "slots",
                                         gb(device.activations + device.checkpoints)));
   absl::StrAppend(&out, "\nactivation blocks (policy ",
                   ActivationPolicyName(executor.activation_policy), ")\n");
@@ -266,6 +302,11 @@ std::string PlanResult::ToJson() const {
                      {"nvme_used", placement.nvme_used}};
   j["device"] = {{"weight_slots", weight_slots},
                  {"weight_slot_bytes", device.weight_slots},
+                 {"weight_ring", device.weight_ring},
+                 {"weight_ring_bytes", executor.weight_ring_bytes},
+                 {"layer_ring_bytes", layer_ring_bytes},
+                 {"fragment_bytes", executor.fragment_bytes},
+                 {"step_fragments", step_fragments},
                  {"gradient_buffers", device.gradient_buffers},
                  {"activations", device.activations},
                  {"checkpoints", device.checkpoints},

@@ -27,6 +27,12 @@ struct PlanInputs {
   int checkpoint_interval = 4;
   bool keep_all = false;
   int weight_slots = 2;  // 0 = as many as the arena holds (the executor's auto rule)
+  // Fragmented weight streaming: a device ring replaces the slots (weight_slots is then
+  // unused). Give its bytes, or its size in layers (ring = ceil(layers x the bytes one layer's
+  // tensors take in the ring, StreamingExecutor::LayerRingBytes)); 0 for both = whole slots.
+  uint64_t weight_ring_bytes = 0;
+  double weight_ring_layers = 0;
+  uint64_t fragment_bytes = 0;  // largest fragment; 0 = the executor's default
   int device_checkpoints = -1;
   int head_chunk = 0;  // 0 = min(tokens, 256)
   // Adaptive recomputation: device bytes for saved activation sets (0 = the
@@ -46,10 +52,12 @@ struct PlanResult {
   std::string hardware;
   int64_t parameters = 0;
   int64_t padded_elements = 0;
-  tiers::Placement placement;  // bytes per tier per buffer kind
-  ExecutorOptions executor;
-  int weight_slots = 0;
-  DeviceMemoryPlan device;  // on the CPU device exact; on a GPU scaled to its dtypes
+  tiers::Placement placement;     // bytes per tier per buffer kind
+  ExecutorOptions executor;       // executor.weight_ring_bytes > 0: fragment mode
+  int weight_slots = 0;           // 0 in fragment mode
+  int step_fragments = 0;         // fragment mode: weight copies per micro-batch
+  uint64_t layer_ring_bytes = 0;  // ring bytes one layer's tensors take
+  DeviceMemoryPlan device;        // on the CPU device exact; on a GPU scaled to its dtypes
   uint64_t device_arena_peak = 0;
   uint64_t device_arena_capacity = 0;
   bool fits_device = false;

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "engine/planner/model_presets.h"
 
 namespace megatrain::engine::planner {
@@ -11,6 +13,14 @@ namespace {
 
 HardwareProfile Gpu(const std::string& name) {
   return *FindHardwareProfile(BuiltinHardwareProfiles(), name);
+}
+
+// Qwen2.5-7B's layers with a 32000-token vocabulary: its LM head is smaller than a layer, so a
+// ring of one layer holds every tensor (Qwen's own 152064-token head is 2.3 layers).
+ModelConfig SmallVocab7b() {
+  ModelConfig c = *ModelPreset("qwen2.5-7b");
+  c.vocab_size = 32000;
+  return c;
 }
 
 TEST(PlannerTest, HostBytesPerParameterIs18OnAGpu) {
@@ -134,6 +144,96 @@ TEST(PlannerTest, ActivationBudgetKeepsBlocksAndPrintsPerBlockModes) {
   const absl::StatusOr<PlanResult> small = Plan(c, in, Gpu("h100-pcie"));
   ASSERT_FALSE(small.ok());
   EXPECT_NE(small.status().message().find("below the minimum"), std::string::npos);
+}
+
+TEST(PlannerTest, WeightRingReplacesTheSlotsInTheDevicePlan) {
+  const ModelConfig c = SmallVocab7b();
+  PlanInputs in;
+  in.seq = 512;
+  in.weight_ring_layers = 1;
+  const absl::StatusOr<PlanResult> ring = Plan(c, in, Gpu("h100-pcie"));
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  ASSERT_GT(ring->layer_ring_bytes, 0u);
+  EXPECT_EQ(ring->executor.weight_ring_bytes, ring->layer_ring_bytes);
+  EXPECT_TRUE(ring->device.weight_ring);
+  EXPECT_EQ(ring->device.weight_slots, (ring->layer_ring_bytes + 255) / 256 * 256);
+  EXPECT_EQ(ring->weight_slots, 0);
+  EXPECT_GT(ring->step_fragments, 2 * c.num_hidden_layers);
+  // The same ring in bytes is the same plan.
+  in.weight_ring_layers = 0;
+  in.weight_ring_bytes = ring->layer_ring_bytes;
+  const absl::StatusOr<PlanResult> bytes = Plan(c, in, Gpu("h100-pcie"));
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(bytes->device_arena_peak, ring->device_arena_peak);
+  EXPECT_NE(ring->Table().find("weight ring 1.00 layers"), std::string::npos) << ring->Table();
+  EXPECT_NE(ring->ToJson().find("\"step_fragments\""), std::string::npos);
+  // Two whole-layer slots take more device memory than a ring of one layer.
+  in.weight_ring_bytes = 0;
+  const absl::StatusOr<PlanResult> slots = Plan(c, in, Gpu("h100-pcie"));
+  ASSERT_TRUE(slots.ok());
+  EXPECT_GT(slots->device.weight_slots, ring->device.weight_slots);
+}
+
+TEST(PlannerTest, RingSmallerThanTheLargestTensorIsRefusedNamingIt) {
+  const ModelConfig c = *ModelPreset("qwen2.5-0.5b");
+  PlanInputs in;
+  in.weight_ring_bytes = 1 << 20;  // the 0.5B model's LM head alone is ~272 MB in bf16
+  const absl::StatusOr<PlanResult> p = Plan(c, in, Gpu("h100-sxm"));
+  ASSERT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << p.status();
+  EXPECT_NE(p.status().message().find("weight_ring_bytes=1048576 is smaller than tensor"),
+            std::string::npos)
+      << p.status();
+  in.weight_ring_layers = 2;
+  EXPECT_NE(Plan(c, in, Gpu("h100-sxm")).status().message().find("not both"), std::string::npos);
+  in.weight_ring_bytes = 0;
+  in.weight_ring_layers = -1;
+  EXPECT_NE(Plan(c, in, Gpu("h100-sxm")).status().message().find("weight_ring_layers=-1"),
+            std::string::npos);
+  in.weight_ring_layers = 0;
+  in.fragment_bytes = 4096;
+  EXPECT_NE(Plan(c, in, Gpu("h100-sxm")).status().message().find("fragment_bytes=4096 needs"),
+            std::string::npos);
+}
+
+TEST(PlannerTest, FragmentStepTimeIsFiniteAndNoFasterThanSlotsOnASlowLink) {
+  const ModelConfig c = SmallVocab7b();
+  PlanInputs in;
+  in.seq = 256;
+  HardwareProfile hw = Gpu("h100-pcie");
+  hw.h2d_gbps = hw.d2h_gbps = 1;
+  const absl::StatusOr<PlanResult> slots = Plan(c, in, hw);
+  ASSERT_TRUE(slots.ok()) << slots.status();
+  double previous = 0;
+  for (double layers : {4.0, 1.0, 0.5}) {
+    SCOPED_TRACE(layers);
+    in.weight_ring_layers = layers;
+    const absl::StatusOr<PlanResult> ring = Plan(c, in, hw);
+    ASSERT_TRUE(ring.ok()) << ring.status();
+    EXPECT_TRUE(std::isfinite(ring->time.step_seconds));
+    EXPECT_GE(ring->time.step_seconds, slots->time.step_seconds);
+    EXPECT_EQ(ring->time.bottleneck, "copy-in");
+    // A smaller ring never helps.
+    EXPECT_GE(ring->time.step_seconds, previous);
+    previous = ring->time.step_seconds;
+  }
+}
+
+TEST(PlannerTest, RingOfOneLayerHidesAFastLinkLikeTwoSlots) {
+  const ModelConfig c = SmallVocab7b();
+  PlanInputs in;
+  in.micro_batch = 4;
+  in.seq = 2048;
+  in.grad_accumulation = 8;
+  const HardwareProfile hw = Gpu("h100-sxm");
+  const absl::StatusOr<PlanResult> slots = Plan(c, in, hw);
+  ASSERT_TRUE(slots.ok()) << slots.status();
+  ASSERT_EQ(slots->time.bottleneck, "compute");
+  in.weight_ring_layers = 1;
+  const absl::StatusOr<PlanResult> ring = Plan(c, in, hw);
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  EXPECT_TRUE(std::isfinite(ring->time.step_seconds));
+  EXPECT_LT(ring->time.step_seconds, 1.10 * slots->time.step_seconds);
+  EXPECT_GT(ring->time.step_seconds, 0.90 * slots->time.step_seconds);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 
+#include "engine/exec/fragment_plan.h"
 #include "engine/exec/weight_slot_policy.h"
 
 namespace megatrain::engine::planner {
@@ -38,6 +39,40 @@ double CopySeconds(double bytes, double gbps, const HardwareProfile& hw, int cop
   return seconds + copies * hw.link_latency_us * 1e-6;
 }
 
+// Fragment mode: the weight byte stream through the ring, and when each op's compute read it.
+class RingStream {
+ public:
+  explicit RingStream(double ring_bytes) : ring_bytes_(ring_bytes) {}
+
+  double next_position() const { return position_; }
+
+  // When the stream bytes before `x` had all been read by their op (0 before the stream).
+  double FreedUpTo(double x) const {
+    if (x <= 0 || uses_.empty()) return 0;
+    auto it = std::lower_bound(uses_.begin(), uses_.end(), x,
+                               [](const Use& u, double v) { return u.end < v; });
+    if (it == uses_.end()) return uses_.back().compute_end;
+    const double fraction = it->end > it->start ? (x - it->start) / (it->end - it->start) : 1;
+    return it->compute_start + (it->compute_end - it->compute_start) * std::clamp(fraction, 0., 1.);
+  }
+
+  void Add(double bytes, double compute_start, double compute_end) {
+    uses_.push_back({position_, position_ + bytes, compute_start, compute_end});
+    position_ += bytes;
+  }
+
+  double ring_bytes() const { return ring_bytes_; }
+
+ private:
+  struct Use {
+    double start, end;  // stream bytes
+    double compute_start, compute_end;
+  };
+  double ring_bytes_;
+  double position_ = 0;
+  std::vector<Use> uses_;
+};
+
 }  // namespace
 
 double OpComputeSeconds(const OpWork& o, const HardwareProfile& hw) {
@@ -69,16 +104,29 @@ StepWork BuildStepWork(const ExecutorGeometry& g, const ExecutorOptions& options
     w.entry_elements.push_back(static_cast<double>(e));
     w.optimizer_elements += static_cast<double>(e);
   }
-  WeightSlotPolicy policy(weight_slots);
+  const bool ring = options.weight_ring_bytes > 0;
+  // Fragment mode: each op's copies are the fragments the executor's plan cuts its tensors into.
+  std::vector<int> op_fragments(schedule.size(), 0);
+  if (ring) {
+    const absl::StatusOr<FragmentPlan> plan =
+        StepFragmentPlanFor(g, options, hw.cpu_device ? DeviceKind::kCpu : DeviceKind::kCuda);
+    if (plan.ok()) {
+      for (const WeightFragment& f : plan->fragments) ++op_fragments[plan->tensors[f.tensor].op];
+    }
+  }
+  WeightSlotPolicy policy(std::max(2, weight_slots));
   std::vector<bool> contributed(g.entry_elements.size(), false);
   for (int mb = 0; mb < micro_batches; ++mb) {
-    for (const ScheduledOp& op : schedule) {
+    for (size_t i = 0; i < schedule.size(); ++i) {
+      const ScheduledOp& op = schedule[i];
       OpWork o;
       o.op = op;
       const double stage = static_cast<double>(StageFloats(g, op.entries));
-      if (policy.Place(op.entries, /*version=*/1).copy) {
-        for (int e : op.entries) o.copy_in_bytes += g.entry_elements[e] * hw.weight_bytes;
-        o.copies += static_cast<int>(op.entries.size());
+      if (ring ? !op.entries.empty() : policy.Place(op.entries, /*version=*/1).copy) {
+        for (int e : op.entries) o.weight_bytes += g.entry_elements[e] * hw.weight_bytes;
+        o.copy_in_bytes += o.weight_bytes;
+        o.copies +=
+            ring && op_fragments[i] > 0 ? op_fragments[i] : static_cast<int>(op.entries.size());
       }
       switch (op.kind) {
         case StageKind::kEmbedForward:
@@ -140,6 +188,7 @@ StepWork BuildStepWork(const ExecutorGeometry& g, const ExecutorOptions& options
   }
   w.tokens = n * micro_batches;
   w.weight_slots = std::max(2, weight_slots);
+  w.weight_ring_bytes = static_cast<double>(options.weight_ring_bytes);
   w.parameters = flop_parameters;
   w.model_flops =
       (6.0 * flop_parameters * n + 3.0 * m.num_layers * AttentionForwardFlops(m)) * micro_batches;
@@ -178,6 +227,7 @@ StepTimeEstimate EstimateStepTime(const StepWork& w, const HardwareProfile& hw, 
   // Slots: the executor's policy placed weights; for timing, a copy into the slot read two
   // copying ops ago is the double-buffering constraint.
   std::vector<double> reader_done_of_copy;  // compute end of each op that copied weights
+  RingStream ring(w.weight_ring_bytes);
   for (const OpWork& o : w.ops) {
     const double compute = OpComputeSeconds(o, hw);
     const double copy_in = CopySeconds(o.copy_in_bytes, hw.h2d_gbps, hw, o.copies);
@@ -188,24 +238,49 @@ StepTimeEstimate EstimateStepTime(const StepWork& w, const HardwareProfile& hw, 
     t.copy_in_seconds += copy_in;
     t.copy_out_seconds += copy_out;
 
-    double ready = compute_free;
-    if (copy_in > 0) {
-      double start = copy_in_free;
-      // The slot being refilled was last read by the op that copied `weight_slots` copies ago
-      // (two slots: double buffering).
-      const size_t c = reader_done_of_copy.size();
-      const size_t slots = static_cast<size_t>(w.weight_slots);
-      const bool fills_slot = !o.op.entries.empty();
-      if (fills_slot && c >= slots) start = std::max(start, reader_done_of_copy[c - slots]);
+    if (w.weight_ring_bytes > 0 && o.weight_bytes > 0) {
+      // Fragment mode (protocol in step_time.h); a fragment is the op's mean one.
+      const double bytes = o.weight_bytes;
+      const double first = ring.next_position();
+      const int fragments = std::max(1, o.copies);
+      const double fragment_seconds = copy_in / fragments;
+      double start =
+          std::max(copy_in_free, ring.FreedUpTo(first - ring.ring_bytes() + bytes / fragments));
       for (int e : o.op.entries) start = std::max(start, update_done[e]);
-      if (o.op.host_entry >= 0) start = std::max(start, update_done[o.op.host_entry]);
-      copy_in_free = start + copy_in;
-      ready = std::max(ready, copy_in_free);
+      double end = start + copy_in;
+      const double tail = first + bytes - ring.ring_bytes();  // the last byte it overwrites
+      if (tail <= first) end = std::max(end, ring.FreedUpTo(tail) + fragment_seconds);
+      double begin = std::max({compute_free, start + fragment_seconds, end - compute});
+      if (o.op.produces_gradients) begin = std::max(begin, grad_free[grad]);
+      if (tail > first) {
+        // A ring smaller than the op: its last bytes wait for its own first ones to be read.
+        end = std::max(end, begin + compute * (tail - first) / bytes + fragment_seconds);
+      }
+      const double finish = std::max(begin + compute, end + compute / fragments);
+      t.stall_seconds += finish - compute - compute_free;
+      ring.Add(bytes, begin, finish);
+      copy_in_free = end;
+      compute_free = finish;
+    } else {
+      double ready = compute_free;
+      if (copy_in > 0) {
+        double start = copy_in_free;
+        // The slot being refilled was last read by the op that copied `weight_slots` copies
+        // ago (two slots: double buffering).
+        const size_t c = reader_done_of_copy.size();
+        const size_t slots = static_cast<size_t>(w.weight_slots);
+        const bool fills_slot = !o.op.entries.empty();
+        if (fills_slot && c >= slots) start = std::max(start, reader_done_of_copy[c - slots]);
+        for (int e : o.op.entries) start = std::max(start, update_done[e]);
+        if (o.op.host_entry >= 0) start = std::max(start, update_done[o.op.host_entry]);
+        copy_in_free = start + copy_in;
+        ready = std::max(ready, copy_in_free);
+      }
+      if (o.op.produces_gradients) ready = std::max(ready, grad_free[grad]);
+      t.stall_seconds += ready - compute_free;
+      compute_free = ready + compute;
+      if (copy_in > 0 && !o.op.entries.empty()) reader_done_of_copy.push_back(compute_free);
     }
-    if (o.op.produces_gradients) ready = std::max(ready, grad_free[grad]);
-    t.stall_seconds += ready - compute_free;
-    compute_free = ready + compute;
-    if (copy_in > 0 && !o.op.entries.empty()) reader_done_of_copy.push_back(compute_free);
     if (o.op.produces_gradients || copy_out > 0) {
       copy_out_free = std::max(copy_out_free, compute_free) + copy_out;
       if (o.op.produces_gradients) {

@@ -6,6 +6,15 @@
 //  1. copy_in: op j's weights start when the previous copy-in ended, the slot's previous
 //     reader finished computing, and the entry's optimizer update of this step is done.
 //     Which ops copy at all is decided by the executor's own WeightSlotPolicy.
+//     Fragment mode (a weight ring of C bytes): every op copies its weights, as the
+//     executor's fragment plan cuts them (each fragment pays the link latency). Weights form
+//     one FIFO byte stream through the ring: op j's bytes [S, S+W) overwrite stream bytes
+//     [S-C, S+W-C), read by earlier ops (or, when W > C, by op j itself) that free them as
+//     their compute progresses (linearly in the model). So the copy starts once its first
+//     fragment's room is free and ends no earlier than the room of its last one; the op's
+//     compute starts when its first fragment arrived and cannot end before its last one did
+//     (copy and compute of one op overlap, as the executor's parts do). With C >= 2 layers
+//     this is double buffering; with one layer, copies run at most one layer ahead.
 //  2. compute: op j starts when op j-1 finished, its weights (and host checkpoint) arrived and
 //     its gradient buffer (2, alternating) was drained by copy_out.
 //  3. copy_out: gradients leave after the op's compute, in order.
@@ -31,6 +40,7 @@ struct OpWork {
   double attention_flops = 0;  // causal attention matmuls (half the square)
   double elementwise_bytes = 0;
   double copy_in_bytes = 0;        // weights (0 when the slot already holds them) + checkpoint
+  double weight_bytes = 0;         // of copy_in_bytes: the op's weights
   double copy_out_bytes = 0;       // gradients + checkpoint
   double accumulate_elements = 0;  // gradients added into a slab on the host (accumulation)
   int copies = 0;                  // separate transfers (each pays the link latency)
@@ -44,9 +54,11 @@ struct StepWork {
   double model_flops = 0;     // 6 * P_flop * tokens + causal attention (see docs/planning.md)
   double hardware_flops = 0;  // everything the schedule runs, recompute included
   double tokens = 0;
-  int weight_slots = 2;  // a copy may run this many copies ahead of the compute reading it
+  int weight_slots = 2;          // a copy may run this many copies ahead of the compute reading it
+  double weight_ring_bytes = 0;  // > 0: fragment mode through a ring of this size
 };
 
+// In fragment mode (options.weight_ring_bytes > 0) `weight_slots` is unused.
 StepWork BuildStepWork(const ExecutorGeometry& g, const ExecutorOptions& options, int weight_slots,
                        int micro_batches, const HardwareProfile& hw, double flop_parameters);
 

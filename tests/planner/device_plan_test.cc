@@ -6,6 +6,7 @@
 #include "engine/exec/streaming_executor.h"
 #include "engine/model/parameter_layout.h"
 #include "engine/planner/executor_geometry.h"
+#include "engine/planner/planner.h"
 #include "tests/engine/tiny_model.h"
 
 namespace megatrain::engine::planner {
@@ -91,6 +92,88 @@ TEST(DevicePlanTest, AutoWeightSlotsMatchTheTrainer) {
             .total(),
         (*trainer)->executor().plan().total());
   }
+}
+
+// The CPU device as a planner profile (speeds only shape the predicted activation modes).
+HardwareProfile CpuProfile(size_t arena_bytes) {
+  HardwareProfile hw;
+  hw.name = "test-cpu-device";
+  hw.cpu_device = true;
+  hw.device_memory_bytes = arena_bytes;
+  hw.dense_tflops = 0.1;
+  hw.device_memory_gbps = hw.memcpy_gbps = hw.host_memory_gbps = 10;
+  hw.weight_bytes = hw.activation_bytes = hw.grad_bytes = 4;
+  return hw;
+}
+
+// Fragment mode: Plan() with a ring of one layer (and half a layer, and odd bytes) predicts the
+// arena peak a real Trainer measures over steps, exactly; its fragment count is the executor's.
+TEST(DevicePlanTest, WeightRingPlanEqualsTheMeasuredArenaPeak) {
+  testing::TinyShape shape;
+  shape.layers = 5;
+  const ModelConfig config = testing::TinyConfig(shape);
+  const size_t arena = size_t{64} << 20;
+  for (const double layers : {1.0, 0.5, 2.3}) {
+    SCOPED_TRACE(layers);
+    PlanInputs in;
+    in.micro_batch = 2;
+    in.seq = 19;
+    in.checkpoint_interval = 2;
+    in.weight_ring_layers = layers;
+    in.fragment_bytes = layers == 0.5 ? 700 : 0;
+    in.device_arena_bytes = arena;
+    absl::StatusOr<PlanResult> plan = Plan(config, in, CpuProfile(arena));
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_TRUE(plan->device.weight_ring);
+
+    TrainerOptions o;
+    o.micro_batch_size = in.micro_batch;
+    o.seq_len = in.seq;
+    o.executor.checkpoint_interval = in.checkpoint_interval;
+    o.executor.weight_ring_bytes = plan->executor.weight_ring_bytes;
+    o.executor.fragment_bytes = plan->executor.fragment_bytes;
+    auto device = testing::MakeCpuDevice(arena);
+    auto trainer = Trainer::Create(*device, config, o);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    ASSERT_TRUE((*trainer)->executor().fragment_mode());
+    EXPECT_EQ(plan->step_fragments, (*trainer)->executor().step_fragment_count());
+    (*trainer)->InitializeRandom(3);
+    const auto batches = testing::MakeTokenBatches(4, in.micro_batch * in.seq, shape.vocab, 5);
+    uint64_t measured = 0;
+    for (int step = 0; step < 2; ++step) {
+      auto report =
+          (*trainer)->Step(batches.InputPointers(2 * step, 2), batches.TargetPointers(2 * step, 2));
+      ASSERT_TRUE(report.ok()) << report.status();
+      measured = std::max<uint64_t>(measured, report->device_arena_peak_bytes);
+    }
+    measured = std::max<uint64_t>(measured, device->arena_stats().peak);
+    EXPECT_EQ(plan->device_arena_peak, measured) << plan->device.Describe();
+    EXPECT_EQ(plan->device.total(), (*trainer)->executor().plan().total());
+  }
+}
+
+// A ring smaller than the largest tensor: the planner refuses it with the executor's message.
+TEST(DevicePlanTest, TooSmallRingIsRefusedWithTheExecutorsMessage) {
+  testing::TinyShape shape;
+  const ModelConfig config = testing::TinyConfig(shape);
+  const size_t arena = size_t{64} << 20;
+  PlanInputs in;
+  in.micro_batch = 2;
+  in.seq = 11;
+  in.weight_ring_bytes = 5000;  // below the LM head's 97 x 48 floats
+  in.device_arena_bytes = arena;
+  const absl::StatusOr<PlanResult> plan = Plan(config, in, CpuProfile(arena));
+  ASSERT_FALSE(plan.ok());
+  TrainerOptions o;
+  o.micro_batch_size = in.micro_batch;
+  o.seq_len = in.seq;
+  o.executor.weight_ring_bytes = in.weight_ring_bytes;
+  auto device = testing::MakeCpuDevice(arena);
+  auto trainer = Trainer::Create(*device, config, o);
+  ASSERT_FALSE(trainer.ok());
+  EXPECT_EQ(plan.status(), trainer.status());
+  EXPECT_NE(plan.status().message().find("weight_ring_bytes=5000"), std::string::npos)
+      << plan.status();
 }
 
 }  // namespace

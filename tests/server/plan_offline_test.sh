@@ -46,6 +46,24 @@ set -e
 [ "$rc" = 4 ] || fail "an invalid spec offline should exit 4, got $rc"
 grep -q "hyper.seq_len" "$WORK/refused.txt" || fail "refusal: $(cat "$WORK/refused.txt")"
 
+# The spec's executor options reach the planner: a weight ring smaller than the two whole-layer
+# slots lowers the device peak; a bad activation policy is refused naming the field.
+jq '. + {"executor": {"weight_ring_bytes": "65536", "activation_policy": "adaptive"}}' \
+  "$WORK/job.json" > "$WORK/ring.json"
+cli plan --offline --daemon_config="$WORK/daemon.textproto" --spec="$WORK/ring.json" --json \
+  2> /dev/null > "$WORK/ring_plan.json" || fail "plan --offline with a weight ring"
+slots_peak=$(jq -r '.device_arena_peak_bytes' "$WORK/offline.json")
+ring_peak=$(jq -r '.device_arena_peak_bytes' "$WORK/ring_plan.json")
+[ "$ring_peak" -lt "$slots_peak" ] || fail "ring peak $ring_peak not below slots peak $slots_peak"
+jq '. + {"executor": {"activation_policy": "sometimes"}}' "$WORK/job.json" > "$WORK/bad.json"
+set +e
+cli plan --offline --daemon_config="$WORK/daemon.textproto" --spec="$WORK/bad.json" \
+  2> "$WORK/refused.txt"; rc=$?
+set -e
+[ "$rc" = 4 ] || fail "a bad activation policy offline should exit 4, got $rc"
+grep -q "executor.activation_policy: 'sometimes'" "$WORK/refused.txt" ||
+  fail "refusal: $(cat "$WORK/refused.txt")"
+
 # The daemon's answer under the same config is the same report.
 start_daemon --config="$WORK/daemon.textproto"
 cli plan --spec="$WORK/job.json" --json > "$WORK/daemon.json" || fail "plan via the daemon"

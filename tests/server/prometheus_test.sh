@@ -1,18 +1,32 @@
 #!/usr/bin/env bash
 # A real Prometheus (Debian's `prometheus`) started on loopback scrapes a real megatraind after a
-# small job ran; every PromQL query of the Grafana dashboard must return data.
+# small job ran; every PromQL query of the Grafana dashboard must return data. The job streams
+# its weights through a ring smaller than a layer and offloads the activations of every block
+# below the top (k = 1), and /metrics shows each block's mode.
 source "$(dirname "$0")/daemon_test_lib.sh"
 DASHBOARD="$RUNFILES/deploy/grafana/megatrain-dashboard.json"
 command -v prometheus > /dev/null || fail "prometheus is not installed (Debian package 'prometheus')"
 
 metrics_port=$(free_port)
 start_daemon --metrics_address="127.0.0.1:$metrics_port"
-id=$(cli submit --model_config="$WORK/data/config.json" --text="$WORK/data/corpus.txt" \
-  --steps=8 --batch_size=2 --seq_len=32 --lr=1e-3)
+cat > "$WORK/spec.json" <<'JSON'
+{"hyper": {"checkpointEveryLayers": 1},
+ "executor": {"weightRingBytes": "65536", "activationPolicy": "offload"}}
+JSON
+id=$(cli submit --spec="$WORK/spec.json" --model_config="$WORK/data/config.json" \
+  --text="$WORK/data/corpus.txt" --steps=8 --batch_size=2 --seq_len=32 --lr=1e-3)
 timeout 120 "$MEGATRAIN" --socket="$SOCKET" watch "$id" > /dev/null || fail "job did not succeed"
 exposition=$(curl -sf "http://127.0.0.1:$metrics_port/metrics") || fail "no /metrics"
 grep -q '^megatrain_layer_compute_seconds_bucket{.*layer="2"' <<< "$exposition" \
   || fail "daemon does not expose per-layer histograms"
+# Three blocks of one layer: the two below the top offload, the top one keeps.
+for expected in 'block="0",mode="offload"} 1' 'block="1",mode="offload"} 1' \
+  'block="2",mode="keep"} 1' 'block="0",mode="recompute"} 0'; do
+  grep -qF "megatrain_activation_block_mode{$expected" <<< "$exposition" \
+    || fail "no megatrain_activation_block_mode{$expected in /metrics"
+done
+grep -q 'activation_modes.*0:offload 1:offload 2:keep' "$WORK/daemon.log" \
+  || fail "no activation_modes job event"
 
 prom_port=$(free_port)
 cat > "$WORK/prometheus.yml" <<YML
