@@ -10,6 +10,7 @@
 
 #include "engine/model/parameter_layout.h"
 #include "engine/train/executor_geometry.h"
+#include "tests/engine/bitwise_compare.h"
 #include "tests/engine/tiny_model.h"
 
 namespace megatrain::engine {
@@ -119,22 +120,9 @@ RunResult Train(const RunConfig& rc, const TinyShape& shape, size_t set_bytes) {
 }
 
 void ExpectBitwiseEqual(const RunResult& a, const RunResult& b, const std::string& name) {
-  ASSERT_EQ(a.losses.size(), b.losses.size()) << name;
-  for (size_t i = 0; i < a.losses.size(); ++i) {
-    EXPECT_EQ(std::memcmp(&a.losses[i], &b.losses[i], sizeof(double)), 0)
-        << name << " step " << i << ": " << a.losses[i] << " vs " << b.losses[i];
-  }
-  ASSERT_EQ(a.masters.size(), b.masters.size()) << name;
-  for (size_t e = 0; e < a.masters.size(); ++e) {
-    ASSERT_EQ(a.masters[e].size(), b.masters[e].size());
-    EXPECT_EQ(
-        std::memcmp(a.masters[e].data(), b.masters[e].data(), a.masters[e].size() * sizeof(float)),
-        0)
-        << name << ": weights of entry " << e << " differ";
-    EXPECT_EQ(std::memcmp(a.grads[e].data(), b.grads[e].data(), a.grads[e].size() * sizeof(float)),
-              0)
-        << name << ": gradients of entry " << e << " differ";
-  }
+  testing::ExpectSameLosses(a.losses, b.losses, name);
+  testing::ExpectSameArrays(a.masters, b.masters, name + " masters");
+  testing::ExpectSameArrays(a.grads, b.grads, name + " gradients");
 }
 
 std::vector<std::string> Names(const std::vector<ActivationMode>& modes) {

@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "engine/model/parameter_layout.h"
 #include "engine/train/executor_geometry.h"
+#include "tests/engine/bitwise_compare.h"
 #include "tests/engine/tiny_model.h"
 
 namespace megatrain::engine {
@@ -114,26 +115,12 @@ RunResult Train(const RunConfig& rc, const TinyShape& shape) {
   return result;
 }
 
-void ExpectSameBits(const std::vector<std::vector<float>>& a,
-                    const std::vector<std::vector<float>>& b, const std::string& what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  for (size_t e = 0; e < a.size(); ++e) {
-    ASSERT_EQ(a[e].size(), b[e].size()) << what;
-    EXPECT_EQ(std::memcmp(a[e].data(), b[e].data(), a[e].size() * sizeof(float)), 0)
-        << what << ": entry " << e << " differs";
-  }
-}
-
 void ExpectBitwiseEqual(const RunResult& a, const RunResult& b, const std::string& name) {
-  ASSERT_EQ(a.losses.size(), b.losses.size()) << name;
-  for (size_t i = 0; i < a.losses.size(); ++i) {
-    EXPECT_EQ(std::memcmp(&a.losses[i], &b.losses[i], sizeof(double)), 0)
-        << name << " step " << i << ": " << a.losses[i] << " vs " << b.losses[i];
-  }
+  testing::ExpectSameLosses(a.losses, b.losses, name);
   EXPECT_EQ(std::memcmp(&a.eval_loss, &b.eval_loss, sizeof(double)), 0)
       << name << ": evaluation " << a.eval_loss << " vs " << b.eval_loss;
-  ExpectSameBits(a.masters, b.masters, name + " masters");
-  ExpectSameBits(a.grads, b.grads, name + " gradients");
+  testing::ExpectSameArrays(a.masters, b.masters, name + " masters");
+  testing::ExpectSameArrays(a.grads, b.grads, name + " gradients");
 }
 
 TEST(FragmentStreamingTest, BitwiseIdenticalToWholeLayerStreaming) {

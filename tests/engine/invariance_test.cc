@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "tests/engine/bitwise_compare.h"
 #include "tests/engine/tiny_model.h"
 
 namespace megatrain::engine {
@@ -73,19 +74,8 @@ RunResult Train(const RunConfig& rc, const TinyShape& shape) {
 }
 
 void ExpectBitwiseEqual(const RunResult& a, const RunResult& b, const std::string& name) {
-  ASSERT_EQ(a.losses.size(), b.losses.size()) << name;
-  for (size_t i = 0; i < a.losses.size(); ++i) {
-    EXPECT_EQ(std::memcmp(&a.losses[i], &b.losses[i], sizeof(double)), 0)
-        << name << " step " << i << ": " << a.losses[i] << " vs " << b.losses[i];
-  }
-  ASSERT_EQ(a.masters.size(), b.masters.size()) << name;
-  for (size_t e = 0; e < a.masters.size(); ++e) {
-    ASSERT_EQ(a.masters[e].size(), b.masters[e].size());
-    EXPECT_EQ(
-        std::memcmp(a.masters[e].data(), b.masters[e].data(), a.masters[e].size() * sizeof(float)),
-        0)
-        << name << ": entry " << e << " differs";
-  }
+  testing::ExpectSameLosses(a.losses, b.losses, name);
+  testing::ExpectSameArrays(a.masters, b.masters, name + " masters");
 }
 
 TEST(InvarianceTest, ResultsAreBitwiseIdenticalAcrossMemoryAndScheduleChoices) {
