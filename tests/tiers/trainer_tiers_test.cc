@@ -115,6 +115,19 @@ size_t StateBytes(const TrainerOptions& o) {
   return trainer.ok() ? (*trainer)->store().total_elements() * sizeof(float) * 2 : 0;
 }
 
+// BaseOptions with the tiers on: pinned RAM for the copy endpoints (master or
+// its fp32 copy, gradients), 1/ram_divisor of the optimizer state's bytes of
+// pageable RAM, and twice that state on NVMe (the directory is the caller's).
+TrainerOptions TieredOptions(size_t ram_divisor) {
+  TrainerOptions o = BaseOptions();
+  const size_t state_bytes = StateBytes(o);
+  o.memory.enabled = true;
+  o.memory.budgets.pinned_ram = state_bytes + (size_t{4} << 20);
+  o.memory.budgets.ram = state_bytes / ram_divisor;
+  o.memory.budgets.nvme_bytes = 2 * state_bytes;
+  return o;
+}
+
 TEST(TrainerTiersTest, OptimizerStateOnNvmeFourTimesTheRamBudgetIsBitwiseIdentical) {
   absl::Status usable;
   const std::string dir = tiers::FreshTestDir("trainer_tiers", &usable);
@@ -123,17 +136,12 @@ TEST(TrainerTiersTest, OptimizerStateOnNvmeFourTimesTheRamBudgetIsBitwiseIdentic
   const Outcome in_ram = TrainFiveSteps(BaseOptions());
   ASSERT_EQ(in_ram.losses.size(), 5u);
 
-  TrainerOptions o = BaseOptions();
-  const size_t state_bytes = StateBytes(o);
-  o.memory.enabled = true;
-  o.memory.budgets.pinned_ram = state_bytes + (size_t{4} << 20);  // master + gradients
-  o.memory.budgets.ram = state_bytes / 4;
+  TrainerOptions o = TieredOptions(4);
   o.memory.budgets.nvme_dir = dir;
-  o.memory.budgets.nvme_bytes = 2 * state_bytes;
   const Outcome on_nvme = TrainFiveSteps(o);
   ASSERT_EQ(on_nvme.losses.size(), 5u);
   EXPECT_LE(on_nvme.pageable_bytes, o.memory.budgets.ram);
-  EXPECT_GE(state_bytes, 4 * o.memory.budgets.ram);
+  EXPECT_GE(StateBytes(BaseOptions()), 4 * o.memory.budgets.ram);  // state >= 4x the RAM budget
 
   for (int s = 0; s < 5; ++s) {
     EXPECT_EQ(std::memcmp(&in_ram.losses[s], &on_nvme.losses[s], sizeof(double)), 0)
@@ -150,14 +158,9 @@ TEST(TrainerTiersTest, MasterAndStatesOnNvmeAreBitwiseIdenticalToTheAllRamRun) {
   const Outcome in_ram = TrainFiveSteps(BaseOptions());
   ASSERT_EQ(in_ram.losses.size(), 5u);
 
-  TrainerOptions o = BaseOptions();
-  const size_t state_bytes = StateBytes(o);
-  o.memory.enabled = true;
+  TrainerOptions o = TieredOptions(2);
   o.memory.master_on_nvme = true;
-  o.memory.budgets.pinned_ram = state_bytes + (size_t{4} << 20);  // fp32 copy + gradients
-  o.memory.budgets.ram = state_bytes / 2;                         // staging of 3 arrays
   o.memory.budgets.nvme_dir = dir;
-  o.memory.budgets.nvme_bytes = 2 * state_bytes;
   {
     auto device = MakeCpuDevice(size_t{32} << 20);
     auto trainer = Trainer::Create(*device, TinyConfig(DeepNarrow()), o);
@@ -194,14 +197,9 @@ void CheckpointAndResume(const std::string& name, bool master_on_nvme, Safetenso
   const Outcome in_ram = TrainFiveSteps(BaseOptions());
   ASSERT_EQ(in_ram.losses.size(), 5u);
 
-  TrainerOptions o = BaseOptions();
-  const size_t state_bytes = StateBytes(o);
-  o.memory.enabled = true;
+  TrainerOptions o = TieredOptions(2);
   o.memory.states_on_nvme = true;
   o.memory.master_on_nvme = master_on_nvme;
-  o.memory.budgets.pinned_ram = state_bytes + (size_t{4} << 20);
-  o.memory.budgets.ram = state_bytes / 2;
-  o.memory.budgets.nvme_bytes = 2 * state_bytes;
   CheckpointOptions checkpoint_options;
   checkpoint_options.model_dtype = dtype;
   const auto batches = MakeTokenBatches(10, 48, DeepNarrow().vocab, 17);
@@ -258,13 +256,8 @@ TEST(TrainerTiersTest, HfExportAndLoadGoThroughTheNvmeMaster) {
   const Outcome in_ram = TrainFiveSteps(BaseOptions());
   ASSERT_EQ(in_ram.losses.size(), 5u);
 
-  TrainerOptions o = BaseOptions();
-  const size_t state_bytes = StateBytes(o);
-  o.memory.enabled = true;
+  TrainerOptions o = TieredOptions(2);
   o.memory.master_on_nvme = true;
-  o.memory.budgets.pinned_ram = state_bytes + (size_t{4} << 20);
-  o.memory.budgets.ram = state_bytes / 2;
-  o.memory.budgets.nvme_bytes = 2 * state_bytes;
   const auto batches = MakeTokenBatches(10, 48, DeepNarrow().vocab, 17);
   {
     o.memory.budgets.nvme_dir = dir + "/first";
@@ -313,14 +306,9 @@ TEST(TrainerTiersTest, AReadFaultOnTheMasterArrayFailsTheStepNamingFileAndOffset
   ASSERT_TRUE(uring.ok()) << uring.status();
   tiers::FaultInjectingBlockIo faults(**uring);
 
-  TrainerOptions o = BaseOptions();
-  const size_t state_bytes = StateBytes(o);
-  o.memory.enabled = true;
+  TrainerOptions o = TieredOptions(2);
   o.memory.master_on_nvme = true;
-  o.memory.budgets.pinned_ram = state_bytes + (size_t{4} << 20);
-  o.memory.budgets.ram = state_bytes / 2;
   o.memory.budgets.nvme_dir = dir;
-  o.memory.budgets.nvme_bytes = 2 * state_bytes;
   o.memory.block_io_for_tests = &faults;
   const auto batches = MakeTokenBatches(10, 48, DeepNarrow().vocab, 17);
   auto device = MakeCpuDevice(size_t{32} << 20);
@@ -359,13 +347,8 @@ TEST(TrainerTiersTest, CheckpointAndResumeWithStateOnNvmeIsBitwiseIdentical) {
   const Outcome in_ram = TrainFiveSteps(BaseOptions());
   ASSERT_EQ(in_ram.losses.size(), 5u);
 
-  TrainerOptions o = BaseOptions();
-  const size_t state_bytes = StateBytes(o);
-  o.memory.enabled = true;
+  TrainerOptions o = TieredOptions(4);
   o.memory.states_on_nvme = true;
-  o.memory.budgets.pinned_ram = state_bytes + (size_t{4} << 20);
-  o.memory.budgets.ram = state_bytes / 4;
-  o.memory.budgets.nvme_bytes = 2 * state_bytes;
   const auto batches = MakeTokenBatches(10, 48, DeepNarrow().vocab, 17);
   std::string checkpoint;
   {
@@ -416,14 +399,9 @@ TEST(TrainerTiersTest, DiskFaultFailsTheStepNamingFileAndOffsetAndKeepsTheCheckp
   ASSERT_TRUE(uring.ok()) << uring.status();
   tiers::FaultInjectingBlockIo faults(**uring);
 
-  TrainerOptions o = BaseOptions();
-  const size_t state_bytes = StateBytes(o);
-  o.memory.enabled = true;
+  TrainerOptions o = TieredOptions(4);
   o.memory.states_on_nvme = true;
-  o.memory.budgets.pinned_ram = state_bytes + (size_t{4} << 20);
-  o.memory.budgets.ram = state_bytes / 4;
   o.memory.budgets.nvme_dir = dir + "/state";
-  o.memory.budgets.nvme_bytes = 2 * state_bytes;
   o.memory.block_io_for_tests = &faults;
   std::filesystem::create_directories(o.memory.budgets.nvme_dir);
   const auto batches = MakeTokenBatches(10, 48, DeepNarrow().vocab, 17);
