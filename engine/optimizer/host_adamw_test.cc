@@ -264,7 +264,9 @@ TEST(HostAdamwTest, DecayFlagMatters) {
 }
 
 TEST(HostAdamwTest, ResultsDoNotDependOnThreadCount) {
-  const size_t n = 3 * HostAdamw::kChunkElements + 12345;
+  // Long enough that each thread count cuts different blocks of several
+  // chunks, with segment edges inside blocks.
+  const size_t n = 41 * HostAdamw::kChunkElements + 12345;
   const std::vector<AdamwSegment> segments = {
       {0, 5, false},
       {5, HostAdamw::kChunkElements + 3, true},
