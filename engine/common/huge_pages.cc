@@ -1,9 +1,11 @@
-// AdviseHugePages: madvise(MADV_HUGEPAGE) on the huge-page-aligned interior of a range.
+// AdviseHugePages: madvise(MADV_HUGEPAGE) on the huge-page-aligned interior of a range;
+// AllocateStreamingArray: huge-page-aligned, advised allocation of big host arrays.
 #include "engine/common/huge_pages.h"
 
 #include <sys/mman.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -27,6 +29,15 @@ absl::Status AdviseHugePages(void* data, size_t bytes) {
                                                std::string(std::strerror(error))));
   }
   return absl::OkStatus();
+}
+
+void* AllocateStreamingArray(size_t bytes, size_t small_alignment) {
+  const size_t alignment = bytes >= kHugePageMinBytes ? kHugePageBytes : small_alignment;
+  const size_t rounded = bytes == 0 ? alignment : (bytes + alignment - 1) / alignment * alignment;
+  void* data = std::aligned_alloc(alignment, rounded);
+  // It is advice: memory that stays on small pages is still usable.
+  if (data != nullptr) AdviseHugePages(data, bytes).IgnoreError();
+  return data;
 }
 
 }  // namespace megatrain::engine

@@ -28,4 +28,11 @@ inline constexpr size_t kHugePageMinBytes = size_t{8} << 20;
 // mapped) leaves the memory usable on small pages, so callers may ignore it.
 absl::Status AdviseHugePages(void* data, size_t bytes);
 
+// The allocation every big host stream uses (optimizer state, pinned slabs):
+// std::aligned_alloc of bytes rounded up to the alignment, which is
+// kHugePageBytes from kHugePageMinBytes on (then advised with
+// AdviseHugePages before anything touches it) and small_alignment (a power
+// of two) below. Free with std::free. Returns nullptr when out of memory.
+void* AllocateStreamingArray(size_t bytes, size_t small_alignment);
+
 }  // namespace megatrain::engine

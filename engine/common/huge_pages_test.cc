@@ -1,11 +1,13 @@
 // Tests for AdviseHugePages: which pages get the advice (the "hg" VmFlag in
-// /proc/self/smaps), no-op edges, errors, and that the data is kept.
+// /proc/self/smaps), no-op edges, errors, and that the data is kept; and for
+// AllocateStreamingArray's alignment and advice by size.
 #include "engine/common/huge_pages.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -116,6 +118,28 @@ TEST(AdviseHugePagesTest, UnmappedRangeIsAnErrorNamingTheCall) {
   const absl::Status status = AdviseHugePages(At(a), 2 * kHugePageBytes);
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(status.message().find("MADV_HUGEPAGE"), std::string::npos) << status;
+}
+
+TEST(AllocateStreamingArrayTest, BigArraysStartOnAnAdvisedHugePage) {
+  const size_t bytes = kHugePageMinBytes + 12345;
+  void* data = AllocateStreamingArray(bytes, 64);
+  ASSERT_NE(data, nullptr);
+  const uintptr_t a = reinterpret_cast<uintptr_t>(data);
+  EXPECT_EQ(a % kHugePageBytes, 0u);
+  if (KernelHasThp()) EXPECT_TRUE(HasHugePageAdvice(a)) << VmFlagsAt(a);
+  std::memset(data, 0x5a, bytes);  // the whole requested size is usable
+  EXPECT_EQ(static_cast<unsigned char*>(data)[bytes - 1], 0x5a);
+  std::free(data);
+}
+
+TEST(AllocateStreamingArrayTest, SmallArraysUseTheSmallAlignment) {
+  for (size_t bytes : {size_t{0}, size_t{1}, size_t{4097}, kHugePageMinBytes - 1}) {
+    void* data = AllocateStreamingArray(bytes, 4096);
+    ASSERT_NE(data, nullptr) << bytes;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(data) % 4096, 0u) << bytes;
+    if (bytes > 0) std::memset(data, 1, bytes);
+    std::free(data);
+  }
 }
 
 }  // namespace

@@ -36,16 +36,13 @@ CpuPinnedPool::~CpuPinnedPool() { CheckNoLiveBuffers(); }
 
 absl::StatusOr<void*> CpuPinnedPool::AllocateRaw(size_t bytes) {
   // Big buffers (master and gradient slabs) start on a huge page so the
-  // optimizer's streaming passes run on 2 MiB pages (see huge_pages.h).
-  const size_t page = bytes >= kHugePageMinBytes ? kHugePageBytes : PageSize();
-  const size_t rounded = RoundUp(bytes, page);
-  void* data = std::aligned_alloc(page, rounded);
+  // optimizer's streaming passes run on 2 MiB pages (see huge_pages.h); the
+  // advice comes before mlock, the first touch.
+  void* data = AllocateStreamingArray(bytes, PageSize());
   if (data == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "device '", device_name_, "': host allocation of ", bytes, " pinned bytes failed"));
   }
-  // Advice must precede the first touch, which mlock is.
-  AdviseHugePages(data, bytes).IgnoreError();
   // Lock what was asked for (to whole small pages), not the alignment tail.
   const size_t locked = RoundUp(bytes, PageSize());
   if (mlock(data, locked) != 0) {

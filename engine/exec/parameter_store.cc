@@ -23,14 +23,11 @@ absl::StatusOr<ParameterStore::HostArray> ParameterStore::AllocateArray(Device& 
     array.pinned = std::move(*buffer);
   } else {
     // Big arrays (AdamW m and v) on huge pages: see engine/common/huge_pages.h.
-    const size_t align = bytes >= kHugePageMinBytes ? kHugePageBytes : 64;
-    const size_t rounded = (bytes + align - 1) / align * align;
-    float* p = static_cast<float*>(std::aligned_alloc(align, rounded == 0 ? align : rounded));
+    float* p = static_cast<float*>(AllocateStreamingArray(bytes, 64));
     if (p == nullptr) {
       return absl::ResourceExhaustedError(
           absl::StrCat("cannot allocate ", bytes, " bytes of host RAM"));
     }
-    AdviseHugePages(p, bytes).IgnoreError();  // before the memset below, the first touch
     array.pageable.reset(p);
   }
   if (bytes > 0) std::memset(array.data(), 0, bytes);

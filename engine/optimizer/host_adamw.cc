@@ -47,10 +47,10 @@ std::vector<Block> CutIntoBlocks(absl::Span<const AdamwSegment> segments, size_t
 }
 
 // Block length: the step split kBlocksPerThread ways per thread, rounded up to
-// whole chunks. On this VM (2 cores, 500M parameters, memory-bound) blocks of
-// tens of MiB per stream ran 8-10% faster than 64 KiB chunks handed out in
+// whole chunks. On this VM (2 cores, 100M-500M parameters, memory-bound)
+// blocks of MiBs per stream ran 3-10% faster than 64 KiB chunks handed out in
 // turn: each thread's streams stay sequential and the pool's lock is taken a
-// few times per step instead of ~30,000 (docs/benchmarks.md §5).
+// few dozen times per step instead of ~30,000 (docs/benchmarks.md §5).
 size_t BlockElements(absl::Span<const AdamwSegment> segments, size_t threads) {
   size_t total = 0;
   for (const AdamwSegment& segment : segments) total += segment.count;

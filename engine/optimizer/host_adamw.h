@@ -27,10 +27,11 @@ class HostAdamw {
   // Results never depend on it: the update is element-wise.
   static constexpr size_t kChunkElements = 16 * 1024;
   // Each pool thread gets about this many contiguous blocks of a step (fewer
-  // when the step is small). Few long blocks keep each thread's seven
-  // streams sequential in memory; a handful rather than one per thread lets
-  // a thread that was descheduled hand its share to the others.
-  static constexpr size_t kBlocksPerThread = 4;
+  // when the step is small). Long blocks keep each thread's seven streams
+  // sequential in memory; sixteen rather than one per thread let a thread
+  // that was descheduled hand its share to the others, so the step's tail
+  // is at most ~1/32 of it on two threads.
+  static constexpr size_t kBlocksPerThread = 16;
 
   // pool is not owned and may be null (then Step runs on the calling thread).
   // isa must be supported by this CPU (CHECKed); tests pick it, production
