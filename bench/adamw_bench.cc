@@ -43,23 +43,20 @@ struct FreeDeleter {
 template <typename T>
 using AlignedArray = std::unique_ptr<T[], FreeDeleter>;
 
-// Huge-page aligned so that with huge_pages every byte can sit on 2 MiB pages;
-// the advice comes before the first touch (the fill in RunSize).
+// With huge_pages, the store's own allocation (AllocateStreamingArray: 2 MiB
+// aligned and advised before the first touch, the fill in RunSize); without,
+// the same alignment on 4 KiB pages.
 template <typename T>
 AlignedArray<T> Allocate(size_t n, bool huge_pages) {
-  const size_t bytes = (n * sizeof(T) + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
-  T* p = static_cast<T*>(std::aligned_alloc(kHugePageBytes, bytes));
+  const size_t bytes = n * sizeof(T);
+  void* p = huge_pages ? AllocateStreamingArray(bytes, 64)
+                       : std::aligned_alloc(kHugePageBytes, (bytes + kHugePageBytes - 1) /
+                                                                kHugePageBytes * kHugePageBytes);
   if (p == nullptr) {
     std::fprintf(stderr, "adamw_bench: cannot allocate %zu bytes\n", bytes);
     std::exit(1);
   }
-  if (huge_pages) {
-    const absl::Status advised = AdviseHugePages(p, bytes);
-    if (!advised.ok()) {
-      std::fprintf(stderr, "adamw_bench: %s\n", std::string(advised.message()).c_str());
-    }
-  }
-  return AlignedArray<T>(p);
+  return AlignedArray<T>(static_cast<T*>(p));
 }
 
 // AnonHugePages of /proc/self/smaps_rollup in MiB: how much really got huge pages.
