@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "engine/data/tokenize_version.h"
 #include "engine/device/device_factory.h"
 #include "nlohmann/json.hpp"
 #include "server/job_lineage.h"
@@ -149,7 +150,8 @@ absl::StatusOr<JobTokens> TextJobEngine::TokenizeText(const std::string& job_id,
   request.tokenizer = job.options.tokenizer;
   request.text_paths = job.options.text_paths;
   request.tokens_dir = JobTokensDir(options_.state_dir, job_id, job);
-  request.key = TokenFileKey(inputs);
+  request.key = TokenFileKey(engine::kTokenizeOutputVersion, inputs);
+  request.output_version = engine::kTokenizeOutputVersion;
   request.model_vocab_size = job.model.vocab_size;
   observer.OnLine(absl::StrCat("tokenizing with ", request.tokenizer, " into ", request.tokens_dir,
                                "/", request.key, " (reused when present)"),

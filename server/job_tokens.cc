@@ -22,6 +22,7 @@ struct ToolReport {
   uint64_t tokens = 0;
   int vocab_size = 0;
   std::string format;
+  int output_version = 0;  // 0: a tool from before the field existed
 };
 
 absl::StatusOr<ToolReport> ParseReport(const std::string& text, const std::string& source) {
@@ -36,6 +37,9 @@ absl::StatusOr<ToolReport> ParseReport(const std::string& text, const std::strin
                     j["format"].get<std::string>()};
   if (report.format != "u16" && report.format != "u32") {
     return absl::InternalError(absl::StrCat(source, ": unknown format '", report.format, "'"));
+  }
+  if (j.contains("output_version") && j["output_version"].is_number_integer()) {
+    report.output_version = j["output_version"].get<int>();
   }
   return report;
 }
@@ -85,8 +89,10 @@ std::string DefaultTokenizeBinary() {
   return (self.parent_path() / "megatrain_tokenize").string();
 }
 
-std::string TokenFileKey(const std::vector<provenance::InputFile>& inputs) {
+std::string TokenFileKey(int tokenize_output_version,
+                         const std::vector<provenance::InputFile>& inputs) {
   provenance::Sha256 hasher;
+  hasher.Update(absl::StrCat("megatrain_tokenize output ", tokenize_output_version, "\n"));
   for (const char* role : {provenance::kRoleTokenizer, provenance::kRoleData}) {
     for (const provenance::InputFile& f : inputs) {
       if (f.role == role) hasher.Update(absl::StrCat(role, " ", f.sha256_hex, "\n"));
@@ -137,6 +143,13 @@ absl::StatusOr<JobTokens> PrepareJobTokens(const JobTokensRequest& request,
     const std::string line = Trimmed(child->out);
     report = ParseReport(line, request.tokenize_binary);
     if (!report.ok()) return report.status();
+    if (report->output_version != request.output_version) {
+      std::filesystem::remove(part, ec);
+      return absl::InternalError(absl::StrCat(
+          "tokenize_binary '", request.tokenize_binary, "' writes output version ",
+          report->output_version, " but this daemon expects ", request.output_version,
+          ": install megatraind and megatrain_tokenize from the same build"));
+    }
     const std::string path = stem + "." + report->format;
     if (std::rename(part.c_str(), path.c_str()) != 0) {
       return absl::PermissionDeniedError(

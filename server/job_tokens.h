@@ -16,10 +16,12 @@ namespace megatrain::server {
 // megatrain_tokenize beside the running executable (/proc/self/exe's directory).
 std::string DefaultTokenizeBinary();
 
-// Lower-case hex SHA-256 naming a token file: over the tokenizer inputs' hashes, then the data
-// inputs' hashes in order (other roles ignored). Same inputs, same name; any byte changed or
-// the order changed, another name.
-std::string TokenFileKey(const std::vector<provenance::InputFile>& inputs);
+// Lower-case hex SHA-256 naming a token file: over the tokenizer's output version
+// (engine::kTokenizeOutputVersion in production), the tokenizer inputs' hashes, then the data
+// inputs' hashes in order (other roles ignored). Same tool version and inputs, same name; any
+// byte changed, the order changed or another output version, another name.
+std::string TokenFileKey(int tokenize_output_version,
+                         const std::vector<provenance::InputFile>& inputs);
 
 struct JobTokensRequest {
   std::string tokenize_binary;          // path of megatrain_tokenize
@@ -27,6 +29,7 @@ struct JobTokensRequest {
   std::vector<std::string> text_paths;  // as the job lists them (files or directories)
   std::string tokens_dir;               // created when missing
   std::string key;                      // TokenFileKey of the job's inputs
+  int output_version = 0;               // the version `key` was made with; the tool must report it
   int model_vocab_size = 0;             // the tokenizer's vocabulary must fit in it
 };
 
@@ -43,8 +46,9 @@ struct JobTokens {
 // runs the tool (RunChildProcess: CANCELLED once `should_stop` says so, the child killed) into
 // <key>.part, renames it to <key>.<format> and writes <key>.json. Errors: the tool's stderr on
 // its exit 1 (INVALID_ARGUMENT starting "data.tokenizer"), FAILED_PRECONDITION when it cannot
-// run, INTERNAL for a usage error or a crash, INVALID_ARGUMENT naming both vocab sizes when the
-// tokenizer's vocabulary exceeds the model's.
+// run, INTERNAL for a usage error or a crash, or when the tool reports another output_version
+// than the request's (a daemon and a megatrain_tokenize from different installs), nothing kept;
+// INVALID_ARGUMENT naming both vocab sizes when the tokenizer's vocabulary exceeds the model's.
 absl::StatusOr<JobTokens> PrepareJobTokens(const JobTokensRequest& request,
                                            const std::function<bool()>& should_stop);
 

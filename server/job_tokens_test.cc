@@ -12,7 +12,9 @@
 
 #include "engine/data/text_corpus.h"
 #include "engine/data/text_tokenizer.h"
+#include "absl/strings/str_cat.h"
 #include "engine/data/token_file.h"
+#include "engine/data/tokenize_version.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -42,7 +44,9 @@ class JobTokensTest : public ::testing::Test {
     request_.text_paths = {corpus_};
     request_.tokens_dir = Tmp(
         std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "/tokens");
-    request_.key = TokenFileKey({{provenance::kRoleData, corpus_, std::string(64, 'a'), 1}});
+    request_.output_version = engine::kTokenizeOutputVersion;
+    request_.key = TokenFileKey(request_.output_version,
+                                {{provenance::kRoleData, corpus_, std::string(64, 'a'), 1}});
     request_.model_vocab_size = 256;
   }
   std::string corpus_;
@@ -101,6 +105,19 @@ TEST_F(JobTokensTest, ToolFailureBecomesTheReason) {
   EXPECT_THAT(r.status().message(), HasSubstr("missing.model"));
 }
 
+TEST_F(JobTokensTest, ToolOfAnotherOutputVersionIsRefusedAndNothingIsKept) {
+  request_.output_version = engine::kTokenizeOutputVersion + 1;
+  absl::StatusOr<JobTokens> r = PrepareJobTokens(request_, [] { return false; });
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInternal) << r.status();
+  EXPECT_THAT(r.status().message(),
+              HasSubstr(absl::StrCat("writes output version ", engine::kTokenizeOutputVersion,
+                                     " but this daemon expects ", request_.output_version)));
+  for (const char* suffix : {".json", ".u16", ".u32", ".part"}) {
+    EXPECT_FALSE(std::filesystem::exists(request_.tokens_dir + "/" + request_.key + suffix))
+        << suffix;
+  }
+}
+
 TEST_F(JobTokensTest, VocabularyLargerThanTheModelsNamesBoth) {
   request_.model_vocab_size = 173;
   absl::StatusOr<JobTokens> r = PrepareJobTokens(request_, [] { return false; });
@@ -130,22 +147,24 @@ TEST_F(JobTokensTest, JobLinkFollowsTheNewestTokenFile) {
   EXPECT_FALSE(std::filesystem::exists(*link + ".tmp"));
 }
 
-TEST(TokenFileKeyTest, HashesOfTokenizerAndDataInOrder) {
+TEST(TokenFileKeyTest, HashesOfToolVersionTokenizerAndDataInOrder) {
   using provenance::InputFile;
   const InputFile tok{provenance::kRoleTokenizer, "/t.model", std::string(64, '1'), 5};
   const InputFile a{provenance::kRoleData, "/a.txt", std::string(64, '2'), 7};
   const InputFile b{provenance::kRoleData, "/b.txt", std::string(64, '3'), 9};
   const InputFile base{provenance::kRoleBaseModel, "/m/w.safetensors", std::string(64, '4'), 3};
-  const std::string key = TokenFileKey({tok, a, b});
+  const std::string key = TokenFileKey(1, {tok, a, b});
   EXPECT_EQ(key.size(), 64u);
-  EXPECT_EQ(TokenFileKey({a, tok, b, base}), key);  // tokenizer first; other roles ignored
-  EXPECT_NE(TokenFileKey({tok, b, a}), key);        // the data order is the token order
+  EXPECT_EQ(TokenFileKey(1, {a, tok, b, base}), key);  // tokenizer first; other roles ignored
+  EXPECT_NE(TokenFileKey(1, {tok, b, a}), key);        // the data order is the token order
   InputFile moved = a;
   moved.path = "/elsewhere/a.txt";  // same bytes elsewhere: same tokens
-  EXPECT_EQ(TokenFileKey({tok, moved, b}), key);
+  EXPECT_EQ(TokenFileKey(1, {tok, moved, b}), key);
   InputFile changed = a;
   changed.sha256_hex = std::string(64, '5');
-  EXPECT_NE(TokenFileKey({tok, changed, b}), key);
+  EXPECT_NE(TokenFileKey(1, {tok, changed, b}), key);
+  // A tokenizer tool that writes other tokens for the same inputs must not reuse old files.
+  EXPECT_NE(TokenFileKey(2, {tok, a, b}), key);
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
 // end-of-document id). A separate process so the daemon never loads
 // SentencePiece, whose bundled protobuf clashes with the system one.
 // Prints one JSON line {tokens, documents, vocab_size, end_of_document,
-// format, out}. Exit: 0 written, 1 failed (reason on stderr), 2 usage.
+// format, out, output_version}. Exit: 0 written, 1 failed (reason on stderr), 2 usage.
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/data/text_corpus.h"
 #include "engine/data/text_tokenizer.h"
+#include "engine/data/tokenize_version.h"
 
 ABSL_FLAG(std::string, tokenizer, "bytes", "\"bytes\" or the path of a SentencePiece .model.");
 ABSL_FLAG(std::string, out, "", "Output token file (written to <out>.tmp, then renamed).");
@@ -77,9 +78,11 @@ int Run(const std::vector<std::string>& inputs) {
     return 1;
   }
   std::printf("%s\n", absl::StrFormat(R"({"tokens": %d, "documents": %d, "vocab_size": %d, )"
-                                      R"("end_of_document": %d, "format": "%s", "out": "%s"})",
+                                      R"("end_of_document": %d, "format": "%s", "out": "%s", )"
+                                      R"("output_version": %d})",
                                       tokens->size(), documents->size(), vocab,
-                                      (*tokenizer)->end_of_document(), u16 ? "u16" : "u32", out)
+                                      (*tokenizer)->end_of_document(), u16 ? "u16" : "u32", out,
+                                      kTokenizeOutputVersion)
                           .c_str());
   return 0;
 }
