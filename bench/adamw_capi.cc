@@ -4,7 +4,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
-#include <memory>
 
 #include "absl/types/span.h"
 #include "engine/common/huge_pages.h"
