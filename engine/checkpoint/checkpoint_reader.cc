@@ -149,12 +149,19 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Trainer&
   // Per entry, the m and v copies, their dest an element offset in the entry.
   std::vector<std::array<std::vector<Copy>, 2>> state_plan(layout.num_entries());
   size_t layout_tensors = 0;
-  // A master on the NVMe tier is read into the entry's gradient slab (free
-  // between steps), then written through the store with m and v below.
-  const auto master_dest = [&store](int e) {
-    const EntryBuffers b = store.entry(e);
-    return b.master != nullptr ? b.master : b.grad;
-  };
+  // A master on the NVMe tier is read into RAM scratch of the entry's size
+  // (ParameterStore::MasterScratch, or a buffer of its own), then written
+  // through the store with m and v below.
+  std::vector<std::vector<float>> own_scratch(layout.num_entries());
+  std::vector<float*> master_dests(layout.num_entries());
+  for (int e = 0; e < layout.num_entries(); ++e) {
+    master_dests[e] = store.MasterScratch(e);
+    if (master_dests[e] == nullptr) {
+      own_scratch[e].resize(store.spec(e).elements);
+      master_dests[e] = own_scratch[e].data();
+    }
+  }
+  const auto master_dest = [&master_dests](int e) { return master_dests[e]; };
   for (int e = 0; e < layout.num_entries(); ++e) {
     float* const master = master_dest(e);
     for (const TensorSlot& slot : layout.entries()[e].tensors) {
@@ -231,9 +238,10 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Trainer&
       return s;
     }
     if (store.master_on_nvme()) {
-      float* const slab = store.entry(e).grad;
-      if (absl::Status s = store.WriteMaster(e, slab); !s.ok()) return s;
-      std::fill(slab, slab + n, 0.0f);
+      float* const scratch = master_dest(e);
+      if (absl::Status s = store.WriteMaster(e, scratch); !s.ok()) return s;
+      if (scratch == store.entry(e).grad) std::fill(scratch, scratch + n, 0.0f);
+      own_scratch[e] = {};
     }
   }
   if (absl::Status s = store.Flush(); !s.ok()) return s;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/common/huge_pages.h"
+#include "engine/optimizer/grad_norm.h"
 #include "kernels/common/bf16.h"
 
 namespace megatrain::engine {
@@ -50,9 +51,27 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
         "master_on_nvme needs a compute copy (compute_copy_bf16 or compute_copy_fp32): the "
         "weights stream from it, never from the NVMe tier");
   }
+  constexpr size_t kChunkQuantum = kGradNormChunkElements * sizeof(float);
+  if (placement.nvme_chunk_bytes == 0 || placement.nvme_chunk_bytes % kChunkQuantum != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nvme_chunk_bytes=", placement.nvme_chunk_bytes,
+                     " must be a positive multiple of ", kChunkQuantum, " (256 KiB)"));
+  }
   ParameterStore store;
   store.specs_ = std::move(entries);
   store.placement_ = placement;
+  std::vector<size_t> entry_elements;
+  for (const EntrySpec& s : store.specs_) entry_elements.push_back(s.elements);
+  const size_t chunk_elements = placement.nvme_chunk_bytes / sizeof(float);
+  store.chunks_ = EntryChunks(entry_elements, chunk_elements);
+  std::vector<bool> grad_in_ram(store.specs_.size(), !placement.grad_on_nvme);
+  for (int e : placement.grad_ram_entries) {
+    if (e < 0 || e >= static_cast<int>(store.specs_.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("grad_ram_entries names entry ", e,
+                                                     " of ", store.specs_.size()));
+    }
+    grad_in_ram[e] = true;
+  }
   for (size_t i = 0; i < store.specs_.size(); ++i) {
     const size_t n = store.specs_[i].elements;
     struct Wanted {
@@ -60,7 +79,12 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
       bool pinned;
       const char* kind;
     };
-    std::vector<Wanted> wanted = {{&store.grad_, placement.grad_pinned, "gradient"}};
+    std::vector<Wanted> wanted;
+    if (grad_in_ram[i]) {
+      wanted.push_back({&store.grad_, placement.grad_pinned, "gradient"});
+    } else {
+      store.grad_.emplace_back();  // on NVMe
+    }
     if (!placement.master_on_nvme) {
       wanted.push_back({&store.master_, placement.master_pinned, "master"});
     }
@@ -88,26 +112,39 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
       w.list->push_back(std::move(*array));
     }
   }
+  if (!placement.states_on_nvme && !placement.grad_on_nvme) return store;
+  tiers::BlockIo* io = placement.block_io;
+  if (io == nullptr) {
+    absl::StatusOr<std::unique_ptr<tiers::UringBlockIo>> own = tiers::UringBlockIo::Create();
+    if (!own.ok()) return own.status();
+    store.io_ = std::move(*own);
+    io = store.io_.get();
+  }
+  tiers::NvmeStateStoreOptions options;
+  options.dir = placement.nvme_dir;
+  options.read_ahead = placement.read_ahead;
+  options.max_writes_in_flight = placement.max_writes_in_flight;
+  options.request_bytes = placement.nvme_request_bytes;
   if (placement.states_on_nvme) {
-    tiers::BlockIo* io = placement.block_io;
-    if (io == nullptr) {
-      absl::StatusOr<std::unique_ptr<tiers::UringBlockIo>> own = tiers::UringBlockIo::Create();
-      if (!own.ok()) return own.status();
-      store.io_ = std::move(*own);
-      io = store.io_.get();
-    }
-    tiers::NvmeStateStoreOptions options;
-    options.dir = placement.nvme_dir;
     options.arrays_per_entry = placement.master_on_nvme ? 3 : 2;
-    options.read_ahead = placement.read_ahead;
-    options.max_writes_in_flight = placement.max_writes_in_flight;
-    options.request_bytes = placement.nvme_request_bytes;
-    std::vector<size_t> elements;
-    for (const EntrySpec& s : store.specs_) elements.push_back(s.elements);
     absl::StatusOr<std::unique_ptr<tiers::NvmeStateStore>> state =
-        tiers::NvmeStateStore::Create(*io, options, std::move(elements));
+        tiers::NvmeStateStore::Create(*io, options, store.chunks_.unit_elements());
     if (!state.ok()) return state.status();
     store.state_store_ = std::move(*state);
+  }
+  if (placement.grad_on_nvme) {
+    // Entries whose gradient stays in RAM take no space in the file.
+    std::vector<size_t> on_file = entry_elements;
+    for (size_t e = 0; e < on_file.size(); ++e) {
+      if (grad_in_ram[e]) on_file[e] = 0;
+    }
+    options.file_name = "gradients.bin";
+    std::vector<bool> on_nvme(grad_in_ram.size());
+    for (size_t e = 0; e < on_nvme.size(); ++e) on_nvme[e] = !grad_in_ram[e];
+    absl::StatusOr<std::unique_ptr<NvmeGradients>> grads = NvmeGradients::Create(
+        *io, options, EntryChunks(on_file, chunk_elements), std::move(on_nvme));
+    if (!grads.ok()) return grads.status();
+    store.nvme_gradients_ = std::move(*grads);
   }
   return store;
 }
@@ -135,61 +172,88 @@ size_t ParameterStore::total_elements() const {
 }
 
 absl::Status ParameterStore::ReadOptimizerState(int e, float* m, float* v) const {
-  const size_t bytes = specs_[e].elements * sizeof(float);
   if (state_store_ == nullptr) {
+    const size_t bytes = specs_[e].elements * sizeof(float);
     std::memcpy(m, m_[e].data(), bytes);
     std::memcpy(v, v_[e].data(), bytes);
     return absl::OkStatus();
   }
-  absl::StatusOr<tiers::StagedEntry> staged = state_store_->Acquire(e);
-  if (!staged.ok()) return staged.status();
-  std::memcpy(m, staged->array(0), bytes);
-  std::memcpy(v, staged->array(1), bytes);
-  return state_store_->Release(e, /*dirty=*/false);
+  return ForEachStagedChunk(e, /*dirty=*/false, [&](const EntryChunk& c, const tiers::StagedEntry& s) {
+    std::memcpy(m + c.first, s.array(0), c.count * sizeof(float));
+    std::memcpy(v + c.first, s.array(1), c.count * sizeof(float));
+  });
 }
 
 absl::Status ParameterStore::WriteOptimizerState(int e, const float* m, const float* v) {
-  const size_t bytes = specs_[e].elements * sizeof(float);
   if (state_store_ == nullptr) {
+    const size_t bytes = specs_[e].elements * sizeof(float);
     std::memcpy(m_[e].data(), m, bytes);
     std::memcpy(v_[e].data(), v, bytes);
     return absl::OkStatus();
   }
-  absl::StatusOr<tiers::StagedEntry> staged = state_store_->Acquire(e);
-  if (!staged.ok()) return staged.status();
-  std::memcpy(staged->array(0), m, bytes);
-  std::memcpy(staged->array(1), v, bytes);
-  return state_store_->Release(e, /*dirty=*/true);
+  // The master streams in the same records: read, change m and v, write back.
+  return ForEachStagedChunk(e, /*dirty=*/true, [&](const EntryChunk& c, const tiers::StagedEntry& s) {
+    std::memcpy(s.array(0), m + c.first, c.count * sizeof(float));
+    std::memcpy(s.array(1), v + c.first, c.count * sizeof(float));
+  });
 }
 
 absl::Status ParameterStore::ReadMaster(int e, float* master) const {
-  const size_t bytes = specs_[e].elements * sizeof(float);
   if (!placement_.master_on_nvme) {
-    std::memcpy(master, master_[e].data(), bytes);
+    std::memcpy(master, master_[e].data(), specs_[e].elements * sizeof(float));
     return absl::OkStatus();
   }
-  absl::StatusOr<tiers::StagedEntry> staged = state_store_->Acquire(e);
-  if (!staged.ok()) return staged.status();
-  std::memcpy(master, staged->array(kMasterArray), bytes);
-  return state_store_->Release(e, /*dirty=*/false);
+  return ForEachStagedChunk(e, /*dirty=*/false, [&](const EntryChunk& c, const tiers::StagedEntry& s) {
+    std::memcpy(master + c.first, s.array(kMasterArray), c.count * sizeof(float));
+  });
 }
 
 absl::Status ParameterStore::WriteMaster(int e, const float* master) {
-  const size_t bytes = specs_[e].elements * sizeof(float);
   if (!placement_.master_on_nvme) {
-    std::memcpy(master_[e].data(), master, bytes);
+    std::memcpy(master_[e].data(), master, specs_[e].elements * sizeof(float));
     WriteComputeCopy(e, master);
     return absl::OkStatus();
   }
-  absl::StatusOr<tiers::StagedEntry> staged = state_store_->Acquire(e);
-  if (!staged.ok()) return staged.status();
-  std::memcpy(staged->array(kMasterArray), master, bytes);
+  absl::Status s = ForEachStagedChunk(e, /*dirty=*/true, [&](const EntryChunk& c, const tiers::StagedEntry& st) {
+    std::memcpy(st.array(kMasterArray), master + c.first, c.count * sizeof(float));
+  });
   WriteComputeCopy(e, master);
-  return state_store_->Release(e, /*dirty=*/true);
+  return s;
+}
+
+template <typename Fn>
+absl::Status ParameterStore::ForEachStagedChunk(int e, bool dirty, Fn fn) const {
+  for (int k = 0; k < chunks_.num_chunks(e); ++k) {
+    const EntryChunk c = chunks_.chunk(e, k);
+    absl::StatusOr<tiers::StagedEntry> staged = state_store_->Acquire(c.unit);
+    if (!staged.ok()) return staged.status();
+    fn(c, *staged);
+    if (absl::Status s = state_store_->Release(c.unit, dirty); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+double ParameterStore::GradSumOfSquares(int e, ThreadPool* pool) const {
+  if (grad_on_nvme(e)) return nvme_gradients_->SumOfSquares(e);
+  return engine::GradSumOfSquares(absl::MakeConstSpan(grad_[e].data(), specs_[e].elements), pool);
+}
+
+absl::Status ParameterStore::ReadGradient(int e, float* out) const {
+  if (grad_on_nvme(e)) return nvme_gradients_->Read(e, out);
+  std::memcpy(out, grad_[e].data(), specs_[e].elements * sizeof(float));
+  return absl::OkStatus();
+}
+
+float* ParameterStore::MasterScratch(int e) const {
+  const EntryBuffers b = entry(e);
+  if (b.master != nullptr) return b.master;
+  if (b.compute_fp32 != nullptr) return b.compute_fp32;
+  return b.grad;
 }
 
 void ParameterStore::WriteComputeCopy(int e, const float* master) {
   if (compute_.empty()) return;
+  if (compute_[e].data() == master) return;  // assembled in place (MasterScratch)
   const size_t n = specs_[e].elements;
   if (placement_.compute_copy_fp32) {
     std::memcpy(compute_[e].data(), master, n * sizeof(float));
@@ -212,9 +276,11 @@ absl::Status ParameterStore::Flush() {
 
 size_t ParameterStore::pageable_ram_bytes() const {
   size_t bytes = state_store_ != nullptr ? state_store_->staging_bytes() : 0;
+  if (nvme_gradients_ != nullptr) bytes += nvme_gradients_->staging_bytes();
   for (const std::vector<HostArray>* list : {&master_, &grad_, &m_, &v_}) {
     for (size_t e = 0; e < list->size(); ++e) {
-      if ((*list)[e].pinned.empty()) bytes += specs_[e].elements * sizeof(float);
+      const HostArray& a = (*list)[e];
+      if (a.pinned.empty() && a.pageable != nullptr) bytes += specs_[e].elements * sizeof(float);
     }
   }
   return bytes;

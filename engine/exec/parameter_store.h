@@ -15,6 +15,8 @@
 
 #include "absl/status/statusor.h"
 #include "engine/device/device.h"
+#include "engine/exec/entry_chunks.h"
+#include "engine/exec/nvme_gradients.h"
 #include "engine/optimizer/host_adamw.h"
 #include "engine/tiers/nvme_state_store.h"
 #include "engine/tiers/uring_block_io.h"
@@ -30,7 +32,7 @@ struct EntryBuffers {
   float* master = nullptr;  // null when the master lives on NVMe (ReadMaster/WriteMaster)
   float* m = nullptr;       // null when the optimizer state lives on NVMe
   float* v = nullptr;
-  float* grad = nullptr;
+  float* grad = nullptr;     // null when the gradient lives on NVMe (NvmeGradients)
   uint16_t* compute_bf16 = nullptr;  // bf16 bits of the master; null when the master is it
   float* compute_fp32 = nullptr;     // a copy of the master (CPU device, master on NVMe)
   size_t elements = 0;
@@ -53,7 +55,18 @@ struct StorePlacement {
   // The master streams with m and v (3 arrays per entry of the NVMe file).
   // Needs states_on_nvme and a compute copy (bf16 or fp32).
   bool master_on_nvme = false;
-  std::string nvme_dir;  // with states_on_nvme
+  // The fp32 gradients in an NVMe file too (written by backward's copy-out,
+  // read back by the optimizer), but for grad_ram_entries (the embedding,
+  // whose gradient is a scatter-add of rows on the host).
+  bool grad_on_nvme = false;
+  std::vector<int> grad_ram_entries;
+  // NVMe traffic and the host optimizer work in chunks of this many bytes per
+  // array, so staging is a few chunks whatever the largest entry. A positive
+  // multiple of 256 KiB (the gradient norm's 64 Ki-element chunk). Results
+  // never depend on it.
+  size_t nvme_chunk_bytes = kDefaultNvmeChunkBytes;
+  static constexpr size_t kDefaultNvmeChunkBytes = size_t{64} << 20;
+  std::string nvme_dir;  // with states_on_nvme or grad_on_nvme
   int read_ahead = 2;    // entries of m/v (and master) read ahead of the one being updated
   int max_writes_in_flight = 2;
   size_t nvme_request_bytes = tiers::kDefaultBlockBytes;  // I/O request size of the NVMe file
@@ -84,6 +97,20 @@ class ParameterStore {
   tiers::NvmeStateStore* state_store() const { return state_store_.get(); }
   static constexpr int kMasterArray = 2;
   bool master_on_nvme() const { return placement_.master_on_nvme; }
+  // How entries are cut into the chunks the NVMe state file and the optimizer
+  // pass work in: state_store() unit chunks().chunk(e, c).unit.
+  const EntryChunks& chunks() const { return chunks_; }
+
+  // The NVMe-resident gradients, or null when every gradient is in RAM.
+  NvmeGradients* nvme_gradients() const { return nvme_gradients_.get(); }
+  bool grad_on_nvme(int entry) const {
+    return nvme_gradients_ != nullptr && nvme_gradients_->on_nvme(entry);
+  }
+  // Sum of squares of the entry's accumulated gradient wherever it lives
+  // (grad_norm.h's scheme, the same bits).
+  double GradSumOfSquares(int entry, ThreadPool* pool) const;
+  // The entry's gradient wherever it lives; not during a step.
+  absl::Status ReadGradient(int entry, float* out) const;
 
   // m and v of one entry wherever they live; not during an optimizer pass.
   absl::Status ReadOptimizerState(int entry, float* m, float* v) const;
@@ -93,6 +120,13 @@ class ParameterStore {
   // compute copy, so after it nothing needs RefreshComputeCopy.
   absl::Status ReadMaster(int entry, float* master) const;
   absl::Status WriteMaster(int entry, const float* master);
+  // A RAM buffer of entry e's size where a master may be assembled before
+  // WriteMaster(e, it) (init, Hugging Face and checkpoint loads): the master
+  // itself when in RAM, else the fp32 compute copy (WriteMaster rewrites it
+  // with the same values), else the gradient slab (free between steps; the
+  // caller zeroes it after), else null (a bf16 copy and the gradient on NVMe:
+  // the caller brings its own buffer).
+  float* MasterScratch(int entry) const;
   // Rewrites the compute copy of every entry from its RAM master (after the
   // masters were written in place, outside the optimizer); nothing without a
   // compute copy or with the master on NVMe (WriteMaster keeps that current).
@@ -117,6 +151,10 @@ class ParameterStore {
   };
   ParameterStore() = default;
   static absl::StatusOr<HostArray> AllocateArray(Device& device, size_t elements, bool pinned);
+  // Acquires each chunk of entry e from the state file, calls fn(chunk,
+  // staged), releases it (written back when dirty).
+  template <typename Fn>
+  absl::Status ForEachStagedChunk(int e, bool dirty, Fn fn) const;
   // Writes the compute copy of one entry (if any) from `master`, its new values.
   void WriteComputeCopy(int entry, const float* master);
 
@@ -126,6 +164,8 @@ class ParameterStore {
   std::vector<HostArray> compute_;  // bf16 pairs in float-sized storage, or fp32, when enabled
   std::unique_ptr<tiers::UringBlockIo> io_;
   std::unique_ptr<tiers::NvmeStateStore> state_store_;
+  EntryChunks chunks_;
+  std::unique_ptr<NvmeGradients> nvme_gradients_;
 };
 
 }  // namespace megatrain::engine

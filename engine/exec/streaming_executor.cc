@@ -11,6 +11,7 @@
 #include "engine/exec/cuda_stage_backend.h"
 #include "engine/exec/fragment_plan.h"
 #include "engine/exec/host_embedding.h"
+#include "engine/exec/nvme_gradient_offload.h"
 #include "engine/exec/weight_slot_policy.h"
 
 namespace megatrain::engine {
@@ -971,7 +972,12 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
         if (training && op.layer >= 0) {
           s.traffic.copy_out_bytes += static_cast<double>(count * sizeof(float));
         }
-        if (!contributed[e]) {
+        if (s.store.grad_on_nvme(e)) {
+          EnqueueNvmeGradientOffload(*s.copy_out, *s.store.nvme_gradients(), e, src,
+                                     !contributed[e], s.gradient_staging.data_as<float>(),
+                                     std::min(count, kGradientStagingFloats), out_tag);
+          contributed[e] = true;
+        } else if (!contributed[e]) {
           s.copy_out->CopyDeviceToHost(s.store.entry(e).grad, src, count * sizeof(float), out_tag);
           contributed[e] = true;
         } else {

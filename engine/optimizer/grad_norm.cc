@@ -86,14 +86,14 @@ double ChunkSum(SimdIsa isa, const float* x, size_t count) {
 
 }  // namespace
 
-double GradSumOfSquares(absl::Span<const float> grad, ThreadPool* pool, SimdIsa isa) {
+void GradChunkSumsOfSquares(absl::Span<const float> grad, ThreadPool* pool, double* partials,
+                            SimdIsa isa) {
   if (!SimdIsaSupported(isa)) {
     std::fprintf(stderr, "GradSumOfSquares: SIMD instruction set %d not supported\n",
                  static_cast<int>(isa));
     std::abort();
   }
   const size_t n_chunks = (grad.size() + kGradNormChunkElements - 1) / kGradNormChunkElements;
-  std::vector<double> partials(n_chunks, 0.0);
   auto run_chunk = [&](size_t c) {
     const size_t begin = c * kGradNormChunkElements;
     const size_t count = std::min(kGradNormChunkElements, grad.size() - begin);
@@ -104,9 +104,19 @@ double GradSumOfSquares(absl::Span<const float> grad, ThreadPool* pool, SimdIsa 
   } else {
     pool->ParallelFor(n_chunks, run_chunk);
   }
+}
+
+double SumPartials(absl::Span<const double> partials) {
   double sum = 0.0;
   for (double partial : partials) sum += partial;
   return sum;
+}
+
+double GradSumOfSquares(absl::Span<const float> grad, ThreadPool* pool, SimdIsa isa) {
+  std::vector<double> partials((grad.size() + kGradNormChunkElements - 1) /
+                               kGradNormChunkElements);
+  GradChunkSumsOfSquares(grad, pool, partials.data(), isa);
+  return SumPartials(partials);
 }
 
 double GlobalGradNorm(absl::Span<const double> per_layer_sum_of_squares) {

@@ -30,6 +30,15 @@ inline constexpr size_t kGradNormLanes = 16;
 double GradSumOfSquares(absl::Span<const float> grad, ThreadPool* pool,
                         SimdIsa isa = BestSupportedSimdIsa());
 
+// The chunk sums of steps 1-3 of the scheme for grad's chunks, written to
+// partials[0 .. ceil(size / kGradNormChunkElements)). A buffer streamed in
+// pieces that start at multiples of kGradNormChunkElements gets, piece by
+// piece, exactly the partials of the whole buffer; SumPartials (step 4) then
+// gives GradSumOfSquares' bits.
+void GradChunkSumsOfSquares(absl::Span<const float> grad, ThreadPool* pool, double* partials,
+                            SimdIsa isa = BestSupportedSimdIsa());
+double SumPartials(absl::Span<const double> partials);
+
 // sqrt of the per-layer sums of squares added in layer order.
 double GlobalGradNorm(absl::Span<const double> per_layer_sum_of_squares);
 

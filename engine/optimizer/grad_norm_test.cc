@@ -81,6 +81,22 @@ TEST(GradNormTest, MatchesLongDoubleReference) {
   EXPECT_LE(std::fabs(static_cast<long double>(GradSumOfSquares(ones, &pool)) - ref), 1e-12L * ref);
 }
 
+TEST(GradNormTest, PiecesAtChunkBoundariesGiveTheWholeBuffersBits) {
+  const std::vector<float> g = RandomGrad(5 * kGradNormChunkElements + 123, 9);
+  const size_t n_chunks = 6;
+  for (size_t piece_chunks : {size_t{1}, size_t{2}, size_t{4}}) {
+    std::vector<double> partials(n_chunks, -1.0);
+    const size_t piece = piece_chunks * kGradNormChunkElements;
+    for (size_t first = 0; first < g.size(); first += piece) {
+      const size_t n = std::min(piece, g.size() - first);
+      GradChunkSumsOfSquares(absl::MakeConstSpan(g.data() + first, n), nullptr,
+                             partials.data() + first / kGradNormChunkElements);
+    }
+    EXPECT_TRUE(SameBits(SumPartials(partials), GradSumOfSquares(g, nullptr))) << piece_chunks;
+    EXPECT_TRUE(SameBits(SumPartials(partials), DocumentedScheme(g))) << piece_chunks;
+  }
+}
+
 TEST(GradNormTest, EmptyIsZero) { EXPECT_EQ(GradSumOfSquares({}, nullptr), 0.0); }
 
 TEST(GradNormTest, GlobalNormAddsLayersInOrder) {

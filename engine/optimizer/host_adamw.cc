@@ -62,6 +62,18 @@ size_t BlockElements(absl::Span<const AdamwSegment> segments, size_t threads) {
 
 }  // namespace
 
+std::vector<AdamwSegment> SegmentsInRange(absl::Span<const AdamwSegment> segments, size_t first,
+                                          size_t count) {
+  std::vector<AdamwSegment> out;
+  const size_t end = first + count;
+  for (const AdamwSegment& s : segments) {
+    const size_t begin = std::max(s.offset, first);
+    const size_t stop = std::min(s.offset + s.count, end);
+    if (begin < stop) out.push_back({begin - first, stop - begin, s.weight_decay});
+  }
+  return out;
+}
+
 HostAdamw::HostAdamw(ThreadPool* pool, SimdIsa isa) : pool_(pool), isa_(isa) {
   if (!SimdIsaSupported(isa)) Die("requested SIMD instruction set is not supported by this CPU");
 }

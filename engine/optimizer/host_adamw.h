@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "absl/types/span.h"
 #include "engine/common/thread_pool.h"
@@ -19,6 +20,13 @@ struct AdamwSegment {
   size_t count = 0;
   bool weight_decay = true;
 };
+
+// The parts of `segments` inside elements [first, first + count) of their
+// buffer, with offsets counted from `first`: what Step needs to update one
+// chunk of a buffer (the update is element-wise, so chunk by chunk gives the
+// bits of the whole buffer at once).
+std::vector<AdamwSegment> SegmentsInRange(absl::Span<const AdamwSegment> segments, size_t first,
+                                          size_t count);
 
 class HostAdamw {
  public:

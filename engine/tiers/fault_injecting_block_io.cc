@@ -12,6 +12,7 @@ void FaultInjectingBlockIo::FailNth(uint64_t nth, InjectedFault fault) {
   filter_by_op_ = false;
   range_begin_ = 0;
   range_end_ = UINT64_MAX;
+  only_path_.clear();
   fault_ = fault;
 }
 
@@ -28,7 +29,15 @@ void FaultInjectingBlockIo::FailNthOfRange(IoOp only, uint64_t begin, uint64_t e
   only_ = only;
   range_begin_ = begin;
   range_end_ = end;
+  only_path_.clear();
   fault_ = fault;
+}
+
+void FaultInjectingBlockIo::FailNthOfFile(IoOp only, const std::string& path, uint64_t nth,
+                                          InjectedFault fault) {
+  FailNthOf(only, nth, fault);
+  absl::MutexLock lock(&mu_);
+  only_path_ = path;
 }
 
 uint64_t FaultInjectingBlockIo::requests_seen() const {
@@ -43,7 +52,8 @@ IoFuture FaultInjectingBlockIo::Submit(const IoRequest& request) {
     absl::MutexLock lock(&mu_);
     ++seen_;
     const bool in_range =
-        request.offset < range_end_ && request.offset + request.bytes > range_begin_;
+        request.offset < range_end_ && request.offset + request.bytes > range_begin_ &&
+        (only_path_.empty() || request.file->path() == only_path_);
     if (fault_ != InjectedFault::kNone && (!filter_by_op_ || request.op == only_) && in_range &&
         ++counted_ == nth_) {
       fault = fault_;

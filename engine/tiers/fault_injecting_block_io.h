@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "absl/synchronization/mutex.h"
 #include "engine/tiers/block_io.h"
@@ -28,6 +29,9 @@ class FaultInjectingBlockIo final : public BlockIo {
   // of a state file, say).
   void FailNthOfRange(IoOp only, uint64_t begin, uint64_t end, uint64_t nth, InjectedFault fault);
 
+  // As FailNthOf, counting only requests on the file at `path` (the gradient file, say).
+  void FailNthOfFile(IoOp only, const std::string& path, uint64_t nth, InjectedFault fault);
+
   IoFuture Submit(const IoRequest& request) override;
   int queue_depth() const override { return inner_.queue_depth(); }
   uint64_t requests_seen() const;
@@ -42,6 +46,7 @@ class FaultInjectingBlockIo final : public BlockIo {
   IoOp only_ ABSL_GUARDED_BY(mu_) = IoOp::kRead;
   uint64_t range_begin_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t range_end_ ABSL_GUARDED_BY(mu_) = UINT64_MAX;
+  std::string only_path_ ABSL_GUARDED_BY(mu_);  // empty = any file
   InjectedFault fault_ ABSL_GUARDED_BY(mu_) = InjectedFault::kNone;
 };
 

@@ -181,7 +181,7 @@ absl::Status NvmeStateStore::Prefetch(int entry) {
   return StartRead(entry, /*may_wait=*/false);
 }
 
-absl::StatusOr<StagedEntry> NvmeStateStore::Acquire(int entry) {
+absl::StatusOr<StagedEntry> NvmeStateStore::Acquire(int entry, int read_ahead) {
   if (!status_.ok()) return status_;
   if (absl::Status s = CheckEntry(entry); !s.ok()) return s;
   Slot* slot = FindSlot(entry);
@@ -196,7 +196,8 @@ absl::StatusOr<StagedEntry> NvmeStateStore::Acquire(int entry) {
   // A staged copy is claimed now so read-ahead below cannot take it; a slot still reading or
   // writing this entry is safe from read-ahead (which only takes free slots) until awaited.
   if (slot->state == SlotState::kFree) slot->state = SlotState::kAcquired;
-  for (int k = 1; k <= options_.read_ahead; ++k) {
+  const int ahead = read_ahead < 0 ? options_.read_ahead : read_ahead;
+  for (int k = 1; k <= ahead; ++k) {
     int next = entry + k;
     if (next >= num_entries()) {
       if (!options_.read_ahead_wraps) break;
@@ -211,11 +212,35 @@ absl::StatusOr<StagedEntry> NvmeStateStore::Acquire(int entry) {
   }
   stats_.acquire_wait_seconds += SecondsSince(t0);
   if (hit) ++stats_.staging_hits;
-  slot->last_use = ++clock_;
+  return Staged(*slot, entry);
+}
+
+absl::StatusOr<StagedEntry> NvmeStateStore::AcquireForOverwrite(int entry) {
+  if (!status_.ok()) return status_;
+  if (absl::Status s = CheckEntry(entry); !s.ok()) return s;
+  Slot* slot = FindSlot(entry);
+  if (slot != nullptr) {
+    if (slot->state == SlotState::kAcquired) {
+      return absl::FailedPreconditionError(absl::StrCat("entry ", entry, " is already acquired"));
+    }
+    // A pending write of this entry must land before a newer one can follow it.
+    if (absl::Status s = Await(*slot); !s.ok()) return s;
+  } else {
+    absl::StatusOr<Slot*> taken = TakeSlot(/*may_wait=*/true);
+    if (!taken.ok()) return taken.status();
+    slot = *taken;
+    slot->entry = entry;
+  }
+  slot->state = SlotState::kAcquired;
+  return Staged(*slot, entry);
+}
+
+StagedEntry NvmeStateStore::Staged(Slot& slot, int entry) {
+  slot.last_use = ++clock_;
   StagedEntry staged{entry, entries_[entry].elements, {}};
   for (int a = 0; a < options_.arrays_per_entry; ++a) {
     staged.arrays.push_back(
-        reinterpret_cast<float*>(slot->buffer.data_as<char>() + a * entries_[entry].array_bytes));
+        reinterpret_cast<float*>(slot.buffer.data_as<char>() + a * entries_[entry].array_bytes));
   }
   return staged;
 }

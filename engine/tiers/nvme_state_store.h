@@ -76,7 +76,13 @@ class NvmeStateStore {
   absl::Status Prefetch(int entry);
   // The entry's arrays in RAM, valid until Release(entry). At most staging_slots() - 1 entries
   // should be held at once (so read-ahead has room); holding all slots is FAILED_PRECONDITION.
-  absl::StatusOr<StagedEntry> Acquire(int entry);
+  // `read_ahead` < 0 uses the options' read-ahead; 0 reads nothing ahead (a writer that knows
+  // its own order prefetches what it needs).
+  absl::StatusOr<StagedEntry> Acquire(int entry, int read_ahead = -1);
+  // Like Acquire, for an entry about to be overwritten whole: no read is issued (a staged copy,
+  // or one being read or written, is awaited and used). Nothing is read ahead. The arrays hold
+  // whatever the slot held before; the caller writes every element before Release.
+  absl::StatusOr<StagedEntry> AcquireForOverwrite(int entry);
   // Hands the entry back; when `dirty`, its arrays are written back asynchronously.
   absl::Status Release(int entry, bool dirty = true);
   // Waits for every pending read and write; returns the first error. Then fdatasync.
@@ -121,6 +127,7 @@ class NvmeStateStore {
   absl::Status Await(Slot& slot);  // waits for the slot's I/O; records the first error
   void Transfer(Slot& slot, IoOp op);
   absl::Status StartRead(int entry, bool may_wait);
+  StagedEntry Staged(Slot& slot, int entry);
 
   BlockIo& io_;
   NvmeStateStoreOptions options_;

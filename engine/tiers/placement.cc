@@ -54,18 +54,19 @@ std::string KindList(const std::vector<BufferKind>& kinds, const Placement& p) {
   return absl::StrJoin(parts, " + ");
 }
 
-void Recount(Placement& p, int staging_slots) {
+void Recount(Placement& p, const PlacementOptions& options) {
   p.pinned_used = p.ram_used = p.nvme_used = 0;
-  uint64_t staged_entry_bytes = 0;
+  uint64_t staged_chunk_bytes = 0;
   for (const KindPlacement& k : p.kinds) {
     if (k.tier == Tier::kPinned) p.pinned_used += k.bytes;
     if (k.tier == Tier::kRam) p.ram_used += k.bytes;
     if (k.tier == Tier::kNvme) {
-      p.nvme_used += k.bytes;
-      staged_entry_bytes += k.largest_entry;
+      p.nvme_used += k.bytes - k.ram_resident;
+      p.ram_used += k.ram_resident;
+      staged_chunk_bytes += std::min(k.largest_entry, options.chunk_bytes);
     }
   }
-  p.staging_bytes = staged_entry_bytes * static_cast<uint64_t>(staging_slots);
+  p.staging_bytes = staged_chunk_bytes * static_cast<uint64_t>(options.staging_slots);
   p.ram_used += p.staging_bytes;
 }
 
@@ -83,19 +84,30 @@ absl::StatusOr<Placement> PlanPlacement(absl::Span<const EntryBytes> entries,
     return absl::InvalidArgumentError(
         absl::StrCat("nvme_bytes=", budgets.nvme_bytes, " without an nvme_dir"));
   }
+  constexpr uint64_t kChunkQuantum = 256 << 10;
+  if (options.chunk_bytes == 0 || options.chunk_bytes % kChunkQuantum != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("nvme_chunk_bytes=", options.chunk_bytes,
+                                                   " must be a positive multiple of ",
+                                                   kChunkQuantum, " (256 KiB)"));
+  }
   if (options.staging_slots < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("staging_slots=", options.staging_slots, " must be at least 1"));
   }
-  if (!have_nvme && (options.states_on_nvme || options.master_on_nvme)) {
-    return absl::InvalidArgumentError("states_on_nvme/master_on_nvme need an nvme_dir");
+  if (!have_nvme && (options.states_on_nvme || options.master_on_nvme || options.grad_on_nvme)) {
+    return absl::InvalidArgumentError(
+        "states_on_nvme/master_on_nvme/grad_on_nvme need an nvme_dir");
   }
   Placement p;
   p.budgets = budgets;
   for (const EntryBytes& e : entries) {
     for (int k = 0; k < kNumBufferKinds; ++k) {
       p.kinds[k].bytes += e.bytes[k];
-      p.kinds[k].largest_entry = std::max(p.kinds[k].largest_entry, e.bytes[k]);
+      if (e.grad_stays_in_ram && k == static_cast<int>(BufferKind::kGrad)) {
+        p.kinds[k].ram_resident += e.bytes[k];
+      } else {
+        p.kinds[k].largest_entry = std::max(p.kinds[k].largest_entry, e.bytes[k]);
+      }
     }
   }
   const auto kind = [&](BufferKind k) -> KindPlacement& { return p.kinds[static_cast<int>(k)]; };
@@ -126,18 +138,26 @@ absl::StatusOr<Placement> PlanPlacement(absl::Span<const EntryBytes> entries,
   for (BufferKind k : {BufferKind::kMaster, BufferKind::kM, BufferKind::kV}) {
     if (kind(k).tier == Tier::kAbsent && kind(k).bytes > 0) kind(k).tier = Tier::kRam;
   }
-  Recount(p, options.staging_slots);
+  Recount(p, options);
   if (have_nvme) {
-    std::vector<std::vector<BufferKind>> moves = {{BufferKind::kM, BufferKind::kV}};
-    if (!master_is_copy_source) moves.push_back({BufferKind::kMaster});
-    for (size_t i = 0; i < moves.size(); ++i) {
-      const bool asked =
-          i == 0 ? options.states_on_nvme || options.master_on_nvme : options.master_on_nvme;
-      if (!asked && p.ram_used <= budgets.ram) break;
-      for (BufferKind k : moves[i]) {
-        if (kind(k).bytes > 0) kind(k).tier = Tier::kNvme;
+    struct Move {
+      std::vector<BufferKind> kinds;
+      bool asked;
+    };
+    std::vector<Move> moves = {
+        {{BufferKind::kM, BufferKind::kV},
+         options.states_on_nvme || options.master_on_nvme || options.grad_on_nvme}};
+    if (!master_is_copy_source) moves.push_back({{BufferKind::kMaster}, options.master_on_nvme});
+    moves.push_back({{BufferKind::kGrad}, options.grad_on_nvme});
+    for (const Move& move : moves) {
+      if (!move.asked && p.ram_used <= budgets.ram) continue;
+      for (BufferKind k : move.kinds) {
+        if (kind(k).bytes > 0) {
+          kind(k).tier = Tier::kNvme;
+          kind(k).wanted_pinned = false;
+        }
       }
-      Recount(p, options.staging_slots);
+      Recount(p, options);
     }
   }
   // 3. Refuse what does not fit, saying how much is missing and for what.
@@ -191,9 +211,13 @@ std::string Placement::Table() const {
     const bool fp32_copy =
         compute_copy_fp32 && static_cast<BufferKind>(k) == BufferKind::kComputeCopy;
     absl::StrAppend(
-        &out, absl::StrFormat("%-13s %-7s %s%s%s\n", BufferKindName(static_cast<BufferKind>(k)),
+        &out, absl::StrFormat("%-13s %-7s %s%s%s%s\n", BufferKindName(static_cast<BufferKind>(k)),
                               TierName(kp.tier), FormatBytes(kp.bytes),
                               fp32_copy ? "  (fp32: the master is on NVMe)" : "",
+                              kp.tier == Tier::kNvme && kp.ram_resident > 0
+                                  ? absl::StrCat("  (", FormatBytes(kp.ram_resident),
+                                                 " of it in RAM: the embedding's)")
+                                  : "",
                               kp.wanted_pinned ? "  (pageable: pinned budget full)" : ""));
   }
   if (staging_bytes > 0) {

@@ -25,6 +25,9 @@ const char* TierName(Tier tier);
 // asks for an fp32 compute copy, which PlanPlacement then adds).
 struct EntryBytes {
   std::array<uint64_t, kNumBufferKinds> bytes{};
+  // The gradient stays in RAM even when the gradients go to NVMe: the
+  // embedding's, a scatter-add of the batch's rows on the host.
+  bool grad_stays_in_ram = false;
   uint64_t& operator[](BufferKind k) { return bytes[static_cast<int>(k)]; }
   uint64_t operator[](BufferKind k) const { return bytes[static_cast<int>(k)]; }
 };
@@ -39,9 +42,13 @@ struct TierBudgets {
 };
 
 struct PlacementOptions {
-  // RAM staging slots per NVMe-resident kind, each the size of the largest entry (reads ahead,
-  // the entry being updated, write-backs in flight). Matches NvmeStateStoreOptions.
+  // RAM staging slots per NVMe-resident kind (reads ahead, the chunk being updated, write-backs
+  // in flight), each one chunk: min(chunk_bytes, the kind's largest entry). Matches
+  // NvmeStateStoreOptions and StorePlacement::nvme_chunk_bytes.
   int staging_slots = 5;
+  uint64_t chunk_bytes = uint64_t{64} << 20;
+  // The fp32 gradients on NVMe too (with m and v), even when RAM could hold them.
+  bool grad_on_nvme = false;
   bool states_on_nvme = false;  // put m and v on NVMe even when RAM could hold them
   // Also the master (with m and v). Where the master is the compute copy (compute_copy bytes 0:
   // the CPU device), a separate fp32 compute copy of the master's size is added as the copy
@@ -52,7 +59,9 @@ struct PlacementOptions {
 struct KindPlacement {
   Tier tier = Tier::kAbsent;
   uint64_t bytes = 0;          // sum over entries
-  uint64_t largest_entry = 0;  // bytes of the largest entry
+  uint64_t largest_entry = 0;  // bytes of the largest entry (of those that can go to NVMe)
+  // Bytes that stay in RAM when the kind is on NVMe (the embedding's gradient).
+  uint64_t ram_resident = 0;
   bool wanted_pinned = false;  // a copy endpoint that did not fit the pinned budget
 };
 
@@ -77,10 +86,13 @@ struct Placement {
 //  1. Copy endpoints (gradient slabs, then the compute copy, which is the master on the CPU
 //     device) go to pinned RAM while the pinned budget lasts, else to pageable RAM (staging
 //     through pageable memory: slower copies, never a pinned allocation beyond the budget).
-//  2. Other buffers go to pageable RAM; while RAM overflows (or when asked) m and v move to NVMe,
-//     then the master if it is not a copy endpoint (never before m and v: it streams with them).
-//     NVMe-resident kinds need staging_slots largest-entry buffers of RAM. master_on_nvme on the
-//     CPU device first adds the fp32 compute copy (see PlacementOptions).
+//  2. Other buffers go to pageable RAM; while RAM overflows (or when asked) kinds move to NVMe
+//     least-moved first, so the fastest tier keeps what moves most per step: m and v, then the
+//     master if it is not a copy endpoint (never before m and v: it streams with them), then the
+//     gradient (written every micro-batch, read once; the embedding's stays in RAM). The compute
+//     copy, read every micro-batch, stays in RAM. NVMe-resident kinds need staging_slots chunks
+//     of RAM each. master_on_nvme on the CPU device first adds the fp32 compute copy (see
+//     PlacementOptions).
 //  3. A plan that still does not fit fails with RESOURCE_EXHAUSTED: "needs X more bytes of <tier>
 //     for <kinds>". Bad budgets fail with INVALID_ARGUMENT naming the field.
 absl::StatusOr<Placement> PlanPlacement(absl::Span<const EntryBytes> entries,

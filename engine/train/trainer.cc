@@ -105,15 +105,17 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(Device& device, ModelCo
   StorePlacement store_placement;
   // A GPU computes from a bf16 copy the optimizer keeps beside the master.
   store_placement.compute_copy_bf16 = device.kind() == DeviceKind::kCuda;
-  if (options.memory.master_on_nvme && !options.memory.enabled) {
-    return absl::InvalidArgumentError(
-        "memory.master_on_nvme needs memory budgets with an nvme_dir (memory.enabled)");
+  if ((options.memory.master_on_nvme || options.memory.grad_on_nvme) && !options.memory.enabled) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        options.memory.master_on_nvme ? "memory.master_on_nvme" : "memory.grad_on_nvme",
+        " needs memory budgets with an nvme_dir (memory.enabled)"));
   }
   std::string placement_table;
   if (options.memory.enabled) {
     std::vector<tiers::EntryBytes> bytes;
     for (const EntrySpec& spec : specs) {
       tiers::EntryBytes b;
+      b.grad_stays_in_ram = bytes.size() == static_cast<size_t>(layout->embedding_entry());
       const uint64_t n = spec.elements * sizeof(float);
       b[tiers::BufferKind::kMaster] = n;
       b[tiers::BufferKind::kM] = n;
@@ -127,6 +129,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(Device& device, ModelCo
     tiers::PlacementOptions placement_options;
     placement_options.states_on_nvme = options.memory.states_on_nvme;
     placement_options.master_on_nvme = options.memory.master_on_nvme;
+    placement_options.grad_on_nvme = options.memory.grad_on_nvme;
+    placement_options.chunk_bytes = options.memory.nvme_chunk_bytes;
     placement_options.staging_slots =
         store_placement.read_ahead + 1 + store_placement.max_writes_in_flight;
     absl::StatusOr<tiers::Placement> placement =
@@ -139,6 +143,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(Device& device, ModelCo
     store_placement.master_on_nvme =
         placement->tier(tiers::BufferKind::kMaster) == tiers::Tier::kNvme;
     store_placement.compute_copy_fp32 = placement->compute_copy_fp32;
+    store_placement.grad_on_nvme = placement->tier(tiers::BufferKind::kGrad) == tiers::Tier::kNvme;
+    store_placement.grad_ram_entries = {layout->embedding_entry()};
+    store_placement.nvme_chunk_bytes = options.memory.nvme_chunk_bytes;
     store_placement.nvme_dir = options.memory.budgets.nvme_dir;
     store_placement.block_io = options.memory.block_io_for_tests;
     placement_table = placement->Table();
@@ -217,10 +224,18 @@ void Trainer::InitializeRandom(uint64_t seed) {
 
 std::vector<float*> Trainer::MasterDestinations() {
   std::vector<float*> out;
+  master_scratch_.clear();
   for (int e = 0; e < store_.num_entries(); ++e) {
-    const EntryBuffers b = store_.entry(e);
-    out.push_back(b.master != nullptr ? b.master : b.grad);
+    float* scratch = store_.MasterScratch(e);
+    if (scratch == nullptr) {
+      // A bf16 compute copy with master and gradient on NVMe: no RAM of the
+      // entry's size exists (docs/operations.md lists this as a limit).
+      master_scratch_.emplace_back(store_.spec(e).elements, 0.0f);
+      scratch = master_scratch_.back().data();
+    }
+    out.push_back(scratch);
   }
+  master_destinations_ = out;
   return out;
 }
 
@@ -229,16 +244,19 @@ absl::Status Trainer::WriteMasters() {
     store_.RefreshComputeCopy();
     return absl::OkStatus();
   }
-  // The slabs are overwritten by the next step's first micro-batch; zeroed
-  // anyway so ReadGradient sees what it would with the master in RAM.
+  const std::vector<float*> masters = master_destinations_;
   absl::Status status;
   for (int e = 0; e < store_.num_entries() && status.ok(); ++e) {
-    const EntryBuffers b = store_.entry(e);
-    status = store_.WriteMaster(e, b.grad);
+    status = store_.WriteMaster(e, masters[e]);
   }
+  // A gradient slab used as scratch is overwritten by the next step's first
+  // micro-batch; zeroed anyway so ReadGradient sees what it would with the
+  // master in RAM.
   for (int e = 0; e < store_.num_entries(); ++e) {
-    std::memset(store_.entry(e).grad, 0, store_.spec(e).elements * sizeof(float));
+    float* grad = store_.entry(e).grad;
+    if (masters[e] == grad) std::memset(grad, 0, store_.spec(e).elements * sizeof(float));
   }
+  master_scratch_.clear();
   if (status.ok()) status = store_.Flush();
   return status;
 }
@@ -303,7 +321,6 @@ void Trainer::LaunchUpdate(uint64_t version, double clip_coefficient, double lr)
   // Entries in forward order: the next step's forward needs the embedding and
   // layer 0 first, so it can start while later layers are still updated.
   update_thread_ = std::thread([this, version, decay, no_decay] {
-    tiers::NvmeStateStore* states = store_.state_store();
     for (int e = 0; e < store_.num_entries(); ++e) {
       {
         // A checkpoint being written still reads this entry: wait for it.
@@ -314,36 +331,65 @@ void Trainer::LaunchUpdate(uint64_t version, double clip_coefficient, double lr)
         snapshot_mu_.Await(absl::Condition(&written));
       }
       const auto t0 = std::chrono::steady_clock::now();
-      const EntryBuffers b = store_.entry(e);
-      float* master = b.master;
-      float* m = b.m;
-      float* v = b.v;
-      if (states != nullptr && update_status_.ok()) {
-        // Reads entries e+1.. ahead while e is updated (m, v and, when it
-        // streams too, the master); write-back is async.
-        absl::StatusOr<tiers::StagedEntry> staged = states->Acquire(e);
-        if (staged.ok()) {
-          m = staged->array(0);
-          v = staged->array(1);
-          if (store_.master_on_nvme()) master = staged->array(ParameterStore::kMasterArray);
-        } else {
-          update_status_ = staged.status();
-        }
-      }
-      if (update_status_.ok()) {
-        adamw_.Step(decay, no_decay, store_.spec(e).segments, master, m, v, b.grad, b.compute_bf16);
-        // The fp32 compute copy is the master bit for bit: copied, not recomputed.
-        if (b.compute_fp32 != nullptr) {
-          std::memcpy(b.compute_fp32, master, b.elements * sizeof(float));
-        }
-        if (states != nullptr) update_status_.Update(states->Release(e));
-      }
+      if (update_status_.ok()) update_status_ = UpdateEntry(e, decay, no_decay);
       update_seconds_[e] = SecondsSince(t0);
       // Published even after a failure so no weight copy waits forever; the
       // next Step reports the failure and discards its results.
       gate_.Publish(e, version);
     }
   });
+}
+
+absl::Status Trainer::UpdateEntry(int e, const kernels::AdamwStepScalars& decay,
+                                  const kernels::AdamwStepScalars& no_decay) {
+  const EntryBuffers b = store_.entry(e);
+  tiers::NvmeStateStore* states = store_.state_store();
+  NvmeGradients* grads = store_.grad_on_nvme(e) ? store_.nvme_gradients() : nullptr;
+  if (states == nullptr && grads == nullptr) {
+    adamw_.Step(decay, no_decay, store_.spec(e).segments, b.master, b.m, b.v, b.grad,
+                b.compute_bf16);
+    if (b.compute_fp32 != nullptr) {
+      std::memcpy(b.compute_fp32, b.master, b.elements * sizeof(float));
+    }
+    return absl::OkStatus();
+  }
+  // Chunk by chunk (ParameterStore::chunks): each chunk's m, v (and master)
+  // are read ahead of its update while earlier chunks are written back.
+  const EntryChunks& chunks = store_.chunks();
+  for (int c = 0; c < chunks.num_chunks(e); ++c) {
+    const EntryChunk chunk = chunks.chunk(e, c);
+    float* master = b.master != nullptr ? b.master + chunk.first : nullptr;
+    float* m = b.m != nullptr ? b.m + chunk.first : nullptr;
+    float* v = b.v != nullptr ? b.v + chunk.first : nullptr;
+    if (states != nullptr) {
+      absl::StatusOr<tiers::StagedEntry> staged = states->Acquire(chunk.unit);
+      if (!staged.ok()) return staged.status();
+      m = staged->array(0);
+      v = staged->array(1);
+      if (store_.master_on_nvme()) master = staged->array(ParameterStore::kMasterArray);
+    }
+    const float* grad = b.grad != nullptr ? b.grad + chunk.first : nullptr;
+    if (grads != nullptr) {
+      absl::StatusOr<const float*> staged = grads->AcquireForUpdate(e, c);
+      if (!staged.ok()) return staged.status();
+      grad = *staged;
+    }
+    const std::vector<AdamwSegment> segments =
+        SegmentsInRange(store_.spec(e).segments, chunk.first, chunk.count);
+    adamw_.Step(decay, no_decay, segments, master, m, v, grad,
+                b.compute_bf16 != nullptr ? b.compute_bf16 + chunk.first : nullptr);
+    // The fp32 compute copy is the master bit for bit: copied, not recomputed.
+    if (b.compute_fp32 != nullptr) {
+      std::memcpy(b.compute_fp32 + chunk.first, master, chunk.count * sizeof(float));
+    }
+    if (grads != nullptr) {
+      if (absl::Status s = grads->ReleaseAfterUpdate(e, c); !s.ok()) return s;
+    }
+    if (states != nullptr) {
+      if (absl::Status s = states->Release(chunk.unit); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<float>> Trainer::ReadSlab(const std::string& hf_name, bool gradient) {
@@ -355,7 +401,9 @@ absl::StatusOr<std::vector<float>> Trainer::ReadSlab(const std::string& hf_name,
   const float* base = gradient ? b.grad : b.master;
   if (base == nullptr) {
     staged.resize(b.elements);
-    if (absl::Status s = store_.ReadMaster(loc->entry, staged.data()); !s.ok()) return s;
+    absl::Status read = gradient ? store_.ReadGradient(loc->entry, staged.data())
+                                 : store_.ReadMaster(loc->entry, staged.data());
+    if (!read.ok()) return read;
     base = staged.data();
   }
   const float* p = base + loc->slot->offset;
@@ -463,8 +511,7 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
 
   std::vector<double> sums(static_cast<size_t>(store_.num_entries()));
   for (int e = 0; e < store_.num_entries(); ++e) {
-    sums[e] = GradSumOfSquares(absl::MakeConstSpan(store_.entry(e).grad, store_.spec(e).elements),
-                               &optimizer_pool_);
+    sums[e] = store_.GradSumOfSquares(e, &optimizer_pool_);
   }
   report.grad_norm = GlobalGradNorm(sums);
   report.learning_rate = LearningRateAt(options_.lr, step_ + 1);

@@ -36,6 +36,12 @@ struct HostMemoryBudgets {
   // The fp32 master on NVMe too, streamed with m and v (on the CPU device
   // behind a pinned fp32 compute copy; see tiers::PlacementOptions).
   bool master_on_nvme = false;
+  // The fp32 gradients on NVMe too (all but the embedding's), even when RAM
+  // could hold them; the placement also moves them when RAM overflows.
+  bool grad_on_nvme = false;
+  // Bytes per array of the chunks NVMe traffic and the host optimizer work in
+  // (StorePlacement::nvme_chunk_bytes); results never depend on it.
+  size_t nvme_chunk_bytes = StorePlacement::kDefaultNvmeChunkBytes;
   tiers::BlockIo* block_io_for_tests = nullptr;  // null = io_uring (see StorePlacement)
 };
 
@@ -132,13 +138,18 @@ class Trainer {
   Trainer(Device& device, ModelConfig config, ParameterLayout layout, ParameterStore store,
           const TrainerOptions& options, kernels::cpu::RopeTable rope);
   absl::StatusOr<std::vector<float>> ReadSlab(const std::string& hf_name, bool gradient);
-  // Per entry, where new master values are written before WriteMasters: the
-  // master itself in RAM, else the entry's gradient slab (free between steps).
+  // Per entry, where new master values are written before WriteMasters
+  // (ParameterStore::MasterScratch, or a buffer of master_scratch_).
   std::vector<float*> MasterDestinations();
-  // With the master on NVMe: writes every entry's master from its gradient
-  // slab through the store, then zeroes the slabs; else refreshes the
-  // compute copy from the RAM masters.
+  // With the master on NVMe: writes every entry's master from the last
+  // MasterDestinations through the store, then zeroes gradient slabs used as
+  // scratch; else refreshes the compute copy from the RAM masters.
   absl::Status WriteMasters();
+  std::vector<float*> master_destinations_;
+  std::vector<std::vector<float>> master_scratch_;
+  // AdamW over entry e (chunk by chunk where the state or gradient is on NVMe).
+  absl::Status UpdateEntry(int e, const kernels::AdamwStepScalars& decay,
+                           const kernels::AdamwStepScalars& no_decay);
   void LaunchUpdate(uint64_t version, double clip_coefficient, double lr);
 
   Device& device_;
