@@ -396,6 +396,8 @@ absl::Status PlanWithEngine(const v1::MemoryBudgets& m, ValidatedJob& job) {
   in.budgets = budgets.budgets;
   in.states_on_nvme = budgets.states_on_nvme;
   in.master_on_nvme = budgets.master_on_nvme;
+  in.grad_on_nvme = budgets.grad_on_nvme;
+  in.nvme_chunk_bytes = budgets.nvme_chunk_bytes;
   // A ring or an activation budget alone beyond the arena: name that field.
   for (const auto& [field, bytes] :
        {std::pair<const char*, uint64_t>{"executor.weight_ring_bytes", in.weight_ring_bytes},
@@ -481,6 +483,7 @@ absl::Status ValidateNvme(const v1::MemoryBudgets& m, const PathPolicy& paths,
     }
     if (m.states_on_nvme()) return Invalid("memory.states_on_nvme", "needs memory.nvme_dir");
     if (m.master_on_nvme()) return Invalid("memory.master_on_nvme", "needs memory.nvme_dir");
+    if (m.grad_on_nvme()) return Invalid("memory.grad_on_nvme", "needs memory.nvme_dir");
     return absl::OkStatus();
   }
   if (m.nvme_bytes() == 0) {
@@ -535,6 +538,14 @@ absl::Status ValidateMemory(const v1::MemoryBudgets& m, const DaemonSettings& se
     budgets.budgets.ram = m.ram_bytes() != 0 ? m.ram_bytes() : PhysicalRamBytes();
     budgets.states_on_nvme = m.states_on_nvme();
     budgets.master_on_nvme = m.master_on_nvme();
+    budgets.grad_on_nvme = m.grad_on_nvme();
+    if (m.nvme_chunk_bytes() != 0) {
+      if (m.nvme_chunk_bytes() % (uint64_t{256} << 10) != 0) {
+        return Invalid("memory.nvme_chunk_bytes",
+                       absl::StrCat(m.nvme_chunk_bytes(), " is not a multiple of 262144 (256 KiB)"));
+      }
+      budgets.nvme_chunk_bytes = m.nvme_chunk_bytes();
+    }
   }
   return PlanWithEngine(m, job);
 }

@@ -44,6 +44,10 @@ ABSL_FLAG(std::string, nvme_dir, "", "NVMe tier directory (with --pinned_gb)");
 ABSL_FLAG(double, nvme_gb, 0, "NVMe tier budget GB");
 ABSL_FLAG(bool, states_on_nvme, false, "m and v on NVMe even when RAM could hold them");
 ABSL_FLAG(bool, master_on_nvme, false, "the fp32 master on NVMe too, streamed with m and v");
+ABSL_FLAG(bool, grad_on_nvme, false,
+          "the fp32 gradients on NVMe too (all but the embedding's), even if RAM fits them");
+ABSL_FLAG(int64_t, nvme_chunk_mib, 64,
+          "MiB per array of the chunks NVMe traffic and the host optimizer work in");
 ABSL_FLAG(bool, largest, false, "also search the deepest model of this shape that fits");
 ABSL_FLAG(int, blas_threads, 2, "local: OpenBLAS threads of the run");
 ABSL_FLAG(int, optimizer_threads, 2, "local: AdamW threads of the run");
@@ -115,6 +119,8 @@ int Run() {
   }
   in.states_on_nvme = absl::GetFlag(FLAGS_states_on_nvme);
   in.master_on_nvme = absl::GetFlag(FLAGS_master_on_nvme);
+  in.grad_on_nvme = absl::GetFlag(FLAGS_grad_on_nvme);
+  in.nvme_chunk_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_nvme_chunk_mib)) << 20;
 
   absl::StatusOr<HardwareProfile> hw;
   if (absl::GetFlag(FLAGS_hardware) == "local") {

@@ -99,6 +99,7 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
   uint64_t endpoint_bytes = 0, total_bytes = 0;
   for (const LayoutEntry& e : layout->entries()) {
     tiers::EntryBytes b;
+    b.grad_stays_in_ram = bytes.size() == static_cast<size_t>(layout->embedding_entry());
     const uint64_t n = e.num_elements * sizeof(float);
     b[BufferKind::kMaster] = n;
     b[BufferKind::kM] = n;
@@ -119,6 +120,8 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
   tiers::PlacementOptions placement_options;  // staging_slots = read_ahead 2 + 1 + writes 2
   placement_options.states_on_nvme = in.states_on_nvme;
   placement_options.master_on_nvme = in.master_on_nvme;
+  placement_options.grad_on_nvme = in.grad_on_nvme;
+  placement_options.chunk_bytes = in.nvme_chunk_bytes;
   absl::StatusOr<tiers::Placement> placement =
       tiers::PlanPlacement(bytes, budgets, placement_options);
   if (!placement.ok()) return placement.status();

@@ -45,6 +45,8 @@ struct PlanInputs {
   tiers::TierBudgets budgets;
   bool states_on_nvme = false;
   bool master_on_nvme = false;  // with m and v (tiers::PlacementOptions)
+  bool grad_on_nvme = false;    // the gradients too, but the embedding's
+  uint64_t nvme_chunk_bytes = uint64_t{64} << 20;  // per array (tiers::PlacementOptions)
   uint64_t fixed_overhead_bytes = kDefaultFixedOverheadBytes;
 };
 

@@ -152,9 +152,18 @@ absl::StatusOr<Placement> PlanPlacement(absl::Span<const EntryBytes> entries,
     for (const Move& move : moves) {
       if (!move.asked && p.ram_used <= budgets.ram) continue;
       for (BufferKind k : move.kinds) {
-        if (kind(k).bytes > 0) {
-          kind(k).tier = Tier::kNvme;
-          kind(k).wanted_pinned = false;
+        if (kind(k).bytes == 0) continue;
+        if (kind(k).tier == Tier::kPinned) pinned_left += kind(k).bytes;
+        kind(k).tier = Tier::kNvme;
+        kind(k).wanted_pinned = false;
+      }
+      // Pinned RAM the gradients left goes to the other copy endpoint if it now fits.
+      for (BufferKind k : endpoints) {
+        KindPlacement& kp = kind(k);
+        if (kp.tier == Tier::kRam && kp.wanted_pinned && kp.bytes <= pinned_left) {
+          kp.tier = Tier::kPinned;
+          kp.wanted_pinned = false;
+          pinned_left -= kp.bytes;
         }
       }
       Recount(p, options);

@@ -52,6 +52,12 @@ struct StepReport {
   uint64_t pinned_host_bytes = 0;    // pinned host memory (master, gradients, staging)
   uint64_t pageable_host_bytes = 0;  // pageable host memory (AdamW m and v)
   double optimizer_seconds = 0;      // the preceding AdamW update, all entries
+  // NVMe tier traffic since the previous report (this step's gradient writes
+  // and reads, the preceding optimizer pass's state and gradient traffic), and
+  // the time the optimizer pass and the copy-out blocked on it.
+  uint64_t nvme_bytes_read = 0;
+  uint64_t nvme_bytes_written = 0;
+  double nvme_wait_seconds = 0;
   std::vector<ActivationBlockReport> activation_blocks;  // bottom-up, the top block last
 };
 

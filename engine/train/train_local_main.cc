@@ -63,6 +63,15 @@ ABSL_FLAG(std::string, nvme_dir, "",
           "Directory on a block-backed filesystem (O_DIRECT) for the NVMe tier.");
 ABSL_FLAG(int64_t, nvme_mb, 0, "Bytes the NVMe tier may use (MiB).");
 ABSL_FLAG(bool, states_on_nvme, false, "Put AdamW m and v on the NVMe tier even if RAM fits.");
+ABSL_FLAG(bool, grad_on_nvme, false,
+          "Put the fp32 gradients (all but the embedding's) on the NVMe tier too, even if RAM "
+          "fits them (needs --nvme_dir; the placement moves them anyway when RAM overflows).");
+ABSL_FLAG(int64_t, nvme_chunk_mb, 64,
+          "MiB per array of the chunks NVMe traffic and the host optimizer work in (a multiple "
+          "of 0.25; results never depend on it).");
+ABSL_FLAG(int64_t, weight_ring_mb, 0,
+          "Fragmented weight streaming through a device ring of this many MiB (it must hold the "
+          "largest tensor); 0 = whole-layer weight slots.");
 ABSL_FLAG(bool, master_on_nvme, false,
           "Put the fp32 master on the NVMe tier too, streamed with m and v (needs --nvme_dir; on "
           "the CPU device adds a pinned fp32 compute copy, so it saves no RAM there).");
@@ -169,10 +178,17 @@ int main(int argc, char** argv) {
     t.memory.budgets.nvme_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_nvme_mb)) << 20;
     t.memory.states_on_nvme = absl::GetFlag(FLAGS_states_on_nvme);
     t.memory.master_on_nvme = absl::GetFlag(FLAGS_master_on_nvme);
-  } else if (absl::GetFlag(FLAGS_master_on_nvme)) {
-    fprintf(stderr, "error: --master_on_nvme needs --nvme_dir\n");
+    t.memory.grad_on_nvme = absl::GetFlag(FLAGS_grad_on_nvme);
+    t.memory.nvme_chunk_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_nvme_chunk_mb)) << 20;
+  } else if (absl::GetFlag(FLAGS_master_on_nvme) || absl::GetFlag(FLAGS_grad_on_nvme)) {
+    fprintf(stderr, "error: --master_on_nvme and --grad_on_nvme need --nvme_dir\n");
     return 2;
   }
+  if (absl::GetFlag(FLAGS_weight_ring_mb) < 0) {
+    fprintf(stderr, "error: --weight_ring_mb must be >= 0\n");
+    return 2;
+  }
+  t.executor.weight_ring_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_weight_ring_mb)) << 20;
   absl::StatusOr<DeviceKind> kind = ParseDeviceKind(absl::GetFlag(FLAGS_device));
   if (!kind.ok()) {
     std::fprintf(stderr, "train_local: --device: %s\n",

@@ -508,6 +508,22 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
   report.pinned_host_bytes = device_.pinned_stats().in_use;
   report.pageable_host_bytes = store_.pageable_ram_bytes();
   for (double seconds : previous_update_seconds) report.optimizer_seconds += seconds;
+  {
+    tiers::NvmeStateStoreStats now;
+    for (const tiers::NvmeStateStoreStats& part :
+         {store_.state_store() != nullptr ? store_.state_store()->stats()
+                                          : tiers::NvmeStateStoreStats{},
+          store_.nvme_gradients() != nullptr ? store_.nvme_gradients()->stats()
+                                             : tiers::NvmeStateStoreStats{}}) {
+      now.bytes_read += part.bytes_read;
+      now.bytes_written += part.bytes_written;
+      now.acquire_wait_seconds += part.acquire_wait_seconds + part.release_wait_seconds;
+    }
+    report.nvme_bytes_read = now.bytes_read - nvme_reported_.bytes_read;
+    report.nvme_bytes_written = now.bytes_written - nvme_reported_.bytes_written;
+    report.nvme_wait_seconds = now.acquire_wait_seconds - nvme_reported_.acquire_wait_seconds;
+    nvme_reported_ = now;
+  }
 
   std::vector<double> sums(static_cast<size_t>(store_.num_entries()));
   for (int e = 0; e < store_.num_entries(); ++e) {

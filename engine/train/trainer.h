@@ -146,6 +146,7 @@ class Trainer {
   // scratch; else refreshes the compute copy from the RAM masters.
   absl::Status WriteMasters();
   std::vector<float*> master_destinations_;
+  tiers::NvmeStateStoreStats nvme_reported_;  // NVMe totals at the last StepReport
   std::vector<std::vector<float>> master_scratch_;
   // AdamW over entry e (chunk by chunk where the state or gradient is on NVMe).
   absl::Status UpdateEntry(int e, const kernels::AdamwStepScalars& decay,
