@@ -35,10 +35,15 @@ ABSL_FLAG(std::string, model_config, "",
           "submit/plan: model config.json path on the daemon host, or builtin:tiny.");
 ABSL_FLAG(std::string, text, "", "submit/plan: comma-separated text files on the daemon host.");
 ABSL_FLAG(uint64_t, steps, 0, "submit/plan: optimizer steps.");
-ABSL_FLAG(uint32_t, batch_size, 0, "submit/plan: sequences per optimizer step.");
+ABSL_FLAG(uint32_t, batch_size, 0,
+          "submit/plan: sequences per optimizer step; unset (0) = the daemon's default 8.");
 ABSL_FLAG(uint32_t, micro_batch_size, 0, "submit/plan: sequences per forward/backward.");
-ABSL_FLAG(uint32_t, seq_len, 0, "submit/plan: tokens per sequence.");
-ABSL_FLAG(double, lr, 0, "submit/plan: peak learning rate.");
+ABSL_FLAG(uint32_t, seq_len, 0,
+          "submit/plan: tokens per sequence; unset (0) = the daemon's default 256 (capped by "
+          "its max_seq_len and the model's positions).");
+ABSL_FLAG(double, lr, 0,
+          "submit/plan: peak learning rate; unset (0) = the daemon's default 3e-4 (cosine decay "
+          "to 0, no warmup, AdamW betas 0.9/0.95, eps 1e-8).");
 ABSL_FLAG(uint64_t, warmup_steps, 0, "submit/plan: linear warmup steps.");
 ABSL_FLAG(uint32_t, eval_every, 0, "submit/plan: validation every N steps.");
 ABSL_FLAG(std::string, output_dir, "", "submit/plan: output directory on the daemon host.");
@@ -72,8 +77,10 @@ Commands:
   submit           Queue a job from --spec and/or flags; prints the job id.
                      megatrain submit --spec=job.json --steps=200 --watch
                      megatrain submit --model_config=builtin:tiny \
-                       --text=/usr/share/games/fortunes/fortunes --steps=50 \
-                       --batch_size=8 --seq_len=128 --lr=2e-3
+                       --text=/usr/share/games/fortunes/fortunes --steps=50
+                   Unset hyperparameters take the daemon's defaults: --lr 3e-4 (cosine
+                   decay, no warmup), --batch_size 8, --seq_len 256 (capped by the model);
+                   --steps is required.
   list             List jobs, oldest first.        megatrain list --state=RUNNING,QUEUED
   status <id>      Show one job.                   megatrain status job-000001 --json
   watch <id>       Follow a job until it ends (a progress bar on a terminal, one line per

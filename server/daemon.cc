@@ -72,7 +72,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonSettings& sett
         return ValidateJobSpec(spec, self->settings_, self->paths_);
       },
       JobProvenanceOptions{d->signing_key_,
-                           std::string(engine::DeviceKindName(settings.device.kind))});
+                           std::string(engine::DeviceKindName(settings.device.kind))},
+      RunnerLimits{settings.max_job_crashes, settings.test_hold_after_step});
   if (!runner.ok()) return runner.status();
   d->runner_ = std::move(*runner);
   d->service_ =

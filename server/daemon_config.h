@@ -31,6 +31,10 @@ struct DaemonSettings {
   uint32_t max_seq_len = 8192;
   uint64_t max_parameters = 20'000'000'000;
   int threads = 2;
+  // Hardening (issue 16); flags only until DaemonConfig (proto/) carries them.
+  uint64_t max_ram_bytes = 0;     // 0 = physical RAM; jobs whose host plan exceeds it are refused
+  uint32_t max_job_crashes = 3;   // daemon deaths while one job ran before it is FAILED
+  uint64_t test_hold_after_step = 0;  // test hook: see --test_hold_after_step
 };
 
 // Parses a textproto DaemonConfig; INVALID_ARGUMENT with the parser's message on bad text.

@@ -1,11 +1,9 @@
 // TextJobEngine and device-fault classification (see job_engine.h).
 #include "server/job_engine.h"
 
-#include <filesystem>
-#include <fstream>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "engine/common/safe_files.h"
 #include "engine/data/tokenize_version.h"
 #include "engine/device/device_factory.h"
 #include "nlohmann/json.hpp"
@@ -96,20 +94,15 @@ absl::Status TextJobEngine::Run(const std::string& job_id, const ValidatedJob& j
   options.shared_device = device_.get();
   options.checkpoint_dir = JobCheckpointDir(options_.state_dir, job_id, job);
   options.resume = true;
-  std::error_code ec;
-  std::filesystem::create_directories(options.checkpoint_dir, ec);
-  if (ec) {
-    return absl::PermissionDeniedError(absl::StrCat("checkpoint directory: cannot create '",
-                                                    options.checkpoint_dir, "': ", ec.message()));
+  if (absl::Status s = engine::MakeDirectories(options.checkpoint_dir); !s.ok()) {
+    return absl::PermissionDeniedError(absl::StrCat("checkpoint directory: ", s.message()));
   }
   absl::StatusOr<engine::TextTrainingResult> result =
       engine::TrainOnText(job.model, options, observer);
   if (!result.ok()) return result.status();
   if (job.output_dir.empty()) return absl::OkStatus();
-  std::filesystem::create_directories(job.output_dir, ec);
-  if (ec) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("output_dir: cannot create '", job.output_dir, "': ", ec.message()));
+  if (absl::Status s = engine::MakeDirectories(job.output_dir); !s.ok()) {
+    return absl::PermissionDeniedError(absl::StrCat("output_dir: ", s.message()));
   }
   nlohmann::json summary = {
       {"job_id", job_id},
@@ -123,11 +116,12 @@ absl::Status TextJobEngine::Run(const std::string& job_id, const ValidatedJob& j
       {"resumed_from_step", result->resumed_from_step},
       {"last_checkpoint", result->last_checkpoint},
   };
-  const std::string path = job.output_dir + "/result.json";
-  std::ofstream out(path);
-  out << summary.dump(2) << "\n";
-  if (!out)
-    return absl::PermissionDeniedError(absl::StrCat("output_dir: cannot write '", path, "'"));
+  // Never through a symlink planted in the output directory (issue 16, point 1).
+  if (absl::Status s =
+          engine::WriteFileInDirectory(job.output_dir, "result.json", summary.dump(2) + "\n");
+      !s.ok()) {
+    return absl::PermissionDeniedError(absl::StrCat("output_dir: result.json: ", s.message()));
+  }
   return absl::OkStatus();
 }
 

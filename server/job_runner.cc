@@ -72,7 +72,7 @@ class JobRunner::StepObserver final : public engine::TrainingObserver {
 
   void OnStep(const engine::StepReport& report, double validation_loss) override {
     if (runner_.metrics_ != nullptr) runner_.metrics_->RecordStep(report, validation_loss);
-    std::lock_guard<std::mutex> lock(runner_.mu_);
+    std::unique_lock<std::mutex> lock(runner_.mu_);
     Entry& e = runner_.jobs_.at(id_);
     v1::Progress& p = *e.job.mutable_progress();
     if (!first_step_seen_) {
@@ -121,6 +121,18 @@ class JobRunner::StepObserver final : public engine::TrainingObserver {
     }
     LogActivationModesIfChanged(report);
     runner_.changed_.notify_all();
+    const uint64_t hold = runner_.limits_.test_hold_after_step;
+    if (hold != 0 && first_step_ <= hold && report.step >= hold && report.step < p.total_steps()) {
+      // The test hook (RunnerLimits): wait for a stop or a checkpoint request, on state only.
+      if (!held_logged_) {
+        held_logged_ = true;
+        runner_.log_.JobEvent("test_hold", id_, {{"step", absl::StrCat(report.step)}});
+      }
+      runner_.changed_.wait(lock, [&] {
+        return runner_.cancel_running_ || runner_.stop_running_ || runner_.pause_running_ ||
+               runner_.checkpoint_requested_ || runner_.checkpoint_waiters_ > 0;
+      });
+    }
   }
 
   // Adaptive recomputation: a job event with each block's mode and reason
@@ -190,19 +202,22 @@ class JobRunner::StepObserver final : public engine::TrainingObserver {
   JobRunner& runner_;
   const std::string id_;
   bool first_step_seen_ = false;
+  bool held_logged_ = false;
   std::string activation_modes_;  // the last logged per-block activation modes
   uint64_t first_step_ = 1;       // of this run (after a resume, the checkpoint's step + 1)
 };
 
 absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(
     std::unique_ptr<JobStore> store, JobEngine& engine, DaemonMetrics* metrics, StructuredLog& log,
-    uint32_t max_queue_length, const Revalidate& revalidate, JobProvenanceOptions provenance) {
+    uint32_t max_queue_length, const Revalidate& revalidate, JobProvenanceOptions provenance,
+    RunnerLimits limits) {
   absl::StatusOr<std::vector<JobStore::StoredJob>> stored = store->LoadJobs();
   if (!stored.ok()) return stored.status();
   absl::StatusOr<std::map<std::string, std::string>> lineages = store->LoadLineages();
   if (!lineages.ok()) return lineages.status();
   std::unique_ptr<JobRunner> runner(new JobRunner(
-      std::move(store), engine, metrics, log, max_queue_length, revalidate, std::move(provenance)));
+      std::move(store), engine, metrics, log, max_queue_length, revalidate, std::move(provenance),
+      limits));
   std::lock_guard<std::mutex> lock(runner->mu_);
   std::vector<std::string> interrupted, queued;
   for (JobStore::StoredJob& s : *stored) {
@@ -233,6 +248,27 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(
         absl::StrCat("daemon restarted while the job ran; it continues ", CheckpointNote(e.job)),
         "requeued_after_restart");
   }
+  // Crash-loop quarantine (issue 16, point 7): a job that keeps taking the daemon down is not
+  // re-run forever.
+  std::vector<std::string> requeue;
+  for (const std::string& id : interrupted) {
+    const int crashes = runner->CrashesSinceProgressLocked(id);
+    if (limits.max_job_crashes == 0 || crashes < static_cast<int>(limits.max_job_crashes)) {
+      requeue.push_back(id);
+      continue;
+    }
+    Entry& e = runner->jobs_.at(id);
+    e.job.set_failure_reason(absl::StrCat(
+        "quarantined: megatraind stopped without a clean shutdown (crash, OOM kill, SIGBUS, "
+        "SIGKILL) ",
+        crashes, " times while this job ran, since its last checkpoint or resume; it is not "
+        "run again (max_job_crashes=",
+        limits.max_job_crashes, ")"));
+    e.job.set_finished_unix_ms(NowMs());
+    runner->log_.JobEvent("job_quarantined", id, {{"crashes", absl::StrCat(crashes)}});
+    runner->TransitionLocked(e, v1::FAILED, e.job.failure_reason(), "failure");
+  }
+  interrupted = std::move(requeue);
   interrupted.insert(interrupted.end(), queued.begin(), queued.end());
   for (const std::string& id : interrupted) {
     Entry& e = runner->jobs_.at(id);
@@ -253,6 +289,20 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(
 }
 
 JobRunner::~JobRunner() { Shutdown(); }
+
+int JobRunner::CrashesSinceProgressLocked(const std::string& id) {
+  absl::StatusOr<std::vector<AuditRow>> rows = store_->LoadAudit(id);
+  if (!rows.ok()) {
+    log_.JobEvent("store_error", id, {{"error", rows.status().ToString()}});
+    return 0;
+  }
+  int crashes = 0;
+  for (const AuditRow& row : *rows) {
+    if (row.kind == "requeued_after_restart") ++crashes;
+    if (row.kind == "checkpoint" || row.kind == "resume") crashes = 0;
+  }
+  return crashes;
+}
 
 void JobRunner::Start() {
   thread_ = std::thread([this] { Loop(); });
@@ -588,11 +638,14 @@ absl::StatusOr<v1::CheckpointRecord> JobRunner::CheckpointNow(const std::string&
   checkpoint_request_step_ = from_step;
   checkpoint_requested_ = true;
   log_.JobEvent("checkpoint_requested", id, {{"after_step", absl::StrCat(from_step)}});
+  ++checkpoint_waiters_;
+  changed_.notify_all();  // a held run (test hook) steps on until the checkpoint is committed
   auto answered = [&] {
     return e.checkpoints_committed > committed_before && e.last_checkpoint.step() >= from_step;
   };
   changed_.wait_for(lock, absl::ToChronoMilliseconds(timeout),
                     [&] { return answered() || running_ != id || stopping_; });
+  --checkpoint_waiters_;
   if (answered()) return e.last_checkpoint;
   if (running_ != id) {
     return absl::FailedPreconditionError(absl::StrCat("job '", id, "' stopped as ",

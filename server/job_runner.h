@@ -64,6 +64,19 @@ struct JobProvenanceOptions {
   std::string device_kind;                               // recorded in each job's lineage
 };
 
+// Limits and test hooks of the runner (daemon settings).
+struct RunnerLimits {
+  // A job during whose runs megatraind stopped without a clean shutdown (crash, OOM kill,
+  // SIGBUS, SIGKILL) this many times since its last checkpoint or resume is FAILED at the next
+  // start instead of re-run ("quarantined"); counted from the store's audit rows.
+  uint32_t max_job_crashes = 3;
+  // Test hook (0 = off): a run that reaches this step of its job waits after every step from
+  // there on until it is asked to stop (cancel, pause, shutdown) or for a checkpoint (it then
+  // steps on until the checkpoint is committed). Lets tests interrupt a job at a known step
+  // however fast the machine is. Runs that start past this step are not held.
+  uint64_t test_hold_after_step = 0;
+};
+
 class JobRunner {
  public:
   using Revalidate = std::function<absl::StatusOr<ValidatedJob>(const v1::JobSpec&)>;
@@ -72,7 +85,7 @@ class JobRunner {
   static absl::StatusOr<std::unique_ptr<JobRunner>> Create(
       std::unique_ptr<JobStore> store, JobEngine& engine, DaemonMetrics* metrics,
       StructuredLog& log, uint32_t max_queue_length, const Revalidate& revalidate,
-      JobProvenanceOptions provenance = {});
+      JobProvenanceOptions provenance = {}, RunnerLimits limits = {});
   ~JobRunner();  // Shutdown()
 
   void Start();
@@ -125,14 +138,19 @@ class JobRunner {
 
   JobRunner(std::unique_ptr<JobStore> store, JobEngine& engine, DaemonMetrics* metrics,
             StructuredLog& log, uint32_t max_queue_length, Revalidate revalidate,
-            JobProvenanceOptions provenance)
+            JobProvenanceOptions provenance, RunnerLimits limits)
       : store_(std::move(store)),
         engine_(engine),
         metrics_(metrics),
         log_(log),
         max_queue_length_(max_queue_length),
         revalidate_(std::move(revalidate)),
-        provenance_(std::move(provenance)) {}
+        provenance_(std::move(provenance)),
+        limits_(limits) {}
+
+  // With mu_ held: how many times the daemon stopped uncleanly while `id` ran, since the job's
+  // last checkpoint or resume (audit rows "requeued_after_restart").
+  int CrashesSinceProgressLocked(const std::string& id);
 
   void Loop();
   // The provenance phase of a run (protocol 6), on the runner thread without mu_: the job as the
@@ -157,6 +175,7 @@ class JobRunner {
   const uint32_t max_queue_length_;
   const Revalidate revalidate_;
   const JobProvenanceOptions provenance_;
+  const RunnerLimits limits_;
 
   mutable std::mutex mu_;
   mutable std::condition_variable changed_;
@@ -172,6 +191,7 @@ class JobRunner {
   std::atomic<bool> pause_running_{false};
   std::atomic<bool> checkpoint_requested_{false};
   uint64_t checkpoint_request_step_ = 0;  // guarded by mu_
+  int checkpoint_waiters_ = 0;            // CheckpointNow calls waiting; guarded by mu_
   std::thread thread_;
   std::mutex done_mu_;
   std::condition_variable done_cv_;

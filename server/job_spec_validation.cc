@@ -224,8 +224,17 @@ absl::Status ValidateData(const v1::DataSource& data, const PathPolicy& paths, V
   return absl::OkStatus();
 }
 
-absl::Status ValidateHyper(const v1::Hyperparameters& h, const v1::DataSource& data,
+absl::Status ValidateHyper(const v1::Hyperparameters& given, const v1::DataSource& data,
                            const DaemonSettings& settings, ValidatedJob& job) {
+  // Unset (0) fields take the documented defaults (docs/daemon.md), so a minimal submit works.
+  v1::Hyperparameters h = given;
+  if (h.batch_size() == 0) h.set_batch_size(kDefaultBatchSize);
+  if (h.seq_len() == 0) {
+    h.set_seq_len(static_cast<uint32_t>(std::min<uint64_t>(
+        {kDefaultSeqLen, settings.max_seq_len,
+         static_cast<uint64_t>(std::max<int64_t>(1, job.model.max_position_embeddings))})));
+  }
+  if (h.lr().peak_lr() == 0) h.mutable_lr()->set_peak_lr(kDefaultPeakLr);
   if (absl::Status s = CheckRange("hyper.steps", h.steps(), 1, settings.max_steps); !s.ok()) {
     return s;
   }
@@ -358,6 +367,28 @@ std::string ExecutorField(absl::string_view planner_message) {
   return "hyper";
 }
 
+uint64_t PhysicalRamBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
+
+// The host memory a job may plan for: the physical RAM, or the daemon's max_ram_bytes when
+// that is set and smaller.
+uint64_t MachineRamLimit(const DaemonSettings& settings) {
+  const uint64_t physical = PhysicalRamBytes();
+  if (settings.max_ram_bytes != 0 && (physical == 0 || settings.max_ram_bytes < physical)) {
+    return settings.max_ram_bytes;
+  }
+  return physical == 0 ? UINT64_MAX : physical;
+}
+
+const char* MachineRamLimitName(const DaemonSettings& settings) {
+  return settings.max_ram_bytes != 0 && settings.max_ram_bytes == MachineRamLimit(settings)
+             ? "the daemon's max_ram_bytes"
+             : "physical RAM";
+}
+
 // The CPU device as the planner sees it: memory figures exact, speeds nominal (the daemon does
 // not probe the host, so no step time is predicted).
 engine::planner::HardwareProfile DeviceProfile(const engine::DeviceOptions& device) {
@@ -378,7 +409,8 @@ engine::planner::HardwareProfile DeviceProfile(const engine::DeviceOptions& devi
 }
 
 // Exact placement and device plan from the engine's planner; refuses plans that do not fit.
-absl::Status PlanWithEngine(const v1::MemoryBudgets& m, ValidatedJob& job) {
+absl::Status PlanWithEngine(const v1::MemoryBudgets& m, const DaemonSettings& settings,
+                            ValidatedJob& job) {
   engine::planner::PlanInputs in;
   in.micro_batch = job.options.trainer.micro_batch_size;
   in.seq = job.options.trainer.seq_len;
@@ -421,6 +453,17 @@ absl::Status PlanWithEngine(const v1::MemoryBudgets& m, ValidatedJob& job) {
       return absl::ResourceExhaustedError(absl::StrCat(field, ": ", message));
     }
     return Invalid(ExecutorField(plan.status().message()), plan.status().message());
+  }
+  // Never past the machine (issue 16, point 6): whatever the budgets say, the host bytes of the
+  // plan (pinned + RAM + staging) must fit the physical RAM, or the daemon's max_ram_bytes.
+  const uint64_t host_need =
+      plan->placement.pinned_used + plan->placement.ram_used + plan->host_pinned_staging;
+  if (host_need > MachineRamLimit(settings)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "memory: the plan needs ", host_need, " bytes of host memory (pinned ",
+        plan->placement.pinned_used, ", RAM ", plan->placement.ram_used + plan->host_pinned_staging,
+        "); this machine allows ", MachineRamLimit(settings), " (", MachineRamLimitName(settings),
+        "); put buffers on NVMe (memory.nvme_dir) or use a smaller model or batch"));
   }
   if (!plan->fits_device) {
     return absl::ResourceExhaustedError(
@@ -467,11 +510,6 @@ absl::Status PlanWithEngine(const v1::MemoryBudgets& m, ValidatedJob& job) {
   return absl::OkStatus();
 }
 
-uint64_t PhysicalRamBytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
-}
 
 // The NVMe tier's directory: under an output root (the daemon writes state files there), on a
 // block-backed filesystem that does O_DIRECT (the engine's check), with nvme_bytes free.
@@ -532,10 +570,17 @@ absl::Status ValidateMemory(const v1::MemoryBudgets& m, const DaemonSettings& se
   if (m.pinned_ram_bytes() != 0) job.options.device.pinned_budget_bytes = m.pinned_ram_bytes();
   // A RAM budget or the NVMe tier: the engine places the store's buffers under the budgets
   // (engine/tiers/placement.h); without either, everything in RAM, copy endpoints pinned.
+  if (m.ram_bytes() > MachineRamLimit(settings)) {
+    return absl::ResourceExhaustedError(absl::StrCat("memory.ram_bytes: ", m.ram_bytes(),
+                                                     " exceed this machine's ",
+                                                     MachineRamLimit(settings), " bytes (",
+                                                     MachineRamLimitName(settings), ")"));
+  }
   if (m.ram_bytes() != 0 || !m.nvme_dir().empty()) {
     budgets.enabled = true;
     budgets.budgets.pinned_ram = job.options.device.pinned_budget_bytes;
-    budgets.budgets.ram = m.ram_bytes() != 0 ? m.ram_bytes() : PhysicalRamBytes();
+    // ram_bytes = 0 means "the machine's", never "unlimited".
+    budgets.budgets.ram = m.ram_bytes() != 0 ? m.ram_bytes() : MachineRamLimit(settings);
     budgets.states_on_nvme = m.states_on_nvme();
     budgets.master_on_nvme = m.master_on_nvme();
     budgets.grad_on_nvme = m.grad_on_nvme();
@@ -547,7 +592,7 @@ absl::Status ValidateMemory(const v1::MemoryBudgets& m, const DaemonSettings& se
       budgets.nvme_chunk_bytes = m.nvme_chunk_bytes();
     }
   }
-  return PlanWithEngine(m, job);
+  return PlanWithEngine(m, settings, job);
 }
 
 }  // namespace

@@ -17,6 +17,11 @@ namespace megatrain::server {
 // `config_json_path` value that selects the built-in ~10M-parameter text model.
 inline constexpr char kBuiltinTinyModel[] = "builtin:tiny";
 
+// Defaults of hyperparameters left unset (0) in a JobSpec; `megatrain submit --help` shows them.
+inline constexpr double kDefaultPeakLr = 3e-4;
+inline constexpr uint32_t kDefaultBatchSize = 8;
+inline constexpr uint64_t kDefaultSeqLen = 256;  // capped by max_seq_len and the model
+
 struct ValidatedJob {
   engine::ModelConfig model;
   engine::TextTrainingOptions options;  // device filled from the daemon's settings

@@ -5,11 +5,10 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "engine/common/safe_files.h"
 #include "engine/provenance/sha256.h"
 #include "nlohmann/json.hpp"
 #include "server/child_process.h"
@@ -48,11 +47,10 @@ uint64_t TokenWidth(const std::string& format) { return format == "u16" ? 2 : 4;
 
 // The report of an earlier run whose token file is still whole; nullopt-like error otherwise.
 absl::StatusOr<ToolReport> FindReusable(const std::string& report_path, const std::string& stem) {
-  std::ifstream in(report_path);
-  if (!in) return absl::NotFoundError(report_path);
-  std::stringstream text;
-  text << in.rdbuf();
-  absl::StatusOr<ToolReport> report = ParseReport(text.str(), report_path);
+  // A regular file only (a FIFO planted here would block the runner), and small.
+  absl::StatusOr<std::string> text = engine::ReadRegularFile(report_path, 1 << 20);
+  if (!text.ok()) return absl::NotFoundError(report_path);
+  absl::StatusOr<ToolReport> report = ParseReport(*text, report_path);
   if (!report.ok()) return report.status();
   std::error_code ec;
   const uint64_t size = std::filesystem::file_size(stem + "." + report->format, ec);
@@ -62,16 +60,10 @@ absl::StatusOr<ToolReport> FindReusable(const std::string& report_path, const st
   return report;
 }
 
-absl::Status WriteReport(const std::string& path, const std::string& line) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << line << "\n";
-    out.flush();
-    if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write '", tmp, "'"));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::PermissionDeniedError(absl::StrCat("cannot rename '", tmp, "' to '", path, "'"));
+// <dir>/<name> written atomically, never through a symlink planted in the directory.
+absl::Status WriteReport(const std::string& dir, const std::string& name, const std::string& line) {
+  if (absl::Status s = engine::WriteFileInDirectory(dir, name, line + "\n"); !s.ok()) {
+    return absl::PermissionDeniedError(absl::StrCat("token report: ", s.message()));
   }
   return absl::OkStatus();
 }
@@ -104,10 +96,8 @@ std::string TokenFileKey(int tokenize_output_version,
 absl::StatusOr<JobTokens> PrepareJobTokens(const JobTokensRequest& request,
                                            const std::function<bool()>& should_stop) {
   std::error_code ec;
-  std::filesystem::create_directories(request.tokens_dir, ec);
-  if (ec) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("token directory: cannot create '", request.tokens_dir, "': ", ec.message()));
+  if (absl::Status s = engine::MakeDirectories(request.tokens_dir); !s.ok()) {
+    return absl::PermissionDeniedError(absl::StrCat("token directory: ", s.message()));
   }
   const std::string stem = absl::StrCat(request.tokens_dir, "/", request.key);
   const std::string report_path = stem + ".json";
@@ -157,7 +147,10 @@ absl::StatusOr<JobTokens> PrepareJobTokens(const JobTokensRequest& request,
     }
     nlohmann::json kept = nlohmann::json::parse(line);
     kept["out"] = path;
-    if (absl::Status s = WriteReport(report_path, kept.dump()); !s.ok()) return s;
+    if (absl::Status s = WriteReport(request.tokens_dir, request.key + ".json", kept.dump());
+        !s.ok()) {
+      return s;
+    }
   }
   tokens.path = stem + "." + report->format;
   tokens.format = report->format;

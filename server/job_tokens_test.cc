@@ -147,6 +147,30 @@ TEST_F(JobTokensTest, JobLinkFollowsTheNewestTokenFile) {
   EXPECT_FALSE(std::filesystem::exists(*link + ".tmp"));
 }
 
+// Issue 16, point 1: the tokens directory sits in the job's output directory, which group members
+// may write to. Symlinks planted at the names the daemon (and its tool) used for temporaries are
+// never written through, and a FIFO planted as the report never blocks the runner.
+TEST_F(JobTokensTest, PlantedSymlinksAndFifosAreNeverFollowed) {
+  std::filesystem::create_directories(request_.tokens_dir);
+  const std::string victim = Tmp("tokens_victim");
+  std::ofstream(victim) << "precious";
+  const std::string stem = request_.tokens_dir + "/" + request_.key;
+  for (const char* name : {".json.tmp", ".part.tmp"}) {
+    std::filesystem::create_symlink(victim, stem + name);
+  }
+  ASSERT_EQ(::mkfifo((stem + ".json").c_str(), 0600), 0);  // no reader/writer: open would block
+  absl::StatusOr<JobTokens> made = PrepareJobTokens(request_, [] { return false; });
+  ASSERT_TRUE(made.ok()) << made.status();
+  std::ifstream in(victim);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "precious");
+  struct stat st;
+  ASSERT_EQ(::lstat((stem + ".json").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode)) << "the FIFO is replaced by the report";
+  ASSERT_EQ(::lstat(made->path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+}
+
 TEST(TokenFileKeyTest, HashesOfToolVersionTokenizerAndDataInOrder) {
   using provenance::InputFile;
   const InputFile tok{provenance::kRoleTokenizer, "/t.model", std::string(64, '1'), 5};

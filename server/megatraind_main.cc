@@ -1,5 +1,6 @@
 // megatraind: the training daemon. Reads a DaemonConfig textproto (--config), applies flag
-// overrides, serves the Trainer API until SIGTERM/SIGINT, then shuts down within the bound.
+// overrides, serves the Trainer API until SIGTERM/SIGINT/SIGHUP, then shuts down within the
+// bound.
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -50,6 +51,15 @@ ABSL_FLAG(bool, init_signing_key, false,
 ABSL_FLAG(std::string, tokenize_binary, "",
           "megatrain_tokenize, run in a child process for jobs whose data.tokenizer is a "
           "SentencePiece model; empty = megatrain_tokenize beside this executable.");
+ABSL_FLAG(uint64_t, max_ram_bytes, 0,
+          "Host memory a job's plan may use (pinned + RAM); 0 = the machine's physical RAM. "
+          "A job whose plan needs more is refused at submit (RESOURCE_EXHAUSTED).");
+ABSL_FLAG(uint32_t, max_job_crashes, 3,
+          "A job during which megatraind stopped without a clean shutdown this many times since "
+          "its last checkpoint or resume is FAILED (quarantined) at the next start; 0 = never.");
+ABSL_FLAG(uint64_t, test_hold_after_step, 0,
+          "Test hook: a job that reaches this step waits after each step until it is asked to "
+          "stop or checkpoint; 0 = off. Never set it in production.");
 ABSL_FLAG(uint64_t, inject_device_fault_after_steps, 0,
           "Test hook (cpu device only): fault the daemon's device after this many training "
           "steps, counted over all jobs; 0 = never. Never set it in production.");
@@ -167,6 +177,9 @@ int main(int argc, char** argv) {
     log.Event("config_error", {{"error", settings.status().ToString()}});
     return 2;
   }
+  settings->max_ram_bytes = absl::GetFlag(FLAGS_max_ram_bytes);
+  settings->max_job_crashes = absl::GetFlag(FLAGS_max_job_crashes);
+  settings->test_hold_after_step = absl::GetFlag(FLAGS_test_hold_after_step);
 
   // Libraries start threads before main (OpenBLAS), so a blocked-mask + sigwait scheme would
   // miss them: the handler only writes the signal number to a pipe that one thread reads.
@@ -176,6 +189,9 @@ int main(int argc, char** argv) {
   sigemptyset(&action.sa_mask);
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGINT, &action, nullptr);
+  // SIGHUP (a closed terminal, `systemctl kill -s HUP`): the same clean stop with a checkpoint,
+  // never the default silent termination (issue 16, point 14). No reload: restart to reconfigure.
+  sigaction(SIGHUP, &action, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
   TextJobEngineOptions engine_options;
@@ -196,6 +212,10 @@ int main(int argc, char** argv) {
     log.Event("start_error", {{"error", engine.status().ToString()}});
     return 1;
   }
+  if (settings->test_hold_after_step != 0) {
+    log.Event("test_hook",
+              {{"test_hold_after_step", std::to_string(settings->test_hold_after_step)}});
+  }
   if (absl::GetFlag(FLAGS_inject_device_fault_after_steps) != 0) {
     log.Event("test_hook",
               {{"inject_device_fault_after_steps",
@@ -210,7 +230,9 @@ int main(int argc, char** argv) {
     unsigned char sig = 0;
     while (read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
     }
-    log.Event("signal", {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}});
+    log.Event("signal", {{"signal", sig == SIGTERM  ? "SIGTERM"
+                                    : sig == SIGHUP ? "SIGHUP"
+                                                    : "SIGINT"}});
     if (!(*daemon)->Shutdown()) {
       log.Event("shutdown_timeout",
                 {{"seconds", std::to_string(settings->shutdown_timeout_seconds)}});

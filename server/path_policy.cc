@@ -3,6 +3,7 @@
 
 #include <limits.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "engine/common/safe_files.h"
 
 namespace megatrain::server {
 namespace {
@@ -91,6 +93,14 @@ absl::StatusOr<std::string> PathPolicy::ResolveInput(const std::string& field,
   bool allowed = false;
   for (const std::string& root : data_roots_) allowed = allowed || IsUnder(real, root);
   if (!allowed) return OutsideRoots(field, path, real, data_roots_);
+  // Only regular files and directories: a FIFO would block whoever opens it (the request
+  // thread, the runner), a device or socket never ends (issue 16, point 3).
+  struct stat st;
+  if (stat(real.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": '", path, "' is ",
+                                                   engine::FileTypeName(st.st_mode),
+                                                   "; inputs must be regular files"));
+  }
   if (access(real.c_str(), R_OK) != 0) {
     return absl::PermissionDeniedError(absl::StrCat(field, ": '", path, "' is not readable"));
   }

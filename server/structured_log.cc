@@ -8,17 +8,43 @@
 namespace megatrain::server {
 namespace {
 
+bool IsControl(unsigned char c) { return c < 0x20 || c == 0x7f; }
+
+// Values are user-supplied (job names, paths, error messages naming them): a control character
+// (CR, LF, ESC, NUL, ...) must never reach the log raw, where it could forge a line or drive a
+// terminal (issue 16, point 13). Such values are quoted with \n, \r, \t or \xHH escapes.
 std::string Quote(absl::string_view value) {
-  const bool plain = !value.empty() && value.find_first_of(" \t\n\"=") == absl::string_view::npos;
+  bool plain = !value.empty();
+  for (unsigned char c : value) {
+    if (IsControl(c) || c == ' ' || c == '"' || c == '=' || c == '\\') plain = false;
+  }
   if (plain) return std::string(value);
   std::string out = "\"";
-  for (char c : value) {
-    if (c == '"' || c == '\\') out.push_back('\\');
-    if (c == '\n') {
-      out += "\\n";
+  for (unsigned char c : value) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        continue;
+      case '\\':
+        out += "\\\\";
+        continue;
+      case '\n':
+        out += "\\n";
+        continue;
+      case '\r':
+        out += "\\r";
+        continue;
+      case '\t':
+        out += "\\t";
+        continue;
+      default:
+        break;
+    }
+    if (IsControl(c)) {
+      absl::StrAppend(&out, "\\x", absl::Hex(c, absl::kZeroPad2));
       continue;
     }
-    out.push_back(c);
+    out.push_back(static_cast<char>(c));
   }
   out.push_back('"');
   return out;
@@ -33,7 +59,7 @@ void StructuredLog::Event(absl::string_view event, const Fields& fields) {
   for (const auto& [key, value] : fields) absl::StrAppend(&line, " ", key, "=", Quote(value));
   line.push_back('\n');
   std::lock_guard<std::mutex> lock(mu_);
-  std::fputs(line.c_str(), out_);
+  std::fwrite(line.data(), 1, line.size(), out_);
   std::fflush(out_);
 }
 

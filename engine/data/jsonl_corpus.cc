@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "engine/common/safe_files.h"
 #include "engine/model/strict_json.h"
 
 namespace megatrain::engine {
@@ -47,11 +48,14 @@ absl::StatusOr<std::vector<std::string>> ParseJsonlDocuments(std::string_view co
 }
 
 absl::StatusOr<std::vector<std::string>> LoadJsonlDocuments(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::PermissionDeniedError(absl::StrCat("cannot read JSONL file '", path, "'"));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return ParseJsonlDocuments(buffer.str(), path);
+  absl::StatusOr<std::string> text = ReadRegularFile(path);
+  if (!text.ok()) {
+    return absl::Status(text.status().code() == absl::StatusCode::kInvalidArgument
+                            ? absl::StatusCode::kInvalidArgument
+                            : absl::StatusCode::kPermissionDenied,
+                        absl::StrCat("cannot read JSONL file: ", text.status().message()));
+  }
+  return ParseJsonlDocuments(*text, path);
 }
 
 }  // namespace megatrain::engine

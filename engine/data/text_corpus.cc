@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "engine/common/safe_files.h"
 #include "engine/data/jsonl_corpus.h"
 
 namespace megatrain::engine {
@@ -72,11 +73,15 @@ absl::StatusOr<std::vector<std::string>> LoadDocuments(const std::vector<std::st
       for (std::string& d : *lines) docs.push_back(std::move(d));
       continue;
     }
-    std::ifstream in(f, std::ios::binary);
-    if (!in) return absl::PermissionDeniedError(absl::StrCat("cannot read text file '", f, "'"));
-    std::stringstream buffer;
-    buffer << in.rdbuf();
-    for (std::string& d : SplitFortunes(buffer.str())) docs.push_back(std::move(d));
+    // A regular file only: a FIFO or device would block or never end (issue 16, point 3).
+    absl::StatusOr<std::string> text = ReadRegularFile(f);
+    if (!text.ok()) {
+      return absl::Status(text.status().code() == absl::StatusCode::kInvalidArgument
+                              ? absl::StatusCode::kInvalidArgument
+                              : absl::StatusCode::kPermissionDenied,
+                          absl::StrCat("cannot read text file: ", text.status().message()));
+    }
+    for (std::string& d : SplitFortunes(*text)) docs.push_back(std::move(d));
   }
   if (docs.empty()) {
     return absl::InvalidArgumentError("text files contain no documents");

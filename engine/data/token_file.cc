@@ -1,16 +1,12 @@
-// Memory-mapped token files.
+// Token files, read into memory (see token_file.h).
 #include "engine/data/token_file.h"
-
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "engine/common/safe_files.h"
 
 namespace megatrain::engine {
 
@@ -23,38 +19,28 @@ absl::StatusOr<TokenFileFormat> ParseTokenFileFormat(std::string_view name) {
 }
 
 absl::StatusOr<TokenFile> TokenFile::Open(const std::string& path, TokenFileFormat format) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
-  }
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return absl::InternalError(absl::StrCat(path, ": stat: ", std::strerror(err)));
+  // Read, not mapped: a file truncated by its owner while a job uses it would turn a mapped
+  // access into SIGBUS and take the daemon down (issue 16, point 4). A regular file only: a FIFO
+  // would block the caller (the request thread at submit, the runner at run).
+  absl::StatusOr<std::string> bytes = ReadRegularFile(path);
+  if (!bytes.ok()) {
+    if (bytes.status().code() == absl::StatusCode::kInvalidArgument) return bytes.status();
+    return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", bytes.status().message()));
   }
   TokenFile f;
   f.path_ = path;
-  f.map_size_ = static_cast<size_t>(st.st_size);
-  if (f.map_size_ > 0) {
-    void* p = ::mmap(nullptr, f.map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      return absl::InternalError(absl::StrCat(path, ": mmap: ", std::strerror(err)));
-    }
-    f.map_ = static_cast<const uint8_t*>(p);
-  }
-  ::close(fd);
+  f.bytes_ = *std::move(bytes);
+  const uint8_t* data = reinterpret_cast<const uint8_t*>(f.bytes_.data());
+  const size_t size = f.bytes_.size();
   size_t header = 0;
   if (format == TokenFileFormat::kLlmc) {
     header = kLlmcHeaderInts * sizeof(int32_t);
-    if (f.map_size_ < header) {
+    if (size < header) {
       return absl::InvalidArgumentError(absl::StrCat(
-          path, ": ", f.map_size_, " bytes, shorter than the llm.c header (", header, ")"));
+          path, ": ", size, " bytes, shorter than the llm.c header (", header, ")"));
     }
     int32_t h[3];
-    std::memcpy(h, f.map_, sizeof(h));
+    std::memcpy(h, data, sizeof(h));
     if (h[0] != kLlmcMagic) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": llm.c magic ", h[0], " is not ", kLlmcMagic));
@@ -64,54 +50,25 @@ absl::StatusOr<TokenFile> TokenFile::Open(const std::string& path, TokenFileForm
           path, ": llm.c version ", h[1], " is not 1 (uint16 tokens) or 2 (uint32 tokens)"));
     }
     f.width_ = h[1] == 1 ? 2 : 4;
-    if (h[2] < 0 || static_cast<uint64_t>(h[2]) * f.width_ != f.map_size_ - header) {
+    if (h[2] < 0 || static_cast<uint64_t>(h[2]) * f.width_ != size - header) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": llm.c header says ", h[2],
                                                      " tokens but the file holds ",
-                                                     f.map_size_ - header, " bytes of tokens"));
+                                                     size - header, " bytes of tokens"));
     }
   } else {
     f.width_ = format == TokenFileFormat::kUint16 ? 2 : 4;
-    if (f.map_size_ % f.width_ != 0) {
+    if (size % f.width_ != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          path, ": ", f.map_size_, " bytes is not a whole number of ", f.width_, "-byte tokens"));
+          path, ": ", size, " bytes is not a whole number of ", f.width_, "-byte tokens"));
     }
   }
-  f.tokens_ = f.map_ + header;
-  f.count_ = (f.map_size_ - header) / f.width_;
+  f.header_ = header;
+  f.count_ = (size - header) / f.width_;
   return f;
 }
 
-TokenFile::TokenFile(TokenFile&& o) noexcept
-    : path_(std::move(o.path_)),
-      map_(o.map_),
-      map_size_(o.map_size_),
-      tokens_(o.tokens_),
-      count_(o.count_),
-      width_(o.width_) {
-  o.map_ = nullptr;
-  o.map_size_ = 0;
-}
-
-TokenFile& TokenFile::operator=(TokenFile&& o) noexcept {
-  if (this != &o) {
-    if (map_ != nullptr) ::munmap(const_cast<uint8_t*>(map_), map_size_);
-    path_ = std::move(o.path_);
-    map_ = o.map_;
-    map_size_ = o.map_size_;
-    tokens_ = o.tokens_;
-    count_ = o.count_;
-    width_ = o.width_;
-    o.map_ = nullptr;
-    o.map_size_ = 0;
-  }
-  return *this;
-}
-
-TokenFile::~TokenFile() {
-  if (map_ != nullptr) ::munmap(const_cast<uint8_t*>(map_), map_size_);
-}
-
 int32_t TokenFile::at(size_t index) const {
+  const uint8_t* tokens_ = reinterpret_cast<const uint8_t*>(bytes_.data()) + header_;
   if (width_ == 2) {
     uint16_t t;
     std::memcpy(&t, tokens_ + index * 2, 2);  // little-endian host

@@ -1,4 +1,5 @@
-// Pre-tokenized token files, memory-mapped read-only: raw little-endian
+// Pre-tokenized token files, read into memory (not mapped: a file truncated while mapped
+// would kill the process with SIGBUS): raw little-endian
 // uint16 or uint32 arrays (nanoGPT style), and llm.c's format (a header of
 // 256 int32 — magic 20240520, version 1 = uint16 tokens / 2 = uint32 tokens,
 // token count — then the tokens). Several files read as one stream.
@@ -30,19 +31,19 @@ absl::StatusOr<TokenFileFormat> ParseTokenFileFormat(std::string_view name);
 inline constexpr int32_t kLlmcMagic = 20240520;
 inline constexpr size_t kLlmcHeaderInts = 256;
 
-// One mapped file. Move-only; the map lives as long as the object.
+// One file's bytes, held in memory. Move-only.
 class TokenFile {
  public:
-  // Refused with the path named: unreadable files, a size that is not a
+  // Refused with the path named: unreadable files, anything but a regular file (a FIFO is
+  // refused without blocking), a size that is not a
   // whole number of tokens, a bad llm.c magic or version, or an llm.c token
   // count that disagrees with the file size.
   static absl::StatusOr<TokenFile> Open(const std::string& path, TokenFileFormat format);
 
-  TokenFile(TokenFile&& other) noexcept;
-  TokenFile& operator=(TokenFile&& other) noexcept;
+  TokenFile(TokenFile&& other) noexcept = default;
+  TokenFile& operator=(TokenFile&& other) noexcept = default;
   TokenFile(const TokenFile&) = delete;
   TokenFile& operator=(const TokenFile&) = delete;
-  ~TokenFile();
 
   const std::string& path() const { return path_; }
   size_t size() const { return count_; }
@@ -51,9 +52,8 @@ class TokenFile {
  private:
   TokenFile() = default;
   std::string path_;
-  const uint8_t* map_ = nullptr;
-  size_t map_size_ = 0;
-  const uint8_t* tokens_ = nullptr;
+  std::string bytes_;   // the whole file
+  size_t header_ = 0;   // bytes before the first token (llm.c)
   size_t count_ = 0;
   int width_ = 2;  // bytes per token
 };

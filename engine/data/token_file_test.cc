@@ -3,6 +3,8 @@
 #include "engine/data/token_file.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <fstream>
@@ -91,6 +93,30 @@ TEST(TokenFileTest, RefusesMalformedFilesNamingThem) {
   }
   EXPECT_EQ(TokenFile::Open("/nonexistent/x.bin", TokenFileFormat::kUint16).status().code(),
             absl::StatusCode::kNotFound);
+}
+
+// Issue 16, point 4: the file's owner truncates it while a job reads it. A mapped file would
+// raise SIGBUS on the next access and kill the daemon; the tokens read at open stay valid.
+TEST(TokenFileTest, TruncationWhileInUseNeverFaults) {
+  std::vector<uint16_t> tokens(1 << 16);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(i * 7);
+  const std::string path = WriteTokens("truncated.u16", tokens, 0);
+  absl::StatusOr<TokenFile> f = TokenFile::Open(path, TokenFileFormat::kUint16);
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_EQ(::truncate(path.c_str(), 0), 0);
+  EXPECT_EQ(f->at(tokens.size() - 1), static_cast<int32_t>(tokens.back()));
+  EXPECT_EQ(f->at(12345), static_cast<int32_t>(tokens[12345]));
+}
+
+// Issue 16, point 3: a FIFO (or device) as a token file is refused at once, never waited on.
+TEST(TokenFileTest, RefusesAFifoAndADeviceWithoutBlocking) {
+  const std::string fifo = ::testing::TempDir() + "/tokens.fifo";
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  absl::StatusOr<TokenFile> f = TokenFile::Open(fifo, TokenFileFormat::kUint16);
+  EXPECT_EQ(f.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(f.status().message().find("is a FIFO"), std::string::npos) << f.status();
+  EXPECT_FALSE(TokenFile::Open("/dev/zero", TokenFileFormat::kUint16).ok());
 }
 
 TEST(TokenFileTest, WindowsOverConcatenatedFilesEqualWindowsOverMemory) {

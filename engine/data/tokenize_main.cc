@@ -6,7 +6,6 @@
 // Prints one JSON line {tokens, documents, vocab_size, end_of_document,
 // format, out, output_version}. Exit: 0 written, 1 failed (reason on stderr), 2 usage.
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -15,12 +14,14 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/common/safe_files.h"
 #include "engine/data/text_corpus.h"
 #include "engine/data/text_tokenizer.h"
 #include "engine/data/tokenize_version.h"
 
 ABSL_FLAG(std::string, tokenizer, "bytes", "\"bytes\" or the path of a SentencePiece .model.");
-ABSL_FLAG(std::string, out, "", "Output token file (written to <out>.tmp, then renamed).");
+ABSL_FLAG(std::string, out, "",
+          "Output token file (written under a temporary name in its directory, then renamed).");
 ABSL_FLAG(std::string, format, "auto",
           "u16, u32 or auto (u16 when the vocabulary fits in 16 bits).");
 
@@ -28,24 +29,23 @@ namespace megatrain::engine {
 namespace {
 
 absl::Status WriteTokens(const std::vector<int32_t>& tokens, bool u16, const std::string& out) {
-  const std::string tmp = out + ".tmp";
-  {
-    std::ofstream file(tmp, std::ios::binary | std::ios::trunc);
-    if (!file) return absl::NotFoundError(absl::StrCat("cannot create ", tmp));
-    if (u16) {
-      std::vector<uint16_t> narrow(tokens.begin(), tokens.end());
-      file.write(reinterpret_cast<const char*>(narrow.data()),
-                 static_cast<std::streamsize>(narrow.size() * sizeof(uint16_t)));
-    } else {
-      file.write(reinterpret_cast<const char*>(tokens.data()),
-                 static_cast<std::streamsize>(tokens.size() * sizeof(int32_t)));
-    }
-    file.flush();
-    if (!file) return absl::DataLossError(absl::StrCat("cannot write ", tmp));
+  // Written under a fresh random name with O_EXCL|O_NOFOLLOW and renamed over `out`, so a
+  // symlink planted in the (possibly group-writable) output directory is never followed.
+  const size_t slash = out.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : out.substr(0, slash);
+  const std::string name = slash == std::string::npos ? out : out.substr(slash + 1);
+  absl::Status s;
+  if (u16) {
+    std::vector<uint16_t> narrow(tokens.begin(), tokens.end());
+    s = WriteFileInDirectory(dir, name,
+                             std::string_view(reinterpret_cast<const char*>(narrow.data()),
+                                              narrow.size() * sizeof(uint16_t)));
+  } else {
+    s = WriteFileInDirectory(dir, name,
+                             std::string_view(reinterpret_cast<const char*>(tokens.data()),
+                                              tokens.size() * sizeof(int32_t)));
   }
-  if (std::rename(tmp.c_str(), out.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", out));
-  }
+  if (!s.ok()) return absl::DataLossError(absl::StrCat("cannot write ", out, ": ", s.message()));
   return absl::OkStatus();
 }
 

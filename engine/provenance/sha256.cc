@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -112,11 +113,19 @@ std::string Sha256Hex(std::string_view bytes) {
 }
 
 absl::StatusOr<std::string> Sha256FileHex(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK and a regular-file check on the opened descriptor: a FIFO swapped in for a data
+  // file must not block the daemon's runner or request thread (issue 16, point 3).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
     const std::string message = absl::StrCat(path, ": cannot open: ", std::strerror(errno));
     return errno == ENOENT ? absl::NotFoundError(message) : absl::InternalError(message);
   }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  }
+  (void)::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   Sha256 sha;
   std::vector<uint8_t> chunk(size_t{1} << 20);
   while (true) {

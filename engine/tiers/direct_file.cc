@@ -15,10 +15,17 @@
 namespace megatrain::engine::tiers {
 
 absl::StatusOr<DirectFile> DirectFile::Open(const std::string& path, Mode mode) {
-  int flags = O_RDWR | O_DIRECT | O_CLOEXEC;
+  // Never through a symlink, never onto a FIFO or device: the directory may be writable by
+  // others (docs/daemon.md, "Hardening").
+  int flags = O_RDWR | O_DIRECT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
   if (mode == Mode::kCreateOrOpen) flags |= O_CREAT;
-  if (mode == Mode::kCreateTruncate) flags |= O_CREAT | O_TRUNC;
-  const int fd = ::open(path.c_str(), flags, 0600);
+  // A truncating create always makes a new inode: whatever was at the name is unlinked first
+  // (a planted symlink or hard link is removed, never written through), then O_EXCL.
+  if (mode == Mode::kCreateTruncate) flags |= O_CREAT | O_EXCL;
+  int fd = ::open(path.c_str(), flags, 0600);
+  if (fd < 0 && errno == EEXIST && mode == Mode::kCreateTruncate) {
+    if (::unlink(path.c_str()) == 0 || errno == ENOENT) fd = ::open(path.c_str(), flags, 0600);
+  }
   if (fd < 0) {
     const int err = errno;
     if (err == EINVAL) {
@@ -27,8 +34,19 @@ absl::StatusOr<DirectFile> DirectFile::Open(const std::string& path, Mode mode) 
                        " with O_DIRECT: the filesystem does not support direct I/O "
                        "(the NVMe tier needs a block-backed filesystem such as ext4 or xfs)"));
     }
+    if (err == ELOOP) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot open ", path, ": it is a symlink, which is never followed"));
+    }
     return ErrnoStatus(err, absl::StrCat("cannot open ", path));
   }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot open ", path, ": not a regular file"));
+  }
+  (void)::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   return DirectFile(fd, path);
 }
 

@@ -15,10 +15,12 @@ class DirectFile {
   enum class Mode {
     kOpenExisting,    // the file must exist
     kCreateOrOpen,    // created empty when missing
-    kCreateTruncate,  // created, or emptied when it exists
+    kCreateTruncate,  // a new empty file: anything at the name is unlinked first, then O_EXCL
   };
 
-  // Opens `path` read-write with O_DIRECT | O_CLOEXEC. Errors name the path and the errno text;
+  // Opens `path` read-write with O_DIRECT | O_CLOEXEC | O_NOFOLLOW: a symlink at `path` is
+  // refused (PERMISSION_DENIED), so is anything but a regular file (a FIFO never blocks the
+  // open). Errors name the path and the errno text;
   // EINVAL from O_DIRECT is reported as "filesystem does not support O_DIRECT".
   static absl::StatusOr<DirectFile> Open(const std::string& path, Mode mode);
 

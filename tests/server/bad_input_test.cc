@@ -209,7 +209,7 @@ TEST_F(BadInputTest, EveryHostileRequestIsRefusedWhileAJobRuns) {
        "hyper.steps"},
       {"absurd steps", [](v1::JobSpec& s) { s.mutable_hyper()->set_steps(uint64_t{1} << 62); },
        C::INVALID_ARGUMENT, "hyper.steps"},
-      {"zero batch", [](v1::JobSpec& s) { s.mutable_hyper()->set_batch_size(0); },
+      {"batch over 4096", [](v1::JobSpec& s) { s.mutable_hyper()->set_batch_size(4097); },
        C::INVALID_ARGUMENT, "hyper.batch_size"},
       {"micro batch not dividing",
        [](v1::JobSpec& s) {

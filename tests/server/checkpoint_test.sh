@@ -2,6 +2,10 @@
 # Checkpoints through a real megatraind: `megatrain checkpoint` on a running job, pause/resume,
 # SIGTERM mid-job then restart (resumes from its checkpoint and ends with the same final weights
 # as an uninterrupted run of the same spec), SIGKILL mid-job then restart (resumes and finishes).
+#
+# Nothing here depends on the machine's speed (issue 16, point 16): the daemon's test hook
+# --test_hold_after_step=10 holds every job that reaches step 10 until it is asked to stop or
+# checkpoint, so a job meant to be interrupted is still running when the test interrupts it.
 source "$(dirname "$0")/daemon_test_lib.sh"
 
 # spec <name> <steps> <every_steps>: a job writing under $WORK/out/<name>.
@@ -37,7 +41,7 @@ has_checkpoint() { [ -n "$(last_checkpoint "$1")" ]; }
 # The final checkpoint's weights of a finished job.
 final_weights() { echo "$(ls -d "$WORK/out/$1/checkpoints"/step-* | tail -n 1)/model.safetensors"; }
 
-start_daemon
+start_daemon --test_hold_after_step=10
 
 # 1. Checkpoint now, on a running job.
 id=$(cli submit --spec="$(spec now 2000 0)") || fail "submit"
@@ -71,7 +75,7 @@ cli cancel "$id" > /dev/null || fail "cancel of a paused job"
 
 # Pause a running job, resume it: it continues from the pause checkpoint and completes.
 pr=$(cli submit --spec="$(spec pause 1000 300)")
-await 120 "job $pr to run a step" step_at_least "$pr" 1
+await 120 "job $pr to reach the hold at step 10" step_at_least "$pr" 10
 cli pause "$pr" > /dev/null || fail "pause of a running job"
 await 120 "job $pr to pause" state_is "$pr" PAUSED
 paused_step=$(step "$pr")
@@ -98,7 +102,7 @@ term=$(cli submit --spec="$(spec term $steps 500)")
 await 300 "job $term to pass step 3" step_at_least "$term" 3
 stop_daemon
 grep -q "interrupted by daemon shutdown after step" "$WORK/daemon.log" || fail "no interruption"
-start_daemon
+start_daemon  # without the hold: the resumed job and the reference run to their end
 [ "$(state "$term")" != FAILED ] || fail "interrupted job failed on restart"
 term_ckpt=$(last_checkpoint "$term")
 [ -n "$term_ckpt" ] || fail "no checkpoint written at SIGTERM"
@@ -113,7 +117,9 @@ cmp "$(final_weights term)" "$(final_weights ref)" ||
   fail "final checkpoint is not of step $steps"
 
 # 4. SIGKILL mid-job: after the restart it resumes from its last checkpoint and finishes.
-kill9=$(cli submit --spec="$(spec kill $steps 50)")
+stop_daemon
+start_daemon --test_hold_after_step=10  # held at step 10, after the checkpoint of step 5
+kill9=$(cli submit --spec="$(spec kill $steps 5)")
 await 300 "job $kill9 to commit a checkpoint" has_checkpoint "$kill9"
 kill -KILL "$DAEMON_PID"
 wait "$DAEMON_PID" 2> /dev/null || true

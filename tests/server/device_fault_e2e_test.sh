@@ -4,25 +4,46 @@
 # device; the second fails at its third step with the device error; the daemon then reports
 # itself unhealthy (daemon-status and the health metric), refuses new jobs, keeps the queued job
 # queued and keeps serving until SIGTERM, after which it exits cleanly.
+#
+# No step of this test depends on how fast the machine is (issue 16, point 16): every check
+# waits for a state. The second and third jobs are queued behind a "gate" job whose run waits in
+# a stand-in tokenizer until the test cancels it, so both are queued when the second starts.
 source "$(dirname "$0")/daemon_test_lib.sh"
 
 port=$(free_port)
-start_daemon --inject_device_fault_after_steps=402 --metrics_address="127.0.0.1:$port"
+# The gate: a stand-in for megatrain_tokenize that only waits (the daemon kills it on cancel).
+cat > "$WORK/gate_tokenizer.sh" <<'SH'
+#!/bin/sh
+exec sleep 600
+SH
+chmod +x "$WORK/gate_tokenizer.sh"
+echo "not a real model" > "$WORK/data/gate.model"
+start_daemon --inject_device_fault_after_steps=402 --metrics_address="127.0.0.1:$port" \
+  --tokenize_binary="$WORK/gate_tokenizer.sh"
 cat > "$WORK/job.json" <<JSON
 {"name": "fault", "model": {"config_json_path": "$WORK/data/config.json"},
  "data": {"text_files": ["$WORK/data/corpus.txt"]},
  "hyper": {"steps": 400, "batch_size": 2, "seq_len": 32, "lr": {"peak_lr": 0.001}},
  "seed": 5}
 JSON
-# All three submitted while the first runs (its 400 steps take seconds, the submits a fraction
-# of one), so the third is still queued when the second faults (FIFO).
+cat > "$WORK/gate.json" <<JSON
+{"name": "gate", "model": {"config_json_path": "$WORK/data/config.json"},
+ "data": {"text_files": ["$WORK/data/corpus.txt"], "tokenizer": "$WORK/data/gate.model"},
+ "hyper": {"steps": 4, "batch_size": 2, "seq_len": 32, "lr": {"peak_lr": 0.001}},
+ "output_dir": "$WORK/out/gate"}
+JSON
+cli daemon-status --json | jq -e '.healthy == true' > /dev/null || fail "unhealthy at start"
 first=$(cli submit --spec="$WORK/job.json" --output_dir="$WORK/out/first") || fail "submit first"
+timeout 120 "$MEGATRAIN" --socket="$SOCKET" watch "$first" > /dev/null || fail "first job failed"
+# 400 of the 402 steps are done: still healthy, whatever the machine's speed.
+cli daemon-status --json | jq -e '.healthy == true' > /dev/null || fail "unhealthy too early"
+gate=$(cli submit --spec="$WORK/gate.json") || fail "submit gate"
 second=$(cli submit --spec="$WORK/job.json" --steps=50 --output_dir="$WORK/out/second") ||
   fail "submit second"
 queued=$(cli submit --spec="$WORK/job.json" --steps=4 --output_dir="$WORK/out/queued") ||
   fail "submit queued"
-cli daemon-status --json | jq -e '.healthy == true' > /dev/null || fail "unhealthy too early"
-timeout 120 "$MEGATRAIN" --socket="$SOCKET" watch "$first" > /dev/null || fail "first job failed"
+[ "$(cli status "$second" --json | jq -r .state)" = QUEUED ] || fail "second job not queued"
+cli cancel "$gate" > /dev/null || fail "cancel gate"
 set +e
 timeout 120 "$MEGATRAIN" --socket="$SOCKET" watch "$second" > "$WORK/watch.txt"; rc=$?
 set -e

@@ -32,7 +32,8 @@ JSON
   echo "$WORK/$1.json"
 }
 
-start_daemon
+# The hold (test hook) keeps the job paused below at a step < its last, however fast the machine.
+start_daemon --test_hold_after_step=10
 key="$WORK/state/signing_key"
 pub="$WORK/state/signing_key.pub"
 [ "$(stat -c %a "$key")" = 600 ] || fail "signing_key mode $(stat -c %a "$key"), not 600"
@@ -58,7 +59,7 @@ data="$WORK/data/changing.txt"
 cp "$WORK/data/corpus.txt" "$data"
 old_sha=$(sha256sum "$data" | cut -d' ' -f1)
 id=$(cli submit --spec="$(spec change 300 100 "$data")") || fail "submit"
-await 120 "job $id to run a step" step_at_least "$id" 1
+await 120 "job $id to reach the hold at step 10" step_at_least "$id" 10
 cli pause "$id" > /dev/null || fail "pause"
 await 120 "job $id to pause" state_is "$id" PAUSED
 paused_step=$(step "$id")

@@ -1,0 +1,161 @@
+// Regular-file-only input opening and symlink-proof output writing (see safe_files.h).
+#include "engine/common/safe_files.h"
+
+#include <fcntl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace megatrain::engine {
+namespace {
+
+absl::Status OpenError(int err, const std::string& what) {
+  const std::string message = absl::StrCat(what, ": ", std::strerror(err));
+  if (err == ENOENT || err == ENOTDIR) return absl::NotFoundError(message);
+  if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(message);
+  if (err == ELOOP) {
+    return absl::PermissionDeniedError(absl::StrCat(what, ": is a symlink (not followed)"));
+  }
+  return absl::InternalError(message);
+}
+
+std::string RandomSuffix() {
+  uint64_t r = 0;
+  if (getrandom(&r, sizeof(r), 0) != sizeof(r)) {
+    r = static_cast<uint64_t>(::getpid()) * 0x9e3779b97f4a7c15ull ^
+        static_cast<uint64_t>(reinterpret_cast<uintptr_t>(&r));
+  }
+  return absl::StrFormat("%016x", r);
+}
+
+}  // namespace
+
+const char* FileTypeName(mode_t mode) {
+  if (S_ISREG(mode)) return "a regular file";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISLNK(mode)) return "a symlink";
+  return "not a regular file";
+}
+
+absl::StatusOr<UniqueFd> OpenRegularFileForRead(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+  if (!fd.valid()) return OpenError(errno, absl::StrCat("cannot open '", path, "'"));
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return OpenError(errno, absl::StrCat("cannot stat '", path, "'"));
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path, "' is ", FileTypeName(st.st_mode), ", not a regular file"));
+  }
+  const int flags = ::fcntl(fd.get(), F_GETFL);
+  if (flags >= 0) (void)::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK);
+  return fd;
+}
+
+absl::StatusOr<std::string> ReadRegularFile(const std::string& path, uint64_t max_bytes) {
+  absl::StatusOr<UniqueFd> fd = OpenRegularFileForRead(path);
+  if (!fd.ok()) return fd.status();
+  struct stat st;
+  if (::fstat(fd->get(), &st) != 0) return OpenError(errno, absl::StrCat("cannot stat '", path, "'"));
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("'", path, "' has ", st.st_size, " bytes, more than ", max_bytes));
+  }
+  std::string out;
+  out.resize(static_cast<size_t>(st.st_size));
+  size_t done = 0;
+  while (true) {
+    if (done == out.size()) {
+      if (out.size() >= max_bytes) break;
+      // The file may have grown since fstat: read on, within the cap.
+      out.resize(std::min<uint64_t>(max_bytes, out.size() + (1u << 16)));
+    }
+    const ssize_t n = ::read(fd->get(), out.data() + done, out.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return absl::DataLossError(
+          absl::StrCat("cannot read '", path, "' at byte ", done, ": ", std::strerror(errno)));
+    }
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  out.resize(done);
+  return out;
+}
+
+absl::StatusOr<UniqueFd> OpenDirectory(const std::string& dir) {
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd.valid()) return OpenError(errno, absl::StrCat("cannot open directory '", dir, "'"));
+  return fd;
+}
+
+absl::Status WriteFileInDirectory(const std::string& dir, const std::string& name,
+                                  std::string_view contents, mode_t mode) {
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not a file name"));
+  }
+  absl::StatusOr<UniqueFd> dir_fd = OpenDirectory(dir);
+  if (!dir_fd.ok()) return dir_fd.status();
+  const std::string tmp = absl::StrCat(".", name, ".", RandomSuffix(), ".tmp");
+  UniqueFd fd(::openat(dir_fd->get(), tmp.c_str(),
+                       O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
+  if (!fd.valid()) return OpenError(errno, absl::StrCat("cannot create '", dir, "/", tmp, "'"));
+  auto fail = [&](const std::string& what) {
+    const absl::Status s = OpenError(errno, absl::StrCat(what, " '", dir, "/", tmp, "'"));
+    ::unlinkat(dir_fd->get(), tmp.c_str(), 0);
+    return s;
+  };
+  size_t done = 0;
+  while (done < contents.size()) {
+    const ssize_t n = ::write(fd.get(), contents.data() + done, contents.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return fail("cannot write");
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd.get()) != 0) return fail("cannot fsync");
+  if (::close(fd.Release()) != 0) return fail("cannot close");
+  if (::renameat(dir_fd->get(), tmp.c_str(), dir_fd->get(), name.c_str()) != 0) {
+    const int err = errno;
+    ::unlinkat(dir_fd->get(), tmp.c_str(), 0);
+    return OpenError(err, absl::StrCat("cannot rename '", dir, "/", tmp, "' to '", name, "'"));
+  }
+  (void)::fsync(dir_fd->get());
+  return absl::OkStatus();
+}
+
+absl::Status MakeDirectories(const std::string& path, mode_t mode) {
+  if (path.empty()) return absl::InvalidArgumentError("empty directory path");
+  std::string prefix;
+  size_t pos = 0;
+  while (pos <= path.size()) {
+    size_t next = path.find('/', pos);
+    if (next == std::string::npos) next = path.size();
+    prefix = path.substr(0, next);
+    pos = next + 1;
+    if (prefix.empty()) continue;  // the leading '/'
+    if (::mkdir(prefix.c_str(), mode) == 0) continue;
+    const int err = errno;
+    struct stat st;
+    if (err == EEXIST && ::stat(prefix.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) continue;
+    if (err == EEXIST) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot create directory '", path, "': '", prefix, "' is not a directory"));
+    }
+    return OpenError(err, absl::StrCat("cannot create directory '", prefix, "'"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace megatrain::engine
