@@ -88,6 +88,16 @@ DaemonMetrics::DaemonMetrics(prometheus::Registry& r)
                   .Help("Tokens processed by this daemon")
                   .Register(r)
                   .Add({})),
+      nvme_read_bytes_(BuildCounter()
+                           .Name("megatrain_nvme_read_bytes_total")
+                           .Help("Bytes the NVMe tier read (optimizer state, gradients)")
+                           .Register(r)
+                           .Add({})),
+      nvme_written_bytes_(BuildCounter()
+                              .Name("megatrain_nvme_written_bytes_total")
+                              .Help("Bytes the NVMe tier wrote: what wears the drive")
+                              .Register(r)
+                              .Add({})),
       memory_bytes_(BuildGauge()
                         .Name("megatrain_memory_bytes")
                         .Help("Bytes in use per memory tier after the last step")
@@ -161,6 +171,8 @@ void DaemonMetrics::RecordStep(const engine::StepReport& report, double validati
   step_seconds_.Observe(report.step_seconds);
   steps_.Increment();
   tokens_.Increment(static_cast<double>(report.tokens));
+  nvme_read_bytes_.Increment(static_cast<double>(report.nvme_bytes_read));
+  nvme_written_bytes_.Increment(static_cast<double>(report.nvme_bytes_written));
   memory_bytes_.Add({{"tier", "device"}}).Set(static_cast<double>(report.device_arena_bytes));
   memory_bytes_.Add({{"tier", "pinned"}}).Set(static_cast<double>(report.pinned_host_bytes));
   memory_bytes_.Add({{"tier", "ram"}}).Set(static_cast<double>(report.pageable_host_bytes));

@@ -55,6 +55,8 @@ class DaemonMetrics {
   prometheus::Histogram& step_seconds_;
   prometheus::Counter& steps_;
   prometheus::Counter& tokens_;
+  prometheus::Counter& nvme_read_bytes_;
+  prometheus::Counter& nvme_written_bytes_;
   prometheus::Family<prometheus::Gauge>& memory_bytes_;
   prometheus::Gauge& arena_peak_;
   prometheus::Family<prometheus::Gauge>& activation_block_mode_;
