@@ -67,7 +67,7 @@ done
 
 for f in "${files[@]}"; do
   case "$f" in
-    *.json) cp "$f" "$out/share/" ;;
+    *.json | *.textproto) cp "$f" "$out/share/" ;;
     *) cp "$f" "$out/" ;;
   esac
 done
