@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Checks that every binary of a GPU kit loads from the kit alone: under `ldd`, each library
 # resolves, and outside KIT/lib only glibc, the C++ runtime and CUDA may come (machine_libs.sh).
-# Run unpack.sh first.
-# Usage: check_ldd.sh KIT [UNPACKED]   (prints each binary's ldd; exits 1 on any problem)
+# Run unpack.sh KIT UNPACKED first, with UNPACKED on LD_LIBRARY_PATH.
+# Usage: check_ldd.sh KIT UNPACKED   (prints each binary's ldd; exits 1 on any problem)
 set -euo pipefail
 kit="$(cd "$1" && pwd)"
 
 # Libraries found in UNPACKED (unpack.sh's folder) count as the kit's own.
-unpacked="$(realpath -s "${2:-$kit/lib}")"
+unpacked="$(realpath -s "${2:?the folder unpack.sh unpacked into}")"
 source "$kit/machine_libs.sh"
 
 problems=0

@@ -23,28 +23,34 @@ for want in ops_test gemm_test cuda_trainer_test train_local megatraind megatrai
   [[ -x "$kit/bin/$want" ]] || fail "bin/$want missing"
 done
 
-clean_env=(env -i PATH=/usr/bin:/bin LD_LIBRARY_PATH=/usr/local/cuda/lib64 HOME="$tmp" TMPDIR="$tmp")
-[[ "$("${clean_env[@]}" "$kit/unpack.sh" "$kit")" == "$kit/lib" ]] || fail "unpack.sh did not unpack in place"
-[[ -e "$kit/lib/libopenblas.so.0" ]] || fail "lib/libopenblas.so.0 missing after unpack.sh"
-"${clean_env[@]}" "$kit/check_ldd.sh" "$kit" >"$tmp/ldd.log" 2>&1 ||
+# Only CUDA from outside, plus the kit's own gzipped libraries unpacked (as run.sh does).
+unpacked="$tmp/unpacked"
+clean_env=(env -i PATH=/usr/bin:/bin LD_LIBRARY_PATH="$unpacked:/usr/local/cuda/lib64" HOME="$tmp"
+  TMPDIR="$tmp")
+"${clean_env[@]}" "$kit/unpack.sh" "$kit" "$unpacked"
+[[ -e "$unpacked/libopenblas.so.0" ]] || fail "libopenblas.so.0 missing after unpack.sh"
+"${clean_env[@]}" "$kit/check_ldd.sh" "$kit" "$unpacked" >"$tmp/ldd.log" 2>&1 ||
   { cat "$tmp/ldd.log"; fail "check_ldd.sh on the kit"; }
 
 # The check itself must catch a library missing from the kit (here found on the system instead).
 cp -r "$kit" "$tmp/broken"
 victim="$(ls "$tmp/broken/lib" | grep -m1 '^libsqlite3\.so')"
 rm "$tmp/broken/lib/$victim"
-if "${clean_env[@]}" "$tmp/broken/check_ldd.sh" "$tmp/broken" >"$tmp/broken.log" 2>&1; then
+if "${clean_env[@]}" "$tmp/broken/check_ldd.sh" "$tmp/broken" "$unpacked" >"$tmp/broken.log" 2>&1; then
   fail "check_ldd.sh passed a kit without lib/$victim"
 fi
 grep -q "PROBLEM: .*$victim" "$tmp/broken.log" || fail "check_ldd.sh did not name $victim"
 
 out="$tmp/out"
+before=$(du -sb "$kit" | cut -f1)
+clean_env=(env -i PATH=/usr/bin:/bin LD_LIBRARY_PATH=/usr/local/cuda/lib64 HOME="$tmp" TMPDIR="$tmp")
 if ! "${clean_env[@]}" "$kit/run.sh" --cpu-only --budget 0 --only env,tests "$out" >"$tmp/run.log" 2>&1; then
   cat "$tmp/run.log"
   cat "$out/kit.log" 2>/dev/null | tail -n 100
   fail "run.sh --cpu-only"
 fi
 cat "$tmp/run.log"
+(($(du -sb "$kit" | cut -f1) == before)) || fail "run.sh changed the kit's size (it must stay carriable)"
 
 python3 - "$out" <<'EOF'
 import json, os, sys

@@ -36,12 +36,11 @@ start=$(date +%s)
 records=()
 export PATH="$kit/bin:$PATH"
 source "$kit/lib_probe.sh"
-# The large libraries travel gzipped: into lib/ if the kit is writable, else into scratch.
-if ! libdir="$("$kit/unpack.sh" "$kit" "$work/lib" 2>>"$log")"; then
+# The large libraries travel gzipped: unpacked into scratch, found through LD_LIBRARY_PATH.
+libdir="$work/lib"
+"$kit/unpack.sh" "$kit" "$libdir" 2>>"$log" ||
   echo "run.sh: unpack.sh failed: binaries needing the packed libraries will fail" | tee -a "$log"
-  libdir="$kit/lib"
-fi
-[[ "$libdir" == "$kit/lib" ]] || export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 want() { [[ ",$groups," == *",$1,"* ]]; }
 say() { echo "$*" | tee -a "$log"; }

@@ -1,14 +1,12 @@
 #!/usr/bin/env bash
-# Restores the kit's gzipped libraries (lib/*.gz, the large ones, packed to keep the kit small):
-# into lib/ when the kit is writable, else into SCRATCH, printed for LD_LIBRARY_PATH.
-# Usage: unpack.sh KIT [SCRATCH]   (prints the folder that holds the unpacked libraries)
+# Unpacks the kit's gzipped libraries (lib/*.gz, the large ones, packed to keep the kit small)
+# into DEST, outside the kit, so the kit itself stays small enough to carry again; binaries find
+# them through LD_LIBRARY_PATH=DEST (run.sh sets it).
+# Usage: unpack.sh KIT DEST
 set -euo pipefail
 kit="$1"
-dest="$kit/lib"
-if ! [[ -w "$dest" ]]; then
-  dest="${2:?the kit is read-only: name a scratch folder}"
-  mkdir -p "$dest"
-fi
+dest="$2"
+mkdir -p "$dest"
 for packed in "$kit"/lib/*.gz; do
   [[ -e "$packed" ]] || continue
   lib="$dest/$(basename "${packed%.gz}")"
@@ -17,4 +15,3 @@ for packed in "$kit"/lib/*.gz; do
     mv "$lib.tmp" "$lib"
   fi
 done
-echo "$dest"
