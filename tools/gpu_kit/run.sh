@@ -1,0 +1,208 @@
+#!/usr/bin/env bash
+# The GPU kit's one command: every check and benchmark stage, each time-boxed, going on after a
+# failure; writes kit.log + summary.json (+ gtest.json, bandwidth.json, traces) under OUT.
+#
+# Usage: run.sh [--only GROUPS] [--budget SECONDS] [--cpu-only] OUT
+#   GROUPS     comma-separated of: env, tests, sanitize, bench (default: all four)
+#   --budget   wall seconds for the whole run (default 1140 = 19 min; 0 = no budget); a stage
+#              whose turn comes when the budget is spent is recorded as skipped
+#   --cpu-only the CI mode on a machine without a GPU: the ldd check, a CPU training run, and
+#              each CUDA binary must say "no CUDA device" and exit 0
+# Deliberately not `set -e`: a failed stage is recorded and the next one runs.
+set -uo pipefail
+
+kit="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+groups="env,tests,sanitize,bench"
+budget=1140
+cpu_only=0
+while [[ $# -gt 1 ]]; do
+  case "$1" in
+    --only) groups="$2"; shift ;;
+    --budget) budget="$2"; shift ;;
+    --cpu-only) cpu_only=1 ;;
+    *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+[[ $# -eq 1 && "$1" != --* ]] || { sed -n '4,12p' "${BASH_SOURCE[0]}" >&2; exit 2; }
+out="$1"
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+log="$out/kit.log"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+: >"$log"
+start=$(date +%s)
+records=()
+export PATH="$kit/bin:$PATH"
+source "$kit/lib_probe.sh"
+# The large libraries travel gzipped: unpacked into scratch, found through LD_LIBRARY_PATH.
+libdir="$work/lib"
+"$kit/unpack.sh" "$kit" "$libdir" 2>>"$log" ||
+  echo "run.sh: unpack.sh failed: binaries needing the packed libraries will fail" | tee -a "$log"
+export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+want() { [[ ",$groups," == *",$1,"* ]]; }
+say() { echo "$*" | tee -a "$log"; }
+json_str() { printf '"%s"' "$(printf '%s' "$1" | tr -d '"\\' | tr '\n\t' '  ')"; }
+
+# stage NAME CAP CMD...: runs CMD under `timeout` (CAP seconds, cut to what the budget leaves),
+# appends its output to the log (first and last MiB when longer), records status and seconds.
+# $expect: "" (exit 0 passes), "gpu" (must not skip for lack of a device), "skip" (must exit 0
+# saying "no CUDA device" where it needs one). $stage_out keeps the output file of the last stage.
+expect=""
+stage() {
+  local name="$1" cap="$2"
+  shift 2
+  local left=$((budget - ($(date +%s) - start) - 5))
+  if ((budget > 0 && left < 10)); then
+    records+=("{\"name\": $(json_str "$name"), \"status\": \"skipped\", \"seconds\": 0, \"note\": \"time budget spent\"}")
+    say "--- [$name] skipped: time budget spent"
+    return
+  fi
+  ((budget > 0 && cap > left)) && cap=$left
+  stage_out="$work/$name.out"
+  echo "=== [$name] $* (time box ${cap}s)" >>"$log"
+  local t0 t1 rc status note=""
+  t0=$(date +%s.%N)
+  timeout --kill-after=10 "$cap" "$@" >"$stage_out" 2>&1
+  rc=$?
+  t1=$(date +%s.%N)
+  if (($(stat -c %s "$stage_out") > 2 * 1048576)); then
+    { head -c 1048576 "$stage_out"; echo; echo "[... cut ...]"; tail -c 1048576 "$stage_out"; } >>"$log"
+  else
+    cat "$stage_out" >>"$log"
+  fi
+  if ((rc == 124 || rc == 137)); then status=timeout; elif ((rc == 0)); then status=passed; else status=failed; fi
+  if [[ "$expect" == gpu && $rc -eq 0 ]] && grep -q "no CUDA device" "$stage_out"; then
+    status=failed note="skipped for lack of a device"
+    ((have_gpu)) && note="$note although nvidia-smi lists one"
+  elif [[ "$expect" == skip && $rc -eq 0 ]]; then
+    if grep -q "no CUDA device" "$stage_out"; then note="skipped cleanly: no CUDA device"
+    else note="ran without a device"; fi
+  fi
+  local seconds
+  seconds=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b - a}')
+  records+=("{\"name\": $(json_str "$name"), \"status\": \"$status\", \"rc\": $rc, \"seconds\": $seconds, \"time_box\": $cap, \"note\": $(json_str "$note")}")
+  say "--- [$name] $status (rc $rc, ${seconds}s)${note:+: $note}"
+}
+
+# Hardware and libraries.
+have_gpu=0
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then have_gpu=1; fi
+probe_cuda_libraries >>"$log" 2>&1
+gpu_test_expect=gpu
+((cpu_only)) && gpu_test_expect=skip
+((have_gpu == 0 && cpu_only == 0)) && say "run.sh: no GPU listed by nvidia-smi; GPU stages will fail"
+say "run.sh: kit $kit ($(cat "$kit/VERSION" 2>/dev/null)), groups $groups, budget ${budget}s, gpu $have_gpu"
+
+tiny=(--config="$kit/share/tiny.json" --text="$kit/share/text" --micro_batch=2 --seq_len=64
+  --eval_every=0 --warmup=1 --threads=2)
+
+if want env; then
+  ((cpu_only)) || stage nvidia_smi 30 nvidia-smi
+  stage host 30 bash -c 'uname -a; ldd --version | head -1; nproc; free -g; df -h /tmp | tail -1;
+    command -v nvcc && nvcc --version | tail -2; python3 -c "import torch; print(\"torch\", torch.__version__, torch.version.cuda)" 2>&1 | tail -1'
+  stage ldd 60 "$kit/check_ldd.sh" "$kit" "$libdir"
+fi
+
+if want tests; then
+  stage train_cpu 300 train_local --device=cpu --steps=2 "${tiny[@]}"
+  stage daemon_cpu 180 "$kit/daemon_smoke.sh" "$kit" cpu
+  expect=$gpu_test_expect
+  mkdir -p "$work/gtest"
+  for t in "$kit"/bin/*_test; do
+    name="$(basename "$t")"
+    stage "$name" 240 "$t" --gtest_output="json:$work/gtest/$name.json"
+  done
+  if ((cpu_only)); then
+    stage bandwidth_probe 60 bandwidth_probe --mib=1 --repeats=1
+  else
+    stage train_cuda 180 train_local --device=cuda --steps=3 --arena_mb=1024 \
+      --trace="$out/trace-tiny.json" "${tiny[@]}"
+    stage train_cuda_streamed 180 train_local --device=cuda --steps=3 --arena_mb=1024 \
+      --weight_slots=2 "${tiny[@]}"
+    stage daemon_cuda 180 "$kit/daemon_smoke.sh" "$kit" cuda
+  fi
+  expect=""
+  if compgen -G "$work/gtest/*.json" >/dev/null; then
+    python3 "$kit/merge_json.py" "$out/gtest.json" "$work"/gtest/*.json >>"$log" 2>&1 ||
+      say "run.sh: merging gtest JSON failed"
+  fi
+fi
+
+if want sanitize && ((cpu_only == 0)); then
+  sanitizer="$(find_sanitizer)"
+  if [[ -z "$sanitizer" ]]; then
+    say "run.sh: compute-sanitizer not found: sanitizer stages fail"
+    sanitizer=false
+  fi
+  expect=gpu
+  train3=(train_local --device=cuda --steps=3 --arena_mb=1024 "${tiny[@]}")
+  for tool in memcheck racecheck synccheck; do
+    extra=()
+    [[ $tool == memcheck ]] && extra=(--leak-check full)
+    [[ $tool == racecheck ]] && extra=(--racecheck-report all)
+    stage "${tool}_train" 240 "$sanitizer" --tool "$tool" "${extra[@]}" --error-exitcode 99 \
+      "$kit/bin/${train3[0]}" "${train3[@]:1}"
+  done
+  for t in ops_test gemm_test cuda_layer_math_test; do
+    stage "memcheck_$t" 180 "$sanitizer" --tool memcheck --error-exitcode 99 "$kit/bin/$t" --gtest_brief=1
+  done
+  reductions='CudaOpsTest.Rmsnorm*:CudaOpsTest.CrossEntropy*:CudaOpsTest.Attention*:CudaOpsTest.Embedding*'
+  stage racecheck_ops_test 180 "$sanitizer" --tool racecheck --racecheck-report all --error-exitcode 99 \
+    "$kit/bin/ops_test" --gtest_brief=1 "--gtest_filter=$reductions"
+  stage synccheck_ops_test 180 "$sanitizer" --tool synccheck --error-exitcode 99 \
+    "$kit/bin/ops_test" --gtest_brief=1 "--gtest_filter=$reductions"
+  expect=""
+fi
+
+if want bench && ((cpu_only == 0)); then
+  stage bandwidth 120 bandwidth_probe --mib=256 --repeats=10
+  [[ -s "$stage_out" ]] && grep '^{' "$stage_out" >"$out/bandwidth.json"
+  # A Qwen2.5-7B-shaped model cut to 8 layers (full vocabulary), streamed, seq 1024.
+  stage plan_7b_8layers 60 megatrain plan --offline --daemon_config="$kit/share/daemon-h100.textproto" \
+    --model_config="$kit/share/qwen2.5-7b-8layers.json" --text="$kit/share/text" \
+    --output_dir="$work/plan" --seq_len=1024 --micro_batch_size=4 --batch_size=4 --steps=4 \
+    --lr=1e-4 --warmup_steps=1
+  stage train_7b_8layers 420 train_local --device=cuda --config="$kit/share/qwen2.5-7b-8layers.json" \
+    --text="$kit/share/text" --seq_len=1024 --micro_batch=4 --steps=4 --warmup=1 --eval_every=0 \
+    --arena_mb=40000 --weight_slots=2 --threads="$(nproc)" --trace="$work/trace-7b.json"
+  if [[ -s "$work/trace-7b.json" ]]; then
+    if (($(stat -c %s "$work/trace-7b.json") > 15 * 1048576)); then
+      gzip -c "$work/trace-7b.json" >"$out/trace-7b.json.gz"
+    else
+      cp "$work/trace-7b.json" "$out/trace-7b.json"
+    fi
+  fi
+fi
+
+# summary.json: per-stage status and seconds, the totals, and where the CUDA libraries came from.
+passed=0 failed=0 skipped=0
+for r in "${records[@]}"; do
+  case "$r" in
+    *'"status": "passed"'*) passed=$((passed + 1)) ;;
+    *'"status": "skipped"'*) skipped=$((skipped + 1)) ;;
+    *) failed=$((failed + 1)) ;;
+  esac
+done
+{
+  echo "{"
+  echo "  \"kit\": $(json_str "$(cat "$kit/VERSION" 2>/dev/null)"),"
+  echo "  \"groups\": $(json_str "$groups"), \"cpu_only\": $cpu_only, \"gpu\": $have_gpu,"
+  echo "  \"gpu_name\": $(json_str "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"),"
+  echo "  \"cuda_libraries\": {$cuda_lib_json},"
+  echo "  \"ld_library_path\": $(json_str "${LD_LIBRARY_PATH:-}"),"
+  echo "  \"budget_seconds\": $budget, \"total_seconds\": $(($(date +%s) - start)),"
+  echo "  \"passed\": $passed, \"failed\": $failed, \"skipped\": $skipped,"
+  echo "  \"stages\": ["
+  for i in "${!records[@]}"; do
+    sep=","
+    ((i == ${#records[@]} - 1)) && sep=""
+    echo "    ${records[$i]}$sep"
+  done
+  echo "  ]"
+  echo "}"
+} >"$out/summary.json"
+say "run.sh: $passed passed, $failed failed, $skipped skipped in $(($(date +%s) - start))s; see $out/summary.json and $out/kit.log"
+((failed == 0))
