@@ -46,6 +46,11 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
     return absl::InvalidArgumentError(
         "master_on_nvme needs states_on_nvme: the master streams with m and v");
   }
+  if (placement.compute_copy_on_nvme && !placement.compute_copy_bf16 &&
+      !placement.compute_copy_fp32) {
+    return absl::InvalidArgumentError(
+        "compute_copy_on_nvme needs a compute copy (compute_copy_bf16 or compute_copy_fp32)");
+  }
   if (placement.master_on_nvme && !placement.compute_copy_bf16 && !placement.compute_copy_fp32) {
     return absl::InvalidArgumentError(
         "master_on_nvme needs a compute copy (compute_copy_bf16 or compute_copy_fp32): the "
@@ -72,6 +77,14 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
     }
     grad_in_ram[e] = true;
   }
+  std::vector<bool> copy_in_ram(store.specs_.size(), !placement.compute_copy_on_nvme);
+  for (int e : placement.compute_copy_ram_entries) {
+    if (e < 0 || e >= static_cast<int>(store.specs_.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("compute_copy_ram_entries names entry ", e,
+                                                     " of ", store.specs_.size()));
+    }
+    copy_in_ram[e] = true;
+  }
   for (size_t i = 0; i < store.specs_.size(); ++i) {
     const size_t n = store.specs_[i].elements;
     struct Wanted {
@@ -92,10 +105,13 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
       wanted.push_back({&store.m_, false, "adam_m"});
       wanted.push_back({&store.v_, false, "adam_v"});
     }
-    if (placement.compute_copy_bf16 || placement.compute_copy_fp32) {
+    if ((placement.compute_copy_bf16 || placement.compute_copy_fp32) && !copy_in_ram[i]) {
+      store.compute_.emplace_back();  // on NVMe
+    } else if (placement.compute_copy_bf16 || placement.compute_copy_fp32) {
       // bf16: two values per float of storage.
       const size_t floats = placement.compute_copy_bf16 ? (n + 1) / 2 : n;
-      absl::StatusOr<HostArray> array = AllocateArray(device, floats, /*pinned=*/true);
+      absl::StatusOr<HostArray> array =
+          AllocateArray(device, floats, placement.compute_copy_pinned);
       if (!array.ok()) {
         return absl::Status(
             array.status().code(),
@@ -112,7 +128,9 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
       w.list->push_back(std::move(*array));
     }
   }
-  if (!placement.states_on_nvme && !placement.grad_on_nvme) return store;
+  if (!placement.states_on_nvme && !placement.grad_on_nvme && !placement.compute_copy_on_nvme) {
+    return store;
+  }
   tiers::BlockIo* io = placement.block_io;
   if (io == nullptr) {
     absl::StatusOr<std::unique_ptr<tiers::UringBlockIo>> own = tiers::UringBlockIo::Create();
@@ -146,6 +164,19 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
     if (!grads.ok()) return grads.status();
     store.nvme_gradients_ = std::move(*grads);
   }
+  if (placement.compute_copy_on_nvme) {
+    std::vector<size_t> on_file = entry_elements;
+    std::vector<bool> on_nvme(copy_in_ram.size());
+    for (size_t e = 0; e < on_file.size(); ++e) {
+      if (copy_in_ram[e]) on_file[e] = 0;
+      on_nvme[e] = !copy_in_ram[e];
+    }
+    absl::StatusOr<std::unique_ptr<NvmeComputeCopy>> copy = NvmeComputeCopy::Create(
+        *io, options, EntryChunks(on_file, chunk_elements),
+        placement.compute_copy_bf16 ? sizeof(uint16_t) : sizeof(float), std::move(on_nvme));
+    if (!copy.ok()) return copy.status();
+    store.nvme_compute_copy_ = std::move(*copy);
+  }
   return store;
 }
 
@@ -154,7 +185,7 @@ EntryBuffers ParameterStore::entry(int i) const {
   if (!master_.empty()) b.master = master_[i].data();
   b.grad = grad_[i].data();
   if (placement_.compute_copy_bf16) {
-    b.compute_bf16 = reinterpret_cast<uint16_t*>(compute_[i].data());
+    b.compute_bf16 = reinterpret_cast<uint16_t*>(compute_[i].data());  // null on NVMe
   }
   if (placement_.compute_copy_fp32) b.compute_fp32 = compute_[i].data();
   if (!m_.empty()) {
@@ -211,13 +242,12 @@ absl::Status ParameterStore::ReadMaster(int e, float* master) const {
 absl::Status ParameterStore::WriteMaster(int e, const float* master) {
   if (!placement_.master_on_nvme) {
     std::memcpy(master_[e].data(), master, specs_[e].elements * sizeof(float));
-    WriteComputeCopy(e, master);
-    return absl::OkStatus();
+    return WriteComputeCopy(e, master);
   }
   absl::Status s = ForEachStagedChunk(e, /*dirty=*/true, [&](const EntryChunk& c, const tiers::StagedEntry& st) {
     std::memcpy(st.array(kMasterArray), master + c.first, c.count * sizeof(float));
   });
-  WriteComputeCopy(e, master);
+  s.Update(WriteComputeCopy(e, master));
   return s;
 }
 
@@ -251,37 +281,68 @@ float* ParameterStore::MasterScratch(int e) const {
   return b.grad;
 }
 
-void ParameterStore::WriteComputeCopy(int e, const float* master) {
-  if (compute_.empty()) return;
-  if (compute_[e].data() == master) return;  // assembled in place (MasterScratch)
-  const size_t n = specs_[e].elements;
-  if (placement_.compute_copy_fp32) {
-    std::memcpy(compute_[e].data(), master, n * sizeof(float));
+namespace {
+
+// The compute copy's values of `n` master values: fp32 as is, or bf16 bits.
+void ConvertToComputeCopy(const float* master, size_t n, bool bf16, void* out) {
+  if (!bf16) {
+    std::memcpy(out, master, n * sizeof(float));
     return;
   }
-  uint16_t* copy = reinterpret_cast<uint16_t*>(compute_[e].data());
+  uint16_t* copy = static_cast<uint16_t*>(out);
   for (size_t j = 0; j < n; ++j) copy[j] = kernels::Float32ToBf16Bits(master[j]);
 }
 
-void ParameterStore::RefreshComputeCopy() {
-  if (master_.empty()) return;  // on NVMe: every write went through WriteMaster
-  for (size_t e = 0; e < compute_.size(); ++e) {
-    WriteComputeCopy(static_cast<int>(e), master_[e].data());
+}  // namespace
+
+absl::Status ParameterStore::WriteComputeCopy(int e, const float* master) {
+  if (compute_.empty()) return absl::OkStatus();
+  const bool bf16 = placement_.compute_copy_bf16;
+  if (compute_on_nvme(e)) {
+    for (int c = 0; c < nvme_compute_copy_->num_chunks(e); ++c) {
+      const EntryChunk chunk = nvme_compute_copy_->chunk(e, c);
+      absl::StatusOr<char*> out = nvme_compute_copy_->BeginWrite(e, c);
+      if (!out.ok()) return out.status();
+      ConvertToComputeCopy(master + chunk.first, chunk.count, bf16, *out);
+      if (absl::Status s = nvme_compute_copy_->EndWrite(e, c); !s.ok()) return s;
+    }
+    return absl::OkStatus();
   }
+  if (compute_[e].data() == master) return absl::OkStatus();  // assembled in place
+  ConvertToComputeCopy(master, specs_[e].elements, bf16, compute_[e].data());
+  return absl::OkStatus();
+}
+
+absl::Status ParameterStore::RefreshComputeCopy() {
+  if (master_.empty()) return absl::OkStatus();  // on NVMe: WriteMaster kept it current
+  for (size_t e = 0; e < compute_.size(); ++e) {
+    if (absl::Status s = WriteComputeCopy(static_cast<int>(e), master_[e].data()); !s.ok()) {
+      return s;
+    }
+  }
+  return nvme_compute_copy_ != nullptr ? nvme_compute_copy_->Flush() : absl::OkStatus();
 }
 
 absl::Status ParameterStore::Flush() {
-  return state_store_ == nullptr ? absl::OkStatus() : state_store_->Flush();
+  absl::Status s = state_store_ == nullptr ? absl::OkStatus() : state_store_->Flush();
+  if (nvme_compute_copy_ != nullptr) s.Update(nvme_compute_copy_->Flush());
+  return s;
 }
 
 size_t ParameterStore::pageable_ram_bytes() const {
   size_t bytes = state_store_ != nullptr ? state_store_->staging_bytes() : 0;
   if (nvme_gradients_ != nullptr) bytes += nvme_gradients_->staging_bytes();
+  if (nvme_compute_copy_ != nullptr) bytes += nvme_compute_copy_->staging_bytes();
   for (const std::vector<HostArray>* list : {&master_, &grad_, &m_, &v_}) {
     for (size_t e = 0; e < list->size(); ++e) {
       const HostArray& a = (*list)[e];
       if (a.pinned.empty() && a.pageable != nullptr) bytes += specs_[e].elements * sizeof(float);
     }
+  }
+  for (size_t e = 0; e < compute_.size(); ++e) {
+    if (!compute_[e].pinned.empty() || compute_[e].pageable == nullptr) continue;
+    const size_t n = specs_[e].elements;
+    bytes += (placement_.compute_copy_bf16 ? (n + 1) / 2 : n) * sizeof(float);
   }
   return bytes;
 }

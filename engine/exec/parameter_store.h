@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "engine/device/device.h"
 #include "engine/exec/entry_chunks.h"
+#include "engine/exec/nvme_compute_copy.h"
 #include "engine/exec/nvme_gradients.h"
 #include "engine/optimizer/host_adamw.h"
 #include "engine/tiers/nvme_state_store.h"
@@ -60,6 +61,13 @@ struct StorePlacement {
   // whose gradient is a scatter-add of rows on the host).
   bool grad_on_nvme = false;
   std::vector<int> grad_ram_entries;
+  // The compute copy (bf16 or fp32, which must be enabled) in an NVMe file
+  // too: written by the optimizer, read by the executor's weight copies in
+  // step order; but for compute_copy_ram_entries (the embedding, gathered by
+  // rows on the host).
+  bool compute_copy_on_nvme = false;
+  std::vector<int> compute_copy_ram_entries;
+  bool compute_copy_pinned = true;  // the RAM compute copies: pinned, else pageable
   // NVMe traffic and the host optimizer work in chunks of this many bytes per
   // array, so staging is a few chunks whatever the largest entry. A positive
   // multiple of 256 KiB (the gradient norm's 64 Ki-element chunk). Results
@@ -106,6 +114,11 @@ class ParameterStore {
   bool grad_on_nvme(int entry) const {
     return nvme_gradients_ != nullptr && nvme_gradients_->on_nvme(entry);
   }
+  // The NVMe-resident compute copy, or null when every compute copy is in RAM.
+  NvmeComputeCopy* nvme_compute_copy() const { return nvme_compute_copy_.get(); }
+  bool compute_on_nvme(int entry) const {
+    return nvme_compute_copy_ != nullptr && nvme_compute_copy_->on_nvme(entry);
+  }
   // Sum of squares of the entry's accumulated gradient wherever it lives
   // (grad_norm.h's scheme, the same bits).
   double GradSumOfSquares(int entry, ThreadPool* pool) const;
@@ -130,7 +143,7 @@ class ParameterStore {
   // Rewrites the compute copy of every entry from its RAM master (after the
   // masters were written in place, outside the optimizer); nothing without a
   // compute copy or with the master on NVMe (WriteMaster keeps that current).
-  void RefreshComputeCopy();
+  absl::Status RefreshComputeCopy();
 
   // Waits for NVMe write-backs (and syncs the file); OK at once in RAM.
   absl::Status Flush();
@@ -156,7 +169,7 @@ class ParameterStore {
   template <typename Fn>
   absl::Status ForEachStagedChunk(int e, bool dirty, Fn fn) const;
   // Writes the compute copy of one entry (if any) from `master`, its new values.
-  void WriteComputeCopy(int entry, const float* master);
+  absl::Status WriteComputeCopy(int entry, const float* master);
 
   std::vector<EntrySpec> specs_;
   StorePlacement placement_;
@@ -166,6 +179,7 @@ class ParameterStore {
   std::unique_ptr<tiers::NvmeStateStore> state_store_;
   EntryChunks chunks_;
   std::unique_ptr<NvmeGradients> nvme_gradients_;
+  std::unique_ptr<NvmeComputeCopy> nvme_compute_copy_;
 };
 
 }  // namespace megatrain::engine

@@ -12,6 +12,7 @@
 #include "engine/exec/fragment_plan.h"
 #include "engine/exec/host_embedding.h"
 #include "engine/exec/nvme_gradient_offload.h"
+#include "engine/exec/nvme_weight_copy.h"
 #include "engine/exec/weight_slot_policy.h"
 
 namespace megatrain::engine {
@@ -531,10 +532,12 @@ void StreamingExecutor::Impl::EnqueueFragmentCopy(FragmentCursor& cursor) {
   if (f.blocker >= 0) {
     copy_in->WaitEvent(*fragment_free[f.blocker], {SpanKind::kWait, "ring free", op.layer});
   }
+  const bool from_nvme = store.compute_on_nvme(t.entry);
   if (f.waits_for_update) {
     const int e = t.entry;
     const uint64_t version = cursor.weights_version;
-    if (WaitForUpdatesOnHost()) {
+    // From NVMe the chunk is read by this thread: the update must be published first.
+    if (WaitForUpdatesOnHost() || from_nvme) {
       gate.WaitFor(e, version);
     } else {
       UpdateGate* update_gate = &gate;
@@ -543,10 +546,19 @@ void StreamingExecutor::Impl::EnqueueFragmentCopy(FragmentCursor& cursor) {
     }
   }
   const size_t eb = sizes.weight_element_bytes;
-  const char* source = static_cast<const char*>(backend->WeightSource(store.entry(t.entry)));
-  copy_in->CopyHostToDevice(
-      ring.data_as<char>() + f.ring_offset, source + static_cast<size_t>(f.element_offset) * eb,
-      static_cast<size_t>(f.elements) * eb, {SpanKind::kCopyIn, DescribeOp(op), op.layer});
+  if (from_nvme) {
+    absl::Status s = EnqueueNvmeWeightCopy(
+        *copy_in, *store.nvme_compute_copy(), t.entry, static_cast<size_t>(f.element_offset),
+        static_cast<size_t>(f.elements), ring.data_as<char>() + f.ring_offset,
+        {SpanKind::kCopyIn, DescribeOp(op), op.layer});
+    // The stream's sticky error fails the micro-batch (what is queued drains).
+    if (!s.ok()) copy_in->EnqueueFallibleHostTask([s] { return s; });
+  } else {
+    const char* source = static_cast<const char*>(backend->WeightSource(store.entry(t.entry)));
+    copy_in->CopyHostToDevice(
+        ring.data_as<char>() + f.ring_offset, source + static_cast<size_t>(f.element_offset) * eb,
+        static_cast<size_t>(f.elements) * eb, {SpanKind::kCopyIn, DescribeOp(op), op.layer});
+  }
   // The activation policy's bandwidth measure counts the layers' weight bytes
   // (the copy spans it times are the layer ops').
   if (cursor.plan == &step_fragments && op.layer >= 0) {
@@ -563,8 +575,9 @@ void StreamingExecutor::Impl::EnqueueCopiesAhead(FragmentCursor& cursor, int par
     if (f.blocker >= 0 && plan.fragments[f.blocker].last_reader >= parts_enqueued) return;
     // Where the enqueueing thread itself waits for updates, running ahead into
     // an entry not updated yet would hold back this op's remaining parts.
-    if (WaitForUpdatesOnHost() && f.waits_for_update &&
-        gate.version(plan.tensors[f.tensor].entry) < cursor.weights_version) {
+    const int entry = plan.tensors[f.tensor].entry;
+    if ((WaitForUpdatesOnHost() || store.compute_on_nvme(entry)) && f.waits_for_update &&
+        gate.version(entry) < cursor.weights_version) {
       return;
     }
     EnqueueFragmentCopy(cursor);
@@ -863,7 +876,9 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
       s.copy_in->WaitEvent(*s.slot_free[slot], {SpanKind::kWait, "slot free", op.layer});
       for (size_t i = 0; i < op.entries.size(); ++i) {
         const int e = op.entries[i];
-        if (s.WaitForUpdatesOnHost()) {
+        const bool from_nvme = s.store.compute_on_nvme(e);
+        // From NVMe the chunks are read by this thread: the update must be published first.
+        if (s.WaitForUpdatesOnHost() || from_nvme) {
           s.gate.WaitFor(e, weights_version);
         } else {
           UpdateGate* gate = &s.gate;
@@ -871,10 +886,17 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
               [gate, e, weights_version] { gate->WaitFor(e, weights_version); },
               {SpanKind::kWait, "optimizer update", op.layer});
         }
-        s.copy_in->CopyHostToDevice(s.SlotPointer(slot, offsets[i]),
-                                    s.backend->WeightSource(s.store.entry(e)),
-                                    s.store.spec(e).elements * s.sizes.weight_element_bytes,
-                                    {SpanKind::kCopyIn, DescribeOp(op), op.layer});
+        if (from_nvme) {
+          absl::Status copied = EnqueueNvmeWeightCopy(
+              *s.copy_in, *s.store.nvme_compute_copy(), e, 0, s.store.spec(e).elements,
+              s.SlotPointer(slot, offsets[i]), {SpanKind::kCopyIn, DescribeOp(op), op.layer});
+          if (!copied.ok()) s.copy_in->EnqueueFallibleHostTask([copied] { return copied; });
+        } else {
+          s.copy_in->CopyHostToDevice(s.SlotPointer(slot, offsets[i]),
+                                      s.backend->WeightSource(s.store.entry(e)),
+                                      s.store.spec(e).elements * s.sizes.weight_element_bytes,
+                                      {SpanKind::kCopyIn, DescribeOp(op), op.layer});
+        }
         if (training && op.layer >= 0) {
           s.traffic.copy_in_bytes +=
               static_cast<double>(s.store.spec(e).elements * s.sizes.weight_element_bytes);

@@ -94,27 +94,41 @@ absl::StatusOr<Placement> PlanPlacement(absl::Span<const EntryBytes> entries,
     return absl::InvalidArgumentError(
         absl::StrCat("staging_slots=", options.staging_slots, " must be at least 1"));
   }
-  if (!have_nvme && (options.states_on_nvme || options.master_on_nvme || options.grad_on_nvme)) {
+  if (!have_nvme && (options.states_on_nvme || options.master_on_nvme || options.grad_on_nvme ||
+                     options.compute_copy_on_nvme)) {
     return absl::InvalidArgumentError(
-        "states_on_nvme/master_on_nvme/grad_on_nvme need an nvme_dir");
+        "states_on_nvme/master_on_nvme/grad_on_nvme/compute_copy_on_nvme need an nvme_dir");
   }
+  const bool master_asked = options.master_on_nvme || options.compute_copy_on_nvme;
   Placement p;
   p.budgets = budgets;
+  // What an fp32 compute copy of the master would hold in RAM when on NVMe, and its largest
+  // NVMe-resident entry.
+  uint64_t fp32_copy_resident = 0, fp32_copy_largest = 0;
   for (const EntryBytes& e : entries) {
     for (int k = 0; k < kNumBufferKinds; ++k) {
       p.kinds[k].bytes += e.bytes[k];
-      if (e.grad_stays_in_ram && k == static_cast<int>(BufferKind::kGrad)) {
+      const bool stays = (e.grad_stays_in_ram && k == static_cast<int>(BufferKind::kGrad)) ||
+                         (e.compute_copy_stays_in_ram &&
+                          k == static_cast<int>(BufferKind::kComputeCopy));
+      if (stays) {
         p.kinds[k].ram_resident += e.bytes[k];
       } else {
         p.kinds[k].largest_entry = std::max(p.kinds[k].largest_entry, e.bytes[k]);
       }
     }
+    if (e.compute_copy_stays_in_ram) {
+      fp32_copy_resident += e[BufferKind::kMaster];
+    } else {
+      fp32_copy_largest = std::max(fp32_copy_largest, e[BufferKind::kMaster]);
+    }
   }
   const auto kind = [&](BufferKind k) -> KindPlacement& { return p.kinds[static_cast<int>(k)]; };
-  if (options.master_on_nvme && kind(BufferKind::kComputeCopy).bytes == 0) {
+  if (master_asked && kind(BufferKind::kComputeCopy).bytes == 0) {
     // The master is the copy-in source here: it can leave RAM only behind an fp32 copy.
     kind(BufferKind::kComputeCopy).bytes = kind(BufferKind::kMaster).bytes;
-    kind(BufferKind::kComputeCopy).largest_entry = kind(BufferKind::kMaster).largest_entry;
+    kind(BufferKind::kComputeCopy).largest_entry = fp32_copy_largest;
+    kind(BufferKind::kComputeCopy).ram_resident = fp32_copy_resident;
     p.compute_copy_fp32 = true;
   }
   const bool master_is_copy_source = kind(BufferKind::kComputeCopy).bytes == 0;
@@ -146,9 +160,12 @@ absl::StatusOr<Placement> PlanPlacement(absl::Span<const EntryBytes> entries,
     };
     std::vector<Move> moves = {
         {{BufferKind::kM, BufferKind::kV},
-         options.states_on_nvme || options.master_on_nvme || options.grad_on_nvme}};
-    if (!master_is_copy_source) moves.push_back({{BufferKind::kMaster}, options.master_on_nvme});
-    moves.push_back({{BufferKind::kGrad}, options.grad_on_nvme});
+         options.states_on_nvme || master_asked || options.grad_on_nvme}};
+    if (!master_is_copy_source) moves.push_back({{BufferKind::kMaster}, master_asked});
+    moves.push_back({{BufferKind::kGrad}, options.grad_on_nvme || options.compute_copy_on_nvme});
+    if (!master_is_copy_source) {
+      moves.push_back({{BufferKind::kComputeCopy}, options.compute_copy_on_nvme});
+    }
     for (const Move& move : moves) {
       if (!move.asked && p.ram_used <= budgets.ram) continue;
       for (BufferKind k : move.kinds) {

@@ -28,6 +28,8 @@ struct EntryBytes {
   // The gradient stays in RAM even when the gradients go to NVMe: the
   // embedding's, a scatter-add of the batch's rows on the host.
   bool grad_stays_in_ram = false;
+  // Likewise the compute copy (the embedding's: its rows are gathered on the host).
+  bool compute_copy_stays_in_ram = false;
   uint64_t& operator[](BufferKind k) { return bytes[static_cast<int>(k)]; }
   uint64_t operator[](BufferKind k) const { return bytes[static_cast<int>(k)]; }
 };
@@ -49,6 +51,9 @@ struct PlacementOptions {
   uint64_t chunk_bytes = uint64_t{64} << 20;
   // The fp32 gradients on NVMe too (with m and v), even when RAM could hold them.
   bool grad_on_nvme = false;
+  // The compute copy on NVMe too (implies master_on_nvme: on the CPU device the fp32 copy exists
+  // only then), even when RAM could hold it.
+  bool compute_copy_on_nvme = false;
   bool states_on_nvme = false;  // put m and v on NVMe even when RAM could hold them
   // Also the master (with m and v). Where the master is the compute copy (compute_copy bytes 0:
   // the CPU device), a separate fp32 compute copy of the master's size is added as the copy

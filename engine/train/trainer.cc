@@ -116,6 +116,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(Device& device, ModelCo
     for (const EntrySpec& spec : specs) {
       tiers::EntryBytes b;
       b.grad_stays_in_ram = bytes.size() == static_cast<size_t>(layout->embedding_entry());
+      b.compute_copy_stays_in_ram = b.grad_stays_in_ram;  // gathered by rows on the host
       const uint64_t n = spec.elements * sizeof(float);
       b[tiers::BufferKind::kMaster] = n;
       b[tiers::BufferKind::kM] = n;
@@ -130,6 +131,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(Device& device, ModelCo
     placement_options.states_on_nvme = options.memory.states_on_nvme;
     placement_options.master_on_nvme = options.memory.master_on_nvme;
     placement_options.grad_on_nvme = options.memory.grad_on_nvme;
+    placement_options.compute_copy_on_nvme = options.memory.compute_copy_on_nvme;
     placement_options.chunk_bytes = options.memory.nvme_chunk_bytes;
     placement_options.staging_slots =
         store_placement.read_ahead + 1 + store_placement.max_writes_in_flight;
@@ -145,6 +147,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(Device& device, ModelCo
     store_placement.compute_copy_fp32 = placement->compute_copy_fp32;
     store_placement.grad_on_nvme = placement->tier(tiers::BufferKind::kGrad) == tiers::Tier::kNvme;
     store_placement.grad_ram_entries = {layout->embedding_entry()};
+    store_placement.compute_copy_on_nvme =
+        placement->tier(tiers::BufferKind::kComputeCopy) == tiers::Tier::kNvme;
+    store_placement.compute_copy_ram_entries = {layout->embedding_entry()};
+    store_placement.compute_copy_pinned =
+        placement->tier(tiers::BufferKind::kComputeCopy) == tiers::Tier::kPinned ||
+        placement->tier(tiers::BufferKind::kComputeCopy) == tiers::Tier::kAbsent;
     store_placement.nvme_chunk_bytes = options.memory.nvme_chunk_bytes;
     store_placement.nvme_dir = options.memory.budgets.nvme_dir;
     store_placement.block_io = options.memory.block_io_for_tests;
@@ -178,9 +186,38 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(Device& device, ModelCo
 void Trainer::InitializeRandom(uint64_t seed) {
   WaitForUpdates();
   executor_->InvalidateWeights();
+  bool every_entry_has_scratch = true;
+  for (int e = 0; e < store_.num_entries(); ++e) {
+    every_entry_has_scratch = every_entry_has_scratch && store_.MasterScratch(e) != nullptr;
+  }
+  if (every_entry_has_scratch) {
+    const std::vector<float*> masters = MasterDestinations();
+    for (int e = 0; e < layout_.num_entries(); ++e) FillRandomEntry(seed, e, masters[e]);
+    init_status_ = WriteMasters();
+    return;
+  }
+  // Every array is on NVMe: one entry at a time through a scratch buffer of
+  // its size, so initialisation needs no RAM for a copy of the model.
+  init_status_ = absl::OkStatus();
+  for (int e = 0; e < layout_.num_entries() && init_status_.ok(); ++e) {
+    std::vector<float> scratch;
+    float* master = store_.MasterScratch(e);
+    if (master == nullptr) {
+      scratch.resize(store_.spec(e).elements);
+      master = scratch.data();
+    }
+    FillRandomEntry(seed, e, master);
+    init_status_ = store_.WriteMaster(e, master);
+    float* grad = store_.entry(e).grad;
+    if (master == grad) std::memset(grad, 0, store_.spec(e).elements * sizeof(float));
+  }
+  if (init_status_.ok()) init_status_ = store_.Flush();
+}
+
+void Trainer::FillRandomEntry(uint64_t seed, int e, float* master) {
   // Weight matrices are drawn in chunks, each from its own generator seeded by
   // (seed, entry, tensor, chunk), so the values do not depend on how many
-  // threads fill them.
+  // threads fill them, nor on the order entries are filled in.
   constexpr size_t kChunk = 64 * 1024;
   struct Piece {
     float* p;
@@ -188,26 +225,22 @@ void Trainer::InitializeRandom(uint64_t seed) {
     uint64_t state;
   };
   std::vector<Piece> pieces;
-  const std::vector<float*> masters = MasterDestinations();
-  for (int e = 0; e < layout_.num_entries(); ++e) {
-    float* master = masters[e];
-    std::memset(master, 0, store_.spec(e).elements * sizeof(float));
-    const auto& tensors = layout_.entries()[e].tensors;
-    for (size_t t = 0; t < tensors.size(); ++t) {
-      const TensorSlot& slot = tensors[t];
-      float* p = master + slot.offset;
-      const size_t n = slot.num_elements();
-      if (IsNorm(slot.role)) {
-        std::fill(p, p + n, 1.0f);
-      } else if (slot.weight_decay) {
-        for (size_t first = 0; first < n; first += kChunk) {
-          uint64_t state = seed ^ (static_cast<uint64_t>(e) << 40) ^
-                           (static_cast<uint64_t>(t) << 28) ^ (first / kChunk);
-          SplitMix(state);  // decorrelate neighbouring seeds
-          pieces.push_back({p + first, std::min(kChunk, n - first), state});
-        }
-      }  // biases stay zero
-    }
+  std::memset(master, 0, store_.spec(e).elements * sizeof(float));
+  const auto& tensors = layout_.entries()[e].tensors;
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    const TensorSlot& slot = tensors[t];
+    float* p = master + slot.offset;
+    const size_t n = slot.num_elements();
+    if (IsNorm(slot.role)) {
+      std::fill(p, p + n, 1.0f);
+    } else if (slot.weight_decay) {
+      for (size_t first = 0; first < n; first += kChunk) {
+        uint64_t state = seed ^ (static_cast<uint64_t>(e) << 40) ^
+                         (static_cast<uint64_t>(t) << 28) ^ (first / kChunk);
+        SplitMix(state);  // decorrelate neighbouring seeds
+        pieces.push_back({p + first, std::min(kChunk, n - first), state});
+      }
+    }  // biases stay zero
   }
   compute_pool_.ParallelFor(pieces.size(), [&pieces](size_t i) {
     Piece piece = pieces[i];
@@ -219,7 +252,6 @@ void Trainer::InitializeRandom(uint64_t seed) {
       piece.p[j] = static_cast<float>(0.02 * z);
     }
   });
-  init_status_ = WriteMasters();
 }
 
 std::vector<float*> Trainer::MasterDestinations() {
@@ -240,10 +272,7 @@ std::vector<float*> Trainer::MasterDestinations() {
 }
 
 absl::Status Trainer::WriteMasters() {
-  if (!store_.master_on_nvme()) {
-    store_.RefreshComputeCopy();
-    return absl::OkStatus();
-  }
+  if (!store_.master_on_nvme()) return store_.RefreshComputeCopy();
   const std::vector<float*> masters = master_destinations_;
   absl::Status status;
   for (int e = 0; e < store_.num_entries() && status.ok(); ++e) {
@@ -280,7 +309,8 @@ void Trainer::RestoreProgress(const TrainerProgress& p) {
   skipped_steps_ = p.skipped_steps;
   consecutive_skips_ = p.consecutive_skips;
   gate_.ResetAll(step_);
-  store_.RefreshComputeCopy();  // the masters were just loaded
+  // The masters were just loaded; a failure here shows at the next Step.
+  if (absl::Status s = store_.RefreshComputeCopy(); !s.ok()) init_status_ = s;
   executor_->InvalidateWeights();
 }
 
@@ -345,7 +375,8 @@ absl::Status Trainer::UpdateEntry(int e, const kernels::AdamwStepScalars& decay,
   const EntryBuffers b = store_.entry(e);
   tiers::NvmeStateStore* states = store_.state_store();
   NvmeGradients* grads = store_.grad_on_nvme(e) ? store_.nvme_gradients() : nullptr;
-  if (states == nullptr && grads == nullptr) {
+  NvmeComputeCopy* copy = store_.compute_on_nvme(e) ? store_.nvme_compute_copy() : nullptr;
+  if (states == nullptr && grads == nullptr && copy == nullptr) {
     adamw_.Step(decay, no_decay, store_.spec(e).segments, b.master, b.m, b.v, b.grad,
                 b.compute_bf16);
     if (b.compute_fp32 != nullptr) {
@@ -376,11 +407,23 @@ absl::Status Trainer::UpdateEntry(int e, const kernels::AdamwStepScalars& decay,
     }
     const std::vector<AdamwSegment> segments =
         SegmentsInRange(store_.spec(e).segments, chunk.first, chunk.count);
-    adamw_.Step(decay, no_decay, segments, master, m, v, grad,
-                b.compute_bf16 != nullptr ? b.compute_bf16 + chunk.first : nullptr);
+    // The compute copy's chunk: in RAM, or staged for NVMe (the same chunking).
+    uint16_t* copy_bf16 = b.compute_bf16 != nullptr ? b.compute_bf16 + chunk.first : nullptr;
+    float* copy_fp32 = b.compute_fp32 != nullptr ? b.compute_fp32 + chunk.first : nullptr;
+    if (copy != nullptr) {
+      absl::StatusOr<char*> staged = copy->BeginWrite(e, c);
+      if (!staged.ok()) return staged.status();
+      if (copy->element_bytes() == sizeof(uint16_t)) {
+        copy_bf16 = reinterpret_cast<uint16_t*>(*staged);
+      } else {
+        copy_fp32 = reinterpret_cast<float*>(*staged);
+      }
+    }
+    adamw_.Step(decay, no_decay, segments, master, m, v, grad, copy_bf16);
     // The fp32 compute copy is the master bit for bit: copied, not recomputed.
-    if (b.compute_fp32 != nullptr) {
-      std::memcpy(b.compute_fp32 + chunk.first, master, chunk.count * sizeof(float));
+    if (copy_fp32 != nullptr) std::memcpy(copy_fp32, master, chunk.count * sizeof(float));
+    if (copy != nullptr) {
+      if (absl::Status s = copy->EndWrite(e, c); !s.ok()) return s;
     }
     if (grads != nullptr) {
       if (absl::Status s = grads->ReleaseAfterUpdate(e, c); !s.ok()) return s;

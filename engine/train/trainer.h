@@ -39,6 +39,10 @@ struct HostMemoryBudgets {
   // The fp32 gradients on NVMe too (all but the embedding's), even when RAM
   // could hold them; the placement also moves them when RAM overflows.
   bool grad_on_nvme = false;
+  // The compute copy on NVMe too (with the master, so the CPU device's fp32
+  // copy exists): weights stream from NVMe in step order; all but the
+  // embedding's (gathered by rows on the host).
+  bool compute_copy_on_nvme = false;
   // Bytes per array of the chunks NVMe traffic and the host optimizer work in
   // (StorePlacement::nvme_chunk_bytes); results never depend on it.
   size_t nvme_chunk_bytes = StorePlacement::kDefaultNvmeChunkBytes;
@@ -141,6 +145,8 @@ class Trainer {
   // Per entry, where new master values are written before WriteMasters
   // (ParameterStore::MasterScratch, or a buffer of master_scratch_).
   std::vector<float*> MasterDestinations();
+  // Draws entry e's initial master into `master` (entry elements floats).
+  void FillRandomEntry(uint64_t seed, int e, float* master);
   // With the master on NVMe: writes every entry's master from the last
   // MasterDestinations through the store, then zeroes gradient slabs used as
   // scratch; else refreshes the compute copy from the RAM masters.

@@ -1,6 +1,8 @@
 // Every per-parameter array on NVMe: the gradients (written by backward's
-// copy-out chunk by chunk, read back by the optimizer) with the master, m and
-// v, in chunks smaller than an entry. Losses, weights, optimizer state and
+// copy-out chunk by chunk, read back by the optimizer) and the compute copy
+// (written by the optimizer, read by the weight copies in step order, through
+// whole-layer slots or a fragment ring) with the master, m and v, in chunks
+// smaller than an entry. Losses, weights, optimizer state and
 // gradients are bitwise those of the all-RAM run whatever the chunk size,
 // resume from a checkpoint taken this way is bitwise, and an I/O error at the
 // new reads and writes fails the step naming gradients.bin and an offset while
@@ -27,12 +29,13 @@ using namespace tiered_training;  // NOLINT: the shared fixtures of this folder
 constexpr size_t kSmallChunk = size_t{256} << 10;
 
 TrainerOptions EverythingOnNvme(const std::string& dir, size_t chunk_bytes) {
-  TrainerOptions o = TieredOptions(2);  // staging: 5 slots of four arrays of a layer
+  TrainerOptions o = TieredOptions(1);  // staging: 5 slots of five arrays of a layer
   o.memory.master_on_nvme = true;
   o.memory.grad_on_nvme = true;
+  o.memory.compute_copy_on_nvme = true;
   o.memory.nvme_chunk_bytes = chunk_bytes;
   o.memory.budgets.nvme_dir = dir;
-  o.memory.budgets.nvme_bytes *= 3;  // master, m, v and the gradients
+  o.memory.budgets.nvme_bytes *= 3;  // master, m, v, the gradients and the compute copy
   return o;
 }
 
@@ -68,16 +71,43 @@ TEST(EverythingOnNvmeTest, GradientsMasterAndStatesOnNvmeAreBitwiseIdenticalForA
       const int layer = (*trainer)->layout().layer_entry(3);
       EXPECT_TRUE(store.grad_on_nvme(layer));
       EXPECT_EQ(store.entry(layer).grad, nullptr);
-      // The embedding's gradient is a scatter-add of rows on the host: it stays in RAM.
+      EXPECT_TRUE(store.compute_on_nvme(layer));
+      EXPECT_EQ(store.entry(layer).compute_fp32, nullptr);
+      // The embedding's gradient is a scatter-add of rows on the host, its
+      // compute copy is gathered by rows there: both stay in RAM.
       EXPECT_FALSE(store.grad_on_nvme((*trainer)->layout().embedding_entry()));
+      EXPECT_FALSE(store.compute_on_nvme((*trainer)->layout().embedding_entry()));
       const std::string& table = (*trainer)->placement_table();
       EXPECT_NE(table.find("grad          nvme"), std::string::npos) << table;
+      EXPECT_NE(table.find("compute_copy  nvme"), std::string::npos) << table;
       if (chunk == kSmallChunk) EXPECT_GE(store.chunks().num_chunks(layer), 3);
     }
     const Outcome tiered = TrainFiveSteps(o);
     ExpectBitwise(in_ram, tiered);
     EXPECT_LE(tiered.pageable_bytes, o.memory.budgets.ram);
   }
+}
+
+TEST(EverythingOnNvmeTest, WeightsStreamFromNvmeThroughAFragmentRing) {
+  absl::Status usable;
+  const std::string dir = tiers::FreshTestDir("everything_on_nvme_ring", &usable);
+  if (!usable.ok()) GTEST_SKIP() << "no O_DIRECT scratch directory: " << usable;
+  TrainerOptions ram = BaseOptions();
+  ram.executor.weight_ring_bytes = size_t{600} << 10;  // smaller than one layer
+  ram.executor.fragment_bytes = size_t{40} << 10;      // several fragments per chunk
+  const Outcome in_ram = TrainFiveSteps(ram);
+  ASSERT_EQ(in_ram.losses.size(), 5u);
+  for (size_t chunk : {kSmallChunk, size_t{64} << 20}) {
+    SCOPED_TRACE(chunk);
+    TrainerOptions o = EverythingOnNvme(dir, chunk);
+    o.executor.weight_ring_bytes = ram.executor.weight_ring_bytes;
+    o.executor.fragment_bytes = ram.executor.fragment_bytes;
+    ExpectBitwise(in_ram, TrainFiveSteps(o));
+  }
+  // And the same bits as whole-layer slots.
+  const Outcome slots = TrainFiveSteps(BaseOptions());
+  ASSERT_EQ(slots.losses.size(), 5u);
+  EXPECT_EQ(std::memcmp(slots.losses.data(), in_ram.losses.data(), 5 * sizeof(double)), 0);
 }
 
 TEST(EverythingOnNvmeTest, GradientsAloneOnNvmeAreBitwiseIdentical) {
@@ -150,7 +180,10 @@ absl::Status StepUntilFailure(Trainer& trainer) {
   return trainer.UpdateStatus();
 }
 
-void FaultOnGradients(const std::string& name, tiers::IoOp op, tiers::InjectedFault fault) {
+enum class NvmeFile { kGradients, kComputeCopy };
+
+void FaultOn(NvmeFile which, const std::string& name, tiers::IoOp op,
+             tiers::InjectedFault fault) {
   absl::Status usable;
   const std::string dir = tiers::FreshTestDir(name, &usable);
   if (!usable.ok()) GTEST_SKIP() << "no O_DIRECT scratch directory: " << usable;
@@ -170,13 +203,15 @@ void FaultOnGradients(const std::string& name, tiers::IoOp op, tiers::InjectedFa
   auto checkpoint = WriteCheckpoint(**trainer, dir + "/checkpoints", CheckpointRunInfo{});
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
 
-  // Only requests on the gradient file fail: its whole byte range, nth = 3.
-  const std::string grad_path = (*trainer)->store().nvme_gradients()->path();
-  faults.FailNthOfFile(op, grad_path, 3, fault);
+  // Only requests on that file fail: the 3rd of its kind from now on.
+  const ParameterStore& store = (*trainer)->store();
+  const std::string path = which == NvmeFile::kGradients ? store.nvme_gradients()->path()
+                                                         : store.nvme_compute_copy()->path();
+  faults.FailNthOfFile(op, path, 3, fault);
   const absl::Status failure = StepUntilFailure(**trainer);
-  ASSERT_FALSE(failure.ok()) << "a fault on the gradient file must fail the step";
+  ASSERT_FALSE(failure.ok()) << "a fault on " << path << " must fail the step";
   const std::string message(failure.message());
-  EXPECT_NE(message.find(grad_path), std::string::npos) << message;
+  EXPECT_NE(message.find(path), std::string::npos) << message;
   EXPECT_NE(OffsetIn(message), UINT64_MAX) << message;
 
   auto fresh_device = MakeCpuDevice(size_t{32} << 20);
@@ -188,11 +223,23 @@ void FaultOnGradients(const std::string& name, tiers::IoOp op, tiers::InjectedFa
 }
 
 TEST(EverythingOnNvmeTest, AWriteFaultOnTheGradientsFailsTheStepNamingFileAndOffset) {
-  FaultOnGradients("grad_write_fault", tiers::IoOp::kWrite, tiers::InjectedFault::kEnospc);
+  FaultOn(NvmeFile::kGradients, "grad_write_fault", tiers::IoOp::kWrite,
+          tiers::InjectedFault::kEnospc);
 }
 
 TEST(EverythingOnNvmeTest, AReadFaultOnTheGradientsFailsTheStepNamingFileAndOffset) {
-  FaultOnGradients("grad_read_fault", tiers::IoOp::kRead, tiers::InjectedFault::kEio);
+  FaultOn(NvmeFile::kGradients, "grad_read_fault", tiers::IoOp::kRead,
+          tiers::InjectedFault::kEio);
+}
+
+TEST(EverythingOnNvmeTest, AReadFaultOnTheComputeCopyFailsTheStepNamingFileAndOffset) {
+  FaultOn(NvmeFile::kComputeCopy, "copy_read_fault", tiers::IoOp::kRead,
+          tiers::InjectedFault::kEio);
+}
+
+TEST(EverythingOnNvmeTest, AWriteFaultOnTheComputeCopyFailsTheStepNamingFileAndOffset) {
+  FaultOn(NvmeFile::kComputeCopy, "copy_write_fault", tiers::IoOp::kWrite,
+          tiers::InjectedFault::kEnospc);
 }
 
 }  // namespace
