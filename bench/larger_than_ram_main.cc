@@ -32,6 +32,7 @@ ABSL_FLAG(int64_t, nvme_gib, 60, "NVMe tier size (GiB)");
 ABSL_FLAG(int64_t, chunk_mib, 64, "NVMe chunk per array (MiB)");
 ABSL_FLAG(bool, master_on_nvme, false, "the fp32 master on NVMe too");
 ABSL_FLAG(bool, grad_on_nvme, false, "the gradients on NVMe even if RAM could hold them");
+ABSL_FLAG(bool, compute_copy_on_nvme, false, "the compute copy on NVMe too (with the master)");
 ABSL_FLAG(int, threads, 2, "BLAS and optimizer threads");
 
 namespace megatrain::bench {
@@ -82,6 +83,7 @@ int Run() {
   o.memory.nvme_chunk_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_chunk_mib)) << 20;
   o.memory.master_on_nvme = absl::GetFlag(FLAGS_master_on_nvme);
   o.memory.grad_on_nvme = absl::GetFlag(FLAGS_grad_on_nvme);
+  o.memory.compute_copy_on_nvme = absl::GetFlag(FLAGS_compute_copy_on_nvme);
 
   const size_t rss_before = ProcStatusBytes("VmRSS");
   absl::StatusOr<std::unique_ptr<engine::Trainer>> trainer =

@@ -429,6 +429,7 @@ absl::Status PlanWithEngine(const v1::MemoryBudgets& m, const DaemonSettings& se
   in.states_on_nvme = budgets.states_on_nvme;
   in.master_on_nvme = budgets.master_on_nvme;
   in.grad_on_nvme = budgets.grad_on_nvme;
+  in.compute_copy_on_nvme = budgets.compute_copy_on_nvme;
   in.nvme_chunk_bytes = budgets.nvme_chunk_bytes;
   // A ring or an activation budget alone beyond the arena: name that field.
   for (const auto& [field, bytes] :
@@ -522,6 +523,9 @@ absl::Status ValidateNvme(const v1::MemoryBudgets& m, const PathPolicy& paths,
     if (m.states_on_nvme()) return Invalid("memory.states_on_nvme", "needs memory.nvme_dir");
     if (m.master_on_nvme()) return Invalid("memory.master_on_nvme", "needs memory.nvme_dir");
     if (m.grad_on_nvme()) return Invalid("memory.grad_on_nvme", "needs memory.nvme_dir");
+    if (m.compute_copy_on_nvme()) {
+      return Invalid("memory.compute_copy_on_nvme", "needs memory.nvme_dir");
+    }
     return absl::OkStatus();
   }
   if (m.nvme_bytes() == 0) {
@@ -584,6 +588,7 @@ absl::Status ValidateMemory(const v1::MemoryBudgets& m, const DaemonSettings& se
     budgets.states_on_nvme = m.states_on_nvme();
     budgets.master_on_nvme = m.master_on_nvme();
     budgets.grad_on_nvme = m.grad_on_nvme();
+    budgets.compute_copy_on_nvme = m.compute_copy_on_nvme();
     if (m.nvme_chunk_bytes() != 0) {
       if (m.nvme_chunk_bytes() % (uint64_t{256} << 10) != 0) {
         return Invalid("memory.nvme_chunk_bytes",

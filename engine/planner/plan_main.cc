@@ -46,6 +46,9 @@ ABSL_FLAG(bool, states_on_nvme, false, "m and v on NVMe even when RAM could hold
 ABSL_FLAG(bool, master_on_nvme, false, "the fp32 master on NVMe too, streamed with m and v");
 ABSL_FLAG(bool, grad_on_nvme, false,
           "the fp32 gradients on NVMe too (all but the embedding's), even if RAM fits them");
+ABSL_FLAG(bool, compute_copy_on_nvme, false,
+          "the compute copy on NVMe too (with the master): every per-parameter array but the "
+          "embedding's copy and gradient");
 ABSL_FLAG(int64_t, nvme_chunk_mib, 64,
           "MiB per array of the chunks NVMe traffic and the host optimizer work in");
 ABSL_FLAG(bool, largest, false, "also search the deepest model of this shape that fits");
@@ -120,6 +123,7 @@ int Run() {
   in.states_on_nvme = absl::GetFlag(FLAGS_states_on_nvme);
   in.master_on_nvme = absl::GetFlag(FLAGS_master_on_nvme);
   in.grad_on_nvme = absl::GetFlag(FLAGS_grad_on_nvme);
+  in.compute_copy_on_nvme = absl::GetFlag(FLAGS_compute_copy_on_nvme);
   in.nvme_chunk_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_nvme_chunk_mib)) << 20;
 
   absl::StatusOr<HardwareProfile> hw;

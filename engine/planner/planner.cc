@@ -100,6 +100,7 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
   for (const LayoutEntry& e : layout->entries()) {
     tiers::EntryBytes b;
     b.grad_stays_in_ram = bytes.size() == static_cast<size_t>(layout->embedding_entry());
+    b.compute_copy_stays_in_ram = b.grad_stays_in_ram;
     const uint64_t n = e.num_elements * sizeof(float);
     b[BufferKind::kMaster] = n;
     b[BufferKind::kM] = n;
@@ -121,6 +122,7 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
   placement_options.states_on_nvme = in.states_on_nvme;
   placement_options.master_on_nvme = in.master_on_nvme;
   placement_options.grad_on_nvme = in.grad_on_nvme;
+  placement_options.compute_copy_on_nvme = in.compute_copy_on_nvme;
   placement_options.chunk_bytes = in.nvme_chunk_bytes;
   absl::StatusOr<tiers::Placement> placement =
       tiers::PlanPlacement(bytes, budgets, placement_options);

@@ -66,6 +66,9 @@ ABSL_FLAG(bool, states_on_nvme, false, "Put AdamW m and v on the NVMe tier even 
 ABSL_FLAG(bool, grad_on_nvme, false,
           "Put the fp32 gradients (all but the embedding's) on the NVMe tier too, even if RAM "
           "fits them (needs --nvme_dir; the placement moves them anyway when RAM overflows).");
+ABSL_FLAG(bool, compute_copy_on_nvme, false,
+          "Put the compute copy on the NVMe tier too, with the master (all but the embedding's): "
+          "weights stream from NVMe in step order.");
 ABSL_FLAG(int64_t, nvme_chunk_mb, 64,
           "MiB per array of the chunks NVMe traffic and the host optimizer work in (a multiple "
           "of 0.25; results never depend on it).");
@@ -179,9 +182,13 @@ int main(int argc, char** argv) {
     t.memory.states_on_nvme = absl::GetFlag(FLAGS_states_on_nvme);
     t.memory.master_on_nvme = absl::GetFlag(FLAGS_master_on_nvme);
     t.memory.grad_on_nvme = absl::GetFlag(FLAGS_grad_on_nvme);
+    t.memory.compute_copy_on_nvme = absl::GetFlag(FLAGS_compute_copy_on_nvme);
     t.memory.nvme_chunk_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_nvme_chunk_mb)) << 20;
-  } else if (absl::GetFlag(FLAGS_master_on_nvme) || absl::GetFlag(FLAGS_grad_on_nvme)) {
-    fprintf(stderr, "error: --master_on_nvme and --grad_on_nvme need --nvme_dir\n");
+  } else if (absl::GetFlag(FLAGS_master_on_nvme) || absl::GetFlag(FLAGS_grad_on_nvme) ||
+             absl::GetFlag(FLAGS_compute_copy_on_nvme)) {
+    fprintf(stderr,
+            "error: --master_on_nvme, --grad_on_nvme and --compute_copy_on_nvme need "
+            "--nvme_dir\n");
     return 2;
   }
   if (absl::GetFlag(FLAGS_weight_ring_mb) < 0) {

@@ -105,9 +105,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(Device& device, ModelCo
   StorePlacement store_placement;
   // A GPU computes from a bf16 copy the optimizer keeps beside the master.
   store_placement.compute_copy_bf16 = device.kind() == DeviceKind::kCuda;
-  if ((options.memory.master_on_nvme || options.memory.grad_on_nvme) && !options.memory.enabled) {
+  if ((options.memory.master_on_nvme || options.memory.grad_on_nvme ||
+       options.memory.compute_copy_on_nvme) &&
+      !options.memory.enabled) {
     return absl::InvalidArgumentError(absl::StrCat(
-        options.memory.master_on_nvme ? "memory.master_on_nvme" : "memory.grad_on_nvme",
+        options.memory.master_on_nvme  ? "memory.master_on_nvme"
+        : options.memory.grad_on_nvme ? "memory.grad_on_nvme"
+                                      : "memory.compute_copy_on_nvme",
         " needs memory budgets with an nvme_dir (memory.enabled)"));
   }
   std::string placement_table;
