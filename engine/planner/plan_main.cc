@@ -48,6 +48,13 @@ ABSL_FLAG(bool, grad_on_nvme, false,
           "the fp32 gradients on NVMe too (all but the embedding's), even if RAM fits them");
 ABSL_FLAG(int64_t, nvme_chunk_mib, 64,
           "MiB per array of the chunks NVMe traffic and the host optimizer work in");
+ABSL_FLAG(uint64_t, steps, 0,
+          "optimizer steps of the run (NVMe written per run, drive wear); 0 = open-ended: judged "
+          "per day of continuous training");
+ABSL_FLAG(double, nvme_rated_tbw, 0,
+          "rated endurance of the NVMe tier's drives in TB (1e12 bytes, summed over a striped "
+          "array); warn when the run writes more than --nvme_wear_warn_share of it; 0 = off");
+ABSL_FLAG(double, nvme_wear_warn_share, 0.1, "share of the rated TBW a run may write");
 ABSL_FLAG(bool, largest, false, "also search the deepest model of this shape that fits");
 ABSL_FLAG(int, blas_threads, 2, "local: OpenBLAS threads of the run");
 ABSL_FLAG(int, optimizer_threads, 2, "local: AdamW threads of the run");
@@ -121,6 +128,13 @@ int Run() {
   in.master_on_nvme = absl::GetFlag(FLAGS_master_on_nvme);
   in.grad_on_nvme = absl::GetFlag(FLAGS_grad_on_nvme);
   in.nvme_chunk_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_nvme_chunk_mib)) << 20;
+  in.steps = absl::GetFlag(FLAGS_steps);
+  if (absl::GetFlag(FLAGS_nvme_rated_tbw) < 0) {
+    fprintf(stderr, "plan: --nvme_rated_tbw=%g is negative\n", absl::GetFlag(FLAGS_nvme_rated_tbw));
+    return 2;
+  }
+  in.drive_wear.rated_tbw_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_nvme_rated_tbw) * 1e12);
+  in.drive_wear.warn_share = absl::GetFlag(FLAGS_nvme_wear_warn_share);
 
   absl::StatusOr<HardwareProfile> hw;
   if (absl::GetFlag(FLAGS_hardware) == "local") {
