@@ -172,8 +172,20 @@ int Run() {
     if (!fit.ok()) {
       printf("largest model of this shape: %s\n", std::string(fit.status().message()).c_str());
     } else {
+      const PlanResult& b = fit->plan;
       printf("largest model of this shape that fits: %d layers, %.2f B parameters\n",
              fit->num_layers, fit->parameters / 1e9);
+      printf("  its tiers:\n%s", b.placement.Table().c_str());
+      printf("  host peak %.2f GB, device arena peak %.2f GB, NVMe %.2f GB\n",
+             b.host_peak_bytes / 1e9, b.device_arena_peak / 1e9, b.nvme_bytes / 1e9);
+      printf("  NVMe read/written per step %.2f / %.2f GB; written per day %.1f TB\n",
+             b.nvme_traffic.read_bytes / 1e9, b.nvme_traffic.written_bytes / 1e9,
+             b.drive_wear.written_per_day / 1e12);
+      printf(
+          "  step %.1f s (compute %.1f s, nvme %.1f s), bottleneck %s: %.0f tokens/s, "
+          "%.1f model TFLOP/s\n",
+          b.time.step_seconds, b.time.compute_seconds, b.time.nvme_seconds,
+          b.time.bottleneck.c_str(), b.time.tokens_per_second, b.time.model_tflops);
     }
   }
   return plan->fits_device ? 0 : 1;
