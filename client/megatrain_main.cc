@@ -12,9 +12,11 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/connection.h"
 #include "client/job_spec_file.h"
+#include "client/plan_wear.h"
 #include "client/render.h"
 #include "client/verify_command.h"
 #include "grpcpp/client_context.h"
@@ -59,6 +61,12 @@ ABSL_FLAG(bool, allow_data_change, false,
 ABSL_FLAG(std::string, db, "",
           "audit: read and check the audit log in this state database file offline (no daemon), "
           "e.g. /var/lib/megatrain/megatrain.db.");
+ABSL_FLAG(double, nvme_rated_tbw, 0,
+          "plan: the NVMe drive's rated endurance in TB (1e12 bytes; summed over a striped "
+          "array): warn when the run writes more than --nvme_wear_warn_share of it; 0 = the "
+          "daemon's nvme_rated_tbw_bytes.");
+ABSL_FLAG(double, nvme_wear_warn_share, 0,
+          "plan: share of the rated TBW one run may write before the plan warns; 0 = 0.1.");
 ABSL_FLAG(std::string, daemon_config, "",
           "plan in-process: megatraind's config textproto whose device, budgets, roots and "
           "limits apply; empty = the defaults with / as the only root.");
@@ -188,6 +196,26 @@ int Watch(v1::Trainer::Stub& stub, const std::string& id) {
   return last == v1::SUCCEEDED ? kOk : kJobFailed;
 }
 
+// --nvme_rated_tbw: judge the plan's NVMe writes against the drive given here.
+absl::Status ApplyWearFlags(const v1::JobSpec& spec, v1::PlanResponse& plan) {
+  const double tbw = absl::GetFlag(FLAGS_nvme_rated_tbw);
+  const double share = absl::GetFlag(FLAGS_nvme_wear_warn_share);
+  if (tbw < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--nvme_rated_tbw=", tbw, " is negative"));
+  }
+  if (tbw == 0) {
+    if (share != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--nvme_wear_warn_share=", share, " needs --nvme_rated_tbw"));
+    }
+    return absl::OkStatus();
+  }
+  engine::planner::DriveWearLimit limit;
+  limit.rated_tbw_bytes = static_cast<uint64_t>(tbw * 1e12);
+  if (share != 0) limit.warn_share = share;
+  return client::ApplyDriveWearLimit(spec, limit, plan);
+}
+
 // `plan` without a daemon: the daemon's validation and the engine planner, in-process.
 int PlanInProcess(const std::string& why) {
   absl::StatusOr<v1::JobSpec> spec = SpecFromFlags();
@@ -200,6 +228,10 @@ int PlanInProcess(const std::string& why) {
   if (!plan.ok()) {
     return ExitFor(grpc::Status(static_cast<grpc::StatusCode>(plan.status().code()),
                                 std::string(plan.status().message())));
+  }
+  if (absl::Status s = ApplyWearFlags(*spec, *plan); !s.ok()) {
+    std::fprintf(stderr, "megatrain: %s\n", std::string(s.message()).c_str());
+    return kUsage;
   }
   const std::string note = "planned in-process by the engine planner (" + why + ")";
   if (absl::GetFlag(FLAGS_json)) {
@@ -292,6 +324,10 @@ int Run(const std::string& command, const std::vector<std::string>& args) {
         return PlanInProcess("no daemon answered at " + where);
       }
       if (!s.ok()) return ExitFor(s);
+      if (absl::Status w = ApplyWearFlags(*spec, plan); !w.ok()) {
+        std::fprintf(stderr, "megatrain: %s\n", std::string(w.message()).c_str());
+        return kUsage;
+      }
       Print(json ? client::ToJson(plan) : client::PlanText(plan));
       return kOk;
     }

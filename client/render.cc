@@ -115,6 +115,22 @@ std::string PlanText(const v1::PlanResponse& plan) {
   }
   absl::StrAppend(&out, absl::StrFormat("device arena peak (executor plan): %s\n",
                                         Bytes(plan.device_arena_peak_bytes())));
+  if (plan.nvme_written_bytes_per_step() > 0 || plan.nvme_read_bytes_per_step() > 0) {
+    absl::StrAppend(&out, absl::StrFormat("NVMe read/written per step: %s / %s\n",
+                                          Bytes(plan.nvme_read_bytes_per_step()),
+                                          Bytes(plan.nvme_written_bytes_per_step())));
+    if (plan.nvme_written_bytes_per_run() > 0) {
+      absl::StrAppend(&out, absl::StrFormat("NVMe written per run: %s\n",
+                                            Bytes(plan.nvme_written_bytes_per_run())));
+    }
+    if (plan.predicted_step_seconds() > 0) {
+      absl::StrAppend(
+          &out, absl::StrFormat("NVMe written per day: %.2f TB (at the predicted step time)\n",
+                                plan.nvme_written_bytes_per_step() * 86400.0 /
+                                    plan.predicted_step_seconds() / 1e12));
+    }
+  }
+  for (const std::string& w : plan.warnings()) absl::StrAppend(&out, w, "\n");
   return out;
 }
 

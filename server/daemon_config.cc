@@ -136,6 +136,19 @@ absl::StatusOr<DaemonSettings> ValidateDaemonConfig(const v1::DaemonConfig& c) {
   if (c.max_parameters() != 0) s.max_parameters = c.max_parameters();
   if (c.threads() != 0) s.threads = static_cast<int>(c.threads());
   if (s.threads > 256) return Invalid("threads", absl::StrCat(s.threads, " is more than 256"));
+  // Drive wear: off unless the drive's rated TBW is given; a share alone is a mistake.
+  s.drive_wear.rated_tbw_bytes = c.nvme_rated_tbw_bytes();
+  if (c.nvme_wear_warn_share() != 0) {
+    if (c.nvme_rated_tbw_bytes() == 0) {
+      return Invalid("nvme_wear_warn_share",
+                     absl::StrCat(c.nvme_wear_warn_share(),
+                                  " without nvme_rated_tbw_bytes (the drive's rated endurance)"));
+    }
+    s.drive_wear.warn_share = c.nvme_wear_warn_share();
+  }
+  if (absl::Status st = engine::planner::ValidateDriveWearLimit(s.drive_wear); !st.ok()) {
+    return Invalid("nvme_wear_warn_share", st.message());
+  }
   return s;
 }
 

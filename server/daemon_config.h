@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/device/device_options.h"
+#include "engine/planner/drive_wear.h"
 #include "proto/megatrain.pb.h"
 
 namespace megatrain::server {
@@ -31,9 +32,11 @@ struct DaemonSettings {
   uint32_t max_seq_len = 8192;
   uint64_t max_parameters = 20'000'000'000;
   int threads = 2;
+  // Drive wear (nvme_rated_tbw_bytes, nvme_wear_warn_share): off when rated_tbw_bytes is 0.
+  engine::planner::DriveWearLimit drive_wear;
   // Hardening (issue 16); flags only until DaemonConfig (proto/) carries them.
-  uint64_t max_ram_bytes = 0;     // 0 = physical RAM; jobs whose host plan exceeds it are refused
-  uint32_t max_job_crashes = 3;   // daemon deaths while one job ran before it is FAILED
+  uint64_t max_ram_bytes = 0;    // 0 = physical RAM; jobs whose host plan exceeds it are refused
+  uint32_t max_job_crashes = 3;  // daemon deaths while one job ran before it is FAILED
   uint64_t test_hold_after_step = 0;  // test hook: see --test_hold_after_step
 };
 

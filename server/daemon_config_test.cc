@@ -68,5 +68,32 @@ TEST(DaemonConfigTest, MetricsOnlyOnLoopbackAndPathsAbsolute) {
   EXPECT_THAT(ValidateDaemonConfig(*c).status().message(), HasSubstr("link_gbps"));
 }
 
+TEST(DaemonConfigTest, DriveWearIsOffByDefaultAndNeedsTheRatedTbw) {
+  absl::StatusOr<v1::DaemonConfig> c = ParseDaemonConfigText(kMinimal);
+  ASSERT_TRUE(c.ok());
+  absl::StatusOr<DaemonSettings> s = ValidateDaemonConfig(*c);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_FALSE(s->drive_wear.enabled());
+  c->set_nvme_wear_warn_share(0.2);
+  EXPECT_THAT(ValidateDaemonConfig(*c).status().message(),
+              HasSubstr("nvme_wear_warn_share: 0.2 without nvme_rated_tbw_bytes"));
+  c->set_nvme_rated_tbw_bytes(uint64_t{600} * 1000 * 1000 * 1000 * 1000);
+  s = ValidateDaemonConfig(*c);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->drive_wear.enabled());
+  EXPECT_DOUBLE_EQ(s->drive_wear.warn_share, 0.2);
+  c->set_nvme_wear_warn_share(1.5);
+  EXPECT_THAT(ValidateDaemonConfig(*c).status().message(), HasSubstr("nvme_wear_warn_share=1.5"));
+  c->set_nvme_wear_warn_share(0);  // the default share
+  s = ValidateDaemonConfig(*c);
+  ASSERT_TRUE(s.ok());
+  EXPECT_DOUBLE_EQ(s->drive_wear.warn_share, 0.1);
+  // Parsed from text too.
+  c = ParseDaemonConfigText(std::string(kMinimal) +
+                            "nvme_rated_tbw_bytes: 1000000000000000\nnvme_wear_warn_share: 0.05");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(ValidateDaemonConfig(*c)->drive_wear.rated_tbw_bytes, 1000000000000000u);
+}
+
 }  // namespace
 }  // namespace megatrain::server

@@ -431,6 +431,8 @@ absl::Status PlanWithEngine(const v1::MemoryBudgets& m, const DaemonSettings& se
   in.grad_on_nvme = budgets.grad_on_nvme;
   in.compute_copy_on_nvme = budgets.compute_copy_on_nvme;
   in.nvme_chunk_bytes = budgets.nvme_chunk_bytes;
+  in.steps = job.options.steps;
+  in.drive_wear = settings.drive_wear;
   // A ring or an activation budget alone beyond the arena: name that field.
   for (const auto& [field, bytes] :
        {std::pair<const char*, uint64_t>{"executor.weight_ring_bytes", in.weight_ring_bytes},
@@ -508,9 +510,14 @@ absl::Status PlanWithEngine(const v1::MemoryBudgets& m, const DaemonSettings& se
   }
   job.plan.set_device_arena_peak_bytes(plan->device_arena_peak);
   job.plan.set_parameters(static_cast<uint64_t>(plan->parameters));
+  // NVMe traffic (exact) and drive wear over the run (the daemon predicts no step time, so the
+  // run is judged by hyper.steps x bytes written per step).
+  job.plan.set_nvme_read_bytes_per_step(plan->nvme_traffic.read_bytes);
+  job.plan.set_nvme_written_bytes_per_step(plan->nvme_traffic.written_bytes);
+  job.plan.set_nvme_written_bytes_per_run(plan->drive_wear.written_per_run);
+  if (!plan->drive_wear.warning.empty()) job.plan.add_warnings(plan->drive_wear.warning);
   return absl::OkStatus();
 }
-
 
 // The NVMe tier's directory: under an output root (the daemon writes state files there), on a
 // block-backed filesystem that does O_DIRECT (the engine's check), with nvme_bytes free.
@@ -575,10 +582,9 @@ absl::Status ValidateMemory(const v1::MemoryBudgets& m, const DaemonSettings& se
   // A RAM budget or the NVMe tier: the engine places the store's buffers under the budgets
   // (engine/tiers/placement.h); without either, everything in RAM, copy endpoints pinned.
   if (m.ram_bytes() > MachineRamLimit(settings)) {
-    return absl::ResourceExhaustedError(absl::StrCat("memory.ram_bytes: ", m.ram_bytes(),
-                                                     " exceed this machine's ",
-                                                     MachineRamLimit(settings), " bytes (",
-                                                     MachineRamLimitName(settings), ")"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("memory.ram_bytes: ", m.ram_bytes(), " exceed this machine's ",
+                     MachineRamLimit(settings), " bytes (", MachineRamLimitName(settings), ")"));
   }
   if (m.ram_bytes() != 0 || !m.nvme_dir().empty()) {
     budgets.enabled = true;
@@ -591,8 +597,9 @@ absl::Status ValidateMemory(const v1::MemoryBudgets& m, const DaemonSettings& se
     budgets.compute_copy_on_nvme = m.compute_copy_on_nvme();
     if (m.nvme_chunk_bytes() != 0) {
       if (m.nvme_chunk_bytes() % (uint64_t{256} << 10) != 0) {
-        return Invalid("memory.nvme_chunk_bytes",
-                       absl::StrCat(m.nvme_chunk_bytes(), " is not a multiple of 262144 (256 KiB)"));
+        return Invalid(
+            "memory.nvme_chunk_bytes",
+            absl::StrCat(m.nvme_chunk_bytes(), " is not a multiple of 262144 (256 KiB)"));
       }
       budgets.nvme_chunk_bytes = m.nvme_chunk_bytes();
     }

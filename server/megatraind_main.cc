@@ -45,6 +45,8 @@ ABSL_FLAG(uint64_t, max_steps, 0, "Overrides max_steps.");
 ABSL_FLAG(uint32_t, max_seq_len, 0, "Overrides max_seq_len.");
 ABSL_FLAG(uint64_t, max_parameters, 0, "Overrides max_parameters.");
 ABSL_FLAG(uint32_t, threads, 0, "Overrides threads.");
+ABSL_FLAG(uint64_t, nvme_rated_tbw_bytes, 0, "Overrides nvme_rated_tbw_bytes.");
+ABSL_FLAG(double, nvme_wear_warn_share, 0, "Overrides nvme_wear_warn_share.");
 ABSL_FLAG(bool, init_signing_key, false,
           "Create <state_dir>/signing_key (Ed25519, mode 0600) if missing, write "
           "signing_key.pub, print the public key and exit (scripts/install runs this).");
@@ -128,6 +130,10 @@ bool ApplyFlags(megatrain::v1::DaemonConfig& c) {
   if (Given("max_seq_len")) c.set_max_seq_len(absl::GetFlag(FLAGS_max_seq_len));
   if (Given("max_parameters")) c.set_max_parameters(absl::GetFlag(FLAGS_max_parameters));
   if (Given("threads")) c.set_threads(absl::GetFlag(FLAGS_threads));
+  if (Given("nvme_rated_tbw_bytes"))
+    c.set_nvme_rated_tbw_bytes(absl::GetFlag(FLAGS_nvme_rated_tbw_bytes));
+  if (Given("nvme_wear_warn_share"))
+    c.set_nvme_wear_warn_share(absl::GetFlag(FLAGS_nvme_wear_warn_share));
   return true;
 }
 

@@ -51,6 +51,13 @@ ABSL_FLAG(bool, compute_copy_on_nvme, false,
           "embedding's copy and gradient");
 ABSL_FLAG(int64_t, nvme_chunk_mib, 64,
           "MiB per array of the chunks NVMe traffic and the host optimizer work in");
+ABSL_FLAG(uint64_t, steps, 0,
+          "optimizer steps of the run (NVMe written per run, drive wear); 0 = open-ended: judged "
+          "per day of continuous training");
+ABSL_FLAG(double, nvme_rated_tbw, 0,
+          "rated endurance of the NVMe tier's drives in TB (1e12 bytes, summed over a striped "
+          "array); warn when the run writes more than --nvme_wear_warn_share of it; 0 = off");
+ABSL_FLAG(double, nvme_wear_warn_share, 0.1, "share of the rated TBW a run may write");
 ABSL_FLAG(bool, largest, false, "also search the deepest model of this shape that fits");
 ABSL_FLAG(int, blas_threads, 2, "local: OpenBLAS threads of the run");
 ABSL_FLAG(int, optimizer_threads, 2, "local: AdamW threads of the run");
@@ -125,6 +132,13 @@ int Run() {
   in.grad_on_nvme = absl::GetFlag(FLAGS_grad_on_nvme);
   in.compute_copy_on_nvme = absl::GetFlag(FLAGS_compute_copy_on_nvme);
   in.nvme_chunk_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_nvme_chunk_mib)) << 20;
+  in.steps = absl::GetFlag(FLAGS_steps);
+  if (absl::GetFlag(FLAGS_nvme_rated_tbw) < 0) {
+    fprintf(stderr, "plan: --nvme_rated_tbw=%g is negative\n", absl::GetFlag(FLAGS_nvme_rated_tbw));
+    return 2;
+  }
+  in.drive_wear.rated_tbw_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_nvme_rated_tbw) * 1e12);
+  in.drive_wear.warn_share = absl::GetFlag(FLAGS_nvme_wear_warn_share);
 
   absl::StatusOr<HardwareProfile> hw;
   if (absl::GetFlag(FLAGS_hardware) == "local") {
@@ -162,8 +176,20 @@ int Run() {
     if (!fit.ok()) {
       printf("largest model of this shape: %s\n", std::string(fit.status().message()).c_str());
     } else {
+      const PlanResult& b = fit->plan;
       printf("largest model of this shape that fits: %d layers, %.2f B parameters\n",
              fit->num_layers, fit->parameters / 1e9);
+      printf("  its tiers:\n%s", b.placement.Table().c_str());
+      printf("  host peak %.2f GB, device arena peak %.2f GB, NVMe %.2f GB\n",
+             b.host_peak_bytes / 1e9, b.device_arena_peak / 1e9, b.nvme_bytes / 1e9);
+      printf("  NVMe read/written per step %.2f / %.2f GB; written per day %.1f TB\n",
+             b.nvme_traffic.read_bytes / 1e9, b.nvme_traffic.written_bytes / 1e9,
+             b.drive_wear.written_per_day / 1e12);
+      printf(
+          "  step %.1f s (compute %.1f s, nvme %.1f s), bottleneck %s: %.0f tokens/s, "
+          "%.1f model TFLOP/s\n",
+          b.time.step_seconds, b.time.compute_seconds, b.time.nvme_seconds,
+          b.time.bottleneck.c_str(), b.time.tokens_per_second, b.time.model_tflops);
     }
   }
   return plan->fits_device ? 0 : 1;

@@ -85,6 +85,9 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
                                                    " needs a weight ring (weight_ring_bytes or "
                                                    "weight_ring_layers)"));
   }
+  if (in.drive_wear.enabled()) {
+    if (absl::Status s = ValidateDriveWearLimit(in.drive_wear); !s.ok()) return s;
+  }
   if (absl::Status s = config.CheckSequenceLength(in.seq); !s.ok()) return s;
   absl::StatusOr<ParameterLayout> layout = ParameterLayout::Create(config);
   if (!layout.ok()) return layout.status();
@@ -186,12 +189,16 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
   r.executor.block_modes = r.activation.modes();
   const StepWork work =
       BuildStepWork(*g, r.executor, r.weight_slots, in.grad_accumulation, hw, flop_parameters);
-  int nvme_arrays = 0;
-  for (BufferKind k : {BufferKind::kMaster, BufferKind::kM, BufferKind::kV}) {
-    if (r.placement.tier(k) == tiers::Tier::kNvme) ++nvme_arrays;
-  }
-  r.time = EstimateStepTime(work, hw, nvme_arrays);
+  // NVMe: exact bytes per step from the placement; per entry for the replay.
+  r.nvme_traffic = NvmeTrafficPerStep(r.placement, in.grad_accumulation, in.keep_all ? 2 : 3);
+  const NvmeEntryIo nvme_io = NvmeIoPerEntry(bytes, r.placement);
+  StepWork timed = work;
+  AddNvmeGradientTraffic(timed, nvme_io.gradient_bytes);
+  r.time = EstimateStepTime(timed, hw, nvme_io);
   r.tokens_per_step = work.tokens;
+  r.drive_wear_limit = in.drive_wear;
+  r.drive_wear = EvaluateDriveWear(in.drive_wear, r.nvme_traffic.written_bytes, in.steps,
+                                   std::isfinite(r.time.step_seconds) ? r.time.step_seconds : 0);
   return r;
 }
 
@@ -271,21 +278,33 @@ std::string PlanResult::Table() const {
                                           b.first_layer + b.num_layers - 1,
                                           ActivationModeName(b.mode), b.reason));
   }
-  if (nvme_bytes > 0) absl::StrAppend(&out, "NVMe ", gb(nvme_bytes), "\n");
+  if (nvme_bytes > 0) {
+    absl::StrAppend(&out, "\nNVMe ", gb(nvme_bytes), "\n");
+    const NvmeTraffic& n = nvme_traffic;
+    absl::StrAppend(
+        &out,
+        absl::StrFormat("NVMe read/written per step %.2f GB / %.2f GB (backward %.2f / %.2f, "
+                        "optimizer pass %.2f / %.2f)\n  %s\n",
+                        n.read_bytes / 1e9, n.written_bytes / 1e9, n.backward_read_bytes / 1e9,
+                        n.backward_written_bytes / 1e9, n.optimizer_read_bytes / 1e9,
+                        n.optimizer_written_bytes / 1e9, DescribeNvmeTraffic(n)),
+        DriveWearText(drive_wear_limit, drive_wear));
+  }
   const StepTimeEstimate& t = time;
   absl::StrAppend(
-      &out,
-      absl::StrFormat("\nstep (%.0f tokens)\n"
-                      "  compute         %9.4f s\n  copy-in         %9.4f s\n"
-                      "  copy-out        %9.4f s\n  host optimizer  %9.4f s (+ grad norm %.4f s)\n"
-                      "  nvme            %9.4f s\n  exposed stall   %9.4f s\n"
-                      "  step            %9.4f s   bottleneck: %s\n"
-                      "  %.1f tokens/s, %.2f model TFLOP/s (6*P*T + causal attention), "
-                      "%.2f hardware TFLOP/s (with recompute)\n",
-                      tokens_per_step, t.compute_seconds, t.copy_in_seconds, t.copy_out_seconds,
-                      t.optimizer_seconds, t.grad_norm_seconds, t.nvme_seconds, t.stall_seconds,
-                      t.step_seconds, t.bottleneck, t.tokens_per_second, t.model_tflops,
-                      t.hardware_tflops));
+      &out, absl::StrFormat(
+                "\nstep (%.0f tokens)\n"
+                "  compute         %9.4f s\n  copy-in         %9.4f s\n"
+                "  copy-out        %9.4f s\n  host optimizer  %9.4f s (+ grad norm %.4f s)\n"
+                "  nvme            %9.4f s (optimizer pass %.4f s beside the next forward, "
+                "gradients on copy-out %.4f s)\n  exposed stall   %9.4f s\n"
+                "  step            %9.4f s   bottleneck: %s\n"
+                "  %.1f tokens/s, %.2f model TFLOP/s (6*P*T + causal attention), "
+                "%.2f hardware TFLOP/s (with recompute)\n",
+                tokens_per_step, t.compute_seconds, t.copy_in_seconds, t.copy_out_seconds,
+                t.optimizer_seconds, t.grad_norm_seconds, t.nvme_seconds, t.nvme_optimizer_seconds,
+                t.nvme_backward_seconds, t.stall_seconds, t.step_seconds, t.bottleneck,
+                t.tokens_per_second, t.model_tflops, t.hardware_tflops));
   return out;
 }
 
@@ -343,12 +362,27 @@ std::string PlanResult::ToJson() const {
                {"host_optimizer_seconds", time.optimizer_seconds},
                {"grad_norm_seconds", time.grad_norm_seconds},
                {"nvme_seconds", time.nvme_seconds},
+               {"nvme_optimizer_seconds", time.nvme_optimizer_seconds},
+               {"nvme_backward_seconds", time.nvme_backward_seconds},
                {"stall_seconds", time.stall_seconds},
                {"step_seconds", time.step_seconds},
                {"bottleneck", time.bottleneck},
                {"tokens_per_second", time.tokens_per_second},
                {"model_tflops", time.model_tflops},
                {"hardware_tflops", time.hardware_tflops}};
+  j["nvme_traffic"] = {{"read_bytes_per_step", nvme_traffic.read_bytes},
+                       {"written_bytes_per_step", nvme_traffic.written_bytes},
+                       {"backward_read_bytes", nvme_traffic.backward_read_bytes},
+                       {"backward_written_bytes", nvme_traffic.backward_written_bytes},
+                       {"optimizer_read_bytes", nvme_traffic.optimizer_read_bytes},
+                       {"optimizer_written_bytes", nvme_traffic.optimizer_written_bytes},
+                       {"written_bytes_per_day", drive_wear.written_per_day},
+                       {"steps", drive_wear.steps},
+                       {"written_bytes_per_run", drive_wear.written_per_run},
+                       {"rated_tbw_bytes", drive_wear_limit.rated_tbw_bytes},
+                       {"wear_warn_share", drive_wear_limit.warn_share},
+                       {"share_of_tbw", drive_wear.share_of_tbw},
+                       {"wear_warning", drive_wear.warning}};
   return j.dump(2);
 }
 

@@ -9,7 +9,9 @@
 #include "absl/status/statusor.h"
 #include "engine/exec/streaming_executor.h"
 #include "engine/model/model_config.h"
+#include "engine/planner/drive_wear.h"
 #include "engine/planner/hardware_profile.h"
+#include "engine/planner/nvme_traffic.h"
 #include "engine/planner/step_time.h"
 #include "engine/tiers/placement.h"
 
@@ -49,6 +51,10 @@ struct PlanInputs {
   bool compute_copy_on_nvme = false;  // and the compute copy (implies the master)
   uint64_t nvme_chunk_bytes = uint64_t{64} << 20;  // per array (tiers::PlacementOptions)
   uint64_t fixed_overhead_bytes = kDefaultFixedOverheadBytes;
+  // Drive wear: optimizer steps of the run (0 = open-ended: judged per day of continuous
+  // training) and the warning threshold (off by default).
+  uint64_t steps = 0;
+  DriveWearLimit drive_wear;
 };
 
 struct PlanResult {
@@ -70,6 +76,9 @@ struct PlanResult {
   uint64_t host_arena_bytes = 0;  // CPU device: the emulated device memory is host RAM
   uint64_t host_peak_bytes = 0;   // predicted VmHWM growth of a training process
   uint64_t nvme_bytes = 0;
+  NvmeTraffic nvme_traffic;  // bytes per optimizer step (exact)
+  DriveWearLimit drive_wear_limit;
+  DriveWear drive_wear;  // per day at time.step_seconds; the warning when over the limit
   StepTimeEstimate time;
   double tokens_per_step = 0;
   // The predicted per-block activation modes (from the profile's link and

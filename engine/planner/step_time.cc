@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <limits>
 
 #include "engine/exec/fragment_plan.h"
 #include "engine/exec/weight_slot_policy.h"
@@ -37,6 +38,12 @@ double CopySeconds(double bytes, double gbps, const HardwareProfile& hw, int cop
   double seconds = bytes / (memcpy_gbps * 1e9);
   if (gbps > 0) seconds = std::max(seconds, bytes / (gbps * 1e9));
   return seconds + copies * hw.link_latency_us * 1e-6;
+}
+
+// Seconds to move `bytes` at `gbps` (0 bytes: 0; no bandwidth given: never finishes).
+double NvmeSeconds(double bytes, double gbps) {
+  if (bytes <= 0) return 0;
+  return gbps > 0 ? bytes / (gbps * 1e9) : std::numeric_limits<double>::infinity();
 }
 
 // Fragment mode: the weight byte stream through the ring, and when each op's compute read it.
@@ -195,7 +202,23 @@ StepWork BuildStepWork(const ExecutorGeometry& g, const ExecutorOptions& options
   return w;
 }
 
-StepTimeEstimate EstimateStepTime(const StepWork& w, const HardwareProfile& hw, int nvme_arrays) {
+void AddNvmeGradientTraffic(StepWork& w, const std::vector<double>& gradient_bytes) {
+  std::vector<bool> written(gradient_bytes.size(), false);
+  for (OpWork& o : w.ops) {
+    if (!o.op.produces_gradients) continue;
+    for (int e : o.op.entries) {
+      if (e < 0 || static_cast<size_t>(e) >= gradient_bytes.size() || gradient_bytes[e] <= 0) {
+        continue;
+      }
+      o.nvme_write_bytes += gradient_bytes[e];
+      if (written[e]) o.nvme_read_bytes += gradient_bytes[e];
+      written[e] = true;
+    }
+  }
+}
+
+StepTimeEstimate EstimateStepTime(const StepWork& w, const HardwareProfile& hw,
+                                  const NvmeEntryIo& nvme) {
   StepTimeEstimate t;
   const double host_bw = hw.host_memory_gbps * 1e9;
 
@@ -206,12 +229,13 @@ StepTimeEstimate EstimateStepTime(const StepWork& w, const HardwareProfile& hw, 
   for (size_t e = 0; e < entries; ++e) {
     const double adamw = w.entry_elements[e] / hw.AdamwParamsPerSecond();
     double io = 0;
-    if (nvme_arrays > 0) {
-      const double bytes = w.entry_elements[e] * 4 * nvme_arrays;
-      io = bytes / (hw.nvme_read_gbps * 1e9) + bytes / (hw.nvme_write_gbps * 1e9);
+    if (e < nvme.optimizer_read.size())
+      io += NvmeSeconds(nvme.optimizer_read[e], hw.nvme_read_gbps);
+    if (e < nvme.optimizer_written.size()) {
+      io += NvmeSeconds(nvme.optimizer_written[e], hw.nvme_write_gbps);
     }
     t.optimizer_seconds += adamw;
-    t.nvme_seconds += io;
+    t.nvme_optimizer_seconds += io;
     clock_cpu += adamw;
     clock_io += io;
     clock_both += std::max(adamw, io);
@@ -231,9 +255,13 @@ StepTimeEstimate EstimateStepTime(const StepWork& w, const HardwareProfile& hw, 
   for (const OpWork& o : w.ops) {
     const double compute = OpComputeSeconds(o, hw);
     const double copy_in = CopySeconds(o.copy_in_bytes, hw.h2d_gbps, hw, o.copies);
+    const double nvme_write = NvmeSeconds(o.nvme_write_bytes, hw.nvme_write_gbps);
+    const double nvme_read = NvmeSeconds(o.nvme_read_bytes, hw.nvme_read_gbps);
+    t.nvme_backward_seconds += nvme_write + nvme_read;
     const double copy_out =
-        CopySeconds(o.copy_out_bytes, hw.d2h_gbps, hw, o.copy_out_bytes > 0 ? 1 : 0) +
-        o.accumulate_elements * 12 / host_bw;
+        std::max(CopySeconds(o.copy_out_bytes, hw.d2h_gbps, hw, o.copy_out_bytes > 0 ? 1 : 0),
+                 nvme_write) +
+        nvme_read + o.accumulate_elements * 12 / host_bw;
     t.compute_seconds += compute;
     t.copy_in_seconds += copy_in;
     t.copy_out_seconds += copy_out;
@@ -289,6 +317,7 @@ StepTimeEstimate EstimateStepTime(const StepWork& w, const HardwareProfile& hw, 
       }
     }
   }
+  t.nvme_seconds = t.nvme_optimizer_seconds + t.nvme_backward_seconds;
   t.pipeline_seconds = std::max(compute_free, copy_out_free);
   t.step_seconds = t.pipeline_seconds + t.grad_norm_seconds;
   if (hw.cpu_device)

@@ -17,11 +17,16 @@
 //     this is double buffering; with one layer, copies run at most one layer ahead.
 //  2. compute: op j starts when op j-1 finished, its weights (and host checkpoint) arrived and
 //     its gradient buffer (2, alternating) was drained by copy_out.
-//  3. copy_out: gradients leave after the op's compute, in order.
+//  3. copy_out: gradients leave after the op's compute, in order. Gradients on NVMe: the
+//     copy-out stream also writes them to the NVMe tier (the first micro-batch of the step) or
+//     reads the running sum back and writes it again (each later one); the write-back is
+//     asynchronous (overlaps the next chunk's device-to-host copy), the read-back is not:
+//     op copy-out = max(device-to-host, NVMe write) + NVMe read + host add.
 //  4. Host optimizer: entry e's update of the previous step runs in forward order from the
-//     start of the step, each entry taking max(AdamW, NVMe read+write of its arrays) (read-ahead
-//     pipelines the two). On a GPU it overlaps the forward; on the CPU device compute and
-//     AdamW share the cores, so AdamW's time is added and only NVMe I/O overlaps.
+//     start of the step, each entry taking max(AdamW, its NVMe I/O: m, v, master read + written,
+//     gradient read) (read-ahead pipelines the two). On a GPU it overlaps the forward; on the CPU
+//     device compute and AdamW share the cores, so AdamW's time is added and only NVMe I/O
+//     overlaps.
 //  5. The gradient-norm pass (4 bytes/param read on the host) is serial after backward.
 #pragma once
 
@@ -31,6 +36,7 @@
 #include "engine/exec/streaming_executor.h"
 #include "engine/planner/executor_geometry.h"
 #include "engine/planner/hardware_profile.h"
+#include "engine/planner/nvme_traffic.h"
 
 namespace megatrain::engine::planner {
 
@@ -43,6 +49,8 @@ struct OpWork {
   double weight_bytes = 0;         // of copy_in_bytes: the op's weights
   double copy_out_bytes = 0;       // gradients + checkpoint
   double accumulate_elements = 0;  // gradients added into a slab on the host (accumulation)
+  double nvme_read_bytes = 0;      // copy-out: gradient sums read back from NVMe
+  double nvme_write_bytes = 0;     // copy-out: gradients written to NVMe
   int copies = 0;                  // separate transfers (each pays the link latency)
 };
 
@@ -62,6 +70,10 @@ struct StepWork {
 StepWork BuildStepWork(const ExecutorGeometry& g, const ExecutorOptions& options, int weight_slots,
                        int micro_batches, const HardwareProfile& hw, double flop_parameters);
 
+// Gradients on NVMe: entry e's gradient_bytes[e] (NvmeEntryIo) are written by the copy-out of
+// the op producing them, and read back first from its second contribution of the step on.
+void AddNvmeGradientTraffic(StepWork& work, const std::vector<double>& gradient_bytes);
+
 // Seconds the op computes on the device of the profile.
 double OpComputeSeconds(const OpWork& op, const HardwareProfile& hw);
 
@@ -70,8 +82,10 @@ struct StepTimeEstimate {
   double compute_seconds = 0;
   double copy_in_seconds = 0;
   double copy_out_seconds = 0;
-  double optimizer_seconds = 0;  // host AdamW over all entries
-  double nvme_seconds = 0;       // m, v read + write when on NVMe (0 otherwise)
+  double optimizer_seconds = 0;       // host AdamW over all entries
+  double nvme_seconds = 0;            // NVMe busy time: optimizer pass + backward's gradient I/O
+  double nvme_optimizer_seconds = 0;  // m, v, master read + written, gradients read
+  double nvme_backward_seconds = 0;   // gradients written (and read back) by copy-out
   double grad_norm_seconds = 0;
   // The pipeline: when the last op ended, and the time compute waited for copies or updates.
   double pipeline_seconds = 0;
@@ -83,8 +97,9 @@ struct StepTimeEstimate {
   double hardware_tflops = 0;
 };
 
-// nvme_arrays: fp32 arrays per parameter the optimizer reads and writes on NVMe (m and v: 2;
-// with the master too: 3; 0 = none).
-StepTimeEstimate EstimateStepTime(const StepWork& work, const HardwareProfile& hw, int nvme_arrays);
+// nvme: the optimizer pass's NVMe bytes per entry (optimizer_read/optimizer_written; empty =
+// nothing on NVMe). The gradients' copy-out traffic is in the ops (AddNvmeGradientTraffic).
+StepTimeEstimate EstimateStepTime(const StepWork& work, const HardwareProfile& hw,
+                                  const NvmeEntryIo& nvme = {});
 
 }  // namespace megatrain::engine::planner
