@@ -127,45 +127,10 @@ TEST(EverythingOnNvmeTest, ResumeFromACheckpointTakenWithEverythingOnNvmeIsBitwi
   absl::Status usable;
   const std::string dir = tiers::FreshTestDir("everything_on_nvme_resume", &usable);
   if (!usable.ok()) GTEST_SKIP() << "no O_DIRECT scratch directory: " << usable;
-  const Outcome in_ram = TrainFiveSteps(BaseOptions());
-  ASSERT_EQ(in_ram.losses.size(), 5u);
-  const auto batches = MakeTokenBatches(10, 48, DeepNarrow().vocab, 17);
-  std::string checkpoint;
-  {
-    std::filesystem::create_directories(dir + "/first");
-    auto device = MakeCpuDevice(size_t{32} << 20);
-    auto trainer = Trainer::Create(*device, TinyConfig(DeepNarrow()),
-                                   EverythingOnNvme(dir + "/first", kSmallChunk));
-    ASSERT_TRUE(trainer.ok()) << trainer.status();
-    (*trainer)->InitializeRandom(3);
-    for (int step = 0; step < 3; ++step) {
-      auto r =
-          (*trainer)->Step(batches.InputPointers(2 * step, 2), batches.TargetPointers(2 * step, 2));
-      ASSERT_TRUE(r.ok()) << r.status();
-    }
-    auto written = WriteCheckpoint(**trainer, dir + "/checkpoints", CheckpointRunInfo{});
-    ASSERT_TRUE(written.ok()) << written.status();
-    checkpoint = *written;
-  }
   // Resumed with another chunk size: the chunks are a layout of the working
   // files, not of the checkpoint.
-  std::filesystem::create_directories(dir + "/second");
-  auto device = MakeCpuDevice(size_t{32} << 20);
-  auto trainer = Trainer::Create(*device, TinyConfig(DeepNarrow()),
-                                 EverythingOnNvme(dir + "/second", 3 * kSmallChunk));
-  ASSERT_TRUE(trainer.ok()) << trainer.status();
-  auto loaded = LoadCheckpoint(checkpoint, **trainer);
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
-  for (int step = 3; step < 5; ++step) {
-    auto r =
-        (*trainer)->Step(batches.InputPointers(2 * step, 2), batches.TargetPointers(2 * step, 2));
-    ASSERT_TRUE(r.ok()) << r.status();
-    EXPECT_EQ(std::memcmp(&r->loss, &in_ram.losses[step], sizeof(double)), 0) << "step " << step;
-  }
-  ASSERT_TRUE((*trainer)->UpdateStatus().ok());
-  Outcome resumed;
-  ReadStore((*trainer)->store(), &resumed);
-  ExpectSameState(in_ram, resumed);
+  ExpectBitwiseResume(dir, EverythingOnNvme(dir + "/first", kSmallChunk),
+                      EverythingOnNvme(dir + "/second", 3 * kSmallChunk));
 }
 
 // Trains until a step fails (at most 4 more), for a fault armed after step 1.

@@ -10,6 +10,10 @@
 #include <string>
 #include <vector>
 
+#include <filesystem>
+
+#include "engine/checkpoint/checkpoint_reader.h"
+#include "engine/checkpoint/checkpoint_writer.h"
 #include "tests/engine/tiny_model.h"
 
 namespace megatrain::engine::tiered_training {
@@ -122,6 +126,55 @@ inline TrainerOptions TieredOptions(size_t ram_divisor) {
   o.memory.budgets.ram = state_bytes / ram_divisor;
   o.memory.budgets.nvme_bytes = 2 * state_bytes;
   return o;
+}
+
+// Three steps with `first`, a checkpoint (model files as `checkpoint_options`
+// says) under `dir`, a fresh trainer with `second` loading it, two more steps:
+// bitwise the all-RAM run's losses of steps 4, 5 and its final state. The
+// options' NVMe directories are created here.
+inline void ExpectBitwiseResume(const std::string& dir, const TrainerOptions& first,
+                                const TrainerOptions& second,
+                                const CheckpointOptions& checkpoint_options = {}) {
+  const Outcome in_ram = TrainFiveSteps(BaseOptions());
+  ASSERT_EQ(in_ram.losses.size(), 5u);
+  const auto batches = MakeTokenBatches(10, 48, DeepNarrow().vocab, 17);
+  std::string checkpoint;
+  {
+    if (!first.memory.budgets.nvme_dir.empty()) {
+      std::filesystem::create_directories(first.memory.budgets.nvme_dir);
+    }
+    auto device = MakeCpuDevice(size_t{32} << 20);
+    auto trainer = Trainer::Create(*device, TinyConfig(DeepNarrow()), first);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    (*trainer)->InitializeRandom(3);
+    for (int step = 0; step < 3; ++step) {
+      auto r =
+          (*trainer)->Step(batches.InputPointers(2 * step, 2), batches.TargetPointers(2 * step, 2));
+      ASSERT_TRUE(r.ok()) << r.status();
+    }
+    auto written =
+        WriteCheckpoint(**trainer, dir + "/checkpoints", CheckpointRunInfo{}, checkpoint_options);
+    ASSERT_TRUE(written.ok()) << written.status();
+    checkpoint = *written;
+  }
+  if (!second.memory.budgets.nvme_dir.empty()) {
+    std::filesystem::create_directories(second.memory.budgets.nvme_dir);
+  }
+  auto device = MakeCpuDevice(size_t{32} << 20);
+  auto trainer = Trainer::Create(*device, TinyConfig(DeepNarrow()), second);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  auto loaded = LoadCheckpoint(checkpoint, **trainer);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  for (int step = 3; step < 5; ++step) {
+    auto r =
+        (*trainer)->Step(batches.InputPointers(2 * step, 2), batches.TargetPointers(2 * step, 2));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(std::memcmp(&r->loss, &in_ram.losses[step], sizeof(double)), 0) << "step " << step;
+  }
+  ASSERT_TRUE((*trainer)->UpdateStatus().ok());
+  Outcome resumed;
+  ReadStore((*trainer)->store(), &resumed);
+  ExpectSameState(in_ram, resumed);
 }
 
 }  // namespace megatrain::engine::tiered_training

@@ -88,57 +88,21 @@ TEST(TrainerTiersTest, MasterAndStatesOnNvmeAreBitwiseIdenticalToTheAllRamRun) {
             0);
 }
 
-// Three steps, a checkpoint (model files in `dtype`), a fresh trainer with the
-// same tiers loading it, two more steps: bitwise the all-RAM run's steps 4, 5.
+// The same tiers before and after a checkpoint (model files in `dtype`),
+// each run with its own NVMe directory.
 void CheckpointAndResume(const std::string& name, bool master_on_nvme, SafetensorsDtype dtype) {
   absl::Status usable;
   const std::string dir = tiers::FreshTestDir(name, &usable);
   if (!usable.ok()) GTEST_SKIP() << "no O_DIRECT scratch directory: " << usable;
-  const Outcome in_ram = TrainFiveSteps(BaseOptions());
-  ASSERT_EQ(in_ram.losses.size(), 5u);
-
-  TrainerOptions o = TieredOptions(2);
-  o.memory.states_on_nvme = true;
-  o.memory.master_on_nvme = master_on_nvme;
+  TrainerOptions first = TieredOptions(2);
+  first.memory.states_on_nvme = true;
+  first.memory.master_on_nvme = master_on_nvme;
+  first.memory.budgets.nvme_dir = dir + "/first";
+  TrainerOptions second = first;
+  second.memory.budgets.nvme_dir = dir + "/second";
   CheckpointOptions checkpoint_options;
   checkpoint_options.model_dtype = dtype;
-  const auto batches = MakeTokenBatches(10, 48, DeepNarrow().vocab, 17);
-  std::string checkpoint;
-  {
-    o.memory.budgets.nvme_dir = dir + "/first";
-    std::filesystem::create_directories(o.memory.budgets.nvme_dir);
-    auto device = MakeCpuDevice(size_t{32} << 20);
-    auto trainer = Trainer::Create(*device, TinyConfig(DeepNarrow()), o);
-    ASSERT_TRUE(trainer.ok()) << trainer.status();
-    ASSERT_EQ((*trainer)->store().master_on_nvme(), master_on_nvme);
-    (*trainer)->InitializeRandom(3);
-    for (int step = 0; step < 3; ++step) {
-      auto r =
-          (*trainer)->Step(batches.InputPointers(2 * step, 2), batches.TargetPointers(2 * step, 2));
-      ASSERT_TRUE(r.ok()) << r.status();
-    }
-    auto written =
-        WriteCheckpoint(**trainer, dir + "/checkpoints", CheckpointRunInfo{}, checkpoint_options);
-    ASSERT_TRUE(written.ok()) << written.status();
-    checkpoint = *written;
-  }
-  o.memory.budgets.nvme_dir = dir + "/second";
-  std::filesystem::create_directories(o.memory.budgets.nvme_dir);
-  auto device = MakeCpuDevice(size_t{32} << 20);
-  auto trainer = Trainer::Create(*device, TinyConfig(DeepNarrow()), o);
-  ASSERT_TRUE(trainer.ok()) << trainer.status();
-  auto loaded = LoadCheckpoint(checkpoint, **trainer);
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
-  for (int step = 3; step < 5; ++step) {
-    auto r =
-        (*trainer)->Step(batches.InputPointers(2 * step, 2), batches.TargetPointers(2 * step, 2));
-    ASSERT_TRUE(r.ok()) << r.status();
-    EXPECT_EQ(std::memcmp(&r->loss, &in_ram.losses[step], sizeof(double)), 0) << "step " << step;
-  }
-  ASSERT_TRUE((*trainer)->UpdateStatus().ok());
-  Outcome resumed;
-  ReadStore((*trainer)->store(), &resumed);
-  ExpectSameState(in_ram, resumed);
+  ExpectBitwiseResume(dir, first, second, checkpoint_options);
 }
 
 TEST(TrainerTiersTest, CheckpointAndResumeWithMasterOnNvmeIsBitwiseIdentical) {
@@ -244,51 +208,12 @@ TEST(TrainerTiersTest, CheckpointAndResumeWithStateOnNvmeIsBitwiseIdentical) {
   absl::Status usable;
   const std::string dir = tiers::FreshTestDir("trainer_tiers_resume", &usable);
   if (!usable.ok()) GTEST_SKIP() << "no O_DIRECT scratch directory: " << usable;
-  const Outcome in_ram = TrainFiveSteps(BaseOptions());
-  ASSERT_EQ(in_ram.losses.size(), 5u);
-
-  TrainerOptions o = TieredOptions(4);
-  o.memory.states_on_nvme = true;
-  const auto batches = MakeTokenBatches(10, 48, DeepNarrow().vocab, 17);
-  std::string checkpoint;
-  {
-    o.memory.budgets.nvme_dir = dir + "/first";
-    std::filesystem::create_directories(o.memory.budgets.nvme_dir);
-    auto device = MakeCpuDevice(size_t{32} << 20);
-    auto trainer = Trainer::Create(*device, TinyConfig(DeepNarrow()), o);
-    ASSERT_TRUE(trainer.ok()) << trainer.status();
-    (*trainer)->InitializeRandom(3);
-    for (int step = 0; step < 3; ++step) {
-      auto r =
-          (*trainer)->Step(batches.InputPointers(2 * step, 2), batches.TargetPointers(2 * step, 2));
-      ASSERT_TRUE(r.ok()) << r.status();
-    }
-    auto written = WriteCheckpoint(**trainer, dir + "/checkpoints", CheckpointRunInfo{});
-    ASSERT_TRUE(written.ok()) << written.status();
-    checkpoint = *written;
-  }
-  o.memory.budgets.nvme_dir = dir + "/second";
-  std::filesystem::create_directories(o.memory.budgets.nvme_dir);
-  auto device = MakeCpuDevice(size_t{32} << 20);
-  auto trainer = Trainer::Create(*device, TinyConfig(DeepNarrow()), o);
-  ASSERT_TRUE(trainer.ok()) << trainer.status();
-  ASSERT_TRUE(LoadCheckpoint(checkpoint, **trainer).ok());
-  for (int step = 3; step < 5; ++step) {
-    auto r =
-        (*trainer)->Step(batches.InputPointers(2 * step, 2), batches.TargetPointers(2 * step, 2));
-    ASSERT_TRUE(r.ok()) << r.status();
-    EXPECT_EQ(std::memcmp(&r->loss, &in_ram.losses[step], sizeof(double)), 0) << "step " << step;
-  }
-  ASSERT_TRUE((*trainer)->UpdateStatus().ok());
-  const ParameterStore& store = (*trainer)->store();
-  for (int e = 0; e < store.num_entries(); ++e) {
-    const size_t n = store.spec(e).elements;
-    std::vector<float> m(n), v(n);
-    ASSERT_TRUE(store.ReadOptimizerState(e, m.data(), v.data()).ok());
-    EXPECT_EQ(std::memcmp(store.entry(e).master, in_ram.masters[e].data(), n * 4), 0) << e;
-    EXPECT_EQ(std::memcmp(m.data(), in_ram.m[e].data(), n * 4), 0) << e;
-    EXPECT_EQ(std::memcmp(v.data(), in_ram.v[e].data(), n * 4), 0) << e;
-  }
+  TrainerOptions first = TieredOptions(4);
+  first.memory.states_on_nvme = true;
+  first.memory.budgets.nvme_dir = dir + "/first";
+  TrainerOptions second = first;
+  second.memory.budgets.nvme_dir = dir + "/second";
+  ExpectBitwiseResume(dir, first, second);
 }
 
 TEST(TrainerTiersTest, DiskFaultFailsTheStepNamingFileAndOffsetAndKeepsTheCheckpoint) {
