@@ -1,19 +1,17 @@
 // JobRunner (see job_runner.h for the protocol).
 #include "server/job_runner.h"
 
-#include <openssl/evp.h>
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "engine/checkpoint/manifest.h"
 #include "engine/provenance/record.h"
+#include "engine/provenance/sha256.h"
 #include "server/job_lineage.h"
 
 namespace megatrain::server {
@@ -23,22 +21,6 @@ int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
 
 bool IsTerminal(v1::JobState s) {
   return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
-}
-
-// Lower-case hex SHA-256 of a small file (a checkpoint manifest); empty when unreadable.
-std::string FileSha256Hex(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return "";
-  std::stringstream bytes;
-  bytes << in.rdbuf();
-  const std::string data = bytes.str();
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  if (EVP_Digest(data.data(), data.size(), digest, &length, EVP_sha256(), nullptr) != 1) return "";
-  std::string hex;
-  for (unsigned int i = 0; i < length; ++i)
-    absl::StrAppend(&hex, absl::StrFormat("%02x", digest[i]));
-  return hex;
 }
 
 std::string CheckpointNote(const v1::Job& job) {
@@ -169,8 +151,18 @@ class JobRunner::StepObserver final : public engine::TrainingObserver {
     record.set_step(step);
     record.set_path(path);
     record.set_created_unix_ms(NowMs());
-    record.set_manifest_sha256(FileSha256Hex(path + "/" + engine::kManifestFileName));
+    // A manifest that cannot be hashed leaves the record's hash empty and
+    // says why in the log (the checkpoint's own verification still applies
+    // when it is loaded); it is never silent.
+    absl::StatusOr<std::string> manifest_sha =
+        provenance::Sha256FileHex(path + "/" + engine::kManifestFileName);
     std::lock_guard<std::mutex> lock(runner_.mu_);
+    if (manifest_sha.ok()) {
+      record.set_manifest_sha256(*manifest_sha);
+    } else {
+      runner_.log_.JobEvent("checkpoint_error", id_,
+                            {{"path", path}, {"error", manifest_sha.status().ToString()}});
+    }
     if (absl::Status s = runner_.store_->PutCheckpoint(record); !s.ok()) {
       runner_.log_.JobEvent("store_error", id_, {{"error", s.ToString()}});
     }
@@ -181,13 +173,15 @@ class JobRunner::StepObserver final : public engine::TrainingObserver {
     e.last_checkpoint = record;
     ++e.checkpoints_committed;
     runner_.log_.JobEvent("checkpoint", id_, {{"step", absl::StrCat(step)}, {"path", path}});
-    const std::string provenance_sha = FileSha256Hex(path + "/" + provenance::kProvenanceFileName);
+    // An unsigned run writes no provenance.json: its hash is then not shown.
+    const absl::StatusOr<std::string> provenance_sha =
+        provenance::Sha256FileHex(path + "/" + provenance::kProvenanceFileName);
     runner_.TransitionLocked(
         e, e.job.state(),
         absl::StrCat("checkpoint of step ", step, " written: ", path,
-                     provenance_sha.empty()
-                         ? ""
-                         : absl::StrCat(" (provenance.json sha256 ", provenance_sha, ")")),
+                     provenance_sha.ok()
+                         ? absl::StrCat(" (provenance.json sha256 ", *provenance_sha, ")")
+                         : ""),
         "checkpoint");
   }
 

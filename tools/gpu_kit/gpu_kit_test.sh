@@ -17,7 +17,10 @@ size=$(du -sb "$kit" | cut -f1)
 ((size < 60 * 1048576)) || fail "kit is $size bytes, over 60 MiB"
 [[ -z "$(find "$kit" -type l)" ]] || fail "kit holds symbolic links: $(find "$kit" -type l)"
 for bin in "$kit"/bin/*; do
-  readelf -d "$bin" | grep -q 'RPATH.*\$ORIGIN/\.\./lib' || fail "$bin has no RPATH \$ORIGIN/../lib"
+  # Read the whole dynamic section first: `readelf | grep -q` under pipefail fails at random when
+  # grep exits on the match while readelf is still writing (SIGPIPE).
+  dynamic="$(readelf -d "$bin")"
+  grep -q 'RPATH.*\$ORIGIN/\.\./lib' <<<"$dynamic" || fail "$bin has no RPATH \$ORIGIN/../lib"
 done
 for want in ops_test gemm_test cuda_trainer_test train_local megatraind megatrain bandwidth_probe; do
   [[ -x "$kit/bin/$want" ]] || fail "bin/$want missing"
