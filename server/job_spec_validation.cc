@@ -389,12 +389,13 @@ const char* MachineRamLimitName(const DaemonSettings& settings) {
              : "physical RAM";
 }
 
-// The CPU device as the planner sees it: memory figures exact, speeds nominal (the daemon does
-// not probe the host, so no step time is predicted).
+// The daemon's device as the planner sees it: memory figures exact, speeds nominal (the daemon
+// does not probe the host, so no step time is predicted). A GPU computes from a bf16 copy with
+// bf16 activations; the CPU device in fp32.
 engine::planner::HardwareProfile DeviceProfile(const engine::DeviceOptions& device) {
   engine::planner::HardwareProfile hw;
-  hw.name = "megatraind-cpu-device";
   hw.cpu_device = device.kind == engine::DeviceKind::kCpu;
+  hw.name = hw.cpu_device ? "megatraind-cpu-device" : "megatraind-cuda-device";
   hw.device_memory_bytes = device.arena_bytes;
   hw.dense_tflops = 0.1;
   hw.device_memory_gbps = 10;
@@ -403,8 +404,8 @@ engine::planner::HardwareProfile DeviceProfile(const engine::DeviceOptions& devi
   hw.link_latency_us = device.link_latency_us;
   hw.memcpy_gbps = 10;
   hw.host_memory_gbps = 10;
-  hw.weight_bytes = 4;
-  hw.activation_bytes = 4;
+  hw.weight_bytes = hw.cpu_device ? 4 : 2;
+  hw.activation_bytes = hw.cpu_device ? 4 : 2;
   return hw;
 }
 

@@ -89,5 +89,20 @@ TEST_F(DaemonPlanNvmeTest, BytesPerStepAndTheWearWarning) {
       << plan.status();
 }
 
+// On a GPU the daemon plans the bf16 compute copy at 2 bytes per parameter (it planned 4, the
+// CPU device's fp32, and so over-reserved RAM and could refuse jobs that fit).
+TEST_F(DaemonPlanNvmeTest, ACudaDaemonPlansABf16ComputeCopy) {
+  absl::StatusOr<v1::PlanResponse> plan =
+      server::PlanOffline(Spec(10), Config("device: \"cuda\"\n"));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  uint64_t master = 0, copy = 0;
+  for (const v1::BufferPlacement& b : plan->placements()) {
+    if (b.kind() == "master") master = b.bytes();
+    if (b.kind() == "compute_copy") copy = b.bytes();
+  }
+  ASSERT_GT(master, 0u);
+  EXPECT_EQ(2 * copy, master);
+}
+
 }  // namespace
 }  // namespace megatrain
