@@ -48,7 +48,8 @@ TEST(NvmeGradientsTest, OverwriteThenAccumulateAndTheNormOfTheSum) {
       absl::StatusOr<float*> staged = (*grads)->BeginChunk(1, c, overwrite);
       ASSERT_TRUE(staged.ok()) << staged.status();
       for (size_t j = 0; j < chunk.count; ++j) {
-        (*staged)[j] = overwrite ? (*part)[chunk.first + j] : (*staged)[j] + (*part)[chunk.first + j];
+        const float value = (*part)[chunk.first + j];
+        (*staged)[j] = overwrite ? value : (*staged)[j] + value;
       }
       ASSERT_TRUE((*grads)->EndChunk(1, c).ok());
     }

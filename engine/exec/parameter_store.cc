@@ -209,10 +209,11 @@ absl::Status ParameterStore::ReadOptimizerState(int e, float* m, float* v) const
     std::memcpy(v, v_[e].data(), bytes);
     return absl::OkStatus();
   }
-  return ForEachStagedChunk(e, /*dirty=*/false, [&](const EntryChunk& c, const tiers::StagedEntry& s) {
-    std::memcpy(m + c.first, s.array(0), c.count * sizeof(float));
-    std::memcpy(v + c.first, s.array(1), c.count * sizeof(float));
-  });
+  return ForEachStagedChunk(e, /*dirty=*/false,
+                            [&](const EntryChunk& c, const tiers::StagedEntry& s) {
+                              std::memcpy(m + c.first, s.array(0), c.count * sizeof(float));
+                              std::memcpy(v + c.first, s.array(1), c.count * sizeof(float));
+                            });
 }
 
 absl::Status ParameterStore::WriteOptimizerState(int e, const float* m, const float* v) {
@@ -223,10 +224,11 @@ absl::Status ParameterStore::WriteOptimizerState(int e, const float* m, const fl
     return absl::OkStatus();
   }
   // The master streams in the same records: read, change m and v, write back.
-  return ForEachStagedChunk(e, /*dirty=*/true, [&](const EntryChunk& c, const tiers::StagedEntry& s) {
-    std::memcpy(s.array(0), m + c.first, c.count * sizeof(float));
-    std::memcpy(s.array(1), v + c.first, c.count * sizeof(float));
-  });
+  return ForEachStagedChunk(e, /*dirty=*/true,
+                            [&](const EntryChunk& c, const tiers::StagedEntry& s) {
+                              std::memcpy(s.array(0), m + c.first, c.count * sizeof(float));
+                              std::memcpy(s.array(1), v + c.first, c.count * sizeof(float));
+                            });
 }
 
 absl::Status ParameterStore::ReadMaster(int e, float* master) const {
@@ -234,9 +236,10 @@ absl::Status ParameterStore::ReadMaster(int e, float* master) const {
     std::memcpy(master, master_[e].data(), specs_[e].elements * sizeof(float));
     return absl::OkStatus();
   }
-  return ForEachStagedChunk(e, /*dirty=*/false, [&](const EntryChunk& c, const tiers::StagedEntry& s) {
-    std::memcpy(master + c.first, s.array(kMasterArray), c.count * sizeof(float));
-  });
+  return ForEachStagedChunk(
+      e, /*dirty=*/false, [&](const EntryChunk& c, const tiers::StagedEntry& s) {
+        std::memcpy(master + c.first, s.array(kMasterArray), c.count * sizeof(float));
+      });
 }
 
 absl::Status ParameterStore::WriteMaster(int e, const float* master) {
@@ -244,9 +247,10 @@ absl::Status ParameterStore::WriteMaster(int e, const float* master) {
     std::memcpy(master_[e].data(), master, specs_[e].elements * sizeof(float));
     return WriteComputeCopy(e, master);
   }
-  absl::Status s = ForEachStagedChunk(e, /*dirty=*/true, [&](const EntryChunk& c, const tiers::StagedEntry& st) {
-    std::memcpy(st.array(kMasterArray), master + c.first, c.count * sizeof(float));
-  });
+  absl::Status s =
+      ForEachStagedChunk(e, /*dirty=*/true, [&](const EntryChunk& c, const tiers::StagedEntry& st) {
+        std::memcpy(st.array(kMasterArray), master + c.first, c.count * sizeof(float));
+      });
   s.Update(WriteComputeCopy(e, master));
   return s;
 }
