@@ -597,7 +597,7 @@ absl::Status ValidateMemory(const v1::MemoryBudgets& m, const DaemonSettings& se
     budgets.grad_on_nvme = m.grad_on_nvme();
     budgets.compute_copy_on_nvme = m.compute_copy_on_nvme();
     if (m.nvme_chunk_bytes() != 0) {
-      if (m.nvme_chunk_bytes() % (uint64_t{256} << 10) != 0) {
+      if (m.nvme_chunk_bytes() % engine::tiers::kNvmeChunkQuantumBytes != 0) {
         return Invalid(
             "memory.nvme_chunk_bytes",
             absl::StrCat(m.nvme_chunk_bytes(), " is not a multiple of 262144 (256 KiB)"));

@@ -56,7 +56,8 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
         "master_on_nvme needs a compute copy (compute_copy_bf16 or compute_copy_fp32): the "
         "weights stream from it, never from the NVMe tier");
   }
-  constexpr size_t kChunkQuantum = kGradNormChunkElements * sizeof(float);
+  static_assert(tiers::kNvmeChunkQuantumBytes == kGradNormChunkElements * sizeof(float));
+  constexpr size_t kChunkQuantum = tiers::kNvmeChunkQuantumBytes;
   if (placement.nvme_chunk_bytes == 0 || placement.nvme_chunk_bytes % kChunkQuantum != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("nvme_chunk_bytes=", placement.nvme_chunk_bytes,

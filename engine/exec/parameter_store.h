@@ -20,6 +20,7 @@
 #include "engine/exec/nvme_gradients.h"
 #include "engine/optimizer/host_adamw.h"
 #include "engine/tiers/nvme_state_store.h"
+#include "engine/tiers/placement.h"
 #include "engine/tiers/uring_block_io.h"
 
 namespace megatrain::engine {
@@ -73,7 +74,7 @@ struct StorePlacement {
   // multiple of 256 KiB (the gradient norm's 64 Ki-element chunk). Results
   // never depend on it.
   size_t nvme_chunk_bytes = kDefaultNvmeChunkBytes;
-  static constexpr size_t kDefaultNvmeChunkBytes = size_t{64} << 20;
+  static constexpr size_t kDefaultNvmeChunkBytes = tiers::kDefaultNvmeChunkBytes;
   std::string nvme_dir;  // with states_on_nvme or grad_on_nvme
   int read_ahead = 2;    // entries of m/v (and master) read ahead of the one being updated
   int max_writes_in_flight = 2;

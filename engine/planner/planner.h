@@ -49,7 +49,7 @@ struct PlanInputs {
   bool master_on_nvme = false;  // with m and v (tiers::PlacementOptions)
   bool grad_on_nvme = false;    // the gradients too, but the embedding's
   bool compute_copy_on_nvme = false;  // and the compute copy (implies the master)
-  uint64_t nvme_chunk_bytes = uint64_t{64} << 20;  // per array (tiers::PlacementOptions)
+  uint64_t nvme_chunk_bytes = tiers::kDefaultNvmeChunkBytes;  // per array
   uint64_t fixed_overhead_bytes = kDefaultFixedOverheadBytes;
   // Drive wear: optimizer steps of the run (0 = open-ended: judged per day of continuous
   // training) and the warning threshold (off by default).

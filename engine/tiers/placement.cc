@@ -84,11 +84,10 @@ absl::StatusOr<Placement> PlanPlacement(absl::Span<const EntryBytes> entries,
     return absl::InvalidArgumentError(
         absl::StrCat("nvme_bytes=", budgets.nvme_bytes, " without an nvme_dir"));
   }
-  constexpr uint64_t kChunkQuantum = 256 << 10;
-  if (options.chunk_bytes == 0 || options.chunk_bytes % kChunkQuantum != 0) {
+  if (options.chunk_bytes == 0 || options.chunk_bytes % kNvmeChunkQuantumBytes != 0) {
     return absl::InvalidArgumentError(absl::StrCat("nvme_chunk_bytes=", options.chunk_bytes,
                                                    " must be a positive multiple of ",
-                                                   kChunkQuantum, " (256 KiB)"));
+                                                   kNvmeChunkQuantumBytes, " (256 KiB)"));
   }
   if (options.staging_slots < 1) {
     return absl::InvalidArgumentError(

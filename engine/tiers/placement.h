@@ -43,12 +43,18 @@ struct TierBudgets {
   uint64_t nvme_bytes = 0;  // bytes the tier may occupy in nvme_dir
 };
 
+// The chunk NVMe traffic and the host optimizer work in, per array: its default, and the unit
+// it must be a multiple of (the gradient norm's 64 Ki-element chunk of fp32, so a norm summed
+// chunk by chunk has the bits of a whole one; engine/optimizer/grad_norm.h).
+inline constexpr uint64_t kDefaultNvmeChunkBytes = uint64_t{64} << 20;
+inline constexpr uint64_t kNvmeChunkQuantumBytes = uint64_t{256} << 10;
+
 struct PlacementOptions {
   // RAM staging slots per NVMe-resident kind (reads ahead, the chunk being updated, write-backs
   // in flight), each one chunk: min(chunk_bytes, the kind's largest entry). Matches
   // NvmeStateStoreOptions and StorePlacement::nvme_chunk_bytes.
   int staging_slots = 5;
-  uint64_t chunk_bytes = uint64_t{64} << 20;
+  uint64_t chunk_bytes = kDefaultNvmeChunkBytes;
   // The fp32 gradients on NVMe too (with m and v), even when RAM could hold them.
   bool grad_on_nvme = false;
   // The compute copy on NVMe too (implies master_on_nvme: on the CPU device the fp32 copy exists

@@ -200,8 +200,9 @@ void Trainer::InitializeRandom(uint64_t seed) {
     init_status_ = WriteMasters();
     return;
   }
-  // Every array is on NVMe: one entry at a time through a scratch buffer of
-  // its size, so initialisation needs no RAM for a copy of the model.
+  // Some entry has no RAM array of its size (every array on NVMe): one entry
+  // at a time through a scratch buffer, so initialisation never holds a copy
+  // of the model in RAM.
   init_status_ = absl::OkStatus();
   for (int e = 0; e < layout_.num_entries() && init_status_.ok(); ++e) {
     std::vector<float> scratch;
