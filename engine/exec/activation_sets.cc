@@ -68,7 +68,10 @@ HeadScratch CarveInto(const ModelDims& m, Carver& c, HeadScratch*) {
   h.h = c.Take(n * m.hidden);
   h.rstd = c.Take(n);
   h.d_h = c.Take(n * m.hidden);
-  h.logits = c.Take(m.head_chunk * m.vocab);
+  h.row_max = c.Take(n);
+  h.row_sum = c.Take(n);
+  h.target_logit = c.Take(n);
+  h.logits = c.Take(m.head_chunk * HeadBlockRows(m));
   return h;
 }
 

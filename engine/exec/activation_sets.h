@@ -46,12 +46,16 @@ struct LayerBackwardScratch {
   static LayerBackwardScratch Carve(const ModelDims& m, float* base);
 };
 
-// Head: final norm output and its gradient, plus the logits chunk.
+// Head: final norm output and its gradient, the per-token running
+// log-sum-exp over the vocabulary blocks seen, and one block's logits chunk.
 struct HeadScratch {
-  float* h = nullptr;       // [N, d]
-  float* rstd = nullptr;    // [N]
-  float* d_h = nullptr;     // [N, d]
-  float* logits = nullptr;  // [head_chunk, V]
+  float* h = nullptr;             // [N, d]
+  float* rstd = nullptr;          // [N]
+  float* d_h = nullptr;           // [N, d]
+  float* row_max = nullptr;       // [N]
+  float* row_sum = nullptr;       // [N]
+  float* target_logit = nullptr;  // [N]
+  float* logits = nullptr;        // [head_chunk, HeadBlockRows]
 
   static size_t FloatCount(const ModelDims& m);
   static HeadScratch Carve(const ModelDims& m, float* base);

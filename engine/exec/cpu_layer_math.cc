@@ -211,58 +211,64 @@ void CpuLayerBackward(const LayerContext& ctx, const float* w, const LayerActiva
   CpuLayerBackward(ctx, LayerWeightsAt(w, *ctx.offsets), a, s, dx_out, dx_in, g);
 }
 
-void CpuHeadNorm(const ModelDims& m, const float* final_norm, const float* x_final,
-                 HeadScratch& s) {
-  k::RmsnormForward(x_final, final_norm, m.tokens(), m.hidden, m.rms_eps, s.h, s.rstd);
+namespace {
+
+k::LmHeadRowStats StatsOf(HeadScratch& s) { return {s.row_max, s.row_sum, s.target_logit}; }
+
+k::LmHeadBlock BlockOf(const ModelDims& m, int b, const CpuHeadArgs& a, HeadScratch& s) {
+  const HeadBlock block = HeadBlockAt(m, b);
+  return k::LmHeadBlock{s.h,    a.lm_block,  a.targets,   m.tokens(), m.hidden,
+                        block.first_row, block.rows, m.head_chunk, s.logits};
 }
 
-HeadResult CpuHeadForwardBackwardAfterNorm(const ModelDims& m, const float* final_norm,
-                                           const float* lm_head, const float* x_final,
-                                           const int32_t* targets, float inv_total_valid,
-                                           HeadScratch& s, float* dx_final, float* final_norm_grad,
-                                           float* lm_head_grad) {
+}  // namespace
+
+std::optional<HeadResult> CpuHeadStep(const ModelDims& m, HeadStep step, const CpuHeadArgs& a,
+                                      HeadScratch& s) {
   const int64_t n = m.tokens();
   const int64_t d = m.hidden;
-  const k::LmHeadLossResult r =
-      k::LmHeadCrossEntropy(s.h, lm_head, targets, n, d, m.vocab, m.head_chunk, inv_total_valid,
-                            s.logits, s.d_h, lm_head_grad);
-  std::memset(dx_final, 0, sizeof(float) * n * d);
-  k::RmsnormBackward(s.d_h, x_final, final_norm, s.rstd, n, d, dx_final, final_norm_grad);
-  return HeadResult{r.loss_sum, r.valid_count};
+  switch (step.kind) {
+    case HeadStepKind::kNorm:
+      k::RmsnormForward(a.x_final, a.final_norm, n, d, m.rms_eps, s.h, s.rstd);
+      k::LmHeadResetStats(StatsOf(s), n);
+      return std::nullopt;
+    case HeadStepKind::kForwardBlock: {
+      const k::LmHeadBlock block = BlockOf(m, step.block, a, s);
+      if (a.form == HeadForm::kLogits) {
+        k::LmHeadBlockLogits(block, m.vocab, a.logits);
+        return std::nullopt;
+      }
+      k::LmHeadBlockForward(block, StatsOf(s));
+      if (step.block + 1 < HeadBlockCount(m)) return std::nullopt;
+      const k::LmHeadLossResult r = k::LmHeadLossFromStats(StatsOf(s), a.targets, n);
+      return HeadResult{r.loss_sum, r.valid_count};
+    }
+    case HeadStepKind::kBackwardBlock:
+      k::LmHeadBlockBackward(BlockOf(m, step.block, a, s), StatsOf(s), a.inv_total_valid,
+                             step.block == 0, s.d_h, a.lm_block_grad);
+      return std::nullopt;
+    case HeadStepKind::kNormBackward:
+      std::memset(a.dx_final, 0, sizeof(float) * n * d);
+      std::memset(a.final_norm_grad, 0, sizeof(float) * d);
+      k::RmsnormBackward(s.d_h, a.x_final, a.final_norm, s.rstd, n, d, a.dx_final,
+                         a.final_norm_grad);
+      return std::nullopt;
+  }
+  return std::nullopt;
 }
 
-HeadResult CpuHeadLossAfterNorm(const ModelDims& m, const float* lm_head, const int32_t* targets,
-                                HeadScratch& s) {
-  const k::LmHeadLossResult r =
-      k::LmHeadCrossEntropy(s.h, lm_head, targets, m.tokens(), m.hidden, m.vocab, m.head_chunk,
-                            0.0f, s.logits, nullptr, nullptr);
-  return HeadResult{r.loss_sum, r.valid_count};
-}
-
-void CpuHeadLogitsAfterNorm(const ModelDims& m, const float* lm_head, HeadScratch& s,
-                            float* logits) {
-  k::LmHeadLogits(s.h, lm_head, m.tokens(), m.hidden, m.vocab, logits);
-}
-
-HeadResult CpuHeadForwardBackward(const ModelDims& m, const float* final_norm, const float* lm_head,
-                                  const float* x_final, const int32_t* targets,
-                                  float inv_total_valid, HeadScratch& s, float* dx_final,
-                                  float* final_norm_grad, float* lm_head_grad) {
-  CpuHeadNorm(m, final_norm, x_final, s);
-  return CpuHeadForwardBackwardAfterNorm(m, final_norm, lm_head, x_final, targets, inv_total_valid,
-                                         s, dx_final, final_norm_grad, lm_head_grad);
-}
-
-HeadResult CpuHeadLoss(const ModelDims& m, const float* final_norm, const float* lm_head,
-                       const float* x_final, const int32_t* targets, HeadScratch& s) {
-  CpuHeadNorm(m, final_norm, x_final, s);
-  return CpuHeadLossAfterNorm(m, lm_head, targets, s);
-}
-
-void CpuHeadLogits(const ModelDims& m, const float* final_norm, const float* lm_head,
-                   const float* x_final, HeadScratch& s, float* logits) {
-  CpuHeadNorm(m, final_norm, x_final, s);
-  CpuHeadLogitsAfterNorm(m, lm_head, s, logits);
+HeadResult CpuHead(const ModelDims& m, CpuHeadArgs a, const float* lm_head, float* lm_head_grad,
+                   HeadScratch& s) {
+  HeadResult result;
+  const int parts = HeadPartCount(m, a.form == HeadForm::kTrain);
+  for (int p = 0; p < parts; ++p) {
+    const HeadStep step = HeadStepAt(m, p);
+    const int64_t first = HeadBlockAt(m, step.block).first_row * m.hidden;
+    a.lm_block = lm_head + first;
+    a.lm_block_grad = lm_head_grad == nullptr ? nullptr : lm_head_grad + first;
+    if (std::optional<HeadResult> r = CpuHeadStep(m, step, a, s)) result = *r;
+  }
+  return result;
 }
 
 }  // namespace megatrain::engine

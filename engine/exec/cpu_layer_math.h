@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "engine/common/thread_pool.h"
 #include "engine/exec/activation_sets.h"
@@ -63,36 +64,33 @@ struct HeadResult {
   int64_t valid_tokens = 0;
 };
 
-// Final norm + LM head + cross-entropy + their backward in token chunks:
-// dx_final = d(loss)/d(x_final) with loss = loss_sum * inv_total_valid;
-// final-norm and LM-head gradients are added into their packed buffers.
-HeadResult CpuHeadForwardBackward(const ModelDims& dims, const float* final_norm,
-                                  const float* lm_head, const float* x_final,
-                                  const int32_t* targets, float inv_total_valid,
-                                  HeadScratch& scratch, float* dx_final, float* final_norm_grad,
-                                  float* lm_head_grad);
+// Pointers of one head step. Block steps read lm_block, the [rows, d] rows of
+// their vocabulary block, and a training backward block writes lm_block_grad
+// ([rows, d], OVERWRITTEN); the final norm's backward overwrites dx_final and
+// final_norm_grad. dx_final = d(loss)/d(x_final) with loss = loss_sum *
+// inv_total_valid.
+struct CpuHeadArgs {
+  HeadForm form = HeadForm::kTrain;
+  const float* final_norm = nullptr;
+  const float* lm_block = nullptr;
+  const float* x_final = nullptr;
+  const int32_t* targets = nullptr;
+  float inv_total_valid = 0.0f;
+  float* dx_final = nullptr;
+  float* final_norm_grad = nullptr;
+  float* lm_block_grad = nullptr;
+  float* logits = nullptr;  // kLogits: [N, vocab]
+};
 
-// Loss only (evaluation): final norm, LM head and cross-entropy in chunks.
-HeadResult CpuHeadLoss(const ModelDims& dims, const float* final_norm, const float* lm_head,
-                       const float* x_final, const int32_t* targets, HeadScratch& scratch);
+// One step of the head (fragment_parts.h HeadStepAt): the final norm, a
+// block's forward, a block's backward, the final norm's backward. The last
+// forward block returns the micro-batch's loss (kTrain and kLoss).
+std::optional<HeadResult> CpuHeadStep(const ModelDims& dims, HeadStep step,
+                                      const CpuHeadArgs& args, HeadScratch& scratch);
 
-// Logits of every token: final norm, then the LM head (tests and sampling).
-void CpuHeadLogits(const ModelDims& dims, const float* final_norm, const float* lm_head,
-                   const float* x_final, HeadScratch& scratch, float* logits);
-
-// The head in its kHeadParts parts: each function above is CpuHeadNorm (part
-// 0, reads the final norm) followed by its *AfterNorm form (part 1, reads the
-// LM head, and the final norm again for its backward).
-void CpuHeadNorm(const ModelDims& dims, const float* final_norm, const float* x_final,
-                 HeadScratch& scratch);
-HeadResult CpuHeadForwardBackwardAfterNorm(const ModelDims& dims, const float* final_norm,
-                                           const float* lm_head, const float* x_final,
-                                           const int32_t* targets, float inv_total_valid,
-                                           HeadScratch& scratch, float* dx_final,
-                                           float* final_norm_grad, float* lm_head_grad);
-HeadResult CpuHeadLossAfterNorm(const ModelDims& dims, const float* lm_head, const int32_t* targets,
-                                HeadScratch& scratch);
-void CpuHeadLogitsAfterNorm(const ModelDims& dims, const float* lm_head, HeadScratch& scratch,
-                            float* logits);
+// The whole head, every step in order, with lm_head ([vocab, d]) and
+// lm_head_grad (OVERWRITTEN) whole; the same bits as the steps one by one.
+HeadResult CpuHead(const ModelDims& dims, CpuHeadArgs args, const float* lm_head,
+                   float* lm_head_grad, HeadScratch& scratch);
 
 }  // namespace megatrain::engine

@@ -2,6 +2,7 @@
 // stream's worker thread running engine/exec/cpu_layer_math (fp32 throughout;
 // the fp32 master is the compute copy).
 #include <cstring>
+#include <optional>
 
 #include "engine/exec/activation_sets.h"
 #include "engine/exec/cpu_layer_math.h"
@@ -116,62 +117,53 @@ class CpuStageBackend final : public StageBackend {
 
   absl::Status HeadForwardBackward(Stream& compute, const HeadArgs& args,
                                    const TimelineTag& tag) override {
-    CpuStageBackend* self = this;
-    compute.EnqueueHostTask(
-        [self, args] {
-          if (args.part <= 0) {
-            std::memset(args.gradient_buffer, 0, args.grad_floats * sizeof(float));
-            CpuHeadNorm(self->dims_, Floats(args.final_norm), Floats(args.x_final),
-                        self->head_scratch_);
-          }
-          if (args.part == 0) return;
-          const HeadResult r = CpuHeadForwardBackwardAfterNorm(
-              self->dims_, Floats(args.final_norm), Floats(args.lm_head), Floats(args.x_final),
-              args.targets, args.inv_total_valid, self->head_scratch_,
-              static_cast<float*>(args.dx_final), args.final_norm_grad, args.lm_head_grad);
-          self->head_result_ = {r.loss_sum, r.valid_tokens};
-        },
-        tag);
-    return absl::OkStatus();
+    return EnqueueHead(compute, HeadForm::kTrain, args, tag);
   }
 
   absl::Status HeadLoss(Stream& compute, const HeadArgs& args, const TimelineTag& tag) override {
-    CpuStageBackend* self = this;
-    compute.EnqueueHostTask(
-        [self, args] {
-          if (args.part <= 0) {
-            CpuHeadNorm(self->dims_, Floats(args.final_norm), Floats(args.x_final),
-                        self->head_scratch_);
-          }
-          if (args.part == 0) return;
-          const HeadResult r = CpuHeadLossAfterNorm(self->dims_, Floats(args.lm_head), args.targets,
-                                                    self->head_scratch_);
-          self->head_result_ = {r.loss_sum, r.valid_tokens};
-        },
-        tag);
-    return absl::OkStatus();
+    return EnqueueHead(compute, HeadForm::kLoss, args, tag);
   }
 
   absl::Status HeadLogits(Stream& compute, const HeadArgs& args, const TimelineTag& tag) override {
-    CpuStageBackend* self = this;
-    compute.EnqueueHostTask(
-        [self, args] {
-          if (args.part <= 0) {
-            CpuHeadNorm(self->dims_, Floats(args.final_norm), Floats(args.x_final),
-                        self->head_scratch_);
-          }
-          if (args.part == 0) return;
-          CpuHeadLogitsAfterNorm(self->dims_, Floats(args.lm_head), self->head_scratch_,
-                                 args.logits);
-        },
-        tag);
-    return absl::OkStatus();
+    return EnqueueHead(compute, HeadForm::kLogits, args, tag);
   }
 
   HeadResultSum head_result() const override { return head_result_; }
 
  private:
   static const float* Floats(const void* p) { return static_cast<const float*>(p); }
+
+  absl::Status EnqueueHead(Stream& compute, HeadForm form, const HeadArgs& args,
+                           const TimelineTag& tag) {
+    CpuStageBackend* self = this;
+    compute.EnqueueHostTask(
+        [self, form, args] {
+          CpuHeadArgs a;
+          a.form = form;
+          a.final_norm = Floats(args.final_norm);
+          a.x_final = Floats(args.x_final);
+          a.targets = args.targets;
+          a.inv_total_valid = args.inv_total_valid;
+          a.dx_final = static_cast<float*>(args.dx_final);
+          a.final_norm_grad = args.final_norm_grad;
+          a.logits = args.logits;
+          std::optional<HeadResult> r;
+          if (args.part < 0) {
+            r = CpuHead(self->dims_, a, Floats(args.lm_head), args.lm_head_grad,
+                        self->head_scratch_);
+          } else {
+            a.lm_block = Floats(args.lm_head);
+            a.lm_block_grad = args.lm_head_grad;
+            r = CpuHeadStep(self->dims_, HeadStepAt(self->dims_, args.part), a,
+                            self->head_scratch_);
+          }
+          if (r.has_value() && form != HeadForm::kLogits) {
+            self->head_result_ = {r->loss_sum, r->valid_tokens};
+          }
+        },
+        tag);
+    return absl::OkStatus();
+  }
 
   LayerContext Context() const {
     return LayerContext{&dims_, &offsets_, &rope_, positions_, attention_workspace_, pool_};

@@ -85,8 +85,12 @@ CudaHeadScratch CarveInto(const ModelDims& m, ByteCarver& c, CudaHeadScratch*) {
   const int64_t n = m.tokens();
   h.h = c.Take<bf16>(n * m.hidden);
   h.rstd = c.Take<float>(n);
-  h.d_h = c.Take<bf16>(n * m.hidden);
-  h.logits = c.Take<bf16>(m.head_chunk * m.vocab);
+  h.d_h = c.Take<float>(n * m.hidden);
+  h.row_max = c.Take<float>(n);
+  h.row_sum = c.Take<float>(n);
+  h.target_logit = c.Take<float>(n);
+  h.logits = c.Take<bf16>(m.head_chunk * HeadBlockRows(m));
+  h.logits_f32 = c.Take<float>(m.head_chunk * HeadBlockRows(m));
   h.row_loss = c.Take<float>(m.head_chunk);
   h.norm_workspace_floats =
       kernels::cuda::RmsnormBackwardWorkspaceFloats(n, static_cast<int>(m.hidden));

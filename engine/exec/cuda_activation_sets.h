@@ -62,10 +62,14 @@ struct CudaBackwardScratch {
 
 // Head: final norm output and its gradient, one chunk of logits.
 struct CudaHeadScratch {
-  __nv_bfloat16* h = nullptr;       // [N, d]
+  __nv_bfloat16* h = nullptr;       // [N, d]; the rounded d_h once every block's backward ran
   float* rstd = nullptr;            // [N]
-  __nv_bfloat16* d_h = nullptr;     // [N, d]
-  __nv_bfloat16* logits = nullptr;  // [head_chunk, V]; overwritten by d logits
+  float* d_h = nullptr;             // [N, d] fp32: added up over the vocabulary blocks
+  float* row_max = nullptr;         // [N] running log-sum-exp state per token
+  float* row_sum = nullptr;         // [N]
+  float* target_logit = nullptr;    // [N]
+  __nv_bfloat16* logits = nullptr;  // [head_chunk, HeadBlockRows]; overwritten by d logits
+  float* logits_f32 = nullptr;      // [head_chunk, HeadBlockRows]: the logits form's
   float* row_loss = nullptr;        // [head_chunk]
   float* norm_workspace = nullptr;  // RmsnormBackwardWorkspaceFloats(N, d)
   int64_t norm_workspace_floats = 0;

@@ -136,7 +136,7 @@ TEST_P(CudaCarveTest, BackwardScratchHoldsTheKernelsWorkspaces) {
                    block.ptr, bytes, "CudaBackwardScratch");
 }
 
-TEST_P(CudaCarveTest, HeadScratchHoldsOneChunk) {
+TEST_P(CudaCarveTest, HeadScratchHoldsOneBlockChunk) {
   const ModelDims m = GetParam();
   const int64_t n = m.tokens();
   const size_t bytes = CudaHeadScratch::Bytes(m);
@@ -146,7 +146,11 @@ TEST_P(CudaCarveTest, HeadScratchHoldsOneChunk) {
             kernels::cuda::RmsnormBackwardWorkspaceFloats(n, static_cast<int>(m.hidden)));
   ExpectWellCarved(
       {P(h.h, n * m.hidden, "h"), P(h.rstd, n, "rstd"), P(h.d_h, n * m.hidden, "d_h"),
-       P(h.logits, m.head_chunk * m.vocab, "logits"), P(h.row_loss, m.head_chunk, "row_loss"),
+       P(h.row_max, n, "row_max"), P(h.row_sum, n, "row_sum"),
+       P(h.target_logit, n, "target_logit"),
+       P(h.logits, m.head_chunk * HeadBlockRows(m), "logits"),
+       P(h.logits_f32, m.head_chunk * HeadBlockRows(m), "logits_f32"),
+       P(h.row_loss, m.head_chunk, "row_loss"),
        P(h.norm_workspace, h.norm_workspace_floats, "norm_workspace")},
       block.ptr, bytes, "CudaHeadScratch");
 }

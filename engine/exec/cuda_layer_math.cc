@@ -399,90 +399,150 @@ absl::Status CudaLayerMath::LayerBackwardPart(int part, const Weights& w, const 
   return absl::InvalidArgumentError(absl::StrCat("LayerBackward part ", part, " of ", kLayerParts));
 }
 
-absl::Status CudaLayerMath::HeadChunks(const bf16* final_norm, const bf16* lm_head,
-                                       const bf16* x_final, const int32_t* targets, float scale,
-                                       CudaHeadScratch& s, bf16* dx_final, float* final_norm_grad,
-                                       float* lm_head_grad, float* chunk_loss_sums,
-                                       cudaStream_t stream, int part) const {
+absl::Status CudaLayerMath::HeadForwardBlock(const HeadBlock& block, const HeadPointers& p,
+                                             CudaHeadScratch& s, cudaStream_t stream) const {
   const ModelDims& m = dims_;
   const int64_t n = m.tokens();
   const int d = static_cast<int>(m.hidden);
-  const bool backward = dx_final != nullptr;
-  if (part <= 0) MT_RETURN_IF_ERROR(HeadNorm(final_norm, x_final, s, stream));
-  if (part == 0) return absl::OkStatus();
-  for (int64_t c = 0, first = 0; first < n; ++c, first += m.head_chunk) {
+  for (int64_t first = 0; first < n; first += m.head_chunk) {
+    const int64_t rows = std::min(m.head_chunk, n - first);
+    const bf16* h_chunk = s.h + first * d;
+    if (p.form == HeadForm::kLogits) {
+      kc::MatmulArgs args;  // [rows, block] = h W_block^T, fp32 out
+      args.m = rows;
+      args.n = block.rows;
+      args.k = d;
+      args.a = h_chunk;
+      args.b = p.lm_block;
+      args.transpose_b = true;
+      args.c = s.logits_f32;
+      args.c_type = kc::GemmOutput::kFp32;
+      MT_RETURN_IF_ERROR(InStep(gemm_.Matmul(args, stream), "Head logits block"));
+      MT_RETURN_IF_ERROR(InStep(
+          kernels::cuda::CudaStatus(
+              cudaMemcpy2DAsync(p.logits + first * m.vocab + block.first_row,
+                                m.vocab * sizeof(float), s.logits_f32, block.rows * sizeof(float),
+                                block.rows * sizeof(float), rows, cudaMemcpyDeviceToDevice, stream),
+              "copy the logits block"),
+          "Head logits block"));
+      continue;
+    }
+    MT_RETURN_IF_ERROR(InStep(
+        gemm_.LinearForward(h_chunk, p.lm_block, s.logits, rows, d, block.rows, stream),
+        "Head logits"));
+    MT_RETURN_IF_ERROR(InStep(
+        kc::HeadBlockStats(s.logits, p.targets + first, rows, block.rows, block.first_row,
+                           s.row_max + first, s.row_sum + first, s.target_logit + first, stream),
+        "Head block log-sum-exp"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaLayerMath::HeadBackwardBlock(const HeadBlock& block, bool first_block,
+                                              const HeadPointers& p, CudaHeadScratch& s,
+                                              cudaStream_t stream) const {
+  const ModelDims& m = dims_;
+  const int64_t n = m.tokens();
+  const int d = static_cast<int>(m.hidden);
+  MT_RETURN_IF_ERROR(InStep(
+      kernels::cuda::CudaStatus(
+          cudaMemsetAsync(p.lm_block_grad, 0, block.rows * d * sizeof(float), stream),
+          "zero the block gradient"),
+      "Head block backward"));
+  for (int64_t first = 0; first < n; first += m.head_chunk) {
     const int64_t rows = std::min(m.head_chunk, n - first);
     const bf16* h_chunk = s.h + first * d;
     MT_RETURN_IF_ERROR(InStep(
-        gemm_.LinearForward(h_chunk, lm_head, s.logits, rows, d, m.vocab, stream), "Head logits"));
+        gemm_.LinearForward(h_chunk, p.lm_block, s.logits, rows, d, block.rows, stream),
+        "Head logits again"));
     // d logits overwrite the logits in place (the kernel allows the alias).
-    MT_RETURN_IF_ERROR(InStep(kc::CrossEntropy(s.logits, targets + first, rows, m.vocab, scale,
-                                               s.logits, s.row_loss, chunk_loss_sums + c, stream),
-                              "Head cross-entropy"));
-    if (!backward) continue;
-    MT_RETURN_IF_ERROR(InStep(gemm_.LinearBackwardInput(s.logits, lm_head, s.d_h + first * d, rows,
-                                                        d, m.vocab, /*accumulate=*/false, stream),
-                              "Head d hidden"));
     MT_RETURN_IF_ERROR(InStep(
-        gemm_.LinearBackwardWeight(s.logits, h_chunk, lm_head_grad, rows, d, m.vocab, stream),
-        "Head d lm_head"));
+        kc::HeadBlockGrad(s.logits, p.targets + first, rows, block.rows, block.first_row,
+                          s.row_max + first, s.row_sum + first, p.inv_total_valid, s.logits,
+                          stream),
+        "Head block d logits"));
+    kc::MatmulArgs dh;  // d_h[chunk] (= or +=) dlogits W_block, fp32
+    dh.m = rows;
+    dh.n = d;
+    dh.k = block.rows;
+    dh.a = s.logits;
+    dh.b = p.lm_block;
+    dh.c = s.d_h + first * d;
+    dh.c_type = kc::GemmOutput::kFp32;
+    dh.beta = first_block ? 0.0f : 1.0f;
+    MT_RETURN_IF_ERROR(InStep(gemm_.Matmul(dh, stream), "Head d hidden"));
+    MT_RETURN_IF_ERROR(InStep(gemm_.LinearBackwardWeight(s.logits, h_chunk, p.lm_block_grad, rows,
+                                                         d, block.rows, stream),
+                              "Head d lm_head block"));
   }
-  if (!backward) return absl::OkStatus();
-  return InStep(kc::RmsnormBackward(x_final, final_norm, s.rstd, s.d_h, n, d,
-                                    /*accumulate_dx=*/false, dx_final, final_norm_grad,
-                                    s.norm_workspace, s.norm_workspace_floats, stream),
-                "Head final norm backward");
+  return absl::OkStatus();
 }
 
-absl::Status CudaLayerMath::HeadNorm(const bf16* final_norm, const bf16* x_final,
+absl::Status CudaLayerMath::HeadStep(engine::HeadStep step, const HeadPointers& p,
                                      CudaHeadScratch& s, cudaStream_t stream) const {
+  MT_RETURN_IF_ERROR(CheckStream(stream, "HeadStep"));
   const ModelDims& m = dims_;
-  return InStep(kc::RmsnormForward(x_final, final_norm, m.tokens(), static_cast<int>(m.hidden),
-                                   m.rms_eps, s.h, s.rstd, stream),
-                "Head final norm");
-}
-
-absl::Status CudaLayerMath::HeadForwardBackward(const bf16* final_norm, const bf16* lm_head,
-                                                const bf16* x_final, const int32_t* targets,
-                                                float inv_total_valid, CudaHeadScratch& s,
-                                                bf16* dx_final, float* final_norm_grad,
-                                                float* lm_head_grad, float* chunk_loss_sums,
-                                                cudaStream_t stream, int part) const {
-  MT_RETURN_IF_ERROR(CheckStream(stream, "HeadForwardBackward"));
-  if (dx_final == nullptr || final_norm_grad == nullptr || lm_head_grad == nullptr) {
-    return absl::InvalidArgumentError(
-        "HeadForwardBackward: dx_final, final_norm_grad and lm_head_grad must be non-null");
+  const int64_t n = m.tokens();
+  const int d = static_cast<int>(m.hidden);
+  switch (step.kind) {
+    case HeadStepKind::kNorm:
+      MT_RETURN_IF_ERROR(InStep(
+          kc::RmsnormForward(p.x_final, p.final_norm, n, d, m.rms_eps, s.h, s.rstd, stream),
+          "Head final norm"));
+      return InStep(kc::HeadStatsReset(n, s.row_max, s.row_sum, s.target_logit, stream),
+                    "Head log-sum-exp reset");
+    case HeadStepKind::kForwardBlock: {
+      MT_RETURN_IF_ERROR(HeadForwardBlock(HeadBlockAt(m, step.block), p, s, stream));
+      if (p.form == HeadForm::kLogits || step.block + 1 < HeadBlockCount(m)) {
+        return absl::OkStatus();
+      }
+      for (int64_t c = 0, first = 0; first < n; ++c, first += m.head_chunk) {
+        const int64_t rows = std::min(m.head_chunk, n - first);
+        MT_RETURN_IF_ERROR(InStep(
+            kc::HeadLossFromStats(s.row_max + first, s.row_sum + first, s.target_logit + first,
+                                  p.targets + first, rows, s.row_loss, p.chunk_loss_sums + c,
+                                  stream),
+            "Head loss"));
+      }
+      return absl::OkStatus();
+    }
+    case HeadStepKind::kBackwardBlock:
+      if (p.lm_block_grad == nullptr) {
+        return absl::InvalidArgumentError("HeadStep: a backward block needs lm_block_grad");
+      }
+      return HeadBackwardBlock(HeadBlockAt(m, step.block), step.block == 0, p, s, stream);
+    case HeadStepKind::kNormBackward:
+      if (p.dx_final == nullptr || p.final_norm_grad == nullptr) {
+        return absl::InvalidArgumentError(
+            "HeadStep: the final norm's backward needs dx_final and final_norm_grad");
+      }
+      // h is dead once every block's backward ran: it takes the rounded d_h.
+      MT_RETURN_IF_ERROR(InStep(kc::RoundToBf16(s.d_h, s.h, n * d, stream), "Head d_h to bf16"));
+      MT_RETURN_IF_ERROR(InStep(
+          kernels::cuda::CudaStatus(
+              cudaMemsetAsync(p.final_norm_grad, 0, d * sizeof(float), stream),
+              "zero the final norm gradient"),
+          "Head final norm backward"));
+      return InStep(kc::RmsnormBackward(p.x_final, p.final_norm, s.rstd, s.h, n, d,
+                                        /*accumulate_dx=*/false, p.dx_final, p.final_norm_grad,
+                                        s.norm_workspace, s.norm_workspace_floats, stream),
+                    "Head final norm backward");
   }
-  return HeadChunks(final_norm, lm_head, x_final, targets, inv_total_valid, s, dx_final,
-                    final_norm_grad, lm_head_grad, chunk_loss_sums, stream, part);
+  return absl::OkStatus();
 }
 
-absl::Status CudaLayerMath::HeadLoss(const bf16* final_norm, const bf16* lm_head,
-                                     const bf16* x_final, const int32_t* targets,
-                                     CudaHeadScratch& s, float* chunk_loss_sums,
-                                     cudaStream_t stream, int part) const {
-  MT_RETURN_IF_ERROR(CheckStream(stream, "HeadLoss"));
-  return HeadChunks(final_norm, lm_head, x_final, targets, /*scale=*/0.0f, s, nullptr, nullptr,
-                    nullptr, chunk_loss_sums, stream, part);
-}
-
-absl::Status CudaLayerMath::HeadLogits(const bf16* final_norm, const bf16* lm_head,
-                                       const bf16* x_final, CudaHeadScratch& s, float* logits,
-                                       cudaStream_t stream, int part) const {
-  MT_RETURN_IF_ERROR(CheckStream(stream, "HeadLogits"));
+absl::Status CudaLayerMath::Head(HeadPointers p, const bf16* lm_head, float* lm_head_grad,
+                                 CudaHeadScratch& s, cudaStream_t stream) const {
   const ModelDims& m = dims_;
-  if (part <= 0) MT_RETURN_IF_ERROR(HeadNorm(final_norm, x_final, s, stream));
-  if (part == 0) return absl::OkStatus();
-  kc::MatmulArgs args;  // logits[N, V] = h W^T, fp32 out
-  args.m = m.tokens();
-  args.n = m.vocab;
-  args.k = m.hidden;
-  args.a = s.h;
-  args.b = lm_head;
-  args.transpose_b = true;
-  args.c = logits;
-  args.c_type = kc::GemmOutput::kFp32;
-  return InStep(gemm_.Matmul(args, stream), "HeadLogits LM head");
+  const int parts = HeadPartCount(m, p.form == HeadForm::kTrain);
+  for (int part = 0; part < parts; ++part) {
+    const engine::HeadStep step = HeadStepAt(m, part);
+    const int64_t first = HeadBlockAt(m, step.block).first_row * m.hidden;
+    p.lm_block = lm_head + first;
+    p.lm_block_grad = lm_head_grad == nullptr ? nullptr : lm_head_grad + first;
+    MT_RETURN_IF_ERROR(HeadStep(step, p, s, stream));
+  }
+  return absl::OkStatus();
 }
 
 double CudaLayerMath::SumChunkLosses(std::span<const float> chunk_loss_sums) {

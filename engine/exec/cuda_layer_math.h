@@ -96,33 +96,34 @@ class CudaLayerMath {
                                  CudaBackwardScratch& scratch, const bf16* dx_out, bf16* dx_in,
                                  float* grads, cudaStream_t stream) const;
 
-  // Final norm + LM head + cross-entropy + their backward in token chunks of
-  // dims.head_chunk (the [N, vocab] logits never exist): dx_final =
-  // d(loss)/d(x_final) with loss = loss_sum * inv_total_valid; final-norm and
-  // LM-head gradients are ADDED. Targets: int32 [N], < 0 = ignored. The
-  // unscaled loss of chunk c goes to chunk_loss_sums[c] (fp32 device array of
-  // HeadChunkCount(dims)); the caller copies it out and adds it up with
-  // SumChunkLosses. The valid-token count is the caller's (it has the
-  // targets on the host).
-  // `part` (fragment mode): -1 = all; 0 = the final norm only (reads
-  // final_norm); 1 = the rest (reads lm_head and final_norm). The same for
-  // HeadLoss and HeadLogits.
-  absl::Status HeadForwardBackward(const bf16* final_norm, const bf16* lm_head, const bf16* x_final,
-                                   const int32_t* targets, float inv_total_valid,
-                                   CudaHeadScratch& scratch, bf16* dx_final, float* final_norm_grad,
-                                   float* lm_head_grad, float* chunk_loss_sums, cudaStream_t stream,
-                                   int part = -1) const;
+  // Pointers of one head step (cpu_layer_math.h CpuHeadArgs, bf16 weights and
+  // activations, fp32 gradients and logits). The unscaled loss of token chunk
+  // c goes to chunk_loss_sums[c] (fp32 device array of HeadChunkCount(dims));
+  // the caller copies it out and adds it up with SumChunkLosses. The
+  // valid-token count is the caller's (it has the targets on the host).
+  struct HeadPointers {
+    HeadForm form = HeadForm::kTrain;
+    const bf16* final_norm = nullptr;
+    const bf16* lm_block = nullptr;  // rows of the step's vocabulary block
+    const bf16* x_final = nullptr;
+    const int32_t* targets = nullptr;  // int32 [N], < 0 = ignored
+    float inv_total_valid = 0.0f;
+    bf16* dx_final = nullptr;          // OVERWRITTEN
+    float* final_norm_grad = nullptr;  // OVERWRITTEN
+    float* lm_block_grad = nullptr;    // OVERWRITTEN: the block's [rows, d]
+    float* logits = nullptr;           // kLogits: [N, vocab]
+    float* chunk_loss_sums = nullptr;
+  };
 
-  // Loss only (evaluation): the same chunks, no gradients.
-  absl::Status HeadLoss(const bf16* final_norm, const bf16* lm_head, const bf16* x_final,
-                        const int32_t* targets, CudaHeadScratch& scratch, float* chunk_loss_sums,
-                        cudaStream_t stream, int part = -1) const;
-
-  // logits (fp32 [N, vocab], device) of every token: final norm, then the
-  // LM head (tests and sampling of small batches).
-  absl::Status HeadLogits(const bf16* final_norm, const bf16* lm_head, const bf16* x_final,
-                          CudaHeadScratch& scratch, float* logits, cudaStream_t stream,
-                          int part = -1) const;
+  // One step of the head (fragment_parts.h HeadStepAt): final norm, a block's
+  // forward (logits folded into the running log-sum-exp, or written out; the
+  // last block writes the chunk losses), a block's backward, the final norm's
+  // backward. dx_final = d(loss)/d(x_final), loss = loss_sum * inv_total_valid.
+  absl::Status HeadStep(HeadStep step, const HeadPointers& p, CudaHeadScratch& scratch,
+                        cudaStream_t stream) const;
+  // Every step in order with lm_head ([vocab, d]) and lm_head_grad whole.
+  absl::Status Head(HeadPointers p, const bf16* lm_head, float* lm_head_grad,
+                    CudaHeadScratch& scratch, cudaStream_t stream) const;
 
   // Host: the loss sum of a micro-batch from the downloaded chunk sums,
   // added in chunk order in a double.
@@ -147,13 +148,11 @@ class CudaLayerMath {
   absl::Status LinearBackward(const bf16* dy, const bf16* x, const bf16* w, int64_t in, int64_t out,
                               bf16* dx, bool accumulate, float* dw, float* db,
                               cudaStream_t stream) const;
-  // The shared head prefix and chunk loop; grads null = loss only.
-  absl::Status HeadChunks(const bf16* final_norm, const bf16* lm_head, const bf16* x_final,
-                          const int32_t* targets, float scale, CudaHeadScratch& scratch,
-                          bf16* dx_final, float* final_norm_grad, float* lm_head_grad,
-                          float* chunk_loss_sums, cudaStream_t stream, int part) const;
-  absl::Status HeadNorm(const bf16* final_norm, const bf16* x_final, CudaHeadScratch& scratch,
-                        cudaStream_t stream) const;
+  absl::Status HeadForwardBlock(const HeadBlock& block, const HeadPointers& p,
+                                CudaHeadScratch& scratch, cudaStream_t stream) const;
+  absl::Status HeadBackwardBlock(const HeadBlock& block, bool first_block,
+                                 const HeadPointers& p, CudaHeadScratch& scratch,
+                                 cudaStream_t stream) const;
 
   ModelDims dims_;
   LayerOffsets offsets_;

@@ -267,8 +267,18 @@ class CudaLayerMathHeadTest : public ::testing::Test {
   void SetUp() override { MT_SKIP_WITHOUT_CUDA(); }
 };
 
-TEST_F(CudaLayerMathHeadTest, HeadMatchesTheCpuHead) {
-  const ModelDims m = TestDims();
+// The head against the CPU head with the same vocabulary blocks: one block,
+// and odd blocks with a short last one.
+class CudaLayerMathHeadBlocksTest : public ::testing::TestWithParam<int64_t> {
+ protected:
+  void SetUp() override { MT_SKIP_WITHOUT_CUDA(); }
+};
+
+INSTANTIATE_TEST_SUITE_P(BlockRows, CudaLayerMathHeadBlocksTest, ::testing::Values(0, 13));
+
+TEST_P(CudaLayerMathHeadBlocksTest, HeadMatchesTheCpuHead) {
+  ModelDims m = TestDims();
+  m.head_block_rows = GetParam();
   const int64_t n = m.tokens();
   const int64_t d = m.hidden;
   const std::vector<float> final_norm = RandomBf16Values(d, 20, 0.8f, 1.2f);
@@ -286,13 +296,19 @@ TEST_F(CudaLayerMathHeadTest, HeadMatchesTheCpuHead) {
   std::vector<float> cpu_scratch_mem(HeadScratch::FloatCount(m));
   HeadScratch cpu_scratch = HeadScratch::Carve(m, cpu_scratch_mem.data());
   std::vector<float> want_dx(n * d), want_norm_grad(d, 0.0f), want_head_grad(m.vocab * d, 0.0f);
-  const HeadResult want = CpuHeadForwardBackward(
-      m, final_norm.data(), lm_head.data(), x_final.data(), targets.data(), inv_total_valid,
-      cpu_scratch, want_dx.data(), want_norm_grad.data(), want_head_grad.data());
+  CpuHeadArgs cpu;
+  cpu.final_norm = final_norm.data();
+  cpu.x_final = x_final.data();
+  cpu.targets = targets.data();
+  cpu.inv_total_valid = inv_total_valid;
+  cpu.dx_final = want_dx.data();
+  cpu.final_norm_grad = want_norm_grad.data();
+  const HeadResult want = CpuHead(m, cpu, lm_head.data(), want_head_grad.data(), cpu_scratch);
   ASSERT_EQ(want.valid_tokens, valid);
   std::vector<float> want_logits(n * m.vocab);
-  CpuHeadLogits(m, final_norm.data(), lm_head.data(), x_final.data(), cpu_scratch,
-                want_logits.data());
+  cpu.form = HeadForm::kLogits;
+  cpu.logits = want_logits.data();
+  CpuHead(m, cpu, lm_head.data(), nullptr, cpu_scratch);
 
   TestStream stream;
   DeviceBuffer<uint8_t> tables(CudaLayerMath::TablesBytes(m));
@@ -314,14 +330,28 @@ TEST_F(CudaLayerMathHeadTest, HeadMatchesTheCpuHead) {
   const auto* head = reinterpret_cast<const bf16*>(dev_head.get());
   const auto* x = reinterpret_cast<const bf16*>(dev_x.get());
 
-  ASSERT_TRUE(math.HeadForwardBackward(norm, head, x, dev_targets.get(), inv_total_valid, scratch,
-                                       reinterpret_cast<bf16*>(dev_dx.get()), dev_norm_grad.get(),
-                                       dev_head_grad.get(), chunk_losses.get(), stream.get())
-                  .ok());
-  ASSERT_TRUE(
-      math.HeadLoss(norm, head, x, dev_targets.get(), scratch, eval_losses.get(), stream.get())
-          .ok());
-  ASSERT_TRUE(math.HeadLogits(norm, head, x, scratch, dev_logits.get(), stream.get()).ok());
+  CudaLayerMath::HeadPointers p;
+  p.final_norm = norm;
+  p.x_final = x;
+  p.targets = dev_targets.get();
+  p.inv_total_valid = inv_total_valid;
+  p.dx_final = reinterpret_cast<bf16*>(dev_dx.get());
+  p.final_norm_grad = dev_norm_grad.get();
+  p.chunk_loss_sums = chunk_losses.get();
+  ASSERT_TRUE(math.Head(p, head, dev_head_grad.get(), scratch, stream.get()).ok());
+  CudaLayerMath::HeadPointers eval;
+  eval.form = HeadForm::kLoss;
+  eval.final_norm = norm;
+  eval.x_final = x;
+  eval.targets = dev_targets.get();
+  eval.chunk_loss_sums = eval_losses.get();
+  ASSERT_TRUE(math.Head(eval, head, nullptr, scratch, stream.get()).ok());
+  CudaLayerMath::HeadPointers logits;
+  logits.form = HeadForm::kLogits;
+  logits.final_norm = norm;
+  logits.x_final = x;
+  logits.logits = dev_logits.get();
+  ASSERT_TRUE(math.Head(logits, head, nullptr, scratch, stream.get()).ok());
   ASSERT_EQ(stream.Sync(), cudaSuccess);
 
   const double loss = CudaLayerMath::SumChunkLosses(chunk_losses.Download());

@@ -201,51 +201,15 @@ class CudaStageBackend final : public StageBackend {
 
   absl::Status HeadForwardBackward(Stream& compute, const HeadArgs& args,
                                    const TimelineTag& tag) override {
-    absl::StatusOr<cudaStream_t> stream = ComputeStream(compute, tag);
-    if (!stream.ok()) return stream.status();
-    if (absl::Status s = CheckHostTargets(args, tag); !s.ok()) return s;
-    if (args.part <= 0) {
-      if (absl::Status s = CudaCall(
-              cudaMemsetAsync(args.gradient_buffer, 0, args.grad_floats * sizeof(float), *stream),
-              tag, "zero the gradient buffer");
-          !s.ok()) {
-        return s;
-      }
-    }
-    if (absl::Status s = InStage(
-            math_->HeadForwardBackward(Bf16(args.final_norm), Bf16(args.lm_head),
-                                       Bf16(args.x_final), args.targets, args.inv_total_valid,
-                                       head_scratch_, Bf16(args.dx_final), args.final_norm_grad,
-                                       args.lm_head_grad, chunk_losses_device_, *stream, args.part),
-            tag, "head forward and backward");
-        !s.ok()) {
-      return s;
-    }
-    if (args.part == 0) return absl::OkStatus();
-    return DownloadLoss(args, *stream, tag);
+    return EnqueueHead(compute, HeadForm::kTrain, args, tag);
   }
 
   absl::Status HeadLoss(Stream& compute, const HeadArgs& args, const TimelineTag& tag) override {
-    absl::StatusOr<cudaStream_t> stream = ComputeStream(compute, tag);
-    if (!stream.ok()) return stream.status();
-    if (absl::Status s = CheckHostTargets(args, tag); !s.ok()) return s;
-    if (absl::Status s = InStage(
-            math_->HeadLoss(Bf16(args.final_norm), Bf16(args.lm_head), Bf16(args.x_final),
-                            args.targets, head_scratch_, chunk_losses_device_, *stream, args.part),
-            tag, "head loss");
-        !s.ok()) {
-      return s;
-    }
-    if (args.part == 0) return absl::OkStatus();
-    return DownloadLoss(args, *stream, tag);
+    return EnqueueHead(compute, HeadForm::kLoss, args, tag);
   }
 
   absl::Status HeadLogits(Stream& compute, const HeadArgs& args, const TimelineTag& tag) override {
-    absl::StatusOr<cudaStream_t> stream = ComputeStream(compute, tag);
-    if (!stream.ok()) return stream.status();
-    return InStage(math_->HeadLogits(Bf16(args.final_norm), Bf16(args.lm_head), Bf16(args.x_final),
-                                     head_scratch_, args.logits, *stream, args.part),
-                   tag, "head logits");
+    return EnqueueHead(compute, HeadForm::kLogits, args, tag);
   }
 
   HeadResultSum head_result() const override {
@@ -279,6 +243,41 @@ class CudaStageBackend final : public StageBackend {
           absl::StrCat("CUDA stage '", tag.label, "': activation set ", set, " of ", sets_.size()));
     }
     return absl::OkStatus();
+  }
+
+  // The whole head (part -1) or one of its parts; the loss follows the last
+  // forward block to the host.
+  absl::Status EnqueueHead(Stream& compute, HeadForm form, const HeadArgs& args,
+                           const TimelineTag& tag) {
+    absl::StatusOr<cudaStream_t> stream = ComputeStream(compute, tag);
+    if (!stream.ok()) return stream.status();
+    if (form != HeadForm::kLogits) {
+      if (absl::Status s = CheckHostTargets(args, tag); !s.ok()) return s;
+    }
+    CudaLayerMath::HeadPointers p;
+    p.form = form;
+    p.final_norm = Bf16(args.final_norm);
+    p.x_final = Bf16(args.x_final);
+    p.targets = args.targets;
+    p.inv_total_valid = args.inv_total_valid;
+    p.dx_final = Bf16(args.dx_final);
+    p.final_norm_grad = args.final_norm_grad;
+    p.logits = args.logits;
+    p.chunk_loss_sums = chunk_losses_device_;
+    absl::Status launched;
+    bool loss_ready = form != HeadForm::kLogits;
+    if (args.part < 0) {
+      launched = math_->Head(p, Bf16(args.lm_head), args.lm_head_grad, head_scratch_, *stream);
+    } else {
+      const HeadStep step = HeadStepAt(dims_, args.part);
+      p.lm_block = Bf16(args.lm_head);
+      p.lm_block_grad = args.lm_head_grad;
+      launched = math_->HeadStep(step, p, head_scratch_, *stream);
+      loss_ready = loss_ready && step.kind == HeadStepKind::kForwardBlock &&
+                   step.block + 1 == HeadBlockCount(dims_);
+    }
+    if (absl::Status s = InStage(launched, tag, "head"); !s.ok()) return s;
+    return loss_ready ? DownloadLoss(args, *stream, tag) : absl::OkStatus();
   }
 
   // The valid tokens are counted on the host; without its targets the head cannot report them.

@@ -1,7 +1,8 @@
 // Fragmented weight streaming's vocabulary: a decoder layer's tensors, the
 // per-tensor weight pointers the layer math reads, and the parts a layer's
 // forward, backward and the head run as (each part reads one tensor with its
-// bias; the head's parts read the final norm, then the LM head).
+// bias; the head's parts read the final norm, then the LM head's vocabulary
+// blocks once for the loss and once more for the gradients).
 #pragma once
 
 #include <cstdint>
@@ -30,9 +31,33 @@ enum class LayerTensor : int {
 };
 inline constexpr int kLayerTensorCount = 16;
 
-// Parts of a layer's forward and backward, and of the head.
+// Parts of a layer's forward and backward.
 inline constexpr int kLayerParts = 9;
-inline constexpr int kHeadParts = 2;
+
+// The head's parts, in order: the final norm; each vocabulary block's logits
+// (folded into the running log-sum-exp, or written out as logits); for a
+// training head then each block again for its gradients (the loss needs every
+// block first), and the final norm's backward. Part p of a head reads unit p
+// of the fragment plan: one tensor, the final norm or one block's rows.
+// What the head computes: the loss and its gradients (training), the loss
+// (evaluation), or every token's logits (tests and sampling).
+enum class HeadForm { kTrain, kLoss, kLogits };
+
+enum class HeadStepKind { kNorm, kForwardBlock, kBackwardBlock, kNormBackward };
+struct HeadStep {
+  HeadStepKind kind = HeadStepKind::kNorm;
+  int block = 0;  // for the block steps
+};
+inline int HeadPartCount(const ModelDims& m, bool training) {
+  return training ? 2 * HeadBlockCount(m) + 2 : HeadBlockCount(m) + 1;
+}
+inline HeadStep HeadStepAt(const ModelDims& m, int part) {
+  const int blocks = HeadBlockCount(m);
+  if (part == 0) return {HeadStepKind::kNorm, 0};
+  if (part <= blocks) return {HeadStepKind::kForwardBlock, part - 1};
+  if (part <= 2 * blocks) return {HeadStepKind::kBackwardBlock, part - 1 - blocks};
+  return {HeadStepKind::kNormBackward, 0};
+}
 
 // One pointer per layer tensor (null when the tensor does not exist).
 template <typename T>

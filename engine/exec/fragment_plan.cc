@@ -17,7 +17,7 @@ struct TensorSpec {
   int64_t element_offset = 0;
   int64_t elements = 0;
   int64_t row_elements = 0;
-  int layer_slot = 0;  // LayerTensor index, or 0/1 for the head's two
+  int layer_slot = 0;  // LayerTensor index, or the head part reading it
   std::string name;
 };
 
@@ -49,19 +49,31 @@ OpTensors DescribeOpTensors(const ScheduledOp& op, const FragmentPlanInputs& in)
     }
     return t;
   }
-  // Head: the final norm's backward reads it again after the LM head, so both
-  // form one unit; part 0 (the norm) reads the first, part 1 both.
+  // Head: part p reads unit p alone (fragment_parts.h HeadStepAt): the final
+  // norm, each vocabulary block's rows, for training each block's rows again
+  // and the final norm again. A re-read is a copy of its own, so the ring
+  // never has to hold more than one block.
   const int64_t d = in.dims.hidden;
   const int fn = op.entries[0];
   const int lm = op.entries[1];
-  t.units.push_back({{fn, 0, static_cast<int64_t>(in.entry_elements[fn]), d, 0, "final_norm"},
-                     {lm, 0, static_cast<int64_t>(in.entry_elements[lm]), d, 1, "lm_head"}});
-  t.part_units = {{0}, {0}};
+  const bool training = op.produces_gradients;
+  const int parts = HeadPartCount(in.dims, training);
+  for (int p = 0; p < parts; ++p) {
+    const HeadStep step = HeadStepAt(in.dims, p);
+    if (step.kind == HeadStepKind::kNorm || step.kind == HeadStepKind::kNormBackward) {
+      t.units.push_back({{fn, 0, static_cast<int64_t>(in.entry_elements[fn]), d, p, "final_norm"}});
+    } else {
+      const HeadBlock block = HeadBlockAt(in.dims, step.block);
+      t.units.push_back({{lm, block.first_row * d, block.rows * d, d, p,
+                          absl::StrCat("lm_head rows ", block.first_row, "-",
+                                       block.first_row + block.rows - 1,
+                                       step.kind == HeadStepKind::kBackwardBlock ? " (backward)"
+                                                                                 : "")}});
+    }
+    t.part_units.push_back({p});
+  }
   return t;
 }
-
-// Which tensors of a unit part p of a head reads: part 0 only the final norm.
-bool HeadPartReads(int part, int tensor_in_unit) { return part == 1 || tensor_in_unit == 0; }
 
 // The overlapping earlier fragment freed last, walking back until [a, b) is
 // covered by later fragments (an older fragment under a covered byte was
@@ -121,10 +133,9 @@ absl::StatusOr<FragmentPlan> PlanFragments(const std::vector<ScheduledOp>& ops,
     plan.part_count[oi] = part_count;
     const int first_part = static_cast<int>(plan.parts.size());
     for (int p = 0; p < part_count; ++p) plan.parts.push_back({static_cast<int>(oi), p, -1, {}});
-    plan.ring_offsets[oi].assign(head ? 2 : kLayerTensorCount, SIZE_MAX);
+    plan.ring_offsets[oi].assign(head ? part_count : kLayerTensorCount, SIZE_MAX);
     std::vector<int> seen_entries;
     const int op_first_fragment = static_cast<int>(plan.fragments.size());
-    std::vector<int> head_slot;  // per fragment of this op: 0 final norm, 1 LM head
 
     for (size_t u = 0; u < described.units.size(); ++u) {
       const std::vector<TensorSpec>& unit = described.units[u];
@@ -166,15 +177,7 @@ absl::StatusOr<FragmentPlan> PlanFragments(const std::vector<ScheduledOp>& ops,
         pt.first_fragment = static_cast<int>(plan.fragments.size());
         pt.name = t.name;
         plan.ring_offsets[oi][t.layer_slot] = cursor;
-        int tensor_first_reader = first_reader;
-        if (head) {
-          for (int p = 0; p < part_count; ++p) {
-            if (HeadPartReads(p, static_cast<int>(ti))) {
-              tensor_first_reader = first_part + p;
-              break;
-            }
-          }
-        }
+        const int tensor_first_reader = first_reader;
         const int64_t row_bytes = t.row_elements * static_cast<int64_t>(eb);
         const int64_t rows =
             std::max<int64_t>(1, static_cast<int64_t>(in.fragment_bytes) / row_bytes);
@@ -192,7 +195,6 @@ absl::StatusOr<FragmentPlan> PlanFragments(const std::vector<ScheduledOp>& ops,
             seen_entries.push_back(t.entry);
           }
           plan.fragments.push_back(f);
-          head_slot.push_back(t.layer_slot);
           const int fi = static_cast<int>(plan.fragments.size()) - 1;
           plan.fragments[fi].blocker = FindBlocker(plan.fragments, fi, eb);
           const int blocker = plan.fragments[fi].blocker;
@@ -211,9 +213,7 @@ absl::StatusOr<FragmentPlan> PlanFragments(const std::vector<ScheduledOp>& ops,
     for (int fi = op_first_fragment; fi < static_cast<int>(plan.fragments.size()); ++fi) {
       const WeightFragment& f = plan.fragments[fi];
       for (int gp = f.first_reader; gp <= f.last_reader; ++gp) {
-        const bool reads =
-            !head || HeadPartReads(plan.parts[gp].part, head_slot[fi - op_first_fragment]);
-        if (reads) plan.parts[gp].last_fragment = std::max(plan.parts[gp].last_fragment, fi);
+        plan.parts[gp].last_fragment = std::max(plan.parts[gp].last_fragment, fi);
       }
       plan.parts[f.last_reader].frees.push_back(fi);
     }

@@ -7,7 +7,8 @@
 // 0 every Run, which synchronises at its end).
 //
 // Placement: the tensors one part reads together (a matrix and its bias; the
-// head's final norm and LM head) form a unit laid out contiguously; a unit
+// head's parts read the final norm or one vocabulary block) form a unit laid
+// out contiguously; a unit
 // that does not fit before the ring's end wraps to offset 0. A fragment's
 // copy waits for the free event of the overlapping earlier fragment freed
 // last (compute records frees in stream order, so that covers every other
@@ -37,7 +38,7 @@ struct PlannedTensor {
   size_t ring_offset = 0;  // bytes from the ring's base (256-byte aligned)
   int first_fragment = 0;
   int fragment_count = 0;
-  std::string name;  // e.g. "layer 3 gate", "lm_head"
+  std::string name;  // e.g. "layer 3 gate", "lm_head rows 0-8191"
 };
 
 // One row block of a tensor: one copy, one ready event, one free event.
@@ -58,7 +59,7 @@ struct WeightFragment {
 // One part of one op, in enqueue order.
 struct PlannedPart {
   int op = 0;
-  int part = 0;            // 0..kLayerParts-1 or 0..kHeadParts-1
+  int part = 0;            // 0..kLayerParts-1 or 0..HeadPartCount-1
   int last_fragment = -1;  // the part waits for fragments up to this one
   std::vector<int> frees;  // fragments whose last reader this part is
 };
@@ -71,7 +72,7 @@ struct FragmentPlan {
   std::vector<int> first_part;
   std::vector<int> part_count;
   // Per op: ring byte offset of each layer tensor (index LayerTensor; absent
-  // tensors are SIZE_MAX) — layer ops; head ops use [0] final norm, [1] LM head.
+  // tensors are SIZE_MAX) — layer ops; head ops: of the unit each part reads.
   std::vector<std::vector<size_t>> ring_offsets;
   size_t largest_unit_bytes = 0;  // the smallest ring the plan can run with
 };

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 namespace megatrain::engine {
 namespace {
@@ -21,9 +22,10 @@ struct Model {
   std::vector<size_t> entry_elements;
 };
 
-Model MakeModel(int layers, bool tied, int64_t vocab = 51) {
+Model MakeModel(int layers, bool tied, int64_t vocab = 51, int64_t head_block_rows = 0) {
   Model m;
   m.dims.vocab = vocab;
+  m.dims.head_block_rows = head_block_rows;
   m.dims.hidden = 40;
   m.dims.ffn = 67;
   m.dims.q_heads = 5;
@@ -82,8 +84,9 @@ size_t End(const WeightFragment& f) {
   return f.ring_offset + static_cast<size_t>(f.elements) * kFloat;
 }
 
-void CheckPlan(const FragmentPlan& plan, const std::vector<ScheduledOp>& ops, size_t ring_bytes,
-               size_t fragment_bytes, const std::string& name) {
+void CheckPlan(const FragmentPlan& plan, const ModelDims& dims,
+               const std::vector<ScheduledOp>& ops, size_t ring_bytes, size_t fragment_bytes,
+               const std::string& name) {
   ASSERT_FALSE(plan.fragments.empty()) << name;
   for (size_t f = 0; f < plan.fragments.size(); ++f) {
     const WeightFragment& fr = plan.fragments[f];
@@ -118,11 +121,12 @@ void CheckPlan(const FragmentPlan& plan, const std::vector<ScheduledOp>& ops, si
     EXPECT_EQ(plan.tensors[plan.fragments[part.last_fragment].tensor].op, part.op);
     for (int f : part.frees) EXPECT_LE(f, part.last_fragment) << name;
   }
-  // Parts per op: layers kLayerParts, the head kHeadParts, host stages none.
+  // Parts per op: layers kLayerParts, the head HeadPartCount, host stages none.
   for (size_t o = 0; o < ops.size(); ++o) {
-    const int want = ops[o].entries.empty()            ? 0
-                     : ops[o].kind == StageKind::kHead ? kHeadParts
-                                                       : kLayerParts;
+    const int want = ops[o].entries.empty() ? 0
+                     : ops[o].kind == StageKind::kHead
+                         ? HeadPartCount(dims, ops[o].produces_gradients)
+                         : kLayerParts;
     EXPECT_EQ(plan.part_count[o], want) << name << " op " << o;
   }
 }
@@ -148,30 +152,73 @@ TEST(FragmentPlanTest, TensorsFollowEachOpsConsumptionOrder) {
                           "layer 1 down", "layer 1 gate", "layer 1 up", "layer 1 post_norm",
                           "layer 1 o", "layer 1 q", "layer 1 q_bias", "layer 1 k", "layer 1 k_bias",
                           "layer 1 v", "layer 1 v_bias", "layer 1 input_norm"}));
-  EXPECT_EQ(head, (std::vector<std::string>{"final_norm", "lm_head"}));
+  EXPECT_EQ(head, (std::vector<std::string>{"final_norm", "lm_head rows 0-50",
+                                            "lm_head rows 0-50 (backward)", "final_norm"}));
   // Copies follow the tensors: fragments are in tensor order.
   for (size_t f = 1; f < plan->fragments.size(); ++f) {
     EXPECT_LE(plan->fragments[f - 1].tensor, plan->fragments[f].tensor);
   }
 }
 
+// The head's parts in order: the norm, each block, each block again, the norm.
+TEST(FragmentPlanTest, TheHeadStreamsItsVocabularyBlocksTwice) {
+  const Model m = MakeModel(2, true, /*vocab=*/101, /*head_block_rows=*/30);
+  const std::vector<ScheduledOp> ops = BuildStepSchedule(m.shape);
+  absl::StatusOr<FragmentPlan> plan = PlanFragments(ops, Inputs(m, size_t{1} << 20, 1 << 20));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::vector<std::string> head;
+  for (const PlannedTensor& t : plan->tensors) {
+    if (ops[t.op].kind == StageKind::kHead) head.push_back(t.name);
+  }
+  EXPECT_EQ(head, (std::vector<std::string>{
+                      "final_norm", "lm_head rows 0-29", "lm_head rows 30-59",
+                      "lm_head rows 60-89", "lm_head rows 90-100",
+                      "lm_head rows 0-29 (backward)", "lm_head rows 30-59 (backward)",
+                      "lm_head rows 60-89 (backward)", "lm_head rows 90-100 (backward)",
+                      "final_norm"}));
+  // Evaluation reads each block once.
+  const std::vector<ScheduledOp> eval = BuildEvalSchedule(m.shape);
+  plan = PlanFragments(eval, Inputs(m, size_t{1} << 20, 1 << 20));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  int eval_head = 0;
+  for (const PlannedTensor& t : plan->tensors) eval_head += eval[t.op].kind == StageKind::kHead;
+  EXPECT_EQ(eval_head, 1 + 4);
+}
+
+// A vocabulary far larger than the ring streams through it block by block.
+TEST(FragmentPlanTest, AVocabularyLargerThanTheRingStreamsInBlocks) {
+  const Model m = MakeModel(2, false, /*vocab=*/5000, /*head_block_rows=*/64);
+  const size_t gate = Round256Up(static_cast<size_t>(m.dims.ffn * m.dims.hidden) * kFloat);
+  const size_t lm_head = static_cast<size_t>(m.dims.vocab * m.dims.hidden) * kFloat;
+  const size_t ring = 2 * gate;
+  ASSERT_LT(ring * 10, lm_head);
+  for (const auto& ops : {BuildStepSchedule(m.shape), BuildEvalSchedule(m.shape)}) {
+    absl::StatusOr<FragmentPlan> plan = PlanFragments(ops, Inputs(m, ring, 4096));
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    CheckPlan(*plan, m.dims, ops, ring, 4096, "vocab 5000 in blocks of 64");
+  }
+}
+
 TEST(FragmentPlanTest, RingsOfEverySizeAreSafe) {
-  for (bool tied : {false, true}) {
-    const Model m = MakeModel(4, tied);
+  for (const auto& [tied, block_rows] : {std::pair{false, 0}, std::pair{true, 0},
+                                         std::pair{false, 13}, std::pair{true, 13}}) {
+    const Model m = MakeModel(4, tied, 51, block_rows);
     const size_t layer = LayerRingBytes(m.dims, m.offsets, kFloat);
-    const size_t lm_head = Round256Up(static_cast<size_t>(m.dims.vocab * m.dims.hidden) * kFloat);
+    const size_t block = Round256Up(static_cast<size_t>(HeadBlockRows(m.dims) * m.dims.hidden) *
+                                    kFloat);
     const size_t gate = Round256Up(static_cast<size_t>(m.dims.ffn * m.dims.hidden) * kFloat);
-    // The smallest ring that runs: the largest tensor, or the head's two.
-    const size_t smallest = std::max(gate, lm_head + 256) + 3;
+    // The smallest ring that runs: the largest tensor or vocabulary block.
+    const size_t smallest = std::max(gate, block) + 3;
     for (size_t ring : {layer, layer / 2 + 1, smallest, layer + 1001, 3 * layer + 77}) {
       for (size_t fragment :
            {size_t{1}, size_t{333}, size_t{1000}, size_t{4097}, size_t{1} << 20}) {
         for (const auto& ops : {BuildStepSchedule(m.shape), BuildEvalSchedule(m.shape)}) {
           const std::string name = "ring " + std::to_string(ring) + " fragment " +
-                                   std::to_string(fragment) + (tied ? " tied" : "");
+                                   std::to_string(fragment) + (tied ? " tied" : "") +
+                                   " blocks of " + std::to_string(block_rows);
           absl::StatusOr<FragmentPlan> plan = PlanFragments(ops, Inputs(m, ring, fragment));
           ASSERT_TRUE(plan.ok()) << name << ": " << plan.status();
-          CheckPlan(*plan, ops, ring, fragment, name);
+          CheckPlan(*plan, m.dims, ops, ring, fragment, name);
         }
       }
     }
@@ -191,15 +238,16 @@ TEST(FragmentPlanTest, RefusesARingSmallerThanATensor) {
   EXPECT_NE(message.find("'layer 0 gate' (" + std::to_string(down) + " bytes)"), std::string::npos)
       << message;
 
-  // The LM head alone fits, but not with the final norm its part reads too.
+  // A vocabulary block larger than the ring is named; smaller blocks fit it.
   const Model big = MakeModel(2, false, /*vocab=*/301);
   const size_t lm_head = static_cast<size_t>(big.dims.vocab * big.dims.hidden) * kFloat;
-  plan = PlanFragments(ops, Inputs(big, lm_head + 10, 1000));
+  plan = PlanFragments(ops, Inputs(big, lm_head - 10, 1000));
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(std::string(plan.status().message()).find("'final_norm' + 'lm_head'"),
-            std::string::npos)
+  EXPECT_NE(std::string(plan.status().message()).find("'lm_head rows 0-300'"), std::string::npos)
       << plan.status();
+  const Model blocked = MakeModel(2, false, /*vocab=*/301, /*head_block_rows=*/150);
+  EXPECT_TRUE(PlanFragments(ops, Inputs(blocked, lm_head - 10, 1000)).ok());
   EXPECT_FALSE(PlanFragments(ops, Inputs(m, 1 << 20, 0)).ok()) << "fragment_bytes 0";
 }
 

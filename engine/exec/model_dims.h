@@ -41,6 +41,29 @@ struct ModelDims {
   // Token chunk of the fused LM head + cross-entropy; fixed by the model and
   // batch (never by a memory budget) so results are reproducible.
   int64_t head_chunk = 0;
+  // Rows of the LM head per vocabulary block (the last block may be shorter):
+  // the head streams, computes its loss and writes its gradient block by block
+  // so neither its weights nor its gradient need the whole vocabulary on the
+  // device. Fixed like head_chunk; 0 = one block of the whole vocabulary.
+  int64_t head_block_rows = 0;
 };
+
+// The vocabulary blocks of the LM head.
+struct HeadBlock {
+  int64_t first_row = 0;
+  int64_t rows = 0;
+};
+inline int64_t HeadBlockRows(const ModelDims& m) {
+  return m.head_block_rows > 0 && m.head_block_rows < m.vocab ? m.head_block_rows : m.vocab;
+}
+inline int HeadBlockCount(const ModelDims& m) {
+  const int64_t rows = HeadBlockRows(m);
+  return rows > 0 ? static_cast<int>((m.vocab + rows - 1) / rows) : 0;
+}
+inline HeadBlock HeadBlockAt(const ModelDims& m, int b) {
+  const int64_t rows = HeadBlockRows(m);
+  const int64_t first = static_cast<int64_t>(b) * rows;
+  return HeadBlock{first, m.vocab - first < rows ? m.vocab - first : rows};
+}
 
 }  // namespace megatrain::engine

@@ -8,28 +8,36 @@
 namespace megatrain::engine {
 
 void EnqueueNvmeGradientOffload(Stream& copy_out, NvmeGradients& grads, int entry,
-                                const float* src, bool overwrite, float* staging,
-                                size_t staging_floats, const TimelineTag& tag) {
+                                const float* src, size_t first, size_t count, bool overwrite,
+                                float* staging, size_t staging_floats, const TimelineTag& tag) {
   NvmeGradients* g = &grads;
+  const size_t end = first + count;
   for (int c = 0; c < grads.num_chunks(entry); ++c) {
     const EntryChunk chunk = grads.chunk(entry, c);
+    const size_t chunk_end = chunk.first + chunk.count;
+    if (chunk_end <= first || chunk.first >= end) continue;
+    const bool begins = chunk.first >= first;
+    const bool ends = chunk_end <= end;
+    const size_t lo = std::max(first, chunk.first);
+    const size_t hi = std::min(end, chunk_end);
     // Where the chunk is staged, known only once BeginChunk has run in stream order.
     auto dst = std::make_shared<float*>(nullptr);
     copy_out.EnqueueFallibleHostTask(
-        [g, entry, c, overwrite, dst]() -> absl::Status {
-          absl::StatusOr<float*> staged = g->BeginChunk(entry, c, overwrite);
+        [g, entry, c, overwrite, begins, dst]() -> absl::Status {
+          absl::StatusOr<float*> staged =
+              begins ? g->BeginChunk(entry, c, overwrite) : g->Staged(entry, c);
           if (!staged.ok()) return staged.status();
           *dst = *staged;
           return absl::OkStatus();
         },
-        {SpanKind::kCopyOut, "gradient chunk from NVMe", tag.layer});
-    for (size_t done = 0; done < chunk.count; done += staging_floats) {
-      const size_t n = std::min(staging_floats, chunk.count - done);
-      copy_out.CopyDeviceToHost(staging, src + chunk.first + done, n * sizeof(float), tag);
+        {SpanKind::kCopyOut, begins ? "gradient chunk from NVMe" : "gradient chunk", tag.layer});
+    for (size_t done = lo; done < hi; done += staging_floats) {
+      const size_t n = std::min(staging_floats, hi - done);
+      copy_out.CopyDeviceToHost(staging, src + (done - first), n * sizeof(float), tag);
       copy_out.EnqueueHostTask(
-          [dst, staging, done, n, overwrite] {
+          [dst, staging, at = done - chunk.first, n, overwrite] {
             if (*dst == nullptr) return;  // BeginChunk failed: the stream's error says why
-            float* out = *dst + done;
+            float* out = *dst + at;
             if (overwrite) {
               std::memcpy(out, staging, n * sizeof(float));
             } else {
@@ -38,6 +46,7 @@ void EnqueueNvmeGradientOffload(Stream& copy_out, NvmeGradients& grads, int entr
           },
           {SpanKind::kCopyOut, overwrite ? "store gradients" : "accumulate gradients", tag.layer});
     }
+    if (!ends) continue;
     copy_out.EnqueueFallibleHostTask(
         [g, entry, c, dst]() -> absl::Status {
           if (*dst == nullptr) return absl::OkStatus();

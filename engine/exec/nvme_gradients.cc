@@ -55,6 +55,16 @@ absl::StatusOr<float*> NvmeGradients::BeginChunk(int entry, int c, bool overwrit
   return staged->array(0);
 }
 
+absl::StatusOr<float*> NvmeGradients::Staged(int entry, int c) const {
+  absl::MutexLock lock(&mu_);
+  float* values = staged_[chunks_.chunk(entry, c).unit];
+  if (values == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("gradient chunk ", c, " of entry ", entry,
+                                                      " was not begun"));
+  }
+  return values;
+}
+
 absl::Status NvmeGradients::EndChunk(int entry, int c) {
   absl::MutexLock lock(&mu_);
   const EntryChunk chunk = chunks_.chunk(entry, c);

@@ -42,6 +42,9 @@ class NvmeGradients {
 
   // 1. The staged chunk, to be written whole (overwrite) or added to.
   absl::StatusOr<float*> BeginChunk(int entry, int c, bool overwrite);
+  // The staging of a chunk begun and not yet ended (a copy-out that fills a
+  // chunk in several pieces, such as the head's vocabulary blocks).
+  absl::StatusOr<float*> Staged(int entry, int c) const;
   absl::Status EndChunk(int entry, int c);
   // The sum of squares of the entry's gradient as of the last EndChunk of
   // each chunk: GradSumOfSquares' bits for the same values.
@@ -67,7 +70,7 @@ class NvmeGradients {
   EntryChunks chunks_;
   std::vector<bool> on_nvme_;
   std::vector<std::vector<double>> partials_ ABSL_GUARDED_BY(mu_);  // per entry
-  std::vector<const float*> staged_ ABSL_GUARDED_BY(mu_);          // per unit, while begun
+  std::vector<float*> staged_ ABSL_GUARDED_BY(mu_);  // per unit, while begun
 };
 
 }  // namespace megatrain::engine

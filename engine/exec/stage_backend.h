@@ -34,24 +34,23 @@ struct HeadResultSum {
   int64_t valid_tokens = 0;
 };
 
-// Pointers of one head stage. Gradient pointers and dx are null for the
-// loss-only and logits forms.
+// Pointers of one head stage or one of its parts. Gradient pointers and dx
+// are null for the loss-only and logits forms.
 struct HeadArgs {
   const void* final_norm = nullptr;
+  // The whole head ([vocab, d]) when part is -1, else the rows of the part's
+  // vocabulary block; lm_head_grad likewise (OVERWRITTEN, fp32).
   const void* lm_head = nullptr;
   const void* x_final = nullptr;
   const int32_t* targets = nullptr;       // device copy
   const int32_t* host_targets = nullptr;  // the same on the host, alive until the stage ran
   float inv_total_valid = 0.0f;
-  void* dx_final = nullptr;
-  float* final_norm_grad = nullptr;
+  void* dx_final = nullptr;          // OVERWRITTEN
+  float* final_norm_grad = nullptr;  // OVERWRITTEN
   float* lm_head_grad = nullptr;
-  float* gradient_buffer = nullptr;  // zeroed first: grad_floats floats
-  size_t grad_floats = 0;
   float* logits = nullptr;  // logits form: [tokens, vocab] fp32 on the device
-  // Fragment mode: -1 = the whole head; 0 = its first part (the final norm,
-  // reading final_norm only; zeroes the gradient buffer); 1 = the rest
-  // (reading lm_head and final_norm). Part 0 then 1 == the whole head.
+  // -1 = the whole head; else one part, HeadStepAt(dims, part) (fragment
+  // mode). The parts enqueued in order == the whole head, bit for bit.
   int part = -1;
 };
 

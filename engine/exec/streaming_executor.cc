@@ -72,14 +72,30 @@ struct PlanShape {
   int device_checkpoints = 0;
 };
 
-PlanShape ShapePlan(const ExecutorLayout& layout, absl::Span<const size_t> entry_elements,
-                    const ExecutorOptions& options, const std::vector<ScheduledOp>& schedule) {
+// Floats of the gradient buffer an op writes. A fragmented head writes one
+// vocabulary block's or the final norm's gradient at a time.
+size_t GradientFloats(const ModelDims& dims, absl::Span<const size_t> entry_elements,
+                      const ExecutorOptions& options, const ScheduledOp& op) {
+  if (options.weight_ring_bytes > 0 && op.kind == StageKind::kHead) {
+    return std::max(AlignFloats(static_cast<size_t>(HeadBlockRows(dims) * dims.hidden)),
+                    AlignFloats(entry_elements[op.entries[0]]));
+  }
+  size_t floats = 0;
+  StageOffsets(entry_elements, op.entries, &floats);
+  return floats;
+}
+
+PlanShape ShapePlan(const ModelDims& dims, const ExecutorLayout& layout,
+                    absl::Span<const size_t> entry_elements, const ExecutorOptions& options,
+                    const std::vector<ScheduledOp>& schedule) {
   PlanShape p;
   for (const ScheduledOp& op : schedule) {
     size_t floats = 0;
     StageOffsets(entry_elements, op.entries, &floats);
     p.slot_floats = std::max(p.slot_floats, floats);
-    if (op.produces_gradients) p.grad_floats = std::max(p.grad_floats, floats);
+    if (op.produces_gradients) {
+      p.grad_floats = std::max(p.grad_floats, GradientFloats(dims, entry_elements, options, op));
+    }
   }
   p.activation_sets = ActivationSetCount(layout.schedule);
   p.checkpoints = CheckpointCount(layout.schedule);
@@ -121,7 +137,7 @@ DeviceMemoryPlan StreamingExecutor::PlanDeviceMemory(const ModelDims& dims,
                                                      int weight_slots, DeviceKind kind) {
   const ExecutorLayout layout = WithOptions(given_layout, options);
   const auto schedule = BuildStepSchedule(layout.schedule);
-  const PlanShape p = ShapePlan(layout, entry_elements, options, schedule);
+  const PlanShape p = ShapePlan(dims, layout, entry_elements, options, schedule);
   const StageSizes sizes = SizesFor(kind, dims);
   const size_t n = static_cast<size_t>(dims.tokens());
   const size_t x_bytes = Round256(ActivationBytes(dims, sizes));
@@ -236,8 +252,13 @@ struct StreamingExecutor::Impl {
                          int grad, const void* x_in, void* x_out, const void* dx_out, void* dx_in,
                          float inv_total_valid);
   // The head in the form the op asks for (logits, loss, or forward + backward).
-  absl::Status EnqueueHead(const ScheduledOp& op, HeadArgs args, const std::vector<size_t>& offsets,
-                           int grad, void* dx_in, float inv_total_valid, const TimelineTag& tag);
+  absl::Status EnqueueHead(const ScheduledOp& op, HeadArgs args, void* dx_in,
+                           float inv_total_valid, const TimelineTag& tag);
+  // copy_out: `count` gradient floats of entry e from element `first`, at
+  // `src` on the device, stored into the entry's gradient (the step's first
+  // contribution) or added to it, in RAM or on NVMe.
+  void EnqueueGradientCopyOut(int e, const float* src, size_t first, size_t count, bool overwrite,
+                              const TimelineTag& tag);
 
   // Fragment mode. Copies run in plan order; `next_copy` is the first fragment
   // not yet enqueued and `parts_enqueued` the parts whose frees are recorded.
@@ -250,8 +271,12 @@ struct StreamingExecutor::Impl {
   void EnqueueFragmentCopy(FragmentCursor& cursor);
   // Enqueues every copy whose blocker is freed by a part < parts_enqueued.
   void EnqueueCopiesAhead(FragmentCursor& cursor, int parts_enqueued);
+  // A training head also copies out each part's gradient (a vocabulary
+  // block's, the final norm's) through the two gradient buffers, starting
+  // with buffer `grad` and leaving it at the next free one; `contributed`
+  // says which entries this step's gradients already reached.
   absl::Status EnqueueFragmentedOp(const ScheduledOp& op, int op_index, FragmentCursor& cursor,
-                                   const std::vector<size_t>& offsets, int grad, const void* x_in,
+                                   int& grad, std::vector<bool>& contributed, const void* x_in,
                                    void* x_out, const void* dx_out, void* dx_in,
                                    float inv_total_valid);
 
@@ -364,7 +389,7 @@ absl::StatusOr<std::unique_ptr<StreamingExecutor>> StreamingExecutor::Create(
   impl->entry_elements = EntryElements(store);
   impl->schedule = BuildStepSchedule(impl->layout.schedule);
   impl->eval_schedule = BuildEvalSchedule(impl->layout.schedule);
-  impl->shape = ShapePlan(impl->layout, impl->entry_elements, options, impl->schedule);
+  impl->shape = ShapePlan(dims, impl->layout, impl->entry_elements, options, impl->schedule);
   if (impl->fragment_mode()) {
     FragmentPlanInputs& in = impl->fragment_inputs;
     in.dims = dims;
@@ -491,7 +516,11 @@ absl::Status StreamingExecutor::Impl::EnqueueOp(const ScheduledOp& op,
       args.final_norm = SlotPointer(slot, offsets[0]);
       args.lm_head = SlotPointer(slot, offsets[1]);
       args.x_final = x_in;
-      return EnqueueHead(op, args, offsets, grad, dx_in, inv_total_valid, tag);
+      if (op.produces_gradients) {
+        args.final_norm_grad = g + offsets[0];
+        args.lm_head_grad = g + offsets[1];
+      }
+      return EnqueueHead(op, args, dx_in, inv_total_valid, tag);
     }
     case StageKind::kEmbedForward:
     case StageKind::kEmbedBackward:
@@ -501,7 +530,6 @@ absl::Status StreamingExecutor::Impl::EnqueueOp(const ScheduledOp& op,
 }
 
 absl::Status StreamingExecutor::Impl::EnqueueHead(const ScheduledOp& op, HeadArgs args,
-                                                  const std::vector<size_t>& offsets, int grad,
                                                   void* dx_in, float inv_total_valid,
                                                   const TimelineTag& tag) {
   args.targets = targets.data_as<int32_t>();
@@ -511,16 +539,35 @@ absl::Status StreamingExecutor::Impl::EnqueueHead(const ScheduledOp& op, HeadArg
     return backend->HeadLogits(*compute, args, tag);
   }
   if (op.loss_only) return backend->HeadLoss(*compute, args, tag);
-  float* g = grads[grad].data_as<float>();
-  size_t grad_floats = 0;
-  StageOffsets(entry_elements, op.entries, &grad_floats);
   args.inv_total_valid = inv_total_valid;
   args.dx_final = dx_in;
-  args.gradient_buffer = g;
-  args.grad_floats = grad_floats;
-  args.final_norm_grad = g + offsets[0];
-  args.lm_head_grad = g + offsets[1];
   return backend->HeadForwardBackward(*compute, args, tag);
+}
+
+void StreamingExecutor::Impl::EnqueueGradientCopyOut(int e, const float* src, size_t first,
+                                                     size_t count, bool overwrite,
+                                                     const TimelineTag& tag) {
+  if (store.grad_on_nvme(e)) {
+    EnqueueNvmeGradientOffload(*copy_out, *store.nvme_gradients(), e, src, first, count, overwrite,
+                               gradient_staging.data_as<float>(),
+                               std::min(count, kGradientStagingFloats), tag);
+    return;
+  }
+  float* slab = store.entry(e).grad + first;
+  if (overwrite) {
+    copy_out->CopyDeviceToHost(slab, src, count * sizeof(float), tag);
+    return;
+  }
+  float* staged = gradient_staging.data_as<float>();
+  for (size_t done = 0; done < count; done += kGradientStagingFloats) {
+    const size_t n = std::min(kGradientStagingFloats, count - done);
+    copy_out->CopyDeviceToHost(staged, src + done, n * sizeof(float), tag);
+    copy_out->EnqueueHostTask(
+        [staged, slab = slab + done, n] {
+          for (size_t j = 0; j < n; ++j) slab[j] += staged[j];
+        },
+        {SpanKind::kCopyOut, "accumulate gradients", tag.layer});
+  }
 }
 
 void StreamingExecutor::Impl::EnqueueFragmentCopy(FragmentCursor& cursor) {
@@ -584,25 +631,23 @@ void StreamingExecutor::Impl::EnqueueCopiesAhead(FragmentCursor& cursor, int par
   }
 }
 
-absl::Status StreamingExecutor::Impl::EnqueueFragmentedOp(const ScheduledOp& op, int op_index,
-                                                          FragmentCursor& cursor,
-                                                          const std::vector<size_t>& offsets,
-                                                          int grad, const void* x_in, void* x_out,
-                                                          const void* dx_out, void* dx_in,
-                                                          float inv_total_valid) {
+absl::Status StreamingExecutor::Impl::EnqueueFragmentedOp(
+    const ScheduledOp& op, int op_index, FragmentCursor& cursor, int& grad,
+    std::vector<bool>& contributed, const void* x_in, void* x_out, const void* dx_out, void* dx_in,
+    float inv_total_valid) {
   const FragmentPlan& plan = *cursor.plan;
   const std::vector<size_t>& ring_offsets = plan.ring_offsets[op_index];
   char* base = ring.data_as<char>();
   auto at = [&](size_t i) -> const void* {
     return ring_offsets[i] == SIZE_MAX ? nullptr : base + ring_offsets[i];
   };
+  const bool head = op.kind == StageKind::kHead;
   LayerWeightPointers w;
-  if (op.kind != StageKind::kHead) {
+  if (!head) {
     for (int i = 0; i < kLayerTensorCount; ++i) w[LayerTensorAt(i)] = at(static_cast<size_t>(i));
   }
-  float* g = grads[grad].data_as<float>();
   size_t grad_floats = 0;
-  if (op.produces_gradients) StageOffsets(entry_elements, op.entries, &grad_floats);
+  if (op.produces_gradients && !head) StageOffsets(entry_elements, op.entries, &grad_floats);
   const TimelineTag tag{SpanKind::kCompute, DescribeOp(op), op.layer};
   for (int p = 0; p < plan.part_count[op_index]; ++p) {
     const int global_part = plan.first_part[op_index] + p;
@@ -610,22 +655,43 @@ absl::Status StreamingExecutor::Impl::EnqueueFragmentedOp(const ScheduledOp& op,
     while (cursor.next_copy <= part.last_fragment) EnqueueFragmentCopy(cursor);
     compute->WaitEvent(*fragment_ready[part.last_fragment], {SpanKind::kWait, "weights", op.layer});
     absl::Status launched;
+    // A training head's part that writes a gradient, and the gradient's place.
+    int grad_entry = -1;
+    size_t grad_first = 0, grad_count = 0;
     switch (op.kind) {
       case StageKind::kLayerForward:
         launched = backend->LayerForwardPart(
             *compute, p, w, x_in, op.save_activations ? op.activation_set : 0, x_out, tag);
         break;
       case StageKind::kLayerBackward:
-        launched = backend->LayerBackwardPart(*compute, p, w, op.activation_set, dx_out, dx_in, g,
-                                              grad_floats, tag);
+        launched = backend->LayerBackwardPart(*compute, p, w, op.activation_set, dx_out, dx_in,
+                                              grads[grad].data_as<float>(), grad_floats, tag);
         break;
       case StageKind::kHead: {
+        const HeadStep step = HeadStepAt(dims, p);
+        const bool norm_step =
+            step.kind == HeadStepKind::kNorm || step.kind == HeadStepKind::kNormBackward;
+        // Part p reads unit p: the final norm or the rows of the step's block.
         HeadArgs args;
-        args.final_norm = at(0);
-        args.lm_head = at(1);
+        args.final_norm = norm_step ? at(static_cast<size_t>(p)) : nullptr;
+        args.lm_head = norm_step ? nullptr : at(static_cast<size_t>(p));
         args.x_final = x_in;
         args.part = p;
-        launched = EnqueueHead(op, args, offsets, grad, dx_in, inv_total_valid, tag);
+        if (op.produces_gradients && step.kind == HeadStepKind::kBackwardBlock) {
+          const HeadBlock block = HeadBlockAt(dims, step.block);
+          grad_entry = op.entries[1];
+          grad_first = static_cast<size_t>(block.first_row * dims.hidden);
+          grad_count = static_cast<size_t>(block.rows * dims.hidden);
+          args.lm_head_grad = grads[grad].data_as<float>();
+        } else if (op.produces_gradients && step.kind == HeadStepKind::kNormBackward) {
+          grad_entry = op.entries[0];
+          grad_count = store.spec(grad_entry).elements;
+          args.final_norm_grad = grads[grad].data_as<float>();
+        }
+        if (grad_entry >= 0) {
+          compute->WaitEvent(*grad_free[grad], {SpanKind::kWait, "gradient buffer", op.layer});
+        }
+        launched = EnqueueHead(op, args, dx_in, inv_total_valid, tag);
         break;
       }
       case StageKind::kEmbedForward:
@@ -635,6 +701,22 @@ absl::Status StreamingExecutor::Impl::EnqueueFragmentedOp(const ScheduledOp& op,
     if (!launched.ok()) return launched;
     for (int f : part.frees) compute->RecordEvent(*fragment_free[f]);
     compute->RecordEvent(*compute_done);
+    if (grad_entry >= 0) {
+      // The part's gradient goes out while the next part computes into the other buffer.
+      compute->RecordEvent(*grad_ready[grad]);
+      copy_out->WaitEvent(*grad_ready[grad], {SpanKind::kWait, "gradients ready", op.layer});
+      EnqueueGradientCopyOut(grad_entry, grads[grad].data_as<float>(), grad_first, grad_count,
+                             !contributed[grad_entry],
+                             {SpanKind::kCopyOut, DescribeOp(op), op.layer});
+      copy_out->RecordEvent(*grad_free[grad]);
+      copy_out->RecordEvent(*copy_out_done);
+      grad ^= 1;
+      // The LM head's blocks all belong to this step's first contribution.
+      if (HeadStepAt(dims, p).kind == HeadStepKind::kNormBackward) {
+        contributed[op.entries[0]] = true;
+        contributed[op.entries[1]] = true;
+      }
+    }
     if (!options.serial) EnqueueCopiesAhead(cursor, global_part + 1);
   }
   return absl::OkStatus();
@@ -691,7 +773,7 @@ size_t StreamingExecutor::PinnedStagingBytes(const ModelDims& dims,
                                              const ExecutorOptions& options, DeviceKind kind) {
   const ExecutorLayout layout = WithOptions(given_layout, options);
   const PlanShape p =
-      ShapePlan(layout, entry_elements, options, BuildStepSchedule(layout.schedule));
+      ShapePlan(dims, layout, entry_elements, options, BuildStepSchedule(layout.schedule));
   const size_t x_bytes = ActivationBytes(dims, SizesFor(kind, dims));
   // Host checkpoints, the gradient staging chunk, the embedding rows and
   // what the backend downloads (the CUDA heads' per-chunk losses).
@@ -731,7 +813,7 @@ int StreamingExecutor::ChooseWeightSlots(const ModelDims& dims, const ExecutorLa
     if (!op.entries.empty()) stages.push_back(op.entries);
   }
   const int max_slots = std::max(2, DistinctStageCount(stages));
-  const PlanShape shape = ShapePlan(layout, entry_elements, options, schedule);
+  const PlanShape shape = ShapePlan(dims, layout, entry_elements, options, schedule);
   const size_t base = PlanDeviceMemory(dims, layout, entry_elements, options, 2, kind).total();
   const size_t slot_bytes = Round256(shape.slot_floats * SizesFor(kind, dims).weight_element_bytes);
   const size_t spare = arena_capacity > base ? arena_capacity - base : 0;
@@ -962,14 +1044,16 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
     if (host_checkpoint_in) {
       s.compute->WaitEvent(*s.checkpoint_in_ready, {SpanKind::kWait, "checkpoint in", op.layer});
     }
-    if (op.produces_gradients) {
+    // A fragmented head waits for and copies out its gradients part by part.
+    const bool gradients_by_part = s.fragment_mode() && op.kind == StageKind::kHead;
+    if (op.produces_gradients && !gradients_by_part) {
       s.compute->WaitEvent(*s.grad_free[grad], {SpanKind::kWait, "gradient buffer", op.layer});
     }
     if (s.options.serial)
       s.compute->WaitEvent(*s.copy_out_done, {SpanKind::kWait, "serial", op.layer});
     if (s.fragment_mode()) {
-      launch_status = s.EnqueueFragmentedOp(op, op_index, fragments, offsets, grad, x_in, x_out,
-                                            dx_out, dx_in, inv_total_valid);
+      launch_status = s.EnqueueFragmentedOp(op, op_index, fragments, grad, contributed, x_in,
+                                            x_out, dx_out, dx_in, inv_total_valid);
       if (!launch_status.ok()) break;  // what is queued still drains below
     } else {
       launch_status =
@@ -983,38 +1067,18 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
     if (training && op.kind == StageKind::kLayerForward) ++s.traffic.forward_ops;
     if (training && op.kind == StageKind::kLayerBackward) ++s.traffic.backward_ops;
 
-    if (op.produces_gradients) {
+    if (op.produces_gradients && !gradients_by_part) {
       s.compute->RecordEvent(*s.grad_ready[grad]);
       s.copy_out->WaitEvent(*s.grad_ready[grad], {SpanKind::kWait, "gradients ready", op.layer});
       for (size_t i = 0; i < op.entries.size(); ++i) {
         const int e = op.entries[i];
-        const float* src = s.grads[grad].data_as<float>() + offsets[i];
         const size_t count = s.store.spec(e).elements;
-        const TimelineTag out_tag{SpanKind::kCopyOut, DescribeOp(op), op.layer};
         if (training && op.layer >= 0) {
           s.traffic.copy_out_bytes += static_cast<double>(count * sizeof(float));
         }
-        if (s.store.grad_on_nvme(e)) {
-          EnqueueNvmeGradientOffload(*s.copy_out, *s.store.nvme_gradients(), e, src,
-                                     !contributed[e], s.gradient_staging.data_as<float>(),
-                                     std::min(count, kGradientStagingFloats), out_tag);
-          contributed[e] = true;
-        } else if (!contributed[e]) {
-          s.copy_out->CopyDeviceToHost(s.store.entry(e).grad, src, count * sizeof(float), out_tag);
-          contributed[e] = true;
-        } else {
-          float* staged = s.gradient_staging.data_as<float>();
-          float* slab = s.store.entry(e).grad;
-          for (size_t first = 0; first < count; first += kGradientStagingFloats) {
-            const size_t n = std::min(kGradientStagingFloats, count - first);
-            s.copy_out->CopyDeviceToHost(staged, src + first, n * sizeof(float), out_tag);
-            s.copy_out->EnqueueHostTask(
-                [staged, slab = slab + first, n] {
-                  for (size_t j = 0; j < n; ++j) slab[j] += staged[j];
-                },
-                {SpanKind::kCopyOut, "accumulate gradients", op.layer});
-          }
-        }
+        s.EnqueueGradientCopyOut(e, s.grads[grad].data_as<float>() + offsets[i], 0, count,
+                                 !contributed[e], {SpanKind::kCopyOut, DescribeOp(op), op.layer});
+        contributed[e] = true;
       }
       s.copy_out->RecordEvent(*s.grad_free[grad]);
       s.copy_out->RecordEvent(*s.copy_out_done);

@@ -17,7 +17,8 @@ int64_t OffsetOf(const ParameterLayout& layout, int entry, TensorRole role) {
 
 absl::StatusOr<ExecutorGeometry> MakeExecutorGeometry(const ModelConfig& c,
                                                       const ParameterLayout& l, int micro_batch,
-                                                      int seq, int head_chunk) {
+                                                      int seq, int head_chunk,
+                                                      int head_block_rows) {
   if (micro_batch < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("micro_batch_size=", micro_batch, " must be >= 1"));
@@ -38,6 +39,7 @@ absl::StatusOr<ExecutorGeometry> MakeExecutorGeometry(const ModelConfig& c,
   m.batch = micro_batch;
   m.seq = seq;
   m.head_chunk = head_chunk > 0 ? head_chunk : std::min<int64_t>(m.tokens(), 256);
+  m.head_block_rows = head_block_rows > 0 ? head_block_rows : kDefaultHeadBlockRows;
 
   ScheduleShape& s = g.layout.schedule;
   s.num_layers = c.num_hidden_layers;

@@ -14,16 +14,23 @@
 
 namespace megatrain::engine {
 
+// Rows per vocabulary block of the LM head unless a run says otherwise: a
+// Qwen-sized vocabulary (152k) in 19 blocks, each 8192 x d (bf16 on a GPU:
+// 24 MiB at d = 1536).
+inline constexpr int kDefaultHeadBlockRows = 8192;
+
 struct ExecutorGeometry {
   ModelDims dims;
   ExecutorLayout layout;
   std::vector<size_t> entry_elements;  // padded floats of each layout entry
 };
 
-// head_chunk 0 = min(tokens, 256). INVALID_ARGUMENT for a micro_batch or seq
+// head_chunk 0 = min(tokens, 256); head_block_rows 0 = kDefaultHeadBlockRows
+// (the LM head's vocabulary block, model_dims.h). INVALID_ARGUMENT for a micro_batch or seq
 // below 1, naming the field.
 absl::StatusOr<ExecutorGeometry> MakeExecutorGeometry(const ModelConfig& config,
                                                       const ParameterLayout& layout,
-                                                      int micro_batch, int seq, int head_chunk);
+                                                      int micro_batch, int seq, int head_chunk,
+                                                      int head_block_rows = 0);
 
 }  // namespace megatrain::engine

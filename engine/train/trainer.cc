@@ -172,7 +172,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(Device& device, ModelCo
   openblas_set_num_threads(std::max(1, options.blas_threads));
 
   absl::StatusOr<ExecutorGeometry> geometry = MakeExecutorGeometry(
-      config, *layout, options.micro_batch_size, options.seq_len, options.head_chunk);
+      config, *layout, options.micro_batch_size, options.seq_len, options.head_chunk,
+      options.head_block_rows);
   if (!geometry.ok()) return geometry.status();
 
   auto trainer = std::unique_ptr<Trainer>(new Trainer(

@@ -53,6 +53,7 @@ struct TrainerOptions {
   int micro_batch_size = 1;  // sequences per forward/backward
   int seq_len = 128;
   int head_chunk = 0;  // tokens per LM-head chunk; 0 = min(tokens, 256)
+  int head_block_rows = 0;  // LM-head rows per vocabulary block; 0 = kDefaultHeadBlockRows
   LrScheduleOptions lr;
   double beta1 = 0.9;
   double beta2 = 0.95;

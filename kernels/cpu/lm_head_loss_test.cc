@@ -1,6 +1,9 @@
-// Tests for the chunked LM head + cross-entropy against a double reference.
+// Tests for the chunked, vocabulary-blocked LM head + cross-entropy against a
+// double reference, for one block, odd blocks with a short last one, and
+// blocks of one row.
 #include "kernels/cpu/lm_head_loss.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -75,20 +78,25 @@ struct Inputs {
   float scale = 1.0f / (11.0f + 5.0f);
 };
 
-TEST(LmHeadLossTest, LossAndGradientsMatchDouble) {
+// Vocabulary block rows: 0 = one block; 11 = four blocks and a short one of 9;
+// 1 = a block per row (a block holding no target of a chunk, every block
+// merged into states that already hold others).
+class LmHeadBlocksTest : public ::testing::TestWithParam<int64_t> {};
+
+INSTANTIATE_TEST_SUITE_P(BlockRows, LmHeadBlocksTest, ::testing::Values(0, 11, 1));
+
+TEST_P(LmHeadBlocksTest, LossAndGradientsMatchDouble) {
   const Inputs in;
   std::vector<float> scratch(kChunk * kVocab, NAN);
   std::vector<float> dh(kN * kD, NAN);  // NaN proves dh is overwritten, ignored rows too
-  const std::vector<float> dw0 = RandomFloats(kVocab * kD, 3);
-  std::vector<float> dw = dw0;
+  std::vector<float> dw(kVocab * kD, NAN);  // and dw
   const LmHeadLossResult result =
       LmHeadCrossEntropy(in.h.data(), in.w.data(), kTargets.data(), kN, kD, kVocab, kChunk,
-                         in.scale, scratch.data(), dh.data(), dw.data());
-  Reference ref = RunReference(ToDouble(in.h), ToDouble(in.w), in.scale);
+                         GetParam(), in.scale, scratch.data(), dh.data(), dw.data());
+  const Reference ref = RunReference(ToDouble(in.h), ToDouble(in.w), in.scale);
   EXPECT_EQ(result.valid_count, 11);
   EXPECT_EQ(result.valid_count, ref.valid);
   EXPECT_NEAR(result.loss_sum, ref.loss_sum, kLossAbs);
-  for (size_t i = 0; i < ref.dw.size(); ++i) ref.dw[i] += dw0[i];
   EXPECT_TRUE(AllClose(dh, ref.dh, 1e-6 + 2e-7 * kVocab, 1e-5));
   EXPECT_TRUE(AllClose(dw, ref.dw, 1e-6 + 2e-7 * kChunk, 1e-5));
   for (int64_t r = 7; r < 14; ++r) {
@@ -96,20 +104,20 @@ TEST(LmHeadLossTest, LossAndGradientsMatchDouble) {
   }
 }
 
-TEST(LmHeadLossTest, LossOnlyPassAndDeterminism) {
+TEST_P(LmHeadBlocksTest, LossOnlyPassAndDeterminism) {
   const Inputs in;
   std::vector<float> scratch(kChunk * kVocab);
   const LmHeadLossResult loss_only =
       LmHeadCrossEntropy(in.h.data(), in.w.data(), kTargets.data(), kN, kD, kVocab, kChunk,
-                         in.scale, scratch.data(), nullptr, nullptr);
+                         GetParam(), in.scale, scratch.data(), nullptr, nullptr);
   std::vector<float> dh[2], dw[2];
   LmHeadLossResult full[2];
   for (int run = 0; run < 2; ++run) {
     dh[run].assign(kN * kD, 0.0f);
     dw[run].assign(kVocab * kD, 0.0f);
-    full[run] =
-        LmHeadCrossEntropy(in.h.data(), in.w.data(), kTargets.data(), kN, kD, kVocab, kChunk,
-                           in.scale, scratch.data(), dh[run].data(), dw[run].data());
+    full[run] = LmHeadCrossEntropy(in.h.data(), in.w.data(), kTargets.data(), kN, kD, kVocab,
+                                   kChunk, GetParam(), in.scale, scratch.data(), dh[run].data(),
+                                   dw[run].data());
   }
   EXPECT_EQ(loss_only.loss_sum, full[0].loss_sum);
   EXPECT_EQ(full[0].loss_sum, full[1].loss_sum);
@@ -117,20 +125,32 @@ TEST(LmHeadLossTest, LossOnlyPassAndDeterminism) {
   EXPECT_TRUE(testing::BitwiseEqual(dw[0], dw[1]));
 }
 
-TEST(LmHeadLossTest, AllIgnoredGivesZeroLossAndLeavesDwUntouched) {
+TEST_P(LmHeadBlocksTest, AllIgnoredGivesZeroLossAndZeroGradients) {
   const Inputs in;
   const std::vector<int32_t> ignored(kN, -100);
   std::vector<float> scratch(kChunk * kVocab);
   std::vector<float> dh(kN * kD, NAN);
-  const std::vector<float> dw0 = RandomFloats(kVocab * kD, 4);
-  std::vector<float> dw = dw0;
+  std::vector<float> dw(kVocab * kD, NAN);
   const LmHeadLossResult result =
-      LmHeadCrossEntropy(in.h.data(), in.w.data(), ignored.data(), kN, kD, kVocab, kChunk, in.scale,
-                         scratch.data(), dh.data(), dw.data());
+      LmHeadCrossEntropy(in.h.data(), in.w.data(), ignored.data(), kN, kD, kVocab, kChunk,
+                         GetParam(), in.scale, scratch.data(), dh.data(), dw.data());
   EXPECT_EQ(result.valid_count, 0);
   EXPECT_EQ(result.loss_sum, 0.0);
-  EXPECT_TRUE(testing::BitwiseEqual(dw, dw0));
+  for (float x : dw) EXPECT_EQ(x, 0.0f);
   for (float x : dh) EXPECT_EQ(x, 0.0f);
+}
+
+TEST_P(LmHeadBlocksTest, BlockLogitsMatchDouble) {
+  const Inputs in;
+  const int64_t rows = GetParam() > 0 ? GetParam() : kVocab;
+  std::vector<float> logits(kN * kVocab, NAN);
+  for (int64_t first = 0; first < kVocab; first += rows) {
+    const LmHeadBlock block{in.h.data(), in.w.data() + first * kD, kTargets.data(), kN, kD, first,
+                            std::min(rows, kVocab - first), kChunk, nullptr};
+    LmHeadBlockLogits(block, kVocab, logits.data());
+  }
+  const Reference ref = RunReference(ToDouble(in.h), ToDouble(in.w), in.scale);
+  EXPECT_TRUE(AllClose(logits, ref.logits, 1e-6 + 2e-7 * kD, 1e-6));
 }
 
 TEST(LmHeadLossTest, LogitsMatchDouble) {

@@ -1,4 +1,5 @@
-// CUDA kernels + launchers: embedding gather/scatter-add, residual add, SwiGLU
+// CUDA kernels + launchers: embedding gather/scatter-add, residual add, fp32 to
+// bf16 rounding, SwiGLU
 // and RoPE, each a thin grid over thread_bodies.h (kernels/common math).
 #include "kernels/cuda/bf16_storage.cuh"
 #include "kernels/cuda/launch_geometry.h"
@@ -31,6 +32,11 @@ __global__ void EmbeddingBackwardKernel(const int32_t* unique_rows, const int32_
 
 __global__ void ResidualAddKernel(const bf16* a, const bf16* b, bf16* out, int64_t n) {
   ResidualAddThread<S>(ThisElement(), n, a, b, out);
+}
+
+__global__ void RoundToBf16Kernel(const float* in, bf16* out, int64_t n) {
+  const int64_t i = ThisElement();
+  if (i < n) out[i] = S::Make(in[i]);
 }
 
 __global__ void SwigluForwardKernel(const bf16* gate, const bf16* up, bf16* out, int64_t n) {
@@ -69,6 +75,12 @@ cudaError_t EmbeddingBackward(const int32_t* unique_rows, const int32_t* segment
   const LaunchShape shape = EmbeddingBackwardGrid(unique_count, dim);
   EmbeddingBackwardKernel<<<Grid(shape), shape.threads, 0, stream>>>(
       unique_rows, segment_offsets, token_order, dout, dim, dtable);
+  return cudaGetLastError();
+}
+
+cudaError_t RoundToBf16(const float* in, bf16* out, int64_t n, cudaStream_t stream) {
+  const LaunchShape shape = ElementwiseGrid(n);
+  RoundToBf16Kernel<<<Grid(shape), shape.threads, 0, stream>>>(in, out, n);
   return cudaGetLastError();
 }
 

@@ -19,6 +19,7 @@ cudaError_t EmbeddingBackward(const int32_t* unique_rows, const int32_t* segment
                               const int32_t* token_order, int64_t unique_count, const bf16* dout,
                               int dim, float* dtable, cudaStream_t stream);
 cudaError_t ResidualAdd(const bf16* a, const bf16* b, bf16* out, int64_t n, cudaStream_t stream);
+cudaError_t RoundToBf16(const float* in, bf16* out, int64_t n, cudaStream_t stream);
 cudaError_t SwigluForward(const bf16* gate, const bf16* up, bf16* out, int64_t n,
                           cudaStream_t stream);
 cudaError_t SwigluBackward(const bf16* gate, const bf16* up, const bf16* dy, bf16* d_gate,
@@ -37,6 +38,17 @@ cudaError_t RmsnormBackward(const bf16* x, const bf16* w, const float* rstd, con
 cudaError_t CrossEntropy(const bf16* logits, const int32_t* targets, int64_t rows, int64_t vocab,
                          float scale, bf16* dlogits, float* row_loss, float* loss_sum,
                          cudaStream_t stream);
+cudaError_t HeadStatsReset(int64_t rows, float* row_max, float* row_sum, float* target_logit,
+                           cudaStream_t stream);
+cudaError_t HeadBlockStats(const bf16* logits, const int32_t* targets, int64_t rows,
+                           int64_t block_vocab, int64_t first_row, float* row_max, float* row_sum,
+                           float* target_logit, cudaStream_t stream);
+cudaError_t HeadBlockGrad(const bf16* logits, const int32_t* targets, int64_t rows,
+                          int64_t block_vocab, int64_t first_row, const float* row_max,
+                          const float* row_sum, float scale, bf16* dlogits, cudaStream_t stream);
+cudaError_t HeadLossFromStats(const float* row_max, const float* row_sum,
+                              const float* target_logit, const int32_t* targets, int64_t rows,
+                              float* row_loss, float* loss_sum, cudaStream_t stream);
 
 // attention.cu
 struct AttentionDims {

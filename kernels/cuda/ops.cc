@@ -119,6 +119,13 @@ absl::Status ResidualAdd(const void* a, const void* b, void* out, int64_t n, cud
   return CudaStatus(launch::ResidualAdd(Bf16(a), Bf16(b), Bf16(out), n, stream), kOp);
 }
 
+absl::Status RoundToBf16(const float* in, void* out, int64_t n, cudaStream_t stream) {
+  constexpr absl::string_view kOp = "RoundToBf16";
+  MT_RETURN_IF_ERROR(CheckElementwise(kOp, stream, n, {{in, "in"}, {out, "out"}}));
+  if (n == 0) return absl::OkStatus();
+  return CudaStatus(launch::RoundToBf16(in, Bf16(out), n, stream), kOp);
+}
+
 absl::Status SwigluForward(const void* gate, const void* up, void* out, int64_t n,
                            cudaStream_t stream) {
   constexpr absl::string_view kOp = "SwigluForward";
@@ -230,6 +237,76 @@ absl::Status CrossEntropy(const void* logits, const int32_t* targets, int64_t ro
   MT_RETURN_IF_ERROR(CheckGrid(RowGrid(rows), kOp));
   return CudaStatus(launch::CrossEntropy(Bf16(logits), targets, rows, vocab, scale, Bf16(dlogits),
                                          row_loss, loss_sum, stream),
+                    kOp);
+}
+
+absl::Status HeadStatsReset(int64_t rows, float* row_max, float* row_sum, float* target_logit,
+                            cudaStream_t stream) {
+  constexpr absl::string_view kOp = "HeadStatsReset";
+  MT_RETURN_IF_ERROR(CheckStream(stream, kOp));
+  MT_RETURN_IF_ERROR(CheckNonNegative(rows, "rows", kOp));
+  if (rows == 0) return absl::OkStatus();
+  MT_RETURN_IF_ERROR(CheckPointer(row_max, "row_max", kOp));
+  MT_RETURN_IF_ERROR(CheckPointer(row_sum, "row_sum", kOp));
+  MT_RETURN_IF_ERROR(CheckPointer(target_logit, "target_logit", kOp));
+  return CudaStatus(launch::HeadStatsReset(rows, row_max, row_sum, target_logit, stream), kOp);
+}
+
+absl::Status HeadBlockStats(const void* logits, const int32_t* targets, int64_t rows,
+                            int64_t block_vocab, int64_t first_row, float* row_max,
+                            float* row_sum, float* target_logit, cudaStream_t stream) {
+  constexpr absl::string_view kOp = "HeadBlockStats";
+  MT_RETURN_IF_ERROR(CheckStream(stream, kOp));
+  MT_RETURN_IF_ERROR(CheckNonNegative(rows, "rows", kOp));
+  MT_RETURN_IF_ERROR(CheckPositive(block_vocab, "block_vocab", kOp));
+  MT_RETURN_IF_ERROR(CheckNonNegative(first_row, "first_row", kOp));
+  if (rows == 0) return absl::OkStatus();
+  MT_RETURN_IF_ERROR(CheckPointer(logits, "logits", kOp));
+  MT_RETURN_IF_ERROR(CheckPointer(targets, "targets", kOp));
+  MT_RETURN_IF_ERROR(CheckPointer(row_max, "row_max", kOp));
+  MT_RETURN_IF_ERROR(CheckPointer(row_sum, "row_sum", kOp));
+  MT_RETURN_IF_ERROR(CheckPointer(target_logit, "target_logit", kOp));
+  MT_RETURN_IF_ERROR(CheckGrid(RowGrid(rows), kOp));
+  return CudaStatus(launch::HeadBlockStats(Bf16(logits), targets, rows, block_vocab, first_row,
+                                           row_max, row_sum, target_logit, stream),
+                    kOp);
+}
+
+absl::Status HeadLossFromStats(const float* row_max, const float* row_sum,
+                               const float* target_logit, const int32_t* targets, int64_t rows,
+                               float* row_loss, float* loss_sum, cudaStream_t stream) {
+  constexpr absl::string_view kOp = "HeadLossFromStats";
+  MT_RETURN_IF_ERROR(CheckStream(stream, kOp));
+  MT_RETURN_IF_ERROR(CheckNonNegative(rows, "rows", kOp));
+  MT_RETURN_IF_ERROR(CheckPointer(loss_sum, "loss_sum", kOp));
+  if (rows == 0) return CudaStatus(cudaMemsetAsync(loss_sum, 0, sizeof(float), stream), kOp);
+  MT_RETURN_IF_ERROR(CheckPointer(row_max, "row_max", kOp));
+  MT_RETURN_IF_ERROR(CheckPointer(row_sum, "row_sum", kOp));
+  MT_RETURN_IF_ERROR(CheckPointer(target_logit, "target_logit", kOp));
+  MT_RETURN_IF_ERROR(CheckPointer(targets, "targets", kOp));
+  MT_RETURN_IF_ERROR(CheckPointer(row_loss, "row_loss", kOp));
+  return CudaStatus(launch::HeadLossFromStats(row_max, row_sum, target_logit, targets, rows,
+                                              row_loss, loss_sum, stream),
+                    kOp);
+}
+
+absl::Status HeadBlockGrad(const void* logits, const int32_t* targets, int64_t rows,
+                           int64_t block_vocab, int64_t first_row, const float* row_max,
+                           const float* row_sum, float scale, void* dlogits, cudaStream_t stream) {
+  constexpr absl::string_view kOp = "HeadBlockGrad";
+  MT_RETURN_IF_ERROR(CheckStream(stream, kOp));
+  MT_RETURN_IF_ERROR(CheckNonNegative(rows, "rows", kOp));
+  MT_RETURN_IF_ERROR(CheckPositive(block_vocab, "block_vocab", kOp));
+  MT_RETURN_IF_ERROR(CheckNonNegative(first_row, "first_row", kOp));
+  if (rows == 0) return absl::OkStatus();
+  MT_RETURN_IF_ERROR(CheckPointer(logits, "logits", kOp));
+  MT_RETURN_IF_ERROR(CheckPointer(targets, "targets", kOp));
+  MT_RETURN_IF_ERROR(CheckPointer(row_max, "row_max", kOp));
+  MT_RETURN_IF_ERROR(CheckPointer(row_sum, "row_sum", kOp));
+  MT_RETURN_IF_ERROR(CheckPointer(dlogits, "dlogits", kOp));
+  MT_RETURN_IF_ERROR(CheckGrid(RowGrid(rows), kOp));
+  return CudaStatus(launch::HeadBlockGrad(Bf16(logits), targets, rows, block_vocab, first_row,
+                                          row_max, row_sum, scale, Bf16(dlogits), stream),
                     kOp);
 }
 

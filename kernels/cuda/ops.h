@@ -32,6 +32,9 @@ absl::Status EmbeddingBackward(const int32_t* unique_rows, const int32_t* segmen
 // out = a + b over n elements (out may alias a or b).
 absl::Status ResidualAdd(const void* a, const void* b, void* out, int64_t n, cudaStream_t stream);
 
+// out (bf16 [n]) = in (fp32 [n]) rounded to nearest even.
+absl::Status RoundToBf16(const float* in, void* out, int64_t n, cudaStream_t stream);
+
 // out = silu(gate) * up over n elements.
 absl::Status SwigluForward(const void* gate, const void* up, void* out, int64_t n,
                            cudaStream_t stream);
@@ -70,6 +73,26 @@ absl::Status RmsnormBackward(const void* x, const void* w, const float* rstd, co
 absl::Status CrossEntropy(const void* logits, const int32_t* targets, int64_t rows, int64_t vocab,
                           float scale, void* dlogits, float* row_loss, float* loss_sum,
                           cudaStream_t stream);
+
+// Cross-entropy over vocabulary blocks (the LM head streamed block by block).
+// Per-row running states (fp32 [rows] each: max, sum of exp(x - max), the
+// target's logit): HeadStatsReset empties them; HeadBlockStats folds one
+// block's logits [rows, block_vocab] (columns first_row.. of the vocabulary)
+// into the valid rows' states; after every block, HeadLossFromStats writes
+// row_loss (0 for ignored rows, NaN for a target no block held) and
+// *loss_sum as CrossEntropy does, and HeadBlockGrad writes a block's dlogits
+// (may alias logits; 0 for ignored rows).
+absl::Status HeadStatsReset(int64_t rows, float* row_max, float* row_sum, float* target_logit,
+                            cudaStream_t stream);
+absl::Status HeadBlockStats(const void* logits, const int32_t* targets, int64_t rows,
+                            int64_t block_vocab, int64_t first_row, float* row_max,
+                            float* row_sum, float* target_logit, cudaStream_t stream);
+absl::Status HeadLossFromStats(const float* row_max, const float* row_sum,
+                               const float* target_logit, const int32_t* targets, int64_t rows,
+                               float* row_loss, float* loss_sum, cudaStream_t stream);
+absl::Status HeadBlockGrad(const void* logits, const int32_t* targets, int64_t rows,
+                           int64_t block_vocab, int64_t first_row, const float* row_max,
+                           const float* row_sum, float scale, void* dlogits, cudaStream_t stream);
 
 // Causal GQA attention. q/out [batch, seq, q_heads, head_dim], k/v [batch,
 // seq, kv_heads, head_dim]; q_heads a multiple of kv_heads; head_dim 64 or

@@ -3,7 +3,8 @@
 // of whole-layer streaming whatever the ring (one layer, half a layer, odd
 // sizes with odd wrap points), the fragment size, the link and the schedule;
 // a part starts before its layer's last fragment arrived; too small a ring is
-// refused naming the tensor.
+// refused naming the tensor; the LM head streams in vocabulary blocks, so the
+// device memory does not grow with the vocabulary.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -40,6 +41,7 @@ struct RunConfig {
   int device_checkpoints = -1;
   double link_gbps = 0;
   bool serial = false;
+  int head_block_rows = 0;
 };
 
 struct RunResult {
@@ -81,6 +83,7 @@ TrainerOptions Options(const RunConfig& rc, const TinyShape& shape) {
         rc.ring_extra_bytes;
   }
   o.executor.fragment_bytes = rc.fragment_bytes;
+  o.head_block_rows = rc.head_block_rows;
   return o;
 }
 
@@ -123,13 +126,22 @@ void ExpectBitwiseEqual(const RunResult& a, const RunResult& b, const std::strin
   testing::ExpectSameArrays(a.grads, b.grads, name + " gradients");
 }
 
-TEST(FragmentStreamingTest, BitwiseIdenticalToWholeLayerStreaming) {
+// Vocabulary blocks of the head: one (97 rows), and eight of 11 with a short
+// one of 9 (the fragmented head then copies out a gradient per block).
+class FragmentStreamingBlocksTest : public ::testing::TestWithParam<int> {};
+
+INSTANTIATE_TEST_SUITE_P(HeadBlockRows, FragmentStreamingBlocksTest, ::testing::Values(0, 11));
+
+TEST_P(FragmentStreamingBlocksTest, BitwiseIdenticalToWholeLayerStreaming) {
+  const int block_rows = GetParam();
   for (bool tied : {false, true}) {
     TinyShape shape;  // LM head 97 x 48 floats: under half a layer
     shape.layers = 5;
     shape.tied = tied;
-    const std::string suffix = tied ? " (tied)" : " (untied)";
-    const RunResult reference = Train({.name = "whole-layer slots"}, shape);
+    const std::string suffix = std::string(tied ? " (tied)" : " (untied)") + ", head blocks of " +
+                               std::to_string(block_rows);
+    const RunResult reference =
+        Train({.name = "whole-layer slots", .head_block_rows = block_rows}, shape);
     ASSERT_EQ(reference.losses.size(), static_cast<size_t>(kSteps));
     EXPECT_FALSE(reference.fragment_mode);
     for (double loss : reference.losses) EXPECT_TRUE(std::isfinite(loss));
@@ -158,7 +170,8 @@ TEST(FragmentStreamingTest, BitwiseIdenticalToWholeLayerStreaming) {
          .serial = true},
         {.name = "ring of every weight, k=4", .ring_layers = 7.0, .k = 4},
     };
-    for (const RunConfig& rc : variants) {
+    for (RunConfig rc : variants) {
+      rc.head_block_rows = block_rows;
       const RunResult got = Train(rc, shape);
       EXPECT_TRUE(got.fragment_mode) << rc.name;
       ExpectBitwiseEqual(reference, got, rc.name + suffix);
@@ -221,19 +234,51 @@ TEST(FragmentStreamingTest, CreateRefusesARingSmallerThanTheLargestTensor) {
     EXPECT_TRUE(absl::StrContains(message, absl::StrCat(gate_bytes, " bytes"))) << message;
   }
   {
-    // A large vocabulary: the LM head outgrows a one-layer ring.
+    // A large vocabulary in one block: the block outgrows a one-layer ring.
     TinyShape big_vocab = shape;
     big_vocab.vocab = 997;
     auto device = MakeCpuDevice(size_t{256} << 20);
     TrainerOptions o = Options({.name = "big vocab", .ring_layers = 1.0}, big_vocab);
+    o.head_block_rows = 997;
     auto trainer = Trainer::Create(*device, TinyConfig(big_vocab), o);
     ASSERT_FALSE(trainer.ok());
     EXPECT_EQ(trainer.status().code(), absl::StatusCode::kInvalidArgument) << trainer.status();
     const std::string message(trainer.status().message());
-    EXPECT_TRUE(absl::StrContains(message, "'lm_head'")) << message;
+    EXPECT_TRUE(absl::StrContains(message, "'lm_head rows 0-996'")) << message;
     EXPECT_TRUE(absl::StrContains(message, absl::StrCat(size_t{997} * 48 * sizeof(float))))
         << message;
+    // In blocks of 100 rows the same ring trains.
+    o.head_block_rows = 100;
+    trainer = Trainer::Create(*device, TinyConfig(big_vocab), o);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    (*trainer)->InitializeRandom(5);
+    const auto batches = MakeTokenBatches(1, kMicroBatch * kSeq, big_vocab.vocab, 6);
+    absl::StatusOr<StepReport> report =
+        (*trainer)->Step(batches.InputPointers(0, 1), batches.TargetPointers(0, 1));
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_TRUE(std::isfinite(report->loss));
   }
+}
+
+// The device memory of a fragmented run is the same for a vocabulary 10x
+// larger: the ring holds one block, the gradient buffers one block's gradient.
+TEST(FragmentStreamingTest, DeviceMemoryDoesNotGrowWithTheVocabulary) {
+  size_t totals[2] = {0, 0};
+  size_t rings[2] = {0, 0};
+  const int vocabs[2] = {997, 9973};
+  for (int i = 0; i < 2; ++i) {
+    TinyShape shape;
+    shape.vocab = vocabs[i];
+    auto device = MakeCpuDevice(size_t{256} << 20);
+    TrainerOptions o = Options({.name = "vocab", .ring_layers = 0.5}, shape);
+    o.head_block_rows = 64;
+    auto trainer = Trainer::Create(*device, TinyConfig(shape), o);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    totals[i] = (*trainer)->executor().plan().total();
+    rings[i] = (*trainer)->executor().plan().weight_slots;
+  }
+  EXPECT_EQ(rings[0], rings[1]);
+  EXPECT_EQ(totals[0], totals[1]) << "vocabulary " << vocabs[0] << " vs " << vocabs[1];
 }
 
 TEST(FragmentStreamingTest, DevicePlanCountsTheRingAsTheWeightLine) {

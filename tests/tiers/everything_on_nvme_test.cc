@@ -110,6 +110,31 @@ TEST(EverythingOnNvmeTest, WeightsStreamFromNvmeThroughAFragmentRing) {
   EXPECT_EQ(std::memcmp(slots.losses.data(), in_ram.losses.data(), 5 * sizeof(double)), 0);
 }
 
+// An untied head of 1100 rows in vocabulary blocks of 300 through a ring: its
+// gradient goes to NVMe block by block, and blocks 1 and 3 straddle the
+// 64 Ki-float chunks of the entry (a chunk begun by one block is ended by the
+// next). Bitwise the all-RAM run, which is bitwise whole-layer slots.
+TEST(EverythingOnNvmeTest, AHeadInVocabularyBlocksOffloadsItsGradientBlockByBlock) {
+  absl::Status usable;
+  const std::string dir = tiers::FreshTestDir("everything_on_nvme_head_blocks", &usable);
+  if (!usable.ok()) GTEST_SKIP() << "no O_DIRECT scratch directory: " << usable;
+  TinyShape shape = DeepNarrow();
+  shape.vocab = 1100;
+  TrainerOptions ram = BaseOptions();
+  ram.head_block_rows = 300;
+  const Outcome slots = TrainFiveSteps(ram, shape);
+  ASSERT_EQ(slots.losses.size(), 5u);
+  ram.executor.weight_ring_bytes = size_t{600} << 10;
+  ram.executor.fragment_bytes = size_t{40} << 10;
+  const Outcome in_ram = TrainFiveSteps(ram, shape);
+  ExpectBitwise(slots, in_ram);
+  TrainerOptions o = EverythingOnNvme(dir, kSmallChunk);
+  o.head_block_rows = ram.head_block_rows;
+  o.executor.weight_ring_bytes = ram.executor.weight_ring_bytes;
+  o.executor.fragment_bytes = ram.executor.fragment_bytes;
+  ExpectBitwise(in_ram, TrainFiveSteps(o, shape));
+}
+
 TEST(EverythingOnNvmeTest, GradientsAloneOnNvmeAreBitwiseIdentical) {
   absl::Status usable;
   const std::string dir = tiers::FreshTestDir("grad_on_nvme", &usable);

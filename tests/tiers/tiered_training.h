@@ -82,14 +82,14 @@ inline uint64_t OffsetIn(const std::string& message) {
   return at == std::string::npos ? UINT64_MAX : std::stoull(message.substr(at + 7));
 }
 
-inline Outcome TrainFiveSteps(const TrainerOptions& o) {
+inline Outcome TrainFiveSteps(const TrainerOptions& o, const TinyShape& shape = DeepNarrow()) {
   Outcome out;
   auto device = MakeCpuDevice(size_t{32} << 20);
-  auto trainer = Trainer::Create(*device, TinyConfig(DeepNarrow()), o);
+  auto trainer = Trainer::Create(*device, TinyConfig(shape), o);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   if (!trainer.ok()) return out;
   (*trainer)->InitializeRandom(3);
-  const auto batches = MakeTokenBatches(10, 48, DeepNarrow().vocab, 17);
+  const auto batches = MakeTokenBatches(10, 48, shape.vocab, 17);
   for (int step = 0; step < 5; ++step) {
     auto r =
         (*trainer)->Step(batches.InputPointers(2 * step, 2), batches.TargetPointers(2 * step, 2));
