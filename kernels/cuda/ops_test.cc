@@ -248,15 +248,54 @@ TEST_F(CudaOpsTest, RmsnormForwardBackward) {
   ExpectClose(dw.Download(), want_dw, 1e-4, 1e-3, "rmsnorm dw");
 }
 
-TEST_F(CudaOpsTest, CrossEntropyLossGradientAndDeterminism) {
-  TestStream stream;
-  const int64_t rows = 19, vocab = 32003;
-  const float scale = 1.0f / 17.0f;
-  const auto logits = RandomBf16Values(rows * vocab, 11, -8.0f, 8.0f);
-  std::vector<int32_t> targets(rows);
-  for (int64_t r = 0; r < rows; ++r) targets[r] = static_cast<int32_t>((r * 7919) % vocab);
+// Cross-entropy of logits rows in double: per-row loss, their sum, dlogits.
+struct CrossEntropyReference {
+  std::vector<double> loss, grad;
+  double sum = 0.0;
+};
+
+CrossEntropyReference ReferenceCrossEntropy(const std::vector<float>& logits,
+                                            const std::vector<int32_t>& targets, int64_t vocab,
+                                            float scale) {
+  const int64_t rows = static_cast<int64_t>(targets.size());
+  CrossEntropyReference ref;
+  ref.loss.assign(rows, 0.0);
+  ref.grad.assign(rows * vocab, 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (targets[r] < 0) continue;
+    double mx = -INFINITY;
+    for (int64_t c = 0; c < vocab; ++c) mx = std::max(mx, double{logits[r * vocab + c]});
+    double se = 0.0;
+    for (int64_t c = 0; c < vocab; ++c) se += std::exp(logits[r * vocab + c] - mx);
+    const double lse = mx + std::log(se);
+    ref.loss[r] = lse - logits[r * vocab + targets[r]];
+    ref.sum += ref.loss[r];
+    for (int64_t c = 0; c < vocab; ++c) {
+      ref.grad[r * vocab + c] =
+          (std::exp(logits[r * vocab + c] - lse) - (c == targets[r] ? 1.0 : 0.0)) * scale;
+    }
+  }
+  return ref;
+}
+
+constexpr int64_t kCeRows = 19;
+constexpr int64_t kCeVocab = 32003;
+
+std::vector<int32_t> CrossEntropyTargets() {
+  std::vector<int32_t> targets(kCeRows);
+  for (int64_t r = 0; r < kCeRows; ++r) targets[r] = static_cast<int32_t>((r * 7919) % kCeVocab);
   targets[4] = -100;  // ignored
   targets[11] = -1;   // ignored
+  targets[7] = static_cast<int32_t>(kCeVocab - 1);  // in the short last block
+  return targets;
+}
+
+TEST_F(CudaOpsTest, CrossEntropyLossGradientAndDeterminism) {
+  TestStream stream;
+  const int64_t rows = kCeRows, vocab = kCeVocab;
+  const float scale = 1.0f / 17.0f;
+  const auto logits = RandomBf16Values(rows * vocab, 11, -8.0f, 8.0f);
+  const std::vector<int32_t> targets = CrossEntropyTargets();
   DeviceBuffer<uint16_t> dlogits_in(ToBf16(logits)), dlogits(rows * vocab);
   DeviceBuffer<int32_t> dtargets(targets);
   DeviceBuffer<float> row_loss(rows), loss_sum(1);
@@ -269,27 +308,77 @@ TEST_F(CudaOpsTest, CrossEntropyLossGradientAndDeterminism) {
     sums.push_back(loss_sum.Download()[0]);
   }
   EXPECT_EQ(sums[0], sums[1]) << "loss sum is not bitwise reproducible";
-
-  std::vector<double> want_loss(rows, 0.0), want_grad(rows * vocab, 0.0);
-  double want_sum = 0.0;
-  for (int64_t r = 0; r < rows; ++r) {
-    if (targets[r] < 0) continue;
-    double mx = -INFINITY;
-    for (int64_t c = 0; c < vocab; ++c) mx = std::max(mx, double{logits[r * vocab + c]});
-    double se = 0.0;
-    for (int64_t c = 0; c < vocab; ++c) se += std::exp(logits[r * vocab + c] - mx);
-    const double lse = mx + std::log(se);
-    want_loss[r] = lse - logits[r * vocab + targets[r]];
-    want_sum += want_loss[r];
-    for (int64_t c = 0; c < vocab; ++c) {
-      want_grad[r * vocab + c] =
-          (std::exp(logits[r * vocab + c] - lse) - (c == targets[r] ? 1.0 : 0.0)) * scale;
-    }
-  }
-  ExpectClose(row_loss.Download(), want_loss, 1e-5, 1e-5, "row loss");
-  EXPECT_NEAR(sums[0], want_sum, 1e-5 * std::abs(want_sum) + 1e-5);
+  const CrossEntropyReference want = ReferenceCrossEntropy(logits, targets, vocab, scale);
+  ExpectClose(row_loss.Download(), want.loss, 1e-5, 1e-5, "row loss");
+  EXPECT_NEAR(sums[0], want.sum, 1e-5 * std::abs(want.sum) + 1e-5);
   // Gradient entries are tiny except at the target; absolute bound relative to scale.
-  ExpectClose(FromBf16(dlogits.Download()), want_grad, kBf16Rel, 1e-4 * scale, "dlogits");
+  ExpectClose(FromBf16(dlogits.Download()), want.grad, kBf16Rel, 1e-4 * scale, "dlogits");
+}
+
+// The same rows in vocabulary blocks of 7001 (four and a short one of 4): the
+// running states, the loss from them and each block's dlogits.
+TEST_F(CudaOpsTest, CrossEntropyInVocabularyBlocksMatchesTheWholeRows) {
+  TestStream stream;
+  const int64_t rows = kCeRows, vocab = kCeVocab, block_rows = 7001;
+  const float scale = 1.0f / 17.0f;
+  const auto logits = RandomBf16Values(rows * vocab, 11, -8.0f, 8.0f);
+  const std::vector<int32_t> targets = CrossEntropyTargets();
+  const CrossEntropyReference want = ReferenceCrossEntropy(logits, targets, vocab, scale);
+  DeviceBuffer<int32_t> dtargets(targets);
+  DeviceBuffer<float> row_max(rows), row_sum(rows), target_logit(rows), row_loss(rows),
+      loss_sum(1);
+  ASSERT_TRUE(
+      HeadStatsReset(rows, row_max.get(), row_sum.get(), target_logit.get(), stream.get()).ok());
+  std::vector<std::vector<float>> blocks;
+  for (int64_t first = 0; first < vocab; first += block_rows) {
+    const int64_t n = std::min(block_rows, vocab - first);
+    std::vector<float> block(rows * n);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < n; ++c) block[r * n + c] = logits[r * vocab + first + c];
+    }
+    DeviceBuffer<uint16_t> dblock(ToBf16(block));
+    ASSERT_TRUE(HeadBlockStats(dblock.get(), dtargets.get(), rows, n, first, row_max.get(),
+                               row_sum.get(), target_logit.get(), stream.get())
+                    .ok());
+    ASSERT_EQ(stream.Sync(), cudaSuccess);
+    blocks.push_back(std::move(block));
+  }
+  ASSERT_TRUE(HeadLossFromStats(row_max.get(), row_sum.get(), target_logit.get(), dtargets.get(),
+                                rows, row_loss.get(), loss_sum.get(), stream.get())
+                  .ok());
+  ASSERT_EQ(stream.Sync(), cudaSuccess);
+  ExpectClose(row_loss.Download(), want.loss, 1e-5, 1e-5, "row loss");
+  EXPECT_NEAR(loss_sum.Download()[0], want.sum, 1e-5 * std::abs(want.sum) + 1e-5);
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    const int64_t first = static_cast<int64_t>(b) * block_rows;
+    const int64_t n = std::min(block_rows, vocab - first);
+    DeviceBuffer<uint16_t> dblock(ToBf16(blocks[b]));
+    ASSERT_TRUE(HeadBlockGrad(dblock.get(), dtargets.get(), rows, n, first, row_max.get(),
+                              row_sum.get(), scale, dblock.get(), stream.get())
+                    .ok());
+    ASSERT_EQ(stream.Sync(), cudaSuccess);
+    std::vector<double> want_block(rows * n);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < n; ++c) want_block[r * n + c] = want.grad[r * vocab + first + c];
+    }
+    ExpectClose(FromBf16(dblock.Download()), want_block, kBf16Rel, 1e-4 * scale,
+                "block dlogits");
+  }
+}
+
+TEST_F(CudaOpsTest, RoundToBf16RoundsToNearestEven) {
+  TestStream stream;
+  for (int64_t n : {int64_t{1}, int64_t{4099}}) {
+    std::vector<float> in(n);
+    for (int64_t i = 0; i < n; ++i) {
+      in[i] = std::ldexp(1.0f + static_cast<float>(i) / 4099.0f, static_cast<int>(i % 9) - 4);
+    }
+    DeviceBuffer<float> din(in);
+    DeviceBuffer<uint16_t> out(n);
+    ASSERT_TRUE(RoundToBf16(din.get(), out.get(), n, stream.get()).ok());
+    ASSERT_EQ(stream.Sync(), cudaSuccess);
+    EXPECT_EQ(out.Download(), ToBf16(in)) << n;
+  }
 }
 
 // Naive causal GQA attention in double: out, lse, and the gradients.
