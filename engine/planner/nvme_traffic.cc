@@ -46,12 +46,20 @@ NvmeTraffic NvmeTrafficPerStep(const tiers::Placement& p, int micro_batches,
   return t;
 }
 
+void SetWeightReads(NvmeTraffic& t, uint64_t bytes) {
+  const int copy = static_cast<int>(BufferKind::kComputeCopy);
+  t.read_bytes = t.read_bytes - t.weights_read_bytes + bytes;
+  t.weights_read_bytes = bytes;
+  t.read[copy] = bytes;
+}
+
 NvmeEntryIo NvmeIoPerEntry(const std::vector<tiers::EntryBytes>& entries,
                            const tiers::Placement& p) {
   NvmeEntryIo io;
   io.optimizer_read.assign(entries.size(), 0);
   io.optimizer_written.assign(entries.size(), 0);
   io.gradient_bytes.assign(entries.size(), 0);
+  io.compute_copy_bytes.assign(entries.size(), 0);
   for (size_t e = 0; e < entries.size(); ++e) {
     for (BufferKind k : {BufferKind::kMaster, BufferKind::kM, BufferKind::kV}) {
       if (p.tier(k) != Tier::kNvme) continue;
@@ -61,6 +69,13 @@ NvmeEntryIo NvmeIoPerEntry(const std::vector<tiers::EntryBytes>& entries,
     if (p.tier(BufferKind::kGrad) == Tier::kNvme && !entries[e].grad_stays_in_ram) {
       io.gradient_bytes[e] = static_cast<double>(entries[e][BufferKind::kGrad]);
       io.optimizer_read[e] += io.gradient_bytes[e];
+    }
+    if (p.tier(BufferKind::kComputeCopy) == Tier::kNvme && !entries[e].compute_copy_stays_in_ram) {
+      // On the CPU device the placement adds an fp32 copy of the master's bytes.
+      const uint64_t copy = entries[e][BufferKind::kComputeCopy];
+      io.compute_copy_bytes[e] =
+          static_cast<double>(copy > 0 ? copy : entries[e][BufferKind::kMaster]);
+      io.optimizer_written[e] += io.compute_copy_bytes[e];
     }
   }
   return io;

@@ -36,13 +36,19 @@ struct NvmeTraffic {
 NvmeTraffic NvmeTrafficPerStep(const tiers::Placement& placement, int micro_batches,
                                int copy_reads_per_micro_batch = 3);
 
+// The compute copy's reads as counted op by op (the step-time replay knows which weight copies
+// the executor's schedule and slot policy make; resident slots read nothing).
+void SetWeightReads(NvmeTraffic& traffic, uint64_t bytes);
+
 // Per parameter-store entry, the NVMe bytes of the same protocol, for the step-time replay:
-// the optimizer pass's reads and writes of entry e, and the bytes of e's gradient that live on
-// NVMe (0 when the gradient stays in RAM). Sums equal NvmeTrafficPerStep's.
+// the optimizer pass's reads and writes of entry e (the compute copy's write included), the
+// bytes of e's gradient that live on NVMe (0 when the gradient stays in RAM), and of its compute
+// copy (read by each weight copy of e). Sums equal NvmeTrafficPerStep's.
 struct NvmeEntryIo {
   std::vector<double> optimizer_read;
   std::vector<double> optimizer_written;
   std::vector<double> gradient_bytes;
+  std::vector<double> compute_copy_bytes;
 };
 
 NvmeEntryIo NvmeIoPerEntry(const std::vector<tiers::EntryBytes>& entries,

@@ -123,15 +123,27 @@ TEST(NvmeTrafficTest, EveryArrayOnNvmeOnTheCpuDeviceReadsTheComputeCopyPerMicroB
   EXPECT_EQ(p->placement.tier(BufferKind::kComputeCopy), Tier::kNvme);
   EXPECT_EQ(p->placement.tier(BufferKind::kMaster), Tier::kNvme);
   // The fp32 copy but the embedding's (the same bytes as the gradient on NVMe): written once by
-  // the optimizer, read by forward, recompute and backward of both micro-batches.
+  // the optimizer, read by the weight copies of forward, recompute and backward of both
+  // micro-batches that the slot policy makes (a slot still holding a layer reads nothing): at
+  // most three reads per micro-batch, at least the first forward's.
   const NvmeTraffic& t = p->nvme_traffic;
   const int copy = static_cast<int>(BufferKind::kComputeCopy);
   EXPECT_EQ(t.written[copy], kGradOnNvme);
-  EXPECT_EQ(t.read[copy], 2 * 3 * kGradOnNvme);
-  EXPECT_EQ(t.weights_read_bytes, 2 * 3 * kGradOnNvme);
+  EXPECT_EQ(t.read[copy], t.weights_read_bytes);
+  EXPECT_LE(t.weights_read_bytes, 2 * 3 * kGradOnNvme);
+  EXPECT_GE(t.weights_read_bytes, kGradOnNvme - kEmbeddingGrad);
   EXPECT_EQ(t.optimizer_written_bytes, 3 * kArray + kGradOnNvme);
   EXPECT_EQ(t.read_bytes, 3 * kArray + kGradOnNvme /* optimizer grad */ +
-                              kGradOnNvme /* backward read-back */ + 6 * kGradOnNvme);
+                              kGradOnNvme /* backward read-back */ + t.weights_read_bytes);
+  // The replay reads the compute copy on the weight copies and writes it in the optimizer pass:
+  // the step-time model moves exactly the plan's bytes.
+  const HardwareProfile hw = CpuDevice();
+  EXPECT_NEAR(p->time.nvme_weights_seconds, t.weights_read_bytes / (hw.nvme_read_gbps * 1e9),
+              1e-6 * p->time.nvme_weights_seconds);
+  EXPECT_NEAR(
+      p->time.nvme_seconds,
+      t.read_bytes / (hw.nvme_read_gbps * 1e9) + t.written_bytes / (hw.nvme_write_gbps * 1e9),
+      1e-6 * p->time.nvme_seconds);
 }
 
 TEST(NvmeTrafficTest, NothingOnNvmeMovesNothing) {

@@ -194,6 +194,12 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
   const NvmeEntryIo nvme_io = NvmeIoPerEntry(bytes, r.placement);
   StepWork timed = work;
   AddNvmeGradientTraffic(timed, nvme_io.gradient_bytes);
+  AddNvmeWeightTraffic(timed, nvme_io.compute_copy_bytes);
+  double weight_reads = 0;
+  for (const OpWork& o : timed.ops) weight_reads += o.nvme_weight_bytes;
+  if (r.nvme_traffic.weights_read_bytes > 0) {
+    SetWeightReads(r.nvme_traffic, static_cast<uint64_t>(weight_reads));
+  }
   r.time = EstimateStepTime(timed, hw, nvme_io);
   r.tokens_per_step = work.tokens;
   r.drive_wear_limit = in.drive_wear;
@@ -297,13 +303,15 @@ std::string PlanResult::Table() const {
                 "  compute         %9.4f s\n  copy-in         %9.4f s\n"
                 "  copy-out        %9.4f s\n  host optimizer  %9.4f s (+ grad norm %.4f s)\n"
                 "  nvme            %9.4f s (optimizer pass %.4f s beside the next forward, "
-                "gradients on copy-out %.4f s)\n  exposed stall   %9.4f s\n"
+                "gradients on copy-out %.4f s, weights on copy-in %.4f s)\n"
+                "  exposed stall   %9.4f s\n"
                 "  step            %9.4f s   bottleneck: %s\n"
                 "  %.1f tokens/s, %.2f model TFLOP/s (6*P*T + causal attention), "
                 "%.2f hardware TFLOP/s (with recompute)\n",
                 tokens_per_step, t.compute_seconds, t.copy_in_seconds, t.copy_out_seconds,
                 t.optimizer_seconds, t.grad_norm_seconds, t.nvme_seconds, t.nvme_optimizer_seconds,
-                t.nvme_backward_seconds, t.stall_seconds, t.step_seconds, t.bottleneck,
+                t.nvme_backward_seconds, t.nvme_weights_seconds, t.stall_seconds, t.step_seconds,
+                t.bottleneck,
                 t.tokens_per_second, t.model_tflops, t.hardware_tflops));
   return out;
 }
@@ -362,6 +370,7 @@ std::string PlanResult::ToJson() const {
                {"host_optimizer_seconds", time.optimizer_seconds},
                {"grad_norm_seconds", time.grad_norm_seconds},
                {"nvme_seconds", time.nvme_seconds},
+               {"nvme_weights_seconds", time.nvme_weights_seconds},
                {"nvme_optimizer_seconds", time.nvme_optimizer_seconds},
                {"nvme_backward_seconds", time.nvme_backward_seconds},
                {"stall_seconds", time.stall_seconds},

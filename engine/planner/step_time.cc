@@ -158,7 +158,8 @@ StepWork BuildStepWork(const ExecutorGeometry& g, const ExecutorOptions& options
           }
           break;
         case StageKind::kHead:
-          o.gemm_flops = 6.0 * n * m.hidden * m.vocab;
+          // Logits, and in vocabulary blocks (exec/fragment_parts.h) logits again, dh and dW.
+          o.gemm_flops = 8.0 * n * m.hidden * m.vocab;
           o.elementwise_bytes = (4.0 * n * m.vocab + 6.0 * n * m.hidden) * a + stage * 4;
           break;
         case StageKind::kLayerBackward:
@@ -217,6 +218,17 @@ void AddNvmeGradientTraffic(StepWork& w, const std::vector<double>& gradient_byt
   }
 }
 
+void AddNvmeWeightTraffic(StepWork& w, const std::vector<double>& compute_copy_bytes) {
+  for (OpWork& o : w.ops) {
+    if (o.weight_bytes <= 0) continue;  // its slot already holds the weights
+    for (int e : o.op.entries) {
+      if (e >= 0 && static_cast<size_t>(e) < compute_copy_bytes.size()) {
+        o.nvme_weight_bytes += compute_copy_bytes[e];
+      }
+    }
+  }
+}
+
 StepTimeEstimate EstimateStepTime(const StepWork& w, const HardwareProfile& hw,
                                   const NvmeEntryIo& nvme) {
   StepTimeEstimate t;
@@ -254,7 +266,11 @@ StepTimeEstimate EstimateStepTime(const StepWork& w, const HardwareProfile& hw,
   RingStream ring(w.weight_ring_bytes);
   for (const OpWork& o : w.ops) {
     const double compute = OpComputeSeconds(o, hw);
-    const double copy_in = CopySeconds(o.copy_in_bytes, hw.h2d_gbps, hw, o.copies);
+    // From NVMe, a weight copy reads the compute copy ahead of the link: the slower one bounds it.
+    const double nvme_weights = NvmeSeconds(o.nvme_weight_bytes, hw.nvme_read_gbps);
+    const double copy_in =
+        std::max(CopySeconds(o.copy_in_bytes, hw.h2d_gbps, hw, o.copies), nvme_weights);
+    t.nvme_weights_seconds += nvme_weights;
     const double nvme_write = NvmeSeconds(o.nvme_write_bytes, hw.nvme_write_gbps);
     const double nvme_read = NvmeSeconds(o.nvme_read_bytes, hw.nvme_read_gbps);
     t.nvme_backward_seconds += nvme_write + nvme_read;
@@ -317,7 +333,7 @@ StepTimeEstimate EstimateStepTime(const StepWork& w, const HardwareProfile& hw,
       }
     }
   }
-  t.nvme_seconds = t.nvme_optimizer_seconds + t.nvme_backward_seconds;
+  t.nvme_seconds = t.nvme_optimizer_seconds + t.nvme_backward_seconds + t.nvme_weights_seconds;
   t.pipeline_seconds = std::max(compute_free, copy_out_free);
   t.step_seconds = t.pipeline_seconds + t.grad_norm_seconds;
   if (hw.cpu_device)

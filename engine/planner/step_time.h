@@ -51,6 +51,7 @@ struct OpWork {
   double accumulate_elements = 0;  // gradients added into a slab on the host (accumulation)
   double nvme_read_bytes = 0;      // copy-out: gradient sums read back from NVMe
   double nvme_write_bytes = 0;     // copy-out: gradients written to NVMe
+  double nvme_weight_bytes = 0;    // copy-in: the compute copy read from NVMe
   int copies = 0;                  // separate transfers (each pays the link latency)
 };
 
@@ -74,6 +75,10 @@ StepWork BuildStepWork(const ExecutorGeometry& g, const ExecutorOptions& options
 // the op producing them, and read back first from its second contribution of the step on.
 void AddNvmeGradientTraffic(StepWork& work, const std::vector<double>& gradient_bytes);
 
+// The compute copy on NVMe: every op that copies weights reads its entries' compute_copy_bytes
+// (NvmeEntryIo) from NVMe; the weight copy takes the longer of the link and the disk.
+void AddNvmeWeightTraffic(StepWork& work, const std::vector<double>& compute_copy_bytes);
+
 // Seconds the op computes on the device of the profile.
 double OpComputeSeconds(const OpWork& op, const HardwareProfile& hw);
 
@@ -83,9 +88,10 @@ struct StepTimeEstimate {
   double copy_in_seconds = 0;
   double copy_out_seconds = 0;
   double optimizer_seconds = 0;       // host AdamW over all entries
-  double nvme_seconds = 0;            // NVMe busy time: optimizer pass + backward's gradient I/O
+  double nvme_seconds = 0;  // NVMe busy time: optimizer pass + gradient I/O + weight reads
   double nvme_optimizer_seconds = 0;  // m, v, master read + written, gradients read
   double nvme_backward_seconds = 0;   // gradients written (and read back) by copy-out
+  double nvme_weights_seconds = 0;    // the compute copy read by the weight copies
   double grad_norm_seconds = 0;
   // The pipeline: when the last op ended, and the time compute waited for copies or updates.
   double pipeline_seconds = 0;
