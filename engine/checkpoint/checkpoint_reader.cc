@@ -150,20 +150,16 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Trainer&
   std::vector<std::array<std::vector<Copy>, 2>> state_plan(layout.num_entries());
   size_t layout_tensors = 0;
   // A master on the NVMe tier is read into RAM scratch of the entry's size
-  // (ParameterStore::MasterScratch, or a buffer of its own), then written
-  // through the store with m and v below.
-  std::vector<std::vector<float>> own_scratch(layout.num_entries());
+  // (ParameterStore::MasterScratch), then written through the store with m
+  // and v below. An entry without such RAM (every array on NVMe) is read
+  // with m and v, one entry at a time, through one staging buffer.
   std::vector<float*> master_dests(layout.num_entries());
-  for (int e = 0; e < layout.num_entries(); ++e) {
-    master_dests[e] = store.MasterScratch(e);
-    if (master_dests[e] == nullptr) {
-      own_scratch[e].resize(store.spec(e).elements);
-      master_dests[e] = own_scratch[e].data();
-    }
-  }
+  std::vector<std::vector<Copy>> staged_master_plan(layout.num_entries());
+  for (int e = 0; e < layout.num_entries(); ++e) master_dests[e] = store.MasterScratch(e);
   const auto master_dest = [&master_dests](int e) { return master_dests[e]; };
   for (int e = 0; e < layout.num_entries(); ++e) {
     float* const master = master_dest(e);
+    std::vector<Copy>& master_plan = master == nullptr ? staged_master_plan[e] : plan;
     for (const TensorSlot& slot : layout.entries()[e].tensors) {
       ++layout_tensors;
       auto it = model_file_of.find(slot.hf_name);
@@ -176,10 +172,11 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Trainer&
         std::vector<Copy> unused;
         s = PlanCopy(*it->second, slot.hf_name, slot, false, nullptr, &unused);  // shape check only
         if (s.ok())
-          s = PlanCopy(**optimizer, "master." + slot.hf_name, slot, true, master + slot.offset,
-                       &plan);
+          s = PlanCopy(**optimizer, "master." + slot.hf_name, slot, true,
+                       master == nullptr ? nullptr : master + slot.offset, &master_plan);
       } else {
-        s = PlanCopy(*it->second, slot.hf_name, slot, true, master + slot.offset, &plan);
+        s = PlanCopy(*it->second, slot.hf_name, slot, true,
+                     master == nullptr ? nullptr : master + slot.offset, &master_plan);
       }
       // m and v land in per-entry staging (see below), at the slot's offset.
       if (s.ok()) {
@@ -207,9 +204,15 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Trainer&
   }
 
   trainer.WaitForUpdates();
+  size_t largest_staged_master = 0;
   for (int e = 0; e < store.num_entries(); ++e) {
+    if (master_dest(e) == nullptr) {
+      largest_staged_master = std::max(largest_staged_master, store.spec(e).elements);
+      continue;
+    }
     std::fill(master_dest(e), master_dest(e) + store.spec(e).elements, 0.0f);
   }
+  std::vector<float> staged_master(largest_staged_master);
   for (const Copy& c : plan) {
     // Cannot fail after the checks above; a failure here is a broken invariant.
     absl::Status s = c.file->ReadFloat32(c.name, absl::MakeSpan(c.dest, c.elements));
@@ -237,11 +240,22 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Trainer&
         !s.ok()) {
       return s;
     }
-    if (store.master_on_nvme()) {
+    if (master_dest(e) == nullptr) {
+      std::fill(staged_master.begin(), staged_master.begin() + n, 0.0f);
+      for (const Copy& c : staged_master_plan[e]) {
+        absl::Status s = c.file->ReadFloat32(
+            c.name, absl::MakeSpan(staged_master.data() + c.entry_offset, c.elements));
+        if (!s.ok()) {
+          return absl::InternalError(absl::StrCat("after verification, reading ", c.name,
+                                                  " failed: ", s.message(),
+                                                  "; the trainer is now inconsistent"));
+        }
+      }
+      if (absl::Status s = store.WriteMaster(e, staged_master.data()); !s.ok()) return s;
+    } else if (store.master_on_nvme()) {
       float* const scratch = master_dest(e);
       if (absl::Status s = store.WriteMaster(e, scratch); !s.ok()) return s;
       if (scratch == store.entry(e).grad) std::fill(scratch, scratch + n, 0.0f);
-      own_scratch[e] = {};
     }
   }
   if (absl::Status s = store.Flush(); !s.ok()) return s;

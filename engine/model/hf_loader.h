@@ -15,7 +15,10 @@ namespace megatrain::engine {
 // `dir`/model.safetensors.index.json (model-0000N-of-0000M.safetensors), and
 // writes every layout tensor, converted exactly to fp32, at its offset in
 // entry_buffers[e] (one buffer of layout.entries()[e].num_elements floats per
-// entry); alignment padding is set to zero.
+// entry); alignment padding is set to zero. A null buffer skips its entry:
+// its tensors are checked like the others but not read (a caller loading a
+// model larger than its RAM goes entry by entry; the tied-head comparison
+// runs in the call that reads the embedding).
 //
 // Refused, with the tensor and file named:
 // - a layout tensor that is missing, present twice (in one file or across

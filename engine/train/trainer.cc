@@ -262,17 +262,7 @@ void Trainer::FillRandomEntry(uint64_t seed, int e, float* master) {
 
 std::vector<float*> Trainer::MasterDestinations() {
   std::vector<float*> out;
-  master_scratch_.clear();
-  for (int e = 0; e < store_.num_entries(); ++e) {
-    float* scratch = store_.MasterScratch(e);
-    if (scratch == nullptr) {
-      // A bf16 compute copy with master and gradient on NVMe: no RAM of the
-      // entry's size exists (docs/operations.md lists this as a limit).
-      master_scratch_.emplace_back(store_.spec(e).elements, 0.0f);
-      scratch = master_scratch_.back().data();
-    }
-    out.push_back(scratch);
-  }
+  for (int e = 0; e < store_.num_entries(); ++e) out.push_back(store_.MasterScratch(e));
   master_destinations_ = out;
   return out;
 }
@@ -291,7 +281,6 @@ absl::Status Trainer::WriteMasters() {
     float* grad = store_.entry(e).grad;
     if (masters[e] == grad) std::memset(grad, 0, store_.spec(e).elements * sizeof(float));
   }
-  master_scratch_.clear();
   if (status.ok()) status = store_.Flush();
   return status;
 }
@@ -299,9 +288,37 @@ absl::Status Trainer::WriteMasters() {
 absl::Status Trainer::LoadHfWeights(const std::string& dir) {
   WaitForUpdates();
   executor_->InvalidateWeights();
-  absl::Status loaded = engine::LoadHfWeights(dir, layout_, MasterDestinations());
-  absl::Status written = WriteMasters();
-  return loaded.ok() ? written : loaded;
+  std::vector<int> without_scratch;
+  for (int e = 0; e < store_.num_entries(); ++e) {
+    if (store_.MasterScratch(e) == nullptr) without_scratch.push_back(e);
+  }
+  if (without_scratch.empty()) {
+    absl::Status loaded = engine::LoadHfWeights(dir, layout_, MasterDestinations());
+    absl::Status written = WriteMasters();
+    return loaded.ok() ? written : loaded;
+  }
+  // Every array of some entries is on NVMe: the entries with a RAM array of
+  // their size first, in one pass, then the others one at a time through one
+  // buffer of the largest, so loading never holds a copy of the model in RAM.
+  std::vector<float*> destinations(static_cast<size_t>(store_.num_entries()), nullptr);
+  for (int e = 0; e < store_.num_entries(); ++e) destinations[e] = store_.MasterScratch(e);
+  if (absl::Status s = engine::LoadHfWeights(dir, layout_, destinations); !s.ok()) return s;
+  for (int e = 0; e < store_.num_entries(); ++e) {
+    if (destinations[e] == nullptr) continue;
+    if (absl::Status s = store_.WriteMaster(e, destinations[e]); !s.ok()) return s;
+    float* grad = store_.entry(e).grad;
+    if (destinations[e] == grad) std::memset(grad, 0, store_.spec(e).elements * sizeof(float));
+  }
+  size_t largest = 0;
+  for (int e : without_scratch) largest = std::max(largest, store_.spec(e).elements);
+  std::vector<float> scratch(largest);
+  for (int e : without_scratch) {
+    std::vector<float*> one(destinations.size(), nullptr);
+    one[e] = scratch.data();
+    if (absl::Status s = engine::LoadHfWeights(dir, layout_, one); !s.ok()) return s;
+    if (absl::Status s = store_.WriteMaster(e, scratch.data()); !s.ok()) return s;
+  }
+  return store_.Flush();
 }
 
 TrainerProgress Trainer::progress() const {

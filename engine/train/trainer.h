@@ -144,7 +144,7 @@ class Trainer {
           const TrainerOptions& options, kernels::cpu::RopeTable rope);
   absl::StatusOr<std::vector<float>> ReadSlab(const std::string& hf_name, bool gradient);
   // Per entry, where new master values are written before WriteMasters
-  // (ParameterStore::MasterScratch, or a buffer of master_scratch_).
+  // (ParameterStore::MasterScratch); only when every entry has one.
   std::vector<float*> MasterDestinations();
   // Draws entry e's initial master into `master` (entry elements floats).
   void FillRandomEntry(uint64_t seed, int e, float* master);
@@ -154,7 +154,6 @@ class Trainer {
   absl::Status WriteMasters();
   std::vector<float*> master_destinations_;
   tiers::NvmeStateStoreStats nvme_reported_;  // NVMe totals at the last StepReport
-  std::vector<std::vector<float>> master_scratch_;
   // AdamW over entry e (chunk by chunk where the state or gradient is on NVMe).
   absl::Status UpdateEntry(int e, const kernels::AdamwStepScalars& decay,
                            const kernels::AdamwStepScalars& no_decay);
