@@ -135,6 +135,63 @@ TEST(EverythingOnNvmeTest, AHeadInVocabularyBlocksOffloadsItsGradientBlockByBloc
   ExpectBitwise(in_ram, TrainFiveSteps(o, shape));
 }
 
+// A Hugging Face model loaded with every array on NVMe goes entry by entry
+// (no RAM array of an entry's size exists): every tensor and the first steps'
+// losses are bitwise those of the all-RAM load.
+TEST(EverythingOnNvmeTest, AHuggingFaceModelLoadsEntryByEntryWithEverythingOnNvme) {
+  absl::Status usable;
+  const std::string dir = tiers::FreshTestDir("everything_on_nvme_hf_load", &usable);
+  if (!usable.ok()) GTEST_SKIP() << "no O_DIRECT scratch directory: " << usable;
+  const std::string fixture = "tests/golden/qwen2_tiny";
+  absl::StatusOr<ModelConfig> config = LoadModelConfig(fixture + "/config.json");
+  ASSERT_TRUE(config.ok()) << config.status();
+  TrainerOptions ram = BaseOptions();
+  ram.seq_len = 8;
+  ram.micro_batch_size = 1;
+  TrainerOptions nvme = ram;
+  nvme.memory.enabled = true;
+  nvme.memory.master_on_nvme = true;
+  nvme.memory.grad_on_nvme = true;
+  nvme.memory.compute_copy_on_nvme = true;
+  nvme.memory.nvme_chunk_bytes = kSmallChunk;
+  nvme.memory.budgets.ram = size_t{64} << 20;
+  nvme.memory.budgets.nvme_dir = dir;
+  nvme.memory.budgets.nvme_bytes = size_t{1} << 30;
+  std::vector<double> losses[2];
+  std::vector<std::vector<float>> tensors[2];
+  int t = 0;
+  for (const TrainerOptions& o : {ram, nvme}) {
+    auto device = MakeCpuDevice(size_t{32} << 20);
+    auto trainer = Trainer::Create(*device, *config, o);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    if (t == 1) {
+      const ParameterStore& store = (*trainer)->store();
+      for (int e = 0; e < store.num_entries(); ++e) {
+        if (e != (*trainer)->layout().embedding_entry()) EXPECT_EQ(store.MasterScratch(e), nullptr);
+      }
+    }
+    ASSERT_TRUE((*trainer)->LoadHfWeights(fixture).ok());
+    for (const LayoutEntry& entry : (*trainer)->layout().entries()) {
+      for (const TensorSlot& slot : entry.tensors) {
+        auto values = (*trainer)->ReadTensor(slot.hf_name);
+        ASSERT_TRUE(values.ok()) << values.status();
+        tensors[t].push_back(*values);
+      }
+    }
+    const auto batches = MakeTokenBatches(4, 8, static_cast<int>(config->vocab_size), 23);
+    for (int step = 0; step < 2; ++step) {
+      auto r = (*trainer)->Step(batches.InputPointers(step, 1), batches.TargetPointers(step, 1));
+      ASSERT_TRUE(r.ok()) << r.status();
+      losses[t].push_back(r->loss);
+    }
+    ++t;
+  }
+  EXPECT_EQ(tensors[0], tensors[1]);
+  ASSERT_EQ(losses[1].size(), 2u);
+  EXPECT_EQ(std::memcmp(losses[0].data(), losses[1].data(), 2 * sizeof(double)), 0)
+      << losses[0][1] << " vs " << losses[1][1];
+}
+
 TEST(EverythingOnNvmeTest, GradientsAloneOnNvmeAreBitwiseIdentical) {
   absl::Status usable;
   const std::string dir = tiers::FreshTestDir("grad_on_nvme", &usable);
