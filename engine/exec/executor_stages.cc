@@ -1,0 +1,137 @@
+// StreamingExecutor's ops: each stage's math on the compute stream (whole
+// slots), the head's forms, gradients copied out into RAM or NVMe, and the
+// host embedding's gather and scatter.
+#include "engine/exec/streaming_executor_impl.h"
+
+#include <algorithm>
+
+#include "engine/exec/nvme_gradient_offload.h"
+
+namespace megatrain::engine {
+
+using namespace executor_internal;  // NOLINT: the executor's own shapes
+
+absl::Status StreamingExecutor::Impl::EnqueueOp(const ScheduledOp& op,
+                                                const std::vector<size_t>& offsets, int slot,
+                                                int grad, const void* x_in, void* x_out,
+                                                const void* dx_out, void* dx_in,
+                                                float inv_total_valid) {
+  const void* w = slots[slot].data();
+  float* g = grads[grad].data_as<float>();
+  size_t grad_floats = 0;
+  if (op.produces_gradients) StageOffsets(entry_elements, op.entries, &grad_floats);
+  const TimelineTag tag{SpanKind::kCompute, DescribeOp(op), op.layer};
+  switch (op.kind) {
+    case StageKind::kLayerForward:
+      // A forward that saves nothing writes its intermediates into set 0: no
+      // saved set is live before the top block's forward or during evaluation.
+      return backend->LayerForward(*compute, w, x_in, op.save_activations ? op.activation_set : 0,
+                                   x_out, tag);
+    case StageKind::kLayerBackward:
+      return backend->LayerBackward(*compute, w, op.activation_set, dx_out, dx_in, g, grad_floats,
+                                    tag);
+    case StageKind::kHead: {
+      HeadArgs args;
+      args.final_norm = SlotPointer(slot, offsets[0]);
+      args.lm_head = SlotPointer(slot, offsets[1]);
+      args.x_final = x_in;
+      if (op.produces_gradients) {
+        args.final_norm_grad = g + offsets[0];
+        args.lm_head_grad = g + offsets[1];
+      }
+      return EnqueueHead(op, args, dx_in, inv_total_valid, tag);
+    }
+    case StageKind::kEmbedForward:
+    case StageKind::kEmbedBackward:
+      break;  // host stages: EnqueueEmbeddingForward / EnqueueEmbeddingBackward
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StreamingExecutor::Impl::EnqueueHead(const ScheduledOp& op, HeadArgs args,
+                                                  void* dx_in, float inv_total_valid,
+                                                  const TimelineTag& tag) {
+  args.targets = targets.data_as<int32_t>();
+  args.host_targets = host_targets.data();
+  if (op.loss_only && logits_output != nullptr) {
+    args.logits = logits_output;
+    return backend->HeadLogits(*compute, args, tag);
+  }
+  if (op.loss_only) return backend->HeadLoss(*compute, args, tag);
+  args.inv_total_valid = inv_total_valid;
+  args.dx_final = dx_in;
+  return backend->HeadForwardBackward(*compute, args, tag);
+}
+
+void StreamingExecutor::Impl::EnqueueGradientCopyOut(int e, const float* src, size_t first,
+                                                     size_t count, bool overwrite,
+                                                     const TimelineTag& tag) {
+  if (store.grad_on_nvme(e)) {
+    EnqueueNvmeGradientOffload(*copy_out, *store.nvme_gradients(), e, src, first, count, overwrite,
+                               gradient_staging.data_as<float>(),
+                               std::min(count, kGradientStagingFloats), tag);
+    return;
+  }
+  float* slab = store.entry(e).grad + first;
+  if (overwrite) {
+    copy_out->CopyDeviceToHost(slab, src, count * sizeof(float), tag);
+    return;
+  }
+  float* staged = gradient_staging.data_as<float>();
+  for (size_t done = 0; done < count; done += kGradientStagingFloats) {
+    const size_t n = std::min(kGradientStagingFloats, count - done);
+    copy_out->CopyDeviceToHost(staged, src + done, n * sizeof(float), tag);
+    copy_out->EnqueueHostTask(
+        [staged, slab = slab + done, n] {
+          for (size_t j = 0; j < n; ++j) slab[j] += staged[j];
+        },
+        {SpanKind::kCopyOut, "accumulate gradients", tag.layer});
+  }
+}
+
+void StreamingExecutor::Impl::EnqueueEmbeddingForward(const ScheduledOp& op, void* x_out,
+                                                      uint64_t weights_version) {
+  const int e = op.host_entry;
+  void* rows = embedding_rows.data();
+  const EntryBuffers table = store.entry(e);
+  if (WaitForUpdatesOnHost()) {
+    gate.WaitFor(e, weights_version);
+    backend->GatherEmbeddingRows(table, host_ids.data(), rows);
+  } else {
+    UpdateGate* update_gate = &gate;
+    copy_in->EnqueueHostTask(
+        [update_gate, e, weights_version] { update_gate->WaitFor(e, weights_version); },
+        {SpanKind::kWait, "optimizer update", -1});
+    Impl* self = this;
+    copy_in->EnqueueHostTask(
+        [self, table, rows] {
+          self->backend->GatherEmbeddingRows(table, self->host_ids.data(), rows);
+        },
+        {SpanKind::kCopyIn, "embed.gather", -1});
+  }
+  copy_in->CopyHostToDevice(x_out, rows, activation_bytes(),
+                            {SpanKind::kCopyIn, DescribeOp(op), -1});
+  copy_in->RecordEvent(*embedding_in_ready);
+  compute->WaitEvent(*embedding_in_ready, {SpanKind::kWait, "embedding rows", -1});
+}
+
+void StreamingExecutor::Impl::EnqueueEmbeddingBackward(const ScheduledOp& op, const void* dx_out,
+                                                       bool first_contribution) {
+  const int e = op.host_entry;
+  void* rows = embedding_rows.data();
+  float* slab = store.entry(e).grad;
+  compute->RecordEvent(*embedding_grad_ready);
+  copy_out->WaitEvent(*embedding_grad_ready, {SpanKind::kWait, "gradients ready", -1});
+  copy_out->CopyDeviceToHost(rows, dx_out, activation_bytes(),
+                             {SpanKind::kCopyOut, DescribeOp(op), -1});
+  Impl* self = this;
+  copy_out->EnqueueHostTask(
+      [self, rows, slab, first_contribution] {
+        self->backend->ScatterEmbeddingGradients(rows, self->host_ids.data(), first_contribution,
+                                                 slab);
+      },
+      {SpanKind::kCopyOut, "embed.scatter", -1});
+  copy_out->RecordEvent(*copy_out_done);
+}
+
+}  // namespace megatrain::engine

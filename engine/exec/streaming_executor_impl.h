@@ -1,0 +1,158 @@
+// StreamingExecutor::Impl: the executor's device buffers, streams, events
+// and per-run state, shared by the files that run it (streaming_executor.cc:
+// creation and one micro-batch's op loop; executor_stages.cc: each op's
+// math and transfers; executor_fragments.cc: the weight ring;
+// executor_activations.cc: activation modes). Private to engine/exec.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "engine/exec/activation_measurement.h"
+#include "engine/exec/fragment_plan.h"
+#include "engine/exec/stage_backend.h"
+#include "engine/exec/streaming_executor.h"
+#include "engine/exec/streaming_executor_shapes.h"
+#include "engine/exec/weight_slot_policy.h"
+
+namespace megatrain::engine {
+
+struct StreamingExecutor::Impl {
+  Device& device;
+  ModelDims dims;
+  ExecutorLayout layout;
+  ParameterStore& store;
+  UpdateGate& gate;
+  ExecutorOptions options;
+  std::unique_ptr<StageBackend> backend;
+  StageSizes sizes;
+  std::vector<ScheduledOp> schedule;
+  std::vector<size_t> entry_elements;  // padded floats of each store entry
+  executor_internal::PlanShape shape;
+
+  std::unique_ptr<Stream> copy_in, compute, copy_out;
+  std::vector<std::unique_ptr<Event>> slot_ready, slot_free;
+  std::unique_ptr<Event> grad_ready[2], grad_free[2];
+  std::unique_ptr<Event> tokens_ready, x_ready, checkpoint_out_done, checkpoint_in_ready,
+      checkpoint_stage_free, compute_done, copy_out_done, embedding_in_ready, embedding_grad_ready;
+
+  std::vector<DeviceBuffer> slots;
+  // Fragment mode: the ring, the plans of both schedules and one ready and
+  // one free event per fragment (shared by the two plans: one Run at a time).
+  DeviceBuffer ring;
+  FragmentPlan step_fragments, eval_fragments;
+  FragmentPlanInputs fragment_inputs;  // to re-plan when the activation modes change
+  std::vector<std::unique_ptr<Event>> fragment_ready, fragment_free;
+  DeviceBuffer grads[2];
+  std::unique_ptr<WeightSlotPolicy> slot_policy;
+  std::vector<ScheduledOp> eval_schedule;
+  std::vector<DeviceBuffer> activation_sets;
+  DeviceBuffer x[2], dx[2];
+  DeviceBuffer stage_scratch;  // the backend's workspaces
+  DeviceBuffer ids, targets, positions;
+  std::vector<DeviceBuffer> device_checkpoints;
+  DeviceBuffer checkpoint_stage;
+  std::vector<PinnedHostBuffer> host_checkpoints;
+  // Later gradient contributions of a step land here chunk by chunk and are
+  // added into the host slab in copy_out stream order (bounded pinned memory).
+  PinnedHostBuffer gradient_staging;
+  // The embedding stages' pinned rows: the batch's gathered rows going in,
+  // their gradients coming out (activation_bytes()).
+  PinnedHostBuffer embedding_rows;
+  std::vector<int32_t> host_ids;      // the micro-batch's token ids, for the host embedding
+  std::vector<int32_t> host_targets;  // and its targets, for backends that count on the host
+
+  float* logits_output = nullptr;  // device buffer; when set, the eval head writes logits
+
+  // Adaptive recomputation: the block modes the schedule was built with, the
+  // policy choosing them (null when forced), and per working set the events
+  // of its offload copy (written, out), of its fetch (gate, in).
+  ActivationDecision activation_decision;
+  std::unique_ptr<ActivationPolicy> activation_policy;
+  int working_sets = 0;
+  int keep_capacity_blocks = 0;
+  std::vector<std::unique_ptr<Event>> set_written, set_out_done, set_fetch_gate, set_in_ready;
+  std::unique_ptr<Event> offloads_done;
+  std::vector<PinnedHostBuffer> offloaded_sets;  // per layer, allocated when first offloaded
+  LayerTraffic traffic;                          // since the last ObserveTimeline
+
+  Impl(Device& d, const ModelDims& m, const ExecutorLayout& l, ParameterStore& s, UpdateGate& g,
+       const ExecutorOptions& o, std::unique_ptr<StageBackend> b)
+      : device(d),
+        dims(m),
+        layout(l),
+        store(s),
+        gate(g),
+        options(o),
+        backend(std::move(b)),
+        sizes(backend->sizes()) {}
+
+  size_t activation_bytes() const { return executor_internal::ActivationBytes(dims, sizes); }
+  // A CUDA stream runs host tasks on the driver's callback thread, which must
+  // not block for an optimizer update (it would hold up every stream's host
+  // work): there the enqueueing thread waits for the update instead, which
+  // still leaves the already enqueued earlier stages running. The CPU device
+  // waits inside its copy stream, so enqueueing never blocks.
+  bool WaitForUpdatesOnHost() const { return device.kind() == DeviceKind::kCuda; }
+  void* SlotPointer(int slot, size_t element_offset) const {
+    return slots[slot].data_as<char>() + element_offset * sizes.weight_element_bytes;
+  }
+  bool fragment_mode() const { return options.weight_ring_bytes > 0; }
+  // Where an activation checkpoint is read from in backward.
+  void* CheckpointPointer(int c) const;
+
+  absl::Status Allocate(int num_slots);
+  absl::StatusOr<MicroBatchResult> Run(const std::vector<ScheduledOp>& ops, const int32_t* inputs,
+                                       const int32_t* targets, float inv_total_valid,
+                                       bool first_micro_batch, uint64_t weights_version);
+  bool CheckpointOnHost(int c) const { return c >= shape.device_checkpoints; }
+  void EnqueueEmbeddingForward(const ScheduledOp& op, void* x_out, uint64_t weights_version);
+  void EnqueueEmbeddingBackward(const ScheduledOp& op, const void* dx_out, bool first_contribution);
+  absl::Status EnqueueOp(const ScheduledOp& op, const std::vector<size_t>& offsets, int slot,
+                         int grad, const void* x_in, void* x_out, const void* dx_out, void* dx_in,
+                         float inv_total_valid);
+  // The head in the form the op asks for (logits, loss, or forward + backward).
+  absl::Status EnqueueHead(const ScheduledOp& op, HeadArgs args, void* dx_in,
+                           float inv_total_valid, const TimelineTag& tag);
+  // copy_out: `count` gradient floats of entry e from element `first`, at
+  // `src` on the device, stored into the entry's gradient (the step's first
+  // contribution) or added to it, in RAM or on NVMe.
+  void EnqueueGradientCopyOut(int e, const float* src, size_t first, size_t count, bool overwrite,
+                              const TimelineTag& tag);
+
+  // Fragment mode. Copies run in plan order; `next_copy` is the first fragment
+  // not yet enqueued and `parts_enqueued` the parts whose frees are recorded.
+  struct FragmentCursor {
+    const std::vector<ScheduledOp>* ops = nullptr;
+    const FragmentPlan* plan = nullptr;
+    int next_copy = 0;
+    uint64_t weights_version = 0;
+  };
+  void EnqueueFragmentCopy(FragmentCursor& cursor);
+  // Enqueues every copy whose blocker is freed by a part < parts_enqueued.
+  void EnqueueCopiesAhead(FragmentCursor& cursor, int parts_enqueued);
+  // A training head also copies out each part's gradient (a vocabulary
+  // block's, the final norm's) through the two gradient buffers, starting
+  // with buffer `grad` and leaving it at the next free one; `contributed`
+  // says which entries this step's gradients already reached.
+  absl::Status EnqueueFragmentedOp(const ScheduledOp& op, int op_index, FragmentCursor& cursor,
+                                   int& grad, std::vector<bool>& contributed, const void* x_in,
+                                   void* x_out, const void* dx_out, void* dx_in,
+                                   float inv_total_valid);
+
+  absl::Status SetUpActivationPolicy();
+  ActivationCosts ActivationCostsOf() const;
+  // Rebuilds the schedule for `decision`, allocating host copies for newly
+  // offloaded layers.
+  absl::Status ApplyActivationDecision(const ActivationDecision& decision);
+  // copy_in: the fetches whose sets the ops before were done with.
+  void EnqueueFetches(std::vector<ActivationFetch>& pending);
+  // compute, before the op: the offload copy of the set it overwrites, the
+  // fetch of the set it reads.
+  void WaitForActivationSets(const ScheduledOp& op, std::vector<bool>& offload_pending);
+  // After the op: its set's offload copy, the gates of the fetches it allows.
+  void AfterActivationOp(const ScheduledOp& op, std::vector<bool>& offload_pending,
+                         std::vector<ActivationFetch>& pending);
+};
+
+}  // namespace megatrain::engine
