@@ -64,6 +64,29 @@ double Sequential(BlockIo& io, DirectFile& file, IoOp op, uint64_t bytes, size_t
   return static_cast<double>(bytes) / Since(t0) / 1e9;
 }
 
+// Reads `bytes` of `from` while writing `bytes` of `to`, requests alternating, `buffers.size()`
+// in flight: what the disk moves when the optimizer's read-ahead and write-back overlap, as
+// they do in a step. Returns GB/s of both directions together.
+double Mixed(BlockIo& io, DirectFile& from, DirectFile& to, uint64_t bytes, size_t request,
+             std::vector<AlignedBuffer>& buffers) {
+  std::vector<IoFuture> inflight(buffers.size());
+  const auto t0 = Clock::now();
+  size_t i = 0;
+  for (uint64_t off = 0; off < bytes; off += request) {
+    for (IoOp op : {IoOp::kRead, IoOp::kWrite}) {
+      IoFuture& slot = inflight[i % inflight.size()];
+      if (slot.valid() && !slot.Wait().ok()) std::abort();
+      slot = io.Submit({op, op == IoOp::kRead ? &from : &to, off,
+                        buffers[i % buffers.size()].data(), request});
+      ++i;
+    }
+  }
+  for (IoFuture& f : inflight) {
+    if (f.valid() && !f.Wait().ok()) std::abort();
+  }
+  return 2.0 * static_cast<double>(bytes) / Since(t0) / 1e9;
+}
+
 int Run() {
   const std::string dir = absl::GetFlag(FLAGS_dir);
   std::filesystem::create_directories(dir);
@@ -75,7 +98,8 @@ int Run() {
   double best_read = 0, best_write = 0;
   std::printf("probe: %s, %llu MiB, O_DIRECT io_uring sequential\n", dir.c_str(),
               static_cast<unsigned long long>(probe_bytes >> 20));
-  std::printf("%6s %9s %10s %10s\n", "qdepth", "req_KiB", "write_GB/s", "read_GB/s");
+  std::printf("%6s %9s %10s %10s %11s\n", "qdepth", "req_KiB", "write_GB/s", "read_GB/s",
+              "mixed_GB/s");
   for (const std::string& qd_text : absl::GetFlag(FLAGS_queue_depths)) {
     for (const std::string& kib_text : absl::GetFlag(FLAGS_request_kib)) {
       const int qd = std::stoi(qd_text);
@@ -92,12 +116,18 @@ int Run() {
       const double w = Sequential(**io, *file, IoOp::kWrite, probe_bytes, request, buffers);
       if (!file->Sync().ok()) return 1;
       const double r = Sequential(**io, *file, IoOp::kRead, probe_bytes, request, buffers);
+      // Half the probe read back while a second file of that size is written.
+      auto second = DirectFile::Open(dir + "/probe2.bin", DirectFile::Mode::kCreateTruncate);
+      if (!second.ok() || !second->Reserve(probe_bytes / 2).ok()) return 1;
+      const double mixed = Mixed(**io, *file, *second, probe_bytes / 2, request, buffers);
+      if (!second->Sync().ok()) return 1;
       best_read = std::max(best_read, r);
       best_write = std::max(best_write, w);
-      std::printf("%6d %9zu %10.2f %10.2f\n", qd, request >> 10, w, r);
+      std::printf("%6d %9zu %10.2f %10.2f %11.2f\n", qd, request >> 10, w, r, mixed);
     }
   }
   std::filesystem::remove(dir + "/probe.bin");
+  std::filesystem::remove(dir + "/probe2.bin");
 
   // Optimizer-state streaming: each pass acquires every entry in order (m and v read ahead),
   // touches one float per page (a stand-in for an update far faster than the disk), releases.
