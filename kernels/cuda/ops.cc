@@ -70,6 +70,20 @@ absl::Status CheckElementwise(
   return CheckGrid(ElementwiseGrid(n), op);
 }
 
+// The vocabulary-block cross-entropy ops share theirs: stream, rows >= 0, a
+// non-empty block at a non-negative row, non-null tensors, a row grid.
+absl::Status CheckHeadBlock(absl::string_view op, cudaStream_t stream, int64_t rows,
+                            int64_t block_vocab, int64_t first_row,
+                            std::initializer_list<std::pair<const void*, absl::string_view>> ptrs) {
+  MT_RETURN_IF_ERROR(CheckStream(stream, op));
+  MT_RETURN_IF_ERROR(CheckNonNegative(rows, "rows", op));
+  MT_RETURN_IF_ERROR(CheckPositive(block_vocab, "block_vocab", op));
+  MT_RETURN_IF_ERROR(CheckNonNegative(first_row, "first_row", op));
+  if (rows == 0) return absl::OkStatus();
+  for (const auto& [p, name] : ptrs) MT_RETURN_IF_ERROR(CheckPointer(p, name, op));
+  return CheckGrid(RowGrid(rows), op);
+}
+
 }  // namespace
 
 absl::Status EmbeddingForward(const int32_t* ids, int64_t tokens, const void* table, int64_t vocab,
@@ -256,17 +270,13 @@ absl::Status HeadBlockStats(const void* logits, const int32_t* targets, int64_t 
                             int64_t block_vocab, int64_t first_row, float* row_max,
                             float* row_sum, float* target_logit, cudaStream_t stream) {
   constexpr absl::string_view kOp = "HeadBlockStats";
-  MT_RETURN_IF_ERROR(CheckStream(stream, kOp));
-  MT_RETURN_IF_ERROR(CheckNonNegative(rows, "rows", kOp));
-  MT_RETURN_IF_ERROR(CheckPositive(block_vocab, "block_vocab", kOp));
-  MT_RETURN_IF_ERROR(CheckNonNegative(first_row, "first_row", kOp));
+  MT_RETURN_IF_ERROR(CheckHeadBlock(kOp, stream, rows, block_vocab, first_row,
+                                    {{logits, "logits"},
+                                     {targets, "targets"},
+                                     {row_max, "row_max"},
+                                     {row_sum, "row_sum"},
+                                     {target_logit, "target_logit"}}));
   if (rows == 0) return absl::OkStatus();
-  MT_RETURN_IF_ERROR(CheckPointer(logits, "logits", kOp));
-  MT_RETURN_IF_ERROR(CheckPointer(targets, "targets", kOp));
-  MT_RETURN_IF_ERROR(CheckPointer(row_max, "row_max", kOp));
-  MT_RETURN_IF_ERROR(CheckPointer(row_sum, "row_sum", kOp));
-  MT_RETURN_IF_ERROR(CheckPointer(target_logit, "target_logit", kOp));
-  MT_RETURN_IF_ERROR(CheckGrid(RowGrid(rows), kOp));
   return CudaStatus(launch::HeadBlockStats(Bf16(logits), targets, rows, block_vocab, first_row,
                                            row_max, row_sum, target_logit, stream),
                     kOp);
@@ -294,17 +304,13 @@ absl::Status HeadBlockGrad(const void* logits, const int32_t* targets, int64_t r
                            int64_t block_vocab, int64_t first_row, const float* row_max,
                            const float* row_sum, float scale, void* dlogits, cudaStream_t stream) {
   constexpr absl::string_view kOp = "HeadBlockGrad";
-  MT_RETURN_IF_ERROR(CheckStream(stream, kOp));
-  MT_RETURN_IF_ERROR(CheckNonNegative(rows, "rows", kOp));
-  MT_RETURN_IF_ERROR(CheckPositive(block_vocab, "block_vocab", kOp));
-  MT_RETURN_IF_ERROR(CheckNonNegative(first_row, "first_row", kOp));
+  MT_RETURN_IF_ERROR(CheckHeadBlock(kOp, stream, rows, block_vocab, first_row,
+                                    {{logits, "logits"},
+                                     {targets, "targets"},
+                                     {row_max, "row_max"},
+                                     {row_sum, "row_sum"},
+                                     {dlogits, "dlogits"}}));
   if (rows == 0) return absl::OkStatus();
-  MT_RETURN_IF_ERROR(CheckPointer(logits, "logits", kOp));
-  MT_RETURN_IF_ERROR(CheckPointer(targets, "targets", kOp));
-  MT_RETURN_IF_ERROR(CheckPointer(row_max, "row_max", kOp));
-  MT_RETURN_IF_ERROR(CheckPointer(row_sum, "row_sum", kOp));
-  MT_RETURN_IF_ERROR(CheckPointer(dlogits, "dlogits", kOp));
-  MT_RETURN_IF_ERROR(CheckGrid(RowGrid(rows), kOp));
   return CudaStatus(launch::HeadBlockGrad(Bf16(logits), targets, rows, block_vocab, first_row,
                                           row_max, row_sum, scale, Bf16(dlogits), stream),
                     kOp);

@@ -56,6 +56,15 @@ TEST(OpsValidationTest, NamesBadFieldsAndValues) {
   s = CrossEntropy(kFake, static_cast<int32_t*>(kFake), 2, 0, 1.0f, kFake,
                    static_cast<float*>(kFake), static_cast<float*>(kFake), kFakeStream);
   EXPECT_THAT(s.message(), HasSubstr("vocab = 0"));
+  s = HeadBlockStats(kFake, static_cast<int32_t*>(kFake), 2, 0, 0, static_cast<float*>(kFake),
+                     static_cast<float*>(kFake), static_cast<float*>(kFake), kFakeStream);
+  EXPECT_THAT(s.message(), HasSubstr("block_vocab = 0"));
+  s = HeadBlockGrad(kFake, static_cast<int32_t*>(kFake), 2, 8, -1, static_cast<float*>(kFake),
+                    static_cast<float*>(kFake), 1.0f, kFake, kFakeStream);
+  EXPECT_THAT(s.message(), HasSubstr("first_row = -1"));
+  s = HeadBlockGrad(kFake, static_cast<int32_t*>(kFake), 2, 8, 0, static_cast<float*>(kFake),
+                    static_cast<float*>(kFake), 1.0f, nullptr, kFakeStream);
+  EXPECT_THAT(s.message(), HasSubstr("dlogits"));
   s = EmbeddingBackward(static_cast<int32_t*>(kFake), static_cast<int32_t*>(kFake),
                         static_cast<int32_t*>(kFake), 9, 4, kFake, 8, static_cast<float*>(kFake),
                         kFakeStream);
