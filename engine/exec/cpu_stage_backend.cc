@@ -147,6 +147,9 @@ class CpuStageBackend final : public StageBackend {
           a.dx_final = static_cast<float*>(args.dx_final);
           a.final_norm_grad = args.final_norm_grad;
           a.logits = args.logits;
+          if (args.gradient_buffer != nullptr) {
+            std::memset(args.gradient_buffer, 0, args.grad_floats * sizeof(float));
+          }
           std::optional<HeadResult> r;
           if (args.part < 0) {
             r = CpuHead(self->dims_, a, Floats(args.lm_head), args.lm_head_grad,

@@ -2,6 +2,7 @@
 // rounded up to kCudaCarveAlignment bytes, in a fixed order.
 #include "engine/exec/cuda_activation_sets.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -90,7 +91,7 @@ CudaHeadScratch CarveInto(const ModelDims& m, ByteCarver& c, CudaHeadScratch*) {
   h.row_sum = c.Take<float>(n);
   h.target_logit = c.Take<float>(n);
   h.logits = c.Take<bf16>(m.head_chunk * HeadBlockRows(m));
-  h.logits_f32 = c.Take<float>(m.head_chunk * HeadBlockRows(m));
+  h.logits_f32 = c.Take<float>(CudaHeadLogitsRows(m) * HeadBlockRows(m));
   h.row_loss = c.Take<float>(m.head_chunk);
   h.norm_workspace_floats =
       kernels::cuda::RmsnormBackwardWorkspaceFloats(n, static_cast<int>(m.hidden));
@@ -136,6 +137,8 @@ kernels::cuda::AttentionShape CudaAttentionShape(const ModelDims& m) {
   s.softmax_scale = m.head_dim > 0 ? 1.0f / std::sqrt(static_cast<float>(m.head_dim)) : 0.0f;
   return s;
 }
+
+int64_t CudaHeadLogitsRows(const ModelDims& m) { return std::min<int64_t>(m.head_chunk, 64); }
 
 int64_t HeadChunkCount(const ModelDims& m) {
   if (m.head_chunk <= 0) return 0;

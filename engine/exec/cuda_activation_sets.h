@@ -69,7 +69,7 @@ struct CudaHeadScratch {
   float* row_sum = nullptr;         // [N]
   float* target_logit = nullptr;    // [N]
   __nv_bfloat16* logits = nullptr;  // [head_chunk, HeadBlockRows]; overwritten by d logits
-  float* logits_f32 = nullptr;      // [head_chunk, HeadBlockRows]: the logits form's
+  float* logits_f32 = nullptr;      // [CudaHeadLogitsRows, HeadBlockRows]: the logits form's
   float* row_loss = nullptr;        // [head_chunk]
   float* norm_workspace = nullptr;  // RmsnormBackwardWorkspaceFloats(N, d)
   int64_t norm_workspace_floats = 0;
@@ -90,6 +90,9 @@ struct CudaLayerTables {
 
 // The attention kernels' view of a micro-batch (softmax scale 1/sqrt(D)).
 kernels::cuda::AttentionShape CudaAttentionShape(const ModelDims& m);
+
+// Rows of the logits form's fp32 staging (tests and sampling; min(head_chunk, 64)).
+int64_t CudaHeadLogitsRows(const ModelDims& m);
 
 // Number of token chunks of the fused head: ceil(N / head_chunk).
 int64_t HeadChunkCount(const ModelDims& m);

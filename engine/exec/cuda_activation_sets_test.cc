@@ -149,7 +149,7 @@ TEST_P(CudaCarveTest, HeadScratchHoldsOneBlockChunk) {
        P(h.row_max, n, "row_max"), P(h.row_sum, n, "row_sum"),
        P(h.target_logit, n, "target_logit"),
        P(h.logits, m.head_chunk * HeadBlockRows(m), "logits"),
-       P(h.logits_f32, m.head_chunk * HeadBlockRows(m), "logits_f32"),
+       P(h.logits_f32, CudaHeadLogitsRows(m) * HeadBlockRows(m), "logits_f32"),
        P(h.row_loss, m.head_chunk, "row_loss"),
        P(h.norm_workspace, h.norm_workspace_floats, "norm_workspace")},
       block.ptr, bytes, "CudaHeadScratch");

@@ -408,23 +408,29 @@ absl::Status CudaLayerMath::HeadForwardBlock(const HeadBlock& block, const HeadP
     const int64_t rows = std::min(m.head_chunk, n - first);
     const bf16* h_chunk = s.h + first * d;
     if (p.form == HeadForm::kLogits) {
-      kc::MatmulArgs args;  // [rows, block] = h W_block^T, fp32 out
-      args.m = rows;
-      args.n = block.rows;
-      args.k = d;
-      args.a = h_chunk;
-      args.b = p.lm_block;
-      args.transpose_b = true;
-      args.c = s.logits_f32;
-      args.c_type = kc::GemmOutput::kFp32;
-      MT_RETURN_IF_ERROR(InStep(gemm_.Matmul(args, stream), "Head logits block"));
-      MT_RETURN_IF_ERROR(InStep(
-          kernels::cuda::CudaStatus(
-              cudaMemcpy2DAsync(p.logits + first * m.vocab + block.first_row,
-                                m.vocab * sizeof(float), s.logits_f32, block.rows * sizeof(float),
-                                block.rows * sizeof(float), rows, cudaMemcpyDeviceToDevice, stream),
-              "copy the logits block"),
-          "Head logits block"));
+      // [sub, block] = h W_block^T in fp32, a few rows at a time into the staging.
+      const int64_t staging_rows = CudaHeadLogitsRows(m);
+      for (int64_t sub = 0; sub < rows; sub += staging_rows) {
+        const int64_t sub_rows = std::min(staging_rows, rows - sub);
+        kc::MatmulArgs args;
+        args.m = sub_rows;
+        args.n = block.rows;
+        args.k = d;
+        args.a = h_chunk + sub * d;
+        args.b = p.lm_block;
+        args.transpose_b = true;
+        args.c = s.logits_f32;
+        args.c_type = kc::GemmOutput::kFp32;
+        MT_RETURN_IF_ERROR(InStep(gemm_.Matmul(args, stream), "Head logits block"));
+        MT_RETURN_IF_ERROR(InStep(
+            kernels::cuda::CudaStatus(
+                cudaMemcpy2DAsync(p.logits + (first + sub) * m.vocab + block.first_row,
+                                  m.vocab * sizeof(float), s.logits_f32,
+                                  block.rows * sizeof(float), block.rows * sizeof(float),
+                                  sub_rows, cudaMemcpyDeviceToDevice, stream),
+                "copy the logits block"),
+            "Head logits block"));
+      }
       continue;
     }
     MT_RETURN_IF_ERROR(InStep(

@@ -264,6 +264,14 @@ class CudaStageBackend final : public StageBackend {
     p.final_norm_grad = args.final_norm_grad;
     p.logits = args.logits;
     p.chunk_loss_sums = chunk_losses_device_;
+    if (args.gradient_buffer != nullptr) {
+      if (absl::Status s = CudaCall(
+              cudaMemsetAsync(args.gradient_buffer, 0, args.grad_floats * sizeof(float), *stream),
+              tag, "zero the gradient buffer");
+          !s.ok()) {
+        return s;
+      }
+    }
     absl::Status launched;
     bool loss_ready = form != HeadForm::kLogits;
     if (args.part < 0) {

@@ -120,11 +120,19 @@ absl::Status StreamingExecutor::Impl::EnqueueFragmentedOp(
           grad_entry = op.entries[1];
           grad_first = static_cast<size_t>(block.first_row * dims.hidden);
           grad_count = static_cast<size_t>(block.rows * dims.hidden);
+          // The last block carries the entry's padding out too (zeroed).
+          if (step.block + 1 == HeadBlockCount(dims)) {
+            grad_count = store.spec(grad_entry).elements - grad_first;
+          }
           args.lm_head_grad = grads[grad].data_as<float>();
         } else if (op.produces_gradients && step.kind == HeadStepKind::kNormBackward) {
           grad_entry = op.entries[0];
           grad_count = store.spec(grad_entry).elements;
           args.final_norm_grad = grads[grad].data_as<float>();
+        }
+        if (grad_entry >= 0) {
+          args.gradient_buffer = grads[grad].data_as<float>();
+          args.grad_floats = grad_count;
         }
         if (grad_entry >= 0) {
           compute->WaitEvent(*grad_free[grad], {SpanKind::kWait, "gradient buffer", op.layer});

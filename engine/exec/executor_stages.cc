@@ -38,6 +38,8 @@ absl::Status StreamingExecutor::Impl::EnqueueOp(const ScheduledOp& op,
       if (op.produces_gradients) {
         args.final_norm_grad = g + offsets[0];
         args.lm_head_grad = g + offsets[1];
+        args.gradient_buffer = g;
+        args.grad_floats = grad_floats;
       }
       return EnqueueHead(op, args, dx_in, inv_total_valid, tag);
     }

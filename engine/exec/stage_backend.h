@@ -48,6 +48,11 @@ struct HeadArgs {
   void* dx_final = nullptr;          // OVERWRITTEN
   float* final_norm_grad = nullptr;  // OVERWRITTEN
   float* lm_head_grad = nullptr;
+  // Zeroed before the stage writes its gradients (grad_floats floats; null =
+  // nothing to zero): the padding between and after the entries' gradients
+  // is copied out with them.
+  float* gradient_buffer = nullptr;
+  size_t grad_floats = 0;
   float* logits = nullptr;  // logits form: [tokens, vocab] fp32 on the device
   // -1 = the whole head; else one part, HeadStepAt(dims, part) (fragment
   // mode). The parts enqueued in order == the whole head, bit for bit.

@@ -55,8 +55,10 @@ ExecutorLayout WithOptions(ExecutorLayout layout, const ExecutorOptions& options
 size_t GradientFloats(const ModelDims& dims, absl::Span<const size_t> entry_elements,
                       const ExecutorOptions& options, const ScheduledOp& op) {
   if (options.weight_ring_bytes > 0 && op.kind == StageKind::kHead) {
-    return std::max(AlignFloats(static_cast<size_t>(HeadBlockRows(dims) * dims.hidden)),
-                    AlignFloats(entry_elements[op.entries[0]]));
+    // A block's gradient, the last one with the entry's padding (under 64 floats).
+    return std::max(
+        AlignFloats(static_cast<size_t>(HeadBlockRows(dims) * dims.hidden) + kEntryAlignFloats),
+        AlignFloats(entry_elements[op.entries[0]]));
   }
   size_t floats = 0;
   StageOffsets(entry_elements, op.entries, &floats);

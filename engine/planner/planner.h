@@ -36,7 +36,7 @@ struct PlanInputs {
   double weight_ring_layers = 0;
   uint64_t fragment_bytes = 0;  // largest fragment; 0 = the executor's default
   int device_checkpoints = -1;
-  int head_chunk = 0;  // 0 = min(tokens, 256)
+  int head_chunk = 0;  // 0 = min(tokens, kDefaultHeadChunk = 2048)
   // Adaptive recomputation: device bytes for saved activation sets (0 = the
   // k working sets) and how blocks beyond the budget get theirs back.
   uint64_t activation_budget_bytes = 0;

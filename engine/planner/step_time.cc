@@ -131,6 +131,9 @@ StepWork BuildStepWork(const ExecutorGeometry& g, const ExecutorOptions& options
       const double stage = static_cast<double>(StageFloats(g, op.entries));
       if (ring ? !op.entries.empty() : policy.Place(op.entries, /*version=*/1).copy) {
         for (int e : op.entries) o.weight_bytes += g.entry_elements[e] * hw.weight_bytes;
+        // Through the ring a training head reads its blocks (and the final norm) twice: for
+        // the loss, then again for the gradients (exec/fragment_parts.h HeadStepAt).
+        if (ring && op.kind == StageKind::kHead && op.produces_gradients) o.weight_bytes *= 2;
         o.copy_in_bytes += o.weight_bytes;
         o.copies +=
             ring && op_fragments[i] > 0 ? op_fragments[i] : static_cast<int>(op.entries.size());
@@ -221,9 +224,13 @@ void AddNvmeGradientTraffic(StepWork& w, const std::vector<double>& gradient_byt
 void AddNvmeWeightTraffic(StepWork& w, const std::vector<double>& compute_copy_bytes) {
   for (OpWork& o : w.ops) {
     if (o.weight_bytes <= 0) continue;  // its slot already holds the weights
+    // A training head through the ring reads its weights twice (BuildStepWork).
+    const double reads =
+        w.weight_ring_bytes > 0 && o.op.kind == StageKind::kHead && o.op.produces_gradients ? 2
+                                                                                          : 1;
     for (int e : o.op.entries) {
       if (e >= 0 && static_cast<size_t>(e) < compute_copy_bytes.size()) {
-        o.nvme_weight_bytes += compute_copy_bytes[e];
+        o.nvme_weight_bytes += reads * compute_copy_bytes[e];
       }
     }
   }

@@ -38,7 +38,7 @@ absl::StatusOr<ExecutorGeometry> MakeExecutorGeometry(const ModelConfig& c,
   m.tied_embeddings = c.tie_word_embeddings;
   m.batch = micro_batch;
   m.seq = seq;
-  m.head_chunk = head_chunk > 0 ? head_chunk : std::min<int64_t>(m.tokens(), 256);
+  m.head_chunk = head_chunk > 0 ? head_chunk : std::min<int64_t>(m.tokens(), kDefaultHeadChunk);
   m.head_block_rows = head_block_rows > 0 ? head_block_rows : kDefaultHeadBlockRows;
 
   ScheduleShape& s = g.layout.schedule;

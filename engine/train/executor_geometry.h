@@ -18,6 +18,10 @@ namespace megatrain::engine {
 // Qwen-sized vocabulary (152k) in 19 blocks, each 8192 x d (bf16 on a GPU:
 // 24 MiB at d = 1536).
 inline constexpr int kDefaultHeadBlockRows = 8192;
+// Tokens per LM-head chunk unless a run says otherwise. Each chunk's weight-gradient GEMM
+// reads and rewrites its block's fp32 gradient, so few large chunks keep the head
+// compute-bound on a GPU; the logits of one chunk and block take 2048 x 8192 elements.
+inline constexpr int kDefaultHeadChunk = 2048;
 
 struct ExecutorGeometry {
   ModelDims dims;
@@ -25,7 +29,7 @@ struct ExecutorGeometry {
   std::vector<size_t> entry_elements;  // padded floats of each layout entry
 };
 
-// head_chunk 0 = min(tokens, 256); head_block_rows 0 = kDefaultHeadBlockRows
+// head_chunk 0 = min(tokens, kDefaultHeadChunk); head_block_rows 0 = kDefaultHeadBlockRows
 // (the LM head's vocabulary block, model_dims.h). INVALID_ARGUMENT for a micro_batch or seq
 // below 1, naming the field.
 absl::StatusOr<ExecutorGeometry> MakeExecutorGeometry(const ModelConfig& config,

@@ -52,8 +52,10 @@ struct HostMemoryBudgets {
 struct TrainerOptions {
   int micro_batch_size = 1;  // sequences per forward/backward
   int seq_len = 128;
-  int head_chunk = 0;  // tokens per LM-head chunk; 0 = min(tokens, 256)
-  int head_block_rows = 0;  // LM-head rows per vocabulary block; 0 = kDefaultHeadBlockRows
+  int head_chunk = 0;  // tokens per LM-head chunk; 0 = min(tokens, kDefaultHeadChunk = 2048)
+  // LM-head rows per vocabulary block; 0 = kDefaultHeadBlockRows. On a GPU keep it a multiple
+  // of 64: blocks start at first_row * d and their logits rows are block_rows wide.
+  int head_block_rows = 0;
   LrScheduleOptions lr;
   double beta1 = 0.9;
   double beta2 = 0.95;

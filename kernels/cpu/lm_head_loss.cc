@@ -122,6 +122,7 @@ LmHeadLossResult LmHeadCrossEntropy(const float* h, const float* w, const int32_
                                     int64_t n, int64_t d, int64_t vocab, int64_t chunk,
                                     int64_t block_rows, float inv_total_valid, float* scratch,
                                     float* dh, float* dw) {
+  assert((dh == nullptr) == (dw == nullptr));
   const int64_t rows = block_rows > 0 && block_rows < vocab ? block_rows : vocab;
   std::vector<float> max(static_cast<size_t>(n)), sum(static_cast<size_t>(n)),
       target_logit(static_cast<size_t>(n));

@@ -46,11 +46,14 @@ absl::Status MakeLayout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t
   return absl::OkStatus();
 }
 
-// Largest power of two (<= 256) dividing the address: what cuBLASLt may
-// assume about the pointer when picking a kernel.
+// Largest power of two (<= 16) dividing the address: what cuBLASLt may
+// assume about the pointer when picking a kernel. Capped at 16 bytes (all a
+// Hopper tensor-core kernel needs) so the kernel chosen, and with it the
+// bits of the result, do not depend on where a tensor sits in a slot, the
+// ring or a vocabulary block.
 uint32_t Alignment(const void* p) {
   const auto address = reinterpret_cast<uintptr_t>(p);
-  uint32_t alignment = 256;
+  uint32_t alignment = 16;
   while (alignment > 1 && address % alignment != 0) alignment /= 2;
   return alignment;
 }

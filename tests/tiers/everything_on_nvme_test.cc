@@ -110,16 +110,19 @@ TEST(EverythingOnNvmeTest, WeightsStreamFromNvmeThroughAFragmentRing) {
   EXPECT_EQ(std::memcmp(slots.losses.data(), in_ram.losses.data(), 5 * sizeof(double)), 0);
 }
 
-// An untied head of 1100 rows in vocabulary blocks of 300 through a ring: its
-// gradient goes to NVMe block by block, and blocks 1 and 3 straddle the
+// An untied head of 1101 rows of 136 in vocabulary blocks of 300 through a
+// ring: its gradient goes to NVMe block by block, blocks 1 and 3 straddle the
 // 64 Ki-float chunks of the entry (a chunk begun by one block is ended by the
-// next). Bitwise the all-RAM run, which is bitwise whole-layer slots.
+// next), and the entry's padding (1101 x 136 and 136 are not multiples of 16)
+// goes out zeroed with the last block and the final norm. Bitwise the all-RAM
+// run, which is bitwise whole-layer slots.
 TEST(EverythingOnNvmeTest, AHeadInVocabularyBlocksOffloadsItsGradientBlockByBlock) {
   absl::Status usable;
   const std::string dir = tiers::FreshTestDir("everything_on_nvme_head_blocks", &usable);
   if (!usable.ok()) GTEST_SKIP() << "no O_DIRECT scratch directory: " << usable;
   TinyShape shape = DeepNarrow();
-  shape.vocab = 1100;
+  shape.vocab = 1101;
+  shape.hidden = 136;
   TrainerOptions ram = BaseOptions();
   ram.head_block_rows = 300;
   const Outcome slots = TrainFiveSteps(ram, shape);
