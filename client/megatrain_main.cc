@@ -50,6 +50,9 @@ ABSL_FLAG(uint64_t, warmup_steps, 0, "submit/plan: linear warmup steps.");
 ABSL_FLAG(uint32_t, eval_every, 0, "submit/plan: validation every N steps.");
 ABSL_FLAG(std::string, output_dir, "", "submit/plan: output directory on the daemon host.");
 ABSL_FLAG(uint64_t, seed, 0, "submit/plan: seed of weights and data order.");
+ABSL_FLAG(bool, reuse_output_dir, false,
+          "submit: write into --output_dir although a finished job used it (refused otherwise); "
+          "the job's checkpoints go to <output_dir>/checkpoints/<job id>.");
 ABSL_FLAG(bool, watch, false, "submit: watch the job after submitting it.");
 ABSL_FLAG(std::string, state, "", "list: comma-separated states to show (e.g. RUNNING,QUEUED).");
 ABSL_FLAG(bool, offline, false,
@@ -166,6 +169,7 @@ absl::StatusOr<v1::JobSpec> SpecFromFlags() {
   if (!absl::GetFlag(FLAGS_output_dir).empty()) o.output_dir = absl::GetFlag(FLAGS_output_dir);
   if (absl::GetFlag(FLAGS_seed) != 0) o.seed = absl::GetFlag(FLAGS_seed);
   client::ApplyOverrides(o, spec);
+  if (absl::GetFlag(FLAGS_reuse_output_dir)) spec.set_reuse_output_dir(true);
   return spec;
 }
 

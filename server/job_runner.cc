@@ -13,6 +13,7 @@
 #include "engine/provenance/record.h"
 #include "engine/provenance/sha256.h"
 #include "server/job_lineage.h"
+#include "server/path_policy.h"
 
 namespace megatrain::server {
 namespace {
@@ -359,20 +360,7 @@ absl::StatusOr<v1::Job> JobRunner::Submit(const v1::JobSpec& spec, ValidatedJob 
     return absl::ResourceExhaustedError(
         absl::StrCat("queue already holds ", queue_.size(), " jobs (max_queue_length)"));
   }
-  // A job's checkpoints live under its output directory and a run resumes from the newest one
-  // there, so two jobs must not share it.
-  if (!job.output_dir.empty()) {
-    for (const auto& [other_id, other] : jobs_) {
-      const bool same =
-          (other.validated.has_value() && other.validated->output_dir == job.output_dir) ||
-          other.job.spec().output_dir() == spec.output_dir();
-      if (same) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("output_dir: '", spec.output_dir(), "' is already used by job '", other_id,
-                         "'; each job needs its own (it holds the job's checkpoints)"));
-      }
-    }
-  }
+  if (absl::Status s = CheckOutputDirFreeLocked(spec, job); !s.ok()) return s;
   const int64_t sequence = next_sequence_++;
   const std::string id = absl::StrFormat("job-%06d", sequence);
   Entry& e = jobs_[id];
@@ -382,10 +370,41 @@ absl::StatusOr<v1::Job> JobRunner::Submit(const v1::JobSpec& spec, ValidatedJob 
   e.job.set_submitted_unix_ms(NowMs());
   e.job.mutable_progress()->set_total_steps(spec.hyper().steps());
   e.job.mutable_progress()->set_validation_loss(std::numeric_limits<double>::quiet_NaN());
+  if (!job.output_dir.empty()) e.job.set_resolved_output_dir(job.output_dir);
   e.validated = std::move(job);
   queue_.push_back(id);
   TransitionLocked(e, v1::QUEUED, "submitted", "submit");
   return e.job;
+}
+
+absl::Status JobRunner::CheckOutputDirFreeLocked(const v1::JobSpec& spec,
+                                                 const ValidatedJob& job) const {
+  // A job's checkpoints live under its output directory and a run resumes from the newest one
+  // there, so two jobs must not share it: compared by the resolved path (jobs stored before it
+  // was recorded: the spec's path, normalized), so aliases match also after a restart.
+  if (job.output_dir.empty()) return absl::OkStatus();
+  for (const auto& [other_id, other] : jobs_) {
+    const std::string other_dir = !other.job.resolved_output_dir().empty()
+                                      ? other.job.resolved_output_dir()
+                                      : other.job.spec().output_dir().empty()
+                                            ? std::string()
+                                            : NormalizeAbsolutePath(other.job.spec().output_dir());
+    if (other_dir != job.output_dir) continue;
+    const bool ended = IsTerminal(other.job.state());
+    if (ended && spec.reuse_output_dir()) continue;
+    if (ended) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "output_dir: '", spec.output_dir(), "' is '", job.output_dir, "', the directory of job '",
+          other_id, "' (", JobStateName(other.job.state()),
+          "); to write into it anyway set reuse_output_dir (megatrain submit "
+          "--reuse_output_dir): this job's checkpoints then go to its own directory there"));
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "output_dir: '", spec.output_dir(), "' is '", job.output_dir, "', already used by job '",
+        other_id, "' (", JobStateName(other.job.state()),
+        "); each job needs its own (it holds the job's checkpoints)"));
+  }
+  return absl::OkStatus();
 }
 
 const JobRunner::Entry* JobRunner::FindLocked(const std::string& id) const {

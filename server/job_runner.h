@@ -165,6 +165,9 @@ class JobRunner {
   // With mu_ held: appends one audit row (errors are logged).
   void AuditLocked(const std::string& id, const std::string& kind, const std::string& message);
   void PersistLocked(Entry& entry);
+  // With mu_ held: OK when no other job uses `job`'s resolved output directory (a finished one
+  // may, with spec.reuse_output_dir); FAILED_PRECONDITION naming output_dir and the job.
+  absl::Status CheckOutputDirFreeLocked(const v1::JobSpec& spec, const ValidatedJob& job) const;
   void PublishCountsLocked();
   const Entry* FindLocked(const std::string& id) const;
 

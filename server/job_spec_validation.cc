@@ -641,6 +641,9 @@ absl::StatusOr<ValidatedJob> ValidateJobSpec(const v1::JobSpec& spec,
     absl::StatusOr<std::string> out = paths.ResolveOutput("output_dir", spec.output_dir());
     if (!out.ok()) return out.status();
     job.output_dir = *out;
+    job.reuse_output_dir = spec.reuse_output_dir();
+  } else if (spec.reuse_output_dir()) {
+    return Invalid("reuse_output_dir", "true without output_dir");
   }
   job.options.seed = spec.seed();
   return job;
