@@ -57,7 +57,7 @@ class JobRunner::StepObserver final : public engine::TrainingObserver {
     if (runner_.metrics_ != nullptr) runner_.metrics_->RecordStep(report, validation_loss);
     std::unique_lock<std::mutex> lock(runner_.mu_);
     Entry& e = runner_.jobs_.at(id_);
-    v1::Progress& p = *e.job.mutable_progress();
+    v1::Progress& p = *e.job.Mutable().mutable_progress();
     if (!first_step_seen_) {
       first_step_seen_ = true;
       first_step_ = report.step;
@@ -68,7 +68,7 @@ class JobRunner::StepObserver final : public engine::TrainingObserver {
         runner_.log_.JobEvent("job_resumed", id_, {{"from_step", absl::StrCat(report.step - 1)}});
         runner_.TransitionLocked(e, v1::RUNNING,
                                  absl::StrCat("resumed from step ", report.step - 1, " (",
-                                              e.job.progress().last_checkpoint(), ")"),
+                                              e.job->progress().last_checkpoint(), ")"),
                                  "resumed_from_checkpoint");
       }
     }
@@ -79,7 +79,7 @@ class JobRunner::StepObserver final : public engine::TrainingObserver {
     p.set_learning_rate(report.learning_rate);
     p.set_tokens_per_second(report.tokens_per_second);
     p.set_skipped_steps(report.skipped_total);
-    const double elapsed = static_cast<double>(NowMs() - e.job.started_unix_ms()) / 1000.0;
+    const double elapsed = static_cast<double>(NowMs() - e.job->started_unix_ms()) / 1000.0;
     const uint64_t steps_this_run = report.step - first_step_ + 1;
     p.set_eta_seconds(report.step < first_step_
                           ? 0
@@ -170,7 +170,7 @@ class JobRunner::StepObserver final : public engine::TrainingObserver {
     // A scheduled checkpoint at or after the requested step answers an on-demand request too.
     if (step >= runner_.checkpoint_request_step_) runner_.checkpoint_requested_ = false;
     Entry& e = runner_.jobs_.at(id_);
-    e.job.mutable_progress()->set_last_checkpoint(path);
+    e.job.Mutable().mutable_progress()->set_last_checkpoint(path);
     e.last_checkpoint = record;
     ++e.checkpoints_committed;
     runner_.log_.JobEvent("checkpoint", id_, {{"step", absl::StrCat(step)}, {"path", path}});
@@ -178,7 +178,7 @@ class JobRunner::StepObserver final : public engine::TrainingObserver {
     const absl::StatusOr<std::string> provenance_sha =
         provenance::Sha256FileHex(path + "/" + provenance::kProvenanceFileName);
     runner_.TransitionLocked(
-        e, e.job.state(),
+        e, e.job->state(),
         absl::StrCat("checkpoint of step ", step, " written: ", path,
                      provenance_sha.ok()
                          ? absl::StrCat(" (provenance.json sha256 ", *provenance_sha, ")")
@@ -210,8 +210,10 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(
   if (!stored.ok()) return stored.status();
   absl::StatusOr<std::map<std::string, std::string>> lineages = store->LoadLineages();
   if (!lineages.ok()) return lineages.status();
+  absl::StatusOr<std::unique_ptr<JobStore>> reader = store->OpenReader();
+  if (!reader.ok()) return reader.status();
   std::unique_ptr<JobRunner> runner(new JobRunner(
-      std::move(store), engine, metrics, log, max_queue_length, revalidate, std::move(provenance),
+      std::move(store), *std::move(reader), engine, metrics, log, max_queue_length, revalidate, std::move(provenance),
       limits));
   std::lock_guard<std::mutex> lock(runner->mu_);
   std::vector<std::string> interrupted, queued;
@@ -219,28 +221,28 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(
     runner->next_sequence_ = std::max(runner->next_sequence_, s.sequence + 1);
     Entry& e = runner->jobs_[s.job.id()];
     e.sequence = s.sequence;
-    e.job = std::move(s.job);
-    if (auto l = lineages->find(e.job.id()); l != lineages->end()) {
+    e.job = SharedJob(std::move(s.job));
+    if (auto l = lineages->find(e.job->id()); l != lineages->end()) {
       absl::StatusOr<provenance::Lineage> lineage =
-          provenance::ParseLineage(l->second, absl::StrCat("lineage of job ", e.job.id()));
+          provenance::ParseLineage(l->second, absl::StrCat("lineage of job ", e.job->id()));
       // A job must not continue without the record its data is checked against.
       if (!lineage.ok()) {
         return absl::DataLossError(absl::StrCat("state database: ", lineage.status().message()));
       }
       e.lineage = *std::move(lineage);
     }
-    if (e.job.state() == v1::RUNNING) interrupted.push_back(e.job.id());
-    if (e.job.state() == v1::QUEUED) queued.push_back(e.job.id());
+    if (e.job->state() == v1::RUNNING) interrupted.push_back(e.job->id());
+    if (e.job->state() == v1::QUEUED) queued.push_back(e.job->id());
   }
   for (const std::string& id : interrupted) {
     Entry& e = runner->jobs_.at(id);
-    const std::string last_checkpoint = e.job.progress().last_checkpoint();
-    e.job.clear_progress();
-    e.job.mutable_progress()->set_total_steps(e.job.spec().hyper().steps());
-    e.job.mutable_progress()->set_last_checkpoint(last_checkpoint);
+    const std::string last_checkpoint = e.job->progress().last_checkpoint();
+    e.job.Mutable().clear_progress();
+    e.job.Mutable().mutable_progress()->set_total_steps(e.job->spec().hyper().steps());
+    e.job.Mutable().mutable_progress()->set_last_checkpoint(last_checkpoint);
     runner->TransitionLocked(
         e, v1::QUEUED,
-        absl::StrCat("daemon restarted while the job ran; it continues ", CheckpointNote(e.job)),
+        absl::StrCat("daemon restarted while the job ran; it continues ", CheckpointNote(*e.job)),
         "requeued_after_restart");
   }
   // Crash-loop quarantine (issue 16, point 7): a job that keeps taking the daemon down is not
@@ -253,26 +255,26 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(
       continue;
     }
     Entry& e = runner->jobs_.at(id);
-    e.job.set_failure_reason(absl::StrCat(
+    e.job.Mutable().set_failure_reason(absl::StrCat(
         "quarantined: megatraind stopped without a clean shutdown (crash, OOM kill, SIGBUS, "
         "SIGKILL) ",
         crashes, " times while this job ran, since its last checkpoint or resume; it is not "
         "run again (max_job_crashes=",
         limits.max_job_crashes, ")"));
-    e.job.set_finished_unix_ms(NowMs());
+    e.job.Mutable().set_finished_unix_ms(NowMs());
     runner->log_.JobEvent("job_quarantined", id, {{"crashes", absl::StrCat(crashes)}});
-    runner->TransitionLocked(e, v1::FAILED, e.job.failure_reason(), "failure");
+    runner->TransitionLocked(e, v1::FAILED, e.job->failure_reason(), "failure");
   }
   interrupted = std::move(requeue);
   interrupted.insert(interrupted.end(), queued.begin(), queued.end());
   for (const std::string& id : interrupted) {
     Entry& e = runner->jobs_.at(id);
-    absl::StatusOr<ValidatedJob> validated = revalidate(e.job.spec());
+    absl::StatusOr<ValidatedJob> validated = revalidate(e.job->spec());
     if (!validated.ok()) {
-      e.job.set_failure_reason(
+      e.job.Mutable().set_failure_reason(
           absl::StrCat("re-validation after restart: ", validated.status().ToString()));
-      e.job.set_finished_unix_ms(NowMs());
-      runner->TransitionLocked(e, v1::FAILED, e.job.failure_reason(), "failure");
+      e.job.Mutable().set_finished_unix_ms(NowMs());
+      runner->TransitionLocked(e, v1::FAILED, e.job->failure_reason(), "failure");
       continue;
     }
     e.validated = std::move(*validated);
@@ -304,8 +306,8 @@ void JobRunner::Start() {
 }
 
 void JobRunner::PersistLocked(Entry& entry) {
-  if (absl::Status s = store_->PutJob(entry.sequence, entry.job); !s.ok()) {
-    log_.JobEvent("store_error", entry.job.id(), {{"error", s.ToString()}});
+  if (absl::Status s = store_->PutJob(entry.sequence, *entry.job); !s.ok()) {
+    log_.JobEvent("store_error", entry.job->id(), {{"error", s.ToString()}});
   }
 }
 
@@ -318,22 +320,22 @@ void JobRunner::AuditLocked(const std::string& id, const std::string& kind,
 
 void JobRunner::TransitionLocked(Entry& entry, v1::JobState state, const std::string& message,
                                  const char* audit_kind) {
-  entry.job.set_state(state);
+  entry.job.Mutable().set_state(state);
   entry.message = message;
   ++entry.version;
   PersistLocked(entry);
   v1::ProgressEvent event;
-  event.set_job_id(entry.job.id());
+  event.set_job_id(entry.job->id());
   event.set_state(state);
-  *event.mutable_progress() = entry.job.progress();
+  *event.mutable_progress() = entry.job->progress();
   event.set_message(message);
   event.set_unix_ms(NowMs());
   if (absl::Status s = store_->AppendEvent(event); !s.ok()) {
-    log_.JobEvent("store_error", entry.job.id(), {{"error", s.ToString()}});
+    log_.JobEvent("store_error", entry.job->id(), {{"error", s.ToString()}});
   }
-  AuditLocked(entry.job.id(), audit_kind,
+  AuditLocked(entry.job->id(), audit_kind,
               absl::StrCat("state ", JobStateName(state), ": ", message));
-  log_.JobEvent("job_state", entry.job.id(),
+  log_.JobEvent("job_state", entry.job->id(),
                 {{"state", JobStateName(state)}, {"message", message}});
   PublishCountsLocked();
   changed_.notify_all();
@@ -343,7 +345,7 @@ void JobRunner::PublishCountsLocked() {
   if (metrics_ == nullptr) return;
   std::map<std::string, int> counts;
   for (int s = v1::QUEUED; s <= v1::CANCELLED; ++s) counts[JobStateName(v1::JobState(s))] = 0;
-  for (const auto& [id, e] : jobs_) ++counts[JobStateName(e.job.state())];
+  for (const auto& [id, e] : jobs_) ++counts[JobStateName(e.job->state())];
   metrics_->SetJobsByState(counts);
   metrics_->SetQueueLength(static_cast<int>(queue_.size()));
   metrics_->SetHealthy(healthy_);
@@ -365,16 +367,16 @@ absl::StatusOr<v1::Job> JobRunner::Submit(const v1::JobSpec& spec, ValidatedJob 
   const std::string id = absl::StrFormat("job-%06d", sequence);
   Entry& e = jobs_[id];
   e.sequence = sequence;
-  e.job.set_id(id);
-  *e.job.mutable_spec() = spec;
-  e.job.set_submitted_unix_ms(NowMs());
-  e.job.mutable_progress()->set_total_steps(spec.hyper().steps());
-  e.job.mutable_progress()->set_validation_loss(std::numeric_limits<double>::quiet_NaN());
-  if (!job.output_dir.empty()) e.job.set_resolved_output_dir(job.output_dir);
+  e.job.Mutable().set_id(id);
+  *e.job.Mutable().mutable_spec() = spec;
+  e.job.Mutable().set_submitted_unix_ms(NowMs());
+  e.job.Mutable().mutable_progress()->set_total_steps(spec.hyper().steps());
+  e.job.Mutable().mutable_progress()->set_validation_loss(std::numeric_limits<double>::quiet_NaN());
+  if (!job.output_dir.empty()) e.job.Mutable().set_resolved_output_dir(job.output_dir);
   e.validated = std::move(job);
   queue_.push_back(id);
   TransitionLocked(e, v1::QUEUED, "submitted", "submit");
-  return e.job;
+  return *e.job;
 }
 
 absl::Status JobRunner::CheckOutputDirFreeLocked(const v1::JobSpec& spec,
@@ -384,24 +386,24 @@ absl::Status JobRunner::CheckOutputDirFreeLocked(const v1::JobSpec& spec,
   // was recorded: the spec's path, normalized), so aliases match also after a restart.
   if (job.output_dir.empty()) return absl::OkStatus();
   for (const auto& [other_id, other] : jobs_) {
-    const std::string other_dir = !other.job.resolved_output_dir().empty()
-                                      ? other.job.resolved_output_dir()
-                                      : other.job.spec().output_dir().empty()
+    const std::string other_dir = !other.job->resolved_output_dir().empty()
+                                      ? other.job->resolved_output_dir()
+                                      : other.job->spec().output_dir().empty()
                                             ? std::string()
-                                            : NormalizeAbsolutePath(other.job.spec().output_dir());
+                                            : NormalizeAbsolutePath(other.job->spec().output_dir());
     if (other_dir != job.output_dir) continue;
-    const bool ended = IsTerminal(other.job.state());
+    const bool ended = IsTerminal(other.job->state());
     if (ended && spec.reuse_output_dir()) continue;
     if (ended) {
       return absl::FailedPreconditionError(absl::StrCat(
           "output_dir: '", spec.output_dir(), "' is '", job.output_dir, "', the directory of job '",
-          other_id, "' (", JobStateName(other.job.state()),
+          other_id, "' (", JobStateName(other.job->state()),
           "); to write into it anyway set reuse_output_dir (megatrain submit "
           "--reuse_output_dir): this job's checkpoints then go to its own directory there"));
     }
     return absl::FailedPreconditionError(absl::StrCat(
         "output_dir: '", spec.output_dir(), "' is '", job.output_dir, "', already used by job '",
-        other_id, "' (", JobStateName(other.job.state()),
+        other_id, "' (", JobStateName(other.job->state()),
         "); each job needs its own (it holds the job's checkpoints)"));
   }
   return absl::OkStatus();
@@ -413,24 +415,35 @@ const JobRunner::Entry* JobRunner::FindLocked(const std::string& id) const {
 }
 
 absl::StatusOr<v1::Job> JobRunner::Get(const std::string& id) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  const Entry* e = FindLocked(id);
-  if (e == nullptr) return absl::NotFoundError(absl::StrCat("id: job '", id, "' not found"));
-  return e->job;
+  std::shared_ptr<const v1::Job> snapshot;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const Entry* e = FindLocked(id);
+    if (e == nullptr) return absl::NotFoundError(absl::StrCat("id: job '", id, "' not found"));
+    snapshot = e->job.Snapshot();
+  }
+  return *snapshot;  // copied without mu_ (protocol 8)
 }
 
 std::vector<v1::Job> JobRunner::List(const std::vector<v1::JobState>& states) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<const Entry*> entries;
-  for (const auto& [id, e] : jobs_) {
-    if (states.empty() || std::find(states.begin(), states.end(), e.job.state()) != states.end()) {
-      entries.push_back(&e);
+  // Under mu_ only reference counts are taken (protocol 8); the copies are made after.
+  std::vector<std::pair<int64_t, std::shared_ptr<const v1::Job>>> snapshot;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    snapshot.reserve(jobs_.size());
+    for (const auto& [id, e] : jobs_) {
+      if (states.empty() ||
+          std::find(states.begin(), states.end(), e.job->state()) != states.end()) {
+        snapshot.emplace_back(e.sequence, e.job.Snapshot());
+      }
     }
   }
-  std::sort(entries.begin(), entries.end(),
-            [](const Entry* a, const Entry* b) { return a->sequence < b->sequence; });
+  if (limits_.test_read_hook) limits_.test_read_hook("List");
+  std::sort(snapshot.begin(), snapshot.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<v1::Job> jobs;
-  for (const Entry* e : entries) jobs.push_back(e->job);
+  jobs.reserve(snapshot.size());
+  for (const auto& [sequence, job] : snapshot) jobs.push_back(*job);
   return jobs;
 }
 
@@ -439,9 +452,9 @@ absl::StatusOr<v1::Job> JobRunner::Cancel(const std::string& id) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("id: job '", id, "' not found"));
   Entry& e = it->second;
-  if (IsTerminal(e.job.state())) {
+  if (IsTerminal(e.job->state())) {
     return absl::FailedPreconditionError(
-        absl::StrCat("job '", id, "' already ended as ", JobStateName(e.job.state())));
+        absl::StrCat("job '", id, "' already ended as ", JobStateName(e.job->state())));
   }
   if (id == running_) {
     cancel_running_ = true;
@@ -449,12 +462,12 @@ absl::StatusOr<v1::Job> JobRunner::Cancel(const std::string& id) {
     ++e.version;
     changed_.notify_all();
     log_.JobEvent("cancel_requested", id);
-    return e.job;
+    return *e.job;
   }
   queue_.erase(std::remove(queue_.begin(), queue_.end(), id), queue_.end());
-  e.job.set_finished_unix_ms(NowMs());
+  e.job.Mutable().set_finished_unix_ms(NowMs());
   TransitionLocked(e, v1::CANCELLED, "cancelled while queued", "cancel");
-  return e.job;
+  return *e.job;
 }
 
 absl::StatusOr<v1::Job> JobRunner::Pause(const std::string& id) {
@@ -471,15 +484,15 @@ absl::StatusOr<v1::Job> JobRunner::Pause(const std::string& id) {
     ++e.version;
     changed_.notify_all();
     log_.JobEvent("pause_requested", id);
-    return e.job;
+    return *e.job;
   }
-  if (e.job.state() != v1::QUEUED) {
+  if (e.job->state() != v1::QUEUED) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "job '", id, "' is ", JobStateName(e.job.state()), "; only QUEUED or RUNNING jobs pause"));
+        "job '", id, "' is ", JobStateName(e.job->state()), "; only QUEUED or RUNNING jobs pause"));
   }
   queue_.erase(std::remove(queue_.begin(), queue_.end(), id), queue_.end());
   TransitionLocked(e, v1::PAUSED, "paused while queued", "pause");
-  return e.job;
+  return *e.job;
 }
 
 absl::StatusOr<v1::Job> JobRunner::Resume(const std::string& id, bool allow_data_change) {
@@ -489,15 +502,15 @@ absl::StatusOr<v1::Job> JobRunner::Resume(const std::string& id, bool allow_data
   Entry& e = it->second;
   auto check_paused = [&]() -> absl::Status {
     if (stopping_) return absl::UnavailableError("megatraind is shutting down");
-    if (e.job.state() != v1::PAUSED) {
+    if (e.job->state() != v1::PAUSED) {
       return absl::FailedPreconditionError(
-          absl::StrCat("job '", id, "' is ", JobStateName(e.job.state()), ", not PAUSED"));
+          absl::StrCat("job '", id, "' is ", JobStateName(e.job->state()), ", not PAUSED"));
     }
     return absl::OkStatus();
   };
   if (absl::Status s = check_paused(); !s.ok()) return s;
   if (!e.validated.has_value()) {  // paused before a restart: check today's files and limits
-    const v1::JobSpec spec = e.job.spec();
+    const v1::JobSpec spec = e.job->spec();
     lock.unlock();
     absl::StatusOr<ValidatedJob> validated = revalidate_(spec);
     lock.lock();
@@ -532,21 +545,26 @@ absl::StatusOr<v1::Job> JobRunner::Resume(const std::string& id, bool allow_data
     }
   }
   e.allow_data_change = allow_data_change;
-  e.job.clear_failure_reason();
+  e.job.Mutable().clear_failure_reason();
   queue_.push_back(id);
   TransitionLocked(e, v1::QUEUED,
-                   absl::StrCat("resumed; it continues ", CheckpointNote(e.job),
+                   absl::StrCat("resumed; it continues ", CheckpointNote(*e.job),
                                 allow_data_change ? " (data changes allowed)" : ""),
                    "resume");
-  return e.job;
+  return *e.job;
+}
+
+bool JobRunner::Known(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return FindLocked(id) != nullptr;
 }
 
 absl::StatusOr<v1::AuditLog> JobRunner::Audit(const std::string& id) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (FindLocked(id) == nullptr) {
-    return absl::NotFoundError(absl::StrCat("id: job '", id, "' not found"));
-  }
-  absl::StatusOr<std::vector<AuditRow>> rows = store_->LoadAudit(id);
+  if (!Known(id)) return absl::NotFoundError(absl::StrCat("id: job '", id, "' not found"));
+  // On the reader connection, never under mu_ (protocol 8).
+  std::lock_guard<std::mutex> lock(reader_mu_);
+  if (limits_.test_read_hook) limits_.test_read_hook("Audit");
+  absl::StatusOr<std::vector<AuditRow>> rows = reader_->LoadAudit(id);
   if (!rows.ok()) return rows.status();
   return CheckedAuditLog(*rows);
 }
@@ -573,7 +591,7 @@ absl::StatusOr<ValidatedJob> JobRunner::PrepareRun(const std::string& id,
     lineage = e.lineage;
     allow_data_change = e.allow_data_change;
     e.allow_data_change = false;
-    spec = e.job.spec();
+    spec = e.job->spec();
   }
   if (!lineage.has_value()) {
     absl::StatusOr<provenance::Lineage> built =
@@ -644,9 +662,9 @@ absl::StatusOr<v1::CheckpointRecord> JobRunner::CheckpointNow(const std::string&
   Entry& e = it->second;
   if (id != running_) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "job '", id, "' is ", JobStateName(e.job.state()), "; only a RUNNING job checkpoints"));
+        "job '", id, "' is ", JobStateName(e.job->state()), "; only a RUNNING job checkpoints"));
   }
-  const uint64_t from_step = e.job.progress().step();
+  const uint64_t from_step = e.job->progress().step();
   const uint64_t committed_before = e.checkpoints_committed;
   checkpoint_request_step_ = from_step;
   checkpoint_requested_ = true;
@@ -662,7 +680,7 @@ absl::StatusOr<v1::CheckpointRecord> JobRunner::CheckpointNow(const std::string&
   if (answered()) return e.last_checkpoint;
   if (running_ != id) {
     return absl::FailedPreconditionError(absl::StrCat("job '", id, "' stopped as ",
-                                                      JobStateName(e.job.state()),
+                                                      JobStateName(e.job->state()),
                                                       " before the checkpoint was written"));
   }
   if (stopping_) return absl::UnavailableError("megatraind is shutting down");
@@ -672,11 +690,10 @@ absl::StatusOr<v1::CheckpointRecord> JobRunner::CheckpointNow(const std::string&
 
 absl::StatusOr<std::vector<v1::CheckpointRecord>> JobRunner::Checkpoints(
     const std::string& id) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (FindLocked(id) == nullptr) {
-    return absl::NotFoundError(absl::StrCat("id: job '", id, "' not found"));
-  }
-  return store_->LoadCheckpoints(id);
+  if (!Known(id)) return absl::NotFoundError(absl::StrCat("id: job '", id, "' not found"));
+  std::lock_guard<std::mutex> lock(reader_mu_);  // the reader connection, never under mu_
+  if (limits_.test_read_hook) limits_.test_read_hook("Checkpoints");
+  return reader_->LoadCheckpoints(id);
 }
 
 RunnerStatus JobRunner::Status() const {
@@ -697,8 +714,10 @@ absl::StatusOr<bool> JobRunner::WaitForChange(const std::string& id, uint64_t* v
   }
   if (!changed || e->version == *version) return false;
   *version = e->version;
-  *job = e->job;
   *message = e->message;
+  const std::shared_ptr<const v1::Job> snapshot = e->job.Snapshot();
+  lock.unlock();
+  *job = *snapshot;  // copied without mu_ (protocol 8)
   return true;
 }
 
@@ -717,12 +736,12 @@ void JobRunner::Loop() {
       cancel_running_ = false;
       pause_running_ = false;
       checkpoint_requested_ = false;
-      e.job.set_started_unix_ms(NowMs());
-      const std::string last_checkpoint = e.job.progress().last_checkpoint();
-      e.job.clear_progress();
-      e.job.mutable_progress()->set_total_steps(e.job.spec().hyper().steps());
-      e.job.mutable_progress()->set_last_checkpoint(last_checkpoint);
-      e.job.mutable_progress()->set_validation_loss(std::numeric_limits<double>::quiet_NaN());
+      e.job.Mutable().set_started_unix_ms(NowMs());
+      const std::string last_checkpoint = e.job->progress().last_checkpoint();
+      e.job.Mutable().clear_progress();
+      e.job.Mutable().mutable_progress()->set_total_steps(e.job->spec().hyper().steps());
+      e.job.Mutable().mutable_progress()->set_last_checkpoint(last_checkpoint);
+      e.job.Mutable().mutable_progress()->set_validation_loss(std::numeric_limits<double>::quiet_NaN());
       validated = &*e.validated;
       TransitionLocked(e, v1::RUNNING, "started", "start");
     }
@@ -732,7 +751,7 @@ void JobRunner::Loop() {
       std::lock_guard<std::mutex> lock(mu_);
       Entry& e = jobs_.at(id);
       running_.clear();
-      e.job.set_failure_reason(refusal);  // shown by `megatrain status`; cleared by a resume
+      e.job.Mutable().set_failure_reason(refusal);  // shown by `megatrain status`; cleared by a resume
       TransitionLocked(e, v1::PAUSED, refusal, "data_change_refused");
       continue;
     }
@@ -750,26 +769,26 @@ void JobRunner::Loop() {
       log_.JobEvent("device_fault", id, {{"error", unhealthy_reason_}});
     }
     if (status.ok()) {
-      e.job.set_finished_unix_ms(NowMs());
+      e.job.Mutable().set_finished_unix_ms(NowMs());
       TransitionLocked(e, v1::SUCCEEDED, "finished", "completion");
     } else if (cancel_running_ && status.code() == absl::StatusCode::kCancelled) {
-      e.job.set_finished_unix_ms(NowMs());
+      e.job.Mutable().set_finished_unix_ms(NowMs());
       TransitionLocked(e, v1::CANCELLED, "cancelled while running", "cancel");
     } else if (pause_running_ && status.code() == absl::StatusCode::kCancelled) {
       TransitionLocked(e, v1::PAUSED,
-                       absl::StrCat("paused after step ", e.job.progress().step(),
-                                    "; ResumeJob continues ", CheckpointNote(e.job)),
+                       absl::StrCat("paused after step ", e.job->progress().step(),
+                                    "; ResumeJob continues ", CheckpointNote(*e.job)),
                        "pause");
     } else if (stop_running_ && status.code() == absl::StatusCode::kCancelled) {
       TransitionLocked(
           e, v1::QUEUED,
-          absl::StrCat("interrupted by daemon shutdown after step ", e.job.progress().step(),
-                       "; on the next start it continues ", CheckpointNote(e.job)),
+          absl::StrCat("interrupted by daemon shutdown after step ", e.job->progress().step(),
+                       "; on the next start it continues ", CheckpointNote(*e.job)),
           "interrupted_by_shutdown");
     } else {
-      e.job.set_failure_reason(status.ToString());
-      e.job.set_finished_unix_ms(NowMs());
-      TransitionLocked(e, v1::FAILED, e.job.failure_reason(), "failure");
+      e.job.Mutable().set_failure_reason(status.ToString());
+      e.job.Mutable().set_finished_unix_ms(NowMs());
+      TransitionLocked(e, v1::FAILED, e.job->failure_reason(), "failure");
     }
   }
   std::lock_guard<std::mutex> lock(done_mu_);

@@ -25,6 +25,11 @@
 //     provenance::DataChange in the lineage instead. The engine gets the lineage and the
 //     daemon's signer, so every checkpoint is signed and chained to the base model or seed.
 //  7. Every job event is appended to the store's hash-chained audit log (server/audit_log.h).
+//  8. No priority inversion (request threads run at a low priority): request threads hold mu_,
+//     which every step of the running job takes, only for O(jobs) reference counts and
+//     lookups; List, Get and WaitForChange copy jobs from copy-on-write snapshots (SharedJob)
+//     after releasing it, and Audit and Checkpoints read the store on a second SQLite
+//     connection under their own lock.
 #pragma once
 
 #include <atomic>
@@ -48,6 +53,7 @@
 #include "server/job_engine.h"
 #include "server/job_store.h"
 #include "server/metrics.h"
+#include "server/shared_job.h"
 #include "server/structured_log.h"
 
 namespace megatrain::server {
@@ -75,6 +81,10 @@ struct RunnerLimits {
   // steps on until the checkpoint is committed). Lets tests interrupt a job at a known step
   // however fast the machine is. Runs that start past this step are not held.
   uint64_t test_hold_after_step = 0;
+  // Test hook (empty = off): List, Audit and Checkpoints call it with their name where they copy
+  // or read what they return. A test blocks in it until the running job steps on, which shows
+  // that this part never holds the lock the job's steps take (issue 16, point 11).
+  std::function<void(const char* call)> test_read_hook;
 };
 
 class JobRunner {
@@ -124,7 +134,7 @@ class JobRunner {
  private:
   struct Entry {
     int64_t sequence = 0;
-    v1::Job job;
+    SharedJob job;  // copy-on-write: readers snapshot it under mu_ and copy it after
     std::optional<ValidatedJob> validated;
     uint64_t version = 1;
     std::string message;
@@ -136,10 +146,11 @@ class JobRunner {
   };
   class StepObserver;
 
-  JobRunner(std::unique_ptr<JobStore> store, JobEngine& engine, DaemonMetrics* metrics,
-            StructuredLog& log, uint32_t max_queue_length, Revalidate revalidate,
-            JobProvenanceOptions provenance, RunnerLimits limits)
+  JobRunner(std::unique_ptr<JobStore> store, std::unique_ptr<JobStore> reader, JobEngine& engine,
+            DaemonMetrics* metrics, StructuredLog& log, uint32_t max_queue_length,
+            Revalidate revalidate, JobProvenanceOptions provenance, RunnerLimits limits)
       : store_(std::move(store)),
+        reader_(std::move(reader)),
         engine_(engine),
         metrics_(metrics),
         log_(log),
@@ -170,8 +181,11 @@ class JobRunner {
   absl::Status CheckOutputDirFreeLocked(const v1::JobSpec& spec, const ValidatedJob& job) const;
   void PublishCountsLocked();
   const Entry* FindLocked(const std::string& id) const;
+  bool Known(const std::string& id) const;  // takes mu_
 
-  std::unique_ptr<JobStore> store_;
+  std::unique_ptr<JobStore> store_;  // writes and startup reads, under mu_
+  mutable std::mutex reader_mu_;
+  const std::unique_ptr<JobStore> reader_;  // request threads' reads, under reader_mu_ only
   JobEngine& engine_;
   DaemonMetrics* metrics_;
   StructuredLog& log_;

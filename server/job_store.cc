@@ -106,6 +106,23 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
   return store;
 }
 
+absl::StatusOr<std::unique_ptr<JobStore>> JobStore::OpenReader() const {
+  const char* file = sqlite3_db_filename(db_, "main");
+  const std::string path = file != nullptr ? file : "";
+  sqlite3* db = nullptr;
+  if (path.empty() ||
+      sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) {
+    std::string message = db ? sqlite3_errmsg(db) : "no database file";
+    sqlite3_close(db);
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot open a reader of state database '", path, "': ", message));
+  }
+  std::unique_ptr<JobStore> reader(new JobStore(db));
+  sqlite3_busy_timeout(db, 5000);
+  if (absl::Status s = reader->Exec("PRAGMA query_only=1;"); !s.ok()) return s;
+  return reader;
+}
+
 JobStore::~JobStore() { sqlite3_close(db_); }
 
 absl::Status JobStore::Exec(const char* sql) {

@@ -25,6 +25,9 @@ class JobStore {
   // Opens or creates `path`; a version-1 database is migrated to version 2 in one transaction.
   // A database with another schema version is FAILED_PRECONDITION.
   static absl::StatusOr<std::unique_ptr<JobStore>> Open(const std::string& path);
+  // A second connection to the same database for another thread's reads (WAL readers never
+  // wait for the writer); it refuses writes (query_only).
+  absl::StatusOr<std::unique_ptr<JobStore>> OpenReader() const;
   ~JobStore();
   JobStore(const JobStore&) = delete;
   JobStore& operator=(const JobStore&) = delete;
