@@ -73,7 +73,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonSettings& sett
       },
       JobProvenanceOptions{d->signing_key_,
                            std::string(engine::DeviceKindName(settings.device.kind))},
-      RunnerLimits{settings.max_job_crashes, settings.test_hold_after_step});
+      RunnerLimits{.max_job_crashes = settings.max_job_crashes,
+                   .test_hold_after_step = settings.test_hold_after_step,
+                   .test_read_hook = {}});
   if (!runner.ok()) return runner.status();
   d->runner_ = std::move(*runner);
   d->service_ =

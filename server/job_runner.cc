@@ -164,8 +164,8 @@ class JobRunner::StepObserver final : public engine::TrainingObserver {
       runner_.log_.JobEvent("checkpoint_error", id_,
                             {{"path", path}, {"error", manifest_sha.status().ToString()}});
     }
-    if (absl::Status s = runner_.store_->PutCheckpoint(record); !s.ok()) {
-      runner_.log_.JobEvent("store_error", id_, {{"error", s.ToString()}});
+    if (absl::Status s = runner_.writer_.PutCheckpoint(record); !s.ok()) {
+      // StoreWriter logged it and made the daemon stop taking jobs (protocol 9).
     }
     // A scheduled checkpoint at or after the requested step answers an on-demand request too.
     if (step >= runner_.checkpoint_request_step_) runner_.checkpoint_requested_ = false;
@@ -306,16 +306,25 @@ void JobRunner::Start() {
 }
 
 void JobRunner::PersistLocked(Entry& entry) {
-  if (absl::Status s = store_->PutJob(entry.sequence, *entry.job); !s.ok()) {
-    log_.JobEvent("store_error", entry.job->id(), {{"error", s.ToString()}});
-  }
+  (void)writer_.PutJob(entry.sequence, *entry.job);  // a failure: StoreFailedLocked
 }
 
 void JobRunner::AuditLocked(const std::string& id, const std::string& kind,
                             const std::string& message) {
-  if (absl::StatusOr<AuditRow> row = store_->AppendAudit(id, NowMs(), kind, message); !row.ok()) {
-    log_.JobEvent("store_error", id, {{"error", row.status().ToString()}});
-  }
+  (void)writer_.AppendAudit(id, NowMs(), kind, message);  // kept pending on a failure
+}
+
+void JobRunner::StoreFailedLocked(const std::string& failure) {
+  const std::string reason =
+      absl::StrCat("state database write failed (", failure,
+                   "); megatraind takes and starts no jobs until it is restarted, so its memory "
+                   "and the database do not diverge");
+  unhealthy_reason_ = healthy_ ? reason : absl::StrCat(unhealthy_reason_, "; ", reason);
+  healthy_ = false;
+  if (!running_.empty()) stop_running_ = true;  // checkpoint, stop; continues after a restart
+  log_.Event("store_failed", {{"reason", reason}});
+  if (metrics_ != nullptr) metrics_->SetHealthy(false);
+  changed_.notify_all();
 }
 
 void JobRunner::TransitionLocked(Entry& entry, v1::JobState state, const std::string& message,
@@ -330,9 +339,7 @@ void JobRunner::TransitionLocked(Entry& entry, v1::JobState state, const std::st
   *event.mutable_progress() = entry.job->progress();
   event.set_message(message);
   event.set_unix_ms(NowMs());
-  if (absl::Status s = store_->AppendEvent(event); !s.ok()) {
-    log_.JobEvent("store_error", entry.job->id(), {{"error", s.ToString()}});
-  }
+  (void)writer_.AppendEvent(event);  // a failure: StoreFailedLocked
   AuditLocked(entry.job->id(), audit_kind,
               absl::StrCat("state ", JobStateName(state), ": ", message));
   log_.JobEvent("job_state", entry.job->id(),
@@ -365,14 +372,23 @@ absl::StatusOr<v1::Job> JobRunner::Submit(const v1::JobSpec& spec, ValidatedJob 
   if (absl::Status s = CheckOutputDirFreeLocked(spec, job); !s.ok()) return s;
   const int64_t sequence = next_sequence_++;
   const std::string id = absl::StrFormat("job-%06d", sequence);
+  v1::Job record;
+  record.set_id(id);
+  *record.mutable_spec() = spec;
+  record.set_submitted_unix_ms(NowMs());
+  record.mutable_progress()->set_total_steps(spec.hyper().steps());
+  record.mutable_progress()->set_validation_loss(std::numeric_limits<double>::quiet_NaN());
+  if (!job.output_dir.empty()) record.set_resolved_output_dir(job.output_dir);
+  record.set_state(v1::QUEUED);
+  // Persisted before it is visible (protocol 1): a job the database lacks is never queued.
+  if (absl::Status s = writer_.InsertJob(sequence, record); !s.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("state database: job not recorded, so not queued: ", s.message(),
+                     "; megatraind takes no jobs until it is restarted"));
+  }
   Entry& e = jobs_[id];
   e.sequence = sequence;
-  e.job.Mutable().set_id(id);
-  *e.job.Mutable().mutable_spec() = spec;
-  e.job.Mutable().set_submitted_unix_ms(NowMs());
-  e.job.Mutable().mutable_progress()->set_total_steps(spec.hyper().steps());
-  e.job.Mutable().mutable_progress()->set_validation_loss(std::numeric_limits<double>::quiet_NaN());
-  if (!job.output_dir.empty()) e.job.Mutable().set_resolved_output_dir(job.output_dir);
+  e.job = SharedJob(std::move(record));
   e.validated = std::move(job);
   queue_.push_back(id);
   TransitionLocked(e, v1::QUEUED, "submitted", "submit");
@@ -603,7 +619,7 @@ absl::StatusOr<ValidatedJob> JobRunner::PrepareRun(const std::string& id,
     uint64_t bytes = 0;
     for (const provenance::InputFile& f : built->inputs) bytes += f.bytes;
     std::lock_guard<std::mutex> lock(mu_);
-    if (absl::Status s = store_->PutLineage(id, provenance::LineageToJson(*built)); !s.ok()) {
+    if (absl::Status s = writer_.PutLineage(id, provenance::LineageToJson(*built)); !s.ok()) {
       return s;
     }
     jobs_.at(id).lineage = *built;
@@ -635,7 +651,7 @@ absl::StatusOr<ValidatedJob> JobRunner::PrepareRun(const std::string& id,
         lineage->data_changes.push_back(c);
       }
       std::lock_guard<std::mutex> lock(mu_);
-      if (absl::Status s = store_->PutLineage(id, provenance::LineageToJson(*lineage)); !s.ok()) {
+      if (absl::Status s = writer_.PutLineage(id, provenance::LineageToJson(*lineage)); !s.ok()) {
         return s;
       }
       jobs_.at(id).lineage = *lineage;
@@ -780,11 +796,14 @@ void JobRunner::Loop() {
                                     "; ResumeJob continues ", CheckpointNote(*e.job)),
                        "pause");
     } else if (stop_running_ && status.code() == absl::StatusCode::kCancelled) {
+      const bool store_failed = !writer_.failure().empty() && !stopping_;
       TransitionLocked(
           e, v1::QUEUED,
-          absl::StrCat("interrupted by daemon shutdown after step ", e.job->progress().step(),
+          absl::StrCat(store_failed ? "stopped because a state database write failed"
+                                    : "interrupted by daemon shutdown",
+                       " after step ", e.job->progress().step(),
                        "; on the next start it continues ", CheckpointNote(*e.job)),
-          "interrupted_by_shutdown");
+          store_failed ? "stopped_store_failed" : "interrupted_by_shutdown");
     } else {
       e.job.Mutable().set_failure_reason(status.ToString());
       e.job.Mutable().set_finished_unix_ms(NowMs());
@@ -813,6 +832,12 @@ bool JobRunner::Shutdown(absl::Duration timeout) {
   }
   lock.unlock();
   thread_.join();
+  std::lock_guard<std::mutex> runner_lock(mu_);
+  // Rows a failed write left behind, written now or logged in full (protocol 9).
+  if (absl::Status s = writer_.Flush(/*final=*/true); !s.ok()) {
+    log_.Event("store_unflushed", {{"audit_rows", absl::StrCat(writer_.pending_audit_rows())},
+                                   {"error", s.ToString()}});
+  }
   return true;
 }
 

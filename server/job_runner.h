@@ -30,6 +30,12 @@
 //     lookups; List, Get and WaitForChange copy jobs from copy-on-write snapshots (SharedJob)
 //     after releasing it, and Audit and Checkpoints read the store on a second SQLite
 //     connection under their own lock.
+//  9. A failed write of the state database (disk full, I/O error, locked) fails safe
+//     (StoreWriter): the daemon turns unhealthy with the reason, refuses and starts no jobs, the
+//     running job checkpoints and stops (QUEUED again, so it continues after a restart); a
+//     submit whose row was not written is refused, never queued in memory only; audit rows that
+//     could not be written stay pending, retried in order before later writes and at shutdown,
+//     and are logged in full.
 #pragma once
 
 #include <atomic>
@@ -54,6 +60,7 @@
 #include "server/job_store.h"
 #include "server/metrics.h"
 #include "server/shared_job.h"
+#include "server/store_writer.h"
 #include "server/structured_log.h"
 
 namespace megatrain::server {
@@ -157,7 +164,8 @@ class JobRunner {
         max_queue_length_(max_queue_length),
         revalidate_(std::move(revalidate)),
         provenance_(std::move(provenance)),
-        limits_(limits) {}
+        limits_(limits),
+        writer_(*store_, log_, [this](const std::string& failure) { StoreFailedLocked(failure); }) {}
 
   // With mu_ held: how many times the daemon stopped uncleanly while `id` ran, since the job's
   // last checkpoint or resume (audit rows "requeued_after_restart").
@@ -176,6 +184,8 @@ class JobRunner {
   // With mu_ held: appends one audit row (errors are logged).
   void AuditLocked(const std::string& id, const std::string& kind, const std::string& message);
   void PersistLocked(Entry& entry);
+  // With mu_ held, once, from the write that failed first (protocol 9).
+  void StoreFailedLocked(const std::string& failure);
   // With mu_ held: OK when no other job uses `job`'s resolved output directory (a finished one
   // may, with spec.reuse_output_dir); FAILED_PRECONDITION naming output_dir and the job.
   absl::Status CheckOutputDirFreeLocked(const v1::JobSpec& spec, const ValidatedJob& job) const;
@@ -193,6 +203,7 @@ class JobRunner {
   const Revalidate revalidate_;
   const JobProvenanceOptions provenance_;
   const RunnerLimits limits_;
+  StoreWriter writer_;  // every write of store_ (under mu_)
 
   mutable std::mutex mu_;
   mutable std::condition_variable changed_;
