@@ -774,6 +774,7 @@ void JobRunner::Loop() {
     StepObserver observer(*this, id);
     const absl::Status status = run.ok() ? engine_.Run(id, *run, observer) : run.status();
     const absl::Status device_health = engine_.DeviceHealth();
+    if (metrics_ != nullptr) metrics_->EndJob();
     std::lock_guard<std::mutex> lock(mu_);
     Entry& e = jobs_.at(id);
     running_.clear();
