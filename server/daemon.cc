@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/security/server_credentials.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/server_builder.h"
 #include "server/job_spec_validation.h"
 #include "server/token_auth.h"
@@ -39,6 +40,28 @@ absl::StatusOr<provenance::SigningKey> LoadOrCreateDaemonKey(const std::string& 
   }
   return key;
 }
+
+namespace {
+
+// gRPC limits (issue 16, point 8): message sizes both ways, streams per connection, handler
+// threads, keepalive and idle timeouts.
+void ApplyServerLimits(const DaemonSettings& settings, grpc::ServerBuilder& builder) {
+  builder.SetMaxReceiveMessageSize(settings.max_receive_message_bytes);
+  builder.SetMaxSendMessageSize(settings.max_send_message_bytes);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, settings.max_concurrent_streams);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, settings.keepalive_time_ms);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, settings.keepalive_timeout_ms);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // Clients may ping at most every 10 s without data; more often counts as a strike (2 = GOAWAY).
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10'000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 2);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, settings.max_connection_idle_ms);
+  grpc::ResourceQuota quota("megatraind");
+  quota.SetMaxThreads(settings.max_rpc_threads);
+  builder.SetResourceQuota(quota);
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonSettings& settings,
                                                       JobEngine& engine, StructuredLog& log) {
@@ -83,7 +106,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonSettings& sett
                                        d->signing_key_->public_key_hex());
 
   grpc::ServerBuilder builder;
-  builder.SetMaxReceiveMessageSize(4 << 20);
+  ApplyServerLimits(settings, builder);
   std::filesystem::create_directories(std::filesystem::path(settings.socket_path).parent_path(),
                                       ec);
   struct stat st;

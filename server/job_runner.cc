@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "engine/checkpoint/checkpoint_directory.h"
 #include "engine/checkpoint/manifest.h"
 #include "engine/provenance/record.h"
 #include "engine/provenance/sha256.h"
@@ -212,10 +213,13 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(
   if (!lineages.ok()) return lineages.status();
   absl::StatusOr<std::unique_ptr<JobStore>> reader = store->OpenReader();
   if (!reader.ok()) return reader.status();
+  absl::StatusOr<int64_t> max_purged = store->LoadMaxPurgedSequence();
+  if (!max_purged.ok()) return max_purged.status();
   std::unique_ptr<JobRunner> runner(new JobRunner(
       std::move(store), *std::move(reader), engine, metrics, log, max_queue_length, revalidate, std::move(provenance),
       limits));
   std::lock_guard<std::mutex> lock(runner->mu_);
+  runner->next_sequence_ = *max_purged + 1;  // a purged job's id is never given again
   std::vector<std::string> interrupted, queued;
   for (JobStore::StoredJob& s : *stored) {
     runner->next_sequence_ = std::max(runner->next_sequence_, s.sequence + 1);
@@ -359,6 +363,14 @@ void JobRunner::PublishCountsLocked() {
 }
 
 absl::StatusOr<v1::Job> JobRunner::Submit(const v1::JobSpec& spec, ValidatedJob job) {
+  // Read before taking mu_ (protocol 8): checkpoints already in the directory that no known job
+  // owns (a purged job's, another state directory's) would be resumed from and pruned.
+  bool holds_checkpoints = false;
+  if (!job.output_dir.empty() && !spec.reuse_output_dir()) {
+    absl::StatusOr<std::vector<engine::CheckpointListing>> found =
+        engine::ListCheckpoints(job.output_dir + "/checkpoints");
+    holds_checkpoints = !found.ok() || !found->empty();
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return absl::UnavailableError("megatraind is shutting down");
   if (!healthy_) {
@@ -370,6 +382,13 @@ absl::StatusOr<v1::Job> JobRunner::Submit(const v1::JobSpec& spec, ValidatedJob 
         absl::StrCat("queue already holds ", queue_.size(), " jobs (max_queue_length)"));
   }
   if (absl::Status s = CheckOutputDirFreeLocked(spec, job); !s.ok()) return s;
+  if (holds_checkpoints) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "output_dir: '", spec.output_dir(), "' already holds checkpoints (", job.output_dir,
+        "/checkpoints) of a job this daemon no longer knows (purged, or of another state "
+        "directory); to write into it anyway set reuse_output_dir (megatrain submit "
+        "--reuse_output_dir): this job's checkpoints then go to its own directory there"));
+  }
   const int64_t sequence = next_sequence_++;
   const std::string id = absl::StrFormat("job-%06d", sequence);
   v1::Job record;
@@ -442,12 +461,19 @@ absl::StatusOr<v1::Job> JobRunner::Get(const std::string& id) const {
 }
 
 std::vector<v1::Job> JobRunner::List(const std::vector<v1::JobState>& states) const {
+  int64_t next_after = 0;
+  return ListPage(states, 0, std::numeric_limits<size_t>::max(), &next_after);
+}
+
+std::vector<v1::Job> JobRunner::ListPage(const std::vector<v1::JobState>& states,
+                                         int64_t after_sequence, size_t limit,
+                                         int64_t* next_after) const {
   // Under mu_ only reference counts are taken (protocol 8); the copies are made after.
   std::vector<std::pair<int64_t, std::shared_ptr<const v1::Job>>> snapshot;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    snapshot.reserve(jobs_.size());
     for (const auto& [id, e] : jobs_) {
+      if (e.sequence <= after_sequence) continue;
       if (states.empty() ||
           std::find(states.begin(), states.end(), e.job->state()) != states.end()) {
         snapshot.emplace_back(e.sequence, e.job.Snapshot());
@@ -457,10 +483,41 @@ std::vector<v1::Job> JobRunner::List(const std::vector<v1::JobState>& states) co
   if (limits_.test_read_hook) limits_.test_read_hook("List");
   std::sort(snapshot.begin(), snapshot.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
+  *next_after = 0;
+  if (snapshot.size() > limit) {
+    snapshot.resize(limit);
+    *next_after = snapshot.empty() ? after_sequence : snapshot.back().first;
+  }
   std::vector<v1::Job> jobs;
   jobs.reserve(snapshot.size());
   for (const auto& [sequence, job] : snapshot) jobs.push_back(*job);
   return jobs;
+}
+
+absl::StatusOr<std::vector<std::string>> JobRunner::Purge(int64_t finished_before_unix_ms) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> purged;
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    const v1::Job& job = *it->second.job;
+    if (!IsTerminal(job.state()) || job.finished_unix_ms() >= finished_before_unix_ms) {
+      ++it;
+      continue;
+    }
+    if (absl::Status s = writer_.PurgeJob(it->first, it->second.sequence); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("purging job '", it->first, "': ", s.message(),
+                                                 "; purged before it: ", purged.size()));
+    }
+    AuditLocked(it->first, "purged",
+                absl::StrCat("removed from the daemon's state (", JobStateName(job.state()),
+                             ", finished ", job.finished_unix_ms(), ")"));
+    purged.push_back(it->first);
+    it = jobs_.erase(it);
+  }
+  log_.Event("jobs_purged", {{"count", absl::StrCat(purged.size())},
+                             {"finished_before_unix_ms", absl::StrCat(finished_before_unix_ms)}});
+  PublishCountsLocked();
+  changed_.notify_all();  // watchers of a purged job find it gone
+  return purged;
 }
 
 absl::StatusOr<v1::Job> JobRunner::Cancel(const std::string& id) {
@@ -515,9 +572,16 @@ absl::StatusOr<v1::Job> JobRunner::Resume(const std::string& id, bool allow_data
   std::unique_lock<std::mutex> lock(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("id: job '", id, "' not found"));
-  Entry& e = it->second;
+  Entry* entry = &it->second;
+  // Looked up again after each unlocked phase: the job may have been cancelled and purged.
   auto check_paused = [&]() -> absl::Status {
     if (stopping_) return absl::UnavailableError("megatraind is shutting down");
+    auto found = jobs_.find(id);
+    if (found == jobs_.end()) {
+      return absl::NotFoundError(absl::StrCat("id: job '", id, "' not found"));
+    }
+    entry = &found->second;
+    const Entry& e = *entry;
     if (e.job->state() != v1::PAUSED) {
       return absl::FailedPreconditionError(
           absl::StrCat("job '", id, "' is ", JobStateName(e.job->state()), ", not PAUSED"));
@@ -525,8 +589,8 @@ absl::StatusOr<v1::Job> JobRunner::Resume(const std::string& id, bool allow_data
     return absl::OkStatus();
   };
   if (absl::Status s = check_paused(); !s.ok()) return s;
-  if (!e.validated.has_value()) {  // paused before a restart: check today's files and limits
-    const v1::JobSpec spec = e.job->spec();
+  if (!entry->validated.has_value()) {  // paused before a restart: check today's files and limits
+    const v1::JobSpec spec = entry->job->spec();
     lock.unlock();
     absl::StatusOr<ValidatedJob> validated = revalidate_(spec);
     lock.lock();
@@ -535,11 +599,11 @@ absl::StatusOr<v1::Job> JobRunner::Resume(const std::string& id, bool allow_data
       return absl::Status(validated.status().code(),
                           absl::StrCat("re-validation: ", validated.status().message()));
     }
-    if (!e.validated.has_value()) e.validated = std::move(*validated);
+    if (!entry->validated.has_value()) entry->validated = std::move(*validated);
   }
-  if (e.lineage.has_value()) {  // the data check of protocol 6, answered to the caller at once
-    const provenance::Lineage lineage = *e.lineage;
-    const ValidatedJob validated = *e.validated;
+  if (entry->lineage.has_value()) {  // protocol 6's data check, answered to the caller at once
+    const provenance::Lineage lineage = *entry->lineage;
+    const ValidatedJob validated = *entry->validated;
     lock.unlock();
     absl::StatusOr<std::vector<provenance::InputFile>> current = HashDataInputs(validated);
     lock.lock();
@@ -560,6 +624,7 @@ absl::StatusOr<v1::Job> JobRunner::Resume(const std::string& id, bool allow_data
       return absl::FailedPreconditionError(message);
     }
   }
+  Entry& e = *entry;
   e.allow_data_change = allow_data_change;
   e.job.Mutable().clear_failure_reason();
   queue_.push_back(id);
@@ -687,17 +752,25 @@ absl::StatusOr<v1::CheckpointRecord> JobRunner::CheckpointNow(const std::string&
   log_.JobEvent("checkpoint_requested", id, {{"after_step", absl::StrCat(from_step)}});
   ++checkpoint_waiters_;
   changed_.notify_all();  // a held run (test hook) steps on until the checkpoint is committed
+  // The entry stays while the job runs; once it ended it is looked up again (PurgeJobs).
   auto answered = [&] {
-    return e.checkpoints_committed > committed_before && e.last_checkpoint.step() >= from_step;
+    return running_ == id && e.checkpoints_committed > committed_before &&
+           e.last_checkpoint.step() >= from_step;
   };
   changed_.wait_for(lock, absl::ToChronoMilliseconds(timeout),
                     [&] { return answered() || running_ != id || stopping_; });
   --checkpoint_waiters_;
   if (answered()) return e.last_checkpoint;
   if (running_ != id) {
-    return absl::FailedPreconditionError(absl::StrCat("job '", id, "' stopped as ",
-                                                      JobStateName(e.job->state()),
-                                                      " before the checkpoint was written"));
+    const Entry* ended = FindLocked(id);
+    if (ended != nullptr && ended->checkpoints_committed > committed_before &&
+        ended->last_checkpoint.step() >= from_step) {
+      return ended->last_checkpoint;
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", id, "' stopped as ",
+        ended == nullptr ? std::string("a purged job") : JobStateName(ended->job->state()),
+        " before the checkpoint was written"));
   }
   if (stopping_) return absl::UnavailableError("megatraind is shutting down");
   return absl::DeadlineExceededError(absl::StrCat("job '", id, "': no checkpoint committed within ",
@@ -721,10 +794,15 @@ absl::StatusOr<bool> JobRunner::WaitForChange(const std::string& id, uint64_t* v
                                               absl::Duration timeout, v1::Job* job,
                                               std::string* message) const {
   std::unique_lock<std::mutex> lock(mu_);
+  auto not_found = [&] { return absl::NotFoundError(absl::StrCat("id: job '", id, "' not found")); };
+  if (FindLocked(id) == nullptr) return not_found();
+  // Looked up again after every wake: PurgeJobs may have removed the job meanwhile.
+  const bool changed = changed_.wait_for(lock, absl::ToChronoMilliseconds(timeout), [&] {
+    const Entry* e = FindLocked(id);
+    return e == nullptr || e->version != *version || stopping_;
+  });
   const Entry* e = FindLocked(id);
-  if (e == nullptr) return absl::NotFoundError(absl::StrCat("id: job '", id, "' not found"));
-  const bool changed = changed_.wait_for(lock, absl::ToChronoMilliseconds(timeout),
-                                         [&] { return e->version != *version || stopping_; });
+  if (e == nullptr) return not_found();
   if (e->version == *version && stopping_) {
     return absl::UnavailableError("megatraind is shutting down");
   }

@@ -110,6 +110,13 @@ class JobRunner {
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec, ValidatedJob job);
   absl::StatusOr<v1::Job> Get(const std::string& id) const;
   std::vector<v1::Job> List(const std::vector<v1::JobState>& states) const;
+  // One page of List: at most `limit` jobs submitted after `after_sequence` (0 = from the
+  // first); `*next_after` is the last returned job's sequence when more follow, else 0.
+  std::vector<v1::Job> ListPage(const std::vector<v1::JobState>& states, int64_t after_sequence,
+                                size_t limit, int64_t* next_after) const;
+  // Removes ended jobs (SUCCEEDED, FAILED, CANCELLED) that finished before the time from memory
+  // and the store (their audit rows stay, with a "purged" row appended); returns their ids.
+  absl::StatusOr<std::vector<std::string>> Purge(int64_t finished_before_unix_ms);
   absl::StatusOr<v1::Job> Cancel(const std::string& id);
   // QUEUED -> PAUSED at once; RUNNING -> checkpoint, stop, PAUSED (returns while it stops).
   absl::StatusOr<v1::Job> Pause(const std::string& id);

@@ -170,6 +170,37 @@ absl::Status JobStore::PutLineage(const std::string& job_id, const std::string& 
   return put.Done();
 }
 
+absl::Status JobStore::PurgeJob(const std::string& job_id, int64_t sequence) {
+  if (absl::Status s = Exec("BEGIN IMMEDIATE;"); !s.ok()) return s;
+  auto run = [&]() -> absl::Status {
+    for (const char* sql :
+         {"DELETE FROM jobs WHERE id = ?;", "DELETE FROM events WHERE job_id = ?;",
+          "DELETE FROM checkpoints WHERE job_id = ?;", "DELETE FROM lineage WHERE job_id = ?;"}) {
+      Statement del(db_, sql);
+      if (absl::Status s = del.prepared(); !s.ok()) return s;
+      del.Bind(1, job_id);
+      if (absl::Status s = del.Done(); !s.ok()) return s;
+    }
+    Statement mark(db_,
+                   "INSERT INTO meta (key, value) VALUES ('max_purged_sequence', ?) "
+                   "ON CONFLICT(key) DO UPDATE SET value = max(value, excluded.value);");
+    if (absl::Status s = mark.prepared(); !s.ok()) return s;
+    mark.Bind(1, sequence);
+    return mark.Done();
+  };
+  if (absl::Status s = run(); !s.ok()) {
+    (void)Exec("ROLLBACK;");
+    return s;
+  }
+  return Exec("COMMIT;");
+}
+
+absl::StatusOr<int64_t> JobStore::LoadMaxPurgedSequence() {
+  Statement get(db_, "SELECT value FROM meta WHERE key = 'max_purged_sequence';");
+  if (absl::Status s = get.prepared(); !s.ok()) return s;
+  return get.Step() == SQLITE_ROW ? get.Int(0) : 0;
+}
+
 absl::StatusOr<AuditRow> JobStore::AppendAudit(const std::string& job_id, int64_t unix_ms,
                                                const std::string& kind,
                                                const std::string& message) {

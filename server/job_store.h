@@ -38,6 +38,12 @@ class JobStore {
   absl::Status PutCheckpoint(const v1::CheckpointRecord& record);
   // The job's lineage (provenance::LineageToJson text), inserted or replaced.
   absl::Status PutLineage(const std::string& job_id, const std::string& lineage_json);
+  // Deletes the job's jobs, events, checkpoints and lineage rows in one transaction (its audit
+  // rows stay: the audit log is append-only) and remembers `sequence` so that no later job gets
+  // the purged job's id (LoadMaxPurgedSequence).
+  absl::Status PurgeJob(const std::string& job_id, int64_t sequence);
+  // The largest sequence of a purged job; 0 when none was purged.
+  absl::StatusOr<int64_t> LoadMaxPurgedSequence();
   // Appends an event to the job's audit chain.
   absl::StatusOr<AuditRow> AppendAudit(const std::string& job_id, int64_t unix_ms,
                                        const std::string& kind, const std::string& message);

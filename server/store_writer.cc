@@ -88,6 +88,15 @@ absl::Status StoreWriter::PutLineage(const std::string& job_id, const std::strin
   return absl::OkStatus();
 }
 
+absl::Status StoreWriter::PurgeJob(const std::string& job_id, int64_t sequence) {
+  (void)Flush();
+  if (absl::Status s = store_.PurgeJob(job_id, sequence); !s.ok()) {
+    return Failed("purge", job_id, s);
+  }
+  dirty_jobs_.erase(job_id);
+  return absl::OkStatus();
+}
+
 absl::Status StoreWriter::AppendAudit(const std::string& job_id, int64_t unix_ms,
                                       const std::string& kind, const std::string& message) {
   (void)FlushDirtyJobs();

@@ -35,6 +35,7 @@ class StoreWriter {
   absl::Status AppendEvent(const v1::ProgressEvent& event);
   absl::Status PutCheckpoint(const v1::CheckpointRecord& record);
   absl::Status PutLineage(const std::string& job_id, const std::string& lineage_json);
+  absl::Status PurgeJob(const std::string& job_id, int64_t sequence);
   // Queues the row behind the pending ones and writes what it can, in order; a row that cannot
   // be written now is logged as `audit_row_pending` with its content and retried later.
   absl::Status AppendAudit(const std::string& job_id, int64_t unix_ms, const std::string& kind,

@@ -6,6 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "engine/device/device_options.h"
@@ -114,8 +115,42 @@ grpc::Status TrainerService::ListJobs(grpc::ServerContext*, const v1::ListJobsRe
     }
     states.push_back(static_cast<v1::JobState>(s));
   }
-  for (v1::Job& job : runner_.List(states)) *response->add_jobs() = std::move(job);
+  if (request->page_size() > kMaxListPageSize) {
+    return Finish("ListJobs", absl::InvalidArgumentError(absl::StrCat(
+                                  "page_size: ", request->page_size(), " is more than ",
+                                  kMaxListPageSize)));
+  }
+  int64_t after = 0;  // the token is the last listed job's sequence number
+  if (!request->page_token().empty() &&
+      (request->page_token().size() > 20 || !absl::SimpleAtoi(request->page_token(), &after) ||
+       after <= 0)) {
+    return Finish("ListJobs", absl::InvalidArgumentError(absl::StrCat(
+                                  "page_token: '", request->page_token().substr(0, 32),
+                                  "' is not a next_page_token of this daemon")));
+  }
+  const size_t limit = request->page_size() == 0 ? kMaxListPageSize : request->page_size();
+  int64_t next_after = 0;
+  for (v1::Job& job : runner_.ListPage(states, after, limit, &next_after)) {
+    *response->add_jobs() = std::move(job);
+  }
+  if (next_after != 0) response->set_next_page_token(absl::StrCat(next_after));
   return Finish("ListJobs", absl::OkStatus());
+}
+
+grpc::Status TrainerService::PurgeJobs(grpc::ServerContext*, const v1::PurgeJobsRequest* request,
+                                       v1::PurgeJobsResponse* response) {
+  DeprioritizeHandlerThread();
+  if (request->finished_before_unix_ms() <= 0) {
+    return Finish("PurgeJobs", absl::InvalidArgumentError(absl::StrCat(
+                                   "finished_before_unix_ms: ", request->finished_before_unix_ms(),
+                                   " is not a time (milliseconds since 1970, > 0)")));
+  }
+  absl::StatusOr<std::vector<std::string>> purged =
+      runner_.Purge(request->finished_before_unix_ms());
+  if (purged.ok()) {
+    for (const std::string& id : *purged) response->add_purged_ids(id);
+  }
+  return Finish("PurgeJobs", purged.status());
 }
 
 grpc::Status TrainerService::WatchJob(grpc::ServerContext* context,

@@ -14,6 +14,9 @@
 
 namespace megatrain::server {
 
+// ListJobs answers at most this many jobs per page (page_size 0 = this).
+inline constexpr uint32_t kMaxListPageSize = 1000;
+
 inline constexpr char kDaemonVersion[] = "megatraind 0.1.0";
 // How long a Checkpoint RPC waits for the running job to commit the checkpoint it asked for.
 inline constexpr absl::Duration kCheckpointRpcTimeout = absl::Seconds(120);
@@ -48,6 +51,8 @@ class TrainerService final : public v1::Trainer::Service {
   grpc::Status GetDaemonStatus(grpc::ServerContext* context,
                                const v1::GetDaemonStatusRequest* request,
                                v1::DaemonStatus* response) override;
+  grpc::Status PurgeJobs(grpc::ServerContext* context, const v1::PurgeJobsRequest* request,
+                         v1::PurgeJobsResponse* response) override;
   grpc::Status GetAuditLog(grpc::ServerContext* context, const v1::GetAuditLogRequest* request,
                            v1::AuditLog* response) override;
 

@@ -55,6 +55,14 @@ timeout 300 "$MEGATRAIN" --socket="$SOCKET" watch "$second" > /dev/null || fail 
 [ "$(ls "$WORK/out/x/checkpoints/$second" | grep -c '^step-')" = 1 ] ||
   fail "the second job's checkpoints: $(ls "$WORK/out/x/checkpoints/$second")"
 
+# Purged jobs (megatrain purge) no longer name the directory, but their checkpoints are still
+# there: reusing it still needs the flag.
+cli purge --older_than_days=0.0000001 > "$WORK/purged.txt" || fail "purge"
+grep -qx "$first" "$WORK/purged.txt" && grep -qx "$second" "$WORK/purged.txt" ||
+  fail "purge printed: $(cat "$WORK/purged.txt")"
+cli status "$first" > /dev/null 2>&1 && fail "a purged job is still known"
+expect_refused "already holds checkpoints" submit $args --steps=2 --output_dir="$WORK/out/x"
+
 # A directory in use by a running job is never reused, with or without the flag.
 busy=$(cli submit $args --steps=1000 --output_dir="$WORK/out/busy") || fail "submit busy"
 deadline=$((SECONDS + 120))
