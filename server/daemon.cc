@@ -101,23 +101,16 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonSettings& sett
                    .test_read_hook = {}});
   if (!runner.ok()) return runner.status();
   d->runner_ = std::move(*runner);
-  d->service_ =
-      std::make_unique<TrainerService>(d->settings_, d->paths_, *d->runner_, d->metrics_.get(), log,
-                                       d->signing_key_->public_key_hex());
+  d->admins_ = std::make_unique<AdminPolicy>(settings.admin_group, geteuid());
+  d->access_ = std::make_unique<JobAccess>(d->peers_, *d->admins_, *d->runner_, log);
+  d->service_ = std::make_unique<TrainerService>(d->settings_, d->paths_, *d->runner_,
+                                                 d->metrics_.get(), log, *d->access_,
+                                                 d->signing_key_->public_key_hex());
 
   grpc::ServerBuilder builder;
   ApplyServerLimits(settings, builder);
   std::filesystem::create_directories(std::filesystem::path(settings.socket_path).parent_path(),
                                       ec);
-  struct stat st;
-  if (lstat(settings.socket_path.c_str(), &st) == 0) {
-    if (!S_ISSOCK(st.st_mode)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("socket_path: '", settings.socket_path, "' exists and is not a socket"));
-    }
-    unlink(settings.socket_path.c_str());  // stale socket of a previous run
-  }
-  builder.AddListeningPort("unix:" + settings.socket_path, grpc::InsecureServerCredentials());
   if (!settings.tcp_address.empty()) {
     absl::StatusOr<std::string> cert = ReadPem("tls_cert_file", settings.tls_cert_file);
     if (!cert.ok()) return cert.status();
@@ -134,14 +127,17 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonSettings& sett
   builder.RegisterService(d->service_.get());
   d->server_ = builder.BuildAndStart();
   if (d->server_ == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot listen on unix:", settings.socket_path,
-        settings.tcp_address.empty() ? "" : absl::StrCat(" or ", settings.tcp_address)));
-  }
-  if (chmod(settings.socket_path.c_str(), settings.socket_mode) != 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat("socket_path: cannot chmod '", settings.socket_path, "'"));
+        settings.tcp_address.empty()
+            ? std::string("cannot start the gRPC server")
+            : absl::StrCat("tcp_address: cannot listen on ", settings.tcp_address));
   }
+  // The Unix socket is accepted by hand: each caller's SO_PEERCRED is recorded (issue 16,
+  // point 12) before gRPC gets the connection.
+  absl::StatusOr<std::unique_ptr<UnixListener>> listener =
+      UnixListener::Start(settings.socket_path, settings.socket_mode, *d->server_, d->peers_);
+  if (!listener.ok()) return listener.status();
+  d->unix_listener_ = std::move(*listener);
   d->runner_->Start();
   log.Event("daemon_started",
             {{"socket", settings.socket_path},
@@ -162,6 +158,7 @@ bool Daemon::Shutdown() {
   shut_down_ = true;
   log_.Event("daemon_stopping", {});
   const bool stopped = runner_->Shutdown(absl::Seconds(settings_.shutdown_timeout_seconds));
+  if (unix_listener_ != nullptr) unix_listener_->Stop();  // no new connections for a server that is shutting down
   // Watch streams end once the runner stops; give in-flight unary calls a short grace.
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   log_.Event("daemon_stopped", {{"clean", stopped ? "true" : "false"}});

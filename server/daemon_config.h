@@ -38,6 +38,9 @@ struct DaemonSettings {
   uint64_t max_ram_bytes = 0;    // 0 = physical RAM; jobs whose host plan exceeds it are refused
   uint32_t max_job_crashes = 3;  // daemon deaths while one job ran before it is FAILED
   uint64_t test_hold_after_step = 0;  // test hook: see --test_hold_after_step
+  // Members may cancel, pause, resume, checkpoint and audit any job and purge (issue 16,
+  // point 12); empty = only root and the daemon's user. Flag only (--admin_group).
+  std::string admin_group = "megatrain-admin";
   // gRPC server limits (issue 16, point 8); fixed for now (tests lower them).
   int max_rpc_threads = 64;              // handler threads (ResourceQuota); beyond: RESOURCE_EXHAUSTED
   int max_concurrent_streams = 32;       // per client connection

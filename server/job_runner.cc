@@ -362,7 +362,14 @@ void JobRunner::PublishCountsLocked() {
   metrics_->SetHealthy(healthy_);
 }
 
-absl::StatusOr<v1::Job> JobRunner::Submit(const v1::JobSpec& spec, ValidatedJob job) {
+void JobRunner::RecordAccessRefusal(const std::string& id, const std::string& message) {
+  std::lock_guard<std::mutex> lock(mu_);
+  log_.JobEvent("access_refused", id, {{"message", message}});
+  if (FindLocked(id) != nullptr) AuditLocked(id, "access_refused", message);
+}
+
+absl::StatusOr<v1::Job> JobRunner::Submit(const v1::JobSpec& spec, ValidatedJob job,
+                                          std::optional<uint32_t> submitter_uid) {
   // Read before taking mu_ (protocol 8): checkpoints already in the directory that no known job
   // owns (a purged job's, another state directory's) would be resumed from and pruned.
   bool holds_checkpoints = false;
@@ -399,6 +406,7 @@ absl::StatusOr<v1::Job> JobRunner::Submit(const v1::JobSpec& spec, ValidatedJob 
   record.mutable_progress()->set_validation_loss(std::numeric_limits<double>::quiet_NaN());
   if (!job.output_dir.empty()) record.set_resolved_output_dir(job.output_dir);
   record.set_state(v1::QUEUED);
+  if (submitter_uid.has_value()) record.set_submitter_uid(*submitter_uid);
   // Persisted before it is visible (protocol 1): a job the database lacks is never queued.
   if (absl::Status s = writer_.InsertJob(sequence, record); !s.ok()) {
     return absl::FailedPreconditionError(

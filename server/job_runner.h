@@ -107,7 +107,11 @@ class JobRunner {
 
   void Start();
 
-  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec, ValidatedJob job);
+  // `submitter_uid`: the Unix-socket caller, recorded in the job (unset: TCP).
+  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec, ValidatedJob job,
+                                 std::optional<uint32_t> submitter_uid = std::nullopt);
+  // Appends an "access_refused" row to the job's audit chain and logs it.
+  void RecordAccessRefusal(const std::string& id, const std::string& message);
   absl::StatusOr<v1::Job> Get(const std::string& id) const;
   std::vector<v1::Job> List(const std::vector<v1::JobState>& states) const;
   // One page of List: at most `limit` jobs submitted after `after_sequence` (0 = from the

@@ -61,6 +61,9 @@ ABSL_FLAG(std::string, tokenize_binary, "",
 ABSL_FLAG(uint64_t, max_ram_bytes, 0,
           "Host memory a job's plan may use (pinned + RAM); 0 = the machine's physical RAM. "
           "A job whose plan needs more is refused at submit (RESOURCE_EXHAUSTED).");
+ABSL_FLAG(std::string, admin_group, "megatrain-admin",
+          "Members (and root, and the daemon's user) may cancel, pause, resume, checkpoint and "
+          "audit any job and purge jobs; others only their own jobs. Empty: no group.");
 ABSL_FLAG(uint32_t, max_job_crashes, 3,
           "A job during which megatraind stopped without a clean shutdown this many times since "
           "its last checkpoint or resume is FAILED (quarantined) at the next start; 0 = never.");
@@ -190,6 +193,7 @@ int main(int argc, char** argv) {
   }
   settings->max_ram_bytes = absl::GetFlag(FLAGS_max_ram_bytes);
   settings->max_job_crashes = absl::GetFlag(FLAGS_max_job_crashes);
+  settings->admin_group = absl::GetFlag(FLAGS_admin_group);
   settings->test_hold_after_step = absl::GetFlag(FLAGS_test_hold_after_step);
 
   // Libraries start threads before main (OpenBLAS), so a blocked-mask + sigwait scheme would

@@ -55,12 +55,13 @@ absl::Status ValidateJobId(const std::string& id) {
 
 TrainerService::TrainerService(const DaemonSettings& settings, const PathPolicy& paths,
                                JobRunner& runner, DaemonMetrics* metrics, StructuredLog& log,
-                               std::string public_key_hex)
+                               const JobAccess& access, std::string public_key_hex)
     : settings_(settings),
       paths_(paths),
       runner_(runner),
       metrics_(metrics),
       log_(log),
+      access_(access),
       public_key_hex_(std::move(public_key_hex)) {}
 
 grpc::Status TrainerService::Finish(const char* method, const absl::Status& status) {
@@ -77,7 +78,8 @@ absl::StatusOr<ValidatedJob> TrainerService::Validate(const v1::JobSpec& spec) c
   return ValidateJobSpec(spec, settings_, paths_);
 }
 
-grpc::Status TrainerService::SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* request,
+grpc::Status TrainerService::SubmitJob(grpc::ServerContext* context,
+                                       const v1::SubmitJobRequest* request,
                                        v1::Job* response) {
   DeprioritizeHandlerThread();
   if (!request->has_spec()) {
@@ -85,7 +87,8 @@ grpc::Status TrainerService::SubmitJob(grpc::ServerContext*, const v1::SubmitJob
   }
   absl::StatusOr<ValidatedJob> job = Validate(request->spec());
   if (!job.ok()) return Finish("SubmitJob", job.status());
-  absl::StatusOr<v1::Job> submitted = runner_.Submit(request->spec(), std::move(*job));
+  const Caller caller = access_.Identify(context->peer());
+  absl::StatusOr<v1::Job> submitted = runner_.Submit(request->spec(), std::move(*job), caller.uid);
   if (submitted.ok()) *response = *submitted;
   return Finish("SubmitJob", submitted.status());
 }
@@ -137,9 +140,14 @@ grpc::Status TrainerService::ListJobs(grpc::ServerContext*, const v1::ListJobsRe
   return Finish("ListJobs", absl::OkStatus());
 }
 
-grpc::Status TrainerService::PurgeJobs(grpc::ServerContext*, const v1::PurgeJobsRequest* request,
+grpc::Status TrainerService::PurgeJobs(grpc::ServerContext* context,
+                                       const v1::PurgeJobsRequest* request,
                                        v1::PurgeJobsResponse* response) {
   DeprioritizeHandlerThread();
+  if (absl::Status s = access_.AuthorizeAdmin(access_.Identify(context->peer()), "purge");
+      !s.ok()) {
+    return Finish("PurgeJobs", s);
+  }
   if (request->finished_before_unix_ms() <= 0) {
     return Finish("PurgeJobs", absl::InvalidArgumentError(absl::StrCat(
                                    "finished_before_unix_ms: ", request->finished_before_unix_ms(),
@@ -182,39 +190,55 @@ grpc::Status TrainerService::WatchJob(grpc::ServerContext* context,
                                                  "shutting down"));
 }
 
-grpc::Status TrainerService::CancelJob(grpc::ServerContext*, const v1::JobRef* request,
+grpc::Status TrainerService::CancelJob(grpc::ServerContext* context, const v1::JobRef* request,
                                        v1::Job* response) {
   DeprioritizeHandlerThread();
   if (absl::Status s = ValidateJobId(request->id()); !s.ok()) return Finish("CancelJob", s);
+  if (absl::Status s = access_.AuthorizeJob(access_.Identify(context->peer()), request->id(), "cancel");
+      !s.ok()) {
+    return Finish("CancelJob", s);
+  }
   absl::StatusOr<v1::Job> job = runner_.Cancel(request->id());
   if (job.ok()) *response = *job;
   return Finish("CancelJob", job.status());
 }
 
-grpc::Status TrainerService::PauseJob(grpc::ServerContext*, const v1::JobRef* request,
+grpc::Status TrainerService::PauseJob(grpc::ServerContext* context, const v1::JobRef* request,
                                       v1::Job* response) {
   DeprioritizeHandlerThread();
   if (absl::Status s = ValidateJobId(request->id()); !s.ok()) return Finish("PauseJob", s);
+  if (absl::Status s = access_.AuthorizeJob(access_.Identify(context->peer()), request->id(), "pause");
+      !s.ok()) {
+    return Finish("PauseJob", s);
+  }
   absl::StatusOr<v1::Job> job = runner_.Pause(request->id());
   if (job.ok()) *response = *job;
   return Finish("PauseJob", job.status());
 }
 
 // Re-hashes the job's data files on this handler thread (see JobRunner::Resume).
-grpc::Status TrainerService::ResumeJob(grpc::ServerContext*, const v1::ResumeJobRequest* request,
+grpc::Status TrainerService::ResumeJob(grpc::ServerContext* context, const v1::ResumeJobRequest* request,
                                        v1::Job* response) {
   DeprioritizeHandlerThread();
   if (absl::Status s = ValidateJobId(request->id()); !s.ok()) return Finish("ResumeJob", s);
+  if (absl::Status s = access_.AuthorizeJob(access_.Identify(context->peer()), request->id(), "resume");
+      !s.ok()) {
+    return Finish("ResumeJob", s);
+  }
   absl::StatusOr<v1::Job> job = runner_.Resume(request->id(), request->allow_data_change());
   if (job.ok()) *response = *job;
   return Finish("ResumeJob", job.status());
 }
 
 // Waits on the handler thread for the runner's commit; the runner never blocks on it.
-grpc::Status TrainerService::Checkpoint(grpc::ServerContext*, const v1::JobRef* request,
+grpc::Status TrainerService::Checkpoint(grpc::ServerContext* context, const v1::JobRef* request,
                                         v1::CheckpointRecord* response) {
   DeprioritizeHandlerThread();
   if (absl::Status s = ValidateJobId(request->id()); !s.ok()) return Finish("Checkpoint", s);
+  if (absl::Status s = access_.AuthorizeJob(access_.Identify(context->peer()), request->id(), "checkpoint");
+      !s.ok()) {
+    return Finish("Checkpoint", s);
+  }
   absl::StatusOr<v1::CheckpointRecord> record =
       runner_.CheckpointNow(request->id(), kCheckpointRpcTimeout);
   if (record.ok()) *response = *record;
@@ -269,12 +293,17 @@ grpc::Status TrainerService::GetDaemonStatus(grpc::ServerContext*,
   return Finish("GetDaemonStatus", absl::OkStatus());
 }
 
-grpc::Status TrainerService::GetAuditLog(grpc::ServerContext*,
+grpc::Status TrainerService::GetAuditLog(grpc::ServerContext* context,
                                          const v1::GetAuditLogRequest* request,
                                          v1::AuditLog* response) {
   DeprioritizeHandlerThread();
   if (absl::Status s = ValidateJobId(request->job_id()); !s.ok()) {
     return Finish("GetAuditLog", absl::InvalidArgumentError(absl::StrCat("job_", s.message())));
+  }
+  if (absl::Status s =
+          access_.AuthorizeJob(access_.Identify(context->peer()), request->job_id(), "audit");
+      !s.ok()) {
+    return Finish("GetAuditLog", s);
   }
   absl::StatusOr<v1::AuditLog> log = runner_.Audit(request->job_id());
   if (log.ok()) *response = *std::move(log);
