@@ -18,6 +18,7 @@
 #include "engine/planner/planner.h"
 #include "engine/tiers/direct_io_directory.h"
 #include "engine/tiers/placement.h"
+#include "server/hf_directory_files.h"
 
 namespace megatrain::server {
 namespace {
@@ -70,6 +71,7 @@ absl::Status ValidateModel(const v1::ModelSource& model, const DaemonSettings& s
       absl::StatusOr<std::string> dir =
           paths.ResolveInput("model.hf_directory", model.hf_directory());
       if (!dir.ok()) return dir.status();
+      if (absl::Status s = CheckHfDirectoryFiles(*dir, paths); !s.ok()) return s;
       absl::StatusOr<engine::ModelConfig> config = engine::LoadModelConfig(*dir + "/config.json");
       if (!config.ok()) return Invalid("model.hf_directory", config.status().message());
       // Finds the weight files (refusing pickle-only directories) and reads
