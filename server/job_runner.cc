@@ -13,6 +13,7 @@
 #include "engine/checkpoint/manifest.h"
 #include "engine/provenance/record.h"
 #include "engine/provenance/sha256.h"
+#include "server/input_recheck.h"
 #include "server/job_lineage.h"
 #include "server/path_policy.h"
 
@@ -671,6 +672,10 @@ absl::StatusOr<provenance::Lineage> JobRunner::JobLineage(const std::string& id)
 absl::StatusOr<ValidatedJob> JobRunner::PrepareRun(const std::string& id,
                                                    const ValidatedJob& validated,
                                                    std::string* refusal) {
+  // The inputs as they are now, before anything reads them (issue 16, point 2).
+  if (absl::Status s = RecheckJobInputs(validated); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("inputs checked when the job runs: ", s.message()));
+  }
   std::optional<provenance::Lineage> lineage;
   bool allow_data_change = false;
   v1::JobSpec spec;

@@ -24,6 +24,8 @@
 //     queueing and refuses). With ResumeJob's allow_data_change the run records the change as a
 //     provenance::DataChange in the lineage instead. The engine gets the lineage and the
 //     daemon's signer, so every checkpoint is signed and chained to the base model or seed.
+//     Before that phase the inputs are checked again as they are now (input_recheck.h): one
+//     that leads elsewhere or is no longer a regular file fails the run naming it.
 //  7. Every job event is appended to the store's hash-chained audit log (server/audit_log.h).
 //  8. No priority inversion (request threads run at a low priority): request threads hold mu_,
 //     which every step of the running job takes, only for O(jobs) reference counts and
