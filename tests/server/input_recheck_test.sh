@@ -5,17 +5,6 @@
 # before anything reads them; the outside files are never trained on. Waits are on states.
 source "$(dirname "$0")/daemon_test_lib.sh"
 
-await() {  # await <seconds> <description> <command...>
-  local seconds=$1 what=$2
-  shift 2
-  local deadline=$((SECONDS + seconds))
-  until "$@"; do
-    [ "$SECONDS" -lt "$deadline" ] || fail "timed out after ${seconds}s waiting for $what"
-    sleep 0.2
-  done
-}
-state_is() { [ "$(cli status "$1" --json | jq -r .state)" = "$2" ]; }
-step_at_least() { [ "$(cli status "$1" --json | jq -r '.progress.step // 0')" -ge "$2" ]; }
 reason() { cli status "$1" --json | jq -r .failure_reason; }
 small="--model_config=$WORK/data/config.json --batch_size=2 --seq_len=32 --lr=1e-3 --steps=2"
 

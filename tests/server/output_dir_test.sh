@@ -5,18 +5,6 @@
 # the reusing job's retention and resume never touch the finished job's checkpoints.
 source "$(dirname "$0")/daemon_test_lib.sh"
 
-expect_refused() {  # expect_refused <needle> <cli args...>: exit 4 naming `needle`
-  local needle=$1
-  shift
-  set +e
-  timeout 60 "$MEGATRAIN" --socket="$SOCKET" "$@" > /dev/null 2> "$WORK/refused.txt"
-  local rc=$?
-  set -e
-  [ "$rc" = 4 ] || fail "expected exit 4 for '$*', got $rc: $(cat "$WORK/refused.txt")"
-  grep -qF -- "$needle" "$WORK/refused.txt" || fail "refusal lacks '$needle': $(cat "$WORK/refused.txt")"
-}
-state() { cli status "$1" --json | jq -r .state; }
-step() { cli status "$1" --json | jq -r '.progress.step // 0'; }
 args="--model_config=$WORK/data/config.json --text=$WORK/data/corpus.txt --batch_size=2 --seq_len=32 --lr=1e-3"
 cat > "$WORK/every_step.json" <<'JSON'
 {"checkpoints": {"everySteps": "1", "keepLast": 1}}
@@ -65,11 +53,7 @@ expect_refused "already holds checkpoints" submit $args --steps=2 --output_dir="
 
 # A directory in use by a running job is never reused, with or without the flag.
 busy=$(cli submit $args --steps=1000 --output_dir="$WORK/out/busy") || fail "submit busy"
-deadline=$((SECONDS + 120))
-until [ "$(step "$busy")" -ge 50 ]; do
-  [ "$SECONDS" -lt "$deadline" ] || fail "the busy job did not reach its hold"
-  sleep 0.2
-done
+await 120 "the busy job to reach its hold" step_at_least "$busy" 50
 expect_refused "already used by job '$busy'" submit $args --steps=2 \
   --output_dir="$WORK/out/busy/." --reuse_output_dir
 cli cancel "$busy" > /dev/null || fail "cancel busy"

@@ -26,17 +26,6 @@ expect_denied() {  # expect_denied <uid> <gid> <needle> <cli args...>
   grep -q "PERMISSION_DENIED" "$WORK/denied.txt" || fail "not PERMISSION_DENIED: $(cat "$WORK/denied.txt")"
   grep -qF -- "$needle" "$WORK/denied.txt" || fail "refusal lacks '$needle': $(cat "$WORK/denied.txt")"
 }
-await() {  # await <seconds> <description> <command...>
-  local seconds=$1 what=$2
-  shift 2
-  local deadline=$((SECONDS + seconds))
-  until "$@"; do
-    [ "$SECONDS" -lt "$deadline" ] || fail "timed out after ${seconds}s waiting for $what"
-    sleep 0.2
-  done
-}
-state_is() { [ "$(cli status "$1" --json | jq -r .state)" = "$2" ]; }
-step_at_least() { [ "$(cli status "$1" --json | jq -r '.progress.step // 0')" -ge "$2" ]; }
 args="--model_config=$WORK/data/config.json --text=$WORK/data/corpus.txt --batch_size=2 --seq_len=32 --lr=1e-3"
 OTHER=4242          # a user without a passwd entry: only its primary group counts
 ADMIN_GROUP=nogroup # nobody's primary group

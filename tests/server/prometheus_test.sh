@@ -52,14 +52,14 @@ PROM_PID=$!
 trap 'kill -TERM $PROM_PID 2>/dev/null || true; cleanup' EXIT
 
 # Bounded polling of a condition (Prometheus has no readiness callback).
-await() {  # await <seconds> <command...>
+poll_until() {  # poll_until <seconds> <command...>: 1 when the bound passes
   local deadline=$((SECONDS + $1)); shift
   until "$@"; do
     [ $SECONDS -lt $deadline ] || return 1
     sleep 0.5
   done
 }
-await 60 curl -sf "http://127.0.0.1:$prom_port/-/ready" -o /dev/null \
+poll_until 60 curl -sf "http://127.0.0.1:$prom_port/-/ready" -o /dev/null \
   || { tail -20 "$WORK/prometheus.log" >&2; fail "prometheus not ready"; }
 
 has_data() {
@@ -68,7 +68,7 @@ has_data() {
 }
 count=0
 while IFS= read -r expr; do
-  await 60 has_data "$expr" || fail "dashboard query returned no data: $expr"
+  poll_until 60 has_data "$expr" || fail "dashboard query returned no data: $expr"
   count=$((count + 1))
 done < <(jq -r '.panels[].targets[].expr' "$DASHBOARD")
 [ "$count" -ge 10 ] || fail "only $count dashboard queries"

@@ -7,28 +7,6 @@
 # reach the database afterwards with the chain intact. Waits are on states, bounded.
 source "$(dirname "$0")/daemon_test_lib.sh"
 
-expect_refused() {  # expect_refused <needle> <cli args...>: exit 4 naming `needle`
-  local needle=$1
-  shift
-  set +e
-  timeout 90 "$MEGATRAIN" --socket="$SOCKET" --timeout_seconds=60 "$@" > /dev/null \
-    2> "$WORK/refused.txt"
-  local rc=$?
-  set -e
-  [ "$rc" = 4 ] || fail "expected exit 4 for '$*', got $rc: $(cat "$WORK/refused.txt")"
-  grep -qF -- "$needle" "$WORK/refused.txt" || fail "refusal lacks '$needle': $(cat "$WORK/refused.txt")"
-}
-await() {  # await <seconds> <description> <command...>
-  local seconds=$1 what=$2
-  shift 2
-  local deadline=$((SECONDS + seconds))
-  until "$@"; do
-    [ "$SECONDS" -lt "$deadline" ] || fail "timed out after ${seconds}s waiting for $what"
-    sleep 0.2
-  done
-}
-state_is() { [ "$(cli status "$1" --json | jq -r .state)" = "$2" ]; }
-step_at_least() { [ "$(cli status "$1" --json | jq -r '.progress.step // 0')" -ge "$2" ]; }
 args="--model_config=$WORK/data/config.json --text=$WORK/data/corpus.txt --batch_size=2 --seq_len=32 --lr=1e-3"
 
 start_daemon --test_hold_after_step=3
