@@ -48,17 +48,25 @@ class Statement {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path) {
+absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Connect(const std::string& path, int flags,
+                                                           const char* what) {
   sqlite3* db = nullptr;
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) !=
-      SQLITE_OK) {
-    std::string message = db ? sqlite3_errmsg(db) : "out of memory";
+  if (path.empty() || sqlite3_open_v2(path.c_str(), &db, flags, nullptr) != SQLITE_OK) {
+    std::string message = db ? sqlite3_errmsg(db) : "no database file or out of memory";
     sqlite3_close(db);
     return absl::FailedPreconditionError(
-        absl::StrCat("cannot open state database '", path, "': ", message));
+        absl::StrCat("cannot open ", what, " '", path, "': ", message));
   }
-  std::unique_ptr<JobStore> store(new JobStore(db));
   sqlite3_busy_timeout(db, 5000);
+  return std::unique_ptr<JobStore>(new JobStore(db));
+}
+
+absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path) {
+  absl::StatusOr<std::unique_ptr<JobStore>> opened =
+      Connect(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, "state database");
+  if (!opened.ok()) return opened.status();
+  std::unique_ptr<JobStore> store = *std::move(opened);
+  sqlite3* db = store->db_;
   for (const char* sql :
        {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=NORMAL;",
         "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER);"}) {
@@ -108,18 +116,10 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
 
 absl::StatusOr<std::unique_ptr<JobStore>> JobStore::OpenReader() const {
   const char* file = sqlite3_db_filename(db_, "main");
-  const std::string path = file != nullptr ? file : "";
-  sqlite3* db = nullptr;
-  if (path.empty() ||
-      sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) {
-    std::string message = db ? sqlite3_errmsg(db) : "no database file";
-    sqlite3_close(db);
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot open a reader of state database '", path, "': ", message));
-  }
-  std::unique_ptr<JobStore> reader(new JobStore(db));
-  sqlite3_busy_timeout(db, 5000);
-  if (absl::Status s = reader->Exec("PRAGMA query_only=1;"); !s.ok()) return s;
+  absl::StatusOr<std::unique_ptr<JobStore>> reader =
+      Connect(file != nullptr ? file : "", SQLITE_OPEN_READWRITE, "a reader of state database");
+  if (!reader.ok()) return reader.status();
+  if (absl::Status s = (*reader)->Exec("PRAGMA query_only=1;"); !s.ok()) return s;
   return reader;
 }
 

@@ -62,6 +62,9 @@ class JobStore {
 
  private:
   explicit JobStore(sqlite3* db) : db_(db) {}
+  // One connection with the store's busy timeout; FAILED_PRECONDITION naming `what` and `path`.
+  static absl::StatusOr<std::unique_ptr<JobStore>> Connect(const std::string& path, int flags,
+                                                           const char* what);
   absl::Status Exec(const char* sql);
 
   sqlite3* db_;
