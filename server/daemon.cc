@@ -9,8 +9,8 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "grpcpp/security/server_credentials.h"
 #include "grpcpp/resource_quota.h"
+#include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "server/job_spec_validation.h"
 #include "server/token_auth.h"
@@ -103,9 +103,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonSettings& sett
   d->runner_ = std::move(*runner);
   d->admins_ = std::make_unique<AdminPolicy>(settings.admin_group, geteuid());
   d->access_ = std::make_unique<JobAccess>(d->peers_, *d->admins_, *d->runner_, log);
-  d->service_ = std::make_unique<TrainerService>(d->settings_, d->paths_, *d->runner_,
-                                                 d->metrics_.get(), log, *d->access_,
-                                                 d->signing_key_->public_key_hex());
+  d->service_ =
+      std::make_unique<TrainerService>(d->settings_, d->paths_, *d->runner_, d->metrics_.get(), log,
+                                       *d->access_, d->signing_key_->public_key_hex());
 
   grpc::ServerBuilder builder;
   ApplyServerLimits(settings, builder);
@@ -158,7 +158,8 @@ bool Daemon::Shutdown() {
   shut_down_ = true;
   log_.Event("daemon_stopping", {});
   const bool stopped = runner_->Shutdown(absl::Seconds(settings_.shutdown_timeout_seconds));
-  if (unix_listener_ != nullptr) unix_listener_->Stop();  // no new connections for a server that is shutting down
+  // No new connections for a server that is shutting down.
+  if (unix_listener_ != nullptr) unix_listener_->Stop();
   // Watch streams end once the runner stops; give in-flight unary calls a short grace.
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   log_.Event("daemon_stopped", {{"clean", stopped ? "true" : "false"}});

@@ -42,8 +42,8 @@ struct DaemonSettings {
   // point 12); empty = only root and the daemon's user. Flag only (--admin_group).
   std::string admin_group = "megatrain-admin";
   // gRPC server limits (issue 16, point 8); fixed for now (tests lower them).
-  int max_rpc_threads = 64;              // handler threads (ResourceQuota); beyond: RESOURCE_EXHAUSTED
-  int max_concurrent_streams = 32;       // per client connection
+  int max_rpc_threads = 64;         // handler threads (ResourceQuota); beyond: RESOURCE_EXHAUSTED
+  int max_concurrent_streams = 32;  // per client connection
   int max_receive_message_bytes = 4 << 20;
   int max_send_message_bytes = 64 << 20;
   int keepalive_time_ms = 60'000;        // the server pings an idle transport this often

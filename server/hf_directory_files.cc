@@ -32,8 +32,8 @@ absl::Status CheckHfDirectoryFiles(const std::string& dir, const PathPolicy& pat
     }
     const uint64_t cap = name == "config.json" ? kMaxHfConfigBytes : kMaxHfOtherJsonBytes;
     if (json && static_cast<uint64_t>(st.st_size) > cap) {
-      return absl::ResourceExhaustedError(absl::StrCat(field, ": ", st.st_size,
-                                                       " bytes, larger than ", cap >> 20, " MiB"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat(field, ": ", st.st_size, " bytes, larger than ", cap >> 20, " MiB"));
     }
   }
   if (ec) {

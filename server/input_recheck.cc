@@ -42,9 +42,10 @@ absl::Status RecheckInput(const std::string& field, const std::string& path, boo
   if (!fd.valid()) {
     const int error = errno;
     if (error == ELOOP) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          field, ": '", path, "' now has a symlink on its way (none when the job was "
-          "submitted); refused when the job runs"));
+      return absl::PermissionDeniedError(
+          absl::StrCat(field, ": '", path,
+                       "' now has a symlink on its way (none when the job was "
+                       "submitted); refused when the job runs"));
     }
     if (error == ENOENT || error == ENOTDIR) {
       return absl::NotFoundError(absl::StrCat(field, ": '", path, "' is gone"));
@@ -57,10 +58,10 @@ absl::Status RecheckInput(const std::string& field, const std::string& path, boo
     const std::string link = absl::StrCat("/proc/self/fd/", fd.get());
     const ssize_t n = readlink(link.c_str(), target, sizeof(target) - 1);
     if (n < 0 || std::string(target, static_cast<size_t>(n)) != path) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          field, ": '", path, "' now resolves to '",
-          n < 0 ? std::string("?") : std::string(target, static_cast<size_t>(n)),
-          "'; refused when the job runs"));
+      return absl::PermissionDeniedError(
+          absl::StrCat(field, ": '", path, "' now resolves to '",
+                       n < 0 ? std::string("?") : std::string(target, static_cast<size_t>(n)),
+                       "'; refused when the job runs"));
     }
   }
   struct stat st;

@@ -35,7 +35,8 @@ absl::Status JobAccess::AuthorizeJob(const Caller& caller, const std::string& jo
     return absl::OkStatus();
   }
   const std::string message = absl::StrCat(
-      action, " of job '", job_id, "' refused for ", caller.Describe(), ": the job was submitted by ",
+      action, " of job '", job_id, "' refused for ", caller.Describe(),
+      ": the job was submitted by ",
       job->has_submitter_uid() ? absl::StrCat("uid ", job->submitter_uid())
                                : std::string("an unrecorded caller (over TCP, or before "
                                              "submitters were recorded)"),

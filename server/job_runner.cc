@@ -1,7 +1,6 @@
 // JobRunner (see job_runner.h for the protocol).
 #include "server/job_runner.h"
 
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -216,9 +215,9 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(
   if (!reader.ok()) return reader.status();
   absl::StatusOr<int64_t> max_purged = store->LoadMaxPurgedSequence();
   if (!max_purged.ok()) return max_purged.status();
-  std::unique_ptr<JobRunner> runner(new JobRunner(
-      std::move(store), *std::move(reader), engine, metrics, log, max_queue_length, revalidate, std::move(provenance),
-      limits));
+  std::unique_ptr<JobRunner> runner(new JobRunner(std::move(store), *std::move(reader), engine,
+                                                  metrics, log, max_queue_length, revalidate,
+                                                  std::move(provenance), limits));
   std::lock_guard<std::mutex> lock(runner->mu_);
   runner->next_sequence_ = *max_purged + 1;  // a purged job's id is never given again
   std::vector<std::string> interrupted, queued;
@@ -263,7 +262,8 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(
     e.job.Mutable().set_failure_reason(absl::StrCat(
         "quarantined: megatraind stopped without a clean shutdown (crash, OOM kill, SIGBUS, "
         "SIGKILL) ",
-        crashes, " times while this job ran, since its last checkpoint or resume; it is not "
+        crashes,
+        " times while this job ran, since its last checkpoint or resume; it is not "
         "run again (max_job_crashes=",
         limits.max_job_crashes, ")"));
     e.job.Mutable().set_finished_unix_ms(NowMs());
@@ -377,7 +377,7 @@ absl::StatusOr<v1::Job> JobRunner::Submit(const v1::JobSpec& spec, ValidatedJob 
   if (!job.output_dir.empty() && !spec.reuse_output_dir()) {
     absl::StatusOr<std::vector<engine::CheckpointListing>> found =
         engine::ListCheckpoints(job.output_dir + "/checkpoints");
-    holds_checkpoints = !found.ok() || !found->empty();
+    holds_checkpoints = found.ok() && !found->empty();
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return absl::UnavailableError("megatraind is shutting down");
@@ -432,9 +432,9 @@ absl::Status JobRunner::CheckOutputDirFreeLocked(const v1::JobSpec& spec,
   for (const auto& [other_id, other] : jobs_) {
     const std::string other_dir = !other.job->resolved_output_dir().empty()
                                       ? other.job->resolved_output_dir()
-                                      : other.job->spec().output_dir().empty()
-                                            ? std::string()
-                                            : NormalizeAbsolutePath(other.job->spec().output_dir());
+                                  : other.job->spec().output_dir().empty()
+                                      ? std::string()
+                                      : NormalizeAbsolutePath(other.job->spec().output_dir());
     if (other_dir != job.output_dir) continue;
     const bool ended = IsTerminal(other.job->state());
     if (ended && spec.reuse_output_dir()) continue;
@@ -445,10 +445,10 @@ absl::Status JobRunner::CheckOutputDirFreeLocked(const v1::JobSpec& spec,
           "); to write into it anyway set reuse_output_dir (megatrain submit "
           "--reuse_output_dir): this job's checkpoints then go to its own directory there"));
     }
-    return absl::FailedPreconditionError(absl::StrCat(
-        "output_dir: '", spec.output_dir(), "' is '", job.output_dir, "', already used by job '",
-        other_id, "' (", JobStateName(other.job->state()),
-        "); each job needs its own (it holds the job's checkpoints)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("output_dir: '", spec.output_dir(), "' is '", job.output_dir,
+                     "', already used by job '", other_id, "' (", JobStateName(other.job->state()),
+                     "); each job needs its own (it holds the job's checkpoints)"));
   }
   return absl::OkStatus();
 }
@@ -807,7 +807,9 @@ absl::StatusOr<bool> JobRunner::WaitForChange(const std::string& id, uint64_t* v
                                               absl::Duration timeout, v1::Job* job,
                                               std::string* message) const {
   std::unique_lock<std::mutex> lock(mu_);
-  auto not_found = [&] { return absl::NotFoundError(absl::StrCat("id: job '", id, "' not found")); };
+  auto not_found = [&] {
+    return absl::NotFoundError(absl::StrCat("id: job '", id, "' not found"));
+  };
   if (FindLocked(id) == nullptr) return not_found();
   // Looked up again after every wake: PurgeJobs may have removed the job meanwhile.
   const bool changed = changed_.wait_for(lock, absl::ToChronoMilliseconds(timeout), [&] {
@@ -848,7 +850,8 @@ void JobRunner::Loop() {
       e.job.Mutable().clear_progress();
       e.job.Mutable().mutable_progress()->set_total_steps(e.job->spec().hyper().steps());
       e.job.Mutable().mutable_progress()->set_last_checkpoint(last_checkpoint);
-      e.job.Mutable().mutable_progress()->set_validation_loss(std::numeric_limits<double>::quiet_NaN());
+      e.job.Mutable().mutable_progress()->set_validation_loss(
+          std::numeric_limits<double>::quiet_NaN());
       validated = &*e.validated;
       TransitionLocked(e, v1::RUNNING, "started", "start");
     }
@@ -858,7 +861,8 @@ void JobRunner::Loop() {
       std::lock_guard<std::mutex> lock(mu_);
       Entry& e = jobs_.at(id);
       running_.clear();
-      e.job.Mutable().set_failure_reason(refusal);  // shown by `megatrain status`; cleared by a resume
+      // Shown by `megatrain status`; cleared by a resume.
+      e.job.Mutable().set_failure_reason(refusal);
       TransitionLocked(e, v1::PAUSED, refusal, "data_change_refused");
       continue;
     }
@@ -889,13 +893,12 @@ void JobRunner::Loop() {
                        "pause");
     } else if (stop_running_ && status.code() == absl::StatusCode::kCancelled) {
       const bool store_failed = !writer_.failure().empty() && !stopping_;
-      TransitionLocked(
-          e, v1::QUEUED,
-          absl::StrCat(store_failed ? "stopped because a state database write failed"
-                                    : "interrupted by daemon shutdown",
-                       " after step ", e.job->progress().step(),
-                       "; on the next start it continues ", CheckpointNote(*e.job)),
-          store_failed ? "stopped_store_failed" : "interrupted_by_shutdown");
+      TransitionLocked(e, v1::QUEUED,
+                       absl::StrCat(store_failed ? "stopped because a state database write failed"
+                                                 : "interrupted by daemon shutdown",
+                                    " after step ", e.job->progress().step(),
+                                    "; on the next start it continues ", CheckpointNote(*e.job)),
+                       store_failed ? "stopped_store_failed" : "interrupted_by_shutdown");
     } else {
       e.job.Mutable().set_failure_reason(status.ToString());
       e.job.Mutable().set_finished_unix_ms(NowMs());

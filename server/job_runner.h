@@ -178,7 +178,8 @@ class JobRunner {
         revalidate_(std::move(revalidate)),
         provenance_(std::move(provenance)),
         limits_(limits),
-        writer_(*store_, log_, [this](const std::string& failure) { StoreFailedLocked(failure); }) {}
+        writer_(*store_, log_, [this](const std::string& failure) { StoreFailedLocked(failure); }) {
+  }
 
   // With mu_ held: how many times the daemon stopped uncleanly while `id` ran, since the job's
   // last checkpoint or resume (audit rows "requeued_after_restart").

@@ -49,7 +49,7 @@ class Statement {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Connect(const std::string& path, int flags,
-                                                           const char* what) {
+                                                            const char* what) {
   sqlite3* db = nullptr;
   if (path.empty() || sqlite3_open_v2(path.c_str(), &db, flags, nullptr) != SQLITE_OK) {
     std::string message = db ? sqlite3_errmsg(db) : "no database file or out of memory";

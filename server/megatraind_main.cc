@@ -237,9 +237,9 @@ int main(int argc, char** argv) {
                 std::to_string(absl::GetFlag(FLAGS_inject_device_fault_after_steps))}});
   }
   // systemd's Type=notify and watchdog (issue 16, point 15); inert outside systemd.
-  absl::StatusOr<SdNotifier> notifier = SdNotifier::Create(
-      std::getenv("NOTIFY_SOCKET"), std::getenv("WATCHDOG_USEC"), std::getenv("WATCHDOG_PID"),
-      getpid());
+  absl::StatusOr<SdNotifier> notifier =
+      SdNotifier::Create(std::getenv("NOTIFY_SOCKET"), std::getenv("WATCHDOG_USEC"),
+                         std::getenv("WATCHDOG_PID"), getpid());
   if (!notifier.ok()) {
     log.Event("start_error", {{"error", notifier.status().ToString()}});
     return 1;
@@ -250,8 +250,8 @@ int main(int argc, char** argv) {
     log.Event("start_error", {{"error", daemon.status().ToString()}});
     return 1;
   }
-  if (absl::Status s = notifier->Notify(absl::StrCat("READY=1\nSTATUS=serving on ",
-                                                     settings->socket_path));
+  if (absl::Status s =
+          notifier->Notify(absl::StrCat("READY=1\nSTATUS=serving on ", settings->socket_path));
       !s.ok()) {
     log.Event("sd_notify_error", {{"error", s.ToString()}});
   }

@@ -22,9 +22,9 @@ namespace {
 
 int RemainingMs(absl::Time deadline) {
   const absl::Duration left = deadline - absl::Now();
-  return left <= absl::ZeroDuration() ? 0
-                                      : static_cast<int>(std::min<int64_t>(
-                                            absl::ToInt64Milliseconds(left) + 1, 1 << 30));
+  return left <= absl::ZeroDuration()
+             ? 0
+             : static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1 << 30));
 }
 
 // Sends all of `data` before `deadline`: "served", "send_timeout" or "client_closed".
@@ -38,8 +38,7 @@ absl::string_view SendAll(int fd, const std::string& data, absl::Time deadline) 
     if (ready < 0 && errno == EINTR) continue;
     if (ready < 0) return "client_closed";
     if (ready == 0) return "send_timeout";
-    const ssize_t n =
-        send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t n = send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
     if (n <= 0) return "client_closed";
     done += static_cast<size_t>(n);
@@ -187,11 +186,11 @@ absl::string_view MetricsHttpServer::Answer(int client) {
     status = "404 Not Found";
     body = "only GET /metrics is served\n";
   }
-  return SendAll(client,
-                 absl::StrCat("HTTP/1.1 ", status, "\r\nContent-Type: ", type,
-                              "\r\nContent-Length: ", body.size(),
-                              "\r\nConnection: close\r\n\r\n", body),
-                 absl::Now() + options_.send_timeout);
+  return SendAll(
+      client,
+      absl::StrCat("HTTP/1.1 ", status, "\r\nContent-Type: ", type,
+                   "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n", body),
+      absl::Now() + options_.send_timeout);
 }
 
 }  // namespace megatrain::server

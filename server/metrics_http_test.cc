@@ -97,9 +97,9 @@ bool Trickle(int fd, absl::Duration pace, absl::Duration timeout, const std::ato
   return false;
 }
 
-std::unique_ptr<MetricsHttpServer> StartServer(MetricsHttpOptions options,
-                                               std::shared_ptr<prometheus::Registry> registry =
-                                                   std::make_shared<prometheus::Registry>()) {
+std::unique_ptr<MetricsHttpServer> StartServer(
+    MetricsHttpOptions options,
+    std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>()) {
   absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server =
       MetricsHttpServer::Start("127.0.0.1:0", std::move(registry), std::move(options));
   EXPECT_TRUE(server.ok()) << server.status();

@@ -134,10 +134,10 @@ absl::StatusOr<std::string> PathPolicy::ResolveOutput(const std::string& field,
     if (lstat(existing.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
       char target[PATH_MAX];
       const ssize_t n = readlink(existing.c_str(), target, sizeof(target) - 1);
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ": '", path, "': '", existing, "' is a dangling symlink (to '",
-          std::string(target, n > 0 ? static_cast<size_t>(n) : 0),
-          "'); create the directory first or name it directly"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": '", path, "': '", existing, "' is a dangling symlink (to '",
+                       std::string(target, n > 0 ? static_cast<size_t>(n) : 0),
+                       "'); create the directory first or name it directly"));
     }
     const size_t slash = existing.find_last_of('/');
     rest = absl::StrCat(existing.substr(slash), rest);

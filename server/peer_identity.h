@@ -38,8 +38,8 @@ class PeerRegistry {
 
 // The caller of one RPC as the daemon's checks see it.
 struct Caller {
-  std::optional<uid_t> uid;  // Unix-socket callers; none over TCP (the bearer token)
-  bool admin = false;        // root, the daemon's uid, the admin group, or the TCP token
+  std::optional<uid_t> uid;      // Unix-socket callers; none over TCP (the bearer token)
+  bool admin = false;            // root, the daemon's uid, the admin group, or the TCP token
   std::string Describe() const;  // "uid 1000" or "the TCP token holder"
 };
 

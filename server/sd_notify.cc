@@ -12,8 +12,7 @@
 
 namespace megatrain::server {
 
-absl::StatusOr<SdNotifier> SdNotifier::Create(const char* notify_socket,
-                                              const char* watchdog_usec,
+absl::StatusOr<SdNotifier> SdNotifier::Create(const char* notify_socket, const char* watchdog_usec,
                                               const char* watchdog_pid, pid_t self) {
   absl::Duration watchdog = absl::ZeroDuration();
   if (watchdog_usec != nullptr && *watchdog_usec != '\0') {
@@ -23,8 +22,7 @@ absl::StatusOr<SdNotifier> SdNotifier::Create(const char* notify_socket,
           absl::StrCat("WATCHDOG_USEC: '", watchdog_usec, "' is not a positive integer"));
     }
     int64_t pid = 0;
-    if (watchdog_pid != nullptr && *watchdog_pid != '\0' &&
-        !absl::SimpleAtoi(watchdog_pid, &pid)) {
+    if (watchdog_pid != nullptr && *watchdog_pid != '\0' && !absl::SimpleAtoi(watchdog_pid, &pid)) {
       return absl::InvalidArgumentError(
           absl::StrCat("WATCHDOG_PID: '", watchdog_pid, "' is not a pid"));
     }
@@ -60,8 +58,8 @@ absl::Status SdNotifier::Notify(absl::string_view state) const {
   const ssize_t sent = sendto(fd_.get(), state.data(), state.size(), MSG_NOSIGNAL,
                               reinterpret_cast<const sockaddr*>(&to), length);
   if (sent != static_cast<ssize_t>(state.size())) {
-    return absl::UnavailableError(absl::StrCat("sd_notify '", state, "': ",
-                                               sent < 0 ? std::strerror(errno) : "short send"));
+    return absl::UnavailableError(
+        absl::StrCat("sd_notify '", state, "': ", sent < 0 ? std::strerror(errno) : "short send"));
   }
   return absl::OkStatus();
 }

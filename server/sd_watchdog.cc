@@ -5,8 +5,7 @@
 
 namespace megatrain::server {
 
-SdWatchdog::SdWatchdog(const SdNotifier& notifier, StructuredLog& log,
-                       std::function<bool()> alive)
+SdWatchdog::SdWatchdog(const SdNotifier& notifier, StructuredLog& log, std::function<bool()> alive)
     : notifier_(notifier), log_(log), alive_(std::move(alive)) {
   if (notifier_.enabled() && notifier_.watchdog_interval() > absl::ZeroDuration()) {
     thread_ = std::thread([this] { Loop(); });

@@ -42,10 +42,9 @@ absl::Status StoreWriter::Flush(bool final) {
   absl::Status audit = FlushAudit();
   if (final) {
     for (const AuditPending& row : pending_audit_) {
-      log_.JobEvent("audit_row_unwritten", row.job_id,
-                    {{"unix_ms", absl::StrCat(row.unix_ms)},
-                     {"kind", row.kind},
-                     {"message", row.message}});
+      log_.JobEvent(
+          "audit_row_unwritten", row.job_id,
+          {{"unix_ms", absl::StrCat(row.unix_ms)}, {"kind", row.kind}, {"message", row.message}});
     }
   }
   return jobs.ok() ? audit : jobs;
@@ -63,7 +62,8 @@ absl::Status StoreWriter::PutJob(int64_t sequence, const v1::Job& job) {
 
 absl::Status StoreWriter::InsertJob(int64_t sequence, const v1::Job& job) {
   (void)Flush();
-  if (absl::Status s = store_.PutJob(sequence, job); !s.ok()) return Failed("jobs row", job.id(), s);
+  if (absl::Status s = store_.PutJob(sequence, job); !s.ok())
+    return Failed("jobs row", job.id(), s);
   return absl::OkStatus();
 }
 

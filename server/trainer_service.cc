@@ -79,8 +79,7 @@ absl::StatusOr<ValidatedJob> TrainerService::Validate(const v1::JobSpec& spec) c
 }
 
 grpc::Status TrainerService::SubmitJob(grpc::ServerContext* context,
-                                       const v1::SubmitJobRequest* request,
-                                       v1::Job* response) {
+                                       const v1::SubmitJobRequest* request, v1::Job* response) {
   DeprioritizeHandlerThread();
   if (!request->has_spec()) {
     return Finish("SubmitJob", absl::InvalidArgumentError("spec: required"));
@@ -119,17 +118,17 @@ grpc::Status TrainerService::ListJobs(grpc::ServerContext*, const v1::ListJobsRe
     states.push_back(static_cast<v1::JobState>(s));
   }
   if (request->page_size() > kMaxListPageSize) {
-    return Finish("ListJobs", absl::InvalidArgumentError(absl::StrCat(
-                                  "page_size: ", request->page_size(), " is more than ",
-                                  kMaxListPageSize)));
+    return Finish("ListJobs",
+                  absl::InvalidArgumentError(absl::StrCat("page_size: ", request->page_size(),
+                                                          " is more than ", kMaxListPageSize)));
   }
   int64_t after = 0;  // the token is the last listed job's sequence number
   if (!request->page_token().empty() &&
       (request->page_token().size() > 20 || !absl::SimpleAtoi(request->page_token(), &after) ||
        after <= 0)) {
-    return Finish("ListJobs", absl::InvalidArgumentError(absl::StrCat(
-                                  "page_token: '", request->page_token().substr(0, 32),
-                                  "' is not a next_page_token of this daemon")));
+    return Finish("ListJobs", absl::InvalidArgumentError(
+                                  absl::StrCat("page_token: '", request->page_token().substr(0, 32),
+                                               "' is not a next_page_token of this daemon")));
   }
   const size_t limit = request->page_size() == 0 ? kMaxListPageSize : request->page_size();
   int64_t next_after = 0;
@@ -194,7 +193,8 @@ grpc::Status TrainerService::CancelJob(grpc::ServerContext* context, const v1::J
                                        v1::Job* response) {
   DeprioritizeHandlerThread();
   if (absl::Status s = ValidateJobId(request->id()); !s.ok()) return Finish("CancelJob", s);
-  if (absl::Status s = access_.AuthorizeJob(access_.Identify(context->peer()), request->id(), "cancel");
+  if (absl::Status s =
+          access_.AuthorizeJob(access_.Identify(context->peer()), request->id(), "cancel");
       !s.ok()) {
     return Finish("CancelJob", s);
   }
@@ -207,7 +207,8 @@ grpc::Status TrainerService::PauseJob(grpc::ServerContext* context, const v1::Jo
                                       v1::Job* response) {
   DeprioritizeHandlerThread();
   if (absl::Status s = ValidateJobId(request->id()); !s.ok()) return Finish("PauseJob", s);
-  if (absl::Status s = access_.AuthorizeJob(access_.Identify(context->peer()), request->id(), "pause");
+  if (absl::Status s =
+          access_.AuthorizeJob(access_.Identify(context->peer()), request->id(), "pause");
       !s.ok()) {
     return Finish("PauseJob", s);
   }
@@ -217,11 +218,12 @@ grpc::Status TrainerService::PauseJob(grpc::ServerContext* context, const v1::Jo
 }
 
 // Re-hashes the job's data files on this handler thread (see JobRunner::Resume).
-grpc::Status TrainerService::ResumeJob(grpc::ServerContext* context, const v1::ResumeJobRequest* request,
-                                       v1::Job* response) {
+grpc::Status TrainerService::ResumeJob(grpc::ServerContext* context,
+                                       const v1::ResumeJobRequest* request, v1::Job* response) {
   DeprioritizeHandlerThread();
   if (absl::Status s = ValidateJobId(request->id()); !s.ok()) return Finish("ResumeJob", s);
-  if (absl::Status s = access_.AuthorizeJob(access_.Identify(context->peer()), request->id(), "resume");
+  if (absl::Status s =
+          access_.AuthorizeJob(access_.Identify(context->peer()), request->id(), "resume");
       !s.ok()) {
     return Finish("ResumeJob", s);
   }
@@ -235,7 +237,8 @@ grpc::Status TrainerService::Checkpoint(grpc::ServerContext* context, const v1::
                                         v1::CheckpointRecord* response) {
   DeprioritizeHandlerThread();
   if (absl::Status s = ValidateJobId(request->id()); !s.ok()) return Finish("Checkpoint", s);
-  if (absl::Status s = access_.AuthorizeJob(access_.Identify(context->peer()), request->id(), "checkpoint");
+  if (absl::Status s =
+          access_.AuthorizeJob(access_.Identify(context->peer()), request->id(), "checkpoint");
       !s.ok()) {
     return Finish("Checkpoint", s);
   }

@@ -16,8 +16,7 @@
 namespace megatrain::server {
 
 absl::StatusOr<std::unique_ptr<UnixListener>> UnixListener::Start(const std::string& path,
-                                                                  mode_t mode,
-                                                                  grpc::Server& server,
+                                                                  mode_t mode, grpc::Server& server,
                                                                   PeerRegistry& peers) {
   sockaddr_un address{};
   if (path.empty() || path.size() >= sizeof(address.sun_path)) {
@@ -34,7 +33,8 @@ absl::StatusOr<std::unique_ptr<UnixListener>> UnixListener::Start(const std::str
   }
   engine::UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd.valid()) {
-    return absl::FailedPreconditionError(absl::StrCat("socket_path: socket: ", std::strerror(errno)));
+    return absl::FailedPreconditionError(
+        absl::StrCat("socket_path: socket: ", std::strerror(errno)));
   }
   address.sun_family = AF_UNIX;
   std::memcpy(address.sun_path, path.data(), path.size());

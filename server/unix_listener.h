@@ -23,8 +23,8 @@ class UnixListener {
   // Listens on `path` (mode `mode`) and hands every accepted connection to `server` (started,
   // outliving the listener) after recording its credentials in `peers`. FAILED_PRECONDITION
   // naming socket_path when the path holds something else than a socket or cannot be bound.
-  static absl::StatusOr<std::unique_ptr<UnixListener>> Start(const std::string& path,
-                                                             mode_t mode, grpc::Server& server,
+  static absl::StatusOr<std::unique_ptr<UnixListener>> Start(const std::string& path, mode_t mode,
+                                                             grpc::Server& server,
                                                              PeerRegistry& peers);
   ~UnixListener();  // Stop()
   UnixListener(const UnixListener&) = delete;

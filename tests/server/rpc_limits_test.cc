@@ -126,9 +126,10 @@ TEST(RpcLimitsTest, HandlerThreadsAreCapped) {
   }
   {
     std::unique_lock<std::mutex> lock(mu);
-    EXPECT_TRUE(settled_cv.wait_for(lock, std::chrono::seconds(60), [&] {
-      return holding + static_cast<int>(failures.size()) == kWatchers;
-    })) << holding << " holding, " << failures.size() << " refused";
+    EXPECT_TRUE(settled_cv.wait_for(
+        lock, std::chrono::seconds(60),
+        [&] { return holding + static_cast<int>(failures.size()) == kWatchers; }))
+        << holding << " holding, " << failures.size() << " refused";
     EXPECT_LE(holding, 4);
     EXPECT_FALSE(failures.empty());
     for (grpc::StatusCode code : failures) EXPECT_EQ(code, grpc::StatusCode::RESOURCE_EXHAUSTED);
