@@ -14,6 +14,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "client/connection.h"
 #include "client/job_spec_file.h"
 #include "client/plan_wear.h"
@@ -50,6 +51,10 @@ ABSL_FLAG(uint64_t, warmup_steps, 0, "submit/plan: linear warmup steps.");
 ABSL_FLAG(uint32_t, eval_every, 0, "submit/plan: validation every N steps.");
 ABSL_FLAG(std::string, output_dir, "", "submit/plan: output directory on the daemon host.");
 ABSL_FLAG(uint64_t, seed, 0, "submit/plan: seed of weights and data order.");
+ABSL_FLAG(double, older_than_days, 0, "purge: jobs that ended more than this many days ago.");
+ABSL_FLAG(bool, reuse_output_dir, false,
+          "submit: write into --output_dir although a finished job used it (refused otherwise); "
+          "the job's checkpoints go to <output_dir>/checkpoints/<job id>.");
 ABSL_FLAG(bool, watch, false, "submit: watch the job after submitting it.");
 ABSL_FLAG(std::string, state, "", "list: comma-separated states to show (e.g. RUNNING,QUEUED).");
 ABSL_FLAG(bool, offline, false,
@@ -90,6 +95,9 @@ Commands:
                    decay, no warmup), --batch_size 8, --seq_len 256 (capped by the model);
                    --steps is required.
   list             List jobs, oldest first.        megatrain list --state=RUNNING,QUEUED
+  purge            Remove jobs that ended more than --older_than_days ago from the daemon's
+                   state (their audit rows and files stay); prints their ids.
+                                                   megatrain purge --older_than_days=30
   status <id>      Show one job.                   megatrain status job-000001 --json
   watch <id>       Follow a job until it ends (a progress bar on a terminal, one line per
                    event otherwise); exit 1 if it failed or was cancelled.
@@ -166,6 +174,7 @@ absl::StatusOr<v1::JobSpec> SpecFromFlags() {
   if (!absl::GetFlag(FLAGS_output_dir).empty()) o.output_dir = absl::GetFlag(FLAGS_output_dir);
   if (absl::GetFlag(FLAGS_seed) != 0) o.seed = absl::GetFlag(FLAGS_seed);
   client::ApplyOverrides(o, spec);
+  if (absl::GetFlag(FLAGS_reuse_output_dir)) spec.set_reuse_output_dir(true);
   return spec;
 }
 
@@ -259,7 +268,7 @@ int Run(const std::string& command, const std::vector<std::string>& args) {
                         command == "pause" || command == "resume" || command == "checkpoint" ||
                         command == "audit";
   const bool known = needs_id || command == "submit" || command == "list" || command == "plan" ||
-                     command == "daemon-status";
+                     command == "daemon-status" || command == "purge";
   if (!known) {
     std::fprintf(stderr, "megatrain: unknown command '%s'\n\n%s\n", command.c_str(), kUsageText);
     return kUsage;
@@ -351,13 +360,40 @@ int Run(const std::string& command, const std::vector<std::string>& args) {
       }
       request.add_states(state);
     }
-    v1::ListJobsResponse response;
-    grpc::Status s = stub->ListJobs(&context, request, &response);
-    if (!s.ok()) return ExitFor(s);
+    v1::ListJobsResponse response;  // every page, in order
+    while (true) {
+      grpc::ClientContext page_context;
+      SetDeadline(page_context);
+      v1::ListJobsResponse page;
+      grpc::Status s = stub->ListJobs(&page_context, request, &page);
+      if (!s.ok()) return ExitFor(s);
+      for (v1::Job& job : *page.mutable_jobs()) *response.add_jobs() = std::move(job);
+      if (page.next_page_token().empty()) break;
+      request.set_page_token(page.next_page_token());
+    }
     if (json) {
       Print(client::ToJson(response));
     } else {
       for (const v1::Job& job : response.jobs()) Print(client::JobLine(job));
+    }
+    return kOk;
+  }
+  if (command == "purge") {
+    const double days = absl::GetFlag(FLAGS_older_than_days);
+    if (!(days > 0)) {
+      std::fprintf(stderr, "megatrain: purge needs --older_than_days > 0\n");
+      return kUsage;
+    }
+    v1::PurgeJobsRequest request;
+    request.set_finished_before_unix_ms(
+        absl::ToUnixMillis(absl::Now() - absl::Seconds(days * 86400.0)));
+    v1::PurgeJobsResponse response;
+    grpc::Status s = stub->PurgeJobs(&context, request, &response);
+    if (!s.ok()) return ExitFor(s);
+    if (json) {
+      Print(client::ToJson(response));
+    } else {
+      for (const std::string& purged : response.purged_ids()) Print(purged);
     }
     return kOk;
   }

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "server/job_spec_validation.h"
@@ -39,6 +40,28 @@ absl::StatusOr<provenance::SigningKey> LoadOrCreateDaemonKey(const std::string& 
   }
   return key;
 }
+
+namespace {
+
+// gRPC limits (issue 16, point 8): message sizes both ways, streams per connection, handler
+// threads, keepalive and idle timeouts.
+void ApplyServerLimits(const DaemonSettings& settings, grpc::ServerBuilder& builder) {
+  builder.SetMaxReceiveMessageSize(settings.max_receive_message_bytes);
+  builder.SetMaxSendMessageSize(settings.max_send_message_bytes);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, settings.max_concurrent_streams);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, settings.keepalive_time_ms);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, settings.keepalive_timeout_ms);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // Clients may ping at most every 10 s without data; more often counts as a strike (2 = GOAWAY).
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10'000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 2);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, settings.max_connection_idle_ms);
+  grpc::ResourceQuota quota("megatraind");
+  quota.SetMaxThreads(settings.max_rpc_threads);
+  builder.SetResourceQuota(quota);
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonSettings& settings,
                                                       JobEngine& engine, StructuredLog& log) {
@@ -73,26 +96,21 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonSettings& sett
       },
       JobProvenanceOptions{d->signing_key_,
                            std::string(engine::DeviceKindName(settings.device.kind))},
-      RunnerLimits{settings.max_job_crashes, settings.test_hold_after_step});
+      RunnerLimits{.max_job_crashes = settings.max_job_crashes,
+                   .test_hold_after_step = settings.test_hold_after_step,
+                   .test_read_hook = {}});
   if (!runner.ok()) return runner.status();
   d->runner_ = std::move(*runner);
+  d->admins_ = std::make_unique<AdminPolicy>(settings.admin_group, geteuid());
+  d->access_ = std::make_unique<JobAccess>(d->peers_, *d->admins_, *d->runner_, log);
   d->service_ =
       std::make_unique<TrainerService>(d->settings_, d->paths_, *d->runner_, d->metrics_.get(), log,
-                                       d->signing_key_->public_key_hex());
+                                       *d->access_, d->signing_key_->public_key_hex());
 
   grpc::ServerBuilder builder;
-  builder.SetMaxReceiveMessageSize(4 << 20);
+  ApplyServerLimits(settings, builder);
   std::filesystem::create_directories(std::filesystem::path(settings.socket_path).parent_path(),
                                       ec);
-  struct stat st;
-  if (lstat(settings.socket_path.c_str(), &st) == 0) {
-    if (!S_ISSOCK(st.st_mode)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("socket_path: '", settings.socket_path, "' exists and is not a socket"));
-    }
-    unlink(settings.socket_path.c_str());  // stale socket of a previous run
-  }
-  builder.AddListeningPort("unix:" + settings.socket_path, grpc::InsecureServerCredentials());
   if (!settings.tcp_address.empty()) {
     absl::StatusOr<std::string> cert = ReadPem("tls_cert_file", settings.tls_cert_file);
     if (!cert.ok()) return cert.status();
@@ -109,14 +127,17 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonSettings& sett
   builder.RegisterService(d->service_.get());
   d->server_ = builder.BuildAndStart();
   if (d->server_ == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot listen on unix:", settings.socket_path,
-        settings.tcp_address.empty() ? "" : absl::StrCat(" or ", settings.tcp_address)));
-  }
-  if (chmod(settings.socket_path.c_str(), settings.socket_mode) != 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat("socket_path: cannot chmod '", settings.socket_path, "'"));
+        settings.tcp_address.empty()
+            ? std::string("cannot start the gRPC server")
+            : absl::StrCat("tcp_address: cannot listen on ", settings.tcp_address));
   }
+  // The Unix socket is accepted by hand: each caller's SO_PEERCRED is recorded (issue 16,
+  // point 12) before gRPC gets the connection.
+  absl::StatusOr<std::unique_ptr<UnixListener>> listener =
+      UnixListener::Start(settings.socket_path, settings.socket_mode, *d->server_, d->peers_);
+  if (!listener.ok()) return listener.status();
+  d->unix_listener_ = std::move(*listener);
   d->runner_->Start();
   log.Event("daemon_started",
             {{"socket", settings.socket_path},
@@ -137,6 +158,8 @@ bool Daemon::Shutdown() {
   shut_down_ = true;
   log_.Event("daemon_stopping", {});
   const bool stopped = runner_->Shutdown(absl::Seconds(settings_.shutdown_timeout_seconds));
+  // No new connections for a server that is shutting down.
+  if (unix_listener_ != nullptr) unix_listener_->Stop();
   // Watch streams end once the runner stops; give in-flight unary calls a short grace.
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   log_.Event("daemon_stopped", {{"clean", stopped ? "true" : "false"}});

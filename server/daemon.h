@@ -10,13 +10,16 @@
 #include "grpcpp/server.h"
 #include "prometheus/registry.h"
 #include "server/daemon_config.h"
+#include "server/job_access.h"
 #include "server/job_engine.h"
 #include "server/job_runner.h"
 #include "server/metrics.h"
 #include "server/metrics_http.h"
 #include "server/path_policy.h"
+#include "server/peer_identity.h"
 #include "server/structured_log.h"
 #include "server/trainer_service.h"
+#include "server/unix_listener.h"
 
 namespace megatrain::server {
 
@@ -59,8 +62,12 @@ class Daemon {
   std::unique_ptr<MetricsHttpServer> metrics_http_;
   std::shared_ptr<const provenance::SigningKey> signing_key_;
   std::unique_ptr<JobRunner> runner_;
+  PeerRegistry peers_;
+  std::unique_ptr<AdminPolicy> admins_;
+  std::unique_ptr<JobAccess> access_;
   std::unique_ptr<TrainerService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<UnixListener> unix_listener_;  // after server_: stopped and destroyed first
   int tcp_port_ = 0;
   bool shut_down_ = false;
 };

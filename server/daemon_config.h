@@ -38,6 +38,17 @@ struct DaemonSettings {
   uint64_t max_ram_bytes = 0;    // 0 = physical RAM; jobs whose host plan exceeds it are refused
   uint32_t max_job_crashes = 3;  // daemon deaths while one job ran before it is FAILED
   uint64_t test_hold_after_step = 0;  // test hook: see --test_hold_after_step
+  // Members may cancel, pause, resume, checkpoint and audit any job and purge (issue 16,
+  // point 12); empty = only root and the daemon's user. Flag only (--admin_group).
+  std::string admin_group = "megatrain-admin";
+  // gRPC server limits (issue 16, point 8); fixed for now (tests lower them).
+  int max_rpc_threads = 64;         // handler threads (ResourceQuota); beyond: RESOURCE_EXHAUSTED
+  int max_concurrent_streams = 32;  // per client connection
+  int max_receive_message_bytes = 4 << 20;
+  int max_send_message_bytes = 64 << 20;
+  int keepalive_time_ms = 60'000;        // the server pings an idle transport this often
+  int keepalive_timeout_ms = 20'000;     // and closes it when the ping is not answered in time
+  int max_connection_idle_ms = 300'000;  // a connection without calls for this long is closed
 };
 
 // Parses a textproto DaemonConfig; INVALID_ARGUMENT with the parser's message on bad text.

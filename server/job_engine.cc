@@ -18,6 +18,9 @@ bool IsDeviceFault(const absl::Status& status) {
 
 std::string JobCheckpointDir(const std::string& state_dir, const std::string& job_id,
                              const ValidatedJob& job) {
+  if (!job.output_dir.empty() && job.reuse_output_dir) {
+    return absl::StrCat(job.output_dir, "/checkpoints/", job_id);
+  }
   if (!job.output_dir.empty()) return job.output_dir + "/checkpoints";
   return absl::StrCat(state_dir, "/jobs/", job_id, "/checkpoints");
 }

@@ -31,8 +31,10 @@ class JobEngine {
 // A device fault (CUDA sticky error, injected CPU fault): the device is unusable until restart.
 bool IsDeviceFault(const absl::Status& status);
 
-// Where a job's checkpoints live: <output_dir>/checkpoints, or <state_dir>/jobs/<id>/checkpoints
-// for a job without an output directory.
+// Where a job's checkpoints live: <output_dir>/checkpoints, <output_dir>/checkpoints/<id> for a
+// job that reuses a finished job's output directory (its retention never sees the other job's
+// checkpoints, and it never resumes from them), or <state_dir>/jobs/<id>/checkpoints for a job
+// without an output directory.
 std::string JobCheckpointDir(const std::string& state_dir, const std::string& job_id,
                              const ValidatedJob& job);
 

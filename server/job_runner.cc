@@ -1,7 +1,6 @@
 // JobRunner (see job_runner.h for the protocol).
 #include "server/job_runner.h"
 
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -9,10 +8,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "engine/checkpoint/checkpoint_directory.h"
 #include "engine/checkpoint/manifest.h"
 #include "engine/provenance/record.h"
 #include "engine/provenance/sha256.h"
+#include "server/input_recheck.h"
 #include "server/job_lineage.h"
+#include "server/path_policy.h"
 
 namespace megatrain::server {
 namespace {
@@ -56,7 +58,7 @@ class JobRunner::StepObserver final : public engine::TrainingObserver {
     if (runner_.metrics_ != nullptr) runner_.metrics_->RecordStep(report, validation_loss);
     std::unique_lock<std::mutex> lock(runner_.mu_);
     Entry& e = runner_.jobs_.at(id_);
-    v1::Progress& p = *e.job.mutable_progress();
+    v1::Progress& p = *e.job.Mutable().mutable_progress();
     if (!first_step_seen_) {
       first_step_seen_ = true;
       first_step_ = report.step;
@@ -67,7 +69,7 @@ class JobRunner::StepObserver final : public engine::TrainingObserver {
         runner_.log_.JobEvent("job_resumed", id_, {{"from_step", absl::StrCat(report.step - 1)}});
         runner_.TransitionLocked(e, v1::RUNNING,
                                  absl::StrCat("resumed from step ", report.step - 1, " (",
-                                              e.job.progress().last_checkpoint(), ")"),
+                                              e.job->progress().last_checkpoint(), ")"),
                                  "resumed_from_checkpoint");
       }
     }
@@ -78,7 +80,7 @@ class JobRunner::StepObserver final : public engine::TrainingObserver {
     p.set_learning_rate(report.learning_rate);
     p.set_tokens_per_second(report.tokens_per_second);
     p.set_skipped_steps(report.skipped_total);
-    const double elapsed = static_cast<double>(NowMs() - e.job.started_unix_ms()) / 1000.0;
+    const double elapsed = static_cast<double>(NowMs() - e.job->started_unix_ms()) / 1000.0;
     const uint64_t steps_this_run = report.step - first_step_ + 1;
     p.set_eta_seconds(report.step < first_step_
                           ? 0
@@ -163,13 +165,13 @@ class JobRunner::StepObserver final : public engine::TrainingObserver {
       runner_.log_.JobEvent("checkpoint_error", id_,
                             {{"path", path}, {"error", manifest_sha.status().ToString()}});
     }
-    if (absl::Status s = runner_.store_->PutCheckpoint(record); !s.ok()) {
-      runner_.log_.JobEvent("store_error", id_, {{"error", s.ToString()}});
+    if (absl::Status s = runner_.writer_.PutCheckpoint(record); !s.ok()) {
+      // StoreWriter logged it and made the daemon stop taking jobs (protocol 9).
     }
     // A scheduled checkpoint at or after the requested step answers an on-demand request too.
     if (step >= runner_.checkpoint_request_step_) runner_.checkpoint_requested_ = false;
     Entry& e = runner_.jobs_.at(id_);
-    e.job.mutable_progress()->set_last_checkpoint(path);
+    e.job.Mutable().mutable_progress()->set_last_checkpoint(path);
     e.last_checkpoint = record;
     ++e.checkpoints_committed;
     runner_.log_.JobEvent("checkpoint", id_, {{"step", absl::StrCat(step)}, {"path", path}});
@@ -177,7 +179,7 @@ class JobRunner::StepObserver final : public engine::TrainingObserver {
     const absl::StatusOr<std::string> provenance_sha =
         provenance::Sha256FileHex(path + "/" + provenance::kProvenanceFileName);
     runner_.TransitionLocked(
-        e, e.job.state(),
+        e, e.job->state(),
         absl::StrCat("checkpoint of step ", step, " written: ", path,
                      provenance_sha.ok()
                          ? absl::StrCat(" (provenance.json sha256 ", *provenance_sha, ")")
@@ -209,37 +211,42 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(
   if (!stored.ok()) return stored.status();
   absl::StatusOr<std::map<std::string, std::string>> lineages = store->LoadLineages();
   if (!lineages.ok()) return lineages.status();
-  std::unique_ptr<JobRunner> runner(new JobRunner(
-      std::move(store), engine, metrics, log, max_queue_length, revalidate, std::move(provenance),
-      limits));
+  absl::StatusOr<std::unique_ptr<JobStore>> reader = store->OpenReader();
+  if (!reader.ok()) return reader.status();
+  absl::StatusOr<int64_t> max_purged = store->LoadMaxPurgedSequence();
+  if (!max_purged.ok()) return max_purged.status();
+  std::unique_ptr<JobRunner> runner(new JobRunner(std::move(store), *std::move(reader), engine,
+                                                  metrics, log, max_queue_length, revalidate,
+                                                  std::move(provenance), limits));
   std::lock_guard<std::mutex> lock(runner->mu_);
+  runner->next_sequence_ = *max_purged + 1;  // a purged job's id is never given again
   std::vector<std::string> interrupted, queued;
   for (JobStore::StoredJob& s : *stored) {
     runner->next_sequence_ = std::max(runner->next_sequence_, s.sequence + 1);
     Entry& e = runner->jobs_[s.job.id()];
     e.sequence = s.sequence;
-    e.job = std::move(s.job);
-    if (auto l = lineages->find(e.job.id()); l != lineages->end()) {
+    e.job = SharedJob(std::move(s.job));
+    if (auto l = lineages->find(e.job->id()); l != lineages->end()) {
       absl::StatusOr<provenance::Lineage> lineage =
-          provenance::ParseLineage(l->second, absl::StrCat("lineage of job ", e.job.id()));
+          provenance::ParseLineage(l->second, absl::StrCat("lineage of job ", e.job->id()));
       // A job must not continue without the record its data is checked against.
       if (!lineage.ok()) {
         return absl::DataLossError(absl::StrCat("state database: ", lineage.status().message()));
       }
       e.lineage = *std::move(lineage);
     }
-    if (e.job.state() == v1::RUNNING) interrupted.push_back(e.job.id());
-    if (e.job.state() == v1::QUEUED) queued.push_back(e.job.id());
+    if (e.job->state() == v1::RUNNING) interrupted.push_back(e.job->id());
+    if (e.job->state() == v1::QUEUED) queued.push_back(e.job->id());
   }
   for (const std::string& id : interrupted) {
     Entry& e = runner->jobs_.at(id);
-    const std::string last_checkpoint = e.job.progress().last_checkpoint();
-    e.job.clear_progress();
-    e.job.mutable_progress()->set_total_steps(e.job.spec().hyper().steps());
-    e.job.mutable_progress()->set_last_checkpoint(last_checkpoint);
+    const std::string last_checkpoint = e.job->progress().last_checkpoint();
+    e.job.Mutable().clear_progress();
+    e.job.Mutable().mutable_progress()->set_total_steps(e.job->spec().hyper().steps());
+    e.job.Mutable().mutable_progress()->set_last_checkpoint(last_checkpoint);
     runner->TransitionLocked(
         e, v1::QUEUED,
-        absl::StrCat("daemon restarted while the job ran; it continues ", CheckpointNote(e.job)),
+        absl::StrCat("daemon restarted while the job ran; it continues ", CheckpointNote(*e.job)),
         "requeued_after_restart");
   }
   // Crash-loop quarantine (issue 16, point 7): a job that keeps taking the daemon down is not
@@ -252,26 +259,27 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(
       continue;
     }
     Entry& e = runner->jobs_.at(id);
-    e.job.set_failure_reason(absl::StrCat(
+    e.job.Mutable().set_failure_reason(absl::StrCat(
         "quarantined: megatraind stopped without a clean shutdown (crash, OOM kill, SIGBUS, "
         "SIGKILL) ",
-        crashes, " times while this job ran, since its last checkpoint or resume; it is not "
+        crashes,
+        " times while this job ran, since its last checkpoint or resume; it is not "
         "run again (max_job_crashes=",
         limits.max_job_crashes, ")"));
-    e.job.set_finished_unix_ms(NowMs());
+    e.job.Mutable().set_finished_unix_ms(NowMs());
     runner->log_.JobEvent("job_quarantined", id, {{"crashes", absl::StrCat(crashes)}});
-    runner->TransitionLocked(e, v1::FAILED, e.job.failure_reason(), "failure");
+    runner->TransitionLocked(e, v1::FAILED, e.job->failure_reason(), "failure");
   }
   interrupted = std::move(requeue);
   interrupted.insert(interrupted.end(), queued.begin(), queued.end());
   for (const std::string& id : interrupted) {
     Entry& e = runner->jobs_.at(id);
-    absl::StatusOr<ValidatedJob> validated = revalidate(e.job.spec());
+    absl::StatusOr<ValidatedJob> validated = revalidate(e.job->spec());
     if (!validated.ok()) {
-      e.job.set_failure_reason(
+      e.job.Mutable().set_failure_reason(
           absl::StrCat("re-validation after restart: ", validated.status().ToString()));
-      e.job.set_finished_unix_ms(NowMs());
-      runner->TransitionLocked(e, v1::FAILED, e.job.failure_reason(), "failure");
+      e.job.Mutable().set_finished_unix_ms(NowMs());
+      runner->TransitionLocked(e, v1::FAILED, e.job->failure_reason(), "failure");
       continue;
     }
     e.validated = std::move(*validated);
@@ -303,36 +311,43 @@ void JobRunner::Start() {
 }
 
 void JobRunner::PersistLocked(Entry& entry) {
-  if (absl::Status s = store_->PutJob(entry.sequence, entry.job); !s.ok()) {
-    log_.JobEvent("store_error", entry.job.id(), {{"error", s.ToString()}});
-  }
+  (void)writer_.PutJob(entry.sequence, *entry.job);  // a failure: StoreFailedLocked
 }
 
 void JobRunner::AuditLocked(const std::string& id, const std::string& kind,
                             const std::string& message) {
-  if (absl::StatusOr<AuditRow> row = store_->AppendAudit(id, NowMs(), kind, message); !row.ok()) {
-    log_.JobEvent("store_error", id, {{"error", row.status().ToString()}});
-  }
+  (void)writer_.AppendAudit(id, NowMs(), kind, message);  // kept pending on a failure
+}
+
+void JobRunner::StoreFailedLocked(const std::string& failure) {
+  const std::string reason =
+      absl::StrCat("state database write failed (", failure,
+                   "); megatraind takes and starts no jobs until it is restarted, so its memory "
+                   "and the database do not diverge");
+  unhealthy_reason_ = healthy_ ? reason : absl::StrCat(unhealthy_reason_, "; ", reason);
+  healthy_ = false;
+  if (!running_.empty()) stop_running_ = true;  // checkpoint, stop; continues after a restart
+  log_.Event("store_failed", {{"reason", reason}});
+  if (metrics_ != nullptr) metrics_->SetHealthy(false);
+  changed_.notify_all();
 }
 
 void JobRunner::TransitionLocked(Entry& entry, v1::JobState state, const std::string& message,
                                  const char* audit_kind) {
-  entry.job.set_state(state);
+  entry.job.Mutable().set_state(state);
   entry.message = message;
   ++entry.version;
   PersistLocked(entry);
   v1::ProgressEvent event;
-  event.set_job_id(entry.job.id());
+  event.set_job_id(entry.job->id());
   event.set_state(state);
-  *event.mutable_progress() = entry.job.progress();
+  *event.mutable_progress() = entry.job->progress();
   event.set_message(message);
   event.set_unix_ms(NowMs());
-  if (absl::Status s = store_->AppendEvent(event); !s.ok()) {
-    log_.JobEvent("store_error", entry.job.id(), {{"error", s.ToString()}});
-  }
-  AuditLocked(entry.job.id(), audit_kind,
+  (void)writer_.AppendEvent(event);  // a failure: StoreFailedLocked
+  AuditLocked(entry.job->id(), audit_kind,
               absl::StrCat("state ", JobStateName(state), ": ", message));
-  log_.JobEvent("job_state", entry.job.id(),
+  log_.JobEvent("job_state", entry.job->id(),
                 {{"state", JobStateName(state)}, {"message", message}});
   PublishCountsLocked();
   changed_.notify_all();
@@ -342,13 +357,28 @@ void JobRunner::PublishCountsLocked() {
   if (metrics_ == nullptr) return;
   std::map<std::string, int> counts;
   for (int s = v1::QUEUED; s <= v1::CANCELLED; ++s) counts[JobStateName(v1::JobState(s))] = 0;
-  for (const auto& [id, e] : jobs_) ++counts[JobStateName(e.job.state())];
+  for (const auto& [id, e] : jobs_) ++counts[JobStateName(e.job->state())];
   metrics_->SetJobsByState(counts);
   metrics_->SetQueueLength(static_cast<int>(queue_.size()));
   metrics_->SetHealthy(healthy_);
 }
 
-absl::StatusOr<v1::Job> JobRunner::Submit(const v1::JobSpec& spec, ValidatedJob job) {
+void JobRunner::RecordAccessRefusal(const std::string& id, const std::string& message) {
+  std::lock_guard<std::mutex> lock(mu_);
+  log_.JobEvent("access_refused", id, {{"message", message}});
+  if (FindLocked(id) != nullptr) AuditLocked(id, "access_refused", message);
+}
+
+absl::StatusOr<v1::Job> JobRunner::Submit(const v1::JobSpec& spec, ValidatedJob job,
+                                          std::optional<uint32_t> submitter_uid) {
+  // Read before taking mu_ (protocol 8): checkpoints already in the directory that no known job
+  // owns (a purged job's, another state directory's) would be resumed from and pruned.
+  bool holds_checkpoints = false;
+  if (!job.output_dir.empty() && !spec.reuse_output_dir()) {
+    absl::StatusOr<std::vector<engine::CheckpointListing>> found =
+        engine::ListCheckpoints(job.output_dir + "/checkpoints");
+    holds_checkpoints = found.ok() && !found->empty();
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return absl::UnavailableError("megatraind is shutting down");
   if (!healthy_) {
@@ -359,33 +389,68 @@ absl::StatusOr<v1::Job> JobRunner::Submit(const v1::JobSpec& spec, ValidatedJob 
     return absl::ResourceExhaustedError(
         absl::StrCat("queue already holds ", queue_.size(), " jobs (max_queue_length)"));
   }
-  // A job's checkpoints live under its output directory and a run resumes from the newest one
-  // there, so two jobs must not share it.
-  if (!job.output_dir.empty()) {
-    for (const auto& [other_id, other] : jobs_) {
-      const bool same =
-          (other.validated.has_value() && other.validated->output_dir == job.output_dir) ||
-          other.job.spec().output_dir() == spec.output_dir();
-      if (same) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("output_dir: '", spec.output_dir(), "' is already used by job '", other_id,
-                         "'; each job needs its own (it holds the job's checkpoints)"));
-      }
-    }
+  if (absl::Status s = CheckOutputDirFreeLocked(spec, job); !s.ok()) return s;
+  if (holds_checkpoints) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "output_dir: '", spec.output_dir(), "' already holds checkpoints (", job.output_dir,
+        "/checkpoints) of a job this daemon no longer knows (purged, or of another state "
+        "directory); to write into it anyway set reuse_output_dir (megatrain submit "
+        "--reuse_output_dir): this job's checkpoints then go to its own directory there"));
   }
   const int64_t sequence = next_sequence_++;
   const std::string id = absl::StrFormat("job-%06d", sequence);
+  v1::Job record;
+  record.set_id(id);
+  *record.mutable_spec() = spec;
+  record.set_submitted_unix_ms(NowMs());
+  record.mutable_progress()->set_total_steps(spec.hyper().steps());
+  record.mutable_progress()->set_validation_loss(std::numeric_limits<double>::quiet_NaN());
+  if (!job.output_dir.empty()) record.set_resolved_output_dir(job.output_dir);
+  record.set_state(v1::QUEUED);
+  if (submitter_uid.has_value()) record.set_submitter_uid(*submitter_uid);
+  // Persisted before it is visible (protocol 1): a job the database lacks is never queued.
+  if (absl::Status s = writer_.InsertJob(sequence, record); !s.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("state database: job not recorded, so not queued: ", s.message(),
+                     "; megatraind takes no jobs until it is restarted"));
+  }
   Entry& e = jobs_[id];
   e.sequence = sequence;
-  e.job.set_id(id);
-  *e.job.mutable_spec() = spec;
-  e.job.set_submitted_unix_ms(NowMs());
-  e.job.mutable_progress()->set_total_steps(spec.hyper().steps());
-  e.job.mutable_progress()->set_validation_loss(std::numeric_limits<double>::quiet_NaN());
+  e.job = SharedJob(std::move(record));
   e.validated = std::move(job);
   queue_.push_back(id);
   TransitionLocked(e, v1::QUEUED, "submitted", "submit");
-  return e.job;
+  return *e.job;
+}
+
+absl::Status JobRunner::CheckOutputDirFreeLocked(const v1::JobSpec& spec,
+                                                 const ValidatedJob& job) const {
+  // A job's checkpoints live under its output directory and a run resumes from the newest one
+  // there, so two jobs must not share it: compared by the resolved path (jobs stored before it
+  // was recorded: the spec's path, normalized), so aliases match also after a restart.
+  if (job.output_dir.empty()) return absl::OkStatus();
+  for (const auto& [other_id, other] : jobs_) {
+    const std::string other_dir = !other.job->resolved_output_dir().empty()
+                                      ? other.job->resolved_output_dir()
+                                  : other.job->spec().output_dir().empty()
+                                      ? std::string()
+                                      : NormalizeAbsolutePath(other.job->spec().output_dir());
+    if (other_dir != job.output_dir) continue;
+    const bool ended = IsTerminal(other.job->state());
+    if (ended && spec.reuse_output_dir()) continue;
+    if (ended) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "output_dir: '", spec.output_dir(), "' is '", job.output_dir, "', the directory of job '",
+          other_id, "' (", JobStateName(other.job->state()),
+          "); to write into it anyway set reuse_output_dir (megatrain submit "
+          "--reuse_output_dir): this job's checkpoints then go to its own directory there"));
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat("output_dir: '", spec.output_dir(), "' is '", job.output_dir,
+                     "', already used by job '", other_id, "' (", JobStateName(other.job->state()),
+                     "); each job needs its own (it holds the job's checkpoints)"));
+  }
+  return absl::OkStatus();
 }
 
 const JobRunner::Entry* JobRunner::FindLocked(const std::string& id) const {
@@ -394,25 +459,74 @@ const JobRunner::Entry* JobRunner::FindLocked(const std::string& id) const {
 }
 
 absl::StatusOr<v1::Job> JobRunner::Get(const std::string& id) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  const Entry* e = FindLocked(id);
-  if (e == nullptr) return absl::NotFoundError(absl::StrCat("id: job '", id, "' not found"));
-  return e->job;
+  std::shared_ptr<const v1::Job> snapshot;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const Entry* e = FindLocked(id);
+    if (e == nullptr) return absl::NotFoundError(absl::StrCat("id: job '", id, "' not found"));
+    snapshot = e->job.Snapshot();
+  }
+  return *snapshot;  // copied without mu_ (protocol 8)
 }
 
 std::vector<v1::Job> JobRunner::List(const std::vector<v1::JobState>& states) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<const Entry*> entries;
-  for (const auto& [id, e] : jobs_) {
-    if (states.empty() || std::find(states.begin(), states.end(), e.job.state()) != states.end()) {
-      entries.push_back(&e);
+  int64_t next_after = 0;
+  return ListPage(states, 0, std::numeric_limits<size_t>::max(), &next_after);
+}
+
+std::vector<v1::Job> JobRunner::ListPage(const std::vector<v1::JobState>& states,
+                                         int64_t after_sequence, size_t limit,
+                                         int64_t* next_after) const {
+  // Under mu_ only reference counts are taken (protocol 8); the copies are made after.
+  std::vector<std::pair<int64_t, std::shared_ptr<const v1::Job>>> snapshot;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, e] : jobs_) {
+      if (e.sequence <= after_sequence) continue;
+      if (states.empty() ||
+          std::find(states.begin(), states.end(), e.job->state()) != states.end()) {
+        snapshot.emplace_back(e.sequence, e.job.Snapshot());
+      }
     }
   }
-  std::sort(entries.begin(), entries.end(),
-            [](const Entry* a, const Entry* b) { return a->sequence < b->sequence; });
+  if (limits_.test_read_hook) limits_.test_read_hook("List");
+  std::sort(snapshot.begin(), snapshot.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  *next_after = 0;
+  if (snapshot.size() > limit) {
+    snapshot.resize(limit);
+    *next_after = snapshot.empty() ? after_sequence : snapshot.back().first;
+  }
   std::vector<v1::Job> jobs;
-  for (const Entry* e : entries) jobs.push_back(e->job);
+  jobs.reserve(snapshot.size());
+  for (const auto& [sequence, job] : snapshot) jobs.push_back(*job);
   return jobs;
+}
+
+absl::StatusOr<std::vector<std::string>> JobRunner::Purge(int64_t finished_before_unix_ms) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> purged;
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    const v1::Job& job = *it->second.job;
+    if (!IsTerminal(job.state()) || job.finished_unix_ms() >= finished_before_unix_ms) {
+      ++it;
+      continue;
+    }
+    if (absl::Status s = writer_.PurgeJob(it->first, it->second.sequence); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("purging job '", it->first, "': ", s.message(),
+                                                 "; purged before it: ", purged.size()));
+    }
+    AuditLocked(it->first, "purged",
+                absl::StrCat("removed from the daemon's state (", JobStateName(job.state()),
+                             ", finished ", job.finished_unix_ms(), ")"));
+    purged.push_back(it->first);
+    it = jobs_.erase(it);
+  }
+  log_.Event("jobs_purged", {{"count", absl::StrCat(purged.size())},
+                             {"finished_before_unix_ms", absl::StrCat(finished_before_unix_ms)}});
+  PublishCountsLocked();
+  changed_.notify_all();  // watchers of a purged job find it gone
+  return purged;
 }
 
 absl::StatusOr<v1::Job> JobRunner::Cancel(const std::string& id) {
@@ -420,9 +534,9 @@ absl::StatusOr<v1::Job> JobRunner::Cancel(const std::string& id) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("id: job '", id, "' not found"));
   Entry& e = it->second;
-  if (IsTerminal(e.job.state())) {
+  if (IsTerminal(e.job->state())) {
     return absl::FailedPreconditionError(
-        absl::StrCat("job '", id, "' already ended as ", JobStateName(e.job.state())));
+        absl::StrCat("job '", id, "' already ended as ", JobStateName(e.job->state())));
   }
   if (id == running_) {
     cancel_running_ = true;
@@ -430,12 +544,12 @@ absl::StatusOr<v1::Job> JobRunner::Cancel(const std::string& id) {
     ++e.version;
     changed_.notify_all();
     log_.JobEvent("cancel_requested", id);
-    return e.job;
+    return *e.job;
   }
   queue_.erase(std::remove(queue_.begin(), queue_.end(), id), queue_.end());
-  e.job.set_finished_unix_ms(NowMs());
+  e.job.Mutable().set_finished_unix_ms(NowMs());
   TransitionLocked(e, v1::CANCELLED, "cancelled while queued", "cancel");
-  return e.job;
+  return *e.job;
 }
 
 absl::StatusOr<v1::Job> JobRunner::Pause(const std::string& id) {
@@ -452,33 +566,40 @@ absl::StatusOr<v1::Job> JobRunner::Pause(const std::string& id) {
     ++e.version;
     changed_.notify_all();
     log_.JobEvent("pause_requested", id);
-    return e.job;
+    return *e.job;
   }
-  if (e.job.state() != v1::QUEUED) {
+  if (e.job->state() != v1::QUEUED) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "job '", id, "' is ", JobStateName(e.job.state()), "; only QUEUED or RUNNING jobs pause"));
+        "job '", id, "' is ", JobStateName(e.job->state()), "; only QUEUED or RUNNING jobs pause"));
   }
   queue_.erase(std::remove(queue_.begin(), queue_.end(), id), queue_.end());
   TransitionLocked(e, v1::PAUSED, "paused while queued", "pause");
-  return e.job;
+  return *e.job;
 }
 
 absl::StatusOr<v1::Job> JobRunner::Resume(const std::string& id, bool allow_data_change) {
   std::unique_lock<std::mutex> lock(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("id: job '", id, "' not found"));
-  Entry& e = it->second;
+  Entry* entry = &it->second;
+  // Looked up again after each unlocked phase: the job may have been cancelled and purged.
   auto check_paused = [&]() -> absl::Status {
     if (stopping_) return absl::UnavailableError("megatraind is shutting down");
-    if (e.job.state() != v1::PAUSED) {
+    auto found = jobs_.find(id);
+    if (found == jobs_.end()) {
+      return absl::NotFoundError(absl::StrCat("id: job '", id, "' not found"));
+    }
+    entry = &found->second;
+    const Entry& e = *entry;
+    if (e.job->state() != v1::PAUSED) {
       return absl::FailedPreconditionError(
-          absl::StrCat("job '", id, "' is ", JobStateName(e.job.state()), ", not PAUSED"));
+          absl::StrCat("job '", id, "' is ", JobStateName(e.job->state()), ", not PAUSED"));
     }
     return absl::OkStatus();
   };
   if (absl::Status s = check_paused(); !s.ok()) return s;
-  if (!e.validated.has_value()) {  // paused before a restart: check today's files and limits
-    const v1::JobSpec spec = e.job.spec();
+  if (!entry->validated.has_value()) {  // paused before a restart: check today's files and limits
+    const v1::JobSpec spec = entry->job->spec();
     lock.unlock();
     absl::StatusOr<ValidatedJob> validated = revalidate_(spec);
     lock.lock();
@@ -487,11 +608,11 @@ absl::StatusOr<v1::Job> JobRunner::Resume(const std::string& id, bool allow_data
       return absl::Status(validated.status().code(),
                           absl::StrCat("re-validation: ", validated.status().message()));
     }
-    if (!e.validated.has_value()) e.validated = std::move(*validated);
+    if (!entry->validated.has_value()) entry->validated = std::move(*validated);
   }
-  if (e.lineage.has_value()) {  // the data check of protocol 6, answered to the caller at once
-    const provenance::Lineage lineage = *e.lineage;
-    const ValidatedJob validated = *e.validated;
+  if (entry->lineage.has_value()) {  // protocol 6's data check, answered to the caller at once
+    const provenance::Lineage lineage = *entry->lineage;
+    const ValidatedJob validated = *entry->validated;
     lock.unlock();
     absl::StatusOr<std::vector<provenance::InputFile>> current = HashDataInputs(validated);
     lock.lock();
@@ -512,22 +633,28 @@ absl::StatusOr<v1::Job> JobRunner::Resume(const std::string& id, bool allow_data
       return absl::FailedPreconditionError(message);
     }
   }
+  Entry& e = *entry;
   e.allow_data_change = allow_data_change;
-  e.job.clear_failure_reason();
+  e.job.Mutable().clear_failure_reason();
   queue_.push_back(id);
   TransitionLocked(e, v1::QUEUED,
-                   absl::StrCat("resumed; it continues ", CheckpointNote(e.job),
+                   absl::StrCat("resumed; it continues ", CheckpointNote(*e.job),
                                 allow_data_change ? " (data changes allowed)" : ""),
                    "resume");
-  return e.job;
+  return *e.job;
+}
+
+bool JobRunner::Known(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return FindLocked(id) != nullptr;
 }
 
 absl::StatusOr<v1::AuditLog> JobRunner::Audit(const std::string& id) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (FindLocked(id) == nullptr) {
-    return absl::NotFoundError(absl::StrCat("id: job '", id, "' not found"));
-  }
-  absl::StatusOr<std::vector<AuditRow>> rows = store_->LoadAudit(id);
+  if (!Known(id)) return absl::NotFoundError(absl::StrCat("id: job '", id, "' not found"));
+  // On the reader connection, never under mu_ (protocol 8).
+  std::lock_guard<std::mutex> lock(reader_mu_);
+  if (limits_.test_read_hook) limits_.test_read_hook("Audit");
+  absl::StatusOr<std::vector<AuditRow>> rows = reader_->LoadAudit(id);
   if (!rows.ok()) return rows.status();
   return CheckedAuditLog(*rows);
 }
@@ -545,6 +672,10 @@ absl::StatusOr<provenance::Lineage> JobRunner::JobLineage(const std::string& id)
 absl::StatusOr<ValidatedJob> JobRunner::PrepareRun(const std::string& id,
                                                    const ValidatedJob& validated,
                                                    std::string* refusal) {
+  // The inputs as they are now, before anything reads them (issue 16, point 2).
+  if (absl::Status s = RecheckJobInputs(validated); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("inputs checked when the job runs: ", s.message()));
+  }
   std::optional<provenance::Lineage> lineage;
   bool allow_data_change = false;
   v1::JobSpec spec;
@@ -554,7 +685,7 @@ absl::StatusOr<ValidatedJob> JobRunner::PrepareRun(const std::string& id,
     lineage = e.lineage;
     allow_data_change = e.allow_data_change;
     e.allow_data_change = false;
-    spec = e.job.spec();
+    spec = e.job->spec();
   }
   if (!lineage.has_value()) {
     absl::StatusOr<provenance::Lineage> built =
@@ -566,7 +697,7 @@ absl::StatusOr<ValidatedJob> JobRunner::PrepareRun(const std::string& id,
     uint64_t bytes = 0;
     for (const provenance::InputFile& f : built->inputs) bytes += f.bytes;
     std::lock_guard<std::mutex> lock(mu_);
-    if (absl::Status s = store_->PutLineage(id, provenance::LineageToJson(*built)); !s.ok()) {
+    if (absl::Status s = writer_.PutLineage(id, provenance::LineageToJson(*built)); !s.ok()) {
       return s;
     }
     jobs_.at(id).lineage = *built;
@@ -598,7 +729,7 @@ absl::StatusOr<ValidatedJob> JobRunner::PrepareRun(const std::string& id,
         lineage->data_changes.push_back(c);
       }
       std::lock_guard<std::mutex> lock(mu_);
-      if (absl::Status s = store_->PutLineage(id, provenance::LineageToJson(*lineage)); !s.ok()) {
+      if (absl::Status s = writer_.PutLineage(id, provenance::LineageToJson(*lineage)); !s.ok()) {
         return s;
       }
       jobs_.at(id).lineage = *lineage;
@@ -625,26 +756,34 @@ absl::StatusOr<v1::CheckpointRecord> JobRunner::CheckpointNow(const std::string&
   Entry& e = it->second;
   if (id != running_) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "job '", id, "' is ", JobStateName(e.job.state()), "; only a RUNNING job checkpoints"));
+        "job '", id, "' is ", JobStateName(e.job->state()), "; only a RUNNING job checkpoints"));
   }
-  const uint64_t from_step = e.job.progress().step();
+  const uint64_t from_step = e.job->progress().step();
   const uint64_t committed_before = e.checkpoints_committed;
   checkpoint_request_step_ = from_step;
   checkpoint_requested_ = true;
   log_.JobEvent("checkpoint_requested", id, {{"after_step", absl::StrCat(from_step)}});
   ++checkpoint_waiters_;
   changed_.notify_all();  // a held run (test hook) steps on until the checkpoint is committed
+  // The entry stays while the job runs; once it ended it is looked up again (PurgeJobs).
   auto answered = [&] {
-    return e.checkpoints_committed > committed_before && e.last_checkpoint.step() >= from_step;
+    return running_ == id && e.checkpoints_committed > committed_before &&
+           e.last_checkpoint.step() >= from_step;
   };
   changed_.wait_for(lock, absl::ToChronoMilliseconds(timeout),
                     [&] { return answered() || running_ != id || stopping_; });
   --checkpoint_waiters_;
   if (answered()) return e.last_checkpoint;
   if (running_ != id) {
-    return absl::FailedPreconditionError(absl::StrCat("job '", id, "' stopped as ",
-                                                      JobStateName(e.job.state()),
-                                                      " before the checkpoint was written"));
+    const Entry* ended = FindLocked(id);
+    if (ended != nullptr && ended->checkpoints_committed > committed_before &&
+        ended->last_checkpoint.step() >= from_step) {
+      return ended->last_checkpoint;
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", id, "' stopped as ",
+        ended == nullptr ? std::string("a purged job") : JobStateName(ended->job->state()),
+        " before the checkpoint was written"));
   }
   if (stopping_) return absl::UnavailableError("megatraind is shutting down");
   return absl::DeadlineExceededError(absl::StrCat("job '", id, "': no checkpoint committed within ",
@@ -653,11 +792,10 @@ absl::StatusOr<v1::CheckpointRecord> JobRunner::CheckpointNow(const std::string&
 
 absl::StatusOr<std::vector<v1::CheckpointRecord>> JobRunner::Checkpoints(
     const std::string& id) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (FindLocked(id) == nullptr) {
-    return absl::NotFoundError(absl::StrCat("id: job '", id, "' not found"));
-  }
-  return store_->LoadCheckpoints(id);
+  if (!Known(id)) return absl::NotFoundError(absl::StrCat("id: job '", id, "' not found"));
+  std::lock_guard<std::mutex> lock(reader_mu_);  // the reader connection, never under mu_
+  if (limits_.test_read_hook) limits_.test_read_hook("Checkpoints");
+  return reader_->LoadCheckpoints(id);
 }
 
 RunnerStatus JobRunner::Status() const {
@@ -669,17 +807,26 @@ absl::StatusOr<bool> JobRunner::WaitForChange(const std::string& id, uint64_t* v
                                               absl::Duration timeout, v1::Job* job,
                                               std::string* message) const {
   std::unique_lock<std::mutex> lock(mu_);
+  auto not_found = [&] {
+    return absl::NotFoundError(absl::StrCat("id: job '", id, "' not found"));
+  };
+  if (FindLocked(id) == nullptr) return not_found();
+  // Looked up again after every wake: PurgeJobs may have removed the job meanwhile.
+  const bool changed = changed_.wait_for(lock, absl::ToChronoMilliseconds(timeout), [&] {
+    const Entry* e = FindLocked(id);
+    return e == nullptr || e->version != *version || stopping_;
+  });
   const Entry* e = FindLocked(id);
-  if (e == nullptr) return absl::NotFoundError(absl::StrCat("id: job '", id, "' not found"));
-  const bool changed = changed_.wait_for(lock, absl::ToChronoMilliseconds(timeout),
-                                         [&] { return e->version != *version || stopping_; });
+  if (e == nullptr) return not_found();
   if (e->version == *version && stopping_) {
     return absl::UnavailableError("megatraind is shutting down");
   }
   if (!changed || e->version == *version) return false;
   *version = e->version;
-  *job = e->job;
   *message = e->message;
+  const std::shared_ptr<const v1::Job> snapshot = e->job.Snapshot();
+  lock.unlock();
+  *job = *snapshot;  // copied without mu_ (protocol 8)
   return true;
 }
 
@@ -698,12 +845,13 @@ void JobRunner::Loop() {
       cancel_running_ = false;
       pause_running_ = false;
       checkpoint_requested_ = false;
-      e.job.set_started_unix_ms(NowMs());
-      const std::string last_checkpoint = e.job.progress().last_checkpoint();
-      e.job.clear_progress();
-      e.job.mutable_progress()->set_total_steps(e.job.spec().hyper().steps());
-      e.job.mutable_progress()->set_last_checkpoint(last_checkpoint);
-      e.job.mutable_progress()->set_validation_loss(std::numeric_limits<double>::quiet_NaN());
+      e.job.Mutable().set_started_unix_ms(NowMs());
+      const std::string last_checkpoint = e.job->progress().last_checkpoint();
+      e.job.Mutable().clear_progress();
+      e.job.Mutable().mutable_progress()->set_total_steps(e.job->spec().hyper().steps());
+      e.job.Mutable().mutable_progress()->set_last_checkpoint(last_checkpoint);
+      e.job.Mutable().mutable_progress()->set_validation_loss(
+          std::numeric_limits<double>::quiet_NaN());
       validated = &*e.validated;
       TransitionLocked(e, v1::RUNNING, "started", "start");
     }
@@ -713,13 +861,15 @@ void JobRunner::Loop() {
       std::lock_guard<std::mutex> lock(mu_);
       Entry& e = jobs_.at(id);
       running_.clear();
-      e.job.set_failure_reason(refusal);  // shown by `megatrain status`; cleared by a resume
+      // Shown by `megatrain status`; cleared by a resume.
+      e.job.Mutable().set_failure_reason(refusal);
       TransitionLocked(e, v1::PAUSED, refusal, "data_change_refused");
       continue;
     }
     StepObserver observer(*this, id);
     const absl::Status status = run.ok() ? engine_.Run(id, *run, observer) : run.status();
     const absl::Status device_health = engine_.DeviceHealth();
+    if (metrics_ != nullptr) metrics_->EndJob();
     std::lock_guard<std::mutex> lock(mu_);
     Entry& e = jobs_.at(id);
     running_.clear();
@@ -731,26 +881,28 @@ void JobRunner::Loop() {
       log_.JobEvent("device_fault", id, {{"error", unhealthy_reason_}});
     }
     if (status.ok()) {
-      e.job.set_finished_unix_ms(NowMs());
+      e.job.Mutable().set_finished_unix_ms(NowMs());
       TransitionLocked(e, v1::SUCCEEDED, "finished", "completion");
     } else if (cancel_running_ && status.code() == absl::StatusCode::kCancelled) {
-      e.job.set_finished_unix_ms(NowMs());
+      e.job.Mutable().set_finished_unix_ms(NowMs());
       TransitionLocked(e, v1::CANCELLED, "cancelled while running", "cancel");
     } else if (pause_running_ && status.code() == absl::StatusCode::kCancelled) {
       TransitionLocked(e, v1::PAUSED,
-                       absl::StrCat("paused after step ", e.job.progress().step(),
-                                    "; ResumeJob continues ", CheckpointNote(e.job)),
+                       absl::StrCat("paused after step ", e.job->progress().step(),
+                                    "; ResumeJob continues ", CheckpointNote(*e.job)),
                        "pause");
     } else if (stop_running_ && status.code() == absl::StatusCode::kCancelled) {
-      TransitionLocked(
-          e, v1::QUEUED,
-          absl::StrCat("interrupted by daemon shutdown after step ", e.job.progress().step(),
-                       "; on the next start it continues ", CheckpointNote(e.job)),
-          "interrupted_by_shutdown");
+      const bool store_failed = !writer_.failure().empty() && !stopping_;
+      TransitionLocked(e, v1::QUEUED,
+                       absl::StrCat(store_failed ? "stopped because a state database write failed"
+                                                 : "interrupted by daemon shutdown",
+                                    " after step ", e.job->progress().step(),
+                                    "; on the next start it continues ", CheckpointNote(*e.job)),
+                       store_failed ? "stopped_store_failed" : "interrupted_by_shutdown");
     } else {
-      e.job.set_failure_reason(status.ToString());
-      e.job.set_finished_unix_ms(NowMs());
-      TransitionLocked(e, v1::FAILED, e.job.failure_reason(), "failure");
+      e.job.Mutable().set_failure_reason(status.ToString());
+      e.job.Mutable().set_finished_unix_ms(NowMs());
+      TransitionLocked(e, v1::FAILED, e.job->failure_reason(), "failure");
     }
   }
   std::lock_guard<std::mutex> lock(done_mu_);
@@ -775,6 +927,12 @@ bool JobRunner::Shutdown(absl::Duration timeout) {
   }
   lock.unlock();
   thread_.join();
+  std::lock_guard<std::mutex> runner_lock(mu_);
+  // Rows a failed write left behind, written now or logged in full (protocol 9).
+  if (absl::Status s = writer_.Flush(/*final=*/true); !s.ok()) {
+    log_.Event("store_unflushed", {{"audit_rows", absl::StrCat(writer_.pending_audit_rows())},
+                                   {"error", s.ToString()}});
+  }
   return true;
 }
 

@@ -24,7 +24,20 @@
 //     queueing and refuses). With ResumeJob's allow_data_change the run records the change as a
 //     provenance::DataChange in the lineage instead. The engine gets the lineage and the
 //     daemon's signer, so every checkpoint is signed and chained to the base model or seed.
+//     Before that phase the inputs are checked again as they are now (input_recheck.h): one
+//     that leads elsewhere or is no longer a regular file fails the run naming it.
 //  7. Every job event is appended to the store's hash-chained audit log (server/audit_log.h).
+//  8. No priority inversion (request threads run at a low priority): request threads hold mu_,
+//     which every step of the running job takes, only for O(jobs) reference counts and
+//     lookups; List, Get and WaitForChange copy jobs from copy-on-write snapshots (SharedJob)
+//     after releasing it, and Audit and Checkpoints read the store on a second SQLite
+//     connection under their own lock.
+//  9. A failed write of the state database (disk full, I/O error, locked) fails safe
+//     (StoreWriter): the daemon turns unhealthy with the reason, refuses and starts no jobs, the
+//     running job checkpoints and stops (QUEUED again, so it continues after a restart); a
+//     submit whose row was not written is refused, never queued in memory only; audit rows that
+//     could not be written stay pending, retried in order before later writes and at shutdown,
+//     and are logged in full.
 #pragma once
 
 #include <atomic>
@@ -48,6 +61,8 @@
 #include "server/job_engine.h"
 #include "server/job_store.h"
 #include "server/metrics.h"
+#include "server/shared_job.h"
+#include "server/store_writer.h"
 #include "server/structured_log.h"
 
 namespace megatrain::server {
@@ -75,6 +90,10 @@ struct RunnerLimits {
   // steps on until the checkpoint is committed). Lets tests interrupt a job at a known step
   // however fast the machine is. Runs that start past this step are not held.
   uint64_t test_hold_after_step = 0;
+  // Test hook (empty = off): List, Audit and Checkpoints call it with their name where they copy
+  // or read what they return. A test blocks in it until the running job steps on, which shows
+  // that this part never holds the lock the job's steps take (issue 16, point 11).
+  std::function<void(const char* call)> test_read_hook;
 };
 
 class JobRunner {
@@ -90,9 +109,20 @@ class JobRunner {
 
   void Start();
 
-  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec, ValidatedJob job);
+  // `submitter_uid`: the Unix-socket caller, recorded in the job (unset: TCP).
+  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec, ValidatedJob job,
+                                 std::optional<uint32_t> submitter_uid = std::nullopt);
+  // Appends an "access_refused" row to the job's audit chain and logs it.
+  void RecordAccessRefusal(const std::string& id, const std::string& message);
   absl::StatusOr<v1::Job> Get(const std::string& id) const;
   std::vector<v1::Job> List(const std::vector<v1::JobState>& states) const;
+  // One page of List: at most `limit` jobs submitted after `after_sequence` (0 = from the
+  // first); `*next_after` is the last returned job's sequence when more follow, else 0.
+  std::vector<v1::Job> ListPage(const std::vector<v1::JobState>& states, int64_t after_sequence,
+                                size_t limit, int64_t* next_after) const;
+  // Removes ended jobs (SUCCEEDED, FAILED, CANCELLED) that finished before the time from memory
+  // and the store (their audit rows stay, with a "purged" row appended); returns their ids.
+  absl::StatusOr<std::vector<std::string>> Purge(int64_t finished_before_unix_ms);
   absl::StatusOr<v1::Job> Cancel(const std::string& id);
   // QUEUED -> PAUSED at once; RUNNING -> checkpoint, stop, PAUSED (returns while it stops).
   absl::StatusOr<v1::Job> Pause(const std::string& id);
@@ -124,7 +154,7 @@ class JobRunner {
  private:
   struct Entry {
     int64_t sequence = 0;
-    v1::Job job;
+    SharedJob job;  // copy-on-write: readers snapshot it under mu_ and copy it after
     std::optional<ValidatedJob> validated;
     uint64_t version = 1;
     std::string message;
@@ -136,17 +166,20 @@ class JobRunner {
   };
   class StepObserver;
 
-  JobRunner(std::unique_ptr<JobStore> store, JobEngine& engine, DaemonMetrics* metrics,
-            StructuredLog& log, uint32_t max_queue_length, Revalidate revalidate,
-            JobProvenanceOptions provenance, RunnerLimits limits)
+  JobRunner(std::unique_ptr<JobStore> store, std::unique_ptr<JobStore> reader, JobEngine& engine,
+            DaemonMetrics* metrics, StructuredLog& log, uint32_t max_queue_length,
+            Revalidate revalidate, JobProvenanceOptions provenance, RunnerLimits limits)
       : store_(std::move(store)),
+        reader_(std::move(reader)),
         engine_(engine),
         metrics_(metrics),
         log_(log),
         max_queue_length_(max_queue_length),
         revalidate_(std::move(revalidate)),
         provenance_(std::move(provenance)),
-        limits_(limits) {}
+        limits_(limits),
+        writer_(*store_, log_, [this](const std::string& failure) { StoreFailedLocked(failure); }) {
+  }
 
   // With mu_ held: how many times the daemon stopped uncleanly while `id` ran, since the job's
   // last checkpoint or resume (audit rows "requeued_after_restart").
@@ -165,10 +198,18 @@ class JobRunner {
   // With mu_ held: appends one audit row (errors are logged).
   void AuditLocked(const std::string& id, const std::string& kind, const std::string& message);
   void PersistLocked(Entry& entry);
+  // With mu_ held, once, from the write that failed first (protocol 9).
+  void StoreFailedLocked(const std::string& failure);
+  // With mu_ held: OK when no other job uses `job`'s resolved output directory (a finished one
+  // may, with spec.reuse_output_dir); FAILED_PRECONDITION naming output_dir and the job.
+  absl::Status CheckOutputDirFreeLocked(const v1::JobSpec& spec, const ValidatedJob& job) const;
   void PublishCountsLocked();
   const Entry* FindLocked(const std::string& id) const;
+  bool Known(const std::string& id) const;  // takes mu_
 
-  std::unique_ptr<JobStore> store_;
+  std::unique_ptr<JobStore> store_;  // writes and startup reads, under mu_
+  mutable std::mutex reader_mu_;
+  const std::unique_ptr<JobStore> reader_;  // request threads' reads, under reader_mu_ only
   JobEngine& engine_;
   DaemonMetrics* metrics_;
   StructuredLog& log_;
@@ -176,6 +217,7 @@ class JobRunner {
   const Revalidate revalidate_;
   const JobProvenanceOptions provenance_;
   const RunnerLimits limits_;
+  StoreWriter writer_;  // every write of store_ (under mu_)
 
   mutable std::mutex mu_;
   mutable std::condition_variable changed_;

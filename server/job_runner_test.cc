@@ -50,6 +50,11 @@ class FakeEngine final : public JobEngine {
       report.layers.resize(2);
       if (observer.ShouldCheckpoint()) checkpoint(step);
       observer.OnStep(report, 4.0);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++steps_;
+      }
+      wake_.notify_all();
       if (fault_at_ == step) return absl::InternalError("device fault: injected by the test");
       if (blocking_) {
         std::unique_lock<std::mutex> lock(mu_);
@@ -63,6 +68,16 @@ class FakeEngine final : public JobEngine {
     std::lock_guard<std::mutex> lock(mu_);
     return started_;
   }
+  uint64_t steps() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return steps_;
+  }
+  // Waits (bounded) until the engine has reported `steps` steps over all runs.
+  bool AwaitSteps(uint64_t steps, absl::Duration timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return wake_.wait_for(lock, absl::ToChronoMilliseconds(timeout),
+                          [&] { return steps_ >= steps; });
+  }
   bool blocking_ = false;
   uint64_t fault_at_ = 0;
   absl::Status device_health_;  // what the engine's device reports after a run
@@ -72,6 +87,7 @@ class FakeEngine final : public JobEngine {
   std::condition_variable wake_;
   std::vector<std::string> started_;
   std::map<std::string, uint64_t> checkpoint_step_;
+  uint64_t steps_ = 0;
 };
 
 std::string TempDb(const std::string& name) {
@@ -132,11 +148,11 @@ void AwaitStep(JobRunner& runner, const std::string& id, uint64_t step) {
 
 class JobRunnerTest : public ::testing::Test {
  protected:
-  std::unique_ptr<JobRunner> MakeRunner(const std::string& db) {
+  std::unique_ptr<JobRunner> MakeRunner(const std::string& db, RunnerLimits limits = {}) {
     absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(db);
     EXPECT_TRUE(store.ok());
-    absl::StatusOr<std::unique_ptr<JobRunner>> runner =
-        JobRunner::Create(std::move(*store), engine_, nullptr, log_, 8, Revalidate);
+    absl::StatusOr<std::unique_ptr<JobRunner>> runner = JobRunner::Create(
+        std::move(*store), engine_, nullptr, log_, 8, Revalidate, {}, std::move(limits));
     EXPECT_TRUE(runner.ok()) << runner.status();
     return std::move(*runner);
   }
@@ -160,6 +176,29 @@ TEST_F(JobRunnerTest, RunsJobsInSubmissionOrderWithProgress) {
   EXPECT_THAT(engine_.started(), ::testing::ElementsAre(a->id(), b->id()));
   EXPECT_EQ(runner->List({v1::SUCCEEDED}).size(), 2u);
   EXPECT_EQ(runner->List({v1::QUEUED}).size(), 0u);
+}
+
+// Issue 16, point 11: request threads run at SCHED_IDLE; what List, Audit and Checkpoints copy
+// or read must happen without the lock the running job's steps take, or a starved request
+// thread would stall training. The hook blocks each call until the job has stepped on 3 times.
+TEST_F(JobRunnerTest, ReadsNeverHoldTheLockTheRunningJobSteps) {
+  engine_.blocking_ = true;
+  std::vector<std::string> stepped_on;
+  RunnerLimits limits;
+  limits.test_read_hook = [&](const char* call) {
+    if (engine_.AwaitSteps(engine_.steps() + 3, absl::Seconds(10))) stepped_on.push_back(call);
+  };
+  std::unique_ptr<JobRunner> runner = MakeRunner(TempDb("inversion.db"), std::move(limits));
+  runner->Start();
+  absl::StatusOr<v1::Job> a = runner->Submit(Spec(3), Job(3));
+  ASSERT_TRUE(a.ok());
+  AwaitStep(*runner, a->id(), 1);
+  EXPECT_EQ(runner->List({}).size(), 1u);
+  EXPECT_TRUE(runner->Audit(a->id()).ok());
+  EXPECT_TRUE(runner->Checkpoints(a->id()).ok());
+  EXPECT_THAT(stepped_on, ::testing::ElementsAre("List", "Audit", "Checkpoints"));
+  ASSERT_TRUE(runner->Cancel(a->id()).ok());
+  AwaitState(*runner, a->id(), v1::CANCELLED);
 }
 
 TEST_F(JobRunnerTest, CancelQueuedAndRunning) {

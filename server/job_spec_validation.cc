@@ -18,6 +18,7 @@
 #include "engine/planner/planner.h"
 #include "engine/tiers/direct_io_directory.h"
 #include "engine/tiers/placement.h"
+#include "server/hf_directory_files.h"
 
 namespace megatrain::server {
 namespace {
@@ -70,6 +71,7 @@ absl::Status ValidateModel(const v1::ModelSource& model, const DaemonSettings& s
       absl::StatusOr<std::string> dir =
           paths.ResolveInput("model.hf_directory", model.hf_directory());
       if (!dir.ok()) return dir.status();
+      if (absl::Status s = CheckHfDirectoryFiles(*dir, paths); !s.ok()) return s;
       absl::StatusOr<engine::ModelConfig> config = engine::LoadModelConfig(*dir + "/config.json");
       if (!config.ok()) return Invalid("model.hf_directory", config.status().message());
       // Finds the weight files (refusing pickle-only directories) and reads
@@ -641,6 +643,9 @@ absl::StatusOr<ValidatedJob> ValidateJobSpec(const v1::JobSpec& spec,
     absl::StatusOr<std::string> out = paths.ResolveOutput("output_dir", spec.output_dir());
     if (!out.ok()) return out.status();
     job.output_dir = *out;
+    job.reuse_output_dir = spec.reuse_output_dir();
+  } else if (spec.reuse_output_dir()) {
+    return Invalid("reuse_output_dir", "true without output_dir");
   }
   job.options.seed = spec.seed();
   return job;

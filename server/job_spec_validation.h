@@ -27,6 +27,9 @@ struct ValidatedJob {
   engine::TextTrainingOptions options;  // device filled from the daemon's settings
   int64_t parameters = 0;
   std::string output_dir;  // resolved; empty = none requested
+  // JobSpec.reuse_output_dir: the job shares output_dir with a finished one, so its checkpoints
+  // live in a directory of their own (JobCheckpointDir).
+  bool reuse_output_dir = false;
   v1::PlanResponse plan;
 };
 

@@ -48,17 +48,25 @@ class Statement {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path) {
+absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Connect(const std::string& path, int flags,
+                                                            const char* what) {
   sqlite3* db = nullptr;
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) !=
-      SQLITE_OK) {
-    std::string message = db ? sqlite3_errmsg(db) : "out of memory";
+  if (path.empty() || sqlite3_open_v2(path.c_str(), &db, flags, nullptr) != SQLITE_OK) {
+    std::string message = db ? sqlite3_errmsg(db) : "no database file or out of memory";
     sqlite3_close(db);
     return absl::FailedPreconditionError(
-        absl::StrCat("cannot open state database '", path, "': ", message));
+        absl::StrCat("cannot open ", what, " '", path, "': ", message));
   }
-  std::unique_ptr<JobStore> store(new JobStore(db));
   sqlite3_busy_timeout(db, 5000);
+  return std::unique_ptr<JobStore>(new JobStore(db));
+}
+
+absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path) {
+  absl::StatusOr<std::unique_ptr<JobStore>> opened =
+      Connect(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, "state database");
+  if (!opened.ok()) return opened.status();
+  std::unique_ptr<JobStore> store = *std::move(opened);
+  sqlite3* db = store->db_;
   for (const char* sql :
        {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=NORMAL;",
         "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER);"}) {
@@ -106,6 +114,15 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
   return store;
 }
 
+absl::StatusOr<std::unique_ptr<JobStore>> JobStore::OpenReader() const {
+  const char* file = sqlite3_db_filename(db_, "main");
+  absl::StatusOr<std::unique_ptr<JobStore>> reader =
+      Connect(file != nullptr ? file : "", SQLITE_OPEN_READWRITE, "a reader of state database");
+  if (!reader.ok()) return reader.status();
+  if (absl::Status s = (*reader)->Exec("PRAGMA query_only=1;"); !s.ok()) return s;
+  return reader;
+}
+
 JobStore::~JobStore() { sqlite3_close(db_); }
 
 absl::Status JobStore::Exec(const char* sql) {
@@ -151,6 +168,37 @@ absl::Status JobStore::PutLineage(const std::string& job_id, const std::string& 
   put.Bind(1, job_id);
   put.Bind(2, lineage_json);
   return put.Done();
+}
+
+absl::Status JobStore::PurgeJob(const std::string& job_id, int64_t sequence) {
+  if (absl::Status s = Exec("BEGIN IMMEDIATE;"); !s.ok()) return s;
+  auto run = [&]() -> absl::Status {
+    for (const char* sql :
+         {"DELETE FROM jobs WHERE id = ?;", "DELETE FROM events WHERE job_id = ?;",
+          "DELETE FROM checkpoints WHERE job_id = ?;", "DELETE FROM lineage WHERE job_id = ?;"}) {
+      Statement del(db_, sql);
+      if (absl::Status s = del.prepared(); !s.ok()) return s;
+      del.Bind(1, job_id);
+      if (absl::Status s = del.Done(); !s.ok()) return s;
+    }
+    Statement mark(db_,
+                   "INSERT INTO meta (key, value) VALUES ('max_purged_sequence', ?) "
+                   "ON CONFLICT(key) DO UPDATE SET value = max(value, excluded.value);");
+    if (absl::Status s = mark.prepared(); !s.ok()) return s;
+    mark.Bind(1, sequence);
+    return mark.Done();
+  };
+  if (absl::Status s = run(); !s.ok()) {
+    (void)Exec("ROLLBACK;");
+    return s;
+  }
+  return Exec("COMMIT;");
+}
+
+absl::StatusOr<int64_t> JobStore::LoadMaxPurgedSequence() {
+  Statement get(db_, "SELECT value FROM meta WHERE key = 'max_purged_sequence';");
+  if (absl::Status s = get.prepared(); !s.ok()) return s;
+  return get.Step() == SQLITE_ROW ? get.Int(0) : 0;
 }
 
 absl::StatusOr<AuditRow> JobStore::AppendAudit(const std::string& job_id, int64_t unix_ms,

@@ -25,6 +25,9 @@ class JobStore {
   // Opens or creates `path`; a version-1 database is migrated to version 2 in one transaction.
   // A database with another schema version is FAILED_PRECONDITION.
   static absl::StatusOr<std::unique_ptr<JobStore>> Open(const std::string& path);
+  // A second connection to the same database for another thread's reads (WAL readers never
+  // wait for the writer); it refuses writes (query_only).
+  absl::StatusOr<std::unique_ptr<JobStore>> OpenReader() const;
   ~JobStore();
   JobStore(const JobStore&) = delete;
   JobStore& operator=(const JobStore&) = delete;
@@ -35,6 +38,12 @@ class JobStore {
   absl::Status PutCheckpoint(const v1::CheckpointRecord& record);
   // The job's lineage (provenance::LineageToJson text), inserted or replaced.
   absl::Status PutLineage(const std::string& job_id, const std::string& lineage_json);
+  // Deletes the job's jobs, events, checkpoints and lineage rows in one transaction (its audit
+  // rows stay: the audit log is append-only) and remembers `sequence` so that no later job gets
+  // the purged job's id (LoadMaxPurgedSequence).
+  absl::Status PurgeJob(const std::string& job_id, int64_t sequence);
+  // The largest sequence of a purged job; 0 when none was purged.
+  absl::StatusOr<int64_t> LoadMaxPurgedSequence();
   // Appends an event to the job's audit chain.
   absl::StatusOr<AuditRow> AppendAudit(const std::string& job_id, int64_t unix_ms,
                                        const std::string& kind, const std::string& message);
@@ -53,6 +62,9 @@ class JobStore {
 
  private:
   explicit JobStore(sqlite3* db) : db_(db) {}
+  // One connection with the store's busy timeout; FAILED_PRECONDITION naming `what` and `path`.
+  static absl::StatusOr<std::unique_ptr<JobStore>> Connect(const std::string& path, int flags,
+                                                           const char* what);
   absl::Status Exec(const char* sql);
 
   sqlite3* db_;

@@ -7,7 +7,9 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -16,11 +18,14 @@
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "server/daemon.h"
 #include "server/daemon_config.h"
 #include "server/job_engine.h"
 #include "server/job_tokens.h"
+#include "server/sd_notify.h"
+#include "server/sd_watchdog.h"
 #include "server/structured_log.h"
 
 ABSL_FLAG(std::string, config, "", "DaemonConfig textproto; flags below override its fields.");
@@ -56,6 +61,9 @@ ABSL_FLAG(std::string, tokenize_binary, "",
 ABSL_FLAG(uint64_t, max_ram_bytes, 0,
           "Host memory a job's plan may use (pinned + RAM); 0 = the machine's physical RAM. "
           "A job whose plan needs more is refused at submit (RESOURCE_EXHAUSTED).");
+ABSL_FLAG(std::string, admin_group, "megatrain-admin",
+          "Members (and root, and the daemon's user) may cancel, pause, resume, checkpoint and "
+          "audit any job and purge jobs; others only their own jobs. Empty: no group.");
 ABSL_FLAG(uint32_t, max_job_crashes, 3,
           "A job during which megatraind stopped without a clean shutdown this many times since "
           "its last checkpoint or resume is FAILED (quarantined) at the next start; 0 = never.");
@@ -185,6 +193,7 @@ int main(int argc, char** argv) {
   }
   settings->max_ram_bytes = absl::GetFlag(FLAGS_max_ram_bytes);
   settings->max_job_crashes = absl::GetFlag(FLAGS_max_job_crashes);
+  settings->admin_group = absl::GetFlag(FLAGS_admin_group);
   settings->test_hold_after_step = absl::GetFlag(FLAGS_test_hold_after_step);
 
   // Libraries start threads before main (OpenBLAS), so a blocked-mask + sigwait scheme would
@@ -227,11 +236,31 @@ int main(int argc, char** argv) {
               {{"inject_device_fault_after_steps",
                 std::to_string(absl::GetFlag(FLAGS_inject_device_fault_after_steps))}});
   }
+  // systemd's Type=notify and watchdog (issue 16, point 15); inert outside systemd.
+  absl::StatusOr<SdNotifier> notifier =
+      SdNotifier::Create(std::getenv("NOTIFY_SOCKET"), std::getenv("WATCHDOG_USEC"),
+                         std::getenv("WATCHDOG_PID"), getpid());
+  if (!notifier.ok()) {
+    log.Event("start_error", {{"error", notifier.status().ToString()}});
+    return 1;
+  }
+  unsetenv("NOTIFY_SOCKET");  // not for the helper processes the daemon starts
   absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Start(*settings, **engine, log);
   if (!daemon.ok()) {
     log.Event("start_error", {{"error", daemon.status().ToString()}});
     return 1;
   }
+  if (absl::Status s =
+          notifier->Notify(absl::StrCat("READY=1\nSTATUS=serving on ", settings->socket_path));
+      !s.ok()) {
+    log.Event("sd_notify_error", {{"error", s.ToString()}});
+  }
+  // Fed only while the runner answers (its lock is not stuck).
+  std::optional<SdWatchdog> watchdog;
+  watchdog.emplace(*notifier, log, [&daemon] {
+    (void)(*daemon)->runner().Status();
+    return true;
+  });
   std::thread waiter([&] {
     unsigned char sig = 0;
     while (read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
@@ -239,6 +268,7 @@ int main(int argc, char** argv) {
     log.Event("signal", {{"signal", sig == SIGTERM  ? "SIGTERM"
                                     : sig == SIGHUP ? "SIGHUP"
                                                     : "SIGINT"}});
+    (void)notifier->Notify("STOPPING=1\nSTATUS=stopping: the running job checkpoints");
     if (!(*daemon)->Shutdown()) {
       log.Event("shutdown_timeout",
                 {{"seconds", std::to_string(settings->shutdown_timeout_seconds)}});
@@ -247,6 +277,7 @@ int main(int argc, char** argv) {
   });
   (*daemon)->Wait();
   waiter.join();
+  watchdog.reset();  // its probe uses the daemon
   daemon->reset();
   return 0;
 }

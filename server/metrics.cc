@@ -179,10 +179,29 @@ void DaemonMetrics::RecordStep(const engine::StepReport& report, double validati
   arena_peak_.Set(static_cast<double>(report.device_arena_peak_bytes));
   for (size_t b = 0; b < report.activation_blocks.size(); ++b) {
     for (const char* mode : {"keep", "offload", "recompute"}) {
-      activation_block_mode_.Add({{"block", std::to_string(b)}, {"mode", mode}})
-          .Set(report.activation_blocks[b].mode == mode ? 1 : 0);
+      prometheus::Gauge& g =
+          activation_block_mode_.Add({{"block", std::to_string(b)}, {"mode", mode}});
+      if (std::find(block_modes_.begin(), block_modes_.end(), &g) == block_modes_.end()) {
+        block_modes_.push_back(&g);
+      }
+      g.Set(report.activation_blocks[b].mode == mode ? 1 : 0);
     }
   }
+}
+
+void DaemonMetrics::EndJob() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [layer, s] : layers_) {
+    layer_copy_in_.Remove(s.copy_in);
+    layer_compute_.Remove(s.compute);
+    layer_copy_out_.Remove(s.copy_out);
+    layer_stall_.Remove(s.stall);
+    layer_optimizer_.Remove(s.optimizer);
+    layer_overlap_.Remove(s.overlap);
+  }
+  layers_.clear();
+  for (prometheus::Gauge* g : block_modes_) activation_block_mode_.Remove(g);
+  block_modes_.clear();
 }
 
 void DaemonMetrics::SetQueueLength(int queued) { queue_length_.Set(queued); }

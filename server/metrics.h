@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "engine/train/step_report.h"
 #include "prometheus/counter.h"
@@ -22,6 +23,9 @@ class DaemonMetrics {
 
   // One optimizer step of the running job.
   void RecordStep(const engine::StepReport& report, double validation_loss);
+  // The running job ended: its per-layer and per-block label sets are removed, so a daemon that
+  // runs many jobs of different shapes does not export (and keep) every shape's series.
+  void EndJob();
   void SetQueueLength(int queued);
   // Jobs per state name (all states present, zeros included).
   void SetJobsByState(const std::map<std::string, int>& counts);
@@ -65,6 +69,7 @@ class DaemonMetrics {
   prometheus::Gauge& healthy_;
   prometheus::Family<prometheus::Counter>& rpcs_;
   std::map<int, LayerSeries> layers_;
+  std::vector<prometheus::Gauge*> block_modes_;  // activation_block_mode_ label sets
   std::map<std::string, prometheus::Gauge*> job_states_;
   std::map<std::pair<std::string, std::string>, prometheus::Counter*> rpc_series_;
 };

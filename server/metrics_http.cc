@@ -7,31 +7,50 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "prometheus/text_serializer.h"
 
 namespace megatrain::server {
 namespace {
 
-void WriteAll(int fd, const std::string& data) {
+int RemainingMs(absl::Time deadline) {
+  const absl::Duration left = deadline - absl::Now();
+  return left <= absl::ZeroDuration()
+             ? 0
+             : static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1 << 30));
+}
+
+// Sends all of `data` before `deadline`: "served", "send_timeout" or "client_closed".
+absl::string_view SendAll(int fd, const std::string& data, absl::Time deadline) {
   size_t done = 0;
   while (done < data.size()) {
-    const ssize_t n = send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
+    pollfd p{fd, POLLOUT, 0};
+    const int ms = RemainingMs(deadline);
+    if (ms == 0) return "send_timeout";
+    const int ready = poll(&p, 1, ms);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0) return "client_closed";
+    if (ready == 0) return "send_timeout";
+    const ssize_t n = send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+    if (n <= 0) return "client_closed";
     done += static_cast<size_t>(n);
   }
+  return "served";
 }
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
-    const std::string& address, std::shared_ptr<prometheus::Registry> registry) {
+    const std::string& address, std::shared_ptr<prometheus::Registry> registry,
+    MetricsHttpOptions options) {
   const size_t colon = address.find_last_of(':');
   int port = -1;
   if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
@@ -74,39 +93,90 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length);
   const int actual = ntohs(v6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
                               : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-  std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer(fd, actual, std::move(registry)));
-  server->thread_ = std::thread([s = server.get()] { s->Serve(); });
+  options.threads = std::max(options.threads, 1);
+  options.max_connections = std::max(options.max_connections, 1);
+  std::unique_ptr<MetricsHttpServer> server(
+      new MetricsHttpServer(fd, actual, std::move(registry), std::move(options)));
+  for (int i = 0; i < server->options_.threads; ++i) {
+    server->workers_.emplace_back([s = server.get()] { s->Work(); });
+  }
+  server->acceptor_ = std::thread([s = server.get()] { s->Accept(); });
   return server;
 }
 
 MetricsHttpServer::~MetricsHttpServer() {
   stopping_ = true;
-  shutdown(fd_, SHUT_RDWR);  // wakes poll()
-  if (thread_.joinable()) thread_.join();
+  shutdown(fd_, SHUT_RDWR);  // wakes the acceptor's poll()
+  if (acceptor_.joinable()) acceptor_.join();
+  ready_.notify_all();
+  for (std::thread& t : workers_) t.join();  // each gives up within its connection's deadline
+  for (int client : accepted_) close(client);
   close(fd_);
 }
 
-void MetricsHttpServer::Serve() {
+void MetricsHttpServer::Close(int client, absl::string_view reason) {
+  close(client);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    --open_;
+  }
+  if (options_.on_close) options_.on_close(reason);
+}
+
+void MetricsHttpServer::Accept() {
   while (!stopping_) {
     pollfd p{fd_, POLLIN, 0};
     if (poll(&p, 1, 1000) <= 0) continue;
     if (stopping_) break;
-    const int client = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    const int client = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (client < 0) continue;
-    Answer(client);
-    close(client);
+    std::unique_lock<std::mutex> lock(mu_);
+    ++open_;
+    if (open_ > options_.max_connections) {
+      lock.unlock();
+      // Best effort, never blocking: the socket is non-blocking and the answer is short.
+      const std::string busy =
+          "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+      (void)send(client, busy.data(), busy.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      Close(client, "over_connection_cap");
+      continue;
+    }
+    accepted_.push_back(client);
+    ready_.notify_one();
   }
 }
 
-void MetricsHttpServer::Answer(int client) {
-  // Read the request head (bounded: 8 KiB, 2 s).
+void MetricsHttpServer::Work() {
+  while (true) {
+    int client;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      ready_.wait(lock, [&] { return stopping_ || !accepted_.empty(); });
+      if (stopping_) return;
+      client = accepted_.front();
+      accepted_.pop_front();
+    }
+    Close(client, Answer(client));
+  }
+}
+
+absl::string_view MetricsHttpServer::Answer(int client) {
+  // The request head: at most 8 KiB, all of it within the request deadline however it trickles.
+  const absl::Time deadline = absl::Now() + options_.request_deadline;
   std::string request;
   char buffer[1024];
-  while (request.size() < 8192 && !absl::StrContains(request, "\r\n\r\n")) {
+  while (!absl::StrContains(request, "\r\n\r\n")) {
+    if (request.size() >= 8192) return "request_too_large";
     pollfd p{client, POLLIN, 0};
-    if (poll(&p, 1, 2000) <= 0) return;
-    const ssize_t n = recv(client, buffer, sizeof(buffer), 0);
-    if (n <= 0) return;
+    const int ms = RemainingMs(deadline);
+    if (stopping_) return "stopping";
+    if (ms == 0) return "request_deadline";
+    const int ready = poll(&p, 1, std::min(ms, 1000));
+    if (ready < 0 && errno != EINTR) return "client_closed";
+    if (ready <= 0) continue;
+    const ssize_t n = recv(client, buffer, sizeof(buffer), MSG_DONTWAIT);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+    if (n <= 0) return "client_closed";
     request.append(buffer, static_cast<size_t>(n));
   }
   std::string status = "200 OK", type = "text/plain; version=0.0.4; charset=utf-8", body;
@@ -116,9 +186,11 @@ void MetricsHttpServer::Answer(int client) {
     status = "404 Not Found";
     body = "only GET /metrics is served\n";
   }
-  WriteAll(client, absl::StrCat("HTTP/1.1 ", status, "\r\nContent-Type: ", type,
-                                "\r\nContent-Length: ", body.size(),
-                                "\r\nConnection: close\r\n\r\n", body));
+  return SendAll(
+      client,
+      absl::StrCat("HTTP/1.1 ", status, "\r\nContent-Type: ", type,
+                   "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n", body),
+      absl::Now() + options_.send_timeout);
 }
 
 }  // namespace megatrain::server

@@ -74,6 +74,15 @@ absl::Status OutsideRoots(const std::string& field, const std::string& path,
 
 }  // namespace
 
+std::string NormalizeAbsolutePath(const std::string& path) {
+  std::string out;
+  for (absl::string_view part : absl::StrSplit(path, '/', absl::SkipEmpty())) {
+    if (part == ".") continue;
+    absl::StrAppend(&out, "/", part);
+  }
+  return out.empty() ? std::string("/") : out;
+}
+
 PathPolicy::PathPolicy(const std::vector<std::string>& data_roots,
                        const std::vector<std::string>& output_roots)
     : data_roots_(ResolveRoots(data_roots)), output_roots_(ResolveRoots(output_roots)) {}
@@ -110,7 +119,7 @@ absl::StatusOr<std::string> PathPolicy::ResolveInput(const std::string& field,
 absl::StatusOr<std::string> PathPolicy::ResolveOutput(const std::string& field,
                                                       const std::string& path) const {
   if (absl::Status s = CheckSyntax(field, path); !s.ok()) return s;
-  std::string existing = path;
+  std::string existing = NormalizeAbsolutePath(path);
   std::string rest;
   int error = 0;
   std::string real;
@@ -120,6 +129,15 @@ absl::StatusOr<std::string> PathPolicy::ResolveOutput(const std::string& field,
     if (error != ENOENT) {
       return absl::PermissionDeniedError(
           absl::StrCat(field, ": cannot resolve '", existing, "': ", std::strerror(error)));
+    }
+    struct stat st;
+    if (lstat(existing.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+      char target[PATH_MAX];
+      const ssize_t n = readlink(existing.c_str(), target, sizeof(target) - 1);
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": '", path, "': '", existing, "' is a dangling symlink (to '",
+                       std::string(target, n > 0 ? static_cast<size_t>(n) : 0),
+                       "'); create the directory first or name it directly"));
     }
     const size_t slash = existing.find_last_of('/');
     rest = absl::StrCat(existing.substr(slash), rest);

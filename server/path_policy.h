@@ -9,6 +9,10 @@
 
 namespace megatrain::server {
 
+// `path` (absolute) without empty and '.' components: '//x/./y/' -> '/x/y'. Lexical only: no
+// symlink is resolved and '..' is left as it is (request paths with '..' are refused).
+std::string NormalizeAbsolutePath(const std::string& path);
+
 class PathPolicy {
  public:
   // Roots are resolved (realpath) once; a root that does not exist is skipped.
@@ -20,7 +24,9 @@ class PathPolicy {
   // unreadable). Messages start with `field`.
   absl::StatusOr<std::string> ResolveInput(const std::string& field, const std::string& path) const;
   // A directory to create or reuse under an output root (its nearest existing ancestor is
-  // resolved, so a symlink cannot lead outside); returns the resolved path.
+  // resolved, so a symlink cannot lead outside); returns the resolved path, in one spelling for
+  // all aliases ('/x/', '/x/./', '//x', a symlink to it). A dangling symlink on the way is
+  // INVALID_ARGUMENT (it would be created as a file or through the link, under another name).
   absl::StatusOr<std::string> ResolveOutput(const std::string& field,
                                             const std::string& path) const;
 

@@ -6,6 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "engine/device/device_options.h"
@@ -54,12 +55,13 @@ absl::Status ValidateJobId(const std::string& id) {
 
 TrainerService::TrainerService(const DaemonSettings& settings, const PathPolicy& paths,
                                JobRunner& runner, DaemonMetrics* metrics, StructuredLog& log,
-                               std::string public_key_hex)
+                               const JobAccess& access, std::string public_key_hex)
     : settings_(settings),
       paths_(paths),
       runner_(runner),
       metrics_(metrics),
       log_(log),
+      access_(access),
       public_key_hex_(std::move(public_key_hex)) {}
 
 grpc::Status TrainerService::Finish(const char* method, const absl::Status& status) {
@@ -76,15 +78,16 @@ absl::StatusOr<ValidatedJob> TrainerService::Validate(const v1::JobSpec& spec) c
   return ValidateJobSpec(spec, settings_, paths_);
 }
 
-grpc::Status TrainerService::SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* request,
-                                       v1::Job* response) {
+grpc::Status TrainerService::SubmitJob(grpc::ServerContext* context,
+                                       const v1::SubmitJobRequest* request, v1::Job* response) {
   DeprioritizeHandlerThread();
   if (!request->has_spec()) {
     return Finish("SubmitJob", absl::InvalidArgumentError("spec: required"));
   }
   absl::StatusOr<ValidatedJob> job = Validate(request->spec());
   if (!job.ok()) return Finish("SubmitJob", job.status());
-  absl::StatusOr<v1::Job> submitted = runner_.Submit(request->spec(), std::move(*job));
+  const Caller caller = access_.Identify(context->peer());
+  absl::StatusOr<v1::Job> submitted = runner_.Submit(request->spec(), std::move(*job), caller.uid);
   if (submitted.ok()) *response = *submitted;
   return Finish("SubmitJob", submitted.status());
 }
@@ -114,8 +117,47 @@ grpc::Status TrainerService::ListJobs(grpc::ServerContext*, const v1::ListJobsRe
     }
     states.push_back(static_cast<v1::JobState>(s));
   }
-  for (v1::Job& job : runner_.List(states)) *response->add_jobs() = std::move(job);
+  if (request->page_size() > kMaxListPageSize) {
+    return Finish("ListJobs",
+                  absl::InvalidArgumentError(absl::StrCat("page_size: ", request->page_size(),
+                                                          " is more than ", kMaxListPageSize)));
+  }
+  int64_t after = 0;  // the token is the last listed job's sequence number
+  if (!request->page_token().empty() &&
+      (request->page_token().size() > 20 || !absl::SimpleAtoi(request->page_token(), &after) ||
+       after <= 0)) {
+    return Finish("ListJobs", absl::InvalidArgumentError(
+                                  absl::StrCat("page_token: '", request->page_token().substr(0, 32),
+                                               "' is not a next_page_token of this daemon")));
+  }
+  const size_t limit = request->page_size() == 0 ? kMaxListPageSize : request->page_size();
+  int64_t next_after = 0;
+  for (v1::Job& job : runner_.ListPage(states, after, limit, &next_after)) {
+    *response->add_jobs() = std::move(job);
+  }
+  if (next_after != 0) response->set_next_page_token(absl::StrCat(next_after));
   return Finish("ListJobs", absl::OkStatus());
+}
+
+grpc::Status TrainerService::PurgeJobs(grpc::ServerContext* context,
+                                       const v1::PurgeJobsRequest* request,
+                                       v1::PurgeJobsResponse* response) {
+  DeprioritizeHandlerThread();
+  if (absl::Status s = access_.AuthorizeAdmin(access_.Identify(context->peer()), "purge");
+      !s.ok()) {
+    return Finish("PurgeJobs", s);
+  }
+  if (request->finished_before_unix_ms() <= 0) {
+    return Finish("PurgeJobs", absl::InvalidArgumentError(absl::StrCat(
+                                   "finished_before_unix_ms: ", request->finished_before_unix_ms(),
+                                   " is not a time (milliseconds since 1970, > 0)")));
+  }
+  absl::StatusOr<std::vector<std::string>> purged =
+      runner_.Purge(request->finished_before_unix_ms());
+  if (purged.ok()) {
+    for (const std::string& id : *purged) response->add_purged_ids(id);
+  }
+  return Finish("PurgeJobs", purged.status());
 }
 
 grpc::Status TrainerService::WatchJob(grpc::ServerContext* context,
@@ -147,39 +189,59 @@ grpc::Status TrainerService::WatchJob(grpc::ServerContext* context,
                                                  "shutting down"));
 }
 
-grpc::Status TrainerService::CancelJob(grpc::ServerContext*, const v1::JobRef* request,
+grpc::Status TrainerService::CancelJob(grpc::ServerContext* context, const v1::JobRef* request,
                                        v1::Job* response) {
   DeprioritizeHandlerThread();
   if (absl::Status s = ValidateJobId(request->id()); !s.ok()) return Finish("CancelJob", s);
+  if (absl::Status s =
+          access_.AuthorizeJob(access_.Identify(context->peer()), request->id(), "cancel");
+      !s.ok()) {
+    return Finish("CancelJob", s);
+  }
   absl::StatusOr<v1::Job> job = runner_.Cancel(request->id());
   if (job.ok()) *response = *job;
   return Finish("CancelJob", job.status());
 }
 
-grpc::Status TrainerService::PauseJob(grpc::ServerContext*, const v1::JobRef* request,
+grpc::Status TrainerService::PauseJob(grpc::ServerContext* context, const v1::JobRef* request,
                                       v1::Job* response) {
   DeprioritizeHandlerThread();
   if (absl::Status s = ValidateJobId(request->id()); !s.ok()) return Finish("PauseJob", s);
+  if (absl::Status s =
+          access_.AuthorizeJob(access_.Identify(context->peer()), request->id(), "pause");
+      !s.ok()) {
+    return Finish("PauseJob", s);
+  }
   absl::StatusOr<v1::Job> job = runner_.Pause(request->id());
   if (job.ok()) *response = *job;
   return Finish("PauseJob", job.status());
 }
 
 // Re-hashes the job's data files on this handler thread (see JobRunner::Resume).
-grpc::Status TrainerService::ResumeJob(grpc::ServerContext*, const v1::ResumeJobRequest* request,
-                                       v1::Job* response) {
+grpc::Status TrainerService::ResumeJob(grpc::ServerContext* context,
+                                       const v1::ResumeJobRequest* request, v1::Job* response) {
   DeprioritizeHandlerThread();
   if (absl::Status s = ValidateJobId(request->id()); !s.ok()) return Finish("ResumeJob", s);
+  if (absl::Status s =
+          access_.AuthorizeJob(access_.Identify(context->peer()), request->id(), "resume");
+      !s.ok()) {
+    return Finish("ResumeJob", s);
+  }
   absl::StatusOr<v1::Job> job = runner_.Resume(request->id(), request->allow_data_change());
   if (job.ok()) *response = *job;
   return Finish("ResumeJob", job.status());
 }
 
 // Waits on the handler thread for the runner's commit; the runner never blocks on it.
-grpc::Status TrainerService::Checkpoint(grpc::ServerContext*, const v1::JobRef* request,
+grpc::Status TrainerService::Checkpoint(grpc::ServerContext* context, const v1::JobRef* request,
                                         v1::CheckpointRecord* response) {
   DeprioritizeHandlerThread();
   if (absl::Status s = ValidateJobId(request->id()); !s.ok()) return Finish("Checkpoint", s);
+  if (absl::Status s =
+          access_.AuthorizeJob(access_.Identify(context->peer()), request->id(), "checkpoint");
+      !s.ok()) {
+    return Finish("Checkpoint", s);
+  }
   absl::StatusOr<v1::CheckpointRecord> record =
       runner_.CheckpointNow(request->id(), kCheckpointRpcTimeout);
   if (record.ok()) *response = *record;
@@ -234,12 +296,17 @@ grpc::Status TrainerService::GetDaemonStatus(grpc::ServerContext*,
   return Finish("GetDaemonStatus", absl::OkStatus());
 }
 
-grpc::Status TrainerService::GetAuditLog(grpc::ServerContext*,
+grpc::Status TrainerService::GetAuditLog(grpc::ServerContext* context,
                                          const v1::GetAuditLogRequest* request,
                                          v1::AuditLog* response) {
   DeprioritizeHandlerThread();
   if (absl::Status s = ValidateJobId(request->job_id()); !s.ok()) {
     return Finish("GetAuditLog", absl::InvalidArgumentError(absl::StrCat("job_", s.message())));
+  }
+  if (absl::Status s =
+          access_.AuthorizeJob(access_.Identify(context->peer()), request->job_id(), "audit");
+      !s.ok()) {
+    return Finish("GetAuditLog", s);
   }
   absl::StatusOr<v1::AuditLog> log = runner_.Audit(request->job_id());
   if (log.ok()) *response = *std::move(log);

@@ -7,12 +7,16 @@
 #include "absl/time/time.h"
 #include "proto/megatrain.grpc.pb.h"
 #include "server/daemon_config.h"
+#include "server/job_access.h"
 #include "server/job_runner.h"
 #include "server/metrics.h"
 #include "server/path_policy.h"
 #include "server/structured_log.h"
 
 namespace megatrain::server {
+
+// ListJobs answers at most this many jobs per page (page_size 0 = this).
+inline constexpr uint32_t kMaxListPageSize = 1000;
 
 inline constexpr char kDaemonVersion[] = "megatraind 0.1.0";
 // How long a Checkpoint RPC waits for the running job to commit the checkpoint it asked for.
@@ -22,8 +26,10 @@ class TrainerService final : public v1::Trainer::Service {
  public:
   // `metrics` may be null. Everything passed in outlives the service. `public_key_hex` is the
   // daemon's signing key, reported by GetDaemonStatus.
+  // `access` decides who may change a job (issue 16, point 12).
   TrainerService(const DaemonSettings& settings, const PathPolicy& paths, JobRunner& runner,
-                 DaemonMetrics* metrics, StructuredLog& log, std::string public_key_hex = "");
+                 DaemonMetrics* metrics, StructuredLog& log, const JobAccess& access,
+                 std::string public_key_hex = "");
 
   grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request,
                          v1::Job* response) override;
@@ -48,6 +54,8 @@ class TrainerService final : public v1::Trainer::Service {
   grpc::Status GetDaemonStatus(grpc::ServerContext* context,
                                const v1::GetDaemonStatusRequest* request,
                                v1::DaemonStatus* response) override;
+  grpc::Status PurgeJobs(grpc::ServerContext* context, const v1::PurgeJobsRequest* request,
+                         v1::PurgeJobsResponse* response) override;
   grpc::Status GetAuditLog(grpc::ServerContext* context, const v1::GetAuditLogRequest* request,
                            v1::AuditLog* response) override;
 
@@ -61,6 +69,7 @@ class TrainerService final : public v1::Trainer::Service {
   JobRunner& runner_;
   DaemonMetrics* metrics_;
   StructuredLog& log_;
+  const JobAccess& access_;
   const std::string public_key_hex_;
 };
 

@@ -2,6 +2,7 @@
 // and TLS TCP listener) while a job keeps running: each gets the right gRPC code and a message
 // naming the problem, and the running job is unaffected.
 #include <linux/magic.h>
+#include <sys/stat.h>
 #include <sys/vfs.h>
 
 #include <cmath>
@@ -57,6 +58,16 @@ class BadInputTest : public ::testing::Test {
     std::filesystem::create_directory_symlink(daemon_.root() + "/elsewhere",
                                               daemon_.root() + "/out/link");
     std::ofstream(daemon_.root() + "/data/broken.json") << "{\"model_type\": ";
+    // Hugging Face directories whose files escape, block or are too large (issue 16, point 2).
+    const std::string hf = daemon_.root() + "/data/hf_";
+    for (const char* dir : {"escape", "fifo", "big", "shard"}) {
+      std::filesystem::create_directories(hf + dir);
+    }
+    std::filesystem::create_symlink("/etc/hostname", hf + "escape/config.json");
+    ASSERT_EQ(mkfifo((hf + "fifo/config.json").c_str(), 0600), 0);
+    std::ofstream(hf + "big/config.json") << std::string((1 << 20) + 1, ' ');
+    std::filesystem::copy_file(daemon_.root() + "/data/config.json", hf + "shard/config.json");
+    std::filesystem::create_symlink("/etc/hostname", hf + "shard/model.safetensors");
     // Token files: a valid u16 one, one of 3 bytes (not whole u16 tokens), one holding id 300
     // (outside the test model's 256 ids).
     const uint16_t tokens[] = {1, 2, 3, 4, 5, 6, 7};
@@ -142,6 +153,18 @@ TEST_F(BadInputTest, EveryHostileRequestIsRefusedWhileAJobRuns) {
       {"hf directory without config.json",
        [&](v1::JobSpec& s) { s.mutable_model()->set_hf_directory(root + "/data"); },
        C::INVALID_ARGUMENT, "model.hf_directory"},
+      {"hf config.json symlinked out of the roots",
+       [&](v1::JobSpec& s) { s.mutable_model()->set_hf_directory(root + "/data/hf_escape"); },
+       C::PERMISSION_DENIED, "model.hf_directory: config.json"},
+      {"hf config.json is a FIFO (never opened)",
+       [&](v1::JobSpec& s) { s.mutable_model()->set_hf_directory(root + "/data/hf_fifo"); },
+       C::INVALID_ARGUMENT, "is a FIFO"},
+      {"hf config.json over 1 MiB",
+       [&](v1::JobSpec& s) { s.mutable_model()->set_hf_directory(root + "/data/hf_big"); },
+       C::RESOURCE_EXHAUSTED, "model.hf_directory: config.json"},
+      {"hf shard symlinked out of the roots",
+       [&](v1::JobSpec& s) { s.mutable_model()->set_hf_directory(root + "/data/hf_shard"); },
+       C::PERMISSION_DENIED, "model.hf_directory: model.safetensors"},
       {"no text", [](v1::JobSpec& s) { s.mutable_data()->clear_text_files(); }, C::INVALID_ARGUMENT,
        "data.text_files"},
       {"missing text",

@@ -24,18 +24,6 @@ state() { cli status "$1" --json | jq -r .state; }
 step() { cli status "$1" --json | jq -r '.progress.step // 0'; }
 last_checkpoint() { cli status "$1" --json | jq -r '.progress.last_checkpoint // ""'; }
 
-# await <seconds> <description> <command...>: polls the command until it succeeds (bounded).
-await() {
-  local seconds=$1 what=$2
-  shift 2
-  local deadline=$((SECONDS + seconds))
-  until "$@"; do
-    [ "$SECONDS" -lt "$deadline" ] || fail "timed out after ${seconds}s waiting for $what"
-    sleep 0.2
-  done
-}
-state_is() { [ "$(state "$1")" = "$2" ]; }
-step_at_least() { [ "$(step "$1")" -ge "$2" ]; }
 has_checkpoint() { [ -n "$(last_checkpoint "$1")" ]; }
 
 # The final checkpoint's weights of a finished job.

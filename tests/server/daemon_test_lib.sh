@@ -53,5 +53,36 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# A job's state and step as `megatrain status --json` reports them.
+job_state() { cli status "$1" --json | jq -r .state; }
+job_step() { cli status "$1" --json | jq -r '.progress.step // 0'; }
+state_is() { [ "$(job_state "$1")" = "$2" ]; }
+step_at_least() { [ "$(job_step "$1")" -ge "$2" ]; }
+
+# await <seconds> <description> <command...>: polls the command until it succeeds (bounded).
+await() {
+  local seconds=$1 what=$2
+  shift 2
+  local deadline=$((SECONDS + seconds))
+  until "$@"; do
+    [ "$SECONDS" -lt "$deadline" ] || fail "timed out after ${seconds}s waiting for $what"
+    sleep 0.2
+  done
+}
+
+# expect_refused <needle> <cli args...>: the command exits 4 (rejected) naming `needle`; its
+# stderr stays in $WORK/refused.txt.
+expect_refused() {
+  local needle=$1
+  shift
+  set +e
+  timeout 90 "$MEGATRAIN" --socket="$SOCKET" --timeout_seconds=60 "$@" > /dev/null \
+    2> "$WORK/refused.txt"
+  local rc=$?
+  set -e
+  [ "$rc" = 4 ] || fail "expected exit 4 for '$*', got $rc: $(cat "$WORK/refused.txt")"
+  grep -qF -- "$needle" "$WORK/refused.txt" || fail "refusal lacks '$needle': $(cat "$WORK/refused.txt")"
+}
+
 # json_field <json> <jq filter>
 json_field() { jq -r "$2" <<< "$1"; }

@@ -8,29 +8,6 @@
 source "$(dirname "$0")/daemon_test_lib.sh"
 
 state() { cli status "$1" --json | jq -r .state; }
-step() { cli status "$1" --json | jq -r '.progress.step // 0'; }
-await() {  # await <seconds> <description> <command...>: bounded polling of a state
-  local seconds=$1 what=$2
-  shift 2
-  local deadline=$((SECONDS + seconds))
-  until "$@"; do
-    [ "$SECONDS" -lt "$deadline" ] || fail "timed out after ${seconds}s waiting for $what"
-    sleep 0.2
-  done
-}
-step_at_least() { [ "$(step "$1")" -ge "$2" ]; }
-state_is() { [ "$(state "$1")" = "$2" ]; }
-# expect_refused <needle> <cli args...>: the command exits 4 (rejected) naming `needle`.
-expect_refused() {
-  local needle=$1
-  shift
-  set +e
-  timeout 60 "$MEGATRAIN" --socket="$SOCKET" "$@" > /dev/null 2> "$WORK/refused.txt"
-  local rc=$?
-  set -e
-  [ "$rc" = 4 ] || fail "expected exit 4 for '$*', got $rc: $(cat "$WORK/refused.txt")"
-  grep -qF -- "$needle" "$WORK/refused.txt" || fail "refusal lacks '$needle': $(cat "$WORK/refused.txt")"
-}
 job_args() { echo "--model_config=$WORK/data/config.json --text=$WORK/data/corpus.txt --batch_size=2 --seq_len=32 --lr=1e-3"; }
 
 start_daemon --test_hold_after_step=3

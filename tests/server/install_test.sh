@@ -26,7 +26,8 @@ installed_key=$(tr -d '[:space:]' < "$R/var/lib/megatrain/signing_key.pub")
 grep -q "^ExecStart=$R/usr/bin/megatraind --config=$R/etc/megatrain/megatraind.textproto$" "$unit" \
   || fail "ExecStart not substituted: $(grep ExecStart "$unit")"
 for key in "LimitMEMLOCK=infinity" "StateDirectory=megatrain" "RuntimeDirectory=megatrain" \
-  "Restart=on-failure" "ProtectSystem=strict" "NoNewPrivileges=yes" "User=megatrain"; do
+  "Restart=on-failure" "ProtectSystem=strict" "NoNewPrivileges=yes" "User=megatrain" \
+  "Type=notify" "NotifyAccess=main" "WatchdogSec=60s"; do
   grep -q "^$key" "$unit" || fail "unit lacks $key"
 done
 systemd-analyze verify "$unit" > "$WORK/verify.log" 2>&1 || fail "verify: $(cat "$WORK/verify.log")"

@@ -8,17 +8,6 @@ source "$(dirname "$0")/daemon_test_lib.sh"
 
 state() { cli status "$1" --json | jq -r .state; }
 step() { cli status "$1" --json | jq -r '.progress.step // 0'; }
-await() {
-  local seconds=$1 what=$2
-  shift 2
-  local deadline=$((SECONDS + seconds))
-  until "$@"; do
-    [ "$SECONDS" -lt "$deadline" ] || fail "timed out after ${seconds}s waiting for $what"
-    sleep 0.2
-  done
-}
-state_is() { [ "$(state "$1")" = "$2" ]; }
-step_at_least() { [ "$(step "$1")" -ge "$2" ]; }
 
 # spec <name> <steps> <every_steps> <data file>
 spec() {

@@ -130,6 +130,15 @@ class TestDaemon {
     return job;
   }
 
+  // Stops the daemon (a clean shutdown) and starts it again on the same state directory.
+  void Restart() {
+    stub_.reset();
+    channel_.reset();
+    daemon_.reset();
+    Start();
+  }
+  std::shared_ptr<grpc::Channel> channel() const { return channel_; }
+
   const std::string& root() const { return root_; }
   DaemonSettings& settings() { return settings_; }
   SteppingFakeEngine& engine() { return engine_; }

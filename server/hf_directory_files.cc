@@ -1,0 +1,46 @@
+// CheckHfDirectoryFiles (see hf_directory_files.h).
+#include "server/hf_directory_files.h"
+
+#include <sys/stat.h>
+
+#include <filesystem>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace megatrain::server {
+
+absl::Status CheckHfDirectoryFiles(const std::string& dir, const PathPolicy& paths) {
+  std::error_code ec;
+  int entries = 0;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (++entries > kMaxHfDirectoryEntries) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "model.hf_directory: '", dir, "' has more than ", kMaxHfDirectoryEntries, " entries"));
+    }
+    const std::string name = it->path().filename().string();
+    const bool json = absl::EndsWith(name, ".json");
+    if (!json && !absl::EndsWith(name, ".safetensors")) continue;
+    const std::string field = absl::StrCat("model.hf_directory: ", name);
+    // Symlinks resolved and confined like any request path; FIFOs and devices refused by type.
+    absl::StatusOr<std::string> real = paths.ResolveInput(field, it->path().string());
+    if (!real.ok()) return real.status();
+    struct stat st;
+    if (stat(real->c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": '", *real, "' is not a regular file"));
+    }
+    const uint64_t cap = name == "config.json" ? kMaxHfConfigBytes : kMaxHfOtherJsonBytes;
+    if (json && static_cast<uint64_t>(st.st_size) > cap) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(field, ": ", st.st_size, " bytes, larger than ", cap >> 20, " MiB"));
+    }
+  }
+  if (ec) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("model.hf_directory: cannot list '", dir, "': ", ec.message()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace megatrain::server

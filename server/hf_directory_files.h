@@ -1,0 +1,25 @@
+// CheckHfDirectoryFiles: the files of a Hugging Face model directory that the engine may read
+// (config.json, other *.json such as the shard index, *.safetensors) get the confinement of any
+// request path (resolved under a data root, regular files only: a FIFO, device or socket is
+// refused without being opened) and size caps on the JSON files (issue 16, point 2), before
+// anything in the directory is parsed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "server/path_policy.h"
+
+namespace megatrain::server {
+
+inline constexpr uint64_t kMaxHfConfigBytes = uint64_t{1} << 20;      // as config_json_path
+inline constexpr uint64_t kMaxHfOtherJsonBytes = uint64_t{64} << 20;  // shard indexes
+inline constexpr int kMaxHfDirectoryEntries = 4096;
+
+// `dir` is the resolved model.hf_directory. Errors start with "model.hf_directory" and name the
+// file: PERMISSION_DENIED (outside the roots, unreadable), INVALID_ARGUMENT (not a regular
+// file), RESOURCE_EXHAUSTED (over a cap, too many entries).
+absl::Status CheckHfDirectoryFiles(const std::string& dir, const PathPolicy& paths);
+
+}  // namespace megatrain::server
