@@ -5,7 +5,7 @@
 #include <optional>
 
 #include "engine/provenance/signing_key.h"
-#include "engine/provenance/verify.h"
+#include "engine/checkpoint/provenance_verify.h"
 
 namespace megatrain::client {
 namespace {

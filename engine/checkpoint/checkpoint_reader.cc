@@ -12,7 +12,7 @@
 #include "engine/checkpoint/checkpoint_writer.h"
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors_reader.h"
-#include "engine/model/strict_json.h"
+#include "engine/common/strict_json.h"
 
 namespace megatrain::engine {
 namespace {
@@ -61,7 +61,7 @@ absl::Status PlanCopy(const SafetensorsFile& file, const std::string& name, cons
 
 }  // namespace
 
-absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Trainer& trainer) {
+absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Checkpointable& trainer) {
   absl::StatusOr<CheckpointManifest> manifest = VerifyCheckpointDirectory(dir);
   if (!manifest.ok()) return manifest.status();
   std::set<std::string> files;

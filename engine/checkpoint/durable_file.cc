@@ -12,7 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "engine/checkpoint/crc32c.h"
+#include "engine/common/crc32c.h"
 
 namespace megatrain::engine {
 namespace {

@@ -7,8 +7,8 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "engine/checkpoint/crc32c.h"
-#include "engine/model/strict_json.h"
+#include "engine/common/crc32c.h"
+#include "engine/common/strict_json.h"
 #include "engine/provenance/record.h"
 
 namespace megatrain::engine {

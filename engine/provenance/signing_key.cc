@@ -18,6 +18,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/common/hex.h"
 #include "engine/provenance/sha256.h"
 
 namespace megatrain::provenance {
@@ -200,7 +201,7 @@ std::string SigningKey::public_key_raw() const {
   return raw;
 }
 
-std::string SigningKey::public_key_hex() const { return HexEncode(public_key_raw()); }
+std::string SigningKey::public_key_hex() const { return engine::HexEncode(public_key_raw()); }
 
 absl::Status SigningKey::WritePublicKeyFile(const std::string& path) const {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -218,7 +219,7 @@ absl::StatusOr<std::string> ReadPublicKeyFile(const std::string& path) {
   ::close(fd);
   if (!text.ok()) return text.status();
   const std::string hex(absl::StripAsciiWhitespace(*text));
-  absl::StatusOr<std::string> raw = HexDecode(hex);
+  absl::StatusOr<std::string> raw = engine::HexDecode(hex);
   if (!raw.ok() || raw->size() != kEd25519PublicKeyBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": expected the ", 2 * kEd25519PublicKeyBytes,

@@ -18,7 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/provenance/record.h"
 #include "engine/provenance/signing_key.h"
-#include "engine/provenance/verify.h"
+#include "engine/checkpoint/provenance_verify.h"
 
 namespace megatrain::provenance {
 namespace {

@@ -14,6 +14,7 @@
 
 #include "engine/checkpoint/checkpoint_reader.h"
 #include "engine/checkpoint/checkpoint_writer.h"
+#include "engine/train/trainer.h"
 #include "tests/engine/tiny_model.h"
 
 namespace megatrain::engine::tiered_training {

@@ -1,5 +1,5 @@
-// Checkpoint and chain verification (see verify.h).
-#include "engine/provenance/verify.h"
+// Offline verification of checkpoints against their provenance records (see provenance_verify.h).
+#include "engine/checkpoint/provenance_verify.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,6 +11,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "engine/common/hex.h"
 #include "engine/checkpoint/checkpoint_directory.h"
 #include "engine/checkpoint/durable_file.h"
 #include "engine/provenance/record.h"
@@ -73,7 +74,7 @@ void CheckSignature(const std::string& record_bytes, const std::string& sig_path
     return;
   }
   const std::string expected_hex =
-      keys.required_raw.has_value() ? HexEncode(*keys.required_raw) : keys.chain_key_hex;
+      keys.required_raw.has_value() ? engine::HexEncode(*keys.required_raw) : keys.chain_key_hex;
   if (!expected_hex.empty() && sig->public_key_hex != expected_hex) {
     Add(report, FindingKind::kWrongKey, Severity::kFailure, checkpoint, sig_label, "",
         absl::StrCat("signed by key ", Short(sig->public_key_hex), "…, not by ",
@@ -83,8 +84,8 @@ void CheckSignature(const std::string& record_bytes, const std::string& sig_path
   }
   if (keys.chain_key_hex.empty()) keys.chain_key_hex = sig->public_key_hex;
   if (report.signer_public_key_hex.empty()) report.signer_public_key_hex = sig->public_key_hex;
-  absl::StatusOr<std::string> raw_key = HexDecode(sig->public_key_hex);
-  absl::StatusOr<std::string> raw_sig = HexDecode(sig->signature_hex);
+  absl::StatusOr<std::string> raw_key = engine::HexDecode(sig->public_key_hex);
+  absl::StatusOr<std::string> raw_sig = engine::HexDecode(sig->signature_hex);
   if (!raw_key.ok() || !raw_sig.ok() || !VerifySignature(*raw_key, record_bytes, *raw_sig)) {
     Add(report, FindingKind::kBadSignature, Severity::kFailure, checkpoint, sig_label, "",
         absl::StrCat("the signature does not match the bytes of ", kProvenanceFileName,
