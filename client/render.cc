@@ -7,13 +7,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "google/protobuf/util/json_util.h"
+#include "proto/job_state_name.h"
 
 namespace megatrain::client {
 namespace {
-
-std::string State(v1::JobState s) {
-  return s == v1::JOB_STATE_UNSPECIFIED ? "UNSPECIFIED" : v1::JobState_Name(s);
-}
 
 std::string Duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
@@ -41,9 +38,9 @@ std::string ToJson(const google::protobuf::Message& message) {
 }
 
 std::string JobLine(const v1::Job& job) {
-  return absl::StrFormat("%s  %-9s  step %d/%d  loss %.4f  %s", job.id(), State(job.state()),
-                         job.progress().step(), job.progress().total_steps(), job.progress().loss(),
-                         job.spec().name());
+  return absl::StrFormat("%s  %-9s  step %d/%d  loss %.4f  %s", job.id(),
+                         v1::JobStateName(job.state()), job.progress().step(),
+                         job.progress().total_steps(), job.progress().loss(), job.spec().name());
 }
 
 std::string JobDetails(const v1::Job& job) {
@@ -52,8 +49,8 @@ std::string JobDetails(const v1::Job& job) {
       "job:             %s\nname:            %s\nstate:           %s\nstep:            %d/%d\n"
       "tokens:          %d\nloss:            %.4f\nvalidation loss: %.4f\n"
       "learning rate:   %.3e\ntokens/s:        %.0f\neta:             %s\n",
-      job.id(), job.spec().name(), State(job.state()), p.step(), p.total_steps(), p.tokens(),
-      p.loss(), p.validation_loss(), p.learning_rate(), p.tokens_per_second(),
+      job.id(), job.spec().name(), v1::JobStateName(job.state()), p.step(), p.total_steps(),
+      p.tokens(), p.loss(), p.validation_loss(), p.learning_rate(), p.tokens_per_second(),
       Duration(p.eta_seconds()));
   for (const v1::TierUsage& t : p.memory()) {
     absl::StrAppend(&out, absl::StrFormat("memory %-8s  %s\n", t.tier() + ":", Bytes(t.bytes())));
@@ -148,7 +145,7 @@ std::string ProgressLine(const v1::ProgressEvent& e, bool bar) {
   }
   absl::StrAppend(
       &out, absl::StrFormat("%s %s step %d/%d loss %.4f val %.4f %.0f tok/s eta %s", e.job_id(),
-                            State(e.state()), p.step(), p.total_steps(), p.loss(),
+                            v1::JobStateName(e.state()), p.step(), p.total_steps(), p.loss(),
                             p.validation_loss(), p.tokens_per_second(), Duration(p.eta_seconds())));
   if (!e.message().empty()) absl::StrAppend(&out, "  ", e.message());
   return out;

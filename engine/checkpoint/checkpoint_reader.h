@@ -5,9 +5,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "engine/checkpoint/checkpointable.h"
 #include "engine/checkpoint/manifest.h"
 #include "engine/checkpoint/training_state.h"
-#include "engine/checkpoint/checkpointable.h"
 
 namespace megatrain::engine {
 

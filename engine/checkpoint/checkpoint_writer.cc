@@ -12,12 +12,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "engine/common/build_version.h"
 #include "engine/checkpoint/checkpoint_directory.h"
 #include "engine/checkpoint/durable_file.h"
 #include "engine/checkpoint/provenance_writer.h"
 #include "engine/checkpoint/safetensors_stream_writer.h"
 #include "engine/checkpoint/training_state.h"
+#include "engine/common/build_version.h"
 
 namespace megatrain::engine {
 namespace {
@@ -123,8 +123,9 @@ void AddStreamed(const SafetensorsStreamWriter& writer, const std::string& name,
 }
 
 // config.json and the model weights, fsynced, into the existing `dir`.
-absl::Status WriteModelFiles(Checkpointable& trainer, const std::string& dir, SafetensorsDtype dtype,
-                             uint64_t max_shard_bytes, WrittenFiles* records) {
+absl::Status WriteModelFiles(Checkpointable& trainer, const std::string& dir,
+                             SafetensorsDtype dtype, uint64_t max_shard_bytes,
+                             WrittenFiles* records) {
   if (absl::Status s = CheckModelDtype(dtype); !s.ok()) return s;
   nlohmann::ordered_json config = nlohmann::ordered_json::parse(trainer.config().ToJson());
   config["torch_dtype"] = TorchDtypeName(dtype);

@@ -42,10 +42,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/checkpoint/checkpointable.h"
 #include "engine/checkpoint/manifest.h"
 #include "engine/model/safetensors_dtype.h"
 #include "engine/provenance/record.h"
-#include "engine/checkpoint/checkpointable.h"
 
 namespace megatrain::engine {
 

@@ -11,9 +11,11 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "engine/common/hex.h"
 #include "engine/checkpoint/checkpoint_directory.h"
 #include "engine/checkpoint/durable_file.h"
+#include "engine/common/hex.h"
+#include "engine/common/safe_files.h"
+#include "engine/common/unique_fd.h"
 #include "engine/provenance/record.h"
 #include "engine/provenance/sha256.h"
 #include "engine/provenance/signing_key.h"
@@ -40,7 +42,7 @@ struct KeyPolicy {
 // Reads a small file; absent -> nullopt with found=false; other errors reported.
 std::optional<std::string> ReadRecordFile(const std::string& path, bool* absent,
                                           std::string* error) {
-  absl::StatusOr<std::string> text = engine::ReadSmallFile(path, kMaxProvenanceBytes);
+  absl::StatusOr<std::string> text = engine::ReadRegularFile(path, kMaxProvenanceBytes);
   *absent = !text.ok() && absl::IsNotFound(text.status());
   if (!text.ok()) {
     *error = std::string(text.status().message());
@@ -96,8 +98,8 @@ void CheckSignature(const std::string& record_bytes, const std::string& sig_path
 // Names the tensors of `file` whose bytes differ from the record.
 int ReportTensorMismatches(const std::string& path, const FileDigest& recorded,
                            const std::string& checkpoint, VerifyReport& report) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
+  const engine::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return 0;
   int mismatches = 0;
   std::vector<uint8_t> chunk(size_t{1} << 20);
   for (const TensorDigest& t : recorded.tensors) {
@@ -105,7 +107,7 @@ int ReportTensorMismatches(const std::string& path, const FileDigest& recorded,
     bool short_read = false;
     for (uint64_t at = t.begin; at < t.end && !short_read;) {
       const size_t want = static_cast<size_t>(std::min<uint64_t>(chunk.size(), t.end - at));
-      const ssize_t n = ::pread(fd, chunk.data(), want, static_cast<off_t>(at));
+      const ssize_t n = ::pread(fd.get(), chunk.data(), want, static_cast<off_t>(at));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
         short_read = true;
@@ -126,7 +128,6 @@ int ReportTensorMismatches(const std::string& path, const FileDigest& recorded,
       ++mismatches;
     }
   }
-  ::close(fd);
   return mismatches;
 }
 

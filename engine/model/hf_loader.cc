@@ -14,8 +14,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "engine/model/safetensors_reader.h"
 #include "engine/common/strict_json.h"
+#include "engine/model/safetensors_reader.h"
 
 namespace megatrain::engine {
 namespace {

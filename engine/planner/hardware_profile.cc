@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/device/fatal.h"
 #include "nlohmann/json.hpp"
 
 namespace megatrain::engine::planner {
@@ -115,7 +116,10 @@ absl::StatusOr<std::vector<HardwareProfile>> ParseHardwareProfiles(std::string_v
 std::vector<HardwareProfile> BuiltinHardwareProfiles() {
   absl::StatusOr<std::vector<HardwareProfile>> p = ParseHardwareProfiles(kBuiltinJson);
   // The built-in table is checked by hardware_profile_test; a broken one is a build defect.
-  if (!p.ok()) abort();
+  if (!p.ok()) {
+    internal::DieBecause(
+        absl::StrCat("the built-in hardware profiles do not parse: ", p.status().ToString()));
+  }
   return *std::move(p);
 }
 

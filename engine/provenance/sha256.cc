@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/common/file_io.h"
 #include "engine/common/hex.h"
+#include "engine/common/safe_files.h"
 
 namespace megatrain::provenance {
 namespace {
@@ -81,33 +83,21 @@ std::string Sha256Hex(std::string_view bytes) {
 }
 
 absl::StatusOr<std::string> Sha256FileHex(const std::string& path) {
-  // O_NONBLOCK and a regular-file check on the opened descriptor: a FIFO swapped in for a data
+  // A regular-file check on a descriptor opened with O_NONBLOCK: a FIFO swapped in for a data
   // file must not block the daemon's runner or request thread (issue 16, point 3).
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) {
-    const std::string message = absl::StrCat(path, ": cannot open: ", std::strerror(errno));
-    return errno == ENOENT ? absl::NotFoundError(message) : absl::InternalError(message);
-  }
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
-  }
-  (void)::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  absl::StatusOr<engine::UniqueFd> fd = engine::OpenRegularFileForRead(path);
+  if (!fd.ok()) return fd.status();
   Sha256 sha;
   std::vector<uint8_t> chunk(size_t{1} << 20);
   while (true) {
-    const ssize_t n = ::read(fd, chunk.data(), chunk.size());
+    const ssize_t n = ::read(fd->get(), chunk.data(), chunk.size());
     if (n < 0) {
       if (errno == EINTR) continue;
-      const std::string message = absl::StrCat(path, ": read failed: ", std::strerror(errno));
-      ::close(fd);
-      return absl::InternalError(message);
+      return engine::ErrnoStatus(errno, absl::StrCat(path, ": read failed"));
     }
     if (n == 0) break;
     sha.Update(absl::MakeConstSpan(chunk.data(), static_cast<size_t>(n)));
   }
-  ::close(fd);
   return sha.FinalHex();
 }
 

@@ -11,9 +11,9 @@
 #include "engine/checkpoint/checkpoint_reader.h"
 #include "engine/checkpoint/checkpoint_writer.h"
 #include "engine/device/cpu_device.h"
-#include "engine/train/trainer.h"
 #include "engine/model/hf_loader.h"
 #include "engine/model/safetensors_reader.h"
+#include "engine/train/trainer.h"
 
 namespace megatrain::engine {
 namespace {
