@@ -1,7 +1,5 @@
 // megatrain: the command-line client of megatraind (submit, list, status, watch, cancel, pause,
-// resume, checkpoint, plan, daemon-status, audit, verify). Exit codes: 0 ok, 1 the watched job
-// failed or was cancelled (audit: the chain is broken), 2 usage error, 3 daemon unreachable,
-// 4 request rejected by the daemon.
+// resume, checkpoint, plan, daemon-status, audit, verify). Exit codes: client/exit_codes.h.
 #include <unistd.h>
 
 #include <chrono>
@@ -14,7 +12,11 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/command_deadline.h"
 #include "client/connection.h"
+#include "client/exit_codes.h"
 #include "client/job_spec_file.h"
 #include "client/plan_wear.h"
 #include "client/render.h"
@@ -29,7 +31,9 @@ ABSL_FLAG(std::string, address, "", "host:port of megatraind's TCP listener (TLS
 ABSL_FLAG(std::string, token_file, "", "File holding the bearer token (with --address).");
 ABSL_FLAG(std::string, ca_file, "", "PEM CA certificate of the daemon (with --address).");
 ABSL_FLAG(bool, json, false, "Read commands print JSON instead of text.");
-ABSL_FLAG(int, timeout_seconds, 30, "Deadline of each unary call.");
+ABSL_FLAG(int, timeout_seconds, 0,
+          "Deadline of the unary call in seconds; 0 = the command's own (30, checkpoint 150, "
+          "resume 120).");
 ABSL_FLAG(int, wait_seconds, 0, "Wait this long for the daemon to accept connections.");
 ABSL_FLAG(std::string, spec, "", "submit/plan: JobSpec JSON file; flags below override it.");
 ABSL_FLAG(std::string, name, "", "submit/plan: job name.");
@@ -75,7 +79,8 @@ namespace {
 
 using namespace megatrain;
 
-constexpr int kOk = 0, kJobFailed = 1, kUsage = 2, kUnreachable = 3, kRejected = 4;
+constexpr int kOk = client::kExitOk, kJobFailed = client::kExitFailed, kUsage = client::kExitUsage,
+              kUnreachable = client::kExitUnreachable, kRejected = client::kExitRejected;
 
 constexpr char kUsageText[] = R"(megatrain: talk to the megatraind training daemon.
 
@@ -120,19 +125,21 @@ Commands:
 
 Connection: --socket (default /run/megatrain/megatraind.sock), or --address=host:port with
 --token_file and --ca_file for TCP (TLS + bearer token).
-Exit codes: 0 ok, 1 watched job failed/cancelled or audit chain broken, 2 usage, 3 daemon
-unreachable, 4 request rejected (the message names the field).)";
+Exit codes: 0 ok, 1 watched job failed/cancelled or audit chain broken (verify: a mismatch),
+2 usage (verify: also an I/O error), 3 daemon unreachable, 4 request rejected (the message
+names the field), 5 no answer within the deadline (the request may still complete: a
+checkpoint still being written; raise --timeout_seconds), 6 verify: matches but unsigned.)";
 
 int ExitFor(const grpc::Status& status) {
   std::fprintf(stderr, "megatrain: %s: %s\n",
                absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())).c_str(),
                status.error_message().c_str());
-  return status.error_code() == grpc::StatusCode::UNAVAILABLE ? kUnreachable : kRejected;
+  return client::ExitCodeForRpc(status);
 }
 
-void SetDeadline(grpc::ClientContext& context) {
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(absl::GetFlag(FLAGS_timeout_seconds)));
+void SetDeadline(grpc::ClientContext& context, const std::string& command) {
+  context.set_deadline(absl::ToChronoTime(
+      absl::Now() + client::CommandDeadline(command, absl::GetFlag(FLAGS_timeout_seconds))));
 }
 
 void Print(const std::string& text) {
@@ -305,7 +312,7 @@ int Run(const std::string& command, const std::vector<std::string>& args) {
   std::unique_ptr<v1::Trainer::Stub> stub = v1::Trainer::NewStub(*channel);
   const bool json = absl::GetFlag(FLAGS_json);
   grpc::ClientContext context;
-  SetDeadline(context);
+  SetDeadline(context, command);
   const std::string id = needs_id ? args[0] : "";
 
   if (command == "submit" || command == "plan") {
