@@ -1,5 +1,6 @@
 // megatrain: the command-line client of megatraind (submit, list, status, watch, cancel, pause,
 // resume, checkpoint, plan, daemon-status, audit, verify). Exit codes: client/exit_codes.h.
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -176,6 +177,13 @@ absl::StatusOr<v1::JobSpec> SpecFromFlags() {
   return spec;
 }
 
+// The terminal's width (asked at every redraw: it may be resized), 0 when unknown.
+int TerminalColumns() {
+  struct winsize size {};
+  if (ioctl(fileno(stdout), TIOCGWINSZ, &size) != 0) return 0;
+  return size.ws_col;
+}
+
 int Watch(v1::Trainer::Stub& stub, const std::string& id) {
   grpc::ClientContext context;
   v1::WatchJobRequest request;
@@ -189,7 +197,8 @@ int Watch(v1::Trainer::Stub& stub, const std::string& id) {
     if (absl::GetFlag(FLAGS_json)) {
       Print(client::ToJson(event));
     } else if (tty) {
-      std::printf("\r\033[K%s", client::ProgressLine(event, true).c_str());
+      std::printf("\r\033[K%s",
+                  client::FitToWidth(client::ProgressLine(event, true), TerminalColumns()).c_str());
       std::fflush(stdout);
     } else {
       Print(client::ProgressLine(event, false));

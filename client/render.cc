@@ -144,10 +144,37 @@ std::string ProgressLine(const v1::ProgressEvent& e, bool bar) {
     out = absl::StrCat("[", std::string(filled, '#'), std::string(width - filled, '.'), "] ");
   }
   absl::StrAppend(
-      &out, absl::StrFormat("%s %s step %d/%d loss %.4f val %.4f %.0f tok/s eta %s", e.job_id(),
-                            v1::JobStateName(e.state()), p.step(), p.total_steps(), p.loss(),
-                            p.validation_loss(), p.tokens_per_second(), Duration(p.eta_seconds())));
+      &out, absl::StrFormat("%s %s step %d/%d loss %.4f", e.job_id(), v1::JobStateName(e.state()),
+                            p.step(), p.total_steps(), p.loss()));
+  if (!std::isnan(p.validation_loss())) {
+    absl::StrAppend(&out, absl::StrFormat(" val %.4f", p.validation_loss()));
+  }
+  absl::StrAppend(&out, absl::StrFormat(" %.0f tok/s eta %s", p.tokens_per_second(),
+                                        Duration(p.eta_seconds())));
   if (!e.message().empty()) absl::StrAppend(&out, "  ", e.message());
+  return out;
+}
+
+std::string FitToWidth(const std::string& line, int columns) {
+  std::string out;
+  out.reserve(line.size());
+  int shown = 0;
+  for (size_t i = 0; i < line.size();) {
+    const unsigned char c = static_cast<unsigned char>(line[i]);
+    const size_t length = c < 0x80           ? 1
+                          : (c >> 5) == 0x6  ? 2
+                          : (c >> 4) == 0xe  ? 3
+                          : (c >> 3) == 0x1e ? 4
+                                             : 1;
+    if (columns > 0 && shown == columns) break;
+    if (c == '\n' || c == '\r' || c == '\t') {
+      out.push_back(' ');
+    } else {
+      out.append(line, i, std::min(length, line.size() - i));
+    }
+    ++shown;
+    i += length;
+  }
   return out;
 }
 
