@@ -122,7 +122,7 @@ Commands:
                    bad row when a row was altered or deleted. --db=FILE checks the state
                    database offline (no daemon).   megatrain audit job-000001 --db=/var/lib/megatrain/megatrain.db
   verify <dir>     Check checkpoints' files, signatures and provenance chain offline (no
-                   daemon; exit 0 ok, 1 failed, 2 usage, 3 unsigned; `megatrain verify --help`).
+                   daemon; exit 0 ok, 1 failed, 2 usage, 6 unsigned; `megatrain verify --help`).
 
 Connection: --socket (default /run/megatrain/megatraind.sock), or --address=host:port with
 --token_file and --ca_file for TCP (TLS + bearer token).
