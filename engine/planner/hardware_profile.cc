@@ -1,11 +1,9 @@
 // Parsing of hardware profiles and the compiled-in table.
 #include "engine/planner/hardware_profile.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/common/safe_files.h"
 #include "engine/device/fatal.h"
 #include "nlohmann/json.hpp"
 
@@ -125,11 +123,12 @@ std::vector<HardwareProfile> BuiltinHardwareProfiles() {
 
 absl::StatusOr<std::vector<HardwareProfile>> ExtendHardwareProfiles(
     std::vector<HardwareProfile> base, const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read hardware profiles ", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  absl::StatusOr<std::vector<HardwareProfile>> extra = ParseHardwareProfiles(text.str());
+  absl::StatusOr<std::string> text = ReadRegularFile(path);
+  if (!text.ok()) {
+    return absl::Status(text.status().code(),
+                        absl::StrCat("hardware profiles: ", text.status().message()));
+  }
+  absl::StatusOr<std::vector<HardwareProfile>> extra = ParseHardwareProfiles(*text);
   if (!extra.ok()) {
     return absl::Status(extra.status().code(), absl::StrCat(path, ": ", extra.status().message()));
   }
