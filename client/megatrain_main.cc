@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,10 +52,13 @@ ABSL_FLAG(uint32_t, seq_len, 0,
 ABSL_FLAG(double, lr, 0,
           "submit/plan: peak learning rate; unset (0) = the daemon's default 3e-4 (cosine decay "
           "to 0, no warmup, AdamW betas 0.9/0.95, eps 1e-8).");
-ABSL_FLAG(uint64_t, warmup_steps, 0, "submit/plan: linear warmup steps.");
-ABSL_FLAG(uint32_t, eval_every, 0, "submit/plan: validation every N steps.");
+ABSL_FLAG(std::optional<uint64_t>, warmup_steps, std::nullopt,
+          "submit/plan: linear warmup steps (0 = none, overriding the spec).");
+ABSL_FLAG(std::optional<uint32_t>, eval_every, std::nullopt,
+          "submit/plan: validation every N steps (0 = only at the end, overriding the spec).");
 ABSL_FLAG(std::string, output_dir, "", "submit/plan: output directory on the daemon host.");
-ABSL_FLAG(uint64_t, seed, 0, "submit/plan: seed of weights and data order.");
+ABSL_FLAG(std::optional<uint64_t>, seed, std::nullopt,
+          "submit/plan: seed of weights and data order (0 is a seed like any other).");
 ABSL_FLAG(bool, watch, false, "submit: watch the job after submitting it.");
 ABSL_FLAG(std::string, state, "", "list: comma-separated states to show (e.g. RUNNING,QUEUED).");
 ABSL_FLAG(bool, offline, false,
@@ -169,10 +173,11 @@ absl::StatusOr<v1::JobSpec> SpecFromFlags() {
   }
   if (absl::GetFlag(FLAGS_seq_len) != 0) o.seq_len = absl::GetFlag(FLAGS_seq_len);
   if (absl::GetFlag(FLAGS_lr) != 0) o.lr = absl::GetFlag(FLAGS_lr);
-  if (absl::GetFlag(FLAGS_warmup_steps) != 0) o.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
-  if (absl::GetFlag(FLAGS_eval_every) != 0) o.eval_every_steps = absl::GetFlag(FLAGS_eval_every);
+  // Unset flags leave the spec alone; an explicit 0 overrides it (issue 21, point 6).
+  o.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  o.eval_every_steps = absl::GetFlag(FLAGS_eval_every);
   if (!absl::GetFlag(FLAGS_output_dir).empty()) o.output_dir = absl::GetFlag(FLAGS_output_dir);
-  if (absl::GetFlag(FLAGS_seed) != 0) o.seed = absl::GetFlag(FLAGS_seed);
+  o.seed = absl::GetFlag(FLAGS_seed);
   client::ApplyOverrides(o, spec);
   return spec;
 }
