@@ -27,6 +27,27 @@ TEST(JobSpecFileTest, ParsesSnakeAndCamelCaseAndOverrides) {
   EXPECT_EQ(spec->model().config_json_path(), "builtin:tiny");
 }
 
+// `--seed=0`, `--warmup_steps=0` and `--eval_every=0` are optional flags: given, even as 0,
+// they override the spec (issue 21, point 6).
+TEST(JobSpecFileTest, AnExplicitZeroOverridesTheSpec) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecJson(
+      R"({"seed": 5, "data": {"eval_every_steps": 20}, "hyper": {"lr": {"warmup_steps": 10}}})",
+      "test");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  JobSpecOverrides o;
+  o.seed = 0;
+  o.warmup_steps = 0;
+  o.eval_every_steps = 0;
+  ApplyOverrides(o, *spec);
+  EXPECT_EQ(spec->seed(), 0u);
+  EXPECT_EQ(spec->hyper().lr().warmup_steps(), 0u);
+  EXPECT_EQ(spec->data().eval_every_steps(), 0u);
+  JobSpecOverrides unset;
+  spec->set_seed(9);
+  ApplyOverrides(unset, *spec);
+  EXPECT_EQ(spec->seed(), 9u);
+}
+
 TEST(JobSpecFileTest, UnknownFieldsAndBadJsonAreErrors) {
   EXPECT_EQ(ParseJobSpecJson(R"({"stepz": 3})", "f.json").status().code(),
             absl::StatusCode::kInvalidArgument);

@@ -1,11 +1,11 @@
 // megatrain: the command-line client of megatraind (submit, list, status, watch, cancel, pause,
-// resume, checkpoint, plan, daemon-status, audit, verify). Exit codes: 0 ok, 1 the watched job
-// failed or was cancelled (audit: the chain is broken), 2 usage error, 3 daemon unreachable,
-// 4 request rejected by the daemon.
+// resume, checkpoint, plan, daemon-status, audit, verify). Exit codes: client/exit_codes.h.
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,7 +15,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/command_deadline.h"
 #include "client/connection.h"
+#include "client/exit_codes.h"
 #include "client/job_spec_file.h"
 #include "client/plan_wear.h"
 #include "client/render.h"
@@ -30,7 +33,9 @@ ABSL_FLAG(std::string, address, "", "host:port of megatraind's TCP listener (TLS
 ABSL_FLAG(std::string, token_file, "", "File holding the bearer token (with --address).");
 ABSL_FLAG(std::string, ca_file, "", "PEM CA certificate of the daemon (with --address).");
 ABSL_FLAG(bool, json, false, "Read commands print JSON instead of text.");
-ABSL_FLAG(int, timeout_seconds, 30, "Deadline of each unary call.");
+ABSL_FLAG(int, timeout_seconds, 0,
+          "Deadline of the unary call in seconds; 0 = the command's own (30, checkpoint 150, "
+          "resume 120).");
 ABSL_FLAG(int, wait_seconds, 0, "Wait this long for the daemon to accept connections.");
 ABSL_FLAG(std::string, spec, "", "submit/plan: JobSpec JSON file; flags below override it.");
 ABSL_FLAG(std::string, name, "", "submit/plan: job name.");
@@ -47,10 +52,13 @@ ABSL_FLAG(uint32_t, seq_len, 0,
 ABSL_FLAG(double, lr, 0,
           "submit/plan: peak learning rate; unset (0) = the daemon's default 3e-4 (cosine decay "
           "to 0, no warmup, AdamW betas 0.9/0.95, eps 1e-8).");
-ABSL_FLAG(uint64_t, warmup_steps, 0, "submit/plan: linear warmup steps.");
-ABSL_FLAG(uint32_t, eval_every, 0, "submit/plan: validation every N steps.");
+ABSL_FLAG(std::optional<uint64_t>, warmup_steps, std::nullopt,
+          "submit/plan: linear warmup steps (0 = none, overriding the spec).");
+ABSL_FLAG(std::optional<uint32_t>, eval_every, std::nullopt,
+          "submit/plan: validation every N steps (0 = only at the end, overriding the spec).");
 ABSL_FLAG(std::string, output_dir, "", "submit/plan: output directory on the daemon host.");
-ABSL_FLAG(uint64_t, seed, 0, "submit/plan: seed of weights and data order.");
+ABSL_FLAG(std::optional<uint64_t>, seed, std::nullopt,
+          "submit/plan: seed of weights and data order (0 is a seed like any other).");
 ABSL_FLAG(double, older_than_days, 0, "purge: jobs that ended more than this many days ago.");
 ABSL_FLAG(bool, reuse_output_dir, false,
           "submit: write into --output_dir although a finished job used it (refused otherwise); "
@@ -80,7 +88,8 @@ namespace {
 
 using namespace megatrain;
 
-constexpr int kOk = 0, kJobFailed = 1, kUsage = 2, kUnreachable = 3, kRejected = 4;
+constexpr int kOk = client::kExitOk, kJobFailed = client::kExitFailed, kUsage = client::kExitUsage,
+              kUnreachable = client::kExitUnreachable, kRejected = client::kExitRejected;
 
 constexpr char kUsageText[] = R"(megatrain: talk to the megatraind training daemon.
 
@@ -124,23 +133,25 @@ Commands:
                    bad row when a row was altered or deleted. --db=FILE checks the state
                    database offline (no daemon).   megatrain audit job-000001 --db=/var/lib/megatrain/megatrain.db
   verify <dir>     Check checkpoints' files, signatures and provenance chain offline (no
-                   daemon; exit 0 ok, 1 failed, 2 usage, 3 unsigned; `megatrain verify --help`).
+                   daemon; exit 0 ok, 1 failed, 2 usage, 6 unsigned; `megatrain verify --help`).
 
 Connection: --socket (default /run/megatrain/megatraind.sock), or --address=host:port with
 --token_file and --ca_file for TCP (TLS + bearer token).
-Exit codes: 0 ok, 1 watched job failed/cancelled or audit chain broken, 2 usage, 3 daemon
-unreachable, 4 request rejected (the message names the field).)";
+Exit codes: 0 ok, 1 watched job failed/cancelled or audit chain broken (verify: a mismatch),
+2 usage (verify: also an I/O error), 3 daemon unreachable, 4 request rejected (the message
+names the field), 5 no answer within the deadline (the request may still complete: a
+checkpoint still being written; raise --timeout_seconds), 6 verify: matches but unsigned.)";
 
 int ExitFor(const grpc::Status& status) {
   std::fprintf(stderr, "megatrain: %s: %s\n",
                absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())).c_str(),
                status.error_message().c_str());
-  return status.error_code() == grpc::StatusCode::UNAVAILABLE ? kUnreachable : kRejected;
+  return client::ExitCodeForRpc(status);
 }
 
-void SetDeadline(grpc::ClientContext& context) {
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(absl::GetFlag(FLAGS_timeout_seconds)));
+void SetDeadline(grpc::ClientContext& context, const std::string& command) {
+  context.set_deadline(absl::ToChronoTime(
+      absl::Now() + client::CommandDeadline(command, absl::GetFlag(FLAGS_timeout_seconds))));
 }
 
 void Print(const std::string& text) {
@@ -169,13 +180,21 @@ absl::StatusOr<v1::JobSpec> SpecFromFlags() {
   }
   if (absl::GetFlag(FLAGS_seq_len) != 0) o.seq_len = absl::GetFlag(FLAGS_seq_len);
   if (absl::GetFlag(FLAGS_lr) != 0) o.lr = absl::GetFlag(FLAGS_lr);
-  if (absl::GetFlag(FLAGS_warmup_steps) != 0) o.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
-  if (absl::GetFlag(FLAGS_eval_every) != 0) o.eval_every_steps = absl::GetFlag(FLAGS_eval_every);
+  // Unset flags leave the spec alone; an explicit 0 overrides it (issue 21, point 6).
+  o.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  o.eval_every_steps = absl::GetFlag(FLAGS_eval_every);
   if (!absl::GetFlag(FLAGS_output_dir).empty()) o.output_dir = absl::GetFlag(FLAGS_output_dir);
-  if (absl::GetFlag(FLAGS_seed) != 0) o.seed = absl::GetFlag(FLAGS_seed);
+  o.seed = absl::GetFlag(FLAGS_seed);
   client::ApplyOverrides(o, spec);
   if (absl::GetFlag(FLAGS_reuse_output_dir)) spec.set_reuse_output_dir(true);
   return spec;
+}
+
+// The terminal's width (asked at every redraw: it may be resized), 0 when unknown.
+int TerminalColumns() {
+  struct winsize size {};
+  if (ioctl(fileno(stdout), TIOCGWINSZ, &size) != 0) return 0;
+  return size.ws_col;
 }
 
 int Watch(v1::Trainer::Stub& stub, const std::string& id) {
@@ -191,7 +210,8 @@ int Watch(v1::Trainer::Stub& stub, const std::string& id) {
     if (absl::GetFlag(FLAGS_json)) {
       Print(client::ToJson(event));
     } else if (tty) {
-      std::printf("\r\033[K%s", client::ProgressLine(event, true).c_str());
+      std::printf("\r\033[K%s",
+                  client::FitToWidth(client::ProgressLine(event, true), TerminalColumns()).c_str());
       std::fflush(stdout);
     } else {
       Print(client::ProgressLine(event, false));
@@ -314,7 +334,7 @@ int Run(const std::string& command, const std::vector<std::string>& args) {
   std::unique_ptr<v1::Trainer::Stub> stub = v1::Trainer::NewStub(*channel);
   const bool json = absl::GetFlag(FLAGS_json);
   grpc::ClientContext context;
-  SetDeadline(context);
+  SetDeadline(context, command);
   const std::string id = needs_id ? args[0] : "";
 
   if (command == "submit" || command == "plan") {

@@ -7,13 +7,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "google/protobuf/util/json_util.h"
+#include "proto/job_state_name.h"
 
 namespace megatrain::client {
 namespace {
-
-std::string State(v1::JobState s) {
-  return s == v1::JOB_STATE_UNSPECIFIED ? "UNSPECIFIED" : v1::JobState_Name(s);
-}
 
 std::string Duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
@@ -41,9 +38,9 @@ std::string ToJson(const google::protobuf::Message& message) {
 }
 
 std::string JobLine(const v1::Job& job) {
-  return absl::StrFormat("%s  %-9s  step %d/%d  loss %.4f  %s", job.id(), State(job.state()),
-                         job.progress().step(), job.progress().total_steps(), job.progress().loss(),
-                         job.spec().name());
+  return absl::StrFormat("%s  %-9s  step %d/%d  loss %.4f  %s", job.id(),
+                         v1::JobStateName(job.state()), job.progress().step(),
+                         job.progress().total_steps(), job.progress().loss(), job.spec().name());
 }
 
 std::string JobDetails(const v1::Job& job) {
@@ -52,8 +49,8 @@ std::string JobDetails(const v1::Job& job) {
       "job:             %s\nname:            %s\nstate:           %s\nstep:            %d/%d\n"
       "tokens:          %d\nloss:            %.4f\nvalidation loss: %.4f\n"
       "learning rate:   %.3e\ntokens/s:        %.0f\neta:             %s\n",
-      job.id(), job.spec().name(), State(job.state()), p.step(), p.total_steps(), p.tokens(),
-      p.loss(), p.validation_loss(), p.learning_rate(), p.tokens_per_second(),
+      job.id(), job.spec().name(), v1::JobStateName(job.state()), p.step(), p.total_steps(),
+      p.tokens(), p.loss(), p.validation_loss(), p.learning_rate(), p.tokens_per_second(),
       Duration(p.eta_seconds()));
   for (const v1::TierUsage& t : p.memory()) {
     absl::StrAppend(&out, absl::StrFormat("memory %-8s  %s\n", t.tier() + ":", Bytes(t.bytes())));
@@ -147,10 +144,37 @@ std::string ProgressLine(const v1::ProgressEvent& e, bool bar) {
     out = absl::StrCat("[", std::string(filled, '#'), std::string(width - filled, '.'), "] ");
   }
   absl::StrAppend(
-      &out, absl::StrFormat("%s %s step %d/%d loss %.4f val %.4f %.0f tok/s eta %s", e.job_id(),
-                            State(e.state()), p.step(), p.total_steps(), p.loss(),
-                            p.validation_loss(), p.tokens_per_second(), Duration(p.eta_seconds())));
+      &out, absl::StrFormat("%s %s step %d/%d loss %.4f", e.job_id(), v1::JobStateName(e.state()),
+                            p.step(), p.total_steps(), p.loss()));
+  if (!std::isnan(p.validation_loss())) {
+    absl::StrAppend(&out, absl::StrFormat(" val %.4f", p.validation_loss()));
+  }
+  absl::StrAppend(&out, absl::StrFormat(" %.0f tok/s eta %s", p.tokens_per_second(),
+                                        Duration(p.eta_seconds())));
   if (!e.message().empty()) absl::StrAppend(&out, "  ", e.message());
+  return out;
+}
+
+std::string FitToWidth(const std::string& line, int columns) {
+  std::string out;
+  out.reserve(line.size());
+  int shown = 0;
+  for (size_t i = 0; i < line.size();) {
+    const unsigned char c = static_cast<unsigned char>(line[i]);
+    const size_t length = c < 0x80           ? 1
+                          : (c >> 5) == 0x6  ? 2
+                          : (c >> 4) == 0xe  ? 3
+                          : (c >> 3) == 0x1e ? 4
+                                             : 1;
+    if (columns > 0 && shown == columns) break;
+    if (c == '\n' || c == '\r' || c == '\t') {
+      out.push_back(' ');
+    } else {
+      out.append(line, i, std::min(length, line.size() - i));
+    }
+    ++shown;
+    i += length;
+  }
   return out;
 }
 

@@ -18,7 +18,12 @@ std::string DaemonStatusText(const v1::DaemonStatus& status);
 std::string PlanText(const v1::PlanResponse& plan);
 // One line per audit row (the first bad one marked BAD), then the chain's verdict.
 std::string AuditText(const v1::AuditLog& log);
-// One progress line; with `bar`, a 30-character bar first (for terminals).
+// One progress line; with `bar`, a 30-character bar first (for terminals). "val" appears once
+// the job has been evaluated (validation_loss is NaN before).
 std::string ProgressLine(const v1::ProgressEvent& event, bool bar);
+// `line` on one terminal row of `columns` characters: line breaks and tabs become spaces and it
+// is cut (never inside a UTF-8 character) so a redraw with "\r" leaves no trail; columns <= 0
+// keeps the whole line.
+std::string FitToWidth(const std::string& line, int columns);
 
 }  // namespace megatrain::client

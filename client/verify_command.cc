@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <optional>
 
+#include "engine/checkpoint/provenance_verify.h"
 #include "engine/provenance/signing_key.h"
-#include "engine/provenance/verify.h"
 
 namespace megatrain::client {
 namespace {

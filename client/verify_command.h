@@ -19,7 +19,7 @@ signature, and the chain of records back to the base model. No daemon needed.
   --json         print the report as JSON
 
 Exit codes: 0 verified and signed, 1 verification failed, 2 usage or I/O
-error, 3 verified but unsigned.)";
+error, 6 verified but unsigned (3 is megatrain's "daemon unreachable").)";
 
 // Runs the command on the arguments after "verify"; prints to stdout/stderr
 // and returns the exit code.

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "engine/data/corpus_files.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace megatrain::server {
@@ -17,8 +18,17 @@ bool IsDataRole(const std::string& role) {
 
 absl::StatusOr<std::vector<provenance::InputFile>> HashDataInputs(const ValidatedJob& job) {
   const engine::TextTrainingOptions& o = job.options;
-  absl::StatusOr<std::vector<provenance::InputFile>> data = provenance::HashInputs(
-      provenance::kRoleData, o.token_files.empty() ? o.text_paths : o.token_files);
+  // The files training reads: each text path listed exactly as the run lists it, in spec order.
+  std::vector<std::string> files = o.token_files;
+  if (o.token_files.empty()) {
+    for (const std::string& path : o.text_paths) {
+      absl::StatusOr<std::vector<std::string>> listed = engine::ExpandCorpusFiles({path});
+      if (!listed.ok()) return listed.status();
+      files.insert(files.end(), listed->begin(), listed->end());
+    }
+  }
+  absl::StatusOr<std::vector<provenance::InputFile>> data =
+      provenance::HashInputs(provenance::kRoleData, files);
   if (!data.ok()) return data.status();
   // "bytes" is built in; anything else is a tokenizer model file.
   if (o.token_files.empty() && !o.tokenizer.empty() && o.tokenizer != "bytes") {

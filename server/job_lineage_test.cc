@@ -57,6 +57,24 @@ TEST(JobLineageTest, HashesEveryInputWithItsRole) {
   EXPECT_FALSE(lineage->build.version.empty());
 }
 
+// The lineage hashes what training reads (engine::ExpandCorpusFiles): one level of a text
+// directory, without *.dat index files, symlinks or subdirectories (issue 21, point 5).
+TEST(JobLineageTest, TextDirectoriesAreHashedAsTrainingListsThem) {
+  const std::string dir = TempDir("lineage_corpus");
+  std::filesystem::create_directories(dir + "/texts/sub");
+  Write(dir + "/texts/a.txt", "aa");
+  Write(dir + "/texts/a.dat", "index");
+  Write(dir + "/texts/sub/deep.txt", "never read by training");
+  std::filesystem::create_symlink(dir + "/texts/a.txt", dir + "/texts/link.txt");
+  ValidatedJob job;
+  job.options.text_paths = {dir + "/texts"};
+  absl::StatusOr<provenance::Lineage> lineage = BuildJobLineage(v1::JobSpec(), job, "cpu");
+  ASSERT_TRUE(lineage.ok()) << lineage.status();
+  ASSERT_EQ(lineage->inputs.size(), 1u);
+  EXPECT_EQ(lineage->inputs[0].path, dir + "/texts/a.txt");
+  EXPECT_EQ(lineage->inputs[0].role, provenance::kRoleData);
+}
+
 TEST(JobLineageTest, MissingInputIsNamed) {
   ValidatedJob job;
   job.options.text_paths = {"/nonexistent/corpus.txt"};

@@ -33,10 +33,6 @@ std::string CheckpointNote(const v1::Job& job) {
 
 }  // namespace
 
-std::string JobStateName(v1::JobState state) {
-  return state == v1::JOB_STATE_UNSPECIFIED ? "UNSPECIFIED" : v1::JobState_Name(state);
-}
-
 // Reports the running job's steps to the runner; polled for stop requests between steps.
 class JobRunner::StepObserver final : public engine::TrainingObserver {
  public:

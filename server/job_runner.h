@@ -57,6 +57,7 @@
 #include "absl/time/time.h"
 #include "engine/provenance/lineage.h"
 #include "engine/provenance/signing_key.h"
+#include "proto/job_state_name.h"
 #include "proto/megatrain.pb.h"
 #include "server/job_engine.h"
 #include "server/job_store.h"
@@ -239,7 +240,5 @@ class JobRunner {
   std::condition_variable done_cv_;
   bool loop_done_ = false;
 };
-
-std::string JobStateName(v1::JobState state);
 
 }  // namespace megatrain::server

@@ -186,6 +186,14 @@ absl::Status ValidateTextFiles(const v1::DataSource& data, const PathPolicy& pat
     return absl::ResourceExhaustedError(
         absl::StrCat("data.text_files: ", total, " bytes exceed the 2 GiB a job may load"));
   }
+  if (data.tokenizer().empty() && !job.options.init_from_hf_dir.empty()) {
+    // A pretrained model knows its own token ids, not bytes: byte-tokenizing its text would
+    // train it on ids 0-255 without a word of warning (issue 21, point 9).
+    return Invalid("data.tokenizer",
+                   "model.hf_directory with data.text_files needs the model's tokenizer: give "
+                   "data.tokenizer (its SentencePiece .model), or \"bytes\" to train on bytes "
+                   "on purpose, or tokenize first and give data.token_files");
+  }
   if (data.tokenizer().empty() || data.tokenizer() == "bytes") {
     job.options.tokenizer = "bytes";
     if (job.model.vocab_size < 256) {

@@ -6,6 +6,7 @@
 
 #include "absl/time/time.h"
 #include "proto/megatrain.grpc.pb.h"
+#include "proto/rpc_waits.h"
 #include "server/daemon_config.h"
 #include "server/job_access.h"
 #include "server/job_runner.h"
@@ -19,8 +20,8 @@ namespace megatrain::server {
 inline constexpr uint32_t kMaxListPageSize = 1000;
 
 inline constexpr char kDaemonVersion[] = "megatraind 0.1.0";
-// How long a Checkpoint RPC waits for the running job to commit the checkpoint it asked for.
-inline constexpr absl::Duration kCheckpointRpcTimeout = absl::Seconds(120);
+// How long a Checkpoint RPC waits (the CLI's deadline outlasts it): proto/rpc_waits.h.
+using v1::kCheckpointRpcTimeout;
 
 class TrainerService final : public v1::Trainer::Service {
  public:

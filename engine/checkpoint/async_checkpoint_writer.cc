@@ -14,7 +14,7 @@ absl::StatusOr<std::optional<std::string>> AsyncCheckpointWriter::Wait() {
   return std::optional<std::string>(std::move(*result));
 }
 
-absl::Status AsyncCheckpointWriter::Start(Trainer& trainer, const std::string& root,
+absl::Status AsyncCheckpointWriter::Start(Checkpointable& trainer, const std::string& root,
                                           const CheckpointRunInfo& run,
                                           const CheckpointOptions& options) {
   if (absl::StatusOr<std::optional<std::string>> previous = Wait(); !previous.ok()) {

@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/checkpoint/checkpoint_writer.h"
-#include "engine/train/trainer.h"
+#include "engine/checkpoint/checkpointable.h"
 
 namespace megatrain::engine {
 
@@ -26,7 +26,7 @@ class AsyncCheckpointWriter {
   // Waits for the previous write (returning its error, if it failed), then
   // starts writing the trainer's current step. When the optimizer state lives
   // on the NVMe tier (whose store serves one thread), writes synchronously.
-  absl::Status Start(Trainer& trainer, const std::string& root, const CheckpointRunInfo& run,
+  absl::Status Start(Checkpointable& trainer, const std::string& root, const CheckpointRunInfo& run,
                      const CheckpointOptions& options = {});
 
   // Waits for the write in flight; the path of the newest checkpoint written

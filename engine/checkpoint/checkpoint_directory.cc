@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/checkpoint/durable_file.h"
+#include "engine/common/safe_files.h"
 #include "engine/provenance/record.h"
 
 namespace megatrain::engine {
@@ -34,7 +35,7 @@ absl::Status PreserveProvenanceRecord(const std::string& root, const std::string
     const std::string from = absl::StrCat(checkpoint, "/", c.from);
     std::error_code ec;
     if (!fs::exists(from, ec)) continue;
-    absl::StatusOr<std::string> text = ReadSmallFile(from, provenance::kMaxProvenanceBytes);
+    absl::StatusOr<std::string> text = ReadRegularFile(from, provenance::kMaxProvenanceBytes);
     if (!text.ok()) return text.status();
     if (!created) {
       fs::create_directories(lineage, ec);

@@ -10,9 +10,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "engine/checkpoint/checkpoint_writer.h"
+#include "engine/common/safe_files.h"
+#include "engine/common/strict_json.h"
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors_reader.h"
-#include "engine/model/strict_json.h"
 
 namespace megatrain::engine {
 namespace {
@@ -61,7 +62,7 @@ absl::Status PlanCopy(const SafetensorsFile& file, const std::string& name, cons
 
 }  // namespace
 
-absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Trainer& trainer) {
+absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Checkpointable& trainer) {
   absl::StatusOr<CheckpointManifest> manifest = VerifyCheckpointDirectory(dir);
   if (!manifest.ok()) return manifest.status();
   std::set<std::string> files;
@@ -74,7 +75,7 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Trainer&
   }
 
   const std::string config_path = dir + "/config.json";
-  absl::StatusOr<std::string> config_text = ReadSmallFile(config_path, kMaxJsonFileBytes);
+  absl::StatusOr<std::string> config_text = ReadRegularFile(config_path, kMaxJsonFileBytes);
   if (!config_text.ok()) return config_text.status();
   absl::StatusOr<ModelConfig> config = ParseModelConfig(*config_text);
   if (!config.ok())
@@ -86,7 +87,7 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Trainer&
   }
 
   const std::string state_path = absl::StrCat(dir, "/", kTrainingStateFileName);
-  absl::StatusOr<std::string> state_text = ReadSmallFile(state_path, kMaxJsonFileBytes);
+  absl::StatusOr<std::string> state_text = ReadRegularFile(state_path, kMaxJsonFileBytes);
   if (!state_text.ok()) return state_text.status();
   absl::StatusOr<TrainingState> state = ParseTrainingState(*state_text, state_path);
   if (!state.ok()) return state.status();
@@ -110,7 +111,7 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Trainer&
     for (const std::string& n : (*f)->names()) model_file_of[n] = *f;
   } else if (files.contains("model.safetensors.index.json")) {
     const std::string index_path = dir + "/model.safetensors.index.json";
-    absl::StatusOr<std::string> text = ReadSmallFile(index_path, kMaxJsonFileBytes);
+    absl::StatusOr<std::string> text = ReadRegularFile(index_path, kMaxJsonFileBytes);
     if (!text.ok()) return text.status();
     absl::StatusOr<nlohmann::json> index = ParseJsonStrict(*text, index_path);
     if (!index.ok()) return index.status();

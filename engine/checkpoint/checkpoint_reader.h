@@ -5,9 +5,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "engine/checkpoint/checkpointable.h"
 #include "engine/checkpoint/manifest.h"
 #include "engine/checkpoint/training_state.h"
-#include "engine/train/trainer.h"
 
 namespace megatrain::engine {
 
@@ -21,6 +21,6 @@ struct LoadedCheckpoint {
 // the layout must be present with its shape and dtype in the model and
 // optimizer files before the first parameter is written. Errors name the
 // file and what is wrong; on error the trainer is untouched.
-absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Trainer& trainer);
+absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Checkpointable& trainer);
 
 }  // namespace megatrain::engine

@@ -12,12 +12,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "engine/checkpoint/build_version.h"
 #include "engine/checkpoint/checkpoint_directory.h"
 #include "engine/checkpoint/durable_file.h"
 #include "engine/checkpoint/provenance_writer.h"
 #include "engine/checkpoint/safetensors_stream_writer.h"
 #include "engine/checkpoint/training_state.h"
+#include "engine/common/build_version.h"
 
 namespace megatrain::engine {
 namespace {
@@ -123,8 +123,9 @@ void AddStreamed(const SafetensorsStreamWriter& writer, const std::string& name,
 }
 
 // config.json and the model weights, fsynced, into the existing `dir`.
-absl::Status WriteModelFiles(Trainer& trainer, const std::string& dir, SafetensorsDtype dtype,
-                             uint64_t max_shard_bytes, WrittenFiles* records) {
+absl::Status WriteModelFiles(Checkpointable& trainer, const std::string& dir,
+                             SafetensorsDtype dtype, uint64_t max_shard_bytes,
+                             WrittenFiles* records) {
   if (absl::Status s = CheckModelDtype(dtype); !s.ok()) return s;
   nlohmann::ordered_json config = nlohmann::ordered_json::parse(trainer.config().ToJson());
   config["torch_dtype"] = TorchDtypeName(dtype);
@@ -187,7 +188,7 @@ absl::Status WriteModelFiles(Trainer& trainer, const std::string& dir, Safetenso
   return absl::OkStatus();
 }
 
-absl::Status WriteOptimizerFile(Trainer& trainer, const std::string& dir, bool with_master,
+absl::Status WriteOptimizerFile(Checkpointable& trainer, const std::string& dir, bool with_master,
                                 WrittenFiles* records,
                                 const std::function<void(int)>& entry_written) {
   const std::vector<TensorRef> tensors = AllTensors(trainer.layout());
@@ -271,14 +272,14 @@ absl::Status CommitDirectory(const std::string& tmp, const std::string& final_pa
 
 }  // namespace
 
-absl::StatusOr<std::string> WriteCheckpoint(Trainer& trainer, const std::string& root,
+absl::StatusOr<std::string> WriteCheckpoint(Checkpointable& trainer, const std::string& root,
                                             const CheckpointRunInfo& run,
                                             const CheckpointOptions& options) {
   trainer.WaitForUpdates();  // 1
   return WriteCheckpointSnapshot(trainer, trainer.progress(), root, run, options, nullptr);
 }
 
-absl::StatusOr<std::string> WriteCheckpointSnapshot(Trainer& trainer,
+absl::StatusOr<std::string> WriteCheckpointSnapshot(Checkpointable& trainer,
                                                     const TrainerProgress& progress,
                                                     const std::string& root,
                                                     const CheckpointRunInfo& run,
@@ -343,7 +344,7 @@ absl::StatusOr<std::string> WriteCheckpointSnapshot(Trainer& trainer,
   return final_path;
 }
 
-absl::Status ExportHfModel(Trainer& trainer, const std::string& dir, SafetensorsDtype dtype,
+absl::Status ExportHfModel(Checkpointable& trainer, const std::string& dir, SafetensorsDtype dtype,
                            uint64_t max_shard_bytes) {
   trainer.WaitForUpdates();
   std::error_code ec;

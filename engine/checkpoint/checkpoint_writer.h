@@ -42,10 +42,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/checkpoint/checkpointable.h"
 #include "engine/checkpoint/manifest.h"
 #include "engine/model/safetensors_dtype.h"
 #include "engine/provenance/record.h"
-#include "engine/train/trainer.h"
 
 namespace megatrain::engine {
 
@@ -77,7 +77,7 @@ struct CheckpointRunInfo {
 
 // Writes the checkpoint of the trainer's current step under `root` (created
 // if needed) and returns its path.
-absl::StatusOr<std::string> WriteCheckpoint(Trainer& trainer, const std::string& root,
+absl::StatusOr<std::string> WriteCheckpoint(Checkpointable& trainer, const std::string& root,
                                             const CheckpointRunInfo& run,
                                             const CheckpointOptions& options = {});
 
@@ -85,7 +85,7 @@ absl::StatusOr<std::string> WriteCheckpoint(Trainer& trainer, const std::string&
 // writing while training continues: reads the parameter store without waiting
 // for updates, and calls entry_written(e) (if set) once entry e's master, m
 // and v are in the files, in entry order.
-absl::StatusOr<std::string> WriteCheckpointSnapshot(Trainer& trainer,
+absl::StatusOr<std::string> WriteCheckpointSnapshot(Checkpointable& trainer,
                                                     const TrainerProgress& progress,
                                                     const std::string& root,
                                                     const CheckpointRunInfo& run,
@@ -94,7 +94,7 @@ absl::StatusOr<std::string> WriteCheckpointSnapshot(Trainer& trainer,
 
 // Writes only the Hugging Face model (config.json and model weights) into
 // `dir`, which must not exist; created through a temporary name and renamed.
-absl::Status ExportHfModel(Trainer& trainer, const std::string& dir,
+absl::Status ExportHfModel(Checkpointable& trainer, const std::string& dir,
                            SafetensorsDtype dtype = SafetensorsDtype::kF32,
                            uint64_t max_shard_bytes = 0);
 

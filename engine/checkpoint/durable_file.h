@@ -70,9 +70,6 @@ absl::Status FsyncDirectory(const std::string& path);
 // Reads the file in chunks (never whole into memory) and returns size and CRC32C.
 absl::StatusOr<FileChecksum> ChecksumFile(const std::string& path);
 
-// The whole file as text; refused (naming the file) when larger than max_bytes.
-absl::StatusOr<std::string> ReadSmallFile(const std::string& path, uint64_t max_bytes);
-
 // "0x1234abcd".
 std::string FormatCrc32c(uint32_t crc);
 

@@ -7,8 +7,9 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "engine/checkpoint/crc32c.h"
-#include "engine/model/strict_json.h"
+#include "engine/common/crc32c.h"
+#include "engine/common/safe_files.h"
+#include "engine/common/strict_json.h"
 #include "engine/provenance/record.h"
 
 namespace megatrain::engine {
@@ -191,7 +192,7 @@ absl::StatusOr<CheckpointManifest> ParseManifest(std::string_view text, const st
 
 absl::StatusOr<CheckpointManifest> VerifyCheckpointDirectory(const std::string& dir) {
   const std::string manifest_path = absl::StrCat(dir, "/", kManifestFileName);
-  absl::StatusOr<std::string> text = ReadSmallFile(manifest_path, kMaxManifestBytes);
+  absl::StatusOr<std::string> text = ReadRegularFile(manifest_path, kMaxManifestBytes);
   if (!text.ok()) return text.status();
   absl::StatusOr<CheckpointManifest> manifest = ParseManifest(*text, manifest_path);
   if (!manifest.ok()) return manifest.status();

@@ -53,7 +53,7 @@ absl::StatusOr<CheckpointManifest> ParseManifest(std::string_view text, const st
 // Reads `dir`/manifest.json and checks every file of `dir` against it: each
 // listed file exists with the recorded size and CRC32C, and no unlisted file
 // is present besides the provenance record (provenance.json, provenance.sig),
-// which covers the manifest and is checked by engine/provenance/verify.h. The error names the file
+// which covers the manifest and is checked by provenance_verify.h. The error names the file
 // and what is wrong (missing, truncated or grown, corrupted, unexpected). Returns the manifest.
 absl::StatusOr<CheckpointManifest> VerifyCheckpointDirectory(const std::string& dir);
 

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/checkpoint/checkpoint_directory.h"
 #include "engine/checkpoint/durable_file.h"
+#include "engine/common/safe_files.h"
 #include "engine/provenance/sha256.h"
 
 namespace megatrain::engine {
@@ -49,7 +50,7 @@ absl::StatusOr<provenance::PreviousLink> FindPreviousLink(const std::string& roo
       return link;
     }
   }
-  absl::StatusOr<std::string> text = ReadSmallFile(record_path, provenance::kMaxProvenanceBytes);
+  absl::StatusOr<std::string> text = ReadRegularFile(record_path, provenance::kMaxProvenanceBytes);
   if (!text.ok()) return text.status();
   provenance::PreviousLink link;
   link.kind = provenance::PreviousLink::Kind::kCheckpoint;

@@ -2,70 +2,25 @@
 #include "engine/checkpoint/safetensors_stream_writer.h"
 
 #include <algorithm>
-#include <limits>
-#include <nlohmann/json.hpp>
-#include <set>
 
 #include "absl/strings/str_cat.h"
 
 namespace megatrain::engine {
 
-absl::StatusOr<uint64_t> SafetensorsEntryBytes(const SafetensorsEntry& entry) {
-  uint64_t numel = 1;
-  for (int64_t dim : entry.shape) {
-    if (dim < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor '", entry.name, "' has negative dimension ", dim));
-    }
-    if (dim != 0 && numel > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(dim)) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", entry.name, "' shape overflows"));
-    }
-    numel *= static_cast<uint64_t>(dim);
-  }
-  const uint64_t item = SafetensorsDtypeSize(entry.dtype);
-  if (numel > std::numeric_limits<uint64_t>::max() / item) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", entry.name, "' size overflows"));
-  }
-  return numel * item;
-}
-
 absl::StatusOr<SafetensorsStreamWriter> SafetensorsStreamWriter::Create(
     const std::string& path, std::vector<SafetensorsEntry> entries,
     const std::map<std::string, std::string>& metadata, bool with_digests) {
-  nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  if (!metadata.empty()) {
-    nlohmann::ordered_json meta = nlohmann::ordered_json::object();
-    for (const auto& [k, v] : metadata) meta[k] = v;
-    header["__metadata__"] = std::move(meta);
+  uint64_t data_bytes = 0;
+  absl::StatusOr<std::string> header = EncodeSafetensorsHeader(entries, metadata, &data_bytes);
+  if (!header.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", header.status().message()));
   }
-  std::set<std::string> names;
-  uint64_t offset = 0;
-  for (const SafetensorsEntry& e : entries) {
-    if (e.name == "__metadata__" || !names.insert(e.name).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": tensor name '", e.name, "' is reserved or duplicate"));
-    }
-    absl::StatusOr<uint64_t> bytes = SafetensorsEntryBytes(e);
-    if (!bytes.ok())
-      return absl::InvalidArgumentError(absl::StrCat(path, ": ", bytes.status().message()));
-    header[e.name] = {{"dtype", std::string(SafetensorsDtypeName(e.dtype))},
-                      {"shape", e.shape},
-                      {"data_offsets", {offset, offset + *bytes}}};
-    offset += *bytes;
-  }
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');
-  std::string prefix(8, '\0');
-  const uint64_t n = text.size();
-  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>((n >> (8 * i)) & 0xff);
-
   absl::StatusOr<DurableFileWriter> file = DurableFileWriter::Create(path, with_digests);
   if (!file.ok()) return file.status();
-  if (absl::Status s = file->Append(prefix); !s.ok()) return s;
-  if (absl::Status s = file->Append(text); !s.ok()) return s;
-  SafetensorsStreamWriter writer(std::move(*file), offset);
+  if (absl::Status s = file->Append(*header); !s.ok()) return s;
+  SafetensorsStreamWriter writer(std::move(*file), data_bytes);
   if (with_digests) {
-    const uint64_t data_start = prefix.size() + text.size();
+    const uint64_t data_start = header->size();
     for (const SafetensorsEntry& e : entries) {
       const uint64_t begin = writer.tensors_.empty() ? data_start : writer.tensors_.back().end;
       writer.tensors_.push_back({e.name, begin, begin + *SafetensorsEntryBytes(e), ""});

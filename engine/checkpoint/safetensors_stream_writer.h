@@ -13,19 +13,14 @@
 #include "absl/types/span.h"
 #include "engine/checkpoint/durable_file.h"
 #include "engine/model/safetensors_dtype.h"
+#include "engine/model/safetensors_writer.h"
 #include "engine/provenance/record.h"
 #include "engine/provenance/sha256.h"
 
 namespace megatrain::engine {
 
-struct SafetensorsEntry {
-  std::string name;
-  SafetensorsDtype dtype = SafetensorsDtype::kF32;
-  std::vector<int64_t> shape;
-};
-
-// The header is written at creation (same layout as WriteSafetensors: u64 LE
-// length, JSON with "__metadata__" first, space-padded to 8 bytes); then each
+// The header (EncodeSafetensorsHeader, engine/model/safetensors_writer.h) is
+// written at creation; then each
 // tensor's bytes must be appended, in order, exactly once. Finish() refuses an
 // incomplete file and fsyncs it. With `with_digests`, the SHA-256 of the file
 // and of each tensor's bytes are computed while streaming.
@@ -60,9 +55,5 @@ class SafetensorsStreamWriter {
   size_t current_tensor_ = 0;
   std::optional<provenance::Sha256> tensor_sha_;
 };
-
-// Bytes the tensor occupies (numel x dtype size); InvalidArgument on a negative
-// dimension or overflow.
-absl::StatusOr<uint64_t> SafetensorsEntryBytes(const SafetensorsEntry& entry);
 
 }  // namespace megatrain::engine

@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "engine/model/strict_json.h"
+#include "engine/common/strict_json.h"
 
 namespace megatrain::engine {
 

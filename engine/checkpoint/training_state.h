@@ -8,7 +8,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "engine/train/trainer.h"
+#include "engine/checkpoint/trainer_progress.h"
 
 namespace megatrain::engine {
 

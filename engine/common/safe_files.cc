@@ -12,18 +12,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/common/file_io.h"
 
 namespace megatrain::engine {
 namespace {
 
 absl::Status OpenError(int err, const std::string& what) {
-  const std::string message = absl::StrCat(what, ": ", std::strerror(err));
-  if (err == ENOENT || err == ENOTDIR) return absl::NotFoundError(message);
-  if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(message);
   if (err == ELOOP) {
     return absl::PermissionDeniedError(absl::StrCat(what, ": is a symlink (not followed)"));
   }
-  return absl::InternalError(message);
+  return ErrnoStatus(err, what);
 }
 
 std::string RandomSuffix() {
@@ -71,26 +69,7 @@ absl::StatusOr<std::string> ReadRegularFile(const std::string& path, uint64_t ma
     return absl::ResourceExhaustedError(
         absl::StrCat("'", path, "' has ", st.st_size, " bytes, more than ", max_bytes));
   }
-  std::string out;
-  out.resize(static_cast<size_t>(st.st_size));
-  size_t done = 0;
-  while (true) {
-    if (done == out.size()) {
-      if (out.size() >= max_bytes) break;
-      // The file may have grown since fstat: read on, within the cap.
-      out.resize(std::min<uint64_t>(max_bytes, out.size() + (1u << 16)));
-    }
-    const ssize_t n = ::read(fd->get(), out.data() + done, out.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return absl::DataLossError(
-          absl::StrCat("cannot read '", path, "' at byte ", done, ": ", std::strerror(errno)));
-    }
-    if (n == 0) break;
-    done += static_cast<size_t>(n);
-  }
-  out.resize(done);
-  return out;
+  return ReadAll(fd->get(), absl::StrCat("'", path, "'"), max_bytes);
 }
 
 absl::StatusOr<UniqueFd> OpenDirectory(const std::string& dir) {
@@ -115,14 +94,9 @@ absl::Status WriteFileInDirectory(const std::string& dir, const std::string& nam
     ::unlinkat(dir_fd->get(), tmp.c_str(), 0);
     return s;
   };
-  size_t done = 0;
-  while (done < contents.size()) {
-    const ssize_t n = ::write(fd.get(), contents.data() + done, contents.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return fail("cannot write");
-    }
-    done += static_cast<size_t>(n);
+  if (absl::Status s = WriteAll(fd.get(), contents, absl::StrCat(dir, "/", tmp)); !s.ok()) {
+    ::unlinkat(dir_fd->get(), tmp.c_str(), 0);
+    return s;
   }
   if (::fsync(fd.get()) != 0) return fail("cannot fsync");
   if (::close(fd.Release()) != 0) return fail("cannot close");

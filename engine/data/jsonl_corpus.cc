@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/common/safe_files.h"
-#include "engine/model/strict_json.h"
+#include "engine/common/strict_json.h"
 
 namespace megatrain::engine {
 

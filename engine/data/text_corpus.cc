@@ -2,7 +2,6 @@
 #include "engine/data/text_corpus.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -34,29 +33,6 @@ std::vector<std::string> SplitFortunes(const std::string& text) {
   }
   flush();
   return docs;
-}
-
-absl::StatusOr<std::vector<std::string>> ExpandCorpusFiles(const std::vector<std::string>& paths) {
-  namespace fs = std::filesystem;
-  std::vector<std::string> files;
-  for (const std::string& p : paths) {
-    std::error_code ec;
-    const fs::file_status st = fs::status(p, ec);
-    if (ec || !fs::exists(st)) {
-      return absl::NotFoundError(absl::StrCat("text file '", p, "' does not exist"));
-    }
-    if (fs::is_directory(st)) {
-      for (const auto& entry : fs::directory_iterator(p)) {
-        if (entry.is_symlink() || !entry.is_regular_file()) continue;
-        if (entry.path().extension() == ".dat") continue;
-        files.push_back(entry.path().string());
-      }
-    } else {
-      files.push_back(p);
-    }
-  }
-  std::sort(files.begin(), files.end());
-  return files;
 }
 
 namespace {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/data/corpus_files.h"
 
 namespace megatrain::engine {
 
@@ -14,12 +15,7 @@ namespace megatrain::engine {
 // consist of a single '%'); empty entries are dropped.
 std::vector<std::string> SplitFortunes(const std::string& text);
 
-// The regular files named by `paths`, directories expanded one level
-// (skipping *.dat index files and symlinks), sorted by path.
-absl::StatusOr<std::vector<std::string>> ExpandCorpusFiles(const std::vector<std::string>& paths);
-
-// Loads every regular file named in `paths` (directories are expanded one
-// level, skipping *.dat index files and symlinks) and returns the documents
+// Loads every file of ExpandCorpusFiles(paths) (corpus_files.h) and returns the documents
 // in a deterministic order (sorted by path, then file order).
 absl::StatusOr<std::vector<std::string>> LoadFortuneDocuments(
     const std::vector<std::string>& paths);

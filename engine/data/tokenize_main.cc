@@ -6,6 +6,7 @@
 // Prints one JSON line {tokens, documents, vocab_size, end_of_document,
 // format, out, output_version}. Exit: 0 written, 1 failed (reason on stderr), 2 usage.
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -13,7 +14,6 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "engine/common/safe_files.h"
 #include "engine/data/text_corpus.h"
 #include "engine/data/text_tokenizer.h"
@@ -53,7 +53,7 @@ int Run(const std::vector<std::string>& inputs) {
   const std::string out = absl::GetFlag(FLAGS_out);
   const std::string format = absl::GetFlag(FLAGS_format);
   if (out.empty() || inputs.empty() || (format != "auto" && format != "u16" && format != "u32")) {
-    std::fprintf(stderr, "%s\n", absl::ProgramUsageMessage());
+    std::fprintf(stderr, "%s\n", std::string(absl::ProgramUsageMessage()).c_str());
     return 2;
   }
   absl::StatusOr<std::unique_ptr<TextTokenizer>> tokenizer =
@@ -77,13 +77,18 @@ int Run(const std::vector<std::string>& inputs) {
     std::fprintf(stderr, "megatrain_tokenize: %s\n", std::string(s.message()).c_str());
     return 1;
   }
-  std::printf("%s\n", absl::StrFormat(R"({"tokens": %d, "documents": %d, "vocab_size": %d, )"
-                                      R"("end_of_document": %d, "format": "%s", "out": "%s", )"
-                                      R"("output_version": %d})",
-                                      tokens->size(), documents->size(), vocab,
-                                      (*tokenizer)->end_of_document(), u16 ? "u16" : "u32", out,
-                                      kTokenizeOutputVersion)
-                          .c_str());
+  nlohmann::ordered_json report;  // a JSON writer: `out` may hold quotes or backslashes
+  report["tokens"] = tokens->size();
+  report["documents"] = documents->size();
+  report["vocab_size"] = vocab;
+  report["end_of_document"] = (*tokenizer)->end_of_document();
+  report["format"] = u16 ? "u16" : "u32";
+  report["out"] = out;
+  report["output_version"] = kTokenizeOutputVersion;
+  std::printf(
+      "%s\n",
+      report.dump(-1, ' ', /*ensure_ascii=*/false, nlohmann::ordered_json::error_handler_t::replace)
+          .c_str());
   return 0;
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "engine/data/sentencepiece_test_model.h"
@@ -65,6 +66,26 @@ TEST(TokenizeToolTest, SentencePieceModel) {
   std::string error;
   ASSERT_TRUE(TrainTinySentencePieceModel(WriteCorpus(), prefix, 60, &error)) << error;
   ExpectSameTokens(prefix + ".model", "auto", TokenFileFormat::kUint16);
+}
+
+// The report is JSON written by a JSON writer: an output path with a quote and a backslash
+// round-trips (issue 21, point 8).
+TEST(TokenizeToolTest, ReportIsJsonWithTheOutputPathEscaped) {
+  const std::string out = Tmp("we\"ird\\name.tok");
+  const std::string report_path = Tmp("report.json");
+  const std::string tool = std::string(getenv("TEST_SRCDIR")) + "/" +
+                           std::string(getenv("TEST_WORKSPACE")) +
+                           "/engine/data/megatrain_tokenize";
+  const int status = std::system(
+      (tool + " --tokenizer=bytes '--out=" + out + "' " + WriteCorpus() + " > " + report_path)
+          .c_str());
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  std::ifstream in(report_path);
+  const nlohmann::json report = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(report.is_object());
+  EXPECT_EQ(report["out"].get<std::string>(), out);
+  EXPECT_EQ(report["format"].get<std::string>(), "u16");
+  EXPECT_GT(report["tokens"].get<uint64_t>(), 0u);
 }
 
 TEST(TokenizeToolTest, BadInputExitCodes) {

@@ -4,18 +4,17 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
-#include <sstream>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/common/safe_files.h"
+#include "engine/common/strict_json.h"
 #include "engine/model/safetensors_reader.h"
-#include "engine/model/strict_json.h"
 
 namespace megatrain::engine {
 namespace {
@@ -40,18 +39,9 @@ struct WeightFiles {
   bool sharded = false;
 };
 
-absl::StatusOr<std::string> ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read failed"));
-  return text.str();
-}
-
 absl::StatusOr<WeightFiles> ParseIndex(const std::string& dir) {
   const std::string path = absl::StrCat(dir, "/", kIndexFile);
-  auto text = ReadText(path);
+  auto text = ReadRegularFile(path);
   if (!text.ok()) return text.status();
   auto root = ParseJsonStrict(*text, path);
   if (!root.ok()) return root.status();

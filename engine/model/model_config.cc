@@ -2,15 +2,14 @@
 #include "engine/model/model_config.h"
 
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "engine/model/strict_json.h"
+#include "engine/common/safe_files.h"
+#include "engine/common/strict_json.h"
 
 namespace megatrain::engine {
 namespace {
@@ -596,12 +595,9 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text) {
 }
 
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open config"));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read failed"));
-  auto config = ParseModelConfig(text.str());
+  absl::StatusOr<std::string> text = ReadRegularFile(path);
+  if (!text.ok()) return text.status();
+  auto config = ParseModelConfig(*text);
   if (!config.ok()) {
     return absl::Status(config.status().code(),
                         absl::StrCat(path, ": ", config.status().message()));

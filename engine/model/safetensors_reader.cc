@@ -15,7 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "engine/model/strict_json.h"
+#include "engine/common/strict_json.h"
 
 namespace megatrain::engine {
 namespace {

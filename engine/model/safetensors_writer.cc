@@ -13,31 +13,60 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "engine/common/file_io.h"
+#include "engine/common/unique_fd.h"
 
 namespace megatrain::engine {
 namespace {
 
-absl::Status ErrnoError(int err, const std::string& what) {
-  return absl::ErrnoToStatus(err, absl::StrCat(what, ": ", std::strerror(err)));
+std::vector<SafetensorsEntry> EntriesOf(const std::vector<TensorToWrite>& tensors) {
+  std::vector<SafetensorsEntry> entries;
+  entries.reserve(tensors.size());
+  for (const TensorToWrite& t : tensors) entries.push_back({t.name, t.dtype, t.shape});
+  return entries;
 }
 
-absl::Status WriteAll(int fd, const uint8_t* p, size_t n, const std::string& path) {
-  while (n > 0) {
-    const size_t chunk = std::min<size_t>(n, size_t{1} << 30);
-    const ssize_t written = ::write(fd, p, chunk);
-    if (written < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError(errno, absl::StrCat(path, ": write"));
-    }
-    p += written;
-    n -= static_cast<size_t>(written);
-  }
-  return absl::OkStatus();
-}
-
-// Validates the tensors and builds the padded header.
+// The header of `tensors`, after checking that each one's data matches its shape x dtype.
 absl::StatusOr<std::string> BuildHeader(const std::vector<TensorToWrite>& tensors,
                                         const std::map<std::string, std::string>& metadata) {
+  absl::StatusOr<std::string> header = EncodeSafetensorsHeader(EntriesOf(tensors), metadata);
+  if (!header.ok()) return header.status();
+  for (const TensorToWrite& t : tensors) {
+    const uint64_t bytes = *SafetensorsEntryBytes({t.name, t.dtype, t.shape});
+    if (bytes != t.data.size()) {
+      const uint64_t item = SafetensorsDtypeSize(t.dtype);
+      return absl::InvalidArgumentError(absl::StrCat(
+          "safetensors: tensor '", t.name, "' has ", t.data.size(), " bytes; its shape of ",
+          std::string(SafetensorsDtypeName(t.dtype)), " needs ", bytes / item, " x ", item));
+    }
+  }
+  return header;
+}
+
+}  // namespace
+
+absl::StatusOr<uint64_t> SafetensorsEntryBytes(const SafetensorsEntry& entry) {
+  uint64_t numel = 1;
+  for (int64_t dim : entry.shape) {
+    if (dim < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", entry.name, "' has negative dimension ", dim));
+    }
+    if (dim != 0 && numel > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(dim)) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", entry.name, "' shape overflows"));
+    }
+    numel *= static_cast<uint64_t>(dim);
+  }
+  const uint64_t item = SafetensorsDtypeSize(entry.dtype);
+  if (numel > std::numeric_limits<uint64_t>::max() / item) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", entry.name, "' size overflows"));
+  }
+  return numel * item;
+}
+
+absl::StatusOr<std::string> EncodeSafetensorsHeader(
+    const std::vector<SafetensorsEntry>& entries,
+    const std::map<std::string, std::string>& metadata, uint64_t* data_bytes) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) {
     nlohmann::ordered_json meta = nlohmann::ordered_json::object();
@@ -46,46 +75,31 @@ absl::StatusOr<std::string> BuildHeader(const std::vector<TensorToWrite>& tensor
   }
   std::set<std::string_view> names;
   uint64_t offset = 0;
-  for (const TensorToWrite& t : tensors) {
-    if (t.name == "__metadata__") {
+  for (const SafetensorsEntry& e : entries) {
+    if (e.name == "__metadata__") {
       return absl::InvalidArgumentError("safetensors: tensor name '__metadata__' is reserved");
     }
-    if (!names.insert(t.name).second) {
+    if (!names.insert(e.name).second) {
       return absl::InvalidArgumentError(
-          absl::StrCat("safetensors: duplicate tensor name '", t.name, "'"));
+          absl::StrCat("safetensors: duplicate tensor name '", e.name, "'"));
     }
-    uint64_t numel = 1;
-    for (int64_t dim : t.shape) {
-      if (dim < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("safetensors: tensor '", t.name, "' has negative dimension ", dim));
-      }
-      if (dim != 0 && numel > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(dim)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("safetensors: tensor '", t.name, "' shape overflows"));
-      }
-      numel *= static_cast<uint64_t>(dim);
+    absl::StatusOr<uint64_t> bytes = SafetensorsEntryBytes(e);
+    if (!bytes.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("safetensors: ", bytes.status().message()));
     }
-    const uint64_t item = SafetensorsDtypeSize(t.dtype);
-    if (numel > std::numeric_limits<uint64_t>::max() / item || numel * item != t.data.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "safetensors: tensor '", t.name, "' has ", t.data.size(), " bytes; its shape of ",
-          std::string(SafetensorsDtypeName(t.dtype)), " needs ", numel, " x ", item));
-    }
-    header[t.name] = {{"dtype", std::string(SafetensorsDtypeName(t.dtype))},
-                      {"shape", t.shape},
-                      {"data_offsets", {offset, offset + t.data.size()}}};
-    offset += t.data.size();
+    header[e.name] = {{"dtype", std::string(SafetensorsDtypeName(e.dtype))},
+                      {"shape", e.shape},
+                      {"data_offsets", {offset, offset + *bytes}}};
+    offset += *bytes;
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
   std::string out(8, '\0');
-  uint64_t n = text.size();
+  const uint64_t n = text.size();
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  if (data_bytes != nullptr) *data_bytes = offset;
   return out + text;
 }
-
-}  // namespace
 
 absl::StatusOr<std::string> SerializeSafetensors(
     const std::vector<TensorToWrite>& tensors, const std::map<std::string, std::string>& metadata) {
@@ -103,16 +117,20 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorT
   auto header = BuildHeader(tensors, metadata);
   if (!header.ok()) return header.status();
   const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError(errno, absl::StrCat(tmp, ": open"));
-  auto status = WriteAll(fd, reinterpret_cast<const uint8_t*>(header->data()), header->size(), tmp);
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd.valid()) return ErrnoStatus(errno, absl::StrCat(tmp, ": open"));
+  absl::Status status = WriteAll(fd.get(), *header, tmp);
   for (size_t i = 0; status.ok() && i < tensors.size(); ++i) {
-    status = WriteAll(fd, tensors[i].data.data(), tensors[i].data.size(), tmp);
+    status = WriteAll(fd.get(), tensors[i].data, tmp);
   }
-  if (status.ok() && ::fsync(fd) != 0) status = ErrnoError(errno, absl::StrCat(tmp, ": fsync"));
-  if (::close(fd) != 0 && status.ok()) status = ErrnoError(errno, absl::StrCat(tmp, ": close"));
+  if (status.ok() && ::fsync(fd.get()) != 0) {
+    status = ErrnoStatus(errno, absl::StrCat(tmp, ": fsync"));
+  }
+  if (::close(fd.Release()) != 0 && status.ok()) {
+    status = ErrnoStatus(errno, absl::StrCat(tmp, ": close"));
+  }
   if (status.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    status = ErrnoError(errno, absl::StrCat("rename ", tmp, " -> ", path));
+    status = ErrnoStatus(errno, absl::StrCat("rename ", tmp, " -> ", path));
   }
   if (!status.ok()) {
     ::unlink(tmp.c_str());
@@ -120,12 +138,9 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorT
   }
   const size_t slash = path.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
-  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0) return ErrnoError(errno, absl::StrCat(dir, ": open directory"));
-  const int rc = ::fsync(dir_fd);
-  const int err = errno;
-  ::close(dir_fd);
-  if (rc != 0) return ErrnoError(err, absl::StrCat(dir, ": fsync directory"));
+  const UniqueFd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir_fd.valid()) return ErrnoStatus(errno, absl::StrCat(dir, ": open directory"));
+  if (::fsync(dir_fd.get()) != 0) return ErrnoStatus(errno, absl::StrCat(dir, ": fsync directory"));
   return absl::OkStatus();
 }
 

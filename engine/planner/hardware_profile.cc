@@ -1,11 +1,10 @@
 // Parsing of hardware profiles and the compiled-in table.
 #include "engine/planner/hardware_profile.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/common/safe_files.h"
+#include "engine/device/fatal.h"
 #include "nlohmann/json.hpp"
 
 namespace megatrain::engine::planner {
@@ -115,17 +114,21 @@ absl::StatusOr<std::vector<HardwareProfile>> ParseHardwareProfiles(std::string_v
 std::vector<HardwareProfile> BuiltinHardwareProfiles() {
   absl::StatusOr<std::vector<HardwareProfile>> p = ParseHardwareProfiles(kBuiltinJson);
   // The built-in table is checked by hardware_profile_test; a broken one is a build defect.
-  if (!p.ok()) abort();
+  if (!p.ok()) {
+    internal::DieBecause(
+        absl::StrCat("the built-in hardware profiles do not parse: ", p.status().ToString()));
+  }
   return *std::move(p);
 }
 
 absl::StatusOr<std::vector<HardwareProfile>> ExtendHardwareProfiles(
     std::vector<HardwareProfile> base, const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read hardware profiles ", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  absl::StatusOr<std::vector<HardwareProfile>> extra = ParseHardwareProfiles(text.str());
+  absl::StatusOr<std::string> text = ReadRegularFile(path);
+  if (!text.ok()) {
+    return absl::Status(text.status().code(),
+                        absl::StrCat("hardware profiles: ", text.status().message()));
+  }
+  absl::StatusOr<std::vector<HardwareProfile>> extra = ParseHardwareProfiles(*text);
   if (!extra.ok()) {
     return absl::Status(extra.status().code(), absl::StrCat(path, ": ", extra.status().message()));
   }

@@ -6,7 +6,7 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
-#include "engine/checkpoint/build_version.h"
+#include "engine/common/build_version.h"
 #include "engine/provenance/json_fields.h"
 #include "engine/provenance/sha256.h"
 

@@ -64,7 +64,9 @@ std::string LineageToJson(const Lineage& lineage);
 absl::StatusOr<Lineage> ParseLineage(std::string_view text, const std::string& source);
 
 // SHA-256 and size of each path, in order, all with `role`; a directory
-// contributes its regular files (recursively, sorted by path). Errors name the path.
+// contributes its regular files (recursively, sorted by path: a model directory).
+// A corpus is hashed as engine::ExpandCorpusFiles lists it, the files training
+// reads, never as a directory. Errors name the path.
 absl::StatusOr<std::vector<InputFile>> HashInputs(const std::string& role,
                                                   const std::vector<std::string>& paths);
 

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "engine/common/hex.h"
 #include "engine/provenance/json_fields.h"
 #include "engine/provenance/sha256.h"
 
@@ -263,7 +264,7 @@ absl::StatusOr<ProvenanceRecord> ParseProvenance(std::string_view text, const st
 }
 
 SignatureRecord SignProvenance(const SigningKey& key, std::string_view provenance_json) {
-  return {key.public_key_hex(), HexEncode(key.Sign(provenance_json))};
+  return {key.public_key_hex(), engine::HexEncode(key.Sign(provenance_json))};
 }
 
 std::string SignatureToJson(const SignatureRecord& s) {

@@ -13,6 +13,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/common/file_io.h"
+#include "engine/common/hex.h"
+#include "engine/common/safe_files.h"
 
 namespace megatrain::provenance {
 namespace {
@@ -70,40 +73,7 @@ Sha256Digest Sha256::Final() {
 
 std::string Sha256::FinalHex() {
   const Sha256Digest digest = Final();
-  return HexEncode(absl::MakeConstSpan(digest));
-}
-
-std::string HexEncode(absl::Span<const uint8_t> bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (uint8_t b : bytes) {
-    out.push_back(kDigits[b >> 4]);
-    out.push_back(kDigits[b & 15]);
-  }
-  return out;
-}
-
-absl::StatusOr<std::string> HexDecode(std::string_view hex) {
-  if (hex.size() % 2 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("hex text of odd length ", hex.size()));
-  }
-  auto nibble = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  std::string out(hex.size() / 2, '\0');
-  for (size_t i = 0; i < out.size(); ++i) {
-    const int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
-    if (hi < 0 || lo < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("not a hex digit at position ", hi < 0 ? 2 * i : 2 * i + 1));
-    }
-    out[i] = static_cast<char>(hi << 4 | lo);
-  }
-  return out;
+  return engine::HexEncode(absl::MakeConstSpan(digest));
 }
 
 std::string Sha256Hex(std::string_view bytes) {
@@ -113,33 +83,21 @@ std::string Sha256Hex(std::string_view bytes) {
 }
 
 absl::StatusOr<std::string> Sha256FileHex(const std::string& path) {
-  // O_NONBLOCK and a regular-file check on the opened descriptor: a FIFO swapped in for a data
+  // A regular-file check on a descriptor opened with O_NONBLOCK: a FIFO swapped in for a data
   // file must not block the daemon's runner or request thread (issue 16, point 3).
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) {
-    const std::string message = absl::StrCat(path, ": cannot open: ", std::strerror(errno));
-    return errno == ENOENT ? absl::NotFoundError(message) : absl::InternalError(message);
-  }
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
-  }
-  (void)::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  absl::StatusOr<engine::UniqueFd> fd = engine::OpenRegularFileForRead(path);
+  if (!fd.ok()) return fd.status();
   Sha256 sha;
   std::vector<uint8_t> chunk(size_t{1} << 20);
   while (true) {
-    const ssize_t n = ::read(fd, chunk.data(), chunk.size());
+    const ssize_t n = ::read(fd->get(), chunk.data(), chunk.size());
     if (n < 0) {
       if (errno == EINTR) continue;
-      const std::string message = absl::StrCat(path, ": read failed: ", std::strerror(errno));
-      ::close(fd);
-      return absl::InternalError(message);
+      return engine::ErrnoStatus(errno, absl::StrCat(path, ": read failed"));
     }
     if (n == 0) break;
     sha.Update(absl::MakeConstSpan(chunk.data(), static_cast<size_t>(n)));
   }
-  ::close(fd);
   return sha.FinalHex();
 }
 

@@ -35,15 +35,6 @@ class Sha256 {
   evp_md_ctx_st* ctx_ = nullptr;
 };
 
-// Lower-case hex of `bytes`.
-std::string HexEncode(absl::Span<const uint8_t> bytes);
-inline std::string HexEncode(std::string_view bytes) {
-  return HexEncode(
-      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
-}
-// Bytes of a hex string (either case); InvalidArgument for odd length or a non-hex digit.
-absl::StatusOr<std::string> HexDecode(std::string_view hex);
-
 std::string Sha256Hex(std::string_view bytes);
 
 // Streams the file in chunks; errors name the path.

@@ -36,13 +36,6 @@ TEST(Sha256Test, IncrementalEqualsOneShotAndFinalResets) {
   EXPECT_EQ(moved.FinalHex(), Sha256Hex("abc"));
 }
 
-TEST(Sha256Test, HexRoundTripAndErrors) {
-  EXPECT_EQ(HexEncode(std::string("\x00\x7f\xff", 3)), "007fff");
-  EXPECT_EQ(*HexDecode("007FfF"), std::string("\x00\x7f\xff", 3));
-  EXPECT_FALSE(HexDecode("abc").ok());
-  EXPECT_FALSE(HexDecode("zz").ok());
-}
-
 TEST(Sha256Test, FileIsStreamedAndErrorsNameThePath) {
   const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/sha_file";
   std::string text(3 * (1 << 20) + 11, 'x');

@@ -18,6 +18,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/common/file_io.h"
+#include "engine/common/hex.h"
+#include "engine/common/unique_fd.h"
 #include "engine/provenance/sha256.h"
 
 namespace megatrain::provenance {
@@ -47,42 +50,19 @@ std::string OpensslError() {
   return text;
 }
 
+// "<path>: <what>: <strerror>" with the code of engine::ErrnoStatus, for the errno just set.
 absl::Status ErrnoError(const std::string& path, const char* what) {
-  const std::string message = absl::StrCat(path, ": ", what, ": ", std::strerror(errno));
-  if (errno == ENOENT) return absl::NotFoundError(message);
-  if (errno == EACCES || errno == EPERM) return absl::PermissionDeniedError(message);
-  return absl::InternalError(message);
+  return engine::ErrnoStatus(errno, absl::StrCat(path, ": ", what));
 }
 
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path, int fd) {
-  std::string text;
-  char buffer[4096];
-  while (true) {
-    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError(path, "read failed");
-    }
-    if (n == 0) break;
-    text.append(buffer, static_cast<size_t>(n));
-    if (text.size() > kMaxKeyFileBytes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": larger than ", kMaxKeyFileBytes, " bytes; not a key file"));
-    }
+// A key file's text; a file larger than any key is refused.
+absl::StatusOr<std::string> ReadKeyFile(int fd, const std::string& path) {
+  absl::StatusOr<std::string> text = engine::ReadAll(fd, path, kMaxKeyFileBytes);
+  if (absl::IsResourceExhausted(text.status())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": larger than ", kMaxKeyFileBytes, " bytes; not a key file"));
   }
   return text;
-}
-
-absl::Status WriteAll(int fd, const std::string& path, std::string_view bytes) {
-  while (!bytes.empty()) {
-    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError(path, "write failed");
-    }
-    bytes.remove_prefix(static_cast<size_t>(n));
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -96,23 +76,17 @@ absl::StatusOr<SigningKey> SigningKey::Generate() {
 }
 
 absl::StatusOr<SigningKey> SigningKey::Load(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return ErrnoError(path, "cannot open signing key");
+  const engine::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.valid()) return ErrnoError(path, "cannot open signing key");
   struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    const absl::Status error = ErrnoError(path, "stat failed");
-    ::close(fd);
-    return error;
-  }
+  if (::fstat(fd.get(), &st) != 0) return ErrnoError(path, "stat failed");
   if (!S_ISREG(st.st_mode) || (st.st_mode & 077) != 0) {
-    ::close(fd);
     return absl::PermissionDeniedError(absl::StrFormat(
         "%s: signing key file has mode %04o; it must be a regular file readable only by its "
         "owner (chmod 600 %s)",
         path, st.st_mode & 07777, path));
   }
-  absl::StatusOr<std::string> pem = ReadWholeFile(path, fd);
-  ::close(fd);
+  absl::StatusOr<std::string> pem = ReadKeyFile(fd.get(), path);
   if (!pem.ok()) return pem.status();
   BioPtr bio(BIO_new_mem_buf(pem->data(), static_cast<int>(pem->size())));
   if (bio == nullptr) return absl::InternalError("BIO_new_mem_buf failed");
@@ -128,13 +102,14 @@ absl::StatusOr<SigningKey> SigningKey::Load(const std::string& path) {
 }
 
 absl::StatusOr<SigningKey> SigningKey::LoadOrCreate(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) {
+  engine::UniqueFd fd(
+      ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!fd.valid()) {
     if (errno == EEXIST) return Load(path);
     return ErrnoError(path, "cannot create signing key");
   }
   auto fail = [&](absl::Status status) {
-    ::close(fd);
+    fd.Reset();
     ::unlink(path.c_str());
     return status;
   };
@@ -148,13 +123,14 @@ absl::StatusOr<SigningKey> SigningKey::LoadOrCreate(const std::string& path) {
   char* data = nullptr;
   const long size = BIO_get_mem_data(bio.get(), &data);
   // The umask may only have narrowed the mode; fchmod makes it exactly 0600.
-  if (::fchmod(fd, 0600) != 0) return fail(ErrnoError(path, "fchmod failed"));
-  if (absl::Status s = WriteAll(fd, path, std::string_view(data, static_cast<size_t>(size)));
+  if (::fchmod(fd.get(), 0600) != 0) return fail(ErrnoError(path, "fchmod failed"));
+  if (absl::Status s =
+          engine::WriteAll(fd.get(), std::string_view(data, static_cast<size_t>(size)), path);
       !s.ok()) {
     return fail(s);
   }
-  if (::fsync(fd) != 0) return fail(ErrnoError(path, "fsync failed"));
-  if (::close(fd) != 0) return ErrnoError(path, "close failed");
+  if (::fsync(fd.get()) != 0) return fail(ErrnoError(path, "fsync failed"));
+  if (::close(fd.Release()) != 0) return ErrnoError(path, "close failed");
   return key;
 }
 
@@ -200,25 +176,24 @@ std::string SigningKey::public_key_raw() const {
   return raw;
 }
 
-std::string SigningKey::public_key_hex() const { return HexEncode(public_key_raw()); }
+std::string SigningKey::public_key_hex() const { return engine::HexEncode(public_key_raw()); }
 
 absl::Status SigningKey::WritePublicKeyFile(const std::string& path) const {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError(path, "cannot create");
-  absl::Status s = WriteAll(fd, path, public_key_hex() + "\n");
-  if (s.ok() && ::fsync(fd) != 0) s = ErrnoError(path, "fsync failed");
-  if (::close(fd) != 0 && s.ok()) s = ErrnoError(path, "close failed");
+  engine::UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd.valid()) return ErrnoError(path, "cannot create");
+  absl::Status s = engine::WriteAll(fd.get(), public_key_hex() + "\n", path);
+  if (s.ok() && ::fsync(fd.get()) != 0) s = ErrnoError(path, "fsync failed");
+  if (::close(fd.Release()) != 0 && s.ok()) s = ErrnoError(path, "close failed");
   return s;
 }
 
 absl::StatusOr<std::string> ReadPublicKeyFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError(path, "cannot open public key");
-  absl::StatusOr<std::string> text = ReadWholeFile(path, fd);
-  ::close(fd);
+  const engine::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoError(path, "cannot open public key");
+  absl::StatusOr<std::string> text = ReadKeyFile(fd.get(), path);
   if (!text.ok()) return text.status();
   const std::string hex(absl::StripAsciiWhitespace(*text));
-  absl::StatusOr<std::string> raw = HexDecode(hex);
+  absl::StatusOr<std::string> raw = engine::HexDecode(hex);
   if (!raw.ok() || raw->size() != kEd25519PublicKeyBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": expected the ", 2 * kEd25519PublicKeyBytes,

@@ -8,24 +8,6 @@
 
 namespace megatrain::engine::tiers {
 
-absl::Status ErrnoStatus(int err, const std::string& context) {
-  const std::string message = absl::StrCat(context, ": ", std::strerror(err), " (errno ", err, ")");
-  switch (err) {
-    case ENOSPC:
-    case EDQUOT:
-      return absl::ResourceExhaustedError(message);
-    case EIO:
-      return absl::DataLossError(message);
-    case ENOENT:
-      return absl::NotFoundError(message);
-    case EACCES:
-    case EPERM:
-      return absl::PermissionDeniedError(message);
-    default:
-      return absl::InternalError(message);
-  }
-}
-
 absl::Status IoErrnoStatus(IoOp op, int err, const std::string& path, uint64_t offset,
                            uint64_t bytes) {
   return ErrnoStatus(

@@ -6,15 +6,13 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "engine/common/file_io.h"
 
 namespace megatrain::engine::tiers {
 
 enum class IoOp { kRead, kWrite };
 
-// "<context>: <strerror> (errno N)" with ENOSPC -> RESOURCE_EXHAUSTED, EIO -> DATA_LOSS,
-// ENOENT -> NOT_FOUND, EACCES/EPERM -> PERMISSION_DENIED, else INTERNAL.
-absl::Status ErrnoStatus(int err, const std::string& context);
-
+// The plain errno mapping is engine::ErrnoStatus (engine/common/file_io.h).
 // "<read|write> of N bytes at offset X of <path> failed: ..." (ENOSPC adds "disk full").
 absl::Status IoErrnoStatus(IoOp op, int err, const std::string& path, uint64_t offset,
                            uint64_t bytes);

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "engine/checkpoint/checkpointable.h"
 #include "engine/common/thread_pool.h"
 #include "engine/device/device.h"
 #include "engine/exec/parameter_store.h"
@@ -70,15 +71,9 @@ struct TrainerOptions {
   bool collect_timeline = true;  // per-layer timings in StepReport (two clock reads per op)
 };
 
-// The optimizer's position, saved with a checkpoint and restored on resume.
-struct TrainerProgress {
-  uint64_t step = 0;             // optimizer steps attempted (the LR schedule's position)
-  uint64_t applied_updates = 0;  // steps whose AdamW update ran (AdamW's t)
-  uint64_t skipped_steps = 0;    // non-finite steps skipped so far
-  int consecutive_skips = 0;
-};
-
-class Trainer {
+// The optimizer's position (TrainerProgress) and what a checkpoint needs of a trainer
+// (Checkpointable) live in engine/checkpoint, below this room.
+class Trainer : public Checkpointable {
  public:
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(Device& device, ModelConfig config,
                                                          const TrainerOptions& options);

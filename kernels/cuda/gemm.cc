@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "engine/common/status_macros.h"
 #include "kernels/cuda/cuda_status.h"
 
 namespace megatrain::kernels::cuda {
@@ -29,12 +30,6 @@ struct PreferenceDeleter {
 using MatmulDesc = std::unique_ptr<cublasLtMatmulDescOpaque_t, MatmulDescDeleter>;
 using Layout = std::unique_ptr<cublasLtMatrixLayoutOpaque_t, LayoutDeleter>;
 using Preference = std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, PreferenceDeleter>;
-
-#define MT_RETURN_IF_ERROR(expr)             \
-  do {                                       \
-    const absl::Status mt_status_ = (expr);  \
-    if (!mt_status_.ok()) return mt_status_; \
-  } while (false)
 
 absl::Status MakeLayout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, Layout* out) {
   cublasLtMatrixLayout_t layout = nullptr;

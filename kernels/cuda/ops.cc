@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "engine/common/status_macros.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/launch_geometry.h"
 #include "kernels/cuda/launchers.h"
@@ -52,12 +53,6 @@ absl::Status CheckGrid(const LaunchShape& shape, absl::string_view op) {
   }
   return absl::OkStatus();
 }
-
-#define MT_RETURN_IF_ERROR(expr)             \
-  do {                                       \
-    const absl::Status mt_status_ = (expr);  \
-    if (!mt_status_.ok()) return mt_status_; \
-  } while (false)
 
 // Element-wise ops share their checks: stream, n >= 0, non-null tensors.
 absl::Status CheckElementwise(

@@ -11,6 +11,7 @@
 
 #include "engine/checkpoint/async_checkpoint_writer.h"
 #include "engine/checkpoint/checkpoint_writer.h"
+#include "engine/train/trainer.h"
 #include "tests/engine/tiny_model.h"
 
 namespace megatrain::engine {

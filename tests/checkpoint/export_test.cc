@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "engine/checkpoint/checkpoint_writer.h"
+#include "engine/train/trainer.h"
 #include "tests/checkpoint/export_util.h"
 
 namespace megatrain::engine {

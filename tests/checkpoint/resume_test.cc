@@ -12,6 +12,7 @@
 #include "engine/checkpoint/checkpoint_writer.h"
 #include "engine/data/token_windows.h"
 #include "engine/device/cpu_device.h"
+#include "engine/train/trainer.h"
 
 namespace megatrain::engine {
 namespace {

@@ -16,9 +16,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/checkpoint/provenance_verify.h"
 #include "engine/provenance/record.h"
 #include "engine/provenance/signing_key.h"
-#include "engine/provenance/verify.h"
 
 namespace megatrain::provenance {
 namespace {

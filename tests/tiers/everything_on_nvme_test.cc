@@ -17,6 +17,7 @@
 #include "engine/tiers/fault_injecting_block_io.h"
 #include "engine/tiers/test_dir.h"
 #include "engine/tiers/uring_block_io.h"
+#include "engine/train/trainer.h"
 #include "tests/tiers/tiered_training.h"
 
 namespace megatrain::engine {

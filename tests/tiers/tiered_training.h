@@ -7,13 +7,13 @@
 
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
-#include <filesystem>
-
 #include "engine/checkpoint/checkpoint_reader.h"
 #include "engine/checkpoint/checkpoint_writer.h"
+#include "engine/train/trainer.h"
 #include "tests/engine/tiny_model.h"
 
 namespace megatrain::engine::tiered_training {

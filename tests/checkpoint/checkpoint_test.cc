@@ -13,6 +13,7 @@
 #include "engine/device/cpu_device.h"
 #include "engine/model/hf_loader.h"
 #include "engine/model/safetensors_reader.h"
+#include "engine/train/trainer.h"
 
 namespace megatrain::engine {
 namespace {

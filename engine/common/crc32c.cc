@@ -1,5 +1,5 @@
 // CRC32C over the reflected polynomial 0x82F63B78.
-#include "engine/checkpoint/crc32c.h"
+#include "engine/common/crc32c.h"
 
 #include <array>
 #include <cstring>

@@ -1,5 +1,5 @@
 // CRC32C against published check values, across split points, and hardware vs table.
-#include "engine/checkpoint/crc32c.h"
+#include "engine/common/crc32c.h"
 
 #include <gtest/gtest.h>
 

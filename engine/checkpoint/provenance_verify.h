@@ -44,7 +44,9 @@ struct VerifyFinding {
 inline constexpr int kVerifyOk = 0;        // verified and signed by the given or embedded key
 inline constexpr int kVerifyFailed = 1;    // any mismatch, break, bad or foreign signature
 inline constexpr int kVerifyUsage = 2;     // usage or I/O error
-inline constexpr int kVerifyUnsigned = 3;  // verified, but some record is unsigned
+// Verified, but some record is unsigned. Not 3: the CLI's 3 is "daemon unreachable"
+// (client/exit_codes.h, kExitUnsigned).
+inline constexpr int kVerifyUnsigned = 6;
 
 struct VerifyReport {
   std::vector<VerifyFinding> findings;

@@ -1,5 +1,5 @@
 // Strict JSON parsing for untrusted files: refuses duplicate keys, deep nesting and bad UTF-8.
-#include "engine/model/strict_json.h"
+#include "engine/common/strict_json.h"
 
 #include <set>
 #include <string>

@@ -1,5 +1,5 @@
-// Checkpoint and chain verification (see verify.h).
-#include "engine/provenance/verify.h"
+// Offline verification of checkpoints against their provenance records (see provenance_verify.h).
+#include "engine/checkpoint/provenance_verify.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -13,6 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "engine/checkpoint/checkpoint_directory.h"
 #include "engine/checkpoint/durable_file.h"
+#include "engine/common/hex.h"
+#include "engine/common/safe_files.h"
+#include "engine/common/unique_fd.h"
 #include "engine/provenance/record.h"
 #include "engine/provenance/sha256.h"
 #include "engine/provenance/signing_key.h"
@@ -39,7 +42,7 @@ struct KeyPolicy {
 // Reads a small file; absent -> nullopt with found=false; other errors reported.
 std::optional<std::string> ReadRecordFile(const std::string& path, bool* absent,
                                           std::string* error) {
-  absl::StatusOr<std::string> text = engine::ReadSmallFile(path, kMaxProvenanceBytes);
+  absl::StatusOr<std::string> text = engine::ReadRegularFile(path, kMaxProvenanceBytes);
   *absent = !text.ok() && absl::IsNotFound(text.status());
   if (!text.ok()) {
     *error = std::string(text.status().message());
@@ -73,7 +76,7 @@ void CheckSignature(const std::string& record_bytes, const std::string& sig_path
     return;
   }
   const std::string expected_hex =
-      keys.required_raw.has_value() ? HexEncode(*keys.required_raw) : keys.chain_key_hex;
+      keys.required_raw.has_value() ? engine::HexEncode(*keys.required_raw) : keys.chain_key_hex;
   if (!expected_hex.empty() && sig->public_key_hex != expected_hex) {
     Add(report, FindingKind::kWrongKey, Severity::kFailure, checkpoint, sig_label, "",
         absl::StrCat("signed by key ", Short(sig->public_key_hex), "…, not by ",
@@ -83,8 +86,8 @@ void CheckSignature(const std::string& record_bytes, const std::string& sig_path
   }
   if (keys.chain_key_hex.empty()) keys.chain_key_hex = sig->public_key_hex;
   if (report.signer_public_key_hex.empty()) report.signer_public_key_hex = sig->public_key_hex;
-  absl::StatusOr<std::string> raw_key = HexDecode(sig->public_key_hex);
-  absl::StatusOr<std::string> raw_sig = HexDecode(sig->signature_hex);
+  absl::StatusOr<std::string> raw_key = engine::HexDecode(sig->public_key_hex);
+  absl::StatusOr<std::string> raw_sig = engine::HexDecode(sig->signature_hex);
   if (!raw_key.ok() || !raw_sig.ok() || !VerifySignature(*raw_key, record_bytes, *raw_sig)) {
     Add(report, FindingKind::kBadSignature, Severity::kFailure, checkpoint, sig_label, "",
         absl::StrCat("the signature does not match the bytes of ", kProvenanceFileName,
@@ -95,8 +98,8 @@ void CheckSignature(const std::string& record_bytes, const std::string& sig_path
 // Names the tensors of `file` whose bytes differ from the record.
 int ReportTensorMismatches(const std::string& path, const FileDigest& recorded,
                            const std::string& checkpoint, VerifyReport& report) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
+  const engine::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return 0;
   int mismatches = 0;
   std::vector<uint8_t> chunk(size_t{1} << 20);
   for (const TensorDigest& t : recorded.tensors) {
@@ -104,7 +107,7 @@ int ReportTensorMismatches(const std::string& path, const FileDigest& recorded,
     bool short_read = false;
     for (uint64_t at = t.begin; at < t.end && !short_read;) {
       const size_t want = static_cast<size_t>(std::min<uint64_t>(chunk.size(), t.end - at));
-      const ssize_t n = ::pread(fd, chunk.data(), want, static_cast<off_t>(at));
+      const ssize_t n = ::pread(fd.get(), chunk.data(), want, static_cast<off_t>(at));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
         short_read = true;
@@ -125,7 +128,6 @@ int ReportTensorMismatches(const std::string& path, const FileDigest& recorded,
       ++mismatches;
     }
   }
-  ::close(fd);
   return mismatches;
 }
 

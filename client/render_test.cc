@@ -1,0 +1,45 @@
+// The watch line: no "val" before the first evaluation, and a redraw fits one terminal row.
+#include "client/render.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+namespace megatrain::client {
+namespace {
+
+v1::ProgressEvent Event(double validation_loss, const std::string& message) {
+  v1::ProgressEvent e;
+  e.set_job_id("job-000001");
+  e.set_state(v1::RUNNING);
+  e.set_message(message);
+  e.mutable_progress()->set_step(3);
+  e.mutable_progress()->set_total_steps(10);
+  e.mutable_progress()->set_loss(2.5);
+  e.mutable_progress()->set_validation_loss(validation_loss);
+  return e;
+}
+
+TEST(RenderTest, NoValidationLossBeforeTheFirstEvaluation) {
+  const std::string before =
+      ProgressLine(Event(std::numeric_limits<double>::quiet_NaN(), ""), false);
+  EXPECT_EQ(before.find("val"), std::string::npos) << before;
+  EXPECT_EQ(before.find("nan"), std::string::npos) << before;
+  const std::string after = ProgressLine(Event(1.25, ""), false);
+  EXPECT_NE(after.find("val 1.2500"), std::string::npos) << after;
+}
+
+TEST(RenderTest, FitToWidthCutsToOneRowWithoutSplittingCharacters) {
+  EXPECT_EQ(FitToWidth("abcdef", 4), "abcd");
+  EXPECT_EQ(FitToWidth("abc", 10), "abc");
+  EXPECT_EQ(FitToWidth("a\nb\tc", 0), "a b c");
+  // "é" is two bytes and one column; "…" three bytes and one column.
+  EXPECT_EQ(FitToWidth("\xc3\xa9\xc3\xa9\xe2\x80\xa6x", 3), "\xc3\xa9\xc3\xa9\xe2\x80\xa6");
+  const std::string line = ProgressLine(Event(1.0, std::string(500, 'm')), true);
+  EXPECT_EQ(FitToWidth(line, 80).size(), 80u);
+}
+
+}  // namespace
+}  // namespace megatrain::client

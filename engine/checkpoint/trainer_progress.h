@@ -1,0 +1,15 @@
+// TrainerProgress: the optimizer's position, saved with a checkpoint and restored on resume.
+#pragma once
+
+#include <cstdint>
+
+namespace megatrain::engine {
+
+struct TrainerProgress {
+  uint64_t step = 0;             // optimizer steps attempted (the LR schedule's position)
+  uint64_t applied_updates = 0;  // steps whose AdamW update ran (AdamW's t)
+  uint64_t skipped_steps = 0;    // non-finite steps skipped so far
+  int consecutive_skips = 0;
+};
+
+}  // namespace megatrain::engine
