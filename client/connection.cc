@@ -1,9 +1,11 @@
 // Connect (see connection.h).
 #include "client/connection.h"
 
+#include <fstream>
+#include <sstream>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "engine/common/safe_files.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 
@@ -11,12 +13,11 @@ namespace megatrain::client {
 namespace {
 
 absl::StatusOr<std::string> ReadFile(const std::string& flag, const std::string& path) {
-  absl::StatusOr<std::string> text = engine::ReadRegularFile(path, 1 << 20);
-  if (!text.ok()) {
-    return absl::Status(text.status().code(),
-                        absl::StrCat("--", flag, ": ", text.status().message()));
-  }
-  return text;
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("--", flag, ": cannot read '", path, "'"));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 }  // namespace
