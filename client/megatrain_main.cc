@@ -383,7 +383,7 @@ int Run(const std::string& command, const std::vector<std::string>& args) {
     v1::ListJobsResponse response;  // every page, in order
     while (true) {
       grpc::ClientContext page_context;
-      SetDeadline(page_context);
+      SetDeadline(page_context, command);
       v1::ListJobsResponse page;
       grpc::Status s = stub->ListJobs(&page_context, request, &page);
       if (!s.ok()) return ExitFor(s);
