@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/common/bf16.h"
 #include "kernels/cuda/cuda_status.h"
+#include "engine/common/status_macros.h"
 #include "kernels/cuda/ops.h"
 
 namespace megatrain::engine {
@@ -24,12 +25,6 @@ namespace {
 
 namespace kc = kernels::cuda;
 using bf16 = __nv_bfloat16;
-
-#define MT_RETURN_IF_ERROR(expr)             \
-  do {                                       \
-    const absl::Status mt_status_ = (expr);  \
-    if (!mt_status_.ok()) return mt_status_; \
-  } while (false)
 
 // Prefixes a failed status with where in the layer it happened.
 absl::Status InStep(absl::Status status, const char* step) {

@@ -146,7 +146,9 @@ absl::StatusOr<FragmentPlan> PlanFragments(const std::vector<ScheduledOp>& ops,
         if (bytes > in.ring_bytes) {
           return absl::InvalidArgumentError(
               absl::StrCat("weight_ring_bytes=", in.ring_bytes, " is smaller than tensor '", t.name,
-                           "' (", bytes, " bytes): the ring must hold the largest tensor"));
+                           "' (", bytes,
+                           " bytes): the ring must hold the largest tensor or LM-head vocabulary "
+                           "block"));
         }
         unit_bytes += Round256(bytes);
         names.push_back(absl::StrCat("'", t.name, "'"));

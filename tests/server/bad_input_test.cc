@@ -330,10 +330,11 @@ TEST_F(BadInputTest, EveryHostileRequestIsRefusedWhileAJobRuns) {
          s.mutable_executor()->set_fragment_bytes(100);
        },
        C::INVALID_ARGUMENT, "executor.fragment_bytes: 100 is below"},
-      {"ring smaller than the LM head",
+      {"ring smaller than an LM-head vocabulary block",
        [](v1::JobSpec& s) { s.mutable_executor()->set_weight_ring_bytes(40000); },
        C::INVALID_ARGUMENT,
-       "executor.weight_ring_bytes: weight_ring_bytes=40000 is smaller than tensor 'lm_head'"},
+       "executor.weight_ring_bytes: weight_ring_bytes=40000 is smaller than tensor "
+       "'lm_head rows 0-255'"},
       {"ring beyond the arena",
        [](v1::JobSpec& s) { s.mutable_executor()->set_weight_ring_bytes(uint64_t{1} << 40); },
        C::RESOURCE_EXHAUSTED, "executor.weight_ring_bytes: 1099511627776 exceed the device arena"},
