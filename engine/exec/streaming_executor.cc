@@ -247,11 +247,9 @@ absl::StatusOr<std::vector<float>> StreamingExecutor::ComputeLogits(const int32_
   return host;
 }
 
-absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
-    const std::vector<ScheduledOp>& ops, const int32_t* inputs, const int32_t* targets,
-    float inv_total_valid, bool first_micro_batch, uint64_t weights_version) {
+absl::Status StreamingExecutor::Impl::UploadTokens(const int32_t* inputs,
+                                                   const int32_t* targets) {
   Impl& s = *this;
-  if (absl::Status h = s.device.health(); !h.ok()) return h;
   const ModelDims& m = s.dims;
   const size_t n = static_cast<size_t>(m.tokens());
   for (size_t t = 0; t < n; ++t) {
@@ -274,6 +272,119 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
                               {SpanKind::kCopyIn, "targets", -1});
   s.copy_in->RecordEvent(*s.tokens_ready);
   s.compute->WaitEvent(*s.tokens_ready, {SpanKind::kWait, "tokens", -1});
+  return absl::OkStatus();
+}
+
+void StreamingExecutor::Impl::EnqueueCheckpointIn(const ScheduledOp& op) {
+  Impl& s = *this;
+  // The checkpoint's copy to the host (copy_out, forward) must have
+  // landed before it is read back; copy_in runs ahead of compute, so
+  // compute's own wait does not order it. The last forward copy covers
+  // every earlier one (one stream).
+  s.copy_in->WaitEvent(*s.checkpoint_out_done, {SpanKind::kWait, "checkpoint out", op.layer});
+  s.copy_in->WaitEvent(*s.checkpoint_stage_free,
+                       {SpanKind::kWait, "checkpoint stage", op.layer});
+  s.copy_in->CopyHostToDevice(
+      s.checkpoint_stage.data(),
+      s.host_checkpoints[op.checkpoint - s.shape.device_checkpoints].data(),
+      s.activation_bytes(), {SpanKind::kCopyIn, "checkpoint", op.layer});
+  s.copy_in->RecordEvent(*s.checkpoint_in_ready);
+}
+
+void StreamingExecutor::Impl::EnqueueSlotCopy(const ScheduledOp& op,
+                                              const std::vector<size_t>& offsets, int slot,
+                                              uint64_t weights_version, bool training) {
+  Impl& s = *this;
+  if (s.options.serial)
+    s.copy_in->WaitEvent(*s.compute_done, {SpanKind::kWait, "serial", op.layer});
+  s.copy_in->WaitEvent(*s.slot_free[slot], {SpanKind::kWait, "slot free", op.layer});
+  for (size_t i = 0; i < op.entries.size(); ++i) {
+    const int e = op.entries[i];
+    const bool from_nvme = s.store.compute_on_nvme(e);
+    // From NVMe the chunks are read by this thread: the update must be published first.
+    if (s.WaitForUpdatesOnHost() || from_nvme) {
+      s.gate.WaitFor(e, weights_version);
+    } else {
+      UpdateGate* gate = &s.gate;
+      s.copy_in->EnqueueHostTask(
+          [gate, e, weights_version] { gate->WaitFor(e, weights_version); },
+          {SpanKind::kWait, "optimizer update", op.layer});
+    }
+    if (from_nvme) {
+      absl::Status copied = EnqueueNvmeWeightCopy(
+          *s.copy_in, *s.store.nvme_compute_copy(), e, 0, s.store.spec(e).elements,
+          s.SlotPointer(slot, offsets[i]), {SpanKind::kCopyIn, DescribeOp(op), op.layer});
+      if (!copied.ok()) s.copy_in->EnqueueFallibleHostTask([copied] { return copied; });
+    } else {
+      s.copy_in->CopyHostToDevice(s.SlotPointer(slot, offsets[i]),
+                                  s.backend->WeightSource(s.store.entry(e)),
+                                  s.store.spec(e).elements * s.sizes.weight_element_bytes,
+                                  {SpanKind::kCopyIn, DescribeOp(op), op.layer});
+    }
+    if (training && op.layer >= 0) {
+      s.traffic.copy_in_bytes +=
+          static_cast<double>(s.store.spec(e).elements * s.sizes.weight_element_bytes);
+    }
+  }
+  s.copy_in->RecordEvent(*s.slot_ready[slot]);
+}
+
+void StreamingExecutor::Impl::EnqueueCheckpointSave(const ScheduledOp& op, const void* x_in,
+                                                    bool& pending_checkpoint_wait) {
+  Impl& s = *this;
+  // Save the input of every k-th layer as a checkpoint in the first forward.
+  const bool saves_checkpoint =
+      op.kind == StageKind::kLayerForward && !op.recompute && op.checkpoint >= 0;
+  if (saves_checkpoint && !s.CheckpointOnHost(op.checkpoint)) {
+    s.compute->CopyDeviceToDevice(s.device_checkpoints[op.checkpoint].data(), x_in,
+                                  s.activation_bytes(),
+                                  {SpanKind::kCompute, "checkpoint", op.layer});
+  } else if (saves_checkpoint) {
+    if (pending_checkpoint_wait) {
+      s.compute->WaitEvent(*s.checkpoint_out_done, {SpanKind::kWait, "checkpoint out", op.layer});
+      pending_checkpoint_wait = false;
+    }
+    s.compute->RecordEvent(*s.x_ready);
+    s.copy_out->WaitEvent(*s.x_ready, {SpanKind::kWait, "checkpoint ready", op.layer});
+    s.copy_out->CopyDeviceToHost(
+        s.host_checkpoints[op.checkpoint - s.shape.device_checkpoints].data(), x_in,
+        s.activation_bytes(), {SpanKind::kCopyOut, "checkpoint", op.layer});
+    s.copy_out->RecordEvent(*s.checkpoint_out_done);
+  } else if (pending_checkpoint_wait && op.kind == StageKind::kLayerForward) {
+    // This op overwrites the buffer the checkpoint copy is reading.
+    s.compute->WaitEvent(*s.checkpoint_out_done, {SpanKind::kWait, "checkpoint out", op.layer});
+    pending_checkpoint_wait = false;
+  }
+  if (saves_checkpoint && s.CheckpointOnHost(op.checkpoint)) pending_checkpoint_wait = true;
+}
+
+void StreamingExecutor::Impl::EnqueueStageGradientsOut(const ScheduledOp& op,
+                                                       const std::vector<size_t>& offsets,
+                                                       int grad, std::vector<bool>& contributed,
+                                                       bool training) {
+  Impl& s = *this;
+  s.compute->RecordEvent(*s.grad_ready[grad]);
+  s.copy_out->WaitEvent(*s.grad_ready[grad], {SpanKind::kWait, "gradients ready", op.layer});
+  for (size_t i = 0; i < op.entries.size(); ++i) {
+    const int e = op.entries[i];
+    const size_t count = s.store.spec(e).elements;
+    if (training && op.layer >= 0) {
+      s.traffic.copy_out_bytes += static_cast<double>(count * sizeof(float));
+    }
+    s.EnqueueGradientCopyOut(e, s.grads[grad].data_as<float>() + offsets[i], 0, count,
+                             !contributed[e], {SpanKind::kCopyOut, DescribeOp(op), op.layer});
+    contributed[e] = true;
+  }
+  s.copy_out->RecordEvent(*s.grad_free[grad]);
+  s.copy_out->RecordEvent(*s.copy_out_done);
+}
+
+absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
+    const std::vector<ScheduledOp>& ops, const int32_t* inputs, const int32_t* targets,
+    float inv_total_valid, bool first_micro_batch, uint64_t weights_version) {
+  Impl& s = *this;
+  if (absl::Status h = s.device.health(); !h.ok()) return h;
+  if (absl::Status t = s.UploadTokens(inputs, targets); !t.ok()) return t;
 
   std::vector<bool> contributed(static_cast<size_t>(s.store.num_entries()), !first_micro_batch);
   int grad = 0;
@@ -307,59 +418,13 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
     const std::vector<size_t> offsets = StageOffsets(s.entry_elements, op.entries, &stage_floats);
     const bool host_checkpoint_in = op.kind == StageKind::kLayerForward && op.recompute &&
                                     op.checkpoint >= 0 && s.CheckpointOnHost(op.checkpoint);
-    if (host_checkpoint_in) {
-      // The checkpoint's copy to the host (copy_out, forward) must have
-      // landed before it is read back; copy_in runs ahead of compute, so
-      // compute's own wait does not order it. The last forward copy covers
-      // every earlier one (one stream).
-      s.copy_in->WaitEvent(*s.checkpoint_out_done, {SpanKind::kWait, "checkpoint out", op.layer});
-      s.copy_in->WaitEvent(*s.checkpoint_stage_free,
-                           {SpanKind::kWait, "checkpoint stage", op.layer});
-      s.copy_in->CopyHostToDevice(
-          s.checkpoint_stage.data(),
-          s.host_checkpoints[op.checkpoint - s.shape.device_checkpoints].data(),
-          s.activation_bytes(), {SpanKind::kCopyIn, "checkpoint", op.layer});
-      s.copy_in->RecordEvent(*s.checkpoint_in_ready);
-    }
+    if (host_checkpoint_in) s.EnqueueCheckpointIn(op);
     // Fragment mode copies weights part by part in EnqueueFragmentedOp.
     const WeightSlotPolicy::Decision placed =
         s.fragment_mode() ? WeightSlotPolicy::Decision{-1, false}
                           : s.slot_policy->Place(op.entries, weights_version);
     const int slot = placed.slot;
-    if (placed.copy) {
-      if (s.options.serial)
-        s.copy_in->WaitEvent(*s.compute_done, {SpanKind::kWait, "serial", op.layer});
-      s.copy_in->WaitEvent(*s.slot_free[slot], {SpanKind::kWait, "slot free", op.layer});
-      for (size_t i = 0; i < op.entries.size(); ++i) {
-        const int e = op.entries[i];
-        const bool from_nvme = s.store.compute_on_nvme(e);
-        // From NVMe the chunks are read by this thread: the update must be published first.
-        if (s.WaitForUpdatesOnHost() || from_nvme) {
-          s.gate.WaitFor(e, weights_version);
-        } else {
-          UpdateGate* gate = &s.gate;
-          s.copy_in->EnqueueHostTask(
-              [gate, e, weights_version] { gate->WaitFor(e, weights_version); },
-              {SpanKind::kWait, "optimizer update", op.layer});
-        }
-        if (from_nvme) {
-          absl::Status copied = EnqueueNvmeWeightCopy(
-              *s.copy_in, *s.store.nvme_compute_copy(), e, 0, s.store.spec(e).elements,
-              s.SlotPointer(slot, offsets[i]), {SpanKind::kCopyIn, DescribeOp(op), op.layer});
-          if (!copied.ok()) s.copy_in->EnqueueFallibleHostTask([copied] { return copied; });
-        } else {
-          s.copy_in->CopyHostToDevice(s.SlotPointer(slot, offsets[i]),
-                                      s.backend->WeightSource(s.store.entry(e)),
-                                      s.store.spec(e).elements * s.sizes.weight_element_bytes,
-                                      {SpanKind::kCopyIn, DescribeOp(op), op.layer});
-        }
-        if (training && op.layer >= 0) {
-          s.traffic.copy_in_bytes +=
-              static_cast<double>(s.store.spec(e).elements * s.sizes.weight_element_bytes);
-        }
-      }
-      s.copy_in->RecordEvent(*s.slot_ready[slot]);
-    }
+    if (placed.copy) s.EnqueueSlotCopy(op, offsets, slot, weights_version, training);
     s.EnqueueFetches(pending_fetches);
 
     // Pointers of the residual stream for this op.
@@ -386,30 +451,7 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
         break;
     }
 
-    // Save the input of every k-th layer as a checkpoint in the first forward.
-    const bool saves_checkpoint =
-        op.kind == StageKind::kLayerForward && !op.recompute && op.checkpoint >= 0;
-    if (saves_checkpoint && !s.CheckpointOnHost(op.checkpoint)) {
-      s.compute->CopyDeviceToDevice(s.device_checkpoints[op.checkpoint].data(), x_in,
-                                    s.activation_bytes(),
-                                    {SpanKind::kCompute, "checkpoint", op.layer});
-    } else if (saves_checkpoint) {
-      if (pending_checkpoint_wait) {
-        s.compute->WaitEvent(*s.checkpoint_out_done, {SpanKind::kWait, "checkpoint out", op.layer});
-        pending_checkpoint_wait = false;
-      }
-      s.compute->RecordEvent(*s.x_ready);
-      s.copy_out->WaitEvent(*s.x_ready, {SpanKind::kWait, "checkpoint ready", op.layer});
-      s.copy_out->CopyDeviceToHost(
-          s.host_checkpoints[op.checkpoint - s.shape.device_checkpoints].data(), x_in,
-          s.activation_bytes(), {SpanKind::kCopyOut, "checkpoint", op.layer});
-      s.copy_out->RecordEvent(*s.checkpoint_out_done);
-    } else if (pending_checkpoint_wait && op.kind == StageKind::kLayerForward) {
-      // This op overwrites the buffer the checkpoint copy is reading.
-      s.compute->WaitEvent(*s.checkpoint_out_done, {SpanKind::kWait, "checkpoint out", op.layer});
-      pending_checkpoint_wait = false;
-    }
-    if (saves_checkpoint && s.CheckpointOnHost(op.checkpoint)) pending_checkpoint_wait = true;
+    s.EnqueueCheckpointSave(op, x_in, pending_checkpoint_wait);
 
     if (!s.fragment_mode()) {
       s.compute->WaitEvent(*s.slot_ready[slot], {SpanKind::kWait, "weights", op.layer});
@@ -442,20 +484,7 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
     if (training && op.kind == StageKind::kLayerBackward) ++s.traffic.backward_ops;
 
     if (op.produces_gradients && !gradients_by_part) {
-      s.compute->RecordEvent(*s.grad_ready[grad]);
-      s.copy_out->WaitEvent(*s.grad_ready[grad], {SpanKind::kWait, "gradients ready", op.layer});
-      for (size_t i = 0; i < op.entries.size(); ++i) {
-        const int e = op.entries[i];
-        const size_t count = s.store.spec(e).elements;
-        if (training && op.layer >= 0) {
-          s.traffic.copy_out_bytes += static_cast<double>(count * sizeof(float));
-        }
-        s.EnqueueGradientCopyOut(e, s.grads[grad].data_as<float>() + offsets[i], 0, count,
-                                 !contributed[e], {SpanKind::kCopyOut, DescribeOp(op), op.layer});
-        contributed[e] = true;
-      }
-      s.copy_out->RecordEvent(*s.grad_free[grad]);
-      s.copy_out->RecordEvent(*s.copy_out_done);
+      s.EnqueueStageGradientsOut(op, offsets, grad, contributed, training);
       grad ^= 1;
     }
 

@@ -106,6 +106,21 @@ struct StreamingExecutor::Impl {
                                        const int32_t* targets, float inv_total_valid,
                                        bool first_micro_batch, uint64_t weights_version);
   bool CheckpointOnHost(int c) const { return c >= shape.device_checkpoints; }
+  // Run's steps (streaming_executor.cc). Checks the ids and targets against
+  // the vocabulary and copies them in.
+  absl::Status UploadTokens(const int32_t* inputs, const int32_t* targets);
+  // copy_in: a host checkpoint back into the staging buffer for a recompute.
+  void EnqueueCheckpointIn(const ScheduledOp& op);
+  // copy_in: an op's entries into whole-layer slot `slot`, after their updates.
+  void EnqueueSlotCopy(const ScheduledOp& op, const std::vector<size_t>& offsets, int slot,
+                       uint64_t weights_version, bool training);
+  // The first forward's checkpoint of its input (device copy, or out to the
+  // host; `pending_checkpoint_wait` tracks a host copy still reading x).
+  void EnqueueCheckpointSave(const ScheduledOp& op, const void* x_in,
+                             bool& pending_checkpoint_wait);
+  // copy_out: a whole-slot op's gradients from buffer `grad` into RAM or NVMe.
+  void EnqueueStageGradientsOut(const ScheduledOp& op, const std::vector<size_t>& offsets,
+                                int grad, std::vector<bool>& contributed, bool training);
   void EnqueueEmbeddingForward(const ScheduledOp& op, void* x_out, uint64_t weights_version);
   void EnqueueEmbeddingBackward(const ScheduledOp& op, const void* dx_out, bool first_contribution);
   absl::Status EnqueueOp(const ScheduledOp& op, const std::vector<size_t>& offsets, int slot,

@@ -171,7 +171,9 @@ TEST(EverythingOnNvmeTest, AHuggingFaceModelLoadsEntryByEntryWithEverythingOnNvm
     if (t == 1) {
       const ParameterStore& store = (*trainer)->store();
       for (int e = 0; e < store.num_entries(); ++e) {
-        if (e != (*trainer)->layout().embedding_entry()) EXPECT_EQ(store.MasterScratch(e), nullptr);
+        if (e != (*trainer)->layout().embedding_entry()) {
+          EXPECT_EQ(store.MasterScratch(e), nullptr);
+        }
       }
     }
     ASSERT_TRUE((*trainer)->LoadHfWeights(fixture).ok());
