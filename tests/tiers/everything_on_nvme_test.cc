@@ -81,7 +81,9 @@ TEST(EverythingOnNvmeTest, GradientsMasterAndStatesOnNvmeAreBitwiseIdenticalForA
       const std::string& table = (*trainer)->placement_table();
       EXPECT_NE(table.find("grad          nvme"), std::string::npos) << table;
       EXPECT_NE(table.find("compute_copy  nvme"), std::string::npos) << table;
-      if (chunk == kSmallChunk) EXPECT_GE(store.chunks().num_chunks(layer), 3);
+      if (chunk == kSmallChunk) {
+        EXPECT_GE(store.chunks().num_chunks(layer), 3);
+      }
     }
     const Outcome tiered = TrainFiveSteps(o);
     ExpectBitwise(in_ram, tiered);
