@@ -254,9 +254,7 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Checkpoi
       }
       if (absl::Status s = store.WriteMaster(e, staged_master.data()); !s.ok()) return s;
     } else if (store.master_on_nvme()) {
-      float* const scratch = master_dest(e);
-      if (absl::Status s = store.WriteMaster(e, scratch); !s.ok()) return s;
-      if (scratch == store.entry(e).grad) std::fill(scratch, scratch + n, 0.0f);
+      if (absl::Status s = store.WriteMasterFromScratch(e, master_dest(e)); !s.ok()) return s;
     }
   }
   if (absl::Status s = store.Flush(); !s.ok()) return s;

@@ -256,6 +256,13 @@ absl::Status ParameterStore::WriteMaster(int e, const float* master) {
   return s;
 }
 
+absl::Status ParameterStore::WriteMasterFromScratch(int e, const float* scratch) {
+  absl::Status s = WriteMaster(e, scratch);
+  float* grad = entry(e).grad;
+  if (scratch == grad) std::memset(grad, 0, specs_[e].elements * sizeof(float));
+  return s;
+}
+
 template <typename Fn>
 absl::Status ParameterStore::ForEachStagedChunk(int e, bool dirty, Fn fn) const {
   for (int k = 0; k < chunks_.num_chunks(e); ++k) {

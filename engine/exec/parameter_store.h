@@ -137,10 +137,14 @@ class ParameterStore {
   // A RAM buffer of entry e's size where a master may be assembled before
   // WriteMaster(e, it) (init, Hugging Face and checkpoint loads): the master
   // itself when in RAM, else the fp32 compute copy (WriteMaster rewrites it
-  // with the same values), else the gradient slab (free between steps; the
-  // caller zeroes it after), else null (a bf16 copy and the gradient on NVMe:
-  // the caller brings its own buffer).
+  // with the same values), else the gradient slab (free between steps), else
+  // null (a bf16 copy and the gradient on NVMe: the caller brings its own
+  // buffer).
   float* MasterScratch(int entry) const;
+  // WriteMaster with the master on NVMe, from a MasterScratch or the caller's
+  // buffer; a gradient slab used as scratch is zeroed after, so ReadGradient
+  // sees what it would with the master in RAM.
+  absl::Status WriteMasterFromScratch(int entry, const float* scratch);
   // Rewrites the compute copy of every entry from its RAM master (after the
   // masters were written in place, outside the optimizer); nothing without a
   // compute copy or with the master on NVMe (WriteMaster keeps that current).

@@ -213,9 +213,7 @@ void Trainer::InitializeRandom(uint64_t seed) {
       master = scratch.data();
     }
     FillRandomEntry(seed, e, master);
-    init_status_ = store_.WriteMaster(e, master);
-    float* grad = store_.entry(e).grad;
-    if (master == grad) std::memset(grad, 0, store_.spec(e).elements * sizeof(float));
+    init_status_ = store_.WriteMasterFromScratch(e, master);
   }
   if (init_status_.ok()) init_status_ = store_.Flush();
 }
@@ -272,14 +270,7 @@ absl::Status Trainer::WriteMasters() {
   const std::vector<float*> masters = master_destinations_;
   absl::Status status;
   for (int e = 0; e < store_.num_entries() && status.ok(); ++e) {
-    status = store_.WriteMaster(e, masters[e]);
-  }
-  // A gradient slab used as scratch is overwritten by the next step's first
-  // micro-batch; zeroed anyway so ReadGradient sees what it would with the
-  // master in RAM.
-  for (int e = 0; e < store_.num_entries(); ++e) {
-    float* grad = store_.entry(e).grad;
-    if (masters[e] == grad) std::memset(grad, 0, store_.spec(e).elements * sizeof(float));
+    status = store_.WriteMasterFromScratch(e, masters[e]);
   }
   if (status.ok()) status = store_.Flush();
   return status;
@@ -305,9 +296,7 @@ absl::Status Trainer::LoadHfWeights(const std::string& dir) {
   if (absl::Status s = engine::LoadHfWeights(dir, layout_, destinations); !s.ok()) return s;
   for (int e = 0; e < store_.num_entries(); ++e) {
     if (destinations[e] == nullptr) continue;
-    if (absl::Status s = store_.WriteMaster(e, destinations[e]); !s.ok()) return s;
-    float* grad = store_.entry(e).grad;
-    if (destinations[e] == grad) std::memset(grad, 0, store_.spec(e).elements * sizeof(float));
+    if (absl::Status s = store_.WriteMasterFromScratch(e, destinations[e]); !s.ok()) return s;
   }
   size_t largest = 0;
   for (int e : without_scratch) largest = std::max(largest, store_.spec(e).elements);
