@@ -221,8 +221,9 @@ absl::Status ValidateData(const v1::DataSource& data, const PathPolicy& paths, V
   absl::Status source = data.token_files_size() > 0 ? ValidateTokenFiles(data, paths, job)
                                                     : ValidateTextFiles(data, paths, job);
   if (!source.ok()) return source;
-  const double fraction = data.validation_fraction() == 0 ? 0.05 : data.validation_fraction();
-  if (absl::Status s = CheckFiniteRange("data.validation_fraction", fraction, 0, 0.5, true);
+  const double fraction =
+      data.has_validation_fraction() ? data.validation_fraction() : kDefaultValidationFraction;
+  if (absl::Status s = CheckFiniteRange("data.validation_fraction", fraction, 0, 0.5, false);
       !s.ok()) {
     return s;
   }
@@ -299,9 +300,9 @@ absl::Status ValidateHyper(const v1::Hyperparameters& given, const v1::DataSourc
   t.lr.cosine = h.lr().decay() != v1::LrSchedule::CONSTANT;
   t.lr.total_steps = h.steps();
   t.lr.min_lr_ratio = h.lr().min_lr_ratio();
-  const double beta1 = h.adam_beta1() == 0 ? 0.9 : h.adam_beta1();
-  const double beta2 = h.adam_beta2() == 0 ? 0.95 : h.adam_beta2();
-  const double eps = h.adam_eps() == 0 ? 1e-8 : h.adam_eps();
+  const double beta1 = h.has_adam_beta1() ? h.adam_beta1() : kDefaultAdamBeta1;
+  const double beta2 = h.has_adam_beta2() ? h.adam_beta2() : kDefaultAdamBeta2;
+  const double eps = h.has_adam_eps() ? h.adam_eps() : kDefaultAdamEps;
   if (absl::Status s = CheckFiniteRange("hyper.adam_beta1", beta1, 0, 0.999999, false); !s.ok()) {
     return s;
   }

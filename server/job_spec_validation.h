@@ -21,6 +21,12 @@ inline constexpr char kBuiltinTinyModel[] = "builtin:tiny";
 inline constexpr double kDefaultPeakLr = 3e-4;
 inline constexpr uint32_t kDefaultBatchSize = 8;
 inline constexpr uint64_t kDefaultSeqLen = 256;  // capped by max_seq_len and the model
+// Defaults of the proto3 `optional` fields, used only when the field is absent: a field that
+// is set is taken as given, 0 included.
+inline constexpr double kDefaultValidationFraction = 0.05;
+inline constexpr double kDefaultAdamBeta1 = 0.9;
+inline constexpr double kDefaultAdamBeta2 = 0.95;
+inline constexpr double kDefaultAdamEps = 1e-8;
 
 struct ValidatedJob {
   engine::ModelConfig model;

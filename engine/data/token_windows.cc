@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/device/fatal.h"
 
 namespace megatrain::engine {
 
@@ -78,6 +79,9 @@ WindowBatch TokenWindows::NextTrainBatch(int batch) {
 }
 
 WindowBatch TokenWindows::ValidationBatch(int first, int batch) const {
+  if (validation_starts_.empty()) {
+    internal::DieBecause("TokenWindows::ValidationBatch without validation windows");
+  }
   WindowBatch out{batch, seq_len_, std::vector<int32_t>(static_cast<size_t>(batch) * seq_len_),
                   std::vector<int32_t>(static_cast<size_t>(batch) * seq_len_)};
   for (int b = 0; b < batch; ++b) {

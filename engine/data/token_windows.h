@@ -33,7 +33,7 @@ class TokenWindows {
   // reshuffled (with the epoch number folded into the seed) at each epoch.
   WindowBatch NextTrainBatch(int batch);
 
-  // Validation windows [first, first + batch), wrapping around.
+  // Validation windows [first, first + batch), wrapping around; needs validation_windows() > 0.
   WindowBatch ValidationBatch(int first, int batch) const;
 
   size_t train_windows() const { return train_starts_.size(); }

@@ -25,14 +25,14 @@ class CpuStageBackend final : public StageBackend {
   absl::Status Bind(void* scratch, const std::vector<void*>& activation_sets,
                     const int32_t* positions, Stream& /*setup*/) override {
     char* base = static_cast<char*>(scratch);
-    backward_scratch_ = LayerBackwardScratch::Carve(dims_, reinterpret_cast<float*>(base));
-    base += Round256(LayerBackwardScratch::FloatCount(dims_) * sizeof(float));
-    head_scratch_ = HeadScratch::Carve(dims_, reinterpret_cast<float*>(base));
-    base += Round256(HeadScratch::FloatCount(dims_) * sizeof(float));
+    backward_scratch_ = LayerBackwardScratch::Carve(dims_, base);
+    base += Round256(LayerBackwardScratch::Bytes(dims_));
+    head_scratch_ = HeadScratch::Carve(dims_, base);
+    base += Round256(HeadScratch::Bytes(dims_));
     attention_workspace_ = reinterpret_cast<float*>(base);
     sets_.clear();
     for (void* set : activation_sets) {
-      sets_.push_back(LayerActivations::Carve(dims_, static_cast<float*>(set)));
+      sets_.push_back(LayerActivations::Carve(dims_, set));
     }
     positions_ = positions;
     return absl::OkStatus();
@@ -191,9 +191,9 @@ StageSizes CpuStageSizes(const ModelDims& dims) {
   StageSizes s;
   s.weight_element_bytes = sizeof(float);
   s.activation_element_bytes = sizeof(float);
-  s.activation_set_bytes = LayerActivations::FloatCount(dims) * sizeof(float);
-  s.scratch_bytes = Round256(LayerBackwardScratch::FloatCount(dims) * sizeof(float)) +
-                    Round256(HeadScratch::FloatCount(dims) * sizeof(float)) +
+  s.activation_set_bytes = LayerActivations::Bytes(dims);
+  s.scratch_bytes = Round256(LayerBackwardScratch::Bytes(dims)) +
+                    Round256(HeadScratch::Bytes(dims)) +
                     Round256(AttentionWorkspaceFloats(dims) * sizeof(float));
   return s;
 }

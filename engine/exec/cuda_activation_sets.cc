@@ -1,77 +1,36 @@
-// Carving of the CUDA layer math's device buffers: consecutive pieces, each
-// rounded up to kCudaCarveAlignment bytes, in a fixed order.
+// Carving of the CUDA layer math's own device buffers (the CUDA extras of the
+// executor's sets, and the tables), after the common sets' pieces.
 #include "engine/exec/cuda_activation_sets.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
+
+#include "engine/device/fatal.h"
 
 namespace megatrain::engine {
 namespace {
 
 using bf16 = __nv_bfloat16;
 
-size_t AlignUp(size_t bytes) {
-  return (bytes + kCudaCarveAlignment - 1) / kCudaCarveAlignment * kCudaCarveAlignment;
+// The arena hands out kCudaCarveAlignment-aligned blocks; a misaligned base is a programmer
+// error that would make cuBLASLt pick another kernel (and other bits).
+void CheckAligned(const void* base) {
+  if (reinterpret_cast<uintptr_t>(base) % kCudaCarveAlignment != 0) {
+    internal::DieBecause("cuda_activation_sets: a carving base is not 256-byte aligned");
+  }
 }
 
-// Hands out consecutive aligned pieces of a byte range; with base == nullptr
-// it only counts (every pointer it returns is then null).
-class ByteCarver {
- public:
-  explicit ByteCarver(void* base) : base_(static_cast<char*>(base)) {
-    if (reinterpret_cast<uintptr_t>(base) % kCudaCarveAlignment != 0) {
-      std::fprintf(stderr, "ByteCarver: base %p is not %zu-byte aligned\n", base,
-                   kCudaCarveAlignment);
-      std::abort();  // programmer error: the arena hands out aligned blocks
-    }
-  }
-  template <class T>
-  T* Take(int64_t count) {
-    T* p = base_ != nullptr ? reinterpret_cast<T*>(base_ + used_) : nullptr;
-    used_ += AlignUp(sizeof(T) * static_cast<size_t>(count));
-    return p;
-  }
-  size_t used() const { return used_; }
-
- private:
-  char* base_;
-  size_t used_ = 0;
-};
-
-CudaActivations CarveInto(const ModelDims& m, ByteCarver& c, CudaActivations*) {
-  CudaActivations a;
-  const int64_t n = m.tokens();
-  a.x_in = c.Take<bf16>(n * m.hidden);
-  a.h1 = c.Take<bf16>(n * m.hidden);
-  a.rstd1 = c.Take<float>(n);
-  a.q = c.Take<bf16>(n * m.q_width());
-  a.k = c.Take<bf16>(n * m.kv_width());
-  a.v = c.Take<bf16>(n * m.kv_width());
-  a.attn = c.Take<bf16>(n * m.q_width());
-  a.lse = c.Take<float>(m.batch * m.q_heads * m.seq);
-  a.x_mid = c.Take<bf16>(n * m.hidden);
-  a.h2 = c.Take<bf16>(n * m.hidden);
-  a.rstd2 = c.Take<float>(n);
-  a.gate = c.Take<bf16>(n * m.ffn);
-  a.up = c.Take<bf16>(n * m.ffn);
-  a.act = c.Take<bf16>(n * m.ffn);
-  return a;
+ByteCarver CudaCarver(void* base) {
+  CheckAligned(base);
+  return ByteCarver(base, kCudaCarveAlignment);
 }
 
+// The CUDA extras follow the common set's pieces in the same block.
 CudaBackwardScratch CarveInto(const ModelDims& m, ByteCarver& c, CudaBackwardScratch*) {
   CudaBackwardScratch s;
+  static_cast<LayerBackwardSet<bf16>&>(s) = LayerBackwardSet<bf16>::CarveFrom(m, c);
   const int64_t n = m.tokens();
-  s.d_act = c.Take<bf16>(n * m.ffn);
-  s.d_gate = c.Take<bf16>(n * m.ffn);
-  s.d_up = c.Take<bf16>(n * m.ffn);
-  s.d_h = c.Take<bf16>(n * m.hidden);
-  s.d_attn = c.Take<bf16>(n * m.q_width());
-  s.d_q = c.Take<bf16>(n * m.q_width());
-  s.d_k = c.Take<bf16>(n * m.kv_width());
-  s.d_v = c.Take<bf16>(n * m.kv_width());
   s.norm_workspace_floats =
       kernels::cuda::RmsnormBackwardWorkspaceFloats(n, static_cast<int>(m.hidden));
   s.norm_workspace = c.Take<float>(s.norm_workspace_floats);
@@ -83,18 +42,11 @@ CudaBackwardScratch CarveInto(const ModelDims& m, ByteCarver& c, CudaBackwardScr
 
 CudaHeadScratch CarveInto(const ModelDims& m, ByteCarver& c, CudaHeadScratch*) {
   CudaHeadScratch h;
-  const int64_t n = m.tokens();
-  h.h = c.Take<bf16>(n * m.hidden);
-  h.rstd = c.Take<float>(n);
-  h.d_h = c.Take<float>(n * m.hidden);
-  h.row_max = c.Take<float>(n);
-  h.row_sum = c.Take<float>(n);
-  h.target_logit = c.Take<float>(n);
-  h.logits = c.Take<bf16>(m.head_chunk * HeadBlockRows(m));
+  static_cast<HeadScratchSet<bf16>&>(h) = HeadScratchSet<bf16>::CarveFrom(m, c);
   h.logits_f32 = c.Take<float>(CudaHeadLogitsRows(m) * HeadBlockRows(m));
   h.row_loss = c.Take<float>(m.head_chunk);
   h.norm_workspace_floats =
-      kernels::cuda::RmsnormBackwardWorkspaceFloats(n, static_cast<int>(m.hidden));
+      kernels::cuda::RmsnormBackwardWorkspaceFloats(m.tokens(), static_cast<int>(m.hidden));
   h.norm_workspace = c.Take<float>(h.norm_workspace_floats);
   return h;
 }
@@ -111,16 +63,15 @@ CudaLayerTables CarveInto(const ModelDims& m, ByteCarver& c, CudaLayerTables*) {
 
 #define MEGATRAIN_CUDA_CARVED_STRUCT(T)               \
   T T::Carve(const ModelDims& m, void* base) {        \
-    ByteCarver c(base);                               \
+    ByteCarver c = CudaCarver(base);                  \
     return CarveInto(m, c, static_cast<T*>(nullptr)); \
   }                                                   \
   size_t T::Bytes(const ModelDims& m) {               \
-    ByteCarver c(nullptr);                            \
+    ByteCarver c(nullptr, kCudaCarveAlignment);       \
     CarveInto(m, c, static_cast<T*>(nullptr));        \
     return c.used();                                  \
   }
 
-MEGATRAIN_CUDA_CARVED_STRUCT(CudaActivations)
 MEGATRAIN_CUDA_CARVED_STRUCT(CudaBackwardScratch)
 MEGATRAIN_CUDA_CARVED_STRUCT(CudaHeadScratch)
 MEGATRAIN_CUDA_CARVED_STRUCT(CudaLayerTables)

@@ -1,7 +1,7 @@
 // Device buffers of the CUDA layer math, carved from the executor's arena in
-// one fixed plan (never cudaMalloc'd inside a step): a layer's saved
-// activations (bf16, plus fp32 norm and softmax statistics), the backward
-// scratch, the head's scratch and CudaLayerMath's constant tables.
+// one fixed plan (never cudaMalloc'd inside a step): the bf16 instances of the
+// executor's sets (activation_sets.h) with the CUDA kernels' workspaces, and
+// CudaLayerMath's constant tables.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "engine/exec/activation_sets.h"
 #include "engine/exec/model_dims.h"
 #include "kernels/cuda/ops.h"
 
@@ -19,38 +20,17 @@ namespace megatrain::engine {
 // to it too.
 inline constexpr size_t kCudaCarveAlignment = 256;
 
-// What one layer's backward reads, written by its (re)computed forward.
-struct CudaActivations {
-  __nv_bfloat16* x_in = nullptr;   // [N, d] input of the layer
-  __nv_bfloat16* h1 = nullptr;     // [N, d] input norm output
-  float* rstd1 = nullptr;          // [N]
-  __nv_bfloat16* q = nullptr;      // [N, Hq*D] after RoPE
-  __nv_bfloat16* k = nullptr;      // [N, Hkv*D] after RoPE
-  __nv_bfloat16* v = nullptr;      // [N, Hkv*D]
-  __nv_bfloat16* attn = nullptr;   // [N, Hq*D] attention output (before o_proj)
-  float* lse = nullptr;            // [B, Hq, S]
-  __nv_bfloat16* x_mid = nullptr;  // [N, d] after the attention residual
-  __nv_bfloat16* h2 = nullptr;     // [N, d] post-attention norm output
-  float* rstd2 = nullptr;          // [N]
-  __nv_bfloat16* gate = nullptr;   // [N, F]
-  __nv_bfloat16* up = nullptr;     // [N, F]
-  __nv_bfloat16* act = nullptr;    // [N, F] silu(gate) * up
-
-  static size_t Bytes(const ModelDims& m);
-  // base: kCudaCarveAlignment-aligned device memory of at least Bytes(m).
-  static CudaActivations Carve(const ModelDims& m, void* base);
+template <>
+struct CarveAlignment<__nv_bfloat16> {
+  static constexpr size_t kBytes = kCudaCarveAlignment;
 };
 
-// Scratch of one layer's backward (reused by every layer).
-struct CudaBackwardScratch {
-  __nv_bfloat16* d_act = nullptr;   // [N, F]
-  __nv_bfloat16* d_gate = nullptr;  // [N, F]
-  __nv_bfloat16* d_up = nullptr;    // [N, F]
-  __nv_bfloat16* d_h = nullptr;     // [N, d] gradient at a norm's output
-  __nv_bfloat16* d_attn = nullptr;  // [N, Hq*D]
-  __nv_bfloat16* d_q = nullptr;     // [N, Hq*D]
-  __nv_bfloat16* d_k = nullptr;     // [N, Hkv*D]
-  __nv_bfloat16* d_v = nullptr;     // [N, Hkv*D]
+// What one layer's backward reads (bf16, statistics fp32); base kCudaCarveAlignment-aligned.
+using CudaActivations = LayerActivationSet<__nv_bfloat16>;
+
+// Scratch of one layer's backward (reused by every layer): the gradients, then the kernels'
+// workspaces.
+struct CudaBackwardScratch : LayerBackwardSet<__nv_bfloat16> {
   float* norm_workspace = nullptr;  // RmsnormBackwardWorkspaceFloats(N, d)
   int64_t norm_workspace_floats = 0;
   void* attention_workspace = nullptr;  // AttentionBackwardWorkspaceBytes
@@ -60,15 +40,9 @@ struct CudaBackwardScratch {
   static CudaBackwardScratch Carve(const ModelDims& m, void* base);
 };
 
-// Head: final norm output and its gradient, one chunk of logits.
-struct CudaHeadScratch {
-  __nv_bfloat16* h = nullptr;       // [N, d]; the rounded d_h once every block's backward ran
-  float* rstd = nullptr;            // [N]
-  float* d_h = nullptr;             // [N, d] fp32: added up over the vocabulary blocks
-  float* row_max = nullptr;         // [N] running log-sum-exp state per token
-  float* row_sum = nullptr;         // [N]
-  float* target_logit = nullptr;    // [N]
-  __nv_bfloat16* logits = nullptr;  // [head_chunk, HeadBlockRows]; overwritten by d logits
+// Head: the common head set (h and logits bf16; h holds the rounded d_h once every block's
+// backward ran, logits are overwritten by d logits), then the CUDA head's own pieces.
+struct CudaHeadScratch : HeadScratchSet<__nv_bfloat16> {
   float* logits_f32 = nullptr;      // [CudaHeadLogitsRows, HeadBlockRows]: the logits form's
   float* row_loss = nullptr;        // [head_chunk]
   float* norm_workspace = nullptr;  // RmsnormBackwardWorkspaceFloats(N, d)

@@ -203,8 +203,8 @@ TEST_P(CudaLayerMathLayerTest, ForwardAndBackwardMatchTheCpuLayer) {
   for (int64_t t = 0; t < n; ++t) positions[t] = static_cast<int32_t>(t % m.seq);
   std::vector<float> attention_ws(AttentionWorkspaceFloats(m));
   const LayerContext ctx{&m, &offsets, &rope, positions.data(), attention_ws.data(), nullptr};
-  std::vector<float> cpu_act_mem(LayerActivations::FloatCount(m));
-  std::vector<float> cpu_scratch_mem(LayerBackwardScratch::FloatCount(m));
+  std::vector<float> cpu_act_mem(LayerActivations::Bytes(m) / sizeof(float));
+  std::vector<float> cpu_scratch_mem(LayerBackwardScratch::Bytes(m) / sizeof(float));
   LayerActivations cpu_act = LayerActivations::Carve(m, cpu_act_mem.data());
   LayerBackwardScratch cpu_scratch = LayerBackwardScratch::Carve(m, cpu_scratch_mem.data());
   std::vector<float> want_x_out(n * d), want_dx_in(n * d), want_grads(total, 0.0f);
@@ -293,7 +293,7 @@ TEST_P(CudaLayerMathHeadBlocksTest, HeadMatchesTheCpuHead) {
   }
   const float inv_total_valid = 1.0f / static_cast<float>(valid + 4);  // other micro-batches too
 
-  std::vector<float> cpu_scratch_mem(HeadScratch::FloatCount(m));
+  std::vector<float> cpu_scratch_mem(HeadScratch::Bytes(m) / sizeof(float));
   HeadScratch cpu_scratch = HeadScratch::Carve(m, cpu_scratch_mem.data());
   std::vector<float> want_dx(n * d), want_norm_grad(d, 0.0f), want_head_grad(m.vocab * d, 0.0f);
   CpuHeadArgs cpu;

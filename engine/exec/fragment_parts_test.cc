@@ -136,8 +136,8 @@ TEST(FragmentPartsTest, PartsOverScatteredTensorsMatchTheWholeLayerBitwise) {
   };
   auto run = [&](bool parts) {
     Result r;
-    r.act_mem.assign(LayerActivations::FloatCount(m), 0.0f);
-    r.scratch_mem.assign(LayerBackwardScratch::FloatCount(m), 0.0f);
+    r.act_mem.assign(LayerActivations::Bytes(m) / sizeof(float), 0.0f);
+    r.scratch_mem.assign(LayerBackwardScratch::Bytes(m) / sizeof(float), 0.0f);
     r.x_out.assign(n * m.hidden, 0.0f);
     r.dx_in.assign(n * m.hidden, 0.0f);
     r.grads.assign(static_cast<size_t>(total), 0.25f);  // gradients are added

@@ -1,100 +1,73 @@
-// Local text training run (see text_training.h).
+// A training run: data, trainer, checkpoints, and the step loop with evaluation (see
+// text_training.h).
 #include "engine/train/text_training.h"
 
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "engine/checkpoint/async_checkpoint_writer.h"
-#include "engine/checkpoint/checkpoint_directory.h"
-#include "engine/checkpoint/checkpoint_reader.h"
-#include "engine/checkpoint/checkpoint_writer.h"
 #include "engine/data/byte_tokenizer.h"
-#include "engine/data/text_corpus.h"
-#include "engine/data/text_tokenizer.h"
-#include "engine/data/token_file.h"
 #include "engine/data/token_windows.h"
 #include "engine/device/device_factory.h"
-#include "engine/model/hf_loader.h"
 #include "engine/model/parameter_layout.h"
-#include "engine/model/safetensors_dtype.h"
-#include "engine/provenance/record.h"
+#include "engine/train/run_checkpoints.h"
+#include "engine/train/training_data.h"
 
 namespace megatrain::engine {
 namespace {
-
-double UnigramEntropy(const std::vector<int32_t>& tokens, int vocab) {
-  std::vector<double> counts(static_cast<size_t>(vocab), 0.0);
-  for (int32_t t : tokens) counts[t] += 1;
-  double h = 0;
-  for (double c : counts) {
-    if (c > 0) {
-      const double p = c / static_cast<double>(tokens.size());
-      h -= p * std::log(p);
-    }
-  }
-  return h;
-}
 
 std::string FormatDuration(double seconds) {
   const int s = static_cast<int>(std::lround(std::max(0.0, seconds)));
   return s >= 60 ? absl::StrFormat("%dm%02ds", s / 60, s % 60) : absl::StrFormat("%ds", s);
 }
 
-// Names the first top-level key whose value differs between two JSON objects.
-std::string FirstDifferentKey(const std::string& a, const std::string& b) {
-  const nlohmann::json ja = nlohmann::json::parse(a, nullptr, false);
-  const nlohmann::json jb = nlohmann::json::parse(b, nullptr, false);
-  if (!ja.is_object() || !jb.is_object()) return "(unparsable)";
-  for (auto it = jb.begin(); it != jb.end(); ++it) {
-    auto other = ja.find(it.key());
-    if (other == ja.end() || *other != *it) {
-      return absl::StrCat(it.key(), ": checkpoint has ",
-                          other == ja.end() ? "nothing" : other->dump(), ", the job has ",
-                          it->dump());
-    }
-  }
-  for (auto it = ja.begin(); it != ja.end(); ++it) {
-    if (!jb.contains(it.key())) return absl::StrCat(it.key(), ": not set by the job");
-  }
-  return "(none)";
+// The run's device: the caller's shared one, or one created from options.device.
+absl::StatusOr<Device*> RunDevice(const TextTrainingOptions& options,
+                                  std::unique_ptr<Device>& owned) {
+  if (options.shared_device != nullptr) return options.shared_device;
+  absl::StatusOr<std::unique_ptr<Device>> created = CreateDevice(options.device);
+  if (!created.ok()) return created.status();
+  owned = *std::move(created);
+  return owned.get();
 }
 
-// The lineage (given, or hashed now: base model, data, tokenizer), the
-// origin of the run's first checkpoint and the signer.
-absl::StatusOr<std::shared_ptr<const provenance::ProvenanceContext>> MakeProvenanceContext(
-    const TextTrainingOptions& options, const std::string& job_json,
-    const std::vector<std::string>& data_and_tokenizer_files) {
-  auto context = std::make_shared<provenance::ProvenanceContext>();
-  if (options.lineage.has_value()) {
-    context->lineage = *options.lineage;
-  } else {
-    provenance::Lineage& l = context->lineage;
-    l.job_spec_json = job_json;
-    l.device_kind = std::string(DeviceKindName(options.device.kind));
-    if (!options.init_from_hf_dir.empty()) {
-      absl::StatusOr<std::vector<provenance::InputFile>> base =
-          provenance::HashInputs(provenance::kRoleBaseModel, {options.init_from_hf_dir});
-      if (!base.ok()) return base.status();
-      l.inputs = *std::move(base);
-    }
-    for (const std::string& f : data_and_tokenizer_files) {
-      const bool tokenizer = options.token_files.empty() && f == options.tokenizer;
-      absl::StatusOr<std::vector<provenance::InputFile>> hashed = provenance::HashInputs(
-          tokenizer ? provenance::kRoleTokenizer : provenance::kRoleData, {f});
-      if (!hashed.ok()) return hashed.status();
-      l.inputs.insert(l.inputs.end(), hashed->begin(), hashed->end());
-    }
+// A trainer on `device` with its starting weights: the Hugging Face model's, or random.
+absl::StatusOr<std::unique_ptr<Trainer>> StartingTrainer(Device& device, const ModelConfig& config,
+                                                         const TextTrainingOptions& options,
+                                                         TrainingObserver& observer) {
+  if (absl::Status health = device.health(); !health.ok()) return health;
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(device, config, options.trainer);
+  if (!trainer.ok()) return trainer.status();
+  if (!(*trainer)->placement_table().empty()) {
+    observer.OnLine("memory placement:\n" + (*trainer)->placement_table(), true);
   }
-  context->origin =
-      options.init_from_hf_dir.empty()
-          ? provenance::RandomInitOrigin(options.seed)
-          : provenance::BaseModelOrigin(options.init_from_hf_dir, context->lineage.inputs);
-  context->signer = options.signer;
-  return std::shared_ptr<const provenance::ProvenanceContext>(std::move(context));
+  if (options.init_from_hf_dir.empty()) {
+    (*trainer)->InitializeRandom(options.seed);
+  } else if (absl::Status s = (*trainer)->LoadHfWeights(options.init_from_hf_dir); !s.ok()) {
+    return s;
+  }
+  return trainer;
+}
+
+// Evaluates the validation batches; NaN when the run holds no validation windows out.
+absl::StatusOr<double> Evaluate(Trainer& trainer, const std::vector<WindowBatch>& validation) {
+  if (validation.empty()) return std::numeric_limits<double>::quiet_NaN();
+  std::vector<const int32_t*> in, tg;
+  for (const WindowBatch& b : validation) {
+    in.push_back(b.inputs.data());
+    tg.push_back(b.targets.data());
+  }
+  return trainer.Evaluate(in, tg);
+}
+
+double Median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
+  return values[values.size() / 2];
 }
 
 }  // namespace
@@ -172,203 +145,77 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
     return absl::InvalidArgumentError(
         absl::StrCat("grad_accumulation=", options.grad_accumulation, " must be >= 1"));
   }
-  const int seq = options.trainer.seq_len;
   const int micro = options.trainer.micro_batch_size;
-  std::vector<int32_t> tokens;  // text mode only: the byte-tokenized corpus
-  size_t documents = 0;
-  std::shared_ptr<const TokenSource> source;
-  if (!options.token_files.empty()) {
-    absl::StatusOr<TokenFileFormat> format = ParseTokenFileFormat(options.token_format);
-    if (!format.ok()) return format.status();
-    absl::StatusOr<TokenFiles> files = TokenFiles::Open(options.token_files, *format);
-    if (!files.ok()) return files.status();
-    const int32_t max_token = files->MaxToken();
-    if (max_token >= config.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("token files hold id ", max_token,
-                                                     ", outside vocab_size=", config.vocab_size));
-    }
-    source = std::make_shared<TokenFiles>(std::move(*files));
-  } else {
-    absl::StatusOr<std::unique_ptr<TextTokenizer>> tokenizer =
-        CreateTextTokenizer(options.tokenizer);
-    if (!tokenizer.ok()) return tokenizer.status();
-    if (config.vocab_size < (*tokenizer)->vocab_size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "vocab_size=", config.vocab_size, " is smaller than the vocabulary of tokenizer '",
-          options.tokenizer, "' (", (*tokenizer)->vocab_size(), ")"));
-    }
-    absl::StatusOr<std::vector<std::string>> docs = LoadTextDocuments(options.text_paths);
-    if (!docs.ok()) return docs.status();
-    absl::StatusOr<std::vector<int32_t>> encoded = TokenizeDocuments(*docs, **tokenizer);
-    if (!encoded.ok()) return encoded.status();
-    tokens = std::move(*encoded);
-    documents = docs->size();
-    source = std::make_shared<VectorTokens>(tokens);
-  }
-  const size_t token_count = source->size();
-  absl::StatusOr<TokenWindows> windows =
-      TokenWindows::Create(source, seq, options.validation_fraction, options.seed);
-  if (!windows.ok()) return windows.status();
+  absl::StatusOr<TrainingData> data = PrepareTrainingData(config, options);
+  if (!data.ok()) return data.status();
+  TokenWindows& windows = data->windows;
 
   std::unique_ptr<Device> owned_device;
-  Device* device = options.shared_device;
-  if (device == nullptr) {
-    absl::StatusOr<std::unique_ptr<Device>> created = CreateDevice(options.device);
-    if (!created.ok()) return created.status();
-    owned_device = std::move(*created);
-    device = owned_device.get();
-  }
-  if (absl::Status health = device->health(); !health.ok()) return health;
+  absl::StatusOr<Device*> device = RunDevice(options, owned_device);
+  if (!device.ok()) return device.status();
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
-      Trainer::Create(*device, config, options.trainer);
+      StartingTrainer(**device, config, options, observer);
   if (!trainer.ok()) return trainer.status();
-  if (!(*trainer)->placement_table().empty()) {
-    observer.OnLine("memory placement:\n" + (*trainer)->placement_table(), true);
-  }
-  SafetensorsDtype checkpoint_dtype = SafetensorsDtype::kF32;
-  if (options.init_from_hf_dir.empty()) {
-    (*trainer)->InitializeRandom(options.seed);
-  } else {
-    if (absl::Status s = (*trainer)->LoadHfWeights(options.init_from_hf_dir); !s.ok()) return s;
-    absl::StatusOr<SafetensorsDtype> source = HfWeightsDtype(options.init_from_hf_dir);
-    if (!source.ok()) return source.status();
-    checkpoint_dtype = *source;
-  }
-  if (!options.checkpoint_dtype.empty()) {
-    std::optional<SafetensorsDtype> wanted = ParseSafetensorsDtype(options.checkpoint_dtype);
-    if (!wanted.has_value() ||
-        (*wanted != SafetensorsDtype::kF32 && *wanted != SafetensorsDtype::kBF16 &&
-         *wanted != SafetensorsDtype::kF16)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("checkpoint_dtype=", options.checkpoint_dtype, " must be F32, BF16 or F16"));
-    }
-    checkpoint_dtype = *wanted;
-  } else if (checkpoint_dtype != SafetensorsDtype::kBF16 &&
-             checkpoint_dtype != SafetensorsDtype::kF16) {
-    checkpoint_dtype = SafetensorsDtype::kF32;  // F64 sources and the like: fp32
-  }
+  absl::StatusOr<SafetensorsDtype> checkpoint_dtype = RunCheckpointDtype(options);
+  if (!checkpoint_dtype.ok()) return checkpoint_dtype.status();
+  absl::StatusOr<std::unique_ptr<RunCheckpoints>> checkpoints =
+      RunCheckpoints::Create(options, *checkpoint_dtype);
+  if (!checkpoints.ok()) return checkpoints.status();
 
   TextTrainingResult result;
-  const std::string job_json = TextTrainingJobJson(options);
-  std::vector<DataFileRecord> data_files;
-  std::shared_ptr<const provenance::ProvenanceContext> provenance_context;
   uint64_t first_step = 1;
-  if (!options.checkpoint_dir.empty()) {
-    absl::StatusOr<std::vector<std::string>> files =
-        options.token_files.empty() ? ExpandCorpusFiles(options.text_paths)
-                                    : absl::StatusOr<std::vector<std::string>>(options.token_files);
-    if (!files.ok()) return files.status();
-    // A different SentencePiece model would silently change every token.
-    if (options.token_files.empty() && options.tokenizer != "bytes") {
-      files->push_back(options.tokenizer);
-    }
-    absl::StatusOr<std::vector<DataFileRecord>> sums = ChecksumDataFiles(*files);
-    if (!sums.ok()) return sums.status();
-    data_files = std::move(*sums);
-    absl::StatusOr<std::shared_ptr<const provenance::ProvenanceContext>> context =
-        MakeProvenanceContext(options, job_json, *files);
-    if (!context.ok()) return context.status();
-    provenance_context = *std::move(context);
+  absl::StatusOr<std::optional<ResumePoint>> resumed = (*checkpoints)->Resume(**trainer);
+  if (!resumed.ok()) return resumed.status();
+  if (resumed->has_value()) {
+    windows.set_cursor((*resumed)->data_cursor);
+    first_step = (*resumed)->step + 1;
+    result.resumed_from_step = (*resumed)->step;
+    progress(absl::StrFormat("resumed from %s at step %d", (*resumed)->path, (*resumed)->step),
+             true);
   }
-  if (!options.checkpoint_dir.empty() && options.resume) {
-    absl::StatusOr<std::optional<std::string>> latest = LatestCheckpoint(options.checkpoint_dir);
-    if (!latest.ok()) return latest.status();
-    if (latest->has_value()) {
-      absl::StatusOr<LoadedCheckpoint> loaded = LoadCheckpoint(**latest, **trainer);
-      if (!loaded.ok()) return loaded.status();
-      if (absl::Status s = CheckDataFilesMatch(loaded->manifest.data_files, data_files);
-          !s.ok() && !options.allow_changed_data_files) {
-        return absl::FailedPreconditionError(absl::StrCat(**latest, ": ", s.message()));
-      }
-      if (loaded->state.job_json != job_json) {
-        return absl::FailedPreconditionError(
-            absl::StrCat(**latest, ": the job differs from the checkpoint's: ",
-                         FirstDifferentKey(loaded->state.job_json, job_json)));
-      }
-      windows->set_cursor(loaded->state.data_cursor);
-      first_step = loaded->state.progress.step + 1;
-      result.resumed_from_step = loaded->state.progress.step;
-      progress(absl::StrFormat("resumed from %s at step %d", **latest, loaded->state.progress.step),
-               true);
-    }
-  }
-  // Checkpoints are written while the next step runs; the last one is waited for.
-  AsyncCheckpointWriter checkpoint_writer;
-  uint64_t pending_checkpoint_step = 0;
-  auto collect_checkpoint = [&]() -> absl::Status {
-    absl::StatusOr<std::optional<std::string>> written = checkpoint_writer.Wait();
-    if (!written.ok()) return written.status();
-    if (written->has_value()) {
-      result.last_checkpoint = **written;
-      observer.OnCheckpoint(pending_checkpoint_step, result.last_checkpoint);
-    }
-    return absl::OkStatus();
-  };
-  auto save_checkpoint = [&]() -> absl::Status {
-    CheckpointRunInfo run;
-    run.data_cursor = windows->cursor();
-    run.seed = options.seed;
-    run.job_json = job_json;
-    run.data_files = data_files;
-    run.provenance = provenance_context;
-    CheckpointOptions checkpoint_options;
-    checkpoint_options.keep_last = options.keep_last;
-    checkpoint_options.model_dtype = checkpoint_dtype;
-    if (absl::Status s = collect_checkpoint(); !s.ok()) return s;
-    pending_checkpoint_step = (*trainer)->steps_done();
-    return checkpoint_writer.Start(**trainer, options.checkpoint_dir, run, checkpoint_options);
-  };
   result.parameters = (*trainer)->layout().parameter_count();
-  if (!tokens.empty()) {
-    result.unigram_entropy_nats = UnigramEntropy(
-        std::vector<int32_t>(
-            tokens.begin(),
-            tokens.begin() + static_cast<int64_t>(static_cast<double>(tokens.size()) *
-                                                  (1.0 - options.validation_fraction))),
-        static_cast<int>(config.vocab_size));
-  }
+  result.unigram_entropy_nats = data->unigram_entropy_nats;
   progress(absl::StrFormat("model: %d parameters, %d layers, d=%d; data: %d documents, %d tokens "
                            "(%d train / %d validation windows of %d); unigram entropy %.3f nats",
                            result.parameters, config.num_hidden_layers, config.hidden_size,
-                           documents, token_count, windows->train_windows(),
-                           windows->validation_windows(), seq, result.unigram_entropy_nats),
+                           data->documents, data->source->size(), windows.train_windows(),
+                           windows.validation_windows(), options.trainer.seq_len,
+                           result.unigram_entropy_nats),
            true);
 
-  std::vector<WindowBatch> validation;
-  for (int b = 0; b < options.eval_batches; ++b) {
-    validation.push_back(windows->ValidationBatch(b * micro, micro));
-  }
-  auto evaluate = [&]() -> absl::StatusOr<double> {
-    std::vector<const int32_t*> in, tg;
-    for (const WindowBatch& b : validation) {
-      in.push_back(b.inputs.data());
-      tg.push_back(b.targets.data());
-    }
-    return (*trainer)->Evaluate(in, tg);
-  };
-  absl::StatusOr<double> initial = evaluate();
+  const std::vector<WindowBatch> validation =
+      ValidationBatches(windows, options.eval_batches, micro);
+  absl::StatusOr<double> initial = Evaluate(**trainer, validation);
   if (!initial.ok()) return initial.status();
   result.initial_validation_loss = *initial;
   double validation_loss = *initial;
-  progress(absl::StrFormat("step 0/%d  validation loss %.4f", options.steps, *initial), true);
+  progress(validation.empty()
+               ? absl::StrFormat("step 0/%d  no validation windows (validation_fraction 0)",
+                                 options.steps)
+               : absl::StrFormat("step 0/%d  validation loss %.4f", options.steps, *initial),
+           true);
 
+  RunCheckpoints& run_checkpoints = **checkpoints;
   std::vector<double> speeds;
   double elapsed = 0;
   for (uint64_t step = first_step; step <= options.steps; ++step) {
     if (observer.ShouldStop()) {
       const bool keep =
-          !options.checkpoint_dir.empty() && step > first_step && observer.CheckpointBeforeStop();
+          run_checkpoints.enabled() && step > first_step && observer.CheckpointBeforeStop();
       if (keep) {
-        if (absl::Status s = save_checkpoint(); !s.ok()) return s;
+        if (absl::Status s = run_checkpoints.Start(**trainer, windows.cursor(), observer); !s.ok()) {
+          return s;
+        }
       }
-      if (absl::Status s = collect_checkpoint(); !s.ok()) return s;
+      if (absl::Status s = run_checkpoints.Collect(observer); !s.ok()) return s;
       return absl::CancelledError(
           absl::StrCat("stopped before step ", step, keep ? " (checkpoint written)" : ""));
     }
     std::vector<WindowBatch> batches;
     std::vector<const int32_t*> in, tg;
-    for (int m = 0; m < options.grad_accumulation; ++m)
-      batches.push_back(windows->NextTrainBatch(micro));
+    for (int m = 0; m < options.grad_accumulation; ++m) {
+      batches.push_back(windows.NextTrainBatch(micro));
+    }
     for (const WindowBatch& b : batches) {
       in.push_back(b.inputs.data());
       tg.push_back(b.targets.data());
@@ -381,19 +228,21 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
     const bool evaluate_now =
         step == options.steps || (options.eval_every > 0 && step % options.eval_every == 0);
     if (evaluate_now) {
-      absl::StatusOr<double> v = evaluate();
+      absl::StatusOr<double> v = Evaluate(**trainer, validation);
       if (!v.ok()) return v.status();
       validation_loss = *v;
     }
     const bool checkpoint_now =
-        !options.checkpoint_dir.empty() &&
+        run_checkpoints.enabled() &&
         (step == options.steps ||
          (options.checkpoint_every > 0 && step % options.checkpoint_every == 0) ||
          observer.ShouldCheckpoint());
     if (checkpoint_now) {
-      if (absl::Status s = save_checkpoint(); !s.ok()) return s;
+      if (absl::Status s = run_checkpoints.Start(**trainer, windows.cursor(), observer); !s.ok()) {
+        return s;
+      }
       if (step == options.steps) {
-        if (absl::Status s = collect_checkpoint(); !s.ok()) return s;
+        if (absl::Status s = run_checkpoints.Collect(observer); !s.ok()) return s;
       }
     }
     const double eta = elapsed / static_cast<double>(step - first_step + 1) *
@@ -405,21 +254,19 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
                              FormatDuration(eta), report->skipped ? "  (skipped: non-finite)" : "",
                              checkpoint_now ? "  (checkpoint started)" : ""),
              evaluate_now || checkpoint_now);
-    if (!checkpoint_now && checkpoint_writer.Idle()) {
+    if (!checkpoint_now && run_checkpoints.Idle()) {
       // Report a checkpoint that finished beside this step.
-      if (absl::Status s = collect_checkpoint(); !s.ok()) return s;
+      if (absl::Status s = run_checkpoints.Collect(observer); !s.ok()) return s;
     }
     observer.OnStep(*report, validation_loss);
     result.reports.push_back(std::move(*report));
   }
   result.final_validation_loss = validation_loss;
-  if (!speeds.empty()) {
-    std::nth_element(speeds.begin(), speeds.begin() + speeds.size() / 2, speeds.end());
-    result.tokens_per_second = speeds[speeds.size() / 2];
-  }
+  result.last_checkpoint = run_checkpoints.last_checkpoint();
+  result.tokens_per_second = Median(std::move(speeds));
   if (!options.chrome_trace_path.empty()) {
     std::ofstream out(options.chrome_trace_path);
-    out << device->timeline().ToChromeTraceJson();
+    out << (*device)->timeline().ToChromeTraceJson();
     if (!out) {
       return absl::PermissionDeniedError(
           absl::StrCat("cannot write chrome trace to '", options.chrome_trace_path, "'"));

@@ -86,6 +86,26 @@ TEST_F(TextTrainingTest, TrainsOnJsonlWithSentencePiece) {
   EXPECT_THAT(TextTrainingJobJson(Options()), HasSubstr(model_));
 }
 
+// validation_fraction 0 holds nothing out: every window trains, nothing is evaluated, and the
+// validation loss is NaN (before, evaluation divided by zero validation windows).
+TEST_F(TextTrainingTest, ValidationFractionZeroTrainsWithoutEvaluating) {
+  absl::StatusOr<std::unique_ptr<TextTokenizer>> tok = CreateTextTokenizer(model_);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  TextTrainingOptions o = Options();
+  o.validation_fraction = 0;
+  o.eval_every = 1;
+  std::vector<std::string> lines;
+  absl::StatusOr<TextTrainingResult> r =
+      TrainOnText(Config((*tok)->vocab_size()), o,
+                  [&lines](const std::string& line, bool) { lines.push_back(line); });
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->reports.size(), 2u);
+  EXPECT_TRUE(std::isnan(r->initial_validation_loss));
+  EXPECT_TRUE(std::isnan(r->final_validation_loss));
+  EXPECT_TRUE(std::isfinite(r->final_train_loss));
+  EXPECT_THAT(lines, ::testing::Contains(HasSubstr("no validation windows")));
+}
+
 TEST_F(TextTrainingTest, RefusesBadJsonlAndSmallVocabularies) {
   absl::StatusOr<std::unique_ptr<TextTokenizer>> tok = CreateTextTokenizer(model_);
   ASSERT_TRUE(tok.ok()) << tok.status();

@@ -1,0 +1,97 @@
+// Token stream, windows and corpus statistics of a training run (see training_data.h).
+#include "engine/train/training_data.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/data/text_corpus.h"
+#include "engine/data/text_tokenizer.h"
+#include "engine/data/token_file.h"
+
+namespace megatrain::engine {
+namespace {
+
+double UnigramEntropy(const std::vector<int32_t>& tokens, size_t count, int vocab) {
+  std::vector<double> counts(static_cast<size_t>(vocab), 0.0);
+  for (size_t i = 0; i < count; ++i) counts[tokens[i]] += 1;
+  double h = 0;
+  for (double c : counts) {
+    if (c > 0) {
+      const double p = c / static_cast<double>(count);
+      h -= p * std::log(p);
+    }
+  }
+  return h;
+}
+
+absl::StatusOr<std::shared_ptr<const TokenSource>> OpenTokenFiles(
+    const ModelConfig& config, const TextTrainingOptions& options) {
+  absl::StatusOr<TokenFileFormat> format = ParseTokenFileFormat(options.token_format);
+  if (!format.ok()) return format.status();
+  absl::StatusOr<TokenFiles> files = TokenFiles::Open(options.token_files, *format);
+  if (!files.ok()) return files.status();
+  const int32_t max_token = files->MaxToken();
+  if (max_token >= config.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat("token files hold id ", max_token,
+                                                   ", outside vocab_size=", config.vocab_size));
+  }
+  return std::make_shared<TokenFiles>(std::move(*files));
+}
+
+struct TokenizedText {
+  std::vector<int32_t> tokens;
+  size_t documents = 0;
+};
+
+absl::StatusOr<TokenizedText> TokenizeText(const ModelConfig& config,
+                                           const TextTrainingOptions& options) {
+  absl::StatusOr<std::unique_ptr<TextTokenizer>> tokenizer = CreateTextTokenizer(options.tokenizer);
+  if (!tokenizer.ok()) return tokenizer.status();
+  if (config.vocab_size < (*tokenizer)->vocab_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "vocab_size=", config.vocab_size, " is smaller than the vocabulary of tokenizer '",
+        options.tokenizer, "' (", (*tokenizer)->vocab_size(), ")"));
+  }
+  absl::StatusOr<std::vector<std::string>> docs = LoadTextDocuments(options.text_paths);
+  if (!docs.ok()) return docs.status();
+  absl::StatusOr<std::vector<int32_t>> encoded = TokenizeDocuments(*docs, **tokenizer);
+  if (!encoded.ok()) return encoded.status();
+  return TokenizedText{*std::move(encoded), docs->size()};
+}
+
+}  // namespace
+
+absl::StatusOr<TrainingData> PrepareTrainingData(const ModelConfig& config,
+                                                 const TextTrainingOptions& options) {
+  std::shared_ptr<const TokenSource> source;
+  size_t documents = 0;
+  double entropy = 0;
+  if (!options.token_files.empty()) {
+    absl::StatusOr<std::shared_ptr<const TokenSource>> files = OpenTokenFiles(config, options);
+    if (!files.ok()) return files.status();
+    source = *std::move(files);
+  } else {
+    absl::StatusOr<TokenizedText> text = TokenizeText(config, options);
+    if (!text.ok()) return text.status();
+    documents = text->documents;
+    // The bar to beat: the entropy of the training part's unigram distribution.
+    const size_t train_tokens = static_cast<size_t>(static_cast<double>(text->tokens.size()) *
+                                                    (1.0 - options.validation_fraction));
+    entropy = UnigramEntropy(text->tokens, train_tokens, static_cast<int>(config.vocab_size));
+    source = std::make_shared<VectorTokens>(std::move(text->tokens));
+  }
+  absl::StatusOr<TokenWindows> windows = TokenWindows::Create(
+      source, options.trainer.seq_len, options.validation_fraction, options.seed);
+  if (!windows.ok()) return windows.status();
+  return TrainingData{std::move(source), *std::move(windows), documents, entropy};
+}
+
+std::vector<WindowBatch> ValidationBatches(const TokenWindows& windows, int batches, int micro) {
+  std::vector<WindowBatch> out;
+  if (windows.validation_windows() == 0) return out;
+  for (int b = 0; b < batches; ++b) out.push_back(windows.ValidationBatch(b * micro, micro));
+  return out;
+}
+
+}  // namespace megatrain::engine

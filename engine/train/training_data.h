@@ -1,0 +1,34 @@
+// The data side of a training run: the token stream (token files read in place, or text
+// tokenized in memory), its train/validation windows, and what the run reports about it.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/data/token_windows.h"
+#include "engine/model/model_config.h"
+#include "engine/data/token_file.h"
+#include "engine/train/text_training.h"
+
+namespace megatrain::engine {
+
+struct TrainingData {
+  std::shared_ptr<const TokenSource> source;
+  TokenWindows windows;
+  size_t documents = 0;              // text only; 0 for token files
+  double unigram_entropy_nats = 0;   // of the training part of a text corpus; 0 for token files
+};
+
+// Opens the job's token files (ids checked against the model's vocabulary) or tokenizes its
+// text with its tokenizer, and windows the stream by seq_len and validation_fraction.
+absl::StatusOr<TrainingData> PrepareTrainingData(const ModelConfig& config,
+                                                 const TextTrainingOptions& options);
+
+// The validation micro-batches evaluated after the steps that evaluate: `batches` of `micro`
+// windows each; none when the run holds no validation windows out.
+std::vector<WindowBatch> ValidationBatches(const TokenWindows& windows, int batches, int micro);
+
+}  // namespace megatrain::engine

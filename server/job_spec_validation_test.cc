@@ -1,0 +1,87 @@
+// The job spec's proto3 `optional` fields: absent means the documented default, a set value is
+// used as given, 0 included (validation_fraction 0 = no validation set, adam_beta1 0 = no
+// momentum); out-of-range values are still refused naming the field.
+#include "server/job_spec_validation.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/daemon_config.h"
+#include "server/path_policy.h"
+
+namespace megatrain::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+class JobSpecValidationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = std::getenv("TEST_TMPDIR");
+    std::ofstream(root_ + "/corpus.txt") << std::string(4096, 'x') << "\n";
+    v1::DaemonConfig config;  // the documented defaults, with the temp dir as the roots
+    config.set_config_version(kDaemonConfigVersion);
+    config.set_state_dir(root_ + "/state");
+    config.set_socket_path("/nonexistent/megatraind.sock");  // never listened on
+    config.add_data_roots(root_);
+    config.add_output_roots(root_);
+    absl::StatusOr<DaemonSettings> settings = ValidateDaemonConfig(config);
+    ASSERT_TRUE(settings.ok()) << settings.status();
+    settings_ = *std::move(settings);
+  }
+
+  v1::JobSpec Spec() const {
+    v1::JobSpec spec;
+    spec.mutable_model()->set_config_json_path(kBuiltinTinyModel);
+    spec.mutable_data()->add_text_files(root_ + "/corpus.txt");
+    spec.mutable_hyper()->set_steps(3);
+    spec.mutable_hyper()->set_seq_len(16);
+    spec.mutable_hyper()->set_batch_size(2);
+    return spec;
+  }
+
+  absl::StatusOr<ValidatedJob> Validate(const v1::JobSpec& spec) const {
+    return ValidateJobSpec(spec, settings_, PathPolicy({root_}, {root_}));
+  }
+
+  std::string root_;
+  DaemonSettings settings_;
+};
+
+TEST_F(JobSpecValidationTest, AbsentOptionalFieldsTakeTheDocumentedDefaults) {
+  absl::StatusOr<ValidatedJob> job = Validate(Spec());
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->options.validation_fraction, kDefaultValidationFraction);
+  EXPECT_EQ(job->options.trainer.beta1, kDefaultAdamBeta1);
+  EXPECT_EQ(job->options.trainer.beta2, kDefaultAdamBeta2);
+  EXPECT_EQ(job->options.trainer.eps, kDefaultAdamEps);
+}
+
+TEST_F(JobSpecValidationTest, AZeroThatIsSetIsUsedAsGiven) {
+  v1::JobSpec spec = Spec();
+  spec.mutable_data()->set_validation_fraction(0);
+  spec.mutable_hyper()->set_adam_beta1(0);
+  spec.mutable_hyper()->set_adam_beta2(0.5);
+  spec.mutable_hyper()->set_adam_eps(1e-6);
+  absl::StatusOr<ValidatedJob> job = Validate(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->options.validation_fraction, 0.0);
+  EXPECT_EQ(job->options.trainer.beta1, 0.0);
+  EXPECT_EQ(job->options.trainer.beta2, 0.5);
+  EXPECT_EQ(job->options.trainer.eps, 1e-6);
+}
+
+TEST_F(JobSpecValidationTest, ASetEpsOfZeroIsRefusedNotReplaced) {
+  v1::JobSpec spec = Spec();
+  spec.mutable_hyper()->set_adam_eps(0);
+  absl::StatusOr<ValidatedJob> job = Validate(spec);
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(job.status().message(), HasSubstr("hyper.adam_eps"));
+}
+
+}  // namespace
+}  // namespace megatrain::server
