@@ -28,20 +28,10 @@ using kernels::cuda::testing::TestStream;
 using kernels::cuda::testing::ToBf16;
 using bf16 = __nv_bfloat16;
 
-// Tolerances, as a fraction of the largest |value| of each reference tensor.
-// The CUDA path stores every intermediate in bf16 (relative rounding 2^-9)
-// where the CPU keeps fp32: about ten roundings chain through a layer's
-// forward, more through its backward (bf16 activation gradients, cancellation
-// in dS = P * (dP - delta)). Replaying exactly these rounding points on the
-// CPU over these shapes (3 bias variants x 8 seeds) gave at most 0.8% of max
-// forward and 1.1% for any gradient; the bounds leave ~4x for the GPU's own
-// fp32 summation orders. A wrong RoPE pairing, GQA head mapping, transpose
-// or missing bias moves values by O(max), far beyond either bound.
-constexpr double kForwardTolerance = 3e-2;
-constexpr double kGradientTolerance = 4e-2;
-// The loss is a mean over many tokens of lse - logit computed from bf16
-// logits: its error is far below one bf16 ulp of the logits.
-constexpr double kLossTolerance = 1e-2;
+using kernels::cuda::testing::ExpectCloseToMax;
+constexpr double kForwardTolerance = kernels::cuda::testing::kLayerForwardTolerance;
+constexpr double kGradientTolerance = kernels::cuda::testing::kLayerGradientTolerance;
+constexpr double kLossTolerance = kernels::cuda::testing::kLayerLossTolerance;
 
 ModelDims TestDims() {
   ModelDims m;
@@ -138,30 +128,6 @@ std::vector<float> RandomLayer(int64_t total, const std::vector<Slot>& slots) {
 }
 
 std::vector<uint16_t> Bf16Bits(const std::vector<float>& v) { return ToBf16(v); }
-
-// |got - want| <= tolerance * max|want| over one tensor.
-void ExpectCloseToMax(const float* got, const float* want, int64_t count, double tolerance,
-                      const std::string& what) {
-  double max_abs = 0.0;
-  for (int64_t i = 0; i < count; ++i) max_abs = std::max(max_abs, std::fabs(double{want[i]}));
-  ASSERT_GT(max_abs, 0.0) << what << ": reference is all zeros";
-  const double bound = tolerance * max_abs;
-  int misses = 0;
-  for (int64_t i = 0; i < count && misses < 8; ++i) {
-    const double err = std::fabs(double{got[i]} - double{want[i]});
-    if (!(err <= bound)) {
-      ADD_FAILURE() << what << "[" << i << "] = " << got[i] << ", want " << want[i] << " (max "
-                    << max_abs << ", bound " << bound << ")";
-      ++misses;
-    }
-  }
-}
-
-void ExpectCloseToMax(const std::vector<float>& got, const std::vector<float>& want,
-                      double tolerance, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  ExpectCloseToMax(got.data(), want.data(), static_cast<int64_t>(got.size()), tolerance, what);
-}
 
 kernels::cpu::RopeTable TestRope(const ModelDims& m) {
   // llama3 scaling with a short original context, so every branch of the

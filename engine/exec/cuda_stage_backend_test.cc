@@ -32,12 +32,11 @@ using kernels::cuda::testing::RandomBf16Values;
 using kernels::cuda::testing::ToBf16;
 using testing::SynchronizeWithin;
 
-// Tolerances as a fraction of the largest |value| of each reference tensor;
-// the reasoning (bf16 roundings the CPU path does not have) is in
-// cuda_layer_math_test.cc, which measured the same layer shapes.
-constexpr double kForwardTolerance = 3e-2;
-constexpr double kGradientTolerance = 4e-2;
-constexpr double kLossTolerance = 1e-2;
+using kernels::cuda::testing::ExpectCloseToMax;
+// The layer tolerances, with their reasoning, are in cuda_test_util.h.
+constexpr double kForwardTolerance = kernels::cuda::testing::kLayerForwardTolerance;
+constexpr double kGradientTolerance = kernels::cuda::testing::kLayerGradientTolerance;
+constexpr double kLossTolerance = kernels::cuda::testing::kLayerLossTolerance;
 
 ModelDims TestDims() {
   ModelDims m;
@@ -430,29 +429,6 @@ class Rig {
   std::vector<DeviceBuffer> sets_;
   DeviceBuffer positions_;
 };
-
-// |got - want| <= tolerance * max|want| over one tensor.
-void ExpectCloseToMax(const float* got, const float* want, size_t count, double tolerance,
-                      const std::string& what) {
-  double max_abs = 0.0;
-  for (size_t i = 0; i < count; ++i) max_abs = std::max(max_abs, std::fabs(double{want[i]}));
-  ASSERT_GT(max_abs, 0.0) << what << ": reference is all zeros";
-  const double bound = tolerance * max_abs;
-  int misses = 0;
-  for (size_t i = 0; i < count && misses < 8; ++i) {
-    if (!(std::fabs(double{got[i]} - double{want[i]}) <= bound)) {
-      ADD_FAILURE() << what << "[" << i << "] = " << got[i] << ", want " << want[i] << " (bound "
-                    << bound << ")";
-      ++misses;
-    }
-  }
-}
-
-void ExpectCloseToMax(const std::vector<float>& got, const std::vector<float>& want,
-                      double tolerance, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  ExpectCloseToMax(got.data(), want.data(), got.size(), tolerance, what);
-}
 
 // What one layer forward + backward produced on one backend.
 struct LayerOutputs {
