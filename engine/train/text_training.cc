@@ -259,7 +259,8 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
       if (absl::Status s = run_checkpoints.Collect(observer); !s.ok()) return s;
     }
     observer.OnStep(*report, validation_loss);
-    result.reports.push_back(std::move(*report));
+    ++result.steps_run;
+    result.last_report = *std::move(report);
   }
   result.final_validation_loss = validation_loss;
   result.last_checkpoint = run_checkpoints.last_checkpoint();

@@ -78,7 +78,7 @@ TEST_F(TextTrainingTest, TrainsOnJsonlWithSentencePiece) {
   absl::StatusOr<TextTrainingResult> r =
       TrainOnText(Config(vocab), Options(), [](const std::string&, bool) {});
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->reports.size(), 2u);
+  EXPECT_EQ(r->steps_run, 2u);
   // An untrained model is close to uniform over the tokenizer's vocabulary.
   EXPECT_NEAR(r->initial_validation_loss, std::log(vocab), 0.5);
   EXPECT_GT(r->unigram_entropy_nats, 0);
@@ -99,7 +99,7 @@ TEST_F(TextTrainingTest, ValidationFractionZeroTrainsWithoutEvaluating) {
       TrainOnText(Config((*tok)->vocab_size()), o,
                   [&lines](const std::string& line, bool) { lines.push_back(line); });
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->reports.size(), 2u);
+  EXPECT_EQ(r->steps_run, 2u);
   EXPECT_TRUE(std::isnan(r->initial_validation_loss));
   EXPECT_TRUE(std::isnan(r->final_validation_loss));
   EXPECT_TRUE(std::isfinite(r->final_train_loss));
