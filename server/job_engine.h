@@ -42,7 +42,7 @@ std::string JobCheckpointDir(const std::string& state_dir, const std::string& jo
 std::string JobTokensDir(const std::string& state_dir, const std::string& job_id,
                          const ValidatedJob& job);
 
-struct TextJobEngineOptions {
+struct DeviceJobEngineOptions {
   std::string state_dir;
   engine::DeviceOptions device;  // the daemon's one device, created once
   // Test hook, CPU device only: CpuDevice::InjectFault after this many training steps of the
@@ -61,10 +61,10 @@ struct TextJobEngineOptions {
 // megatrain_tokenize in a child process (server/job_tokens.h) into JobTokensDir, killed when the
 // job is stopped, and trains on that token file. A device fault fails the running job and every
 // later one (DeviceHealth).
-class TextJobEngine final : public JobEngine {
+class DeviceJobEngine final : public JobEngine {
  public:
   // Creates the device; INVALID_ARGUMENT for a fault hook on a non-CPU device.
-  static absl::StatusOr<std::unique_ptr<TextJobEngine>> Create(TextJobEngineOptions options);
+  static absl::StatusOr<std::unique_ptr<DeviceJobEngine>> Create(DeviceJobEngineOptions options);
 
   absl::Status Run(const std::string& job_id, const ValidatedJob& job,
                    engine::TrainingObserver& observer) override;
@@ -76,11 +76,11 @@ class TextJobEngine final : public JobEngine {
   // The token file of a SentencePiece job (reused when an earlier run made it).
   absl::StatusOr<JobTokens> TokenizeText(const std::string& job_id, const ValidatedJob& job,
                                          engine::TrainingObserver& observer);
-  TextJobEngine(TextJobEngineOptions options, std::unique_ptr<engine::Device> device,
-                engine::CpuDevice* cpu_device)
+  DeviceJobEngine(DeviceJobEngineOptions options, std::unique_ptr<engine::Device> device,
+                  engine::CpuDevice* cpu_device)
       : options_(std::move(options)), device_(std::move(device)), cpu_device_(cpu_device) {}
 
-  const TextJobEngineOptions options_;
+  const DeviceJobEngineOptions options_;
   const std::unique_ptr<engine::Device> device_;
   engine::CpuDevice* const cpu_device_;  // device_ when it is the CPU device, else null
   uint64_t steps_run_ = 0;               // runner thread only

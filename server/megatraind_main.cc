@@ -209,7 +209,7 @@ int main(int argc, char** argv) {
   sigaction(SIGHUP, &action, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  TextJobEngineOptions engine_options;
+  DeviceJobEngineOptions engine_options;
   engine_options.state_dir = settings->state_dir;
   engine_options.device = settings->device;
   engine_options.inject_device_fault_after_steps =
@@ -221,8 +221,8 @@ int main(int argc, char** argv) {
   if (access(engine_options.tokenize_binary.c_str(), X_OK) != 0) {
     log.Event("tokenize_binary_missing", {{"path", engine_options.tokenize_binary}});
   }
-  absl::StatusOr<std::unique_ptr<TextJobEngine>> engine =
-      TextJobEngine::Create(std::move(engine_options));
+  absl::StatusOr<std::unique_ptr<DeviceJobEngine>> engine =
+      DeviceJobEngine::Create(std::move(engine_options));
   if (!engine.ok()) {
     log.Event("start_error", {{"error", engine.status().ToString()}});
     return 1;

@@ -80,7 +80,7 @@ class TestDaemon {
     std::filesystem::remove_all(sock_dir_);
   }
 
-  // Runs jobs on `engine` (a real TextJobEngine, say) instead of the fake one.
+  // Runs jobs on `engine` (a real DeviceJobEngine, say) instead of the fake one.
   void Start(JobEngine* engine = nullptr) {
     absl::StatusOr<std::unique_ptr<Daemon>> d =
         Daemon::Start(settings_, engine != nullptr ? *engine : engine_, log_);
