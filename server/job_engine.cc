@@ -17,7 +17,7 @@ bool IsDeviceFault(const absl::Status& status) {
 }
 
 std::string JobCheckpointDir(const std::string& state_dir, const std::string& job_id,
-                             const ValidatedJob& job) {
+                             const service::ValidatedJob& job) {
   if (!job.output_dir.empty() && job.reuse_output_dir) {
     return absl::StrCat(job.output_dir, "/checkpoints/", job_id);
   }
@@ -26,7 +26,7 @@ std::string JobCheckpointDir(const std::string& state_dir, const std::string& jo
 }
 
 std::string JobTokensDir(const std::string& state_dir, const std::string& job_id,
-                         const ValidatedJob& job) {
+                         const service::ValidatedJob& job) {
   if (!job.output_dir.empty()) return job.output_dir + "/tokens";
   return absl::StrCat(state_dir, "/jobs/", job_id, "/tokens");
 }
@@ -82,7 +82,7 @@ absl::StatusOr<std::unique_ptr<DeviceJobEngine>> DeviceJobEngine::Create(
       new DeviceJobEngine(std::move(options), std::move(device), cpu_device));
 }
 
-absl::Status DeviceJobEngine::Run(const std::string& job_id, const ValidatedJob& job,
+absl::Status DeviceJobEngine::Run(const std::string& job_id, const service::ValidatedJob& job,
                                   engine::TrainingObserver& runner_observer) {
   if (absl::Status health = device_->health(); !health.ok()) return health;
   FaultHookObserver observer(*this, runner_observer);
@@ -130,7 +130,7 @@ absl::Status DeviceJobEngine::Run(const std::string& job_id, const ValidatedJob&
 }
 
 absl::StatusOr<JobTokens> DeviceJobEngine::TokenizeText(const std::string& job_id,
-                                                        const ValidatedJob& job,
+                                                        const service::ValidatedJob& job,
                                                         engine::TrainingObserver& observer) {
   // The runner hashed the data and the tokenizer into the lineage at the first run and checked
   // them before every later one; only after an allowed data change are they hashed again here.

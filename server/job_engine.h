@@ -11,8 +11,8 @@
 #include "engine/device/cpu_device.h"
 #include "engine/device/device.h"
 #include "engine/train/text_training.h"
-#include "server/job_spec_validation.h"
 #include "server/job_tokens.h"
+#include "service/job_spec_validation.h"
 
 namespace megatrain::server {
 
@@ -21,7 +21,7 @@ class JobEngine {
   virtual ~JobEngine() = default;
   // Runs `job` to its end on the runner thread, reporting through `observer`; returns CANCELLED
   // when observer.ShouldStop() stopped it, the engine's error otherwise.
-  virtual absl::Status Run(const std::string& job_id, const ValidatedJob& job,
+  virtual absl::Status Run(const std::string& job_id, const service::ValidatedJob& job,
                            engine::TrainingObserver& observer) = 0;
   // The health of the device the engine runs jobs on: OK, or its sticky fault (the daemon then
   // stops taking jobs until it is restarted).
@@ -36,11 +36,11 @@ bool IsDeviceFault(const absl::Status& status);
 // checkpoints, and it never resumes from them), or <state_dir>/jobs/<id>/checkpoints for a job
 // without an output directory.
 std::string JobCheckpointDir(const std::string& state_dir, const std::string& job_id,
-                             const ValidatedJob& job);
+                             const service::ValidatedJob& job);
 
 // Where a job's token files live: <output_dir>/tokens, or <state_dir>/jobs/<id>/tokens.
 std::string JobTokensDir(const std::string& state_dir, const std::string& job_id,
-                         const ValidatedJob& job);
+                         const service::ValidatedJob& job);
 
 struct DeviceJobEngineOptions {
   std::string state_dir;
@@ -66,7 +66,7 @@ class DeviceJobEngine final : public JobEngine {
   // Creates the device; INVALID_ARGUMENT for a fault hook on a non-CPU device.
   static absl::StatusOr<std::unique_ptr<DeviceJobEngine>> Create(DeviceJobEngineOptions options);
 
-  absl::Status Run(const std::string& job_id, const ValidatedJob& job,
+  absl::Status Run(const std::string& job_id, const service::ValidatedJob& job,
                    engine::TrainingObserver& observer) override;
   absl::Status DeviceHealth() const override { return device_->health(); }
   engine::Device& device() { return *device_; }
@@ -74,7 +74,8 @@ class DeviceJobEngine final : public JobEngine {
  private:
   class FaultHookObserver;
   // The token file of a SentencePiece job (reused when an earlier run made it).
-  absl::StatusOr<JobTokens> TokenizeText(const std::string& job_id, const ValidatedJob& job,
+  absl::StatusOr<JobTokens> TokenizeText(const std::string& job_id,
+                                         const service::ValidatedJob& job,
                                          engine::TrainingObserver& observer);
   DeviceJobEngine(DeviceJobEngineOptions options, std::unique_ptr<engine::Device> device,
                   engine::CpuDevice* cpu_device)

@@ -14,7 +14,7 @@
 #include "engine/provenance/sha256.h"
 #include "server/input_recheck.h"
 #include "server/job_lineage.h"
-#include "server/path_policy.h"
+#include "service/path_policy.h"
 
 namespace megatrain::server {
 namespace {
@@ -270,7 +270,7 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(
   interrupted.insert(interrupted.end(), queued.begin(), queued.end());
   for (const std::string& id : interrupted) {
     Entry& e = runner->jobs_.at(id);
-    absl::StatusOr<ValidatedJob> validated = revalidate(e.job->spec());
+    absl::StatusOr<service::ValidatedJob> validated = revalidate(e.job->spec());
     if (!validated.ok()) {
       e.job.Mutable().set_failure_reason(
           absl::StrCat("re-validation after restart: ", validated.status().ToString()));
@@ -289,13 +289,13 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(
 JobRunner::~JobRunner() { Shutdown(); }
 
 int JobRunner::CrashesSinceProgressLocked(const std::string& id) {
-  absl::StatusOr<std::vector<AuditRow>> rows = store_->LoadAudit(id);
+  absl::StatusOr<std::vector<service::AuditRow>> rows = store_->LoadAudit(id);
   if (!rows.ok()) {
     log_.JobEvent("store_error", id, {{"error", rows.status().ToString()}});
     return 0;
   }
   int crashes = 0;
-  for (const AuditRow& row : *rows) {
+  for (const service::AuditRow& row : *rows) {
     if (row.kind == "requeued_after_restart") ++crashes;
     if (row.kind == "checkpoint" || row.kind == "resume") crashes = 0;
   }
@@ -365,7 +365,7 @@ void JobRunner::RecordAccessRefusal(const std::string& id, const std::string& me
   if (FindLocked(id) != nullptr) AuditLocked(id, "access_refused", message);
 }
 
-absl::StatusOr<v1::Job> JobRunner::Submit(const v1::JobSpec& spec, ValidatedJob job,
+absl::StatusOr<v1::Job> JobRunner::Submit(const v1::JobSpec& spec, service::ValidatedJob job,
                                           std::optional<uint32_t> submitter_uid) {
   // Read before taking mu_ (protocol 8): checkpoints already in the directory that no known job
   // owns (a purged job's, another state directory's) would be resumed from and pruned.
@@ -420,17 +420,17 @@ absl::StatusOr<v1::Job> JobRunner::Submit(const v1::JobSpec& spec, ValidatedJob 
 }
 
 absl::Status JobRunner::CheckOutputDirFreeLocked(const v1::JobSpec& spec,
-                                                 const ValidatedJob& job) const {
+                                                 const service::ValidatedJob& job) const {
   // A job's checkpoints live under its output directory and a run resumes from the newest one
   // there, so two jobs must not share it: compared by the resolved path (jobs stored before it
   // was recorded: the spec's path, normalized), so aliases match also after a restart.
   if (job.output_dir.empty()) return absl::OkStatus();
   for (const auto& [other_id, other] : jobs_) {
-    const std::string other_dir = !other.job->resolved_output_dir().empty()
-                                      ? other.job->resolved_output_dir()
-                                  : other.job->spec().output_dir().empty()
-                                      ? std::string()
-                                      : NormalizeAbsolutePath(other.job->spec().output_dir());
+    const std::string other_dir =
+        !other.job->resolved_output_dir().empty() ? other.job->resolved_output_dir()
+        : other.job->spec().output_dir().empty()
+            ? std::string()
+            : service::NormalizeAbsolutePath(other.job->spec().output_dir());
     if (other_dir != job.output_dir) continue;
     const bool ended = IsTerminal(other.job->state());
     if (ended && spec.reuse_output_dir()) continue;
@@ -597,7 +597,7 @@ absl::StatusOr<v1::Job> JobRunner::Resume(const std::string& id, bool allow_data
   if (!entry->validated.has_value()) {  // paused before a restart: check today's files and limits
     const v1::JobSpec spec = entry->job->spec();
     lock.unlock();
-    absl::StatusOr<ValidatedJob> validated = revalidate_(spec);
+    absl::StatusOr<service::ValidatedJob> validated = revalidate_(spec);
     lock.lock();
     if (absl::Status s = check_paused(); !s.ok()) return s;
     if (!validated.ok()) {
@@ -608,7 +608,7 @@ absl::StatusOr<v1::Job> JobRunner::Resume(const std::string& id, bool allow_data
   }
   if (entry->lineage.has_value()) {  // protocol 6's data check, answered to the caller at once
     const provenance::Lineage lineage = *entry->lineage;
-    const ValidatedJob validated = *entry->validated;
+    const service::ValidatedJob validated = *entry->validated;
     lock.unlock();
     absl::StatusOr<std::vector<provenance::InputFile>> current = HashDataInputs(validated);
     lock.lock();
@@ -650,9 +650,9 @@ absl::StatusOr<v1::AuditLog> JobRunner::Audit(const std::string& id) const {
   // On the reader connection, never under mu_ (protocol 8).
   std::lock_guard<std::mutex> lock(reader_mu_);
   if (limits_.test_read_hook) limits_.test_read_hook("Audit");
-  absl::StatusOr<std::vector<AuditRow>> rows = reader_->LoadAudit(id);
+  absl::StatusOr<std::vector<service::AuditRow>> rows = reader_->LoadAudit(id);
   if (!rows.ok()) return rows.status();
-  return CheckedAuditLog(*rows);
+  return service::CheckedAuditLog(*rows);
 }
 
 absl::StatusOr<provenance::Lineage> JobRunner::JobLineage(const std::string& id) const {
@@ -665,9 +665,9 @@ absl::StatusOr<provenance::Lineage> JobRunner::JobLineage(const std::string& id)
   return *e->lineage;
 }
 
-absl::StatusOr<ValidatedJob> JobRunner::PrepareRun(const std::string& id,
-                                                   const ValidatedJob& validated,
-                                                   std::string* refusal) {
+absl::StatusOr<service::ValidatedJob> JobRunner::PrepareRun(const std::string& id,
+                                                            const service::ValidatedJob& validated,
+                                                            std::string* refusal) {
   // The inputs as they are now, before anything reads them (issue 16, point 2).
   if (absl::Status s = RecheckJobInputs(validated); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("inputs checked when the job runs: ", s.message()));
@@ -735,7 +735,7 @@ absl::StatusOr<ValidatedJob> JobRunner::PrepareRun(const std::string& id,
       log_.JobEvent("data_change_allowed", id, {{"files", absl::StrCat(changes.size())}});
     }
   }
-  ValidatedJob run = validated;
+  service::ValidatedJob run = validated;
   run.options.lineage = *lineage;
   run.options.signer = provenance_.signer;
   // The SHA-256 check above is the data check of this run; the checkpoint's CRC32Cs still
@@ -829,7 +829,7 @@ absl::StatusOr<bool> JobRunner::WaitForChange(const std::string& id, uint64_t* v
 void JobRunner::Loop() {
   while (true) {
     std::string id;
-    const ValidatedJob* validated = nullptr;
+    const service::ValidatedJob* validated = nullptr;
     {
       std::unique_lock<std::mutex> lock(mu_);
       changed_.wait(lock, [&] { return stopping_ || (healthy_ && !queue_.empty()); });
@@ -852,7 +852,7 @@ void JobRunner::Loop() {
       TransitionLocked(e, v1::RUNNING, "started", "start");
     }
     std::string refusal;
-    absl::StatusOr<ValidatedJob> run = PrepareRun(id, *validated, &refusal);
+    absl::StatusOr<service::ValidatedJob> run = PrepareRun(id, *validated, &refusal);
     if (!refusal.empty()) {
       std::lock_guard<std::mutex> lock(mu_);
       Entry& e = jobs_.at(id);

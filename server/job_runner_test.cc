@@ -23,7 +23,7 @@ using ::testing::HasSubstr;
 // after the job's newest one.
 class FakeEngine final : public JobEngine {
  public:
-  absl::Status Run(const std::string& job_id, const ValidatedJob& job,
+  absl::Status Run(const std::string& job_id, const service::ValidatedJob& job,
                    engine::TrainingObserver& observer) override {
     uint64_t first_step = 1;
     {
@@ -97,8 +97,8 @@ std::string TempDb(const std::string& name) {
   return path;
 }
 
-ValidatedJob Job(uint64_t steps) {
-  ValidatedJob job;
+service::ValidatedJob Job(uint64_t steps) {
+  service::ValidatedJob job;
   job.options.steps = steps;
   return job;
 }
@@ -109,7 +109,7 @@ v1::JobSpec Spec(uint64_t steps) {
   return spec;
 }
 
-absl::StatusOr<ValidatedJob> Revalidate(const v1::JobSpec& spec) {
+absl::StatusOr<service::ValidatedJob> Revalidate(const v1::JobSpec& spec) {
   return Job(spec.hyper().steps());
 }
 
@@ -306,9 +306,10 @@ TEST_F(JobRunnerTest, JobRunningAtACrashIsQueuedFirstAndUnknownSpecsFail) {
   absl::StatusOr<std::unique_ptr<JobRunner>> runner =
       JobRunner::Create(std::move(*store), engine_, nullptr, log_, 8, [](const v1::JobSpec& spec) {
         if (spec.hyper().steps() == 0) {
-          return absl::StatusOr<ValidatedJob>(absl::InvalidArgumentError("hyper.steps: 0"));
+          return absl::StatusOr<service::ValidatedJob>(
+              absl::InvalidArgumentError("hyper.steps: 0"));
         }
-        return absl::StatusOr<ValidatedJob>(Job(spec.hyper().steps()));
+        return absl::StatusOr<service::ValidatedJob>(Job(spec.hyper().steps()));
       });
   ASSERT_TRUE(runner.ok()) << runner.status();
   EXPECT_EQ((*runner)->Get("job-000001")->state(), v1::QUEUED);
@@ -378,7 +379,7 @@ TEST_F(JobRunnerTest, ChangedDataAfterRestartPausesUntilAllowed) {
   const std::string data = TempDb("data_change.txt");
   std::ofstream(data) << "some training text";
   auto job_with_data = [&](uint64_t steps) {
-    ValidatedJob job = Job(steps);
+    service::ValidatedJob job = Job(steps);
     job.options.text_paths = {data};
     return job;
   };
@@ -401,7 +402,7 @@ TEST_F(JobRunnerTest, ChangedDataAfterRestartPausesUntilAllowed) {
   ASSERT_TRUE(store.ok());
   absl::StatusOr<std::unique_ptr<JobRunner>> created =
       JobRunner::Create(std::move(*store), engine_, nullptr, log_, 8,
-                        [&](const v1::JobSpec& spec) -> absl::StatusOr<ValidatedJob> {
+                        [&](const v1::JobSpec& spec) -> absl::StatusOr<service::ValidatedJob> {
                           return job_with_data(spec.hyper().steps());
                         });
   ASSERT_TRUE(created.ok()) << created.status();
