@@ -14,6 +14,7 @@
 #include "engine/provenance/sha256.h"
 #include "server/input_recheck.h"
 #include "server/job_lineage.h"
+#include "server/job_provenance_phase.h"
 #include "service/path_policy.h"
 
 namespace megatrain::server {
@@ -683,65 +684,28 @@ absl::StatusOr<service::ValidatedJob> JobRunner::PrepareRun(const std::string& i
     e.allow_data_change = false;
     spec = e.job->spec();
   }
-  if (!lineage.has_value()) {
-    absl::StatusOr<provenance::Lineage> built =
-        BuildJobLineage(spec, validated, provenance_.device_kind);
-    if (!built.ok()) {
-      return absl::Status(built.status().code(),
-                          absl::StrCat("lineage: ", built.status().message()));
-    }
-    uint64_t bytes = 0;
-    for (const provenance::InputFile& f : built->inputs) bytes += f.bytes;
+  // Files are hashed without mu_ (seconds per GB); what the phase decided is recorded under it.
+  absl::StatusOr<ProvenanceDecision> decision =
+      DecideProvenance(id, spec, validated, lineage, allow_data_change, provenance_.device_kind);
+  if (!decision.ok()) return decision.status();
+  if (!decision->refusal.empty()) {
+    *refusal = decision->refusal;
+    return absl::FailedPreconditionError(*refusal);
+  }
+  if (decision->record) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (absl::Status s = writer_.PutLineage(id, provenance::LineageToJson(*built)); !s.ok()) {
+    if (absl::Status s = writer_.PutLineage(id, provenance::LineageToJson(decision->lineage));
+        !s.ok()) {
       return s;
     }
-    jobs_.at(id).lineage = *built;
-    AuditLocked(id, "lineage_recorded",
-                absl::StrCat(built->inputs.size(), " input files (", bytes,
-                             " bytes) hashed; build ", built->build.version, " ",
-                             built->build.commit, "; device ", built->device_kind));
-    lineage = *std::move(built);
-  } else {
-    absl::StatusOr<std::vector<provenance::InputFile>> current = HashDataInputs(validated);
-    if (!current.ok()) {
-      *refusal = absl::StrCat("data check before continuing: ", current.status().message(),
-                              "; the job is PAUSED until the data is back");
-      return absl::FailedPreconditionError(*refusal);
-    }
-    std::vector<provenance::DataChange> changes = CompareDataInputs(*lineage, *current);
-    if (!changes.empty() && !allow_data_change) {
-      *refusal = absl::StrCat(DescribeDataChanges(changes),
-                              ". The job is PAUSED: restore the data, or continue with it: "
-                              "megatrain resume ",
-                              id, " --allow-data-change");
-      return absl::FailedPreconditionError(*refusal);
-    }
-    if (!changes.empty()) {
-      const std::string now = absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone());
-      for (provenance::DataChange& c : changes) {
-        c.allowed_at = now;
-        c.reason = "megatrain resume --allow-data-change";
-        lineage->data_changes.push_back(c);
-      }
-      std::lock_guard<std::mutex> lock(mu_);
-      if (absl::Status s = writer_.PutLineage(id, provenance::LineageToJson(*lineage)); !s.ok()) {
-        return s;
-      }
-      jobs_.at(id).lineage = *lineage;
-      for (const provenance::DataChange& c : changes) {
-        AuditLocked(id, "data_change_allowed", DescribeDataChanges({c}));
-      }
-      log_.JobEvent("data_change_allowed", id, {{"files", absl::StrCat(changes.size())}});
+    jobs_.at(id).lineage = decision->lineage;
+    for (const ProvenanceAuditRow& row : decision->audit) AuditLocked(id, row.kind, row.message);
+    if (decision->allowed_changes > 0) {
+      log_.JobEvent("data_change_allowed", id,
+                    {{"files", absl::StrCat(decision->allowed_changes)}});
     }
   }
-  service::ValidatedJob run = validated;
-  run.options.lineage = *lineage;
-  run.options.signer = provenance_.signer;
-  // The SHA-256 check above is the data check of this run; the checkpoint's CRC32Cs still
-  // describe the data from before an allowed change.
-  run.options.allow_changed_data_files = !lineage->data_changes.empty();
-  return run;
+  return WithProvenance(validated, decision->lineage, provenance_.signer);
 }
 
 absl::StatusOr<v1::CheckpointRecord> JobRunner::CheckpointNow(const std::string& id,

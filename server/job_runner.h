@@ -23,9 +23,10 @@
 //     PAUSED with a message naming the file and both hashes (ResumeJob checks the same before
 //     queueing and refuses). With ResumeJob's allow_data_change the run records the change as a
 //     provenance::DataChange in the lineage instead. The engine gets the lineage and the
-//     daemon's signer, so every checkpoint is signed and chained to the base model or seed.
-//     Before that phase the inputs are checked again as they are now (input_recheck.h): one
-//     that leads elsewhere or is no longer a regular file fails the run naming it.
+//     daemon's signer, so every checkpoint is signed and chained to the base model or seed
+//     (the decisions: job_provenance_phase.h). Before that phase the inputs are checked again
+//     as they are now (input_recheck.h): one that leads elsewhere or is no longer a regular
+//     file fails the run naming it.
 //  7. Every job event is appended to the store's hash-chained audit log (service/audit_log.h).
 //  8. No priority inversion (request threads run at a low priority): request threads hold mu_,
 //     which every step of the running job takes, only for O(jobs) reference counts and
@@ -187,9 +188,11 @@ class JobRunner {
   int CrashesSinceProgressLocked(const std::string& id);
 
   void Loop();
-  // The provenance phase of a run (protocol 6), on the runner thread without mu_: the job as the
-  // engine runs it (lineage, signer). `*refusal` is set (and nothing returned) when changed data
-  // keeps the job from continuing; an error fails the job.
+  // The provenance phase of a run (protocol 6), on the runner thread: DecideProvenance
+  // (job_provenance_phase.h) hashes files without mu_, and what it decides (the lineage, audit
+  // rows) is stored under mu_; returns the job as the engine runs it (lineage, signer).
+  // `*refusal` is set (and nothing returned) when changed data keeps the job from continuing; an
+  // error fails the job.
   absl::StatusOr<service::ValidatedJob> PrepareRun(const std::string& id,
                                                    const service::ValidatedJob& validated,
                                                    std::string* refusal);
