@@ -2,31 +2,18 @@
 // data comparison before a continued run (changed, new, gone files; allowed changes count).
 #include "server/job_lineage.h"
 
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <string>
 
 #include "engine/provenance/sha256.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/test_files.h"
 
 namespace megatrain::server {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::string TempDir(const char* name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  const std::string path = std::string(dir ? dir : "/tmp") + "/" + name;
-  std::filesystem::remove_all(path);
-  std::filesystem::create_directories(path);
-  return path;
-}
-
-void Write(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
 
 TEST(JobLineageTest, HashesEveryInputWithItsRole) {
   const std::string dir = TempDir("lineage_inputs");

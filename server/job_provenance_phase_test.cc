@@ -3,30 +3,17 @@
 // allows it, and an allowed change is recorded with one audit row a file.
 #include "server/job_provenance_phase.h"
 
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/test_files.h"
 
 namespace megatrain::server {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::string TempDir(const char* name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  const std::string path = std::string(dir ? dir : "/tmp") + "/" + name;
-  std::filesystem::remove_all(path);
-  std::filesystem::create_directories(path);
-  return path;
-}
-
-void Write(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
 
 service::ValidatedJob TextJob(const std::string& text_path) {
   service::ValidatedJob job;
