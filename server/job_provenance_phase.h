@@ -24,8 +24,8 @@ struct ProvenanceAuditRow {
 };
 
 struct ProvenanceDecision {
-  // Set (and nothing else) when changed or unreadable data keeps the job from continuing: the
-  // job goes to PAUSED with this message.
+  // Set when changed or unreadable data keeps the job from continuing: the job goes to PAUSED
+  // with this message, and nothing is recorded.
   std::string refusal;
   provenance::Lineage lineage;  // the lineage this run trains under
   // The lineage is new or records newly allowed data changes: the runner stores it, appends
