@@ -113,37 +113,41 @@ absl::StatusOr<service::ValidatedJob> Revalidate(const v1::JobSpec& spec) {
   return Job(spec.hyper().steps());
 }
 
-// Waits (bounded) until the job reaches `state`; returns the last snapshot.
-v1::Job AwaitState(JobRunner& runner, const std::string& id, v1::JobState state) {
+// Waits (bounded, 20 s) until `reached` holds for the job; *job is the last snapshot. A failed
+// WaitForChange is a test failure and ends the wait.
+template <typename Reached>
+bool AwaitJob(JobRunner& runner, const std::string& id, Reached reached, v1::Job* job) {
   uint64_t version = 0;
-  v1::Job job;
   std::string message;
   const absl::Time deadline = absl::Now() + absl::Seconds(20);
   while (absl::Now() < deadline) {
     absl::StatusOr<bool> changed =
-        runner.WaitForChange(id, &version, absl::Milliseconds(200), &job, &message);
+        runner.WaitForChange(id, &version, absl::Milliseconds(200), job, &message);
     EXPECT_TRUE(changed.ok()) << changed.status();
-    if (!changed.ok()) break;
-    if (job.state() == state) return job;
+    if (!changed.ok()) return false;
+    if (reached(*job)) return true;
   }
-  ADD_FAILURE() << "job " << id << " never reached " << JobStateName(state) << "; last "
-                << JobStateName(job.state());
+  return false;
+}
+
+// Waits (bounded) until the job reaches `state`; returns the last snapshot.
+v1::Job AwaitState(JobRunner& runner, const std::string& id, v1::JobState state) {
+  v1::Job job;
+  if (!AwaitJob(
+          runner, id, [&](const v1::Job& j) { return j.state() == state; }, &job)) {
+    ADD_FAILURE() << "job " << id << " never reached " << JobStateName(state) << "; last "
+                  << JobStateName(job.state());
+  }
   return job;
 }
 
 // Waits (bounded) until the job has completed at least `step` steps.
 void AwaitStep(JobRunner& runner, const std::string& id, uint64_t step) {
-  uint64_t version = 0;
   v1::Job job;
-  std::string message;
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (absl::Now() < deadline) {
-    absl::StatusOr<bool> changed =
-        runner.WaitForChange(id, &version, absl::Milliseconds(200), &job, &message);
-    ASSERT_TRUE(changed.ok()) << changed.status();
-    if (job.progress().step() >= step) return;
+  if (!AwaitJob(
+          runner, id, [&](const v1::Job& j) { return j.progress().step() >= step; }, &job)) {
+    ADD_FAILURE() << "job " << id << " never reached step " << step;
   }
-  ADD_FAILURE() << "job " << id << " never reached step " << step;
 }
 
 class JobRunnerTest : public ::testing::Test {
