@@ -25,8 +25,8 @@
 #include "client/verify_command.h"
 #include "grpcpp/client_context.h"
 #include "proto/megatrain.grpc.pb.h"
-#include "server/audit_log.h"
-#include "server/offline_plan.h"
+#include "service/audit_log.h"
+#include "service/offline_plan.h"
 
 ABSL_FLAG(std::string, socket, "/run/megatrain/megatraind.sock", "megatraind's Unix socket.");
 ABSL_FLAG(std::string, address, "", "host:port of megatraind's TCP listener (TLS + token).");
@@ -253,7 +253,7 @@ int PlanInProcess(const std::string& why) {
     return kUsage;
   }
   absl::StatusOr<v1::PlanResponse> plan =
-      server::PlanOffline(*spec, absl::GetFlag(FLAGS_daemon_config));
+      service::PlanOffline(*spec, absl::GetFlag(FLAGS_daemon_config));
   if (!plan.ok()) {
     return ExitFor(grpc::Status(static_cast<grpc::StatusCode>(plan.status().code()),
                                 std::string(plan.status().message())));
@@ -303,8 +303,8 @@ int Run(const std::string& command, const std::vector<std::string>& args) {
   }
   if (command == "plan" && absl::GetFlag(FLAGS_offline)) return PlanInProcess("--offline");
   if (command == "audit" && !absl::GetFlag(FLAGS_db).empty()) {
-    absl::StatusOr<std::vector<server::AuditRow>> rows =
-        server::ReadAuditLogFile(absl::GetFlag(FLAGS_db), args[0]);
+    absl::StatusOr<std::vector<service::AuditRow>> rows =
+        service::ReadAuditLogFile(absl::GetFlag(FLAGS_db), args[0]);
     if (!rows.ok()) {
       std::fprintf(stderr, "megatrain: %s\n", std::string(rows.status().message()).c_str());
       return kUsage;
@@ -314,7 +314,7 @@ int Run(const std::string& command, const std::vector<std::string>& args) {
                    absl::GetFlag(FLAGS_db).c_str());
       return kRejected;
     }
-    return PrintAudit(server::CheckedAuditLog(*rows));
+    return PrintAudit(service::CheckedAuditLog(*rows));
   }
   client::ConnectionOptions connection{absl::GetFlag(FLAGS_socket), absl::GetFlag(FLAGS_address),
                                        absl::GetFlag(FLAGS_token_file),

@@ -1,6 +1,6 @@
 // Tests of the audit log: the chain of appended rows checks, and altering, deleting or
 // reordering a row is detected and named, in the store and through the offline file reader.
-#include "server/audit_log.h"
+#include "service/audit_log.h"
 
 #include <sqlite3.h>
 
@@ -40,7 +40,7 @@ int64_t WriteEvents(const std::string& path) {
   EXPECT_TRUE(store.ok()) << store.status();
   int64_t row_of_a3 = 0;
   for (int i = 1; i <= 5; ++i) {
-    absl::StatusOr<AuditRow> a = (*store)->AppendAudit(
+    absl::StatusOr<service::AuditRow> a = (*store)->AppendAudit(
         "job-a", 1000 + i, "kind", "event " + std::to_string(i) + " \xff\n odd bytes");
     EXPECT_TRUE(a.ok()) << a.status();
     EXPECT_EQ(a->seq, i);
@@ -55,14 +55,14 @@ int64_t WriteEvents(const std::string& path) {
 TEST(AuditLogTest, AppendedRowsChainAndCheck) {
   const std::string path = TempDb("audit_ok.db");
   WriteEvents(path);
-  absl::StatusOr<std::vector<AuditRow>> rows = ReadAuditLogFile(path, "job-a");
+  absl::StatusOr<std::vector<service::AuditRow>> rows = service::ReadAuditLogFile(path, "job-a");
   ASSERT_TRUE(rows.ok()) << rows.status();
   ASSERT_EQ(rows->size(), 5u);
-  EXPECT_EQ((*rows)[0].prev_hash, kAuditGenesisHash);
+  EXPECT_EQ((*rows)[0].prev_hash, service::kAuditGenesisHash);
   for (size_t i = 1; i < rows->size(); ++i) EXPECT_EQ((*rows)[i].prev_hash, (*rows)[i - 1].hash);
-  EXPECT_TRUE(CheckAuditChain(*rows).ok) << CheckAuditChain(*rows).problem;
-  EXPECT_EQ(ReadAuditLogFile(path, "job-b")->size(), 3u);
-  EXPECT_TRUE(ReadAuditLogFile(path, "job-none")->empty());
+  EXPECT_TRUE(service::CheckAuditChain(*rows).ok) << service::CheckAuditChain(*rows).problem;
+  EXPECT_EQ(service::ReadAuditLogFile(path, "job-b")->size(), 3u);
+  EXPECT_TRUE(service::ReadAuditLogFile(path, "job-none")->empty());
 }
 
 TEST(AuditLogTest, TableRefusesUpdatesAndDeletes) {
@@ -84,25 +84,28 @@ TEST(AuditLogTest, AlteredRowIsNamed) {
       "WHERE row = " +
       std::to_string(row) + ";";
   Tamper(path, sql.c_str());
-  const AuditCheck check = CheckAuditChain(*ReadAuditLogFile(path, "job-a"));
+  const service::AuditCheck check =
+      service::CheckAuditChain(*service::ReadAuditLogFile(path, "job-a"));
   EXPECT_FALSE(check.ok);
   EXPECT_EQ(check.first_bad_row, row);
   EXPECT_THAT(check.problem, HasSubstr("seq 3"));
   EXPECT_THAT(check.problem, HasSubstr("altered"));
   // The other job's chain is untouched.
-  EXPECT_TRUE(CheckAuditChain(*ReadAuditLogFile(path, "job-b")).ok);
+  EXPECT_TRUE(service::CheckAuditChain(*service::ReadAuditLogFile(path, "job-b")).ok);
 }
 
 TEST(AuditLogTest, AlteredRowWithRecomputedHashBreaksTheNextRow) {
   const std::string path = TempDb("audit_rehashed.db");
   const int64_t row = WriteEvents(path);
-  std::vector<AuditRow> rows = *ReadAuditLogFile(path, "job-a");
-  AuditRow forged = rows[2];
+  std::vector<service::AuditRow> rows = *service::ReadAuditLogFile(path, "job-a");
+  service::AuditRow forged = rows[2];
   forged.unix_ms = 1;
   const std::string sql = "DROP TRIGGER audit_no_update; UPDATE audit SET unix_ms = 1, hash = '" +
-                          AuditRowHash(forged) + "' WHERE row = " + std::to_string(row) + ";";
+                          service::AuditRowHash(forged) + "' WHERE row = " + std::to_string(row) +
+                          ";";
   Tamper(path, sql.c_str());
-  const AuditCheck check = CheckAuditChain(*ReadAuditLogFile(path, "job-a"));
+  const service::AuditCheck check =
+      service::CheckAuditChain(*service::ReadAuditLogFile(path, "job-a"));
   EXPECT_FALSE(check.ok);
   EXPECT_EQ(check.first_bad_row, rows[3].row);
   EXPECT_THAT(check.problem, HasSubstr("prev_hash"));
@@ -111,11 +114,12 @@ TEST(AuditLogTest, AlteredRowWithRecomputedHashBreaksTheNextRow) {
 TEST(AuditLogTest, DeletedRowIsNamedAtTheNextRow) {
   const std::string path = TempDb("audit_deleted.db");
   const int64_t row = WriteEvents(path);
-  const std::vector<AuditRow> before = *ReadAuditLogFile(path, "job-a");
+  const std::vector<service::AuditRow> before = *service::ReadAuditLogFile(path, "job-a");
   const std::string sql =
       "DROP TRIGGER audit_no_delete; DELETE FROM audit WHERE row = " + std::to_string(row) + ";";
   Tamper(path, sql.c_str());
-  const AuditCheck check = CheckAuditChain(*ReadAuditLogFile(path, "job-a"));
+  const service::AuditCheck check =
+      service::CheckAuditChain(*service::ReadAuditLogFile(path, "job-a"));
   EXPECT_FALSE(check.ok);
   EXPECT_EQ(check.first_bad_row, before[3].row);
   EXPECT_THAT(check.problem, HasSubstr("seq 3 expected"));
@@ -123,11 +127,11 @@ TEST(AuditLogTest, DeletedRowIsNamedAtTheNextRow) {
 }
 
 TEST(AuditLogTest, OfflineReaderErrorsNameTheFile) {
-  EXPECT_EQ(ReadAuditLogFile("/nonexistent/megatrain.db", "j").status().code(),
+  EXPECT_EQ(service::ReadAuditLogFile("/nonexistent/megatrain.db", "j").status().code(),
             absl::StatusCode::kNotFound);
   const std::string path = TempDb("audit_not_a_store.db");
   Tamper(path, "CREATE TABLE t (x);");
-  absl::StatusOr<std::vector<AuditRow>> rows = ReadAuditLogFile(path, "j");
+  absl::StatusOr<std::vector<service::AuditRow>> rows = service::ReadAuditLogFile(path, "j");
   EXPECT_EQ(rows.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(rows.status().message(), HasSubstr(path));
 }

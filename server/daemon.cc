@@ -12,8 +12,8 @@
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
-#include "server/job_spec_validation.h"
 #include "server/token_auth.h"
+#include "service/job_spec_validation.h"
 
 namespace megatrain::server {
 namespace {
@@ -45,7 +45,7 @@ namespace {
 
 // gRPC limits (issue 16, point 8): message sizes both ways, streams per connection, handler
 // threads, keepalive and idle timeouts.
-void ApplyServerLimits(const DaemonSettings& settings, grpc::ServerBuilder& builder) {
+void ApplyServerLimits(const service::DaemonSettings& settings, grpc::ServerBuilder& builder) {
   builder.SetMaxReceiveMessageSize(settings.max_receive_message_bytes);
   builder.SetMaxSendMessageSize(settings.max_send_message_bytes);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, settings.max_concurrent_streams);
@@ -63,7 +63,7 @@ void ApplyServerLimits(const DaemonSettings& settings, grpc::ServerBuilder& buil
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonSettings& settings,
+absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const service::DaemonSettings& settings,
                                                       JobEngine& engine, StructuredLog& log) {
   std::unique_ptr<Daemon> d(new Daemon(settings, log));
   std::error_code ec;
@@ -92,7 +92,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonSettings& sett
   absl::StatusOr<std::unique_ptr<JobRunner>> runner = JobRunner::Create(
       std::move(*store), engine, d->metrics_.get(), log, settings.max_queue_length,
       [self](const v1::JobSpec& spec) {
-        return ValidateJobSpec(spec, self->settings_, self->paths_);
+        return service::ValidateJobSpec(spec, self->settings_, self->paths_);
       },
       JobProvenanceOptions{d->signing_key_,
                            std::string(engine::DeviceKindName(settings.device.kind))},

@@ -9,17 +9,17 @@
 #include "engine/provenance/signing_key.h"
 #include "grpcpp/server.h"
 #include "prometheus/registry.h"
-#include "server/daemon_config.h"
 #include "server/job_access.h"
 #include "server/job_engine.h"
 #include "server/job_runner.h"
 #include "server/metrics.h"
 #include "server/metrics_http.h"
-#include "server/path_policy.h"
 #include "server/peer_identity.h"
 #include "server/structured_log.h"
 #include "server/trainer_service.h"
 #include "server/unix_listener.h"
+#include "service/daemon_config.h"
+#include "service/path_policy.h"
 
 namespace megatrain::server {
 
@@ -35,7 +35,7 @@ class Daemon {
  public:
   // Opens <state_dir>/megatrain.db, loads (or creates) the signing key, starts the metrics
   // endpoint, the runner and the listeners. `engine` and `log` outlive the daemon.
-  static absl::StatusOr<std::unique_ptr<Daemon>> Start(const DaemonSettings& settings,
+  static absl::StatusOr<std::unique_ptr<Daemon>> Start(const service::DaemonSettings& settings,
                                                        JobEngine& engine, StructuredLog& log);
   ~Daemon();
 
@@ -51,11 +51,11 @@ class Daemon {
   JobRunner& runner() { return *runner_; }
 
  private:
-  Daemon(const DaemonSettings& settings, StructuredLog& log)
+  Daemon(const service::DaemonSettings& settings, StructuredLog& log)
       : settings_(settings), paths_(settings.data_roots, settings.output_roots), log_(log) {}
 
-  const DaemonSettings settings_;
-  const PathPolicy paths_;
+  const service::DaemonSettings settings_;
+  const service::PathPolicy paths_;
   StructuredLog& log_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<DaemonMetrics> metrics_;

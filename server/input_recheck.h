@@ -10,9 +10,11 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "server/job_spec_validation.h"
+#include "service/job_spec_validation.h"
 
 namespace megatrain::server {
+
+using service::ValidatedJob;
 
 // One input: PERMISSION_DENIED when `path` now has a symlink on its way or resolves elsewhere,
 // NOT_FOUND when it is gone, INVALID_ARGUMENT when it is no longer a regular file (or a

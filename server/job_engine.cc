@@ -1,4 +1,4 @@
-// TextJobEngine and device-fault classification (see job_engine.h).
+// DeviceJobEngine and device-fault classification (see job_engine.h).
 #include "server/job_engine.h"
 
 #include "absl/strings/match.h"
@@ -17,7 +17,7 @@ bool IsDeviceFault(const absl::Status& status) {
 }
 
 std::string JobCheckpointDir(const std::string& state_dir, const std::string& job_id,
-                             const ValidatedJob& job) {
+                             const service::ValidatedJob& job) {
   if (!job.output_dir.empty() && job.reuse_output_dir) {
     return absl::StrCat(job.output_dir, "/checkpoints/", job_id);
   }
@@ -26,16 +26,16 @@ std::string JobCheckpointDir(const std::string& state_dir, const std::string& jo
 }
 
 std::string JobTokensDir(const std::string& state_dir, const std::string& job_id,
-                         const ValidatedJob& job) {
+                         const service::ValidatedJob& job) {
   if (!job.output_dir.empty()) return job.output_dir + "/tokens";
   return absl::StrCat(state_dir, "/jobs/", job_id, "/tokens");
 }
 
 // Forwards everything to the runner's observer; counts steps and faults the CPU device once the
 // test hook's count is reached, so the next step fails inside the real executor.
-class TextJobEngine::FaultHookObserver final : public engine::TrainingObserver {
+class DeviceJobEngine::FaultHookObserver final : public engine::TrainingObserver {
  public:
-  FaultHookObserver(TextJobEngine& engine, engine::TrainingObserver& inner)
+  FaultHookObserver(DeviceJobEngine& engine, engine::TrainingObserver& inner)
       : engine_(engine), inner_(inner) {}
   void OnLine(const std::string& line, bool keep) override { inner_.OnLine(line, keep); }
   void OnStep(const engine::StepReport& report, double validation_loss) override {
@@ -54,11 +54,12 @@ class TextJobEngine::FaultHookObserver final : public engine::TrainingObserver {
   }
 
  private:
-  TextJobEngine& engine_;
+  DeviceJobEngine& engine_;
   engine::TrainingObserver& inner_;
 };
 
-absl::StatusOr<std::unique_ptr<TextJobEngine>> TextJobEngine::Create(TextJobEngineOptions options) {
+absl::StatusOr<std::unique_ptr<DeviceJobEngine>> DeviceJobEngine::Create(
+    DeviceJobEngineOptions options) {
   if (options.inject_device_fault_after_steps != 0 &&
       options.device.kind != engine::DeviceKind::kCpu) {
     return absl::InvalidArgumentError(
@@ -77,12 +78,12 @@ absl::StatusOr<std::unique_ptr<TextJobEngine>> TextJobEngine::Create(TextJobEngi
     if (!created.ok()) return created.status();
     device = std::move(*created);
   }
-  return std::unique_ptr<TextJobEngine>(
-      new TextJobEngine(std::move(options), std::move(device), cpu_device));
+  return std::unique_ptr<DeviceJobEngine>(
+      new DeviceJobEngine(std::move(options), std::move(device), cpu_device));
 }
 
-absl::Status TextJobEngine::Run(const std::string& job_id, const ValidatedJob& job,
-                                engine::TrainingObserver& runner_observer) {
+absl::Status DeviceJobEngine::Run(const std::string& job_id, const service::ValidatedJob& job,
+                                  engine::TrainingObserver& runner_observer) {
   if (absl::Status health = device_->health(); !health.ok()) return health;
   FaultHookObserver observer(*this, runner_observer);
   engine::TextTrainingOptions options = job.options;
@@ -128,9 +129,9 @@ absl::Status TextJobEngine::Run(const std::string& job_id, const ValidatedJob& j
   return absl::OkStatus();
 }
 
-absl::StatusOr<JobTokens> TextJobEngine::TokenizeText(const std::string& job_id,
-                                                      const ValidatedJob& job,
-                                                      engine::TrainingObserver& observer) {
+absl::StatusOr<JobTokens> DeviceJobEngine::TokenizeText(const std::string& job_id,
+                                                        const service::ValidatedJob& job,
+                                                        engine::TrainingObserver& observer) {
   // The runner hashed the data and the tokenizer into the lineage at the first run and checked
   // them before every later one; only after an allowed data change are they hashed again here.
   std::vector<provenance::InputFile> inputs;

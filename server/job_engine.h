@@ -11,8 +11,8 @@
 #include "engine/device/cpu_device.h"
 #include "engine/device/device.h"
 #include "engine/train/text_training.h"
-#include "server/job_spec_validation.h"
 #include "server/job_tokens.h"
+#include "service/job_spec_validation.h"
 
 namespace megatrain::server {
 
@@ -21,7 +21,7 @@ class JobEngine {
   virtual ~JobEngine() = default;
   // Runs `job` to its end on the runner thread, reporting through `observer`; returns CANCELLED
   // when observer.ShouldStop() stopped it, the engine's error otherwise.
-  virtual absl::Status Run(const std::string& job_id, const ValidatedJob& job,
+  virtual absl::Status Run(const std::string& job_id, const service::ValidatedJob& job,
                            engine::TrainingObserver& observer) = 0;
   // The health of the device the engine runs jobs on: OK, or its sticky fault (the daemon then
   // stops taking jobs until it is restarted).
@@ -36,13 +36,13 @@ bool IsDeviceFault(const absl::Status& status);
 // checkpoints, and it never resumes from them), or <state_dir>/jobs/<id>/checkpoints for a job
 // without an output directory.
 std::string JobCheckpointDir(const std::string& state_dir, const std::string& job_id,
-                             const ValidatedJob& job);
+                             const service::ValidatedJob& job);
 
 // Where a job's token files live: <output_dir>/tokens, or <state_dir>/jobs/<id>/tokens.
 std::string JobTokensDir(const std::string& state_dir, const std::string& job_id,
-                         const ValidatedJob& job);
+                         const service::ValidatedJob& job);
 
-struct TextJobEngineOptions {
+struct DeviceJobEngineOptions {
   std::string state_dir;
   engine::DeviceOptions device;  // the daemon's one device, created once
   // Test hook, CPU device only: CpuDevice::InjectFault after this many training steps of the
@@ -61,12 +61,12 @@ struct TextJobEngineOptions {
 // megatrain_tokenize in a child process (server/job_tokens.h) into JobTokensDir, killed when the
 // job is stopped, and trains on that token file. A device fault fails the running job and every
 // later one (DeviceHealth).
-class TextJobEngine final : public JobEngine {
+class DeviceJobEngine final : public JobEngine {
  public:
   // Creates the device; INVALID_ARGUMENT for a fault hook on a non-CPU device.
-  static absl::StatusOr<std::unique_ptr<TextJobEngine>> Create(TextJobEngineOptions options);
+  static absl::StatusOr<std::unique_ptr<DeviceJobEngine>> Create(DeviceJobEngineOptions options);
 
-  absl::Status Run(const std::string& job_id, const ValidatedJob& job,
+  absl::Status Run(const std::string& job_id, const service::ValidatedJob& job,
                    engine::TrainingObserver& observer) override;
   absl::Status DeviceHealth() const override { return device_->health(); }
   engine::Device& device() { return *device_; }
@@ -74,13 +74,14 @@ class TextJobEngine final : public JobEngine {
  private:
   class FaultHookObserver;
   // The token file of a SentencePiece job (reused when an earlier run made it).
-  absl::StatusOr<JobTokens> TokenizeText(const std::string& job_id, const ValidatedJob& job,
+  absl::StatusOr<JobTokens> TokenizeText(const std::string& job_id,
+                                         const service::ValidatedJob& job,
                                          engine::TrainingObserver& observer);
-  TextJobEngine(TextJobEngineOptions options, std::unique_ptr<engine::Device> device,
-                engine::CpuDevice* cpu_device)
+  DeviceJobEngine(DeviceJobEngineOptions options, std::unique_ptr<engine::Device> device,
+                  engine::CpuDevice* cpu_device)
       : options_(std::move(options)), device_(std::move(device)), cpu_device_(cpu_device) {}
 
-  const TextJobEngineOptions options_;
+  const DeviceJobEngineOptions options_;
   const std::unique_ptr<engine::Device> device_;
   engine::CpuDevice* const cpu_device_;  // device_ when it is the CPU device, else null
   uint64_t steps_run_ = 0;               // runner thread only

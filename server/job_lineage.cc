@@ -16,7 +16,8 @@ bool IsDataRole(const std::string& role) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<provenance::InputFile>> HashDataInputs(const ValidatedJob& job) {
+absl::StatusOr<std::vector<provenance::InputFile>> HashDataInputs(
+    const service::ValidatedJob& job) {
   const engine::TextTrainingOptions& o = job.options;
   // The files training reads: each text path listed exactly as the run lists it, in spec order.
   std::vector<std::string> files = o.token_files;
@@ -41,7 +42,7 @@ absl::StatusOr<std::vector<provenance::InputFile>> HashDataInputs(const Validate
 }
 
 absl::StatusOr<provenance::Lineage> BuildJobLineage(const v1::JobSpec& spec,
-                                                    const ValidatedJob& job,
+                                                    const service::ValidatedJob& job,
                                                     const std::string& device_kind) {
   provenance::Lineage lineage;
   google::protobuf::util::JsonPrintOptions json;

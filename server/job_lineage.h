@@ -9,18 +9,18 @@
 #include "absl/status/statusor.h"
 #include "engine/provenance/lineage.h"
 #include "proto/megatrain.pb.h"
-#include "server/job_spec_validation.h"
+#include "service/job_spec_validation.h"
 
 namespace megatrain::server {
 
 // Hashes every input of `job` (reads all of them: seconds per GB, so the runner thread calls
 // it, never an RPC handler). Errors name the file.
 absl::StatusOr<provenance::Lineage> BuildJobLineage(const v1::JobSpec& spec,
-                                                    const ValidatedJob& job,
+                                                    const service::ValidatedJob& job,
                                                     const std::string& device_kind);
 
 // The data and tokenizer files of `job` as they are now, hashed (directories expanded).
-absl::StatusOr<std::vector<provenance::InputFile>> HashDataInputs(const ValidatedJob& job);
+absl::StatusOr<std::vector<provenance::InputFile>> HashDataInputs(const service::ValidatedJob& job);
 
 // The data/tokenizer files whose hash now differs from what the lineage expects (the submitted
 // hash, or the newest allowed change's): old/new hash set, new empty for a file that is gone,

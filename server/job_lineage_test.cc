@@ -2,31 +2,18 @@
 // data comparison before a continued run (changed, new, gone files; allowed changes count).
 #include "server/job_lineage.h"
 
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <string>
 
 #include "engine/provenance/sha256.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/test_files.h"
 
 namespace megatrain::server {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::string TempDir(const char* name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  const std::string path = std::string(dir ? dir : "/tmp") + "/" + name;
-  std::filesystem::remove_all(path);
-  std::filesystem::create_directories(path);
-  return path;
-}
-
-void Write(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
 
 TEST(JobLineageTest, HashesEveryInputWithItsRole) {
   const std::string dir = TempDir("lineage_inputs");
@@ -37,7 +24,7 @@ TEST(JobLineageTest, HashesEveryInputWithItsRole) {
   Write(dir + "/texts/b.txt", "bbb");
   Write(dir + "/texts/a.txt", "aa");
   Write(dir + "/extra.txt", "x");
-  ValidatedJob job;
+  service::ValidatedJob job;
   job.options.init_from_hf_dir = dir + "/model";
   job.options.text_paths = {dir + "/texts", dir + "/extra.txt"};
   v1::JobSpec spec;
@@ -66,7 +53,7 @@ TEST(JobLineageTest, TextDirectoriesAreHashedAsTrainingListsThem) {
   Write(dir + "/texts/a.dat", "index");
   Write(dir + "/texts/sub/deep.txt", "never read by training");
   std::filesystem::create_symlink(dir + "/texts/a.txt", dir + "/texts/link.txt");
-  ValidatedJob job;
+  service::ValidatedJob job;
   job.options.text_paths = {dir + "/texts"};
   absl::StatusOr<provenance::Lineage> lineage = BuildJobLineage(v1::JobSpec(), job, "cpu");
   ASSERT_TRUE(lineage.ok()) << lineage.status();
@@ -76,7 +63,7 @@ TEST(JobLineageTest, TextDirectoriesAreHashedAsTrainingListsThem) {
 }
 
 TEST(JobLineageTest, MissingInputIsNamed) {
-  ValidatedJob job;
+  service::ValidatedJob job;
   job.options.text_paths = {"/nonexistent/corpus.txt"};
   absl::StatusOr<provenance::Lineage> lineage = BuildJobLineage(v1::JobSpec(), job, "cpu");
   EXPECT_FALSE(lineage.ok());
@@ -87,7 +74,7 @@ TEST(JobLineageTest, ComparisonFindsChangedNewAndGoneFiles) {
   const std::string dir = TempDir("lineage_compare");
   Write(dir + "/a.txt", "alpha");
   Write(dir + "/b.txt", "beta");
-  ValidatedJob job;
+  service::ValidatedJob job;
   job.options.text_paths = {dir};
   const provenance::Lineage lineage = *BuildJobLineage(v1::JobSpec(), job, "cpu");
   EXPECT_TRUE(CompareDataInputs(lineage, *HashDataInputs(job)).empty());
@@ -122,7 +109,7 @@ TEST(JobLineageTest, TokenizerFileIsItsOwnRole) {
   const std::string dir = TempDir("lineage_tokenizer");
   Write(dir + "/t.txt", "text");
   Write(dir + "/sp.model", "model");
-  ValidatedJob job;
+  service::ValidatedJob job;
   job.options.text_paths = {dir + "/t.txt"};
   job.options.tokenizer = dir + "/sp.model";
   absl::StatusOr<std::vector<provenance::InputFile>> inputs = HashDataInputs(job);

@@ -14,7 +14,8 @@
 #include "engine/provenance/sha256.h"
 #include "server/input_recheck.h"
 #include "server/job_lineage.h"
-#include "server/path_policy.h"
+#include "server/job_provenance_phase.h"
+#include "service/path_policy.h"
 
 namespace megatrain::server {
 namespace {
@@ -270,7 +271,7 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(
   interrupted.insert(interrupted.end(), queued.begin(), queued.end());
   for (const std::string& id : interrupted) {
     Entry& e = runner->jobs_.at(id);
-    absl::StatusOr<ValidatedJob> validated = revalidate(e.job->spec());
+    absl::StatusOr<service::ValidatedJob> validated = revalidate(e.job->spec());
     if (!validated.ok()) {
       e.job.Mutable().set_failure_reason(
           absl::StrCat("re-validation after restart: ", validated.status().ToString()));
@@ -289,13 +290,13 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(
 JobRunner::~JobRunner() { Shutdown(); }
 
 int JobRunner::CrashesSinceProgressLocked(const std::string& id) {
-  absl::StatusOr<std::vector<AuditRow>> rows = store_->LoadAudit(id);
+  absl::StatusOr<std::vector<service::AuditRow>> rows = store_->LoadAudit(id);
   if (!rows.ok()) {
     log_.JobEvent("store_error", id, {{"error", rows.status().ToString()}});
     return 0;
   }
   int crashes = 0;
-  for (const AuditRow& row : *rows) {
+  for (const service::AuditRow& row : *rows) {
     if (row.kind == "requeued_after_restart") ++crashes;
     if (row.kind == "checkpoint" || row.kind == "resume") crashes = 0;
   }
@@ -365,7 +366,7 @@ void JobRunner::RecordAccessRefusal(const std::string& id, const std::string& me
   if (FindLocked(id) != nullptr) AuditLocked(id, "access_refused", message);
 }
 
-absl::StatusOr<v1::Job> JobRunner::Submit(const v1::JobSpec& spec, ValidatedJob job,
+absl::StatusOr<v1::Job> JobRunner::Submit(const v1::JobSpec& spec, service::ValidatedJob job,
                                           std::optional<uint32_t> submitter_uid) {
   // Read before taking mu_ (protocol 8): checkpoints already in the directory that no known job
   // owns (a purged job's, another state directory's) would be resumed from and pruned.
@@ -420,17 +421,17 @@ absl::StatusOr<v1::Job> JobRunner::Submit(const v1::JobSpec& spec, ValidatedJob 
 }
 
 absl::Status JobRunner::CheckOutputDirFreeLocked(const v1::JobSpec& spec,
-                                                 const ValidatedJob& job) const {
+                                                 const service::ValidatedJob& job) const {
   // A job's checkpoints live under its output directory and a run resumes from the newest one
   // there, so two jobs must not share it: compared by the resolved path (jobs stored before it
   // was recorded: the spec's path, normalized), so aliases match also after a restart.
   if (job.output_dir.empty()) return absl::OkStatus();
   for (const auto& [other_id, other] : jobs_) {
-    const std::string other_dir = !other.job->resolved_output_dir().empty()
-                                      ? other.job->resolved_output_dir()
-                                  : other.job->spec().output_dir().empty()
-                                      ? std::string()
-                                      : NormalizeAbsolutePath(other.job->spec().output_dir());
+    const std::string other_dir =
+        !other.job->resolved_output_dir().empty() ? other.job->resolved_output_dir()
+        : other.job->spec().output_dir().empty()
+            ? std::string()
+            : service::NormalizeAbsolutePath(other.job->spec().output_dir());
     if (other_dir != job.output_dir) continue;
     const bool ended = IsTerminal(other.job->state());
     if (ended && spec.reuse_output_dir()) continue;
@@ -597,7 +598,7 @@ absl::StatusOr<v1::Job> JobRunner::Resume(const std::string& id, bool allow_data
   if (!entry->validated.has_value()) {  // paused before a restart: check today's files and limits
     const v1::JobSpec spec = entry->job->spec();
     lock.unlock();
-    absl::StatusOr<ValidatedJob> validated = revalidate_(spec);
+    absl::StatusOr<service::ValidatedJob> validated = revalidate_(spec);
     lock.lock();
     if (absl::Status s = check_paused(); !s.ok()) return s;
     if (!validated.ok()) {
@@ -608,7 +609,7 @@ absl::StatusOr<v1::Job> JobRunner::Resume(const std::string& id, bool allow_data
   }
   if (entry->lineage.has_value()) {  // protocol 6's data check, answered to the caller at once
     const provenance::Lineage lineage = *entry->lineage;
-    const ValidatedJob validated = *entry->validated;
+    const service::ValidatedJob validated = *entry->validated;
     lock.unlock();
     absl::StatusOr<std::vector<provenance::InputFile>> current = HashDataInputs(validated);
     lock.lock();
@@ -650,9 +651,9 @@ absl::StatusOr<v1::AuditLog> JobRunner::Audit(const std::string& id) const {
   // On the reader connection, never under mu_ (protocol 8).
   std::lock_guard<std::mutex> lock(reader_mu_);
   if (limits_.test_read_hook) limits_.test_read_hook("Audit");
-  absl::StatusOr<std::vector<AuditRow>> rows = reader_->LoadAudit(id);
+  absl::StatusOr<std::vector<service::AuditRow>> rows = reader_->LoadAudit(id);
   if (!rows.ok()) return rows.status();
-  return CheckedAuditLog(*rows);
+  return service::CheckedAuditLog(*rows);
 }
 
 absl::StatusOr<provenance::Lineage> JobRunner::JobLineage(const std::string& id) const {
@@ -665,9 +666,9 @@ absl::StatusOr<provenance::Lineage> JobRunner::JobLineage(const std::string& id)
   return *e->lineage;
 }
 
-absl::StatusOr<ValidatedJob> JobRunner::PrepareRun(const std::string& id,
-                                                   const ValidatedJob& validated,
-                                                   std::string* refusal) {
+absl::StatusOr<service::ValidatedJob> JobRunner::PrepareRun(const std::string& id,
+                                                            const service::ValidatedJob& validated,
+                                                            std::string* refusal) {
   // The inputs as they are now, before anything reads them (issue 16, point 2).
   if (absl::Status s = RecheckJobInputs(validated); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("inputs checked when the job runs: ", s.message()));
@@ -683,65 +684,28 @@ absl::StatusOr<ValidatedJob> JobRunner::PrepareRun(const std::string& id,
     e.allow_data_change = false;
     spec = e.job->spec();
   }
-  if (!lineage.has_value()) {
-    absl::StatusOr<provenance::Lineage> built =
-        BuildJobLineage(spec, validated, provenance_.device_kind);
-    if (!built.ok()) {
-      return absl::Status(built.status().code(),
-                          absl::StrCat("lineage: ", built.status().message()));
-    }
-    uint64_t bytes = 0;
-    for (const provenance::InputFile& f : built->inputs) bytes += f.bytes;
+  // Files are hashed without mu_ (seconds per GB); what the phase decided is recorded under it.
+  absl::StatusOr<ProvenanceDecision> decision =
+      DecideProvenance(id, spec, validated, lineage, allow_data_change, provenance_.device_kind);
+  if (!decision.ok()) return decision.status();
+  if (!decision->refusal.empty()) {
+    *refusal = decision->refusal;
+    return absl::FailedPreconditionError(*refusal);
+  }
+  if (decision->record) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (absl::Status s = writer_.PutLineage(id, provenance::LineageToJson(*built)); !s.ok()) {
+    if (absl::Status s = writer_.PutLineage(id, provenance::LineageToJson(decision->lineage));
+        !s.ok()) {
       return s;
     }
-    jobs_.at(id).lineage = *built;
-    AuditLocked(id, "lineage_recorded",
-                absl::StrCat(built->inputs.size(), " input files (", bytes,
-                             " bytes) hashed; build ", built->build.version, " ",
-                             built->build.commit, "; device ", built->device_kind));
-    lineage = *std::move(built);
-  } else {
-    absl::StatusOr<std::vector<provenance::InputFile>> current = HashDataInputs(validated);
-    if (!current.ok()) {
-      *refusal = absl::StrCat("data check before continuing: ", current.status().message(),
-                              "; the job is PAUSED until the data is back");
-      return absl::FailedPreconditionError(*refusal);
-    }
-    std::vector<provenance::DataChange> changes = CompareDataInputs(*lineage, *current);
-    if (!changes.empty() && !allow_data_change) {
-      *refusal = absl::StrCat(DescribeDataChanges(changes),
-                              ". The job is PAUSED: restore the data, or continue with it: "
-                              "megatrain resume ",
-                              id, " --allow-data-change");
-      return absl::FailedPreconditionError(*refusal);
-    }
-    if (!changes.empty()) {
-      const std::string now = absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone());
-      for (provenance::DataChange& c : changes) {
-        c.allowed_at = now;
-        c.reason = "megatrain resume --allow-data-change";
-        lineage->data_changes.push_back(c);
-      }
-      std::lock_guard<std::mutex> lock(mu_);
-      if (absl::Status s = writer_.PutLineage(id, provenance::LineageToJson(*lineage)); !s.ok()) {
-        return s;
-      }
-      jobs_.at(id).lineage = *lineage;
-      for (const provenance::DataChange& c : changes) {
-        AuditLocked(id, "data_change_allowed", DescribeDataChanges({c}));
-      }
-      log_.JobEvent("data_change_allowed", id, {{"files", absl::StrCat(changes.size())}});
+    jobs_.at(id).lineage = decision->lineage;
+    for (const ProvenanceAuditRow& row : decision->audit) AuditLocked(id, row.kind, row.message);
+    if (decision->allowed_changes > 0) {
+      log_.JobEvent("data_change_allowed", id,
+                    {{"files", absl::StrCat(decision->allowed_changes)}});
     }
   }
-  ValidatedJob run = validated;
-  run.options.lineage = *lineage;
-  run.options.signer = provenance_.signer;
-  // The SHA-256 check above is the data check of this run; the checkpoint's CRC32Cs still
-  // describe the data from before an allowed change.
-  run.options.allow_changed_data_files = !lineage->data_changes.empty();
-  return run;
+  return WithProvenance(validated, decision->lineage, provenance_.signer);
 }
 
 absl::StatusOr<v1::CheckpointRecord> JobRunner::CheckpointNow(const std::string& id,
@@ -829,7 +793,7 @@ absl::StatusOr<bool> JobRunner::WaitForChange(const std::string& id, uint64_t* v
 void JobRunner::Loop() {
   while (true) {
     std::string id;
-    const ValidatedJob* validated = nullptr;
+    const service::ValidatedJob* validated = nullptr;
     {
       std::unique_lock<std::mutex> lock(mu_);
       changed_.wait(lock, [&] { return stopping_ || (healthy_ && !queue_.empty()); });
@@ -852,7 +816,7 @@ void JobRunner::Loop() {
       TransitionLocked(e, v1::RUNNING, "started", "start");
     }
     std::string refusal;
-    absl::StatusOr<ValidatedJob> run = PrepareRun(id, *validated, &refusal);
+    absl::StatusOr<service::ValidatedJob> run = PrepareRun(id, *validated, &refusal);
     if (!refusal.empty()) {
       std::lock_guard<std::mutex> lock(mu_);
       Entry& e = jobs_.at(id);

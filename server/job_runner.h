@@ -23,10 +23,11 @@
 //     PAUSED with a message naming the file and both hashes (ResumeJob checks the same before
 //     queueing and refuses). With ResumeJob's allow_data_change the run records the change as a
 //     provenance::DataChange in the lineage instead. The engine gets the lineage and the
-//     daemon's signer, so every checkpoint is signed and chained to the base model or seed.
-//     Before that phase the inputs are checked again as they are now (input_recheck.h): one
-//     that leads elsewhere or is no longer a regular file fails the run naming it.
-//  7. Every job event is appended to the store's hash-chained audit log (server/audit_log.h).
+//     daemon's signer, so every checkpoint is signed and chained to the base model or seed
+//     (the decisions: job_provenance_phase.h). Before that phase the inputs are checked again
+//     as they are now (input_recheck.h): one that leads elsewhere or is no longer a regular
+//     file fails the run naming it.
+//  7. Every job event is appended to the store's hash-chained audit log (service/audit_log.h).
 //  8. No priority inversion (request threads run at a low priority): request threads hold mu_,
 //     which every step of the running job takes, only for O(jobs) reference counts and
 //     lookups; List, Get and WaitForChange copy jobs from copy-on-write snapshots (SharedJob)
@@ -99,7 +100,7 @@ struct RunnerLimits {
 
 class JobRunner {
  public:
-  using Revalidate = std::function<absl::StatusOr<ValidatedJob>(const v1::JobSpec&)>;
+  using Revalidate = std::function<absl::StatusOr<service::ValidatedJob>(const v1::JobSpec&)>;
 
   // Loads the store (restart semantics above). `metrics` may be null.
   static absl::StatusOr<std::unique_ptr<JobRunner>> Create(
@@ -111,7 +112,7 @@ class JobRunner {
   void Start();
 
   // `submitter_uid`: the Unix-socket caller, recorded in the job (unset: TCP).
-  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec, ValidatedJob job,
+  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec, service::ValidatedJob job,
                                  std::optional<uint32_t> submitter_uid = std::nullopt);
   // Appends an "access_refused" row to the job's audit chain and logs it.
   void RecordAccessRefusal(const std::string& id, const std::string& message);
@@ -156,7 +157,7 @@ class JobRunner {
   struct Entry {
     int64_t sequence = 0;
     SharedJob job;  // copy-on-write: readers snapshot it under mu_ and copy it after
-    std::optional<ValidatedJob> validated;
+    std::optional<service::ValidatedJob> validated;
     uint64_t version = 1;
     std::string message;
     int64_t last_persist_ms = 0;
@@ -187,11 +188,14 @@ class JobRunner {
   int CrashesSinceProgressLocked(const std::string& id);
 
   void Loop();
-  // The provenance phase of a run (protocol 6), on the runner thread without mu_: the job as the
-  // engine runs it (lineage, signer). `*refusal` is set (and nothing returned) when changed data
-  // keeps the job from continuing; an error fails the job.
-  absl::StatusOr<ValidatedJob> PrepareRun(const std::string& id, const ValidatedJob& validated,
-                                          std::string* refusal);
+  // The provenance phase of a run (protocol 6), on the runner thread: DecideProvenance
+  // (job_provenance_phase.h) hashes files without mu_, and what it decides (the lineage, audit
+  // rows) is stored under mu_; returns the job as the engine runs it (lineage, signer).
+  // `*refusal` is set (and nothing returned) when changed data keeps the job from continuing; an
+  // error fails the job.
+  absl::StatusOr<service::ValidatedJob> PrepareRun(const std::string& id,
+                                                   const service::ValidatedJob& validated,
+                                                   std::string* refusal);
   // With mu_ held: persists the job and an event, appends `audit_kind` to the audit log, bumps
   // its version, wakes watchers.
   void TransitionLocked(Entry& entry, v1::JobState state, const std::string& message,
@@ -203,7 +207,8 @@ class JobRunner {
   void StoreFailedLocked(const std::string& failure);
   // With mu_ held: OK when no other job uses `job`'s resolved output directory (a finished one
   // may, with spec.reuse_output_dir); FAILED_PRECONDITION naming output_dir and the job.
-  absl::Status CheckOutputDirFreeLocked(const v1::JobSpec& spec, const ValidatedJob& job) const;
+  absl::Status CheckOutputDirFreeLocked(const v1::JobSpec& spec,
+                                        const service::ValidatedJob& job) const;
   void PublishCountsLocked();
   const Entry* FindLocked(const std::string& id) const;
   bool Known(const std::string& id) const;  // takes mu_

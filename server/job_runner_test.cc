@@ -23,7 +23,7 @@ using ::testing::HasSubstr;
 // after the job's newest one.
 class FakeEngine final : public JobEngine {
  public:
-  absl::Status Run(const std::string& job_id, const ValidatedJob& job,
+  absl::Status Run(const std::string& job_id, const service::ValidatedJob& job,
                    engine::TrainingObserver& observer) override {
     uint64_t first_step = 1;
     {
@@ -97,8 +97,8 @@ std::string TempDb(const std::string& name) {
   return path;
 }
 
-ValidatedJob Job(uint64_t steps) {
-  ValidatedJob job;
+service::ValidatedJob Job(uint64_t steps) {
+  service::ValidatedJob job;
   job.options.steps = steps;
   return job;
 }
@@ -109,41 +109,45 @@ v1::JobSpec Spec(uint64_t steps) {
   return spec;
 }
 
-absl::StatusOr<ValidatedJob> Revalidate(const v1::JobSpec& spec) {
+absl::StatusOr<service::ValidatedJob> Revalidate(const v1::JobSpec& spec) {
   return Job(spec.hyper().steps());
 }
 
-// Waits (bounded) until the job reaches `state`; returns the last snapshot.
-v1::Job AwaitState(JobRunner& runner, const std::string& id, v1::JobState state) {
+// Waits (bounded, 20 s) until `reached` holds for the job; *job is the last snapshot. A failed
+// WaitForChange is a test failure and ends the wait.
+template <typename Reached>
+bool AwaitJob(JobRunner& runner, const std::string& id, Reached reached, v1::Job* job) {
   uint64_t version = 0;
-  v1::Job job;
   std::string message;
   const absl::Time deadline = absl::Now() + absl::Seconds(20);
   while (absl::Now() < deadline) {
     absl::StatusOr<bool> changed =
-        runner.WaitForChange(id, &version, absl::Milliseconds(200), &job, &message);
+        runner.WaitForChange(id, &version, absl::Milliseconds(200), job, &message);
     EXPECT_TRUE(changed.ok()) << changed.status();
-    if (!changed.ok()) break;
-    if (job.state() == state) return job;
+    if (!changed.ok()) return false;
+    if (reached(*job)) return true;
   }
-  ADD_FAILURE() << "job " << id << " never reached " << JobStateName(state) << "; last "
-                << JobStateName(job.state());
+  return false;
+}
+
+// Waits (bounded) until the job reaches `state`; returns the last snapshot.
+v1::Job AwaitState(JobRunner& runner, const std::string& id, v1::JobState state) {
+  v1::Job job;
+  if (!AwaitJob(
+          runner, id, [&](const v1::Job& j) { return j.state() == state; }, &job)) {
+    ADD_FAILURE() << "job " << id << " never reached " << JobStateName(state) << "; last "
+                  << JobStateName(job.state());
+  }
   return job;
 }
 
 // Waits (bounded) until the job has completed at least `step` steps.
 void AwaitStep(JobRunner& runner, const std::string& id, uint64_t step) {
-  uint64_t version = 0;
   v1::Job job;
-  std::string message;
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (absl::Now() < deadline) {
-    absl::StatusOr<bool> changed =
-        runner.WaitForChange(id, &version, absl::Milliseconds(200), &job, &message);
-    ASSERT_TRUE(changed.ok()) << changed.status();
-    if (job.progress().step() >= step) return;
+  if (!AwaitJob(
+          runner, id, [&](const v1::Job& j) { return j.progress().step() >= step; }, &job)) {
+    ADD_FAILURE() << "job " << id << " never reached step " << step;
   }
-  ADD_FAILURE() << "job " << id << " never reached step " << step;
 }
 
 class JobRunnerTest : public ::testing::Test {
@@ -306,9 +310,10 @@ TEST_F(JobRunnerTest, JobRunningAtACrashIsQueuedFirstAndUnknownSpecsFail) {
   absl::StatusOr<std::unique_ptr<JobRunner>> runner =
       JobRunner::Create(std::move(*store), engine_, nullptr, log_, 8, [](const v1::JobSpec& spec) {
         if (spec.hyper().steps() == 0) {
-          return absl::StatusOr<ValidatedJob>(absl::InvalidArgumentError("hyper.steps: 0"));
+          return absl::StatusOr<service::ValidatedJob>(
+              absl::InvalidArgumentError("hyper.steps: 0"));
         }
-        return absl::StatusOr<ValidatedJob>(Job(spec.hyper().steps()));
+        return absl::StatusOr<service::ValidatedJob>(Job(spec.hyper().steps()));
       });
   ASSERT_TRUE(runner.ok()) << runner.status();
   EXPECT_EQ((*runner)->Get("job-000001")->state(), v1::QUEUED);
@@ -378,7 +383,7 @@ TEST_F(JobRunnerTest, ChangedDataAfterRestartPausesUntilAllowed) {
   const std::string data = TempDb("data_change.txt");
   std::ofstream(data) << "some training text";
   auto job_with_data = [&](uint64_t steps) {
-    ValidatedJob job = Job(steps);
+    service::ValidatedJob job = Job(steps);
     job.options.text_paths = {data};
     return job;
   };
@@ -401,7 +406,7 @@ TEST_F(JobRunnerTest, ChangedDataAfterRestartPausesUntilAllowed) {
   ASSERT_TRUE(store.ok());
   absl::StatusOr<std::unique_ptr<JobRunner>> created =
       JobRunner::Create(std::move(*store), engine_, nullptr, log_, 8,
-                        [&](const v1::JobSpec& spec) -> absl::StatusOr<ValidatedJob> {
+                        [&](const v1::JobSpec& spec) -> absl::StatusOr<service::ValidatedJob> {
                           return job_with_data(spec.hyper().steps());
                         });
   ASSERT_TRUE(created.ok()) << created.status();

@@ -82,7 +82,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
       if (version == 1) {
         // Version 1 lacks the lineage and audit tables; its rows stay as they are.
         const std::string migrate =
-            absl::StrCat("BEGIN IMMEDIATE;", kVersion2Tables, kAuditSchemaSql,
+            absl::StrCat("BEGIN IMMEDIATE;", kVersion2Tables, service::kAuditSchemaSql,
                          "UPDATE meta SET value = 2 WHERE key = 'schema_version';COMMIT;");
         if (absl::Status s = store->Exec(migrate.c_str()); !s.ok()) {
           (void)store->Exec("ROLLBACK;");
@@ -108,7 +108,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
       "CREATE INDEX events_by_job ON events(job_id);"
       "CREATE TABLE checkpoints (job_id TEXT NOT NULL, step INTEGER NOT NULL, record BLOB NOT "
       "NULL, PRIMARY KEY (job_id, step));",
-      kVersion2Tables, kAuditSchemaSql, "INSERT INTO meta VALUES ('schema_version', ",
+      kVersion2Tables, service::kAuditSchemaSql, "INSERT INTO meta VALUES ('schema_version', ",
       kJobStoreSchemaVersion, ");COMMIT;");
   if (absl::Status s = store->Exec(create.c_str()); !s.ok()) return s;
   return store;
@@ -201,10 +201,10 @@ absl::StatusOr<int64_t> JobStore::LoadMaxPurgedSequence() {
   return get.Step() == SQLITE_ROW ? get.Int(0) : 0;
 }
 
-absl::StatusOr<AuditRow> JobStore::AppendAudit(const std::string& job_id, int64_t unix_ms,
-                                               const std::string& kind,
-                                               const std::string& message) {
-  return AppendAuditRow(db_, job_id, unix_ms, kind, message);
+absl::StatusOr<service::AuditRow> JobStore::AppendAudit(const std::string& job_id, int64_t unix_ms,
+                                                        const std::string& kind,
+                                                        const std::string& message) {
+  return service::AppendAuditRow(db_, job_id, unix_ms, kind, message);
 }
 
 absl::StatusOr<std::map<std::string, std::string>> JobStore::LoadLineages() {
@@ -215,8 +215,8 @@ absl::StatusOr<std::map<std::string, std::string>> JobStore::LoadLineages() {
   return lineages;
 }
 
-absl::StatusOr<std::vector<AuditRow>> JobStore::LoadAudit(const std::string& job_id) {
-  return ReadAuditRows(db_, job_id);
+absl::StatusOr<std::vector<service::AuditRow>> JobStore::LoadAudit(const std::string& job_id) {
+  return service::ReadAuditRows(db_, job_id);
 }
 
 absl::StatusOr<std::vector<JobStore::StoredJob>> JobStore::LoadJobs() {

@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/megatrain.pb.h"
-#include "server/audit_log.h"
+#include "service/audit_log.h"
 
 struct sqlite3;
 
@@ -45,8 +45,9 @@ class JobStore {
   // The largest sequence of a purged job; 0 when none was purged.
   absl::StatusOr<int64_t> LoadMaxPurgedSequence();
   // Appends an event to the job's audit chain.
-  absl::StatusOr<AuditRow> AppendAudit(const std::string& job_id, int64_t unix_ms,
-                                       const std::string& kind, const std::string& message);
+  absl::StatusOr<service::AuditRow> AppendAudit(const std::string& job_id, int64_t unix_ms,
+                                                const std::string& kind,
+                                                const std::string& message);
 
   struct StoredJob {
     int64_t sequence = 0;
@@ -58,7 +59,7 @@ class JobStore {
   absl::StatusOr<std::vector<v1::CheckpointRecord>> LoadCheckpoints(const std::string& job_id);
   // Lineage JSON by job id.
   absl::StatusOr<std::map<std::string, std::string>> LoadLineages();
-  absl::StatusOr<std::vector<AuditRow>> LoadAudit(const std::string& job_id);
+  absl::StatusOr<std::vector<service::AuditRow>> LoadAudit(const std::string& job_id);
 
  private:
   explicit JobStore(sqlite3* db) : db_(db) {}

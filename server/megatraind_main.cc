@@ -21,12 +21,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "server/daemon.h"
-#include "server/daemon_config.h"
 #include "server/job_engine.h"
 #include "server/job_tokens.h"
 #include "server/sd_notify.h"
 #include "server/sd_watchdog.h"
 #include "server/structured_log.h"
+#include "service/daemon_config.h"
 
 ABSL_FLAG(std::string, config, "", "DaemonConfig textproto; flags below override its fields.");
 ABSL_FLAG(std::string, state_dir, "", "Overrides state_dir.");
@@ -158,10 +158,10 @@ int main(int argc, char** argv) {
   StructuredLog log(stderr);
 
   megatrain::v1::DaemonConfig config;
-  config.set_config_version(kDaemonConfigVersion);
+  config.set_config_version(megatrain::service::kDaemonConfigVersion);
   if (!absl::GetFlag(FLAGS_config).empty()) {
     absl::StatusOr<megatrain::v1::DaemonConfig> loaded =
-        LoadDaemonConfigFile(absl::GetFlag(FLAGS_config));
+        megatrain::service::LoadDaemonConfigFile(absl::GetFlag(FLAGS_config));
     if (!loaded.ok()) {
       log.Event("config_error", {{"error", loaded.status().ToString()}});
       return 2;
@@ -186,7 +186,8 @@ int main(int argc, char** argv) {
     std::printf("%s\n", key->public_key_hex().c_str());
     return 0;
   }
-  absl::StatusOr<DaemonSettings> settings = ValidateDaemonConfig(config);
+  absl::StatusOr<megatrain::service::DaemonSettings> settings =
+      megatrain::service::ValidateDaemonConfig(config);
   if (!settings.ok()) {
     log.Event("config_error", {{"error", settings.status().ToString()}});
     return 2;
@@ -209,7 +210,7 @@ int main(int argc, char** argv) {
   sigaction(SIGHUP, &action, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  TextJobEngineOptions engine_options;
+  DeviceJobEngineOptions engine_options;
   engine_options.state_dir = settings->state_dir;
   engine_options.device = settings->device;
   engine_options.inject_device_fault_after_steps =
@@ -221,8 +222,8 @@ int main(int argc, char** argv) {
   if (access(engine_options.tokenize_binary.c_str(), X_OK) != 0) {
     log.Event("tokenize_binary_missing", {{"path", engine_options.tokenize_binary}});
   }
-  absl::StatusOr<std::unique_ptr<TextJobEngine>> engine =
-      TextJobEngine::Create(std::move(engine_options));
+  absl::StatusOr<std::unique_ptr<DeviceJobEngine>> engine =
+      DeviceJobEngine::Create(std::move(engine_options));
   if (!engine.ok()) {
     log.Event("start_error", {{"error", engine.status().ToString()}});
     return 1;

@@ -29,7 +29,7 @@ absl::Status StoreWriter::FlushDirtyJobs() {
 absl::Status StoreWriter::FlushAudit() {
   while (!pending_audit_.empty()) {
     const AuditPending& row = pending_audit_.front();
-    absl::StatusOr<AuditRow> written =
+    absl::StatusOr<service::AuditRow> written =
         store_.AppendAudit(row.job_id, row.unix_ms, row.kind, row.message);
     if (!written.ok()) return Failed("audit row", row.job_id, written.status());
     pending_audit_.pop_front();

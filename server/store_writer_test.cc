@@ -63,12 +63,12 @@ TEST(StoreWriterTest, FailedWritesAreReportedOnceAndRetriedInOrder) {
   EXPECT_EQ(writer.pending_audit_rows(), 0u);
   EXPECT_EQ(failures.size(), 1u);
   EXPECT_FALSE(writer.failure().empty());  // sticky: the owner restarts to clear it
-  absl::StatusOr<std::vector<AuditRow>> rows = (*store)->LoadAudit("job-000001");
+  absl::StatusOr<std::vector<service::AuditRow>> rows = (*store)->LoadAudit("job-000001");
   ASSERT_TRUE(rows.ok()) << rows.status();
   std::vector<std::string> kinds;
-  for (const AuditRow& row : *rows) kinds.push_back(row.kind);
+  for (const service::AuditRow& row : *rows) kinds.push_back(row.kind);
   EXPECT_THAT(kinds, ElementsAre("submit", "start", "completion"));
-  EXPECT_TRUE(CheckedAuditLog(*rows).chain_ok());
+  EXPECT_TRUE(service::CheckedAuditLog(*rows).chain_ok());
   absl::StatusOr<std::vector<JobStore::StoredJob>> jobs = (*store)->LoadJobs();
   ASSERT_TRUE(jobs.ok()) << jobs.status();
   ASSERT_EQ(jobs->size(), 1u);

@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "engine/device/device_options.h"
-#include "server/job_spec_validation.h"
+#include "service/job_spec_validation.h"
 
 namespace megatrain::server {
 namespace {
@@ -53,9 +53,10 @@ absl::Status ValidateJobId(const std::string& id) {
   return absl::OkStatus();
 }
 
-TrainerService::TrainerService(const DaemonSettings& settings, const PathPolicy& paths,
-                               JobRunner& runner, DaemonMetrics* metrics, StructuredLog& log,
-                               const JobAccess& access, std::string public_key_hex)
+TrainerService::TrainerService(const service::DaemonSettings& settings,
+                               const service::PathPolicy& paths, JobRunner& runner,
+                               DaemonMetrics* metrics, StructuredLog& log, const JobAccess& access,
+                               std::string public_key_hex)
     : settings_(settings),
       paths_(paths),
       runner_(runner),
@@ -74,8 +75,8 @@ grpc::Status TrainerService::Finish(const char* method, const absl::Status& stat
   return ToGrpc(status);
 }
 
-absl::StatusOr<ValidatedJob> TrainerService::Validate(const v1::JobSpec& spec) const {
-  return ValidateJobSpec(spec, settings_, paths_);
+absl::StatusOr<service::ValidatedJob> TrainerService::Validate(const v1::JobSpec& spec) const {
+  return service::ValidateJobSpec(spec, settings_, paths_);
 }
 
 grpc::Status TrainerService::SubmitJob(grpc::ServerContext* context,
@@ -84,7 +85,7 @@ grpc::Status TrainerService::SubmitJob(grpc::ServerContext* context,
   if (!request->has_spec()) {
     return Finish("SubmitJob", absl::InvalidArgumentError("spec: required"));
   }
-  absl::StatusOr<ValidatedJob> job = Validate(request->spec());
+  absl::StatusOr<service::ValidatedJob> job = Validate(request->spec());
   if (!job.ok()) return Finish("SubmitJob", job.status());
   const Caller caller = access_.Identify(context->peer());
   absl::StatusOr<v1::Job> submitted = runner_.Submit(request->spec(), std::move(*job), caller.uid);
@@ -262,7 +263,7 @@ grpc::Status TrainerService::ListCheckpoints(grpc::ServerContext*, const v1::Job
 grpc::Status TrainerService::Plan(grpc::ServerContext*, const v1::JobSpec* request,
                                   v1::PlanResponse* response) {
   DeprioritizeHandlerThread();
-  absl::StatusOr<ValidatedJob> job = Validate(*request);
+  absl::StatusOr<service::ValidatedJob> job = Validate(*request);
   if (job.ok()) *response = job->plan;
   return Finish("Plan", job.status());
 }

@@ -7,12 +7,12 @@
 #include "absl/time/time.h"
 #include "proto/megatrain.grpc.pb.h"
 #include "proto/rpc_waits.h"
-#include "server/daemon_config.h"
 #include "server/job_access.h"
 #include "server/job_runner.h"
 #include "server/metrics.h"
-#include "server/path_policy.h"
 #include "server/structured_log.h"
+#include "service/daemon_config.h"
+#include "service/path_policy.h"
 
 namespace megatrain::server {
 
@@ -28,9 +28,9 @@ class TrainerService final : public v1::Trainer::Service {
   // `metrics` may be null. Everything passed in outlives the service. `public_key_hex` is the
   // daemon's signing key, reported by GetDaemonStatus.
   // `access` decides who may change a job (issue 16, point 12).
-  TrainerService(const DaemonSettings& settings, const PathPolicy& paths, JobRunner& runner,
-                 DaemonMetrics* metrics, StructuredLog& log, const JobAccess& access,
-                 std::string public_key_hex = "");
+  TrainerService(const service::DaemonSettings& settings, const service::PathPolicy& paths,
+                 JobRunner& runner, DaemonMetrics* metrics, StructuredLog& log,
+                 const JobAccess& access, std::string public_key_hex = "");
 
   grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request,
                          v1::Job* response) override;
@@ -63,10 +63,10 @@ class TrainerService final : public v1::Trainer::Service {
  private:
   // Counts, logs and converts.
   grpc::Status Finish(const char* method, const absl::Status& status);
-  absl::StatusOr<ValidatedJob> Validate(const v1::JobSpec& spec) const;
+  absl::StatusOr<service::ValidatedJob> Validate(const v1::JobSpec& spec) const;
 
-  const DaemonSettings& settings_;
-  const PathPolicy& paths_;
+  const service::DaemonSettings& settings_;
+  const service::PathPolicy& paths_;
   JobRunner& runner_;
   DaemonMetrics* metrics_;
   StructuredLog& log_;

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/tiers/test_dir.h"
 #include "engine/train/text_training.h"
-#include "server/offline_plan.h"
+#include "service/offline_plan.h"
 
 namespace megatrain {
 namespace {
@@ -59,7 +59,7 @@ class DaemonPlanNvmeTest : public ::testing::Test {
 };
 
 TEST_F(DaemonPlanNvmeTest, BytesPerStepAndTheWearWarning) {
-  absl::StatusOr<v1::PlanResponse> plan = server::PlanOffline(Spec(1000), Config(""));
+  absl::StatusOr<v1::PlanResponse> plan = service::PlanOffline(Spec(1000), Config(""));
   ASSERT_TRUE(plan.ok()) << plan.status();
   const engine::ModelConfig tiny = engine::TinyTextModelConfig();
   const uint64_t p = plan->parameters();
@@ -72,19 +72,19 @@ TEST_F(DaemonPlanNvmeTest, BytesPerStepAndTheWearWarning) {
 
   // A drive rated for 20 runs at 10%: no warning; for fewer, a warning naming the run.
   const uint64_t run = plan->nvme_written_bytes_per_run();
-  plan = server::PlanOffline(Spec(1000),
-                             Config(absl::StrCat("nvme_rated_tbw_bytes: ", 10 * run, "\n")));
+  plan = service::PlanOffline(Spec(1000),
+                              Config(absl::StrCat("nvme_rated_tbw_bytes: ", 10 * run, "\n")));
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->warnings_size(), 0);
-  plan = server::PlanOffline(Spec(1001),
-                             Config(absl::StrCat("nvme_rated_tbw_bytes: ", 10 * run, "\n")));
+  plan = service::PlanOffline(Spec(1001),
+                              Config(absl::StrCat("nvme_rated_tbw_bytes: ", 10 * run, "\n")));
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_EQ(plan->warnings_size(), 1);
   EXPECT_NE(plan->warnings(0).find("WARNING drive wear"), std::string::npos);
   EXPECT_NE(plan->warnings(0).find("1001 steps"), std::string::npos) << plan->warnings(0);
 
   // A share without the rated TBW is refused naming the field.
-  plan = server::PlanOffline(Spec(10), Config("nvme_wear_warn_share: 0.5\n"));
+  plan = service::PlanOffline(Spec(10), Config("nvme_wear_warn_share: 0.5\n"));
   EXPECT_NE(plan.status().message().find("nvme_wear_warn_share"), std::string::npos)
       << plan.status();
 }
@@ -93,7 +93,7 @@ TEST_F(DaemonPlanNvmeTest, BytesPerStepAndTheWearWarning) {
 // CPU device's fp32, and so over-reserved RAM and could refuse jobs that fit).
 TEST_F(DaemonPlanNvmeTest, ACudaDaemonPlansABf16ComputeCopy) {
   absl::StatusOr<v1::PlanResponse> plan =
-      server::PlanOffline(Spec(10), Config("device: \"cuda\"\n"));
+      service::PlanOffline(Spec(10), Config("device: \"cuda\"\n"));
   ASSERT_TRUE(plan.ok()) << plan.status();
   uint64_t master = 0, copy = 0;
   for (const v1::BufferPlacement& b : plan->placements()) {

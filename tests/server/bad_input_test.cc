@@ -47,7 +47,7 @@ class BadInputTest : public ::testing::Test {
         tls + "/key.pem -out " + tls + "/cert.pem > " + tls + "/openssl.log 2>&1";
     ASSERT_EQ(std::system(openssl.c_str()), 0) << ReadAll(tls + "/openssl.log");
     std::ofstream(tls + "/token") << "s3cret-token-0123456789abcdef\n";
-    DaemonSettings& s = daemon_.settings();
+    service::DaemonSettings& s = daemon_.settings();
     s.tcp_address = "127.0.0.1:0";
     s.tls_cert_file = tls + "/cert.pem";
     s.tls_key_file = tls + "/key.pem";
@@ -495,7 +495,7 @@ TEST(TokenAuthTest, RefusesToStartTcpWithoutTls) {
   config.add_output_roots("/tmp");
   config.set_tcp_address("127.0.0.1:0");
   config.set_token_file("/tmp/token");
-  absl::StatusOr<DaemonSettings> settings = ValidateDaemonConfig(config);
+  absl::StatusOr<service::DaemonSettings> settings = service::ValidateDaemonConfig(config);
   EXPECT_EQ(settings.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(settings.status().message(), HasSubstr("tls_cert_file"));
 }

@@ -1,4 +1,4 @@
-// Real jobs on the daemon's one CPU device (TextJobEngine, in-process daemon): pre-tokenized
+// Real jobs on the daemon's one CPU device (DeviceJobEngine, in-process daemon): pre-tokenized
 // token files (u16 and llm.c), a JSONL corpus, and the NVMe tier on a disk directory, whose run
 // must end with exactly the RAM run's losses. Jobs run one after another on the same device,
 // which is empty again after each.
@@ -28,10 +28,10 @@ nlohmann::json ReadResult(const std::string& output_dir) {
 class DataSourcesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    TextJobEngineOptions options;
+    DeviceJobEngineOptions options;
     options.state_dir = daemon_.settings().state_dir;
     options.device = daemon_.settings().device;
-    absl::StatusOr<std::unique_ptr<TextJobEngine>> engine = TextJobEngine::Create(options);
+    absl::StatusOr<std::unique_ptr<DeviceJobEngine>> engine = DeviceJobEngine::Create(options);
     ASSERT_TRUE(engine.ok()) << engine.status();
     engine_ = std::move(*engine);
     daemon_.Start(engine_.get());
@@ -71,7 +71,7 @@ class DataSourcesTest : public ::testing::Test {
   }
 
   TestDaemon daemon_{"data_sources"};
-  std::unique_ptr<TextJobEngine> engine_;
+  std::unique_ptr<DeviceJobEngine> engine_;
 };
 
 TEST_F(DataSourcesTest, TokenFilesInU16AndLlmcFormats) {

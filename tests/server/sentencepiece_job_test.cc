@@ -1,4 +1,4 @@
-// Daemon jobs whose text uses a SentencePiece model (in-process daemon, real TextJobEngine): the
+// Daemon jobs whose text uses a SentencePiece model (in-process daemon, real DeviceJobEngine): the
 // text is tokenized by megatrain_tokenize in a child process into <output_dir>/tokens, the job
 // ends with exactly the losses of a job on the token file the tool writes when run by hand, a
 // resumed job reuses the token file, a vocabulary larger than the model's fails the job naming
@@ -60,11 +60,11 @@ class SentencePieceJobTest : public ::testing::Test {
     const std::string data = daemon_.root() + "/data";
     std::filesystem::copy_file(Runfile("tests/server/sp_fixture_corpus.txt"), data + "/sp.txt");
     std::filesystem::copy_file(Runfile("tests/server/sp_fixture.model"), data + "/sp.model");
-    TextJobEngineOptions options;
+    DeviceJobEngineOptions options;
     options.state_dir = daemon_.settings().state_dir;
     options.device = daemon_.settings().device;
     options.tokenize_binary = tokenize_binary;
-    absl::StatusOr<std::unique_ptr<TextJobEngine>> engine = TextJobEngine::Create(options);
+    absl::StatusOr<std::unique_ptr<DeviceJobEngine>> engine = DeviceJobEngine::Create(options);
     ASSERT_TRUE(engine.ok()) << engine.status();
     engine_ = std::move(*engine);
     daemon_.Start(engine_.get());
@@ -113,7 +113,7 @@ class SentencePieceJobTest : public ::testing::Test {
   }
 
   TestDaemon daemon_{"sentencepiece_job"};
-  std::unique_ptr<TextJobEngine> engine_;
+  std::unique_ptr<DeviceJobEngine> engine_;
 };
 
 TEST_F(SentencePieceJobTest, EndsWithTheLossesOfTheToolsTokenFile) {

@@ -24,7 +24,7 @@ namespace megatrain::server::testing {
 // device fault at the next step, as a sticky device error would.
 class SteppingFakeEngine final : public JobEngine {
  public:
-  absl::Status Run(const std::string&, const ValidatedJob& job,
+  absl::Status Run(const std::string&, const service::ValidatedJob& job,
                    engine::TrainingObserver& observer) override {
     for (uint64_t step = 1; step <= job.options.steps; ++step) {
       if (observer.ShouldStop()) return absl::CancelledError("stopped");
@@ -80,7 +80,7 @@ class TestDaemon {
     std::filesystem::remove_all(sock_dir_);
   }
 
-  // Runs jobs on `engine` (a real TextJobEngine, say) instead of the fake one.
+  // Runs jobs on `engine` (a real DeviceJobEngine, say) instead of the fake one.
   void Start(JobEngine* engine = nullptr) {
     absl::StatusOr<std::unique_ptr<Daemon>> d =
         Daemon::Start(settings_, engine != nullptr ? *engine : engine_, log_);
@@ -140,7 +140,7 @@ class TestDaemon {
   std::shared_ptr<grpc::Channel> channel() const { return channel_; }
 
   const std::string& root() const { return root_; }
-  DaemonSettings& settings() { return settings_; }
+  service::DaemonSettings& settings() { return settings_; }
   SteppingFakeEngine& engine() { return engine_; }
   Daemon& daemon() { return *daemon_; }
   v1::Trainer::Stub& stub() { return *stub_; }
@@ -149,7 +149,7 @@ class TestDaemon {
   std::string root_;
   mutable int next_output_ = 0;
   std::string sock_dir_;
-  DaemonSettings settings_;
+  service::DaemonSettings settings_;
   SteppingFakeEngine engine_;
   StructuredLog log_{stderr};
   std::unique_ptr<Daemon> daemon_;

@@ -9,10 +9,10 @@
 #include "engine/model/model_config.h"
 #include "engine/train/text_training.h"
 #include "proto/megatrain.pb.h"
-#include "server/daemon_config.h"
-#include "server/path_policy.h"
+#include "service/daemon_config.h"
+#include "service/path_policy.h"
 
-namespace megatrain::server {
+namespace megatrain::service {
 
 // `config_json_path` value that selects the built-in ~10M-parameter text model.
 inline constexpr char kBuiltinTinyModel[] = "builtin:tiny";
@@ -47,4 +47,4 @@ absl::StatusOr<ValidatedJob> ValidateJobSpec(const v1::JobSpec& spec,
                                              const DaemonSettings& settings,
                                              const PathPolicy& paths);
 
-}  // namespace megatrain::server
+}  // namespace megatrain::service

@@ -1,5 +1,5 @@
 // DaemonConfig loading and validation (see daemon_config.h).
-#include "server/daemon_config.h"
+#include "service/daemon_config.h"
 
 #include <cmath>
 #include <fstream>
@@ -11,7 +11,7 @@
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 
-namespace megatrain::server {
+namespace megatrain::service {
 namespace {
 
 class CollectErrors : public google::protobuf::io::ErrorCollector {
@@ -152,4 +152,4 @@ absl::StatusOr<DaemonSettings> ValidateDaemonConfig(const v1::DaemonConfig& c) {
   return s;
 }
 
-}  // namespace megatrain::server
+}  // namespace megatrain::service

@@ -7,7 +7,7 @@
 #include "absl/status/statusor.h"
 #include "proto/megatrain.pb.h"
 
-namespace megatrain::server {
+namespace megatrain::service {
 
 // Validates `spec` and plans it exactly as a megatraind configured by `daemon_config_path` (its
 // textproto DaemonConfig: device, arena and pinned budget, roots, limits) would answer Plan.
@@ -16,4 +16,4 @@ namespace megatrain::server {
 absl::StatusOr<v1::PlanResponse> PlanOffline(const v1::JobSpec& spec,
                                              const std::string& daemon_config_path);
 
-}  // namespace megatrain::server
+}  // namespace megatrain::service

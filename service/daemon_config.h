@@ -10,7 +10,7 @@
 #include "engine/planner/drive_wear.h"
 #include "proto/megatrain.pb.h"
 
-namespace megatrain::server {
+namespace megatrain::service {
 
 inline constexpr uint32_t kDaemonConfigVersion = 1;
 
@@ -58,4 +58,4 @@ absl::StatusOr<v1::DaemonConfig> LoadDaemonConfigFile(const std::string& path);
 // Applies defaults for zero fields and validates every field; errors name the field and value.
 absl::StatusOr<DaemonSettings> ValidateDaemonConfig(const v1::DaemonConfig& config);
 
-}  // namespace megatrain::server
+}  // namespace megatrain::service

@@ -1,10 +1,10 @@
 // Tests of DaemonConfig parsing, defaults and validation.
-#include "server/daemon_config.h"
+#include "service/daemon_config.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace megatrain::server {
+namespace megatrain::service {
 namespace {
 
 using ::testing::HasSubstr;
@@ -96,4 +96,4 @@ TEST(DaemonConfigTest, DriveWearIsOffByDefaultAndNeedsTheRatedTbw) {
 }
 
 }  // namespace
-}  // namespace megatrain::server
+}  // namespace megatrain::service

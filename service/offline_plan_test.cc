@@ -1,6 +1,6 @@
 // The daemon's job-spec rules as `megatrain plan --offline` runs them: a pretrained Hugging Face
 // directory trained on text without a tokenizer is refused naming data.tokenizer.
-#include "server/offline_plan.h"
+#include "service/offline_plan.h"
 
 #include <cstdlib>
 #include <filesystem>
@@ -10,7 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace megatrain::server {
+namespace megatrain::service {
 namespace {
 
 using ::testing::HasSubstr;
@@ -45,9 +45,10 @@ TEST(OfflinePlanTest, AnExplicitByteTokenizerIsNotRefusedForLackingOne) {
   absl::StatusOr<v1::PlanResponse> plan = PlanOffline(spec, "");
   // The tiny model's vocabulary (96) is below the byte tokenizer's 256: refused for that, the
   // point is that bytes were asked for on purpose.
-  if (!plan.ok())
+  if (!plan.ok()) {
     EXPECT_THAT(plan.status().message(), ::testing::Not(HasSubstr("needs the model's")));
+  }
 }
 
 }  // namespace
-}  // namespace megatrain::server
+}  // namespace megatrain::service

@@ -1,5 +1,5 @@
 // PathPolicy (see path_policy.h).
-#include "server/path_policy.h"
+#include "service/path_policy.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -14,7 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "engine/common/safe_files.h"
 
-namespace megatrain::server {
+namespace megatrain::service {
 namespace {
 
 std::string RealPath(const std::string& path, int* error) {
@@ -150,4 +150,4 @@ absl::StatusOr<std::string> PathPolicy::ResolveOutput(const std::string& field,
   return resolved.empty() ? std::string("/") : resolved;
 }
 
-}  // namespace megatrain::server
+}  // namespace megatrain::service

@@ -13,7 +13,7 @@
 
 struct sqlite3;
 
-namespace megatrain::server {
+namespace megatrain::service {
 
 // The previous hash of a job's first row.
 inline constexpr char kAuditGenesisHash[] =
@@ -70,4 +70,4 @@ absl::StatusOr<std::vector<AuditRow>> ReadAuditRows(sqlite3* db, const std::stri
 absl::StatusOr<std::vector<AuditRow>> ReadAuditLogFile(const std::string& db_path,
                                                        const std::string& job_id);
 
-}  // namespace megatrain::server
+}  // namespace megatrain::service

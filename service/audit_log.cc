@@ -1,5 +1,5 @@
 // The audit log's hash chain, append and read (see audit_log.h).
-#include "server/audit_log.h"
+#include "service/audit_log.h"
 
 #include <sqlite3.h>
 
@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/provenance/sha256.h"
 
-namespace megatrain::server {
+namespace megatrain::service {
 namespace {
 
 void AppendField(std::string& out, const std::string& field) {
@@ -201,4 +201,4 @@ absl::StatusOr<std::vector<AuditRow>> ReadAuditLogFile(const std::string& db_pat
   return rows;
 }
 
-}  // namespace megatrain::server
+}  // namespace megatrain::service

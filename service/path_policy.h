@@ -7,7 +7,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace megatrain::server {
+namespace megatrain::service {
 
 // `path` (absolute) without empty and '.' components: '//x/./y/' -> '/x/y'. Lexical only: no
 // symlink is resolved and '..' is left as it is (request paths with '..' are refused).
@@ -35,4 +35,4 @@ class PathPolicy {
   std::vector<std::string> output_roots_;
 };
 
-}  // namespace megatrain::server
+}  // namespace megatrain::service

@@ -1,5 +1,5 @@
 // CheckHfDirectoryFiles (see hf_directory_files.h).
-#include "server/hf_directory_files.h"
+#include "service/hf_directory_files.h"
 
 #include <sys/stat.h>
 
@@ -8,7 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
-namespace megatrain::server {
+namespace megatrain::service {
 
 absl::Status CheckHfDirectoryFiles(const std::string& dir, const PathPolicy& paths) {
   std::error_code ec;
@@ -43,4 +43,4 @@ absl::Status CheckHfDirectoryFiles(const std::string& dir, const PathPolicy& pat
   return absl::OkStatus();
 }
 
-}  // namespace megatrain::server
+}  // namespace megatrain::service

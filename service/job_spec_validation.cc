@@ -1,5 +1,5 @@
 // Job spec validation (see job_spec_validation.h).
-#include "server/job_spec_validation.h"
+#include "service/job_spec_validation.h"
 
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -18,9 +18,9 @@
 #include "engine/planner/planner.h"
 #include "engine/tiers/direct_io_directory.h"
 #include "engine/tiers/placement.h"
-#include "server/hf_directory_files.h"
+#include "service/hf_directory_files.h"
 
-namespace megatrain::server {
+namespace megatrain::service {
 namespace {
 
 absl::Status Invalid(absl::string_view field, absl::string_view problem) {
@@ -660,4 +660,4 @@ absl::StatusOr<ValidatedJob> ValidateJobSpec(const v1::JobSpec& spec,
   return job;
 }
 
-}  // namespace megatrain::server
+}  // namespace megatrain::service

@@ -9,9 +9,9 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "server/path_policy.h"
+#include "service/path_policy.h"
 
-namespace megatrain::server {
+namespace megatrain::service {
 
 inline constexpr uint64_t kMaxHfConfigBytes = uint64_t{1} << 20;      // as config_json_path
 inline constexpr uint64_t kMaxHfOtherJsonBytes = uint64_t{64} << 20;  // shard indexes
@@ -22,4 +22,4 @@ inline constexpr int kMaxHfDirectoryEntries = 4096;
 // file), RESOURCE_EXHAUSTED (over a cap, too many entries).
 absl::Status CheckHfDirectoryFiles(const std::string& dir, const PathPolicy& paths);
 
-}  // namespace megatrain::server
+}  // namespace megatrain::service

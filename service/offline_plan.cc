@@ -1,12 +1,12 @@
 // PlanOffline (see offline_plan.h).
-#include "server/offline_plan.h"
+#include "service/offline_plan.h"
 
 #include "absl/strings/str_cat.h"
-#include "server/daemon_config.h"
-#include "server/job_spec_validation.h"
-#include "server/path_policy.h"
+#include "service/daemon_config.h"
+#include "service/job_spec_validation.h"
+#include "service/path_policy.h"
 
-namespace megatrain::server {
+namespace megatrain::service {
 
 absl::StatusOr<v1::PlanResponse> PlanOffline(const v1::JobSpec& spec,
                                              const std::string& daemon_config_path) {
@@ -34,4 +34,4 @@ absl::StatusOr<v1::PlanResponse> PlanOffline(const v1::JobSpec& spec,
   return job->plan;
 }
 
-}  // namespace megatrain::server
+}  // namespace megatrain::service

@@ -1,7 +1,7 @@
 // The job spec's proto3 `optional` fields: absent means the documented default, a set value is
 // used as given, 0 included (validation_fraction 0 = no validation set, adam_beta1 0 = no
 // momentum); out-of-range values are still refused naming the field.
-#include "server/job_spec_validation.h"
+#include "service/job_spec_validation.h"
 
 #include <cstdlib>
 #include <fstream>
@@ -9,10 +9,10 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/daemon_config.h"
-#include "server/path_policy.h"
+#include "service/daemon_config.h"
+#include "service/path_policy.h"
 
-namespace megatrain::server {
+namespace megatrain::service {
 namespace {
 
 using ::testing::HasSubstr;
@@ -84,4 +84,4 @@ TEST_F(JobSpecValidationTest, ASetEpsOfZeroIsRefusedNotReplaced) {
 }
 
 }  // namespace
-}  // namespace megatrain::server
+}  // namespace megatrain::service
