@@ -340,6 +340,7 @@ absl::Status ValidateHyper(const v1::Hyperparameters& given, const v1::DataSourc
 }
 
 constexpr uint64_t kMinFragmentBytes = 4096;  // bounds the fragments (and events) of a step
+constexpr uint64_t kMaxHeadBlockRows = uint64_t{1} << 20;  // past any vocabulary in use
 
 // Fragmented weight streaming and adaptive recomputation; the planner (PlanWithEngine) then
 // checks the ring and the activation budget against the model and the arena.
@@ -360,6 +361,12 @@ absl::Status ValidateExecutor(const v1::ExecutorOptions& e, ValidatedJob& job) {
                    absl::StrCat("'", policy.substr(0, 64),
                                 "' is not \"recompute\", \"offload\" or \"adaptive\""));
   }
+  if (absl::Status s = CheckRange("executor.head_block_rows", e.head_block_rows(), 0,
+                                  kMaxHeadBlockRows);
+      !s.ok()) {
+    return s;
+  }
+  job.options.trainer.head_block_rows = static_cast<int>(e.head_block_rows());
   x.weight_ring_bytes = e.weight_ring_bytes();
   x.fragment_bytes = e.fragment_bytes();
   x.activation_budget_bytes = e.activation_budget_bytes();
@@ -429,6 +436,7 @@ absl::Status PlanWithEngine(const v1::MemoryBudgets& m, const DaemonSettings& se
   in.grad_accumulation = job.options.grad_accumulation;
   in.checkpoint_interval = job.options.trainer.executor.checkpoint_interval;
   in.weight_slots = job.options.trainer.executor.weight_slots;
+  in.head_block_rows = job.options.trainer.head_block_rows;
   in.weight_ring_bytes = job.options.trainer.executor.weight_ring_bytes;
   in.fragment_bytes = job.options.trainer.executor.fragment_bytes;
   in.activation_budget_bytes = job.options.trainer.executor.activation_budget_bytes;

@@ -83,5 +83,26 @@ TEST_F(JobSpecValidationTest, ASetEpsOfZeroIsRefusedNotReplaced) {
   EXPECT_THAT(job.status().message(), HasSubstr("hyper.adam_eps"));
 }
 
+// executor.head_block_rows reaches the trainer and the plan: smaller blocks of the 256-row
+// byte vocabulary shrink the head's device scratch; past the cap it is refused by name.
+TEST_F(JobSpecValidationTest, HeadBlockRowsReachesTheTrainerAndThePlan) {
+  absl::StatusOr<ValidatedJob> whole = Validate(Spec());
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  v1::JobSpec spec = Spec();
+  spec.mutable_executor()->set_head_block_rows(17);
+  absl::StatusOr<ValidatedJob> blocked = Validate(spec);
+  ASSERT_TRUE(blocked.ok()) << blocked.status();
+  EXPECT_EQ(blocked->options.trainer.head_block_rows, 17);
+  EXPECT_LT(blocked->plan.device_arena_peak_bytes(), whole->plan.device_arena_peak_bytes());
+  EXPECT_NE(engine::TextTrainingJobJson(blocked->options),
+            engine::TextTrainingJobJson(whole->options));
+
+  spec.mutable_executor()->set_head_block_rows((1u << 20) + 1);
+  absl::StatusOr<ValidatedJob> huge = Validate(spec);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(huge.status().message(), HasSubstr("executor.head_block_rows"));
+}
+
 }  // namespace
 }  // namespace megatrain::service

@@ -8,12 +8,14 @@ namespace megatrain::engine::planner {
 absl::StatusOr<ExecutorGeometry> MakeExecutorGeometry(const ModelConfig& config,
                                                       const ParameterLayout& layout,
                                                       int micro_batch, int seq, int head_chunk,
-                                                      const ExecutorOptions& options) {
+                                                      const ExecutorOptions& options,
+                                                      int head_block_rows) {
   if (options.checkpoint_interval < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint_interval=", options.checkpoint_interval, " must be >= 1"));
   }
-  return engine::MakeExecutorGeometry(config, layout, micro_batch, seq, head_chunk);
+  return engine::MakeExecutorGeometry(config, layout, micro_batch, seq, head_chunk,
+                                      head_block_rows);
 }
 
 DeviceMemoryPlan DeviceMemoryPlanFor(const ExecutorGeometry& g, const ExecutorOptions& options,

@@ -21,7 +21,8 @@ using ::megatrain::engine::ExecutorGeometry;
 absl::StatusOr<ExecutorGeometry> MakeExecutorGeometry(const ModelConfig& config,
                                                       const ParameterLayout& layout,
                                                       int micro_batch, int seq, int head_chunk,
-                                                      const ExecutorOptions& options);
+                                                      const ExecutorOptions& options,
+                                                      int head_block_rows = 0);
 
 // StreamingExecutor::PlanDeviceMemory for these entry sizes.
 DeviceMemoryPlan DeviceMemoryPlanFor(const ExecutorGeometry& g, const ExecutorOptions& options,

@@ -141,7 +141,8 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
   r.executor.activation_budget_bytes = in.activation_budget_bytes;
   r.executor.activation_policy = in.activation_policy;
   absl::StatusOr<ExecutorGeometry> g =
-      MakeExecutorGeometry(config, *layout, in.micro_batch, in.seq, in.head_chunk, r.executor);
+      MakeExecutorGeometry(config, *layout, in.micro_batch, in.seq, in.head_chunk, r.executor,
+                           in.head_block_rows);
   if (!g.ok()) return g.status();
   r.device_arena_capacity =
       in.device_arena_bytes > 0 ? in.device_arena_bytes : hw.device_memory_bytes;

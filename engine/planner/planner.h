@@ -37,6 +37,7 @@ struct PlanInputs {
   uint64_t fragment_bytes = 0;  // largest fragment; 0 = the executor's default
   int device_checkpoints = -1;
   int head_chunk = 0;  // 0 = min(tokens, kDefaultHeadChunk = 2048)
+  int head_block_rows = 0;  // LM-head vocabulary rows per block; 0 = kDefaultHeadBlockRows (8192)
   // Adaptive recomputation: device bytes for saved activation sets (0 = the
   // k working sets) and how blocks beyond the budget get theirs back.
   uint64_t activation_budget_bytes = 0;

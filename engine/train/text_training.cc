@@ -14,6 +14,7 @@
 #include "engine/data/token_windows.h"
 #include "engine/device/device_factory.h"
 #include "engine/model/parameter_layout.h"
+#include "engine/train/executor_geometry.h"
 #include "engine/train/run_checkpoints.h"
 #include "engine/train/training_data.h"
 
@@ -74,7 +75,7 @@ double Median(std::vector<double> values) {
 
 std::string TextTrainingJobJson(const TextTrainingOptions& o) {
   const TrainerOptions& t = o.trainer;
-  const nlohmann::json j = {
+  nlohmann::json j = {
       {"kind", "text"},
       {"init_from_hf_dir", o.init_from_hf_dir},
       {"text_paths", o.token_files.empty() ? o.text_paths : std::vector<std::string>()},
@@ -102,6 +103,10 @@ std::string TextTrainingJobJson(const TextTrainingOptions& o) {
       {"max_consecutive_skips", t.max_consecutive_skips},
       {"blas_threads", t.blas_threads},
   };
+  // Only when it is not the default, so the JSON (and the resume check) of jobs that never set
+  // it is what it was before the option existed.
+  const int head_block_rows = t.head_block_rows > 0 ? t.head_block_rows : kDefaultHeadBlockRows;
+  if (head_block_rows != kDefaultHeadBlockRows) j["head_block_rows"] = head_block_rows;
   return j.dump();
 }
 

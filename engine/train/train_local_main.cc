@@ -75,6 +75,9 @@ ABSL_FLAG(int64_t, nvme_chunk_mb, 64,
 ABSL_FLAG(int64_t, weight_ring_mb, 0,
           "Fragmented weight streaming through a device ring of this many MiB (it must hold the "
           "largest tensor); 0 = whole-layer weight slots.");
+ABSL_FLAG(int, head_block_rows, 0,
+          "LM-head vocabulary rows per block (the head's device scratch and ring units are one "
+          "block); 0 = 8192.");
 ABSL_FLAG(bool, master_on_nvme, false,
           "Put the fp32 master on the NVMe tier too, streamed with m and v (needs --nvme_dir; on "
           "the CPU device adds a pinned fp32 compute copy, so it saves no RAM there).");
@@ -196,6 +199,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   t.executor.weight_ring_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_weight_ring_mb)) << 20;
+  if (absl::GetFlag(FLAGS_head_block_rows) < 0) {
+    fprintf(stderr, "error: --head_block_rows must be >= 0\n");
+    return 2;
+  }
+  t.head_block_rows = absl::GetFlag(FLAGS_head_block_rows);
   absl::StatusOr<DeviceKind> kind = ParseDeviceKind(absl::GetFlag(FLAGS_device));
   if (!kind.ok()) {
     std::fprintf(stderr, "train_local: --device: %s\n",
