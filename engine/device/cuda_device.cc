@@ -79,7 +79,8 @@ CudaDevice::CudaDevice(const DeviceOptions& options, std::shared_ptr<CudaDeviceS
     : state_(std::move(state)),
       arena_memory_(arena_memory),
       arena_(std::make_unique<DeviceArena>(arena_memory, options.arena_bytes, state_->name())),
-      pinned_(options.pinned_budget_bytes, state_) {}
+      pinned_(options.pinned_budget_bytes, state_),
+      host_task_threads_(options.cuda_host_task_threads) {}
 
 CudaDevice::~CudaDevice() {
   arena_.reset();  // checks for live buffers before the memory goes
@@ -90,7 +91,7 @@ CudaDevice::~CudaDevice() {
 
 absl::StatusOr<std::unique_ptr<Stream>> CudaDevice::CreateStream(std::string name) {
   if (name.empty()) return absl::InvalidArgumentError("stream name must be non-empty, got \"\"");
-  absl::StatusOr<std::unique_ptr<CudaStream>> stream = CudaStream::Create(std::move(name), state_);
+  absl::StatusOr<std::unique_ptr<CudaStream>> stream = CudaStream::Create(std::move(name), state_, host_task_threads_);
   if (!stream.ok()) return stream.status();
   return std::unique_ptr<Stream>(std::move(*stream));
 }

@@ -56,6 +56,7 @@ class CudaDevice final : public Device {
   void* const arena_memory_;            // cudaFree'd after arena_ checked for live buffers
   std::unique_ptr<DeviceArena> arena_;  // reset first in the destructor
   CudaPinnedPool pinned_;
+  const bool host_task_threads_;  // DeviceOptions::cuda_host_task_threads
 };
 
 // CudaDevice::Create behind the Device interface.

@@ -1,7 +1,10 @@
 // Tests for CudaDevice; without a usable GPU they skip with "no CUDA device: <cuda error>".
 #include "engine/device/cuda_device.h"
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <future>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -71,6 +74,28 @@ TEST_F(CudaDeviceTest, EventsOrderStreams) {
   ASSERT_TRUE(SynchronizeWithin(*b).ok());
   EXPECT_EQ(observed, 7);
   EXPECT_TRUE(event->Query());
+}
+
+// With host-task lanes, a host task that blocks holds only its own stream: another stream's
+// host task still runs (on the driver's one callback thread the two could serialise, and the
+// first would wait forever for the second; the bound turns that into a failure).
+TEST_F(CudaDeviceTest, ABlockedHostTaskHoldsOnlyItsOwnStream) {
+  auto a = *device_->CreateStream("a");
+  auto b = *device_->CreateStream("b");
+  if (!static_cast<CudaStream*>(a.get())->has_host_task_lane()) {
+    GTEST_SKIP() << "no stream memory operations on this driver: host tasks use the callback "
+                    "thread";
+  }
+  std::promise<void> b_ran;
+  std::future<void> b_done = b_ran.get_future();
+  std::atomic<bool> a_saw_b{false};
+  a->EnqueueHostTask([&] {
+    a_saw_b = b_done.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+  });
+  b->EnqueueHostTask([&b_ran] { b_ran.set_value(); });
+  ASSERT_TRUE(SynchronizeWithin(*b).ok());
+  ASSERT_TRUE(SynchronizeWithin(*a).ok());
+  EXPECT_TRUE(a_saw_b.load());
 }
 
 TEST_F(CudaDeviceTest, ArenaAndPinnedBudgetAreEnforced) {

@@ -1,9 +1,16 @@
-// CudaStream and CudaEvent: every runtime call checked; host tasks through cudaLaunchHostFunc.
+// CudaStream and CudaEvent: every runtime call checked; host tasks on the stream's own thread
+// (CudaHostTaskLane), or through cudaLaunchHostFunc on the driver's callback thread.
 #include "engine/device/cuda_stream.h"
+
+#include <cuda.h>
+
+#include <atomic>
+#include <new>
 
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "engine/device/host_task_lane.h"
 #include "engine/device/fatal.h"
 
 namespace megatrain::engine {
@@ -34,6 +41,92 @@ void CUDART_CB RunHostTask(void* user_data) {
         status.code(), absl::StrCat("stream '", task->stream, "': ", status.message())));
   }
 }
+
+}  // namespace
+
+// A HostTaskLane whose done word lives in pinned, mapped host memory, with the driver's
+// cuStreamWaitValue32 (not in the runtime API; found through cudaGetDriverEntryPointByVersion,
+// so nothing links against libcuda).
+class CudaHostTaskLane {
+ public:
+  // UNIMPLEMENTED where the driver has no stream memory operations (the caller falls back to
+  // the callback thread); other errors as the runtime reports them.
+  static absl::StatusOr<std::unique_ptr<CudaHostTaskLane>> Create(cudaStream_t stream) {
+    using WaitValue32 = CUresult(CUDAAPI*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+    void* entry = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &entry, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess || entry == nullptr) {
+      return absl::UnimplementedError("the driver has no cuStreamWaitValue32");
+    }
+    void* memory = nullptr;
+    if (cudaError_t e = cudaHostAlloc(&memory, 64, cudaHostAllocMapped | cudaHostAllocPortable);
+        e != cudaSuccess) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cudaHostAlloc of a host-task word: ", cudaGetErrorString(e)));
+    }
+    void* device_word = nullptr;
+    if (cudaError_t e = cudaHostGetDevicePointer(&device_word, memory, 0); e != cudaSuccess) {
+      cudaFreeHost(memory);
+      return absl::UnimplementedError(
+          absl::StrCat("cudaHostGetDevicePointer: ", cudaGetErrorString(e)));
+    }
+    std::unique_ptr<CudaHostTaskLane> lane(new CudaHostTaskLane(
+        memory, reinterpret_cast<CUdeviceptr>(device_word), reinterpret_cast<WaitValue32>(entry)));
+    // A wait that is already satisfied (the word is 0): tells whether this device and driver
+    // support the operation at all.
+    if (CUresult r = lane->wait_(reinterpret_cast<CUstream>(stream), lane->device_word_, 0,
+                                 CU_STREAM_WAIT_VALUE_GEQ);
+        r != CUDA_SUCCESS) {
+      return absl::UnimplementedError(absl::StrCat("cuStreamWaitValue32 returned ", r));
+    }
+    return lane;
+  }
+
+  CudaHostTaskLane(const CudaHostTaskLane&) = delete;
+  CudaHostTaskLane& operator=(const CudaHostTaskLane&) = delete;
+  ~CudaHostTaskLane() {
+    lane_.reset();  // before the word it writes goes
+    cudaFreeHost(memory_);
+  }
+
+  // Queues `task`; the stream releases it once its earlier work is done (a host function that
+  // never blocks) and holds its later work until the lane has run it (a wait on the word).
+  absl::Status Enqueue(cudaStream_t stream, std::function<void()> task, CudaDeviceState& device) {
+    const uint32_t ticket = lane_->Submit(std::move(task));
+    if (absl::Status s = device.Check(
+            cudaLaunchHostFunc(stream, &HostTaskLane::ReleaseNextCallback, lane_.get()),
+            "cudaLaunchHostFunc");
+        !s.ok()) {
+      return s;  // the stream fails; the queued task is dropped with the lane
+    }
+    if (CUresult r = wait_(reinterpret_cast<CUstream>(stream), device_word_, ticket,
+                           CU_STREAM_WAIT_VALUE_GEQ);
+        r != CUDA_SUCCESS) {
+      return absl::InternalError(absl::StrCat("cuStreamWaitValue32 returned ", r));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  using WaitValue32 = CUresult(CUDAAPI*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) &&
+                std::atomic<uint32_t>::is_always_lock_free);
+
+  CudaHostTaskLane(void* memory, CUdeviceptr device_word, WaitValue32 wait)
+      : memory_(memory),
+        device_word_(device_word),
+        wait_(wait),
+        lane_(std::make_unique<HostTaskLane>(new (memory) std::atomic<uint32_t>(0))) {}
+
+  void* const memory_;
+  const CUdeviceptr device_word_;
+  const WaitValue32 wait_;
+  std::unique_ptr<HostTaskLane> lane_;
+};
+
+namespace {
 
 const CudaEvent& AsCudaEvent(const Event& event, std::string_view stream) {
   const CudaEvent* cuda_event = dynamic_cast<const CudaEvent*>(&event);
@@ -81,7 +174,7 @@ bool CudaEvent::Query() {
 }
 
 absl::StatusOr<std::unique_ptr<CudaStream>> CudaStream::Create(
-    std::string name, std::shared_ptr<CudaDeviceState> device) {
+    std::string name, std::shared_ptr<CudaDeviceState> device, bool host_task_thread) {
   if (absl::Status current = device->MakeCurrent(); !current.ok()) return current;
   cudaStream_t stream = nullptr;
   if (absl::Status created = device->Check(
@@ -90,7 +183,16 @@ absl::StatusOr<std::unique_ptr<CudaStream>> CudaStream::Create(
     return created;
   }
   device->timeline().RegisterStream(name);
-  return std::unique_ptr<CudaStream>(new CudaStream(std::move(name), std::move(device), stream));
+  std::unique_ptr<CudaStream> created(new CudaStream(std::move(name), std::move(device), stream));
+  if (host_task_thread) {
+    absl::StatusOr<std::unique_ptr<CudaHostTaskLane>> lane = CudaHostTaskLane::Create(stream);
+    if (lane.ok()) {
+      created->lane_ = *std::move(lane);
+    } else if (lane.status().code() != absl::StatusCode::kUnimplemented) {
+      return lane.status();
+    }  // no stream memory operations: host tasks stay on the driver's callback thread
+  }
+  return created;
 }
 
 CudaStream::CudaStream(std::string name, std::shared_ptr<CudaDeviceState> device,
@@ -101,7 +203,9 @@ CudaStream::CudaStream(std::string name, std::shared_ptr<CudaDeviceState> device
       errors_(std::make_shared<CudaStreamErrors>()) {}
 
 CudaStream::~CudaStream() {
+  // The lane runs until the stream is drained: the stream's waits need its thread.
   (void)device_->Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  lane_.reset();
   (void)device_->Check(cudaStreamDestroy(stream_), "cudaStreamDestroy");
 }
 
@@ -149,6 +253,13 @@ void CudaStream::EnqueueFallibleHostTask(std::function<absl::Status()> fn, Timel
   if (Skipping()) return;
   auto task =
       std::make_unique<HostTask>(HostTask{std::move(fn), std::move(tag), name_, device_, errors_});
+  if (lane_ != nullptr) {
+    std::shared_ptr<HostTask> shared(std::move(task));
+    absl::Status queued = lane_->Enqueue(
+        stream_, [shared] { RunHostTask(new HostTask(std::move(*shared))); }, *device_);
+    if (!queued.ok()) Fail(std::move(queued));
+    return;
+  }
   absl::Status launched =
       device_->Check(cudaLaunchHostFunc(stream_, &RunHostTask, task.get()), "cudaLaunchHostFunc");
   if (launched.ok()) {

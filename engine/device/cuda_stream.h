@@ -45,14 +45,18 @@ struct CudaStreamErrors {
   }
 };
 
+class CudaHostTaskLane;
+
 // Differences from the CPU device, all documented TODOs: copies and waits add no timeline spans
 // yet (they need timing-event pairs); host tasks do. A host task failing does not cancel copies
 // already enqueued behind it (CUDA cannot), only what is enqueued after the failure is known.
 class CudaStream final : public Stream {
  public:
+  // host_task_thread: host tasks on a HostTaskLane (when the driver has stream memory
+  // operations), else on the driver's callback thread.
   static absl::StatusOr<std::unique_ptr<CudaStream>> Create(
-      std::string name, std::shared_ptr<CudaDeviceState> device);
-  ~CudaStream() override;  // synchronizes, then destroys the cudaStream_t
+      std::string name, std::shared_ptr<CudaDeviceState> device, bool host_task_thread = true);
+  ~CudaStream() override;  // synchronizes, then stops its lane and destroys the cudaStream_t
 
   std::string_view name() const override { return name_; }
   void CopyHostToDevice(void* dst_device, const void* src_host, size_t bytes,
@@ -69,6 +73,8 @@ class CudaStream final : public Stream {
 
   // For launching our kernels and cuBLAS/cuDNN calls on this stream.
   cudaStream_t native_handle() const { return stream_; }
+  // Whether host tasks run on the stream's own thread (else on the driver's callback thread).
+  bool has_host_task_lane() const { return lane_ != nullptr; }
 
  private:
   CudaStream(std::string name, std::shared_ptr<CudaDeviceState> device, cudaStream_t stream);
@@ -80,6 +86,8 @@ class CudaStream final : public Stream {
   const std::shared_ptr<CudaDeviceState> device_;
   const cudaStream_t stream_;
   const std::shared_ptr<CudaStreamErrors> errors_;
+  // The host-task lane and its word (pinned, mapped: the device polls it); null without one.
+  std::unique_ptr<CudaHostTaskLane> lane_;
 };
 
 }  // namespace megatrain::engine

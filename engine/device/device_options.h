@@ -33,6 +33,11 @@ struct DeviceOptions {
   double link_latency_us = 0;
   // CUDA only: the device ordinal to use.
   int cuda_device_ordinal = 0;
+  // CUDA only: run each stream's host tasks on a thread of its own, the stream waiting on a
+  // word the thread writes (cuStreamWaitValue32), instead of on the driver's one callback thread
+  // that all streams share (host_task_lane.h). Falls back to the callback thread where the
+  // driver lacks stream memory operations; false forces that (a first-run diagnosis switch).
+  bool cuda_host_task_threads = true;
 };
 
 // INVALID_ARGUMENT naming the field and value for: arena_bytes == 0, link_gbps or

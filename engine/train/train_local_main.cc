@@ -75,6 +75,10 @@ ABSL_FLAG(int64_t, nvme_chunk_mb, 64,
 ABSL_FLAG(int64_t, weight_ring_mb, 0,
           "Fragmented weight streaming through a device ring of this many MiB (it must hold the "
           "largest tensor); 0 = whole-layer weight slots.");
+ABSL_FLAG(bool, cuda_host_task_threads, true,
+          "CUDA: run each stream's host tasks on a thread of its own (the stream waits on a word "
+          "it writes) instead of on the driver's one callback thread; false = the callback "
+          "thread (a first-run diagnosis switch).");
 ABSL_FLAG(int, head_block_rows, 0,
           "LM-head vocabulary rows per block (the head's device scratch and ring units are one "
           "block); 0 = 8192.");
@@ -211,6 +215,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.device.kind = *kind;
+  o.device.cuda_host_task_threads = absl::GetFlag(FLAGS_cuda_host_task_threads);
   o.device.arena_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_arena_mb)) << 20;
   o.device.pinned_budget_bytes = size_t{64} << 30;
   o.device.link_gbps = absl::GetFlag(FLAGS_link_gbps);
