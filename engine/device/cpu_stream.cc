@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "engine/device/fatal.h"
+#include "engine/common/fatal.h"
 
 namespace megatrain::engine {
 namespace {

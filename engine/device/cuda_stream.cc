@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/device/host_task_lane.h"
-#include "engine/device/fatal.h"
+#include "engine/common/fatal.h"
 
 namespace megatrain::engine {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "engine/device/fatal.h"
+#include "engine/common/fatal.h"
 
 namespace megatrain::engine {
 

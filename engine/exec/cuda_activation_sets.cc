@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "engine/device/fatal.h"
+#include "engine/common/fatal.h"
 
 namespace megatrain::engine {
 namespace {

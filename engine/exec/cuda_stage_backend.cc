@@ -17,7 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/device/cuda_stream.h"
-#include "engine/device/fatal.h"
+#include "engine/common/fatal.h"
 #include "engine/exec/cuda_activation_sets.h"
 #include "engine/exec/cuda_layer_math.h"
 #include "engine/exec/host_embedding.h"

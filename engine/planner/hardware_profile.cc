@@ -4,7 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/common/safe_files.h"
-#include "engine/device/fatal.h"
+#include "engine/common/fatal.h"
 #include "nlohmann/json.hpp"
 
 namespace megatrain::engine::planner {
