@@ -22,20 +22,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 // Non-negative JSON integer that fits in size_t, or nullopt.
 std::optional<uint64_t> AsSize(const Json& v) {
   if (v.is_number_unsigned()) return v.get<uint64_t>();
@@ -71,12 +57,25 @@ void SafetensorsFile::Unmap() {
   data_ = nullptr;
 }
 
+absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path,
+                                                      const InputFiles* inputs) {
+  if (inputs == nullptr) return Open(path);
+  absl::StatusOr<UniqueFd> fd = inputs->Duplicate(path);
+  if (!fd.ok()) return fd.status();
+  return OpenDescriptor(*std::move(fd), path);
+}
+
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) {
     const int err = errno;
     return absl::ErrnoToStatus(err, absl::StrCat(path, ": cannot open: ", std::strerror(err)));
   }
+  return OpenDescriptor(std::move(fd), path);
+}
+
+absl::StatusOr<SafetensorsFile> SafetensorsFile::OpenDescriptor(UniqueFd fd,
+                                                                const std::string& path) {
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) {
     const int err = errno;

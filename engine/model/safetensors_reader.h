@@ -23,6 +23,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/common/input_files.h"
+#include "engine/common/unique_fd.h"
 #include "engine/model/safetensors_dtype.h"
 
 namespace megatrain::engine {
@@ -41,6 +43,9 @@ struct SafetensorsTensorInfo {
 class SafetensorsFile {
  public:
   static absl::StatusOr<SafetensorsFile> Open(const std::string& path);
+  // With `inputs` (a daemon's run): maps a duplicate of the checked descriptor held for `path`
+  // instead of opening the path again; null `inputs` is Open(path).
+  static absl::StatusOr<SafetensorsFile> Open(const std::string& path, const InputFiles* inputs);
 
   SafetensorsFile(SafetensorsFile&& other) noexcept;
   SafetensorsFile& operator=(SafetensorsFile&& other) noexcept;
@@ -66,6 +71,8 @@ class SafetensorsFile {
   absl::Status ReadFloat32Range(std::string_view name, size_t first, absl::Span<float> out) const;
 
  private:
+  // Checks and maps the open file `fd` (closed once mapped); errors name `path`.
+  static absl::StatusOr<SafetensorsFile> OpenDescriptor(UniqueFd fd, const std::string& path);
   SafetensorsFile() = default;
   absl::Status ParseHeader(std::string_view header, size_t data_size);
   void Unmap();

@@ -180,7 +180,8 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
   if (!options.token_files.empty()) {
     absl::StatusOr<TokenFileFormat> format = ParseTokenFileFormat(options.token_format);
     if (!format.ok()) return format.status();
-    absl::StatusOr<TokenFiles> files = TokenFiles::Open(options.token_files, *format);
+    absl::StatusOr<TokenFiles> files =
+        TokenFiles::Open(options.token_files, *format, options.inputs);
     if (!files.ok()) return files.status();
     const int32_t max_token = files->MaxToken();
     if (max_token >= config.vocab_size) {
@@ -190,14 +191,15 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
     source = std::make_shared<TokenFiles>(std::move(*files));
   } else {
     absl::StatusOr<std::unique_ptr<TextTokenizer>> tokenizer =
-        CreateTextTokenizer(options.tokenizer);
+        CreateTextTokenizer(options.tokenizer, options.inputs);
     if (!tokenizer.ok()) return tokenizer.status();
     if (config.vocab_size < (*tokenizer)->vocab_size()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "vocab_size=", config.vocab_size, " is smaller than the vocabulary of tokenizer '",
           options.tokenizer, "' (", (*tokenizer)->vocab_size(), ")"));
     }
-    absl::StatusOr<std::vector<std::string>> docs = LoadTextDocuments(options.text_paths);
+    absl::StatusOr<std::vector<std::string>> docs =
+        LoadTextDocuments(options.text_paths, options.inputs);
     if (!docs.ok()) return docs.status();
     absl::StatusOr<std::vector<int32_t>> encoded = TokenizeDocuments(*docs, **tokenizer);
     if (!encoded.ok()) return encoded.status();
@@ -229,8 +231,11 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
   if (options.init_from_hf_dir.empty()) {
     (*trainer)->InitializeRandom(options.seed);
   } else {
-    if (absl::Status s = (*trainer)->LoadHfWeights(options.init_from_hf_dir); !s.ok()) return s;
-    absl::StatusOr<SafetensorsDtype> source = HfWeightsDtype(options.init_from_hf_dir);
+    if (absl::Status s = (*trainer)->LoadHfWeights(options.init_from_hf_dir, options.inputs);
+        !s.ok())
+      return s;
+    absl::StatusOr<SafetensorsDtype> source =
+        HfWeightsDtype(options.init_from_hf_dir, options.inputs);
     if (!source.ok()) return source.status();
     checkpoint_dtype = *source;
   }
@@ -262,7 +267,7 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
     if (options.token_files.empty() && options.tokenizer != "bytes") {
       files->push_back(options.tokenizer);
     }
-    absl::StatusOr<std::vector<DataFileRecord>> sums = ChecksumDataFiles(*files);
+    absl::StatusOr<std::vector<DataFileRecord>> sums = ChecksumDataFiles(*files, options.inputs);
     if (!sums.ok()) return sums.status();
     data_files = std::move(*sums);
     absl::StatusOr<std::shared_ptr<const provenance::ProvenanceContext>> context =
