@@ -2,6 +2,7 @@
 // immutable DaemonSettings that the rest of the daemon reads.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,8 @@ struct DaemonSettings {
   uint64_t max_ram_bytes = 0;    // 0 = physical RAM; jobs whose host plan exceeds it are refused
   uint32_t max_job_crashes = 3;  // daemon deaths while one job ran before it is FAILED
   uint64_t test_hold_after_step = 0;  // test hook: see --test_hold_after_step
+  // Test hook for in-process daemons (RunnerLimits::test_after_input_check); never set by flags.
+  std::function<void(const std::string& id)> test_after_input_check;
   // Members may cancel, pause, resume, checkpoint and audit any job and purge (issue 16,
   // point 12); empty = only root and the daemon's user. Flag only (--admin_group).
   std::string admin_group = "megatrain-admin";

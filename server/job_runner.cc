@@ -667,11 +667,19 @@ absl::StatusOr<provenance::Lineage> JobRunner::JobLineage(const std::string& id)
 
 absl::StatusOr<ValidatedJob> JobRunner::PrepareRun(const std::string& id,
                                                    const ValidatedJob& validated,
-                                                   std::string* refusal) {
-  // The inputs as they are now, before anything reads them (issue 16, point 2).
-  if (absl::Status s = RecheckJobInputs(validated); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("inputs checked when the job runs: ", s.message()));
+                                                   std::string* refusal,
+                                                   engine::InputFiles* inputs) {
+  // The inputs as they are now, before anything reads them, held open: the lineage below and
+  // the engine read these descriptors, never the paths again (issue 16, point 2).
+  absl::StatusOr<engine::InputFiles> checked = RecheckJobInputs(validated);
+  if (!checked.ok()) {
+    return absl::Status(checked.status().code(), absl::StrCat("inputs checked when the job runs: ",
+                                                              checked.status().message()));
   }
+  *inputs = *std::move(checked);
+  if (limits_.test_after_input_check) limits_.test_after_input_check(id);
+  ValidatedJob held = validated;
+  held.options.inputs = inputs;
   std::optional<provenance::Lineage> lineage;
   bool allow_data_change = false;
   v1::JobSpec spec;
@@ -685,7 +693,7 @@ absl::StatusOr<ValidatedJob> JobRunner::PrepareRun(const std::string& id,
   }
   if (!lineage.has_value()) {
     absl::StatusOr<provenance::Lineage> built =
-        BuildJobLineage(spec, validated, provenance_.device_kind);
+        BuildJobLineage(spec, held, provenance_.device_kind);
     if (!built.ok()) {
       return absl::Status(built.status().code(),
                           absl::StrCat("lineage: ", built.status().message()));
@@ -703,7 +711,7 @@ absl::StatusOr<ValidatedJob> JobRunner::PrepareRun(const std::string& id,
                              built->build.commit, "; device ", built->device_kind));
     lineage = *std::move(built);
   } else {
-    absl::StatusOr<std::vector<provenance::InputFile>> current = HashDataInputs(validated);
+    absl::StatusOr<std::vector<provenance::InputFile>> current = HashDataInputs(held);
     if (!current.ok()) {
       *refusal = absl::StrCat("data check before continuing: ", current.status().message(),
                               "; the job is PAUSED until the data is back");
@@ -735,7 +743,7 @@ absl::StatusOr<ValidatedJob> JobRunner::PrepareRun(const std::string& id,
       log_.JobEvent("data_change_allowed", id, {{"files", absl::StrCat(changes.size())}});
     }
   }
-  ValidatedJob run = validated;
+  ValidatedJob run = std::move(held);
   run.options.lineage = *lineage;
   run.options.signer = provenance_.signer;
   // The SHA-256 check above is the data check of this run; the checkpoint's CRC32Cs still
@@ -852,7 +860,8 @@ void JobRunner::Loop() {
       TransitionLocked(e, v1::RUNNING, "started", "start");
     }
     std::string refusal;
-    absl::StatusOr<ValidatedJob> run = PrepareRun(id, *validated, &refusal);
+    engine::InputFiles inputs;  // the run reads through these: alive until engine_.Run returns
+    absl::StatusOr<ValidatedJob> run = PrepareRun(id, *validated, &refusal, &inputs);
     if (!refusal.empty()) {
       std::lock_guard<std::mutex> lock(mu_);
       Entry& e = jobs_.at(id);

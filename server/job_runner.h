@@ -55,6 +55,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "engine/common/input_files.h"
 #include "engine/provenance/lineage.h"
 #include "engine/provenance/signing_key.h"
 #include "proto/job_state_name.h"
@@ -95,6 +96,10 @@ struct RunnerLimits {
   // or read what they return. A test blocks in it until the running job steps on, which shows
   // that this part never holds the lock the job's steps take (issue 16, point 11).
   std::function<void(const char* call)> test_read_hook;
+  // Test hook (empty = off): called with the job id once the job's inputs were checked and
+  // opened for its run, before anything reads them. A test swaps an input there and shows that
+  // the run reads what was checked (issue 16, point 2).
+  std::function<void(const std::string& id)> test_after_input_check;
 };
 
 class JobRunner {
@@ -189,9 +194,11 @@ class JobRunner {
   void Loop();
   // The provenance phase of a run (protocol 6), on the runner thread without mu_: the job as the
   // engine runs it (lineage, signer). `*refusal` is set (and nothing returned) when changed data
-  // keeps the job from continuing; an error fails the job.
+  // keeps the job from continuing; an error fails the job. The inputs are checked and opened into
+  // `*inputs` first; the returned job reads through them, so the caller keeps `*inputs` alive
+  // until the run ends.
   absl::StatusOr<ValidatedJob> PrepareRun(const std::string& id, const ValidatedJob& validated,
-                                          std::string* refusal);
+                                          std::string* refusal, engine::InputFiles* inputs);
   // With mu_ held: persists the job and an event, appends `audit_kind` to the audit log, bumps
   // its version, wakes watchers.
   void TransitionLocked(Entry& entry, v1::JobState state, const std::string& message,
