@@ -3,7 +3,8 @@
 // test_after_input_check hook: a state, no timing) still trains on the checked content. Each
 // swap puts in a file that fails the job if read: a symlink to an empty file outside the data
 // root for a text corpus, a file of an odd byte length for a u16 token file, a symlink to an
-// empty file for a SentencePiece job's text (tokenized in a child process) and its model.
+// empty file for a SentencePiece job's text (tokenized in a child process) and its model, a
+// three-byte file for a Hugging Face directory's model.safetensors.
 #include <sys/stat.h>
 
 #include <cstdint>
@@ -27,10 +28,10 @@ std::string Runfile(const std::string& path) {
 class InputSwapTest : public ::testing::Test {
  protected:
   // Starts the daemon on a real engine; `swap` runs once the job's inputs were checked.
-  void Start(std::function<void()> swap) {
+  void Start(std::function<void(const std::string& id)> swap) {
     std::filesystem::create_directories(daemon_.root() + "/outside");
     std::ofstream(daemon_.root() + "/outside/empty");
-    daemon_.settings().test_after_input_check = [swap](const std::string&) { swap(); };
+    daemon_.settings().test_after_input_check = swap;
     TextJobEngineOptions options;
     options.state_dir = daemon_.settings().state_dir;
     options.device = daemon_.settings().device;
@@ -80,7 +81,7 @@ TEST_F(InputSwapTest, ATextFileSwappedForASymlinkAfterTheCheckIsNotRead) {
   const std::string corpus = daemon_.root() + "/data/fortunes.txt";
   std::ofstream(corpus) << Fortunes();
   bool swapped = false;
-  Start([&] {
+  Start([&](const std::string&) {
     SwapForOutsideSymlink(corpus);
     swapped = true;
   });
@@ -100,7 +101,7 @@ TEST_F(InputSwapTest, ATokenFileSwappedForAnotherFileAfterTheCheckIsNotRead) {
     std::ofstream(tokens, std::ios::binary)
         .write(reinterpret_cast<const char*>(ids.data()), ids.size() * 2);
   }
-  Start([&] {
+  Start([&](const std::string&) {
     // Three bytes: not a whole number of u16 tokens, so reading it fails the job.
     std::ofstream(tokens + ".swap", std::ios::binary) << "odd";
     std::filesystem::rename(tokens + ".swap", tokens);
@@ -117,7 +118,7 @@ TEST_F(InputSwapTest, ASentencePieceJobsTextAndModelSwappedAfterTheCheckAreNotRe
   const std::string data = daemon_.root() + "/data";
   std::filesystem::copy_file(Runfile("tests/server/sp_fixture_corpus.txt"), data + "/sp.txt");
   std::filesystem::copy_file(Runfile("tests/server/sp_fixture.model"), data + "/sp.model");
-  Start([&] {
+  Start([&](const std::string&) {
     SwapForOutsideSymlink(data + "/sp.txt");
     SwapForOutsideSymlink(data + "/sp.model");
   });
@@ -125,6 +126,38 @@ TEST_F(InputSwapTest, ASentencePieceJobsTextAndModelSwappedAfterTheCheckAreNotRe
   spec.mutable_data()->add_text_files(data + "/sp.txt");
   spec.mutable_data()->set_tokenizer(data + "/sp.model");
   const v1::Job done = RunToEnd(spec);
+  EXPECT_EQ(done.progress().step(), 3u) << done.failure_reason();
+}
+
+TEST_F(InputSwapTest, AnHfDirectorysWeightsSwappedAfterTheCheckAreNotRead) {
+  const std::string corpus = daemon_.root() + "/data/fortunes.txt";
+  const std::string hf = daemon_.root() + "/data/hf";
+  std::ofstream(corpus) << Fortunes();
+  const std::string second_job = "job-000002";  // ids are given in order
+  Start([&](const std::string& id) {
+    if (id != second_job) return;
+    // Three bytes: too short for a safetensors header, so loading it fails the job.
+    std::ofstream(hf + "/model.safetensors.swap", std::ios::binary) << "odd";
+    std::filesystem::rename(hf + "/model.safetensors.swap", hf + "/model.safetensors");
+  });
+  // The first job's checkpoint is a Hugging Face directory (config.json + model.safetensors).
+  v1::JobSpec first = Spec();
+  first.mutable_data()->add_text_files(corpus);
+  const v1::Job trained = RunToEnd(first);
+  ASSERT_EQ(trained.state(), v1::SUCCEEDED) << trained.failure_reason();
+  const std::string checkpoint = trained.progress().last_checkpoint();
+  ASSERT_FALSE(checkpoint.empty());
+  std::filesystem::create_directories(hf);
+  for (const char* name : {"config.json", "model.safetensors"}) {
+    std::filesystem::copy_file(checkpoint + "/" + name, hf + "/" + name);
+  }
+  v1::JobSpec spec = Spec();
+  spec.mutable_model()->set_hf_directory(hf);
+  spec.mutable_data()->add_text_files(corpus);
+  spec.mutable_data()->set_tokenizer("bytes");
+  const v1::Job done = RunToEnd(spec);
+  EXPECT_EQ(done.id(), second_job);
+  EXPECT_EQ(std::filesystem::file_size(hf + "/model.safetensors"), 3u);
   EXPECT_EQ(done.progress().step(), 3u) << done.failure_reason();
 }
 
