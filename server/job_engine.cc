@@ -107,6 +107,7 @@ absl::Status TextJobEngine::Run(const std::string& job_id, const ValidatedJob& j
     }
   }
   options.shared_device = device_.get();
+  options.keep_step_reports = false;  // the runner's observer has every step
   options.checkpoint_dir = JobCheckpointDir(options_.state_dir, job_id, job);
   options.resume = true;
   if (absl::Status s = engine::MakeDirectories(options.checkpoint_dir); !s.ok()) {

@@ -415,7 +415,7 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
       if (absl::Status s = collect_checkpoint(); !s.ok()) return s;
     }
     observer.OnStep(*report, validation_loss);
-    result.reports.push_back(std::move(*report));
+    if (options.keep_step_reports) result.reports.push_back(std::move(*report));
   }
   result.final_validation_loss = validation_loss;
   if (!speeds.empty()) {

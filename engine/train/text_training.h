@@ -73,6 +73,10 @@ struct TextTrainingOptions {
   // read through them, so a path swapped after the check is never read. Not owned: the daemon's
   // runner keeps the set alive for the whole run. Null (CLI tools) reads by path.
   const InputFiles* inputs = nullptr;
+  // Every step's report in TextTrainingResult::reports (tests and short CLI runs read them). A
+  // daemon's run can be millions of steps and its observer sees each step, so it passes false
+  // and nothing grows with the step count (issue 16, point 6).
+  bool keep_step_reports = true;
 };
 
 // The settings that determine the run's results, as a JSON object (sorted
@@ -91,7 +95,7 @@ struct TextTrainingResult {
   uint64_t resumed_from_step = 0;  // 0 = started fresh
   std::string last_checkpoint;     // path of the newest checkpoint written
   int64_t parameters = 0;
-  std::vector<StepReport> reports;
+  std::vector<StepReport> reports;  // empty unless options.keep_step_reports
 };
 
 // What a caller sees of a run while it goes (a daemon's job runner, a CLI).

@@ -79,6 +79,13 @@ TEST_F(TextTrainingTest, TrainsOnJsonlWithSentencePiece) {
       TrainOnText(Config(vocab), Options(), [](const std::string&, bool) {});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->reports.size(), 2u);
+  TextTrainingOptions without_reports = Options();
+  without_reports.keep_step_reports = false;
+  absl::StatusOr<TextTrainingResult> quiet =
+      TrainOnText(Config(vocab), without_reports, [](const std::string&, bool) {});
+  ASSERT_TRUE(quiet.ok()) << quiet.status();
+  EXPECT_TRUE(quiet->reports.empty());
+  EXPECT_EQ(quiet->final_validation_loss, r->final_validation_loss);
   // An untrained model is close to uniform over the tokenizer's vocabulary.
   EXPECT_NEAR(r->initial_validation_loss, std::log(vocab), 0.5);
   EXPECT_GT(r->unigram_entropy_nats, 0);
