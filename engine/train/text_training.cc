@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/types/span.h"
 #include "engine/checkpoint/async_checkpoint_writer.h"
 #include "engine/checkpoint/checkpoint_directory.h"
 #include "engine/checkpoint/checkpoint_reader.h"
@@ -26,7 +27,7 @@
 namespace megatrain::engine {
 namespace {
 
-double UnigramEntropy(const std::vector<int32_t>& tokens, int vocab) {
+double UnigramEntropy(absl::Span<const int32_t> tokens, int vocab) {
   std::vector<double> counts(static_cast<size_t>(vocab), 0.0);
   for (int32_t t : tokens) counts[t] += 1;
   double h = 0;
@@ -174,7 +175,7 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
   }
   const int seq = options.trainer.seq_len;
   const int micro = options.trainer.micro_batch_size;
-  std::vector<int32_t> tokens;  // text mode only: the byte-tokenized corpus
+  double unigram_entropy = 0;  // text mode only: of the training part of the tokenized corpus
   size_t documents = 0;
   std::shared_ptr<const TokenSource> source;
   if (!options.token_files.empty()) {
@@ -203,9 +204,15 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
     if (!docs.ok()) return docs.status();
     absl::StatusOr<std::vector<int32_t>> encoded = TokenizeDocuments(*docs, **tokenizer);
     if (!encoded.ok()) return encoded.status();
-    tokens = std::move(*encoded);
     documents = docs->size();
-    source = std::make_shared<VectorTokens>(tokens);
+    docs->clear();
+    docs->shrink_to_fit();
+    const auto train_part = static_cast<size_t>(static_cast<double>(encoded->size()) *
+                                                (1.0 - options.validation_fraction));
+    unigram_entropy = UnigramEntropy(absl::MakeConstSpan(encoded->data(), train_part),
+                                     static_cast<int>(config.vocab_size));
+    // Moved, not copied: the corpus is held once, as 4-byte tokens (issue 16, point 6).
+    source = std::make_shared<VectorTokens>(*std::move(encoded));
   }
   const size_t token_count = source->size();
   absl::StatusOr<TokenWindows> windows =
@@ -324,14 +331,7 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
     return checkpoint_writer.Start(**trainer, options.checkpoint_dir, run, checkpoint_options);
   };
   result.parameters = (*trainer)->layout().parameter_count();
-  if (!tokens.empty()) {
-    result.unigram_entropy_nats = UnigramEntropy(
-        std::vector<int32_t>(
-            tokens.begin(),
-            tokens.begin() + static_cast<int64_t>(static_cast<double>(tokens.size()) *
-                                                  (1.0 - options.validation_fraction))),
-        static_cast<int>(config.vocab_size));
-  }
+  result.unigram_entropy_nats = unigram_entropy;
   progress(absl::StrFormat("model: %d parameters, %d layers, d=%d; data: %d documents, %d tokens "
                            "(%d train / %d validation windows of %d); unigram entropy %.3f nats",
                            result.parameters, config.num_hidden_layers, config.hidden_size,
