@@ -188,6 +188,10 @@ absl::StatusOr<engine::InputFiles> RecheckJobInputs(const ValidatedJob& job) {
                           absl::StrCat(field, ": ", files.status().message()));
     }
     for (const std::string& f : *files) {
+      if (inputs.size() >= kMaxHeldTextFiles) {
+        return absl::ResourceExhaustedError(absl::StrCat(field, ": more than ", kMaxHeldTextFiles,
+                                                         " text files (directories expanded)"));
+      }
       if (absl::Status s = hold(field, f); !s.ok()) return s;
     }
   }

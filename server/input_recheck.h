@@ -20,6 +20,8 @@
 
 namespace megatrain::server {
 
+inline constexpr size_t kMaxHeldTextFiles = 4096;
+
 // One input, opened and checked: PERMISSION_DENIED when `path` now has a symlink on its way or
 // resolves elsewhere, NOT_FOUND when it is gone, INVALID_ARGUMENT when it is no longer a
 // regular file (or a directory, with `directory_ok`). Messages start with `field`.
@@ -31,7 +33,9 @@ absl::StatusOr<engine::UniqueFd> RecheckInput(const std::string& field, const st
 // engine::ExpandCorpusFiles lists them), a SentencePiece data.tokenizer and the *.json and
 // *.safetensors files of model.hf_directory (symlinks there are followed, as at submit, but the
 // opened file must be under job.data_roots, a regular file, and a JSON file within the caps of
-// hf_directory_files.h). Keys are the paths as the engine names them.
+// hf_directory_files.h). Keys are the paths as the engine names them. More than
+// kMaxHeldTextFiles text files (directories expanded) is RESOURCE_EXHAUSTED: each is an open
+// descriptor for the run and an argument of megatrain_tokenize.
 absl::StatusOr<engine::InputFiles> RecheckJobInputs(const ValidatedJob& job);
 
 }  // namespace megatrain::server

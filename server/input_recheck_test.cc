@@ -109,6 +109,16 @@ TEST_F(JobInputsTest, HeldFilesAreReadAsCheckedAndLaterFilesAreNotHeld) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+TEST_F(JobInputsTest, TooManyTextFilesAreRefused) {
+  job_.options.init_from_hf_dir.clear();
+  for (size_t i = 0; i <= kMaxHeldTextFiles; ++i) {
+    std::ofstream(root_ + "/data/corpus/f" + std::to_string(i) + ".txt") << "x";
+  }
+  const absl::Status s = RecheckJobInputs(job_).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(s.message(), HasSubstr("data.text_files[0]: more than 4096 text files"));
+}
+
 TEST_F(JobInputsTest, AnHfFileLeadingOutsideTheRootsOrOverItsCapIsRefused) {
   std::filesystem::create_symlink(root_ + "/outside/secret.json",
                                   root_ + "/data/hf/tokenizer_config.json");
