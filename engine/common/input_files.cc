@@ -33,21 +33,7 @@ absl::StatusOr<int> InputFiles::Descriptor(const std::string& path) const {
 absl::StatusOr<std::string> InputFiles::Read(const std::string& path, uint64_t max_bytes) const {
   absl::StatusOr<int> fd = Descriptor(path);
   if (!fd.ok()) return fd.status();
-  std::string out;
-  char buffer[1 << 16];
-  while (true) {
-    const ssize_t n = ::pread(*fd, buffer, sizeof(buffer), static_cast<off_t>(out.size()));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoStatus(errno, absl::StrCat(path, ": read failed at byte ", out.size()));
-    }
-    if (n == 0) return out;
-    if (out.size() + static_cast<uint64_t>(n) > max_bytes) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat(path, ": larger than the limit of ", max_bytes, " bytes"));
-    }
-    out.append(buffer, static_cast<size_t>(n));
-  }
+  return PreadAll(*fd, path, max_bytes);
 }
 
 absl::StatusOr<uint64_t> InputFiles::Size(const std::string& path) const {
