@@ -70,11 +70,27 @@ void KillAndReap(pid_t pid) {
 
 }  // namespace
 
+std::vector<std::pair<int, int>> ChildFdNumbers(const std::vector<int>& fds) {
+  int next = 3;
+  for (int fd : fds) next = std::max(next, fd + 1);
+  std::vector<std::pair<int, int>> out;
+  for (int fd : fds) out.push_back({fd, next++});
+  return out;
+}
+
 absl::StatusOr<ChildResult> RunChildProcess(const std::vector<std::string>& argv,
                                             const std::function<bool()>& should_stop,
                                             const ChildOptions& options) {
   if (argv.empty() || argv[0].empty()) {
     return absl::InvalidArgumentError("RunChildProcess: empty argv");
+  }
+  for (const auto& [from, to] : options.pass_fds) {
+    for (const auto& [other, unused] : options.pass_fds) {
+      if (to <= 2 || to <= other) {
+        return absl::InvalidArgumentError(absl::StrCat("RunChildProcess: pass_fds: child fd ", to,
+                                                       " is not above 2 and every source fd"));
+      }
+    }
   }
   Pipes pipes;
   for (int i = 0; i < 2; ++i) {
@@ -99,6 +115,10 @@ absl::StatusOr<ChildResult> RunChildProcess(const std::vector<std::string>& argv
   posix_spawn_file_actions_addopen(&setup.actions, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&setup.actions, pipes.write[0], 1);
   posix_spawn_file_actions_adddup2(&setup.actions, pipes.write[1], 2);
+  // dup2 gives the child a copy without close-on-exec; the caller's own fd keeps it.
+  for (const auto& [from, to] : options.pass_fds) {
+    posix_spawn_file_actions_adddup2(&setup.actions, from, to);
+  }
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -23,7 +24,15 @@ struct ChildResult {
 struct ChildOptions {
   absl::Duration poll_interval = absl::Milliseconds(50);  // how often should_stop is asked
   size_t max_output_bytes = 64 << 10;                     // per stream; the rest is drained
+  // Descriptors handed to the child: {the caller's fd, its number in the child}. The daemon
+  // passes the inputs it checked, so the child reads those and not the paths again. Every child
+  // number must be above 2 and above every caller fd listed (no dup2 may overwrite a later
+  // source); INVALID_ARGUMENT otherwise.
+  std::vector<std::pair<int, int>> pass_fds;
 };
+
+// The child numbers for `fds` under ChildOptions::pass_fds' rule: above 2 and above all of them.
+std::vector<std::pair<int, int>> ChildFdNumbers(const std::vector<int>& fds);
 
 // Spawns argv[0] (an absolute or relative path; PATH is not searched) with argv, stdin from
 // /dev/null, in its own process group, default signal dispositions and an empty signal mask.

@@ -98,7 +98,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const service::DaemonSetti
                            std::string(engine::DeviceKindName(settings.device.kind))},
       RunnerLimits{.max_job_crashes = settings.max_job_crashes,
                    .test_hold_after_step = settings.test_hold_after_step,
-                   .test_read_hook = {}});
+                   .test_read_hook = {},
+                   .test_after_input_check = settings.test_after_input_check});
   if (!runner.ok()) return runner.status();
   d->runner_ = std::move(*runner);
   d->admins_ = std::make_unique<AdminPolicy>(settings.admin_group, geteuid());

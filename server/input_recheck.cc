@@ -1,6 +1,7 @@
 // RecheckInput, RecheckJobInputs (see input_recheck.h).
 #include "server/input_recheck.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/openat2.h>
@@ -10,13 +11,22 @@
 
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/common/safe_files.h"
-#include "engine/common/unique_fd.h"
+#include "engine/data/corpus_files.h"
+#include "service/hf_directory_files.h"
+#include "service/path_policy.h"
 
 namespace megatrain::server {
 namespace {
+
+using service::kMaxHfConfigBytes;
+using service::kMaxHfDirectoryEntries;
+using service::kMaxHfOtherJsonBytes;
+using service::IsUnderRoot;
 
 constexpr int kOpenFlags = O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY;
 
@@ -28,10 +38,86 @@ int OpenNoSymlinks(const std::string& path) {
   return static_cast<int>(syscall(SYS_openat2, AT_FDCWD, path.c_str(), &how, sizeof(how)));
 }
 
+// Where the open descriptor `fd` is, from its /proc/self/fd link; empty when unreadable.
+std::string DescriptorPath(int fd) {
+  char target[PATH_MAX];
+  const std::string link = absl::StrCat("/proc/self/fd/", fd);
+  const ssize_t n = readlink(link.c_str(), target, sizeof(target) - 1);
+  return n < 0 ? std::string() : std::string(target, static_cast<size_t>(n));
+}
+
+// A held input must not block its readers: O_NONBLOCK was only there so that opening a FIFO
+// could not block; a regular file's reads ignore it, but a clean descriptor is less surprising.
+void ClearNonBlocking(int fd) {
+  const int flags = fcntl(fd, F_GETFL);
+  if (flags >= 0) (void)fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+}
+
+// The *.json and *.safetensors files of the (already rechecked) directory `dir`, opened relative
+// to its descriptor and checked: under a data root, regular, JSON within the caps.
+absl::Status HoldHfDirectoryFiles(const std::string& dir, const engine::UniqueFd& dir_fd,
+                                  const std::vector<std::string>& data_roots,
+                                  engine::InputFiles& inputs) {
+  const int listing_fd = fcntl(dir_fd.get(), F_DUPFD_CLOEXEC, 0);
+  DIR* listing = listing_fd < 0 ? nullptr : fdopendir(listing_fd);
+  if (listing == nullptr) {
+    if (listing_fd >= 0) close(listing_fd);
+    return absl::PermissionDeniedError(
+        absl::StrCat("model.hf_directory: cannot list '", dir, "': ", std::strerror(errno)));
+  }
+  std::vector<std::string> names;
+  int entries = 0;
+  while (const dirent* entry = readdir(listing)) {
+    const std::string name = entry->d_name;
+    if (++entries > kMaxHfDirectoryEntries + 2) break;  // "." and ".."
+    if (absl::EndsWith(name, ".json") || absl::EndsWith(name, ".safetensors")) {
+      names.push_back(name);
+    }
+  }
+  closedir(listing);
+  if (entries > kMaxHfDirectoryEntries + 2) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "model.hf_directory: '", dir, "' has more than ", kMaxHfDirectoryEntries, " entries"));
+  }
+  for (const std::string& name : names) {
+    const std::string field = absl::StrCat("model.hf_directory: ", name);
+    // Relative to the checked directory's descriptor, so the directory cannot be swapped under
+    // us; the entry itself may be a symlink (a Hugging Face cache links into its blobs), so it
+    // is followed and where it led is checked instead.
+    engine::UniqueFd fd(openat(dir_fd.get(), name.c_str(), kOpenFlags));
+    if (!fd.valid()) {
+      return absl::PermissionDeniedError(
+          absl::StrCat(field, ": cannot open: ", std::strerror(errno)));
+    }
+    const std::string real = DescriptorPath(fd.get());
+    bool under = false;
+    for (const std::string& root : data_roots) under = under || IsUnderRoot(real, root);
+    if (!under) {
+      return absl::PermissionDeniedError(
+          absl::StrCat(field, ": now resolves to '", real,
+                       "', outside the data roots; refused when the job runs"));
+    }
+    struct stat st;
+    if (fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": '", real,
+                                                     "' is not a regular file; refused when the "
+                                                     "job runs"));
+    }
+    const uint64_t cap = name == "config.json" ? kMaxHfConfigBytes : kMaxHfOtherJsonBytes;
+    if (absl::EndsWith(name, ".json") && static_cast<uint64_t>(st.st_size) > cap) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(field, ": ", st.st_size, " bytes, larger than ", cap >> 20, " MiB"));
+    }
+    ClearNonBlocking(fd.get());
+    inputs.Add(absl::StrCat(dir, "/", name), std::move(fd));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-absl::Status RecheckInput(const std::string& field, const std::string& path, bool directory_ok,
-                          bool use_openat2) {
+absl::StatusOr<engine::UniqueFd> RecheckInput(const std::string& field, const std::string& path,
+                                              bool directory_ok, bool use_openat2) {
   engine::UniqueFd fd(use_openat2 ? OpenNoSymlinks(path) : -1);
   if (!use_openat2) errno = ENOSYS;
   bool via_proc = false;
@@ -54,14 +140,11 @@ absl::Status RecheckInput(const std::string& field, const std::string& path, boo
         absl::StrCat(field, ": cannot open '", path, "': ", std::strerror(error)));
   }
   if (via_proc) {  // intermediate components may have been followed: the fd says where it is
-    char target[PATH_MAX];
-    const std::string link = absl::StrCat("/proc/self/fd/", fd.get());
-    const ssize_t n = readlink(link.c_str(), target, sizeof(target) - 1);
-    if (n < 0 || std::string(target, static_cast<size_t>(n)) != path) {
-      return absl::PermissionDeniedError(
-          absl::StrCat(field, ": '", path, "' now resolves to '",
-                       n < 0 ? std::string("?") : std::string(target, static_cast<size_t>(n)),
-                       "'; refused when the job runs"));
+    const std::string target = DescriptorPath(fd.get());
+    if (target != path) {
+      return absl::PermissionDeniedError(absl::StrCat(field, ": '", path, "' now resolves to '",
+                                                      target.empty() ? std::string("?") : target,
+                                                      "'; refused when the job runs"));
     }
   }
   struct stat st;
@@ -74,34 +157,62 @@ absl::Status RecheckInput(const std::string& field, const std::string& path, boo
                                                    engine::FileTypeName(st.st_mode),
                                                    "; inputs must be regular files"));
   }
-  return absl::OkStatus();
+  ClearNonBlocking(fd.get());
+  return fd;
 }
 
-absl::Status RecheckJobInputs(const ValidatedJob& job) {
+absl::StatusOr<engine::InputFiles> RecheckJobInputs(const ValidatedJob& job) {
   const engine::TextTrainingOptions& o = job.options;
+  engine::InputFiles inputs;
+  auto hold = [&](const std::string& field, const std::string& path) -> absl::Status {
+    absl::StatusOr<engine::UniqueFd> fd = RecheckInput(field, path, false);
+    if (!fd.ok()) return fd.status();
+    inputs.Add(path, *std::move(fd));
+    return absl::OkStatus();
+  };
   for (size_t i = 0; i < o.token_files.size(); ++i) {
-    if (absl::Status s =
-            RecheckInput(absl::StrCat("data.token_files[", i, "]"), o.token_files[i], false);
+    if (absl::Status s = hold(absl::StrCat("data.token_files[", i, "]"), o.token_files[i]);
         !s.ok()) {
       return s;
     }
   }
   for (size_t i = 0; i < o.text_paths.size(); ++i) {
-    if (absl::Status s =
-            RecheckInput(absl::StrCat("data.text_files[", i, "]"), o.text_paths[i], true);
+    const std::string field = absl::StrCat("data.text_files[", i, "]");
+    absl::StatusOr<engine::UniqueFd> fd = RecheckInput(field, o.text_paths[i], true);
+    if (!fd.ok()) return fd.status();
+    struct stat st;
+    if (fstat(fd->get(), &st) == 0 && S_ISREG(st.st_mode)) {
+      inputs.Add(o.text_paths[i], *std::move(fd));
+      continue;
+    }
+    // A directory: its files as training lists them, each checked like a named file. A file
+    // added after this is not held, and the run refuses to read it.
+    absl::StatusOr<std::vector<std::string>> files = engine::ExpandCorpusFiles({o.text_paths[i]});
+    if (!files.ok()) {
+      return absl::Status(files.status().code(),
+                          absl::StrCat(field, ": ", files.status().message()));
+    }
+    for (const std::string& f : *files) {
+      if (inputs.size() >= kMaxHeldTextFiles) {
+        return absl::ResourceExhaustedError(absl::StrCat(field, ": more than ", kMaxHeldTextFiles,
+                                                         " text files (directories expanded)"));
+      }
+      if (absl::Status s = hold(field, f); !s.ok()) return s;
+    }
+  }
+  if (!o.tokenizer.empty() && o.tokenizer != "bytes") {
+    if (absl::Status s = hold("data.tokenizer", o.tokenizer); !s.ok()) return s;
+  }
+  if (!o.init_from_hf_dir.empty()) {
+    absl::StatusOr<engine::UniqueFd> dir = RecheckInput("model.hf_directory", o.init_from_hf_dir,
+                                                        /*directory_ok=*/true);
+    if (!dir.ok()) return dir.status();
+    if (absl::Status s = HoldHfDirectoryFiles(o.init_from_hf_dir, *dir, job.data_roots, inputs);
         !s.ok()) {
       return s;
     }
   }
-  if (!o.tokenizer.empty() && o.tokenizer != "bytes") {
-    if (absl::Status s = RecheckInput("data.tokenizer", o.tokenizer, false); !s.ok()) return s;
-  }
-  if (!o.init_from_hf_dir.empty()) {
-    if (absl::Status s = RecheckInput("model.hf_directory", o.init_from_hf_dir, true); !s.ok()) {
-      return s;
-    }
-  }
-  return absl::OkStatus();
+  return inputs;
 }
 
 }  // namespace megatrain::server

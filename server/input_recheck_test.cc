@@ -11,6 +11,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "service/hf_directory_files.h"
 
 namespace megatrain::server {
 namespace {
@@ -31,7 +32,7 @@ class InputRecheckTest : public ::testing::TestWithParam<bool> {
     std::ofstream(root_ + "/outside/inner.txt") << "secret";
   }
   absl::Status Check(const std::string& path, bool directory_ok = false) {
-    return RecheckInput("data.text_files[0]", path, directory_ok, GetParam());
+    return RecheckInput("data.text_files[0]", path, directory_ok, GetParam()).status();
   }
   std::string root_;
 };
@@ -65,6 +66,71 @@ TEST_P(InputRecheckTest, AFifoIsRefusedWithoutBlockingAndAGoneFileIsNamed) {
 }
 
 INSTANTIATE_TEST_SUITE_P(OpenAt2AndFallback, InputRecheckTest, ::testing::Bool());
+
+// RecheckJobInputs holds what it checked: a text directory's files and the files of
+// model.hf_directory read as they were at the check, whatever is renamed over them later.
+class JobInputsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    root_ = std::filesystem::canonical(tmp ? tmp : "/tmp").string() + "/job_inputs";
+    std::filesystem::remove_all(root_);
+    std::filesystem::create_directories(root_ + "/data/corpus");
+    std::filesystem::create_directories(root_ + "/data/hf");
+    std::filesystem::create_directories(root_ + "/outside");
+    std::ofstream(root_ + "/data/corpus/a.txt") << "checked a";
+    std::ofstream(root_ + "/data/hf/config.json") << "{}";
+    std::ofstream(root_ + "/data/hf/model.safetensors") << "checked weights";
+    std::ofstream(root_ + "/outside/secret.json") << "{\"secret\": 1}";
+    job_.data_roots = {root_ + "/data"};
+    job_.options.text_paths = {root_ + "/data/corpus"};
+    job_.options.init_from_hf_dir = root_ + "/data/hf";
+  }
+  void Replace(const std::string& path, const std::string& text) {
+    std::ofstream(path + ".new") << text;
+    std::filesystem::rename(path + ".new", path);
+  }
+  std::string root_;
+  ValidatedJob job_;
+};
+
+TEST_F(JobInputsTest, HeldFilesAreReadAsCheckedAndLaterFilesAreNotHeld) {
+  absl::StatusOr<engine::InputFiles> inputs = RecheckJobInputs(job_);
+  ASSERT_TRUE(inputs.ok()) << inputs.status();
+  EXPECT_THAT(inputs->Paths(),
+              ::testing::ElementsAre(root_ + "/data/corpus/a.txt", root_ + "/data/hf/config.json",
+                                     root_ + "/data/hf/model.safetensors"));
+  Replace(root_ + "/data/corpus/a.txt", "swapped a");
+  Replace(root_ + "/data/hf/model.safetensors", "swapped weights");
+  std::ofstream(root_ + "/data/corpus/b.txt") << "added later";
+  EXPECT_EQ(*inputs->Read(root_ + "/data/corpus/a.txt"), "checked a");
+  EXPECT_EQ(*inputs->Read(root_ + "/data/hf/model.safetensors"), "checked weights");
+  EXPECT_EQ(inputs->Read(root_ + "/data/corpus/b.txt").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(JobInputsTest, TooManyTextFilesAreRefused) {
+  job_.options.init_from_hf_dir.clear();
+  for (size_t i = 0; i <= kMaxHeldTextFiles; ++i) {
+    std::ofstream(root_ + "/data/corpus/f" + std::to_string(i) + ".txt") << "x";
+  }
+  const absl::Status s = RecheckJobInputs(job_).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(s.message(), HasSubstr("data.text_files[0]: more than 4096 text files"));
+}
+
+TEST_F(JobInputsTest, AnHfFileLeadingOutsideTheRootsOrOverItsCapIsRefused) {
+  std::filesystem::create_symlink(root_ + "/outside/secret.json",
+                                  root_ + "/data/hf/tokenizer_config.json");
+  absl::Status s = RecheckJobInputs(job_).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_THAT(s.message(), HasSubstr("model.hf_directory: tokenizer_config.json"));
+  std::filesystem::remove(root_ + "/data/hf/tokenizer_config.json");
+  std::ofstream(root_ + "/data/hf/config.json") << std::string(service::kMaxHfConfigBytes + 1, ' ');
+  s = RecheckJobInputs(job_).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(s.message(), HasSubstr("config.json"));
+}
 
 }  // namespace
 }  // namespace megatrain::server

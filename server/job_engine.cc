@@ -87,6 +87,7 @@ absl::Status DeviceJobEngine::Run(const std::string& job_id, const service::Vali
   if (absl::Status health = device_->health(); !health.ok()) return health;
   FaultHookObserver observer(*this, runner_observer);
   engine::TextTrainingOptions options = job.options;
+  engine::InputFiles with_tokens;  // the checked inputs and the token file written for this run
   if (options.token_files.empty() && options.tokenizer != "bytes") {
     absl::StatusOr<JobTokens> tokens = TokenizeText(job_id, job, observer);
     if (!tokens.ok()) return tokens.status();
@@ -94,6 +95,17 @@ absl::Status DeviceJobEngine::Run(const std::string& job_id, const service::Vali
     if (!link.ok()) return link.status();
     options.token_files = {*link};
     options.token_format = tokens->format;
+    if (options.inputs != nullptr) {
+      // The run reads only held descriptors; the token file is the daemon's own output, opened
+      // now (a regular file only) under the name the engine gives it.
+      absl::StatusOr<engine::InputFiles> held = options.inputs->Clone();
+      if (!held.ok()) return held.status();
+      absl::StatusOr<engine::UniqueFd> fd = engine::OpenRegularFileForRead(tokens->path);
+      if (!fd.ok()) return fd.status();
+      held->Add(*link, *std::move(fd));
+      with_tokens = *std::move(held);
+      options.inputs = &with_tokens;
+    }
   }
   options.shared_device = device_.get();
   options.checkpoint_dir = JobCheckpointDir(options_.state_dir, job_id, job);
@@ -147,6 +159,7 @@ absl::StatusOr<JobTokens> DeviceJobEngine::TokenizeText(const std::string& job_i
       options_.tokenize_binary.empty() ? DefaultTokenizeBinary() : options_.tokenize_binary;
   request.tokenizer = job.options.tokenizer;
   request.text_paths = job.options.text_paths;
+  request.inputs = job.options.inputs;
   request.tokens_dir = JobTokensDir(options_.state_dir, job_id, job);
   request.key = TokenFileKey(engine::kTokenizeOutputVersion, inputs);
   request.output_version = engine::kTokenizeOutputVersion;

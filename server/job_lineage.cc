@@ -29,12 +29,12 @@ absl::StatusOr<std::vector<provenance::InputFile>> HashDataInputs(
     }
   }
   absl::StatusOr<std::vector<provenance::InputFile>> data =
-      provenance::HashInputs(provenance::kRoleData, files);
+      provenance::HashInputs(provenance::kRoleData, files, o.inputs);
   if (!data.ok()) return data.status();
   // "bytes" is built in; anything else is a tokenizer model file.
   if (o.token_files.empty() && !o.tokenizer.empty() && o.tokenizer != "bytes") {
     absl::StatusOr<std::vector<provenance::InputFile>> tokenizer =
-        provenance::HashInputs(provenance::kRoleTokenizer, {o.tokenizer});
+        provenance::HashInputs(provenance::kRoleTokenizer, {o.tokenizer}, o.inputs);
     if (!tokenizer.ok()) return tokenizer.status();
     data->insert(data->end(), tokenizer->begin(), tokenizer->end());
   }
@@ -53,8 +53,8 @@ absl::StatusOr<provenance::Lineage> BuildJobLineage(const v1::JobSpec& spec,
   lineage.build = provenance::CurrentBuild();
   lineage.device_kind = device_kind;
   if (!job.options.init_from_hf_dir.empty()) {
-    absl::StatusOr<std::vector<provenance::InputFile>> base =
-        provenance::HashInputs(provenance::kRoleBaseModel, {job.options.init_from_hf_dir});
+    absl::StatusOr<std::vector<provenance::InputFile>> base = provenance::HashInputs(
+        provenance::kRoleBaseModel, {job.options.init_from_hf_dir}, job.options.inputs);
     if (!base.ok()) return base.status();
     lineage.inputs = *std::move(base);
   }

@@ -666,13 +666,20 @@ absl::StatusOr<provenance::Lineage> JobRunner::JobLineage(const std::string& id)
   return *e->lineage;
 }
 
-absl::StatusOr<service::ValidatedJob> JobRunner::PrepareRun(const std::string& id,
-                                                            const service::ValidatedJob& validated,
-                                                            std::string* refusal) {
-  // The inputs as they are now, before anything reads them (issue 16, point 2).
-  if (absl::Status s = RecheckJobInputs(validated); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("inputs checked when the job runs: ", s.message()));
+absl::StatusOr<service::ValidatedJob> JobRunner::PrepareRun(
+    const std::string& id, const service::ValidatedJob& validated, std::string* refusal,
+    engine::InputFiles* inputs) {
+  // The inputs as they are now, before anything reads them, held open: the lineage below and
+  // the engine read these descriptors, never the paths again (issue 16, point 2).
+  absl::StatusOr<engine::InputFiles> checked = RecheckJobInputs(validated);
+  if (!checked.ok()) {
+    return absl::Status(checked.status().code(), absl::StrCat("inputs checked when the job runs: ",
+                                                              checked.status().message()));
   }
+  *inputs = *std::move(checked);
+  if (limits_.test_after_input_check) limits_.test_after_input_check(id);
+  service::ValidatedJob held = validated;
+  held.options.inputs = inputs;
   std::optional<provenance::Lineage> lineage;
   bool allow_data_change = false;
   v1::JobSpec spec;
@@ -686,7 +693,7 @@ absl::StatusOr<service::ValidatedJob> JobRunner::PrepareRun(const std::string& i
   }
   // Files are hashed without mu_ (seconds per GB); what the phase decided is recorded under it.
   absl::StatusOr<ProvenanceDecision> decision =
-      DecideProvenance(id, spec, validated, lineage, allow_data_change, provenance_.device_kind);
+      DecideProvenance(id, spec, held, lineage, allow_data_change, provenance_.device_kind);
   if (!decision.ok()) return decision.status();
   if (!decision->refusal.empty()) {
     *refusal = decision->refusal;
@@ -705,7 +712,7 @@ absl::StatusOr<service::ValidatedJob> JobRunner::PrepareRun(const std::string& i
                     {{"files", absl::StrCat(decision->allowed_changes)}});
     }
   }
-  return WithProvenance(validated, decision->lineage, provenance_.signer);
+  return WithProvenance(held, decision->lineage, provenance_.signer);
 }
 
 absl::StatusOr<v1::CheckpointRecord> JobRunner::CheckpointNow(const std::string& id,
@@ -816,7 +823,8 @@ void JobRunner::Loop() {
       TransitionLocked(e, v1::RUNNING, "started", "start");
     }
     std::string refusal;
-    absl::StatusOr<service::ValidatedJob> run = PrepareRun(id, *validated, &refusal);
+    engine::InputFiles inputs;  // the run reads through these: alive until engine_.Run returns
+    absl::StatusOr<service::ValidatedJob> run = PrepareRun(id, *validated, &refusal, &inputs);
     if (!refusal.empty()) {
       std::lock_guard<std::mutex> lock(mu_);
       Entry& e = jobs_.at(id);

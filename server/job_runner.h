@@ -56,6 +56,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "engine/common/input_files.h"
 #include "engine/provenance/lineage.h"
 #include "engine/provenance/signing_key.h"
 #include "proto/job_state_name.h"
@@ -96,6 +97,10 @@ struct RunnerLimits {
   // or read what they return. A test blocks in it until the running job steps on, which shows
   // that this part never holds the lock the job's steps take (issue 16, point 11).
   std::function<void(const char* call)> test_read_hook;
+  // Test hook (empty = off): called with the job id once the job's inputs were checked and
+  // opened for its run, before anything reads them. A test swaps an input there and shows that
+  // the run reads what was checked (issue 16, point 2).
+  std::function<void(const std::string& id)> test_after_input_check;
 };
 
 class JobRunner {
@@ -188,14 +193,16 @@ class JobRunner {
   int CrashesSinceProgressLocked(const std::string& id);
 
   void Loop();
-  // The provenance phase of a run (protocol 6), on the runner thread: DecideProvenance
-  // (job_provenance_phase.h) hashes files without mu_, and what it decides (the lineage, audit
-  // rows) is stored under mu_; returns the job as the engine runs it (lineage, signer).
-  // `*refusal` is set (and nothing returned) when changed data keeps the job from continuing; an
-  // error fails the job.
+  // The provenance phase of a run (protocol 6), on the runner thread: the inputs are checked
+  // and opened into `*inputs` first; DecideProvenance (job_provenance_phase.h) hashes them
+  // without mu_, and what it decides (the lineage, audit rows) is stored under mu_. Returns the
+  // job as the engine runs it (lineage, signer), reading through `*inputs`, so the caller keeps
+  // them alive until the run ends. `*refusal` is set (and nothing returned) when changed data
+  // keeps the job from continuing; an error fails the job.
   absl::StatusOr<service::ValidatedJob> PrepareRun(const std::string& id,
                                                    const service::ValidatedJob& validated,
-                                                   std::string* refusal);
+                                                   std::string* refusal,
+                                                   engine::InputFiles* inputs);
   // With mu_ held: persists the job and an event, appends `audit_kind` to the audit log, bumps
   // its version, wakes watchers.
   void TransitionLocked(Entry& entry, v1::JobState state, const std::string& message,

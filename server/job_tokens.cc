@@ -7,8 +7,10 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "engine/common/safe_files.h"
+#include "engine/data/corpus_files.h"
 #include "engine/provenance/sha256.h"
 #include "nlohmann/json.hpp"
 #include "server/child_process.h"
@@ -68,6 +70,39 @@ absl::Status WriteReport(const std::string& dir, const std::string& name, const 
   return absl::OkStatus();
 }
 
+// The tool's arguments for reading the checked inputs: each text file and the tokenizer model
+// passed as an inherited descriptor, matched to its name by position (--input_fds).
+absl::Status AddHeldInputs(const JobTokensRequest& request, std::vector<std::string>& argv,
+                           ChildOptions& options) {
+  absl::StatusOr<std::vector<std::string>> files = engine::ExpandCorpusFiles(request.text_paths);
+  if (!files.ok()) return files.status();
+  std::vector<int> fds;
+  for (const std::string& f : *files) {
+    absl::StatusOr<int> fd = request.inputs->Descriptor(f);
+    if (!fd.ok()) {
+      return absl::Status(fd.status().code(),
+                          absl::StrCat("data.text_files: ", fd.status().message()));
+    }
+    fds.push_back(*fd);
+  }
+  absl::StatusOr<int> tokenizer_fd = request.inputs->Descriptor(request.tokenizer);
+  if (!tokenizer_fd.ok()) {
+    return absl::Status(tokenizer_fd.status().code(),
+                        absl::StrCat("data.tokenizer: ", tokenizer_fd.status().message()));
+  }
+  fds.push_back(*tokenizer_fd);
+  options.pass_fds = ChildFdNumbers(fds);
+  std::vector<std::string> numbers;
+  for (size_t i = 0; i < files->size(); ++i) {
+    numbers.push_back(absl::StrCat(options.pass_fds[i].second));
+  }
+  argv.push_back(absl::StrCat("--input_fds=", absl::StrJoin(numbers, ",")));
+  argv.push_back(absl::StrCat("--tokenizer_fd=", options.pass_fds.back().second));
+  argv.push_back("--");  // names that start with '-' stay names
+  argv.insert(argv.end(), files->begin(), files->end());
+  return absl::OkStatus();
+}
+
 std::string Trimmed(const std::string& text) {
   return std::string(absl::StripAsciiWhitespace(text));
 }
@@ -109,8 +144,13 @@ absl::StatusOr<JobTokens> PrepareJobTokens(const JobTokensRequest& request,
     std::vector<std::string> argv = {request.tokenize_binary,
                                      absl::StrCat("--tokenizer=", request.tokenizer),
                                      absl::StrCat("--out=", part), "--format=auto"};
-    argv.insert(argv.end(), request.text_paths.begin(), request.text_paths.end());
-    absl::StatusOr<ChildResult> child = RunChildProcess(argv, should_stop);
+    ChildOptions options;
+    if (request.inputs == nullptr) {
+      argv.insert(argv.end(), request.text_paths.begin(), request.text_paths.end());
+    } else if (absl::Status s = AddHeldInputs(request, argv, options); !s.ok()) {
+      return s;
+    }
+    absl::StatusOr<ChildResult> child = RunChildProcess(argv, should_stop, options);
     if (!child.ok()) {
       std::filesystem::remove(part + ".tmp", ec);
       if (child.status().code() == absl::StatusCode::kCancelled) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/common/input_files.h"
 #include "engine/provenance/lineage.h"
 
 namespace megatrain::server {
@@ -31,6 +32,11 @@ struct JobTokensRequest {
   std::string key;                      // TokenFileKey of the job's inputs
   int output_version = 0;               // the version `key` was made with; the tool must report it
   int model_vocab_size = 0;             // the tokenizer's vocabulary must fit in it
+  // The job's inputs as checked when it started (not owned; null = the tool opens the paths).
+  // When set, the tool is given the text files (as engine::ExpandCorpusFiles lists them) and the
+  // tokenizer model as inherited descriptors of these (--input_fds, --tokenizer_fd) and reads
+  // them, never the paths (issue 16, point 2).
+  const engine::InputFiles* inputs = nullptr;
 };
 
 struct JobTokens {

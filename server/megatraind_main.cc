@@ -67,6 +67,21 @@ ABSL_FLAG(std::string, admin_group, "megatrain-admin",
 ABSL_FLAG(uint32_t, max_job_crashes, 3,
           "A job during which megatraind stopped without a clean shutdown this many times since "
           "its last checkpoint or resume is FAILED (quarantined) at the next start; 0 = never.");
+// gRPC limits (issue 16, point 8); 0 keeps the default shown (DaemonSettings).
+ABSL_FLAG(int, max_rpc_threads, 0,
+          "gRPC handler threads (resource quota); calls beyond are RESOURCE_EXHAUSTED. 0 = 64.");
+ABSL_FLAG(int, max_concurrent_streams, 0,
+          "Concurrent calls per client connection; more wait for a free one. 0 = 32.");
+ABSL_FLAG(int, max_receive_message_bytes, 0,
+          "Largest request message; larger ones are RESOURCE_EXHAUSTED. 0 = 4 MiB.");
+ABSL_FLAG(int, max_send_message_bytes, 0,
+          "Largest answer message; larger ones are RESOURCE_EXHAUSTED (ListJobs pages). "
+          "0 = 64 MiB.");
+ABSL_FLAG(int, keepalive_time_ms, 0, "The daemon pings a connection this often. 0 = 60000.");
+ABSL_FLAG(int, keepalive_timeout_ms, 0,
+          "A connection whose ping is not answered in this time is closed. 0 = 20000.");
+ABSL_FLAG(int, max_connection_idle_ms, 0,
+          "A connection without calls for this long is closed. 0 = 300000.");
 ABSL_FLAG(uint64_t, test_hold_after_step, 0,
           "Test hook: a job that reaches this step waits after each step until it is asked to "
           "stop or checkpoint; 0 = off. Never set it in production.");
@@ -196,6 +211,20 @@ int main(int argc, char** argv) {
   settings->max_job_crashes = absl::GetFlag(FLAGS_max_job_crashes);
   settings->admin_group = absl::GetFlag(FLAGS_admin_group);
   settings->test_hold_after_step = absl::GetFlag(FLAGS_test_hold_after_step);
+  for (auto [flag, field] :
+       {std::pair{&FLAGS_max_rpc_threads, &settings->max_rpc_threads},
+        std::pair{&FLAGS_max_concurrent_streams, &settings->max_concurrent_streams},
+        std::pair{&FLAGS_max_receive_message_bytes, &settings->max_receive_message_bytes},
+        std::pair{&FLAGS_max_send_message_bytes, &settings->max_send_message_bytes},
+        std::pair{&FLAGS_keepalive_time_ms, &settings->keepalive_time_ms},
+        std::pair{&FLAGS_keepalive_timeout_ms, &settings->keepalive_timeout_ms},
+        std::pair{&FLAGS_max_connection_idle_ms, &settings->max_connection_idle_ms}}) {
+    if (const int value = absl::GetFlag(*flag); value != 0) *field = value;
+  }
+  if (absl::Status s = ValidateGrpcLimits(*settings); !s.ok()) {
+    log.Event("config_error", {{"error", s.ToString()}});
+    return 2;
+  }
 
   // Libraries start threads before main (OpenBLAS), so a blocked-mask + sigwait scheme would
   // miss them: the handler only writes the signal number to a pipe that one thread reads.

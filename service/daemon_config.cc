@@ -66,6 +66,30 @@ absl::StatusOr<v1::DaemonConfig> LoadDaemonConfigFile(const std::string& path) {
   return config;
 }
 
+absl::Status ValidateGrpcLimits(const DaemonSettings& s) {
+  struct Limit {
+    const char* name;
+    int value;
+    int min;
+    int max;
+  };
+  constexpr int kDayMs = 24 * 3600 * 1000;
+  for (const Limit& l :
+       {Limit{"max_rpc_threads", s.max_rpc_threads, 2, 4096},
+        Limit{"max_concurrent_streams", s.max_concurrent_streams, 1, 10000},
+        Limit{"max_receive_message_bytes", s.max_receive_message_bytes, 4096, 1 << 30},
+        Limit{"max_send_message_bytes", s.max_send_message_bytes, 4096, 1 << 30},
+        Limit{"keepalive_time_ms", s.keepalive_time_ms, 1000, kDayMs},
+        Limit{"keepalive_timeout_ms", s.keepalive_timeout_ms, 1000, kDayMs},
+        Limit{"max_connection_idle_ms", s.max_connection_idle_ms, 1000, kDayMs}}) {
+    if (l.value < l.min || l.value > l.max) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", l.name, "=", l.value, " is outside [", l.min, ", ", l.max, "]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<DaemonSettings> ValidateDaemonConfig(const v1::DaemonConfig& c) {
   if (c.config_version() != kDaemonConfigVersion) {
     return Invalid("config_version", absl::StrCat(c.config_version(),

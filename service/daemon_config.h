@@ -2,6 +2,7 @@
 // immutable DaemonSettings that the rest of the daemon reads.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,10 +39,13 @@ struct DaemonSettings {
   uint64_t max_ram_bytes = 0;    // 0 = physical RAM; jobs whose host plan exceeds it are refused
   uint32_t max_job_crashes = 3;  // daemon deaths while one job ran before it is FAILED
   uint64_t test_hold_after_step = 0;  // test hook: see --test_hold_after_step
+  // Test hook for in-process daemons (RunnerLimits::test_after_input_check); never set by flags.
+  std::function<void(const std::string& id)> test_after_input_check;
   // Members may cancel, pause, resume, checkpoint and audit any job and purge (issue 16,
   // point 12); empty = only root and the daemon's user. Flag only (--admin_group).
   std::string admin_group = "megatrain-admin";
-  // gRPC server limits (issue 16, point 8); fixed for now (tests lower them).
+  // gRPC server limits (issue 16, point 8); flags only (--max_rpc_threads and so on), checked by
+  // ValidateGrpcLimits.
   int max_rpc_threads = 64;         // handler threads (ResourceQuota); beyond: RESOURCE_EXHAUSTED
   int max_concurrent_streams = 32;  // per client connection
   int max_receive_message_bytes = 4 << 20;
@@ -50,6 +54,11 @@ struct DaemonSettings {
   int keepalive_timeout_ms = 20'000;     // and closes it when the ping is not answered in time
   int max_connection_idle_ms = 300'000;  // a connection without calls for this long is closed
 };
+
+// The gRPC limits above in their ranges: threads 2-4096, streams 1-10000, messages 4 KiB-1 GiB,
+// keepalive time and timeout 1 s-1 day, idle close 1 s-1 day; INVALID_ARGUMENT naming the flag
+// and its value otherwise.
+absl::Status ValidateGrpcLimits(const DaemonSettings& settings);
 
 // Parses a textproto DaemonConfig; INVALID_ARGUMENT with the parser's message on bad text.
 absl::StatusOr<v1::DaemonConfig> ParseDaemonConfigText(const std::string& text);

@@ -95,5 +95,18 @@ TEST(DaemonConfigTest, DriveWearIsOffByDefaultAndNeedsTheRatedTbw) {
   EXPECT_EQ(ValidateDaemonConfig(*c)->drive_wear.rated_tbw_bytes, 1000000000000000u);
 }
 
+TEST(DaemonConfigTest, GrpcLimitsAreCheckedNamingTheFlag) {
+  DaemonSettings settings;
+  EXPECT_TRUE(ValidateGrpcLimits(settings).ok());
+  settings.max_concurrent_streams = 0;
+  absl::Status s = ValidateGrpcLimits(settings);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "--max_concurrent_streams=0 is outside [1, 10000]");
+  settings = DaemonSettings();
+  settings.max_connection_idle_ms = 10;
+  EXPECT_THAT(ValidateGrpcLimits(settings).message(),
+              ::testing::HasSubstr("max_connection_idle_ms=10"));
+}
+
 }  // namespace
 }  // namespace megatrain::service

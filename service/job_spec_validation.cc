@@ -665,6 +665,7 @@ absl::StatusOr<ValidatedJob> ValidateJobSpec(const v1::JobSpec& spec,
     return Invalid("reuse_output_dir", "true without output_dir");
   }
   job.options.seed = spec.seed();
+  job.data_roots = paths.data_roots();
   return job;
 }
 

@@ -37,6 +37,9 @@ struct ValidatedJob {
   // live in a directory of their own (JobCheckpointDir).
   bool reuse_output_dir = false;
   v1::PlanResponse plan;
+  // The daemon's data roots (resolved) when the job was validated: the run-time recheck confines
+  // the files of model.hf_directory to them (input_recheck.h).
+  std::vector<std::string> data_roots;
 };
 
 // Errors carry the gRPC-meaningful code and name the field: INVALID_ARGUMENT (ranges, NaN,

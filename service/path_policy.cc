@@ -27,11 +27,7 @@ std::string RealPath(const std::string& path, int* error) {
   return buffer;
 }
 
-bool IsUnder(const std::string& path, const std::string& root) {
-  if (root == "/") return true;
-  return path == root || (path.size() > root.size() && path.compare(0, root.size(), root) == 0 &&
-                          path[root.size()] == '/');
-}
+bool IsUnder(const std::string& path, const std::string& root) { return IsUnderRoot(path, root); }
 
 std::vector<std::string> ResolveRoots(const std::vector<std::string>& roots) {
   std::vector<std::string> resolved;
@@ -73,6 +69,12 @@ absl::Status OutsideRoots(const std::string& field, const std::string& path,
 }
 
 }  // namespace
+
+bool IsUnderRoot(const std::string& path, const std::string& root) {
+  if (root == "/") return true;
+  return path == root || (path.size() > root.size() && path.compare(0, root.size(), root) == 0 &&
+                          path[root.size()] == '/');
+}
 
 std::string NormalizeAbsolutePath(const std::string& path) {
   std::string out;

@@ -13,6 +13,9 @@ namespace megatrain::service {
 // symlink is resolved and '..' is left as it is (request paths with '..' are refused).
 std::string NormalizeAbsolutePath(const std::string& path);
 
+// `path` is `root` or below it (both resolved, absolute).
+bool IsUnderRoot(const std::string& path, const std::string& root);
+
 class PathPolicy {
  public:
   // Roots are resolved (realpath) once; a root that does not exist is skipped.
@@ -29,6 +32,8 @@ class PathPolicy {
   // INVALID_ARGUMENT (it would be created as a file or through the link, under another name).
   absl::StatusOr<std::string> ResolveOutput(const std::string& field,
                                             const std::string& path) const;
+  // The data roots, resolved (for the run-time recheck of inputs, input_recheck.h).
+  const std::vector<std::string>& data_roots() const { return data_roots_; }
 
  private:
   std::vector<std::string> data_roots_;

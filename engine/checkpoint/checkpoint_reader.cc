@@ -100,7 +100,9 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Checkpoi
   std::vector<std::unique_ptr<SafetensorsFile>> opened;
   std::map<std::string, const SafetensorsFile*> model_file_of;  // tensor -> file
   auto open = [&](const std::string& name) -> absl::StatusOr<const SafetensorsFile*> {
-    absl::StatusOr<SafetensorsFile> f = SafetensorsFile::Open(absl::StrCat(dir, "/", name));
+    // Read, not mapped: a checkpoint directory may be writable by others (an output_dir), and a
+    // file truncated while mapped would kill the daemon with SIGBUS (issue 16, point 4).
+    absl::StatusOr<SafetensorsFile> f = SafetensorsFile::OpenUnmapped(absl::StrCat(dir, "/", name));
     if (!f.ok()) return f.status();
     opened.push_back(std::make_unique<SafetensorsFile>(std::move(*f)));
     return opened.back().get();

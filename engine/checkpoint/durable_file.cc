@@ -114,10 +114,14 @@ absl::Status FsyncDirectory(const std::string& path) {
 absl::StatusOr<FileChecksum> ChecksumFile(const std::string& path) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) return ErrnoStatus(errno, absl::StrCat(path, ": cannot open"));
+  return ChecksumDescriptor(fd.get(), path);
+}
+
+absl::StatusOr<FileChecksum> ChecksumDescriptor(int fd, const std::string& path) {
   std::vector<uint8_t> chunk(size_t{4} << 20);
   FileChecksum sum;
   while (true) {
-    const ssize_t n = ::read(fd.get(), chunk.data(), chunk.size());
+    const ssize_t n = ::pread(fd, chunk.data(), chunk.size(), static_cast<off_t>(sum.bytes));
     if (n < 0) {
       if (errno == EINTR) continue;
       return ErrnoStatus(errno, absl::StrCat(path, ": read failed"));

@@ -69,6 +69,8 @@ absl::Status FsyncDirectory(const std::string& path);
 
 // Reads the file in chunks (never whole into memory) and returns size and CRC32C.
 absl::StatusOr<FileChecksum> ChecksumFile(const std::string& path);
+// The same for an open descriptor, read with pread from offset 0; errors name `path`.
+absl::StatusOr<FileChecksum> ChecksumDescriptor(int fd, const std::string& path);
 
 // "0x1234abcd".
 std::string FormatCrc32c(uint32_t crc);

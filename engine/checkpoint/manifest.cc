@@ -250,11 +250,17 @@ absl::StatusOr<CheckpointManifest> VerifyCheckpointDirectory(const std::string& 
   return manifest;
 }
 
-absl::StatusOr<std::vector<DataFileRecord>> ChecksumDataFiles(
-    const std::vector<std::string>& paths) {
+absl::StatusOr<std::vector<DataFileRecord>> ChecksumDataFiles(const std::vector<std::string>& paths,
+                                                              const InputFiles* inputs) {
   std::vector<DataFileRecord> out;
   for (const std::string& p : paths) {
-    absl::StatusOr<FileChecksum> sum = ChecksumFile(p);
+    absl::StatusOr<FileChecksum> sum;
+    if (inputs == nullptr) {
+      sum = ChecksumFile(p);
+    } else {
+      absl::StatusOr<int> fd = inputs->Descriptor(p);
+      sum = fd.ok() ? ChecksumDescriptor(*fd, p) : absl::StatusOr<FileChecksum>(fd.status());
+    }
     if (!sum.ok()) return sum.status();
     out.push_back({p, *sum});
   }

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/checkpoint/durable_file.h"
+#include "engine/common/input_files.h"
 
 namespace megatrain::engine {
 
@@ -57,9 +58,10 @@ absl::StatusOr<CheckpointManifest> ParseManifest(std::string_view text, const st
 // and what is wrong (missing, truncated or grown, corrupted, unexpected). Returns the manifest.
 absl::StatusOr<CheckpointManifest> VerifyCheckpointDirectory(const std::string& dir);
 
-// Size and CRC32C of each data file, in order.
-absl::StatusOr<std::vector<DataFileRecord>> ChecksumDataFiles(
-    const std::vector<std::string>& paths);
+// Size and CRC32C of each data file, in order; from its checked descriptor in `inputs` when
+// given (a daemon's run).
+absl::StatusOr<std::vector<DataFileRecord>> ChecksumDataFiles(const std::vector<std::string>& paths,
+                                                              const InputFiles* inputs = nullptr);
 
 // OK when `current` has the same files with the same checksums as `recorded`;
 // otherwise FailedPrecondition naming the first data file that differs.

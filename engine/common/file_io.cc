@@ -47,11 +47,17 @@ absl::Status WriteAll(int fd, absl::Span<const uint8_t> bytes, absl::string_view
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ReadAll(int fd, absl::string_view path, uint64_t max_bytes) {
+namespace {
+
+// To the end from the descriptor's offset (`pread_from` < 0) or with pread from `pread_from`.
+absl::StatusOr<std::string> ReadToEnd(int fd, absl::string_view path, uint64_t max_bytes,
+                                      off_t pread_from) {
   std::string out;
   char buffer[1 << 16];
   while (true) {
-    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    const ssize_t n = pread_from < 0 ? ::read(fd, buffer, sizeof(buffer))
+                                     : ::pread(fd, buffer, sizeof(buffer),
+                                               pread_from + static_cast<off_t>(out.size()));
     if (n < 0) {
       if (errno == EINTR) continue;
       return ErrnoStatus(errno, absl::StrCat(path, ": read failed at byte ", out.size()));
@@ -63,6 +69,16 @@ absl::StatusOr<std::string> ReadAll(int fd, absl::string_view path, uint64_t max
     }
     out.append(buffer, static_cast<size_t>(n));
   }
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadAll(int fd, absl::string_view path, uint64_t max_bytes) {
+  return ReadToEnd(fd, path, max_bytes, -1);
+}
+
+absl::StatusOr<std::string> PreadAll(int fd, absl::string_view path, uint64_t max_bytes) {
+  return ReadToEnd(fd, path, max_bytes, 0);
 }
 
 }  // namespace megatrain::engine

@@ -29,5 +29,8 @@ inline absl::Status WriteAll(int fd, std::string_view bytes, absl::string_view p
 // Reads `fd` from its current offset to the end; RESOURCE_EXHAUSTED (naming `path`) once more
 // than `max_bytes` arrive, so a file that grows while read stays bounded.
 absl::StatusOr<std::string> ReadAll(int fd, absl::string_view path, uint64_t max_bytes);
+// The same from offset 0 with pread: the descriptor's offset is neither used nor moved, so
+// several readers of one descriptor do not disturb each other.
+absl::StatusOr<std::string> PreadAll(int fd, absl::string_view path, uint64_t max_bytes);
 
 }  // namespace megatrain::engine

@@ -47,8 +47,9 @@ absl::StatusOr<std::vector<std::string>> ParseJsonlDocuments(std::string_view co
   return docs;
 }
 
-absl::StatusOr<std::vector<std::string>> LoadJsonlDocuments(const std::string& path) {
-  absl::StatusOr<std::string> text = ReadRegularFile(path);
+absl::StatusOr<std::vector<std::string>> LoadJsonlDocuments(const std::string& path,
+                                                            const InputFiles* inputs) {
+  absl::StatusOr<std::string> text = ReadInputFile(inputs, path);
   if (!text.ok()) {
     return absl::Status(text.status().code() == absl::StatusCode::kInvalidArgument
                             ? absl::StatusCode::kInvalidArgument

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/common/input_files.h"
 
 namespace megatrain::engine {
 
@@ -17,7 +18,8 @@ namespace megatrain::engine {
 absl::StatusOr<std::vector<std::string>> ParseJsonlDocuments(std::string_view content,
                                                              const std::string& source);
 
-// Reads `path` and parses it as above.
-absl::StatusOr<std::vector<std::string>> LoadJsonlDocuments(const std::string& path);
+// Reads `path` (from its checked descriptor in `inputs` when given) and parses it as above.
+absl::StatusOr<std::vector<std::string>> LoadJsonlDocuments(const std::string& path,
+                                                            const InputFiles* inputs = nullptr);
 
 }  // namespace megatrain::engine

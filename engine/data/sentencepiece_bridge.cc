@@ -21,6 +21,17 @@ std::unique_ptr<SentencePieceModel> SentencePieceModel::Load(const std::string& 
   return model;
 }
 
+std::unique_ptr<SentencePieceModel> SentencePieceModel::LoadFromBytes(const std::string& bytes,
+                                                                      std::string* error) {
+  std::unique_ptr<SentencePieceModel> model(new SentencePieceModel());
+  const sentencepiece::util::Status status = model->processor_->LoadFromSerializedProto(bytes);
+  if (!status.ok()) {
+    *error = status.ToString();
+    return nullptr;
+  }
+  return model;
+}
+
 int SentencePieceModel::piece_count() const { return processor_->GetPieceSize(); }
 
 int SentencePieceModel::eos_id() const { return processor_->eos_id(); }

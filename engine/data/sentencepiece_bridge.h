@@ -18,6 +18,9 @@ class SentencePieceModel {
  public:
   // nullptr with `error` set when the file cannot be loaded as a model.
   static std::unique_ptr<SentencePieceModel> Load(const std::string& path, std::string* error);
+  // The same from the model file's bytes (read by the caller from a checked descriptor).
+  static std::unique_ptr<SentencePieceModel> LoadFromBytes(const std::string& bytes,
+                                                           std::string* error);
   ~SentencePieceModel();
   SentencePieceModel(const SentencePieceModel&) = delete;
   SentencePieceModel& operator=(const SentencePieceModel&) = delete;

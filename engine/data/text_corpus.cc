@@ -38,19 +38,20 @@ std::vector<std::string> SplitFortunes(const std::string& text) {
 namespace {
 
 absl::StatusOr<std::vector<std::string>> LoadDocuments(const std::vector<std::string>& paths,
-                                                       bool jsonl_by_extension) {
+                                                       bool jsonl_by_extension,
+                                                       const InputFiles* inputs) {
   absl::StatusOr<std::vector<std::string>> expanded = ExpandCorpusFiles(paths);
   if (!expanded.ok()) return expanded.status();
   std::vector<std::string> docs;
   for (const std::string& f : *expanded) {
     if (jsonl_by_extension && absl::EndsWith(f, ".jsonl")) {
-      absl::StatusOr<std::vector<std::string>> lines = LoadJsonlDocuments(f);
+      absl::StatusOr<std::vector<std::string>> lines = LoadJsonlDocuments(f, inputs);
       if (!lines.ok()) return lines.status();
       for (std::string& d : *lines) docs.push_back(std::move(d));
       continue;
     }
     // A regular file only: a FIFO or device would block or never end (issue 16, point 3).
-    absl::StatusOr<std::string> text = ReadRegularFile(f);
+    absl::StatusOr<std::string> text = ReadInputFile(inputs, f);
     if (!text.ok()) {
       return absl::Status(text.status().code() == absl::StatusCode::kInvalidArgument
                               ? absl::StatusCode::kInvalidArgument
@@ -69,11 +70,12 @@ absl::StatusOr<std::vector<std::string>> LoadDocuments(const std::vector<std::st
 
 absl::StatusOr<std::vector<std::string>> LoadFortuneDocuments(
     const std::vector<std::string>& paths) {
-  return LoadDocuments(paths, /*jsonl_by_extension=*/false);
+  return LoadDocuments(paths, /*jsonl_by_extension=*/false, nullptr);
 }
 
-absl::StatusOr<std::vector<std::string>> LoadTextDocuments(const std::vector<std::string>& paths) {
-  return LoadDocuments(paths, /*jsonl_by_extension=*/true);
+absl::StatusOr<std::vector<std::string>> LoadTextDocuments(const std::vector<std::string>& paths,
+                                                           const InputFiles* inputs) {
+  return LoadDocuments(paths, /*jsonl_by_extension=*/true, inputs);
 }
 
 }  // namespace megatrain::engine

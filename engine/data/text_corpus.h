@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/common/input_files.h"
 #include "engine/data/corpus_files.h"
 
 namespace megatrain::engine {
@@ -21,7 +22,9 @@ absl::StatusOr<std::vector<std::string>> LoadFortuneDocuments(
     const std::vector<std::string>& paths);
 
 // Like LoadFortuneDocuments, except that files named *.jsonl are read as
-// JSON Lines (one {"text": ...} document per line, strictly).
-absl::StatusOr<std::vector<std::string>> LoadTextDocuments(const std::vector<std::string>& paths);
+// JSON Lines (one {"text": ...} document per line, strictly). With `inputs` (a daemon's run),
+// every file is read from its checked descriptor; a file that was not checked is refused.
+absl::StatusOr<std::vector<std::string>> LoadTextDocuments(const std::vector<std::string>& paths,
+                                                           const InputFiles* inputs = nullptr);
 
 }  // namespace megatrain::engine

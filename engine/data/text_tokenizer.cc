@@ -43,9 +43,19 @@ SentencePieceTokenizer::SentencePieceTokenizer(std::string path,
 SentencePieceTokenizer::~SentencePieceTokenizer() = default;
 
 absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::Load(
-    const std::string& path) {
+    const std::string& path, const InputFiles* inputs) {
   std::string error;
-  std::unique_ptr<SentencePieceModel> model = SentencePieceModel::Load(path, &error);
+  std::unique_ptr<SentencePieceModel> model;
+  if (inputs == nullptr) {
+    model = SentencePieceModel::Load(path, &error);
+  } else {
+    absl::StatusOr<std::string> bytes = inputs->Read(path);
+    if (!bytes.ok()) {
+      return absl::Status(bytes.status().code(),
+                          absl::StrCat("tokenizer: ", bytes.status().message()));
+    }
+    model = SentencePieceModel::LoadFromBytes(*bytes, &error);
+  }
   if (model == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("tokenizer '", path, "' is not a SentencePiece model: ", error));
@@ -98,13 +108,15 @@ absl::StatusOr<std::string> SentencePieceTokenizer::Decode(absl::Span<const int3
   return text;
 }
 
-absl::StatusOr<std::unique_ptr<TextTokenizer>> CreateTextTokenizer(const std::string& spec) {
+absl::StatusOr<std::unique_ptr<TextTokenizer>> CreateTextTokenizer(const std::string& spec,
+                                                                   const InputFiles* inputs) {
   if (spec == "bytes") return std::make_unique<ByteTextTokenizer>();
   if (spec.empty()) {
     return absl::InvalidArgumentError(
         "tokenizer is empty: use \"bytes\" or a SentencePiece .model");
   }
-  absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> sp = SentencePieceTokenizer::Load(spec);
+  absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> sp =
+      SentencePieceTokenizer::Load(spec, inputs);
   if (!sp.ok()) return sp.status();
   return std::unique_ptr<TextTokenizer>(std::move(*sp));
 }

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/common/input_files.h"
 
 namespace megatrain::engine {
 
@@ -47,7 +48,8 @@ class SentencePieceTokenizer : public TextTokenizer {
  public:
   // Refused with the path named: unreadable or invalid model files, and models
   // without an end-of-sentence piece (documents could not be separated).
-  static absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> Load(const std::string& path);
+  static absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> Load(
+      const std::string& path, const InputFiles* inputs = nullptr);
   ~SentencePieceTokenizer() override;
 
   const std::string& name() const override { return path_; }
@@ -62,8 +64,10 @@ class SentencePieceTokenizer : public TextTokenizer {
   std::unique_ptr<SentencePieceModel> model_;
 };
 
-// "bytes" or the path of a SentencePiece .model file.
-absl::StatusOr<std::unique_ptr<TextTokenizer>> CreateTextTokenizer(const std::string& spec);
+// "bytes" or the path of a SentencePiece .model file (read from its checked descriptor in
+// `inputs` when given: a daemon's run).
+absl::StatusOr<std::unique_ptr<TextTokenizer>> CreateTextTokenizer(
+    const std::string& spec, const InputFiles* inputs = nullptr);
 
 // Every document's tokens followed by the end-of-document id, in order.
 absl::StatusOr<std::vector<int32_t>> TokenizeDocuments(const std::vector<std::string>& documents,

@@ -18,11 +18,12 @@ absl::StatusOr<TokenFileFormat> ParseTokenFileFormat(std::string_view name) {
       absl::StrCat("token_format=\"", std::string(name), "\" is not u16, u32 or llmc"));
 }
 
-absl::StatusOr<TokenFile> TokenFile::Open(const std::string& path, TokenFileFormat format) {
+absl::StatusOr<TokenFile> TokenFile::Open(const std::string& path, TokenFileFormat format,
+                                          const InputFiles* inputs) {
   // Read, not mapped: a file truncated by its owner while a job uses it would turn a mapped
   // access into SIGBUS and take the daemon down (issue 16, point 4). A regular file only: a FIFO
   // would block the caller (the request thread at submit, the runner at run).
-  absl::StatusOr<std::string> bytes = ReadRegularFile(path);
+  absl::StatusOr<std::string> bytes = ReadInputFile(inputs, path);
   if (!bytes.ok()) {
     if (bytes.status().code() == absl::StatusCode::kInvalidArgument) return bytes.status();
     return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", bytes.status().message()));
@@ -82,11 +83,11 @@ int32_t TokenFile::at(size_t index) const {
 }
 
 absl::StatusOr<TokenFiles> TokenFiles::Open(const std::vector<std::string>& paths,
-                                            TokenFileFormat format) {
+                                            TokenFileFormat format, const InputFiles* inputs) {
   if (paths.empty()) return absl::InvalidArgumentError("no token files given");
   TokenFiles out;
   for (const std::string& p : paths) {
-    absl::StatusOr<TokenFile> f = TokenFile::Open(p, format);
+    absl::StatusOr<TokenFile> f = TokenFile::Open(p, format, inputs);
     if (!f.ok()) return f.status();
     out.starts_.push_back(out.total_);
     out.total_ += f->size();

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/common/input_files.h"
 
 namespace megatrain::engine {
 
@@ -38,7 +39,9 @@ class TokenFile {
   // refused without blocking), a size that is not a
   // whole number of tokens, a bad llm.c magic or version, or an llm.c token
   // count that disagrees with the file size.
-  static absl::StatusOr<TokenFile> Open(const std::string& path, TokenFileFormat format);
+  // With `inputs` (a daemon's run) the file is read from its checked descriptor.
+  static absl::StatusOr<TokenFile> Open(const std::string& path, TokenFileFormat format,
+                                        const InputFiles* inputs = nullptr);
 
   TokenFile(TokenFile&& other) noexcept = default;
   TokenFile& operator=(TokenFile&& other) noexcept = default;
@@ -62,7 +65,8 @@ class TokenFile {
 class TokenFiles : public TokenSource {
  public:
   static absl::StatusOr<TokenFiles> Open(const std::vector<std::string>& paths,
-                                         TokenFileFormat format);
+                                         TokenFileFormat format,
+                                         const InputFiles* inputs = nullptr);
   size_t size() const override { return total_; }
   int32_t at(size_t index) const override;
   // The largest token id (scans every token once); for checking against a vocabulary.

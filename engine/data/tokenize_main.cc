@@ -5,6 +5,8 @@
 // SentencePiece, whose bundled protobuf clashes with the system one.
 // Prints one JSON line {tokens, documents, vocab_size, end_of_document,
 // format, out, output_version}. Exit: 0 written, 1 failed (reason on stderr), 2 usage.
+// megatraind passes the inputs it checked as inherited descriptors (--input_fds,
+// --tokenizer_fd), so the tool reads those and never opens the paths again.
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -13,7 +15,10 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "engine/common/input_files.h"
 #include "engine/common/safe_files.h"
 #include "engine/data/text_corpus.h"
 #include "engine/data/text_tokenizer.h"
@@ -24,6 +29,12 @@ ABSL_FLAG(std::string, out, "",
           "Output token file (written under a temporary name in its directory, then renamed).");
 ABSL_FLAG(std::string, format, "auto",
           "u16, u32 or auto (u16 when the vocabulary fits in 16 bits).");
+ABSL_FLAG(std::string, input_fds, "",
+          "Comma-separated inherited descriptors, one per input in order: each input is read "
+          "from its descriptor and its name only chooses the format (megatraind passes the "
+          "files it checked when the job started).");
+ABSL_FLAG(int, tokenizer_fd, -1,
+          "An inherited descriptor of the SentencePiece model named by --tokenizer.");
 
 namespace megatrain::engine {
 namespace {
@@ -56,10 +67,33 @@ int Run(const std::vector<std::string>& inputs) {
     std::fprintf(stderr, "%s\n", std::string(absl::ProgramUsageMessage()).c_str());
     return 2;
   }
+  InputFiles held;
+  const bool from_fds = !absl::GetFlag(FLAGS_input_fds).empty();
+  if (from_fds) {
+    const std::vector<std::string> fds = absl::StrSplit(absl::GetFlag(FLAGS_input_fds), ',');
+    int fd = -1;
+    if (fds.size() != inputs.size()) {
+      std::fprintf(stderr, "megatrain_tokenize: --input_fds names %zu descriptors for %zu inputs\n",
+                   fds.size(), inputs.size());
+      return 2;
+    }
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (!absl::SimpleAtoi(fds[i], &fd) || fd < 3) {
+        std::fprintf(stderr, "megatrain_tokenize: --input_fds: '%s' is not a descriptor\n",
+                     fds[i].c_str());
+        return 2;
+      }
+      held.Add(inputs[i], UniqueFd(fd));
+    }
+    if (absl::GetFlag(FLAGS_tokenizer_fd) >= 3) {
+      held.Add(absl::GetFlag(FLAGS_tokenizer), UniqueFd(absl::GetFlag(FLAGS_tokenizer_fd)));
+    }
+  }
+  const InputFiles* read_from = from_fds ? &held : nullptr;
   absl::StatusOr<std::unique_ptr<TextTokenizer>> tokenizer =
-      CreateTextTokenizer(absl::GetFlag(FLAGS_tokenizer));
+      CreateTextTokenizer(absl::GetFlag(FLAGS_tokenizer), read_from);
   absl::StatusOr<std::vector<std::string>> documents =
-      tokenizer.ok() ? LoadTextDocuments(inputs) : tokenizer.status();
+      tokenizer.ok() ? LoadTextDocuments(inputs, read_from) : tokenizer.status();
   absl::StatusOr<std::vector<int32_t>> tokens =
       documents.ok() ? TokenizeDocuments(*documents, **tokenizer) : documents.status();
   if (!tokens.ok()) {

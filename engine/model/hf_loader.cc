@@ -39,9 +39,9 @@ struct WeightFiles {
   bool sharded = false;
 };
 
-absl::StatusOr<WeightFiles> ParseIndex(const std::string& dir) {
+absl::StatusOr<WeightFiles> ParseIndex(const std::string& dir, const InputFiles* inputs) {
   const std::string path = absl::StrCat(dir, "/", kIndexFile);
-  auto text = ReadRegularFile(path);
+  auto text = ReadInputFile(inputs, path);
   if (!text.ok()) return text.status();
   auto root = ParseJsonStrict(*text, path);
   if (!root.ok()) return root.status();
@@ -86,17 +86,23 @@ absl::StatusOr<WeightFiles> ParseIndex(const std::string& dir) {
   return result;
 }
 
-absl::StatusOr<WeightFiles> FindWeightFiles(const std::string& dir) {
+absl::StatusOr<WeightFiles> FindWeightFiles(const std::string& dir, const InputFiles* inputs) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     return absl::NotFoundError(absl::StrCat(dir, ": not a directory"));
   }
-  if (fs::exists(absl::StrCat(dir, "/", kSingleFile), ec)) {
+  // With checked inputs, what the directory held when the job started decides, not what it
+  // holds now.
+  auto present = [&](const char* name) {
+    const std::string path = absl::StrCat(dir, "/", name);
+    return inputs != nullptr ? inputs->Has(path) : fs::exists(path, ec);
+  };
+  if (present(kSingleFile)) {
     WeightFiles result;
     result.files = {kSingleFile};
     return result;
   }
-  if (fs::exists(absl::StrCat(dir, "/", kIndexFile), ec)) return ParseIndex(dir);
+  if (present(kIndexFile)) return ParseIndex(dir, inputs);
   std::vector<std::string> pickles;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
@@ -125,8 +131,9 @@ void ZeroPadding(const LayoutEntry& entry, float* buffer) {
 
 class Loader {
  public:
-  Loader(const std::string& dir, const ParameterLayout& layout, absl::Span<float* const> buffers)
-      : dir_(dir), layout_(layout), buffers_(buffers) {}
+  Loader(const std::string& dir, const ParameterLayout& layout, absl::Span<float* const> buffers,
+         const InputFiles* inputs)
+      : dir_(dir), layout_(layout), buffers_(buffers), inputs_(inputs) {}
 
   absl::Status Run() {
     if (buffers_.size() != static_cast<size_t>(layout_.num_entries())) {
@@ -134,7 +141,7 @@ class Loader {
                                                      " entry buffers for a layout of ",
                                                      layout_.num_entries(), " entries"));
     }
-    auto files = FindWeightFiles(dir_);
+    auto files = FindWeightFiles(dir_, inputs_);
     if (!files.ok()) return files.status();
     files_ = std::move(*files);
     for (int e = 0; e < layout_.num_entries(); ++e) {
@@ -152,7 +159,7 @@ class Loader {
  private:
   absl::Status LoadFile(const std::string& basename) {
     const std::string path = absl::StrCat(dir_, "/", basename);
-    auto file = SafetensorsFile::Open(path);
+    auto file = SafetensorsFile::Open(path, inputs_);
     if (!file.ok()) return file.status();
     for (const SafetensorsTensorInfo& info : file->tensors()) {
       if (files_.sharded) {
@@ -243,7 +250,7 @@ class Loader {
   absl::Status CheckTiedHead() {
     if (!tied_head_file_.has_value()) return absl::OkStatus();
     if (buffers_[layout_.embedding_entry()] == nullptr) return absl::OkStatus();
-    auto file = SafetensorsFile::Open(*tied_head_file_);
+    auto file = SafetensorsFile::Open(*tied_head_file_, inputs_);
     if (!file.ok()) return file.status();
     const TensorSlot* embed = layout_.Find(layout_.embedding_entry(), TensorRole::kEmbedding);
     const float* embed_values = buffers_[layout_.embedding_entry()] + embed->offset;
@@ -271,6 +278,7 @@ class Loader {
   const std::string& dir_;
   const ParameterLayout& layout_;
   absl::Span<float* const> buffers_;
+  const InputFiles* inputs_;  // null: files opened by path
   WeightFiles files_;
   std::set<std::string, std::less<>> loaded_;
   std::optional<std::string> tied_head_file_;
@@ -278,11 +286,12 @@ class Loader {
 
 }  // namespace
 
-absl::StatusOr<SafetensorsDtype> HfWeightsDtype(const std::string& dir) {
-  absl::StatusOr<WeightFiles> files = FindWeightFiles(dir);
+absl::StatusOr<SafetensorsDtype> HfWeightsDtype(const std::string& dir, const InputFiles* inputs) {
+  absl::StatusOr<WeightFiles> files = FindWeightFiles(dir, inputs);
   if (!files.ok()) return files.status();
   for (const std::string& name : files->files) {
-    absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(absl::StrCat(dir, "/", name));
+    absl::StatusOr<SafetensorsFile> file =
+        SafetensorsFile::Open(absl::StrCat(dir, "/", name), inputs);
     if (!file.ok()) return file.status();
     for (const SafetensorsTensorInfo& t : file->tensors()) {
       if (IsFloatingDtype(t.dtype)) return t.dtype;
@@ -292,8 +301,8 @@ absl::StatusOr<SafetensorsDtype> HfWeightsDtype(const std::string& dir) {
 }
 
 absl::Status LoadHfWeights(const std::string& dir, const ParameterLayout& layout,
-                           absl::Span<float* const> entry_buffers) {
-  return Loader(dir, layout, entry_buffers).Run();
+                           absl::Span<float* const> entry_buffers, const InputFiles* inputs) {
+  return Loader(dir, layout, entry_buffers, inputs).Run();
 }
 
 }  // namespace megatrain::engine

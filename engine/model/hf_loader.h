@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/common/input_files.h"
 #include "engine/model/parameter_layout.h"
 #include "engine/model/safetensors_dtype.h"
 
@@ -34,9 +35,14 @@ namespace megatrain::engine {
 // The dtype the directory's weights are stored in (that of its first floating
 // tensor in model.safetensors or the first shard of the index): what a
 // checkpoint of a model started from it is written in by default.
-absl::StatusOr<SafetensorsDtype> HfWeightsDtype(const std::string& dir);
+//
+// With `inputs` (a daemon's run) every file is read from the descriptor checked when the job
+// started (its key is "<dir>/<name>"); a file that was not checked is refused.
+absl::StatusOr<SafetensorsDtype> HfWeightsDtype(const std::string& dir,
+                                                const InputFiles* inputs = nullptr);
 
 absl::Status LoadHfWeights(const std::string& dir, const ParameterLayout& layout,
-                           absl::Span<float* const> entry_buffers);
+                           absl::Span<float* const> entry_buffers,
+                           const InputFiles* inputs = nullptr);
 
 }  // namespace megatrain::engine

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/common/safe_files.h"
 #include "engine/common/strict_json.h"
 
 namespace megatrain::engine {
@@ -22,26 +23,34 @@ namespace {
 
 using Json = nlohmann::json;
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 // Non-negative JSON integer that fits in size_t, or nullopt.
 std::optional<uint64_t> AsSize(const Json& v) {
   if (v.is_number_unsigned()) return v.get<uint64_t>();
   if (v.is_number_integer() && v.get<int64_t>() >= 0)
     return static_cast<uint64_t>(v.get<int64_t>());
   return std::nullopt;
+}
+
+// `n` bytes at `offset`; DATA_LOSS when the file ends first (it was truncated after it was
+// checked).
+absl::Status PreadExactly(int fd, uint64_t offset, uint8_t* out, size_t n,
+                          const std::string& path) {
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::pread(fd, out + got, n - got, static_cast<off_t>(offset + got));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      return absl::ErrnoToStatus(err, absl::StrCat(path, ": read: ", std::strerror(err)));
+    }
+    if (r == 0) {
+      return absl::DataLossError(absl::StrCat(path, ": ends at byte ", offset + got,
+                                              ", before the ", n, " bytes at ", offset,
+                                              " (truncated while being read)"));
+    }
+    got += static_cast<size_t>(r);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -55,6 +64,8 @@ SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept {
     map_ = std::exchange(other.map_, nullptr);
     map_size_ = std::exchange(other.map_size_, 0);
     data_ = std::exchange(other.data_, nullptr);
+    fd_ = std::move(other.fd_);
+    data_offset_ = std::exchange(other.data_offset_, 0);
     tensors_ = std::move(other.tensors_);
     index_ = std::move(other.index_);
     metadata_ = std::move(other.metadata_);
@@ -71,12 +82,31 @@ void SafetensorsFile::Unmap() {
   data_ = nullptr;
 }
 
+absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path,
+                                                      const InputFiles* inputs) {
+  if (inputs == nullptr) return Open(path);
+  absl::StatusOr<UniqueFd> fd = inputs->Duplicate(path);
+  if (!fd.ok()) return fd.status();
+  return OpenDescriptor(*std::move(fd), path, /*map=*/false);
+}
+
+absl::StatusOr<SafetensorsFile> SafetensorsFile::OpenUnmapped(const std::string& path) {
+  absl::StatusOr<UniqueFd> fd = OpenRegularFileForRead(path);
+  if (!fd.ok()) return fd.status();
+  return OpenDescriptor(*std::move(fd), path, /*map=*/false);
+}
+
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) {
     const int err = errno;
     return absl::ErrnoToStatus(err, absl::StrCat(path, ": cannot open: ", std::strerror(err)));
   }
+  return OpenDescriptor(std::move(fd), path, /*map=*/true);
+}
+
+absl::StatusOr<SafetensorsFile> SafetensorsFile::OpenDescriptor(UniqueFd fd,
+                                                                const std::string& path, bool map) {
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) {
     const int err = errno;
@@ -90,18 +120,23 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": file is ", file_size, " bytes, too short for the 8-byte header length"));
   }
-  void* map = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
-  if (map == MAP_FAILED) {
-    const int err = errno;
-    return absl::ErrnoToStatus(err, absl::StrCat(path, ": mmap: ", std::strerror(err)));
-  }
   SafetensorsFile file;
   file.path_ = path;
-  file.map_ = static_cast<const uint8_t*>(map);
-  file.map_size_ = file_size;
-
+  uint8_t length[8];
+  if (map) {
+    void* mapped = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+    if (mapped == MAP_FAILED) {
+      const int err = errno;
+      return absl::ErrnoToStatus(err, absl::StrCat(path, ": mmap: ", std::strerror(err)));
+    }
+    file.map_ = static_cast<const uint8_t*>(mapped);
+    file.map_size_ = file_size;
+    std::memcpy(length, file.map_, 8);
+  } else if (absl::Status s = PreadExactly(fd.get(), 0, length, 8, path); !s.ok()) {
+    return s;
+  }
   uint64_t header_size = 0;
-  for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | file.map_[i];
+  for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | length[i];
   if (header_size > kMaxSafetensorsHeaderBytes) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": header length ", header_size,
                                                    " exceeds the limit of ",
@@ -112,11 +147,22 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
                                                    " runs past the end of the file (", file_size,
                                                    " bytes)"));
   }
-  const std::string_view header(reinterpret_cast<const char*>(file.map_ + 8), header_size);
-  file.data_ = file.map_ + 8 + header_size;
   const size_t data_size = file_size - 8 - header_size;
-  auto status = file.ParseHeader(header, data_size);
-  if (!status.ok()) return status;
+  if (map) {
+    const std::string_view header(reinterpret_cast<const char*>(file.map_ + 8), header_size);
+    file.data_ = file.map_ + 8 + header_size;
+    if (absl::Status s = file.ParseHeader(header, data_size); !s.ok()) return s;
+    return file;
+  }
+  std::string header(header_size, '\0');
+  if (absl::Status s =
+          PreadExactly(fd.get(), 8, reinterpret_cast<uint8_t*>(header.data()), header_size, path);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = file.ParseHeader(header, data_size); !s.ok()) return s;
+  file.fd_ = std::move(fd);
+  file.data_offset_ = 8 + header_size;
   return file;
 }
 
@@ -254,6 +300,10 @@ absl::StatusOr<absl::Span<const uint8_t>> SafetensorsFile::RawBytes(std::string_
   if (info == nullptr) {
     return absl::NotFoundError(absl::StrCat(path_, ": no tensor '", std::string(name), "'"));
   }
+  if (data_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path_, ": read from a held descriptor, not mapped; use ReadFloat32"));
+  }
   return absl::Span<const uint8_t>(data_ + info->begin, info->end - info->begin);
 }
 
@@ -279,11 +329,28 @@ absl::Status SafetensorsFile::ReadFloat32Range(std::string_view name, size_t fir
                                               ", ", first + out.size(), ")"));
   }
   const size_t item = SafetensorsDtypeSize(info->dtype);
-  absl::Span<const uint8_t> bytes(data_ + info->begin + first * item, out.size() * item);
-  auto status = ConvertToFloat32(info->dtype, bytes, out);
-  if (!status.ok()) {
+  auto convert = [&](absl::Span<const uint8_t> bytes, absl::Span<float> into) -> absl::Status {
+    absl::Status status = ConvertToFloat32(info->dtype, bytes, into);
+    if (status.ok()) return status;
     return absl::InvalidArgumentError(
         absl::StrCat(path_, ": tensor '", std::string(name), "': ", status.message()));
+  };
+  if (data_ != nullptr) {
+    return convert(absl::Span<const uint8_t>(data_ + info->begin + first * item, out.size() * item),
+                   out);
+  }
+  // Not mapped: read in chunks of at most 4 MiB, converted as they arrive.
+  const size_t per_chunk = std::max<size_t>(1, (size_t{4} << 20) / item);
+  std::vector<uint8_t> chunk;
+  for (size_t done = 0; done < out.size(); done += per_chunk) {
+    const size_t n = std::min(per_chunk, out.size() - done);
+    chunk.resize(n * item);
+    const uint64_t offset = data_offset_ + info->begin + (first + done) * item;
+    if (absl::Status s = PreadExactly(fd_.get(), offset, chunk.data(), chunk.size(), path_);
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = convert(chunk, out.subspan(done, n)); !s.ok()) return s;
   }
   return absl::OkStatus();
 }

@@ -1,4 +1,5 @@
 // Tests for safetensors dtype conversion, the writer, the strict reader and the malformed corpus.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <bit>
@@ -249,6 +250,38 @@ TEST(SafetensorsTest, WriteThenReadRoundTrip) {
   SafetensorsFile moved = std::move(*file);
   ASSERT_TRUE(moved.ReadFloat32("a.f32", absl::MakeSpan(out)).ok());
   EXPECT_EQ(out[0], 1.5f);
+}
+
+// A file from a daemon's held inputs is read with pread: truncated by its owner while a job
+// loads it, the next read is DATA_LOSS, never SIGBUS (issue 16, point 4).
+TEST(SafetensorsTest, AHeldFileTruncatedWhileReadFailsCleanly) {
+  std::vector<float> values(300000);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+  const std::string path = TempPath("held.safetensors");
+  ASSERT_TRUE(
+      WriteSafetensors(path, {{"w", SafetensorsDtype::kF32, {300000}, AsBytes(values)}}).ok());
+  InputFiles inputs;
+  inputs.Add(path, UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC)));
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path, &inputs);
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::vector<float> out(values.size());
+  ASSERT_TRUE(file->ReadFloat32("w", absl::MakeSpan(out)).ok());
+  EXPECT_EQ(out, values);
+  EXPECT_EQ(file->RawBytes("w").status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_EQ(::truncate(path.c_str(), 4096), 0);
+  const absl::Status s = file->ReadFloat32("w", absl::MakeSpan(out));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("truncated while being read"));
+  // The same by path (a daemon's checkpoints).
+  std::vector<float> few(1000);
+  ASSERT_TRUE(WriteSafetensors(path, {{"w", SafetensorsDtype::kF32, {1000}, AsBytes(few)}}).ok());
+  absl::StatusOr<SafetensorsFile> by_path = SafetensorsFile::OpenUnmapped(path);
+  ASSERT_TRUE(by_path.ok()) << by_path.status();
+  ASSERT_EQ(::truncate(path.c_str(), 100), 0);
+  EXPECT_EQ(by_path->ReadFloat32("w", absl::MakeSpan(few)).code(), absl::StatusCode::kDataLoss);
+  // A path that was not checked is not opened.
+  EXPECT_EQ(SafetensorsFile::Open(TempPath("other.safetensors"), &inputs).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(SafetensorsTest, EmptyFileWithoutTensors) {

@@ -162,9 +162,20 @@ absl::StatusOr<Lineage> ParseLineage(std::string_view text, const std::string& s
 }
 
 absl::StatusOr<std::vector<InputFile>> HashInputs(const std::string& role,
-                                                  const std::vector<std::string>& paths) {
+                                                  const std::vector<std::string>& paths,
+                                                  const engine::InputFiles* inputs) {
   std::vector<InputFile> out;
   auto add = [&](const std::string& path) -> absl::Status {
+    if (inputs != nullptr && inputs->Has(path)) {
+      absl::StatusOr<uint64_t> bytes = inputs->Size(path);
+      if (!bytes.ok()) return bytes.status();
+      absl::StatusOr<int> fd = inputs->Descriptor(path);
+      if (!fd.ok()) return fd.status();
+      absl::StatusOr<std::string> sha = Sha256DescriptorHex(*fd, path);
+      if (!sha.ok()) return sha.status();
+      out.push_back({role, path, *sha, *bytes});
+      return absl::OkStatus();
+    }
     std::error_code ec;
     const uint64_t bytes = fs::file_size(path, ec);
     if (ec) return absl::NotFoundError(absl::StrCat(path, ": cannot stat: ", ec.message()));
@@ -175,7 +186,7 @@ absl::StatusOr<std::vector<InputFile>> HashInputs(const std::string& role,
   };
   for (const std::string& path : paths) {
     std::error_code ec;
-    if (!fs::is_directory(path, ec)) {
+    if ((inputs != nullptr && inputs->Has(path)) || !fs::is_directory(path, ec)) {
       if (absl::Status s = add(path); !s.ok()) return s;
       continue;
     }

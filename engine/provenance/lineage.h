@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/common/input_files.h"
 
 namespace megatrain::provenance {
 
@@ -66,8 +67,11 @@ absl::StatusOr<Lineage> ParseLineage(std::string_view text, const std::string& s
 // SHA-256 and size of each path, in order, all with `role`; a directory
 // contributes its regular files (recursively, sorted by path: a model directory).
 // A corpus is hashed as engine::ExpandCorpusFiles lists it, the files training
-// reads, never as a directory. Errors name the path.
+// reads, never as a directory. Errors name the path. A file held in `inputs` (the daemon's
+// descriptors checked when the job started) is hashed through its descriptor, so the lineage
+// describes what the run reads; other files are hashed by path.
 absl::StatusOr<std::vector<InputFile>> HashInputs(const std::string& role,
-                                                  const std::vector<std::string>& paths);
+                                                  const std::vector<std::string>& paths,
+                                                  const engine::InputFiles* inputs = nullptr);
 
 }  // namespace megatrain::provenance

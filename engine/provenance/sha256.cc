@@ -87,15 +87,21 @@ absl::StatusOr<std::string> Sha256FileHex(const std::string& path) {
   // file must not block the daemon's runner or request thread (issue 16, point 3).
   absl::StatusOr<engine::UniqueFd> fd = engine::OpenRegularFileForRead(path);
   if (!fd.ok()) return fd.status();
+  return Sha256DescriptorHex(fd->get(), path);
+}
+
+absl::StatusOr<std::string> Sha256DescriptorHex(int fd, const std::string& path) {
   Sha256 sha;
   std::vector<uint8_t> chunk(size_t{1} << 20);
+  uint64_t offset = 0;
   while (true) {
-    const ssize_t n = ::read(fd->get(), chunk.data(), chunk.size());
+    const ssize_t n = ::pread(fd, chunk.data(), chunk.size(), static_cast<off_t>(offset));
     if (n < 0) {
       if (errno == EINTR) continue;
       return engine::ErrnoStatus(errno, absl::StrCat(path, ": read failed"));
     }
     if (n == 0) break;
+    offset += static_cast<uint64_t>(n);
     sha.Update(absl::MakeConstSpan(chunk.data(), static_cast<size_t>(n)));
   }
   return sha.FinalHex();

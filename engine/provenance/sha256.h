@@ -39,5 +39,7 @@ std::string Sha256Hex(std::string_view bytes);
 
 // Streams the file in chunks; errors name the path.
 absl::StatusOr<std::string> Sha256FileHex(const std::string& path);
+// The same for an open descriptor, read with pread from offset 0; errors name `path`.
+absl::StatusOr<std::string> Sha256DescriptorHex(int fd, const std::string& path);
 
 }  // namespace megatrain::provenance

@@ -92,7 +92,7 @@ absl::StatusOr<SafetensorsDtype> RunCheckpointDtype(const TextTrainingOptions& o
     return *wanted;
   }
   if (options.init_from_hf_dir.empty()) return SafetensorsDtype::kF32;
-  absl::StatusOr<SafetensorsDtype> source = HfWeightsDtype(options.init_from_hf_dir);
+  absl::StatusOr<SafetensorsDtype> source = HfWeightsDtype(options.init_from_hf_dir, options.inputs);
   if (!source.ok()) return source.status();
   // F64 sources and the like: fp32.
   return *source == SafetensorsDtype::kBF16 || *source == SafetensorsDtype::kF16
@@ -106,7 +106,7 @@ absl::StatusOr<std::unique_ptr<RunCheckpoints>> RunCheckpoints::Create(
   if (!run->enabled()) return run;
   absl::StatusOr<std::vector<std::string>> files = DataAndTokenizerFiles(options);
   if (!files.ok()) return files.status();
-  absl::StatusOr<std::vector<DataFileRecord>> sums = ChecksumDataFiles(*files);
+  absl::StatusOr<std::vector<DataFileRecord>> sums = ChecksumDataFiles(*files, options.inputs);
   if (!sums.ok()) return sums.status();
   run->data_files_ = *std::move(sums);
   absl::StatusOr<std::shared_ptr<const provenance::ProvenanceContext>> context =

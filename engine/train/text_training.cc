@@ -48,7 +48,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> StartingTrainer(Device& device, const M
   }
   if (options.init_from_hf_dir.empty()) {
     (*trainer)->InitializeRandom(options.seed);
-  } else if (absl::Status s = (*trainer)->LoadHfWeights(options.init_from_hf_dir); !s.ok()) {
+  } else if (absl::Status s = (*trainer)->LoadHfWeights(options.init_from_hf_dir, options.inputs);
+             !s.ok()) {
     return s;
   }
   return trainer;

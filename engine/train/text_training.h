@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/common/input_files.h"
 #include "engine/device/device.h"
 #include "engine/device/device_options.h"
 #include "engine/model/model_config.h"
@@ -67,6 +68,11 @@ struct TextTrainingOptions {
   // when it writes checkpoints. With a signer, every record is signed.
   std::optional<provenance::Lineage> lineage;
   std::shared_ptr<const provenance::SigningKey> signer;
+  // The inputs as descriptors a daemon opened and checked when the job started (issue 16,
+  // point 2): when set, every input (text, token files, tokenizer, the HF directory's files) is
+  // read through them, so a path swapped after the check is never read. Not owned: the daemon's
+  // runner keeps the set alive for the whole run. Null (CLI tools) reads by path.
+  const InputFiles* inputs = nullptr;
 };
 
 // The settings that determine the run's results, as a JSON object (sorted

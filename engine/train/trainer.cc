@@ -276,7 +276,7 @@ absl::Status Trainer::WriteMasters() {
   return status;
 }
 
-absl::Status Trainer::LoadHfWeights(const std::string& dir) {
+absl::Status Trainer::LoadHfWeights(const std::string& dir, const InputFiles* inputs) {
   WaitForUpdates();
   executor_->InvalidateWeights();
   std::vector<int> without_scratch;
@@ -284,7 +284,7 @@ absl::Status Trainer::LoadHfWeights(const std::string& dir) {
     if (store_.MasterScratch(e) == nullptr) without_scratch.push_back(e);
   }
   if (without_scratch.empty()) {
-    absl::Status loaded = engine::LoadHfWeights(dir, layout_, MasterDestinations());
+    absl::Status loaded = engine::LoadHfWeights(dir, layout_, MasterDestinations(), inputs);
     absl::Status written = WriteMasters();
     return loaded.ok() ? written : loaded;
   }
@@ -293,7 +293,7 @@ absl::Status Trainer::LoadHfWeights(const std::string& dir) {
   // buffer of the largest, so loading never holds a copy of the model in RAM.
   std::vector<float*> destinations(static_cast<size_t>(store_.num_entries()), nullptr);
   for (int e = 0; e < store_.num_entries(); ++e) destinations[e] = store_.MasterScratch(e);
-  if (absl::Status s = engine::LoadHfWeights(dir, layout_, destinations); !s.ok()) return s;
+  if (absl::Status s = engine::LoadHfWeights(dir, layout_, destinations, inputs); !s.ok()) return s;
   for (int e = 0; e < store_.num_entries(); ++e) {
     if (destinations[e] == nullptr) continue;
     if (absl::Status s = store_.WriteMasterFromScratch(e, destinations[e]); !s.ok()) return s;
@@ -304,7 +304,7 @@ absl::Status Trainer::LoadHfWeights(const std::string& dir) {
   for (int e : without_scratch) {
     std::vector<float*> one(destinations.size(), nullptr);
     one[e] = scratch.data();
-    if (absl::Status s = engine::LoadHfWeights(dir, layout_, one); !s.ok()) return s;
+    if (absl::Status s = engine::LoadHfWeights(dir, layout_, one, inputs); !s.ok()) return s;
     if (absl::Status s = store_.WriteMaster(e, scratch.data()); !s.ok()) return s;
   }
   return store_.Flush();

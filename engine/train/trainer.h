@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/checkpoint/checkpointable.h"
+#include "engine/common/input_files.h"
 #include "engine/common/thread_pool.h"
 #include "engine/device/device.h"
 #include "engine/exec/parameter_store.h"
@@ -83,7 +84,8 @@ class Trainer : public Checkpointable {
   // from a generator fully determined by `seed`. With the master on NVMe a
   // write error is kept and returned by the next Step and UpdateStatus.
   void InitializeRandom(uint64_t seed);
-  absl::Status LoadHfWeights(const std::string& dir);
+  // `inputs`: the daemon's checked descriptors (hf_loader.h); null reads by path.
+  absl::Status LoadHfWeights(const std::string& dir, const InputFiles* inputs = nullptr);
 
   // One optimizer step over `micro_batches` (each micro_batch_size x seq_len
   // inputs and targets; negative target = ignored).

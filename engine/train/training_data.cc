@@ -29,7 +29,7 @@ absl::StatusOr<std::shared_ptr<const TokenSource>> OpenTokenFiles(
     const ModelConfig& config, const TextTrainingOptions& options) {
   absl::StatusOr<TokenFileFormat> format = ParseTokenFileFormat(options.token_format);
   if (!format.ok()) return format.status();
-  absl::StatusOr<TokenFiles> files = TokenFiles::Open(options.token_files, *format);
+  absl::StatusOr<TokenFiles> files = TokenFiles::Open(options.token_files, *format, options.inputs);
   if (!files.ok()) return files.status();
   const int32_t max_token = files->MaxToken();
   if (max_token >= config.vocab_size) {
@@ -46,14 +46,14 @@ struct TokenizedText {
 
 absl::StatusOr<TokenizedText> TokenizeText(const ModelConfig& config,
                                            const TextTrainingOptions& options) {
-  absl::StatusOr<std::unique_ptr<TextTokenizer>> tokenizer = CreateTextTokenizer(options.tokenizer);
+  absl::StatusOr<std::unique_ptr<TextTokenizer>> tokenizer = CreateTextTokenizer(options.tokenizer, options.inputs);
   if (!tokenizer.ok()) return tokenizer.status();
   if (config.vocab_size < (*tokenizer)->vocab_size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "vocab_size=", config.vocab_size, " is smaller than the vocabulary of tokenizer '",
         options.tokenizer, "' (", (*tokenizer)->vocab_size(), ")"));
   }
-  absl::StatusOr<std::vector<std::string>> docs = LoadTextDocuments(options.text_paths);
+  absl::StatusOr<std::vector<std::string>> docs = LoadTextDocuments(options.text_paths, options.inputs);
   if (!docs.ok()) return docs.status();
   absl::StatusOr<std::vector<int32_t>> encoded = TokenizeDocuments(*docs, **tokenizer);
   if (!encoded.ok()) return encoded.status();

@@ -1,10 +1,19 @@
 // Issue 16, point 8, against an in-process megatraind on its Unix socket: ListJobs pages (and
-// a response over the send limit is refused while its pages pass), handler threads are capped
-// (calls beyond are RESOURCE_EXHAUSTED, the daemon answers again once they end), an idle
-// connection is closed by the daemon, and PurgeJobs removes ended jobs for good (their ids are
-// never given again after a restart). Waits are on events and states, bounded.
+// a response over the send limit is refused while its pages pass), a request over the receive
+// limit is refused, handler threads are capped (calls beyond are RESOURCE_EXHAUSTED, the daemon
+// answers again once they end), streams beyond max_concurrent_streams wait on their connection
+// while another connection is served, an idle connection, a client pinging too often and a
+// connection that leaves the daemon's keepalive pings unanswered are closed by the daemon, and
+// PurgeJobs removes ended jobs for good (their ids are never given again after a restart). Waits
+// are on events and states, bounded.
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <mutex>
 #include <set>
 #include <string>
@@ -164,6 +173,179 @@ TEST(RpcLimitsTest, AnIdleConnectionIsClosedByTheDaemon) {
   EXPECT_TRUE(d.channel()->WaitForStateChange(
       GRPC_CHANNEL_READY, std::chrono::system_clock::now() + std::chrono::seconds(30)))
       << "the daemon kept an idle connection open for 30 s";
+}
+
+TEST(RpcLimitsTest, ARequestOverTheReceiveLimitIsRefused) {
+  TestDaemon d("rpc_receive");
+  d.settings().max_receive_message_bytes = 64 << 10;
+  d.Start();
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = d.ValidSpec(1);
+  request.mutable_spec()->set_name(std::string(100 << 10, 'x'));
+  ASSERT_GT(request.ByteSizeLong(), 64u << 10);
+  grpc::ClientContext context;
+  v1::Job job;
+  const grpc::Status s = d.stub().SubmitJob(&context, request, &job);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  // Refused before it was read: nothing was submitted, and the same connection still works.
+  int pages = 0;
+  EXPECT_TRUE(AllIdsByPages(d, 10, &pages).empty());
+  EXPECT_FALSE(Submit(d, 1).empty());
+}
+
+// A channel on a connection of its own: gRPC shares one connection between channels to the same
+// target unless each keeps a local subchannel pool.
+std::shared_ptr<grpc::Channel> OwnConnection(TestDaemon& d, grpc::ChannelArguments args = {}) {
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel("unix:" + d.settings().socket_path,
+                                   grpc::InsecureChannelCredentials(), args);
+}
+
+TEST(RpcLimitsTest, StreamsBeyondTheLimitWaitOnTheirConnection) {
+  TestDaemon d("rpc_streams");
+  d.settings().max_concurrent_streams = 2;
+  d.Start();
+  const std::string id = Submit(d, 1'000'000);
+  d.AwaitState(id, v1::RUNNING, 1);
+  std::unique_ptr<v1::Trainer::Stub> stub = v1::Trainer::NewStub(OwnConnection(d));
+  v1::WatchJobRequest request;
+  request.set_id(id);
+  auto deadline = [](int seconds) {
+    return std::chrono::system_clock::now() + std::chrono::seconds(seconds);
+  };
+  // Two watches take both streams of the connection (each has its first event).
+  grpc::ClientContext held[2];
+  std::unique_ptr<grpc::ClientReader<v1::ProgressEvent>> readers[2];
+  v1::ProgressEvent event;
+  for (int i = 0; i < 2; ++i) {
+    held[i].set_deadline(deadline(60));
+    readers[i] = stub->WatchJob(&held[i], request);
+    ASSERT_TRUE(readers[i]->Read(&event)) << "watch " << i << " was not served";
+  }
+  // A third on the same connection is not served while they are held: it waits for a stream
+  // (gRPC queues it on the client) until its deadline. Only a stream's release can let it in,
+  // so the outcome does not depend on the machine's speed; the deadline only bounds the wait.
+  {
+    grpc::ClientContext third;
+    third.set_deadline(deadline(2));
+    auto reader = stub->WatchJob(&third, request);
+    EXPECT_FALSE(reader->Read(&event)) << "a third stream was served beyond the limit of 2";
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  // The daemon answers another connection meanwhile.
+  {
+    grpc::ClientContext context;
+    context.set_deadline(deadline(30));
+    v1::DaemonStatus status;
+    EXPECT_TRUE(d.stub().GetDaemonStatus(&context, v1::GetDaemonStatusRequest(), &status).ok());
+  }
+  // Once a stream is released, the next watch on the connection is served.
+  held[0].TryCancel();
+  readers[0]->Finish();
+  {
+    grpc::ClientContext next;
+    next.set_deadline(deadline(30));
+    auto reader = stub->WatchJob(&next, request);
+    EXPECT_TRUE(reader->Read(&event)) << "a released stream was not given to the next call";
+    next.TryCancel();
+    reader->Finish();
+  }
+  held[1].TryCancel();
+  readers[1]->Finish();
+  grpc::ClientContext cancel_context;
+  v1::JobRef ref;
+  ref.set_id(id);
+  v1::Job job;
+  EXPECT_TRUE(d.stub().CancelJob(&cancel_context, ref, &job).ok());
+}
+
+TEST(RpcLimitsTest, AClientThatPingsTooOftenIsSentAway) {
+  TestDaemon d("rpc_pings");
+  d.Start();
+  // Pings every 100 ms without calls; the daemon allows one per 10 s and sends a GOAWAY
+  // ("too many pings") after two strikes. The idle close is 5 min, so it is not what ends it.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 100);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  std::shared_ptr<grpc::Channel> channel = OwnConnection(d, args);
+  grpc::ClientContext context;
+  v1::DaemonStatus status;
+  ASSERT_TRUE(v1::Trainer::NewStub(channel)
+                  ->GetDaemonStatus(&context, v1::GetDaemonStatusRequest(), &status)
+                  .ok());
+  ASSERT_EQ(channel->GetState(false), GRPC_CHANNEL_READY);
+  EXPECT_TRUE(channel->WaitForStateChange(
+      GRPC_CHANNEL_READY, std::chrono::system_clock::now() + std::chrono::seconds(30)))
+      << "the daemon kept a connection that pings every 100 ms for 30 s";
+}
+
+// HTTP/2 frames as the keepalive test reads them (RFC 7540 §4.1).
+struct Frame {
+  uint8_t type = 0;
+  uint8_t flags = 0;
+  std::string payload;
+};
+
+// Reads one frame within `timeout_ms`; false on EOF, error or timeout.
+bool ReadFrame(int fd, int timeout_ms, Frame* frame) {
+  auto read_exactly = [&](char* out, size_t n) {
+    size_t got = 0;
+    while (got < n) {
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, timeout_ms) <= 0) return false;
+      const ssize_t r = read(fd, out + got, n - got);
+      if (r <= 0) return false;
+      got += static_cast<size_t>(r);
+    }
+    return true;
+  };
+  unsigned char header[9];
+  if (!read_exactly(reinterpret_cast<char*>(header), 9)) return false;
+  const size_t length = (size_t{header[0]} << 16) | (size_t{header[1]} << 8) | header[2];
+  frame->type = header[3];
+  frame->flags = header[4];
+  frame->payload.assign(length, '\0');
+  return length == 0 || read_exactly(frame->payload.data(), length);
+}
+
+TEST(RpcLimitsTest, AConnectionThatDoesNotAnswerKeepalivePingsIsClosed) {
+  TestDaemon d("rpc_keepalive");
+  d.settings().keepalive_time_ms = 200;
+  d.settings().keepalive_timeout_ms = 200;
+  d.Start();
+  // A raw HTTP/2 client on the Unix socket: the preface and settings (and the acknowledgement of
+  // the daemon's settings), then silence: the daemon's pings are never answered.
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::strncpy(address.sun_path, d.settings().socket_path.c_str(), sizeof(address.sun_path) - 1);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  const std::string preface = std::string("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") +
+                              std::string("\0\0\0\x04\0\0\0\0\0", 9);  // empty SETTINGS
+  ASSERT_EQ(write(fd, preface.data(), preface.size()), static_cast<ssize_t>(preface.size()));
+  int pings = 0;
+  bool goaway = false;
+  Frame frame;
+  // Until the daemon closes the connection; each read is bounded (30 s), so a daemon that never
+  // closes fails the test instead of hanging it.
+  while (ReadFrame(fd, 30'000, &frame)) {
+    if (frame.type == 4 && (frame.flags & 1) == 0) {  // SETTINGS: acknowledged
+      const std::string ack("\0\0\0\x04\x01\0\0\0\0", 9);
+      ASSERT_EQ(write(fd, ack.data(), ack.size()), 9);
+    }
+    if (frame.type == 6 && (frame.flags & 1) == 0) ++pings;  // PING, left unanswered
+    if (frame.type == 7) goaway = true;
+  }
+  // Closed (EOF), not timed out: a read after the end returns 0 at once.
+  char byte;
+  pollfd p{fd, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 0), 1) << "the daemon kept a connection with unanswered pings for 30 s";
+  EXPECT_LE(read(fd, &byte, 1), 0);
+  close(fd);
+  EXPECT_GE(pings, 1) << "the daemon closed the connection without pinging it first";
+  (void)goaway;  // gRPC may or may not say goodbye before closing a dead transport
 }
 
 TEST(RpcLimitsTest, PurgeRemovesEndedJobsForGood) {
