@@ -4,9 +4,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <future>
 #include <cstring>
+#include <future>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -78,24 +79,69 @@ TEST_F(CudaDeviceTest, EventsOrderStreams) {
 
 // With host-task lanes, a host task that blocks holds only its own stream: another stream's
 // host task still runs (on the driver's one callback thread the two could serialise, and the
-// first would wait forever for the second; the bound turns that into a failure).
+// first would wait forever for the second; the bound turns that into a failure). The promise
+// outlives the streams, whose destructors drain them.
 TEST_F(CudaDeviceTest, ABlockedHostTaskHoldsOnlyItsOwnStream) {
-  auto a = *device_->CreateStream("a");
-  auto b = *device_->CreateStream("b");
-  if (!static_cast<CudaStream*>(a.get())->has_host_task_lane()) {
-    GTEST_SKIP() << "no stream memory operations on this driver: host tasks use the callback "
-                    "thread";
-  }
   std::promise<void> b_ran;
   std::future<void> b_done = b_ran.get_future();
   std::atomic<bool> a_saw_b{false};
+  auto a = *device_->CreateStream("a");
+  auto b = *device_->CreateStream("b");
+  auto* cuda_a = static_cast<CudaStream*>(a.get());
+  if (!cuda_a->has_host_task_lane()) {
+    GTEST_SKIP() << "host tasks use the callback thread: " << cuda_a->host_task_lane_status();
+  }
   a->EnqueueHostTask([&] {
-    a_saw_b = b_done.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+    a_saw_b = b_done.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
   });
   b->EnqueueHostTask([&b_ran] { b_ran.set_value(); });
   ASSERT_TRUE(SynchronizeWithin(*b).ok());
   ASSERT_TRUE(SynchronizeWithin(*a).ok());
   EXPECT_TRUE(a_saw_b.load());
+}
+
+// What a host task writes is what the stream's later work reads: the stream waits for the task
+// (with a lane, on the word the lane writes). The task sleeps so that a stream that did not wait
+// would copy the old value; an event behind the task stays pending while it runs.
+void ExpectLaterWorkWaitsForTheHostTask(Device& device) {
+  auto stream = *device.CreateStream("ordered");
+  auto after = *device.CreateEvent();
+  PinnedHostBuffer word = *device.AllocatePinned(sizeof(uint32_t));
+  PinnedHostBuffer back = *device.AllocatePinned(sizeof(uint32_t));
+  DeviceBuffer on_device = *device.Allocate(sizeof(uint32_t), "word");
+  *static_cast<uint32_t*>(word.data()) = 1;
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  stream->EnqueueHostTask([&word, released] {
+    released.wait_for(std::chrono::seconds(20));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    *static_cast<volatile uint32_t*>(word.data()) = 2;
+  });
+  stream->CopyHostToDevice(on_device.data(), word.data(), sizeof(uint32_t));
+  stream->CopyDeviceToHost(back.data(), on_device.data(), sizeof(uint32_t));
+  stream->RecordEvent(*after);
+  EXPECT_FALSE(after->Query()) << "work behind a blocked host task ran";
+  release.set_value();
+  ASSERT_TRUE(SynchronizeWithin(*stream).ok());
+  EXPECT_EQ(*static_cast<uint32_t*>(back.data()), 2u);
+}
+
+TEST_F(CudaDeviceTest, LaterWorkWaitsForTheHostTask) {
+  ExpectLaterWorkWaitsForTheHostTask(*device_);
+}
+
+// The same on the driver's callback thread (cuda_host_task_threads off): the old path stays
+// tested on drivers that have lanes.
+TEST_F(CudaDeviceTest, LaterWorkWaitsForTheHostTaskOnTheCallbackThread) {
+  DeviceOptions options;
+  options.kind = DeviceKind::kCuda;
+  options.arena_bytes = 16 << 20;
+  options.pinned_budget_bytes = 1 << 20;
+  options.cuda_host_task_threads = false;
+  std::unique_ptr<CudaDevice> callbacks = *CudaDevice::Create(options);
+  auto probe = *callbacks->CreateStream("probe");
+  EXPECT_FALSE(static_cast<CudaStream*>(probe.get())->has_host_task_lane());
+  ExpectLaterWorkWaitsForTheHostTask(*callbacks);
 }
 
 TEST_F(CudaDeviceTest, ArenaAndPinnedBudgetAreEnforced) {

@@ -4,8 +4,12 @@
 
 #include <cuda.h>
 
+#include <cudaTypedefs.h>
+
 #include <atomic>
+#include <chrono>
 #include <new>
+#include <thread>
 
 #include <utility>
 
@@ -49,38 +53,12 @@ void CUDART_CB RunHostTask(void* user_data) {
 // so nothing links against libcuda).
 class CudaHostTaskLane {
  public:
-  // UNIMPLEMENTED where the driver has no stream memory operations (the caller falls back to
-  // the callback thread); other errors as the runtime reports them.
-  static absl::StatusOr<std::unique_ptr<CudaHostTaskLane>> Create(cudaStream_t stream) {
-    using WaitValue32 = CUresult(CUDAAPI*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
-    void* entry = nullptr;
-    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &entry, 12000, cudaEnableDefault,
-                                         &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess || entry == nullptr) {
-      return absl::UnimplementedError("the driver has no cuStreamWaitValue32");
-    }
-    void* memory = nullptr;
-    if (cudaError_t e = cudaHostAlloc(&memory, 64, cudaHostAllocMapped | cudaHostAllocPortable);
-        e != cudaSuccess) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("cudaHostAlloc of a host-task word: ", cudaGetErrorString(e)));
-    }
-    void* device_word = nullptr;
-    if (cudaError_t e = cudaHostGetDevicePointer(&device_word, memory, 0); e != cudaSuccess) {
-      cudaFreeHost(memory);
-      return absl::UnimplementedError(
-          absl::StrCat("cudaHostGetDevicePointer: ", cudaGetErrorString(e)));
-    }
-    std::unique_ptr<CudaHostTaskLane> lane(new CudaHostTaskLane(
-        memory, reinterpret_cast<CUdeviceptr>(device_word), reinterpret_cast<WaitValue32>(entry)));
-    // A wait that is already satisfied (the word is 0): tells whether this device and driver
-    // support the operation at all.
-    if (CUresult r = lane->wait_(reinterpret_cast<CUstream>(stream), lane->device_word_, 0,
-                                 CU_STREAM_WAIT_VALUE_GEQ);
-        r != CUDA_SUCCESS) {
-      return absl::UnimplementedError(absl::StrCat("cuStreamWaitValue32 returned ", r));
-    }
+  // A lane for `stream`, or why there is none (the caller then uses the callback thread).
+  // Every failure here is a reason to fall back, never an error of the stream; the runtime's
+  // per-thread last error is cleared so no later kernel launch check reports it.
+  static absl::StatusOr<std::unique_ptr<CudaHostTaskLane>> Create() {
+    absl::StatusOr<std::unique_ptr<CudaHostTaskLane>> lane = TryCreate();
+    (void)cudaGetLastError();
     return lane;
   }
 
@@ -101,18 +79,88 @@ class CudaHostTaskLane {
         !s.ok()) {
       return s;  // the stream fails; the queued task is dropped with the lane
     }
-    if (CUresult r = wait_(reinterpret_cast<CUstream>(stream), device_word_, ticket,
-                           CU_STREAM_WAIT_VALUE_GEQ);
-        r != CUDA_SUCCESS) {
-      return absl::InternalError(absl::StrCat("cuStreamWaitValue32 returned ", r));
-    }
-    return absl::OkStatus();
+    // CUresult and cudaError_t share their codes for what can happen here (700 illegal address,
+    // 719 launch failure, ...), so Check classifies a sticky one as a device fault.
+    return device.Check(static_cast<cudaError_t>(wait_(reinterpret_cast<CUstream>(stream),
+                                                       device_word_, ticket,
+                                                       CU_STREAM_WAIT_VALUE_GEQ)),
+                        "cuStreamWaitValue32");
   }
 
  private:
-  using WaitValue32 = CUresult(CUDAAPI*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+  // The driver's own typedef, so a signature change is a compile error.
+  using WaitValue32 = PFN_cuStreamWaitValue32_v11070;
   static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) &&
                 std::atomic<uint32_t>::is_always_lock_free);
+
+  static absl::StatusOr<std::unique_ptr<CudaHostTaskLane>> TryCreate() {
+    void* entry = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &entry, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess || entry == nullptr) {
+      return absl::UnimplementedError("the driver has no cuStreamWaitValue32");
+    }
+    const auto wait = reinterpret_cast<WaitValue32>(entry);
+    void* memory = nullptr;
+    if (cudaError_t e = cudaHostAlloc(&memory, 64, cudaHostAllocMapped | cudaHostAllocPortable);
+        e != cudaSuccess) {
+      return absl::UnimplementedError(
+          absl::StrCat("cudaHostAlloc(mapped) of the host-task word: ", cudaGetErrorString(e)));
+    }
+    void* device_word = nullptr;
+    if (cudaError_t e = cudaHostGetDevicePointer(&device_word, memory, 0); e != cudaSuccess) {
+      cudaFreeHost(memory);
+      return absl::UnimplementedError(
+          absl::StrCat("cudaHostGetDevicePointer: ", cudaGetErrorString(e)));
+    }
+    std::unique_ptr<CudaHostTaskLane> lane(
+        new CudaHostTaskLane(memory, reinterpret_cast<CUdeviceptr>(device_word), wait));
+    if (absl::Status probed = lane->Probe(); !probed.ok()) return probed;
+    return lane;
+  }
+
+  // That a wait on the word really holds a stream and really sees a store from the host, on a
+  // stream of its own (one that never sees the value stays stuck, so it is left behind): a wait
+  // for 1 on the word holding 0 must keep an event behind it pending until the host stores 1.
+  // The word is 0 again afterwards.
+  absl::Status Probe() {
+    std::atomic<uint32_t>& word = *static_cast<std::atomic<uint32_t>*>(memory_);
+    cudaStream_t probe = nullptr;
+    cudaEvent_t passed = nullptr;
+    if (cudaStreamCreateWithFlags(&probe, cudaStreamNonBlocking) != cudaSuccess) {
+      return absl::UnimplementedError("no stream for the host-task probe");
+    }
+    if (cudaEventCreateWithFlags(&passed, cudaEventDisableTiming) != cudaSuccess) {
+      (void)cudaStreamDestroy(probe);
+      return absl::UnimplementedError("no event for the host-task probe");
+    }
+    if (CUresult r = wait_(reinterpret_cast<CUstream>(probe), device_word_, 1,
+                           CU_STREAM_WAIT_VALUE_GEQ);
+        r != CUDA_SUCCESS) {
+      (void)cudaEventDestroy(passed);
+      (void)cudaStreamDestroy(probe);
+      return absl::UnimplementedError(absl::StrCat("cuStreamWaitValue32 returned ", r));
+    }
+    (void)cudaEventRecord(passed, probe);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    const bool held = cudaEventQuery(passed) == cudaErrorNotReady;
+    word.store(1, std::memory_order_release);
+    bool seen = false;
+    for (int i = 0; i < 5000 && !seen; ++i) {  // up to ~5 s
+      seen = cudaEventQuery(passed) == cudaSuccess;
+      if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (!seen) {
+      // The probe stream waits forever: leave it (and its event) rather than block on them.
+      return absl::UnimplementedError("a stream waiting on host memory never saw the host's store");
+    }
+    (void)cudaEventDestroy(passed);
+    (void)cudaStreamDestroy(probe);
+    word.store(0, std::memory_order_release);
+    if (!held) return absl::UnimplementedError("cuStreamWaitValue32 did not hold the stream");
+    return absl::OkStatus();
+  }
 
   CudaHostTaskLane(void* memory, CUdeviceptr device_word, WaitValue32 wait)
       : memory_(memory),
@@ -184,13 +232,15 @@ absl::StatusOr<std::unique_ptr<CudaStream>> CudaStream::Create(
   }
   device->timeline().RegisterStream(name);
   std::unique_ptr<CudaStream> created(new CudaStream(std::move(name), std::move(device), stream));
-  if (host_task_thread) {
-    absl::StatusOr<std::unique_ptr<CudaHostTaskLane>> lane = CudaHostTaskLane::Create(stream);
+  if (!host_task_thread) {
+    created->lane_status_ = absl::FailedPreconditionError("cuda_host_task_threads is off");
+  } else {
+    absl::StatusOr<std::unique_ptr<CudaHostTaskLane>> lane = CudaHostTaskLane::Create();
     if (lane.ok()) {
       created->lane_ = *std::move(lane);
-    } else if (lane.status().code() != absl::StatusCode::kUnimplemented) {
-      return lane.status();
-    }  // no stream memory operations: host tasks stay on the driver's callback thread
+    } else {
+      created->lane_status_ = lane.status();  // host tasks stay on the driver's callback thread
+    }
   }
   return created;
 }
@@ -203,9 +253,15 @@ CudaStream::CudaStream(std::string name, std::shared_ptr<CudaDeviceState> device
       errors_(std::make_shared<CudaStreamErrors>()) {}
 
 CudaStream::~CudaStream() {
-  // The lane runs until the stream is drained: the stream's waits need its thread.
-  (void)device_->Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-  lane_.reset();
+  // The lane runs until the stream is drained: the stream's waits need its thread. If the
+  // stream did not drain (a fault), host functions may still hold the lane: leave it.
+  const absl::Status drained =
+      device_->Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  if (drained.ok()) {
+    lane_.reset();
+  } else {
+    (void)lane_.release();
+  }
   (void)device_->Check(cudaStreamDestroy(stream_), "cudaStreamDestroy");
 }
 

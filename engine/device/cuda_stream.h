@@ -73,8 +73,10 @@ class CudaStream final : public Stream {
 
   // For launching our kernels and cuBLAS/cuDNN calls on this stream.
   cudaStream_t native_handle() const { return stream_; }
-  // Whether host tasks run on the stream's own thread (else on the driver's callback thread).
+  // Whether host tasks run on the stream's own thread (else on the driver's callback thread),
+  // and if not, why (the driver lacks stream memory operations, the probe failed, or it is off).
   bool has_host_task_lane() const { return lane_ != nullptr; }
+  const absl::Status& host_task_lane_status() const { return lane_status_; }
 
  private:
   CudaStream(std::string name, std::shared_ptr<CudaDeviceState> device, cudaStream_t stream);
@@ -88,6 +90,7 @@ class CudaStream final : public Stream {
   const std::shared_ptr<CudaStreamErrors> errors_;
   // The host-task lane and its word (pinned, mapped: the device polls it); null without one.
   std::unique_ptr<CudaHostTaskLane> lane_;
+  absl::Status lane_status_;
 };
 
 }  // namespace megatrain::engine

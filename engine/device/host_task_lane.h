@@ -29,7 +29,10 @@ class HostTaskLane {
   ~HostTaskLane();
 
   // Queues `task` and returns its ticket (1, 2, ...; wraps modulo 2^32, which the cyclic
-  // greater-or-equal of cuStreamWaitValue32 tolerates). It runs once released.
+  // greater-or-equal of cuStreamWaitValue32 tolerates). It runs once released. One thread
+  // enqueues a stream's work (as for any stream), so the k-th release is the k-th ticket.
+  // A task must never wait for another stream's progress: its own stream is held in a device
+  // wait meanwhile, and streams can share a hardware queue.
   uint32_t Submit(std::function<void()> task);
   // Releases the oldest unreleased task (host functions of one stream run in stream order, so
   // the k-th release is the k-th ticket). Never blocks on a task: safe on the driver thread.

@@ -88,11 +88,13 @@ struct StreamingExecutor::Impl {
         sizes(backend->sizes()) {}
 
   size_t activation_bytes() const { return executor_internal::ActivationBytes(dims, sizes); }
-  // A CUDA stream runs host tasks on the driver's callback thread, which must
-  // not block for an optimizer update (it would hold up every stream's host
-  // work): there the enqueueing thread waits for the update instead, which
-  // still leaves the already enqueued earlier stages running. The CPU device
-  // waits inside its copy stream, so enqueueing never blocks.
+  // On CUDA the wait for an optimizer update must stay on the enqueueing
+  // thread, whatever runs the host tasks: a copy-in host task that waits for
+  // the update holds its stream in a device-side wait, and the update needs
+  // copy-out's gradients, which may sit behind it in the same hardware queue
+  // (or, on the driver's callback thread, behind the task itself): a deadlock.
+  // Waiting here still leaves the already enqueued earlier stages running.
+  // The CPU device waits inside its copy stream, so enqueueing never blocks.
   bool WaitForUpdatesOnHost() const { return device.kind() == DeviceKind::kCuda; }
   void* SlotPointer(int slot, size_t element_offset) const {
     return slots[slot].data_as<char>() + element_offset * sizes.weight_element_bytes;
