@@ -162,7 +162,7 @@ absl::StatusOr<engine::UniqueFd> RecheckInput(const std::string& field, const st
 }
 
 absl::StatusOr<engine::InputFiles> RecheckJobInputs(const ValidatedJob& job) {
-  const engine::TextTrainingOptions& o = job.options;
+  const engine::TrainingRunOptions& o = job.options;
   engine::InputFiles inputs;
   auto hold = [&](const std::string& field, const std::string& path) -> absl::Status {
     absl::StatusOr<engine::UniqueFd> fd = RecheckInput(field, path, false);

@@ -86,7 +86,7 @@ absl::Status DeviceJobEngine::Run(const std::string& job_id, const service::Vali
                                   engine::TrainingObserver& runner_observer) {
   if (absl::Status health = device_->health(); !health.ok()) return health;
   FaultHookObserver observer(*this, runner_observer);
-  engine::TextTrainingOptions options = job.options;
+  engine::TrainingRunOptions options = job.options;
   engine::InputFiles with_tokens;  // the checked inputs and the token file written for this run
   if (options.token_files.empty() && options.tokenizer != "bytes") {
     absl::StatusOr<JobTokens> tokens = TokenizeText(job_id, job, observer);
@@ -113,8 +113,8 @@ absl::Status DeviceJobEngine::Run(const std::string& job_id, const service::Vali
   if (absl::Status s = engine::MakeDirectories(options.checkpoint_dir); !s.ok()) {
     return absl::PermissionDeniedError(absl::StrCat("checkpoint directory: ", s.message()));
   }
-  absl::StatusOr<engine::TextTrainingResult> result =
-      engine::TrainOnText(job.model, options, observer);
+  absl::StatusOr<engine::TrainingRunResult> result =
+      engine::RunTraining(job.model, options, observer);
   if (!result.ok()) return result.status();
   if (job.output_dir.empty()) return absl::OkStatus();
   if (absl::Status s = engine::MakeDirectories(job.output_dir); !s.ok()) {

@@ -10,7 +10,7 @@
 #include "absl/status/statusor.h"
 #include "engine/device/cpu_device.h"
 #include "engine/device/device.h"
-#include "engine/train/text_training.h"
+#include "engine/train/training_run.h"
 #include "server/job_tokens.h"
 #include "service/job_spec_validation.h"
 
@@ -54,7 +54,7 @@ struct DeviceJobEngineOptions {
 };
 
 // The real engine: owns the daemon's one device for its lifetime and runs each job with
-// engine::TrainOnText on it (jobs run one at a time), with checkpoints per the job's
+// engine::RunTraining on it (jobs run one at a time), with checkpoints per the job's
 // CheckpointPolicy under JobCheckpointDir and resume on (a restarted or resumed job continues
 // from its newest checkpoint); writes <output_dir>/result.json when the job names an output
 // directory. A job whose text uses a SentencePiece model is first tokenized by

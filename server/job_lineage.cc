@@ -18,7 +18,7 @@ bool IsDataRole(const std::string& role) {
 
 absl::StatusOr<std::vector<provenance::InputFile>> HashDataInputs(
     const service::ValidatedJob& job) {
-  const engine::TextTrainingOptions& o = job.options;
+  const engine::TrainingRunOptions& o = job.options;
   // The files training reads: each text path listed exactly as the run lists it, in spec order.
   std::vector<std::string> files = o.token_files;
   if (o.token_files.empty()) {

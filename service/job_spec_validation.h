@@ -7,7 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/model/model_config.h"
-#include "engine/train/text_training.h"
+#include "engine/train/training_run.h"
 #include "proto/megatrain.pb.h"
 #include "service/daemon_config.h"
 #include "service/path_policy.h"
@@ -30,7 +30,7 @@ inline constexpr double kDefaultAdamEps = 1e-8;
 
 struct ValidatedJob {
   engine::ModelConfig model;
-  engine::TextTrainingOptions options;  // device filled from the daemon's settings
+  engine::TrainingRunOptions options;  // device filled from the daemon's settings
   int64_t parameters = 0;
   std::string output_dir;  // resolved; empty = none requested
   // JobSpec.reuse_output_dir: the job shares output_dir with a finished one, so its checkpoints

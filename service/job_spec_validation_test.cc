@@ -94,8 +94,8 @@ TEST_F(JobSpecValidationTest, HeadBlockRowsReachesTheTrainerAndThePlan) {
   ASSERT_TRUE(blocked.ok()) << blocked.status();
   EXPECT_EQ(blocked->options.trainer.head_block_rows, 17);
   EXPECT_LT(blocked->plan.device_arena_peak_bytes(), whole->plan.device_arena_peak_bytes());
-  EXPECT_NE(engine::TextTrainingJobJson(blocked->options),
-            engine::TextTrainingJobJson(whole->options));
+  EXPECT_NE(engine::TrainingJobJson(blocked->options),
+            engine::TrainingJobJson(whole->options));
 
   spec.mutable_executor()->set_head_block_rows((1u << 20) + 1);
   absl::StatusOr<ValidatedJob> huge = Validate(spec);

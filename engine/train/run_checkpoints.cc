@@ -36,7 +36,7 @@ std::string FirstDifferentKey(const std::string& a, const std::string& b) {
 
 // The files whose contents the run's tokens depend on: the corpus as training lists it (or the
 // token files), and a SentencePiece model, which would silently change every token.
-absl::StatusOr<std::vector<std::string>> DataAndTokenizerFiles(const TextTrainingOptions& options) {
+absl::StatusOr<std::vector<std::string>> DataAndTokenizerFiles(const TrainingRunOptions& options) {
   if (!options.token_files.empty()) return options.token_files;
   absl::StatusOr<std::vector<std::string>> files = ExpandCorpusFiles(options.text_paths);
   if (!files.ok()) return files.status();
@@ -47,7 +47,7 @@ absl::StatusOr<std::vector<std::string>> DataAndTokenizerFiles(const TextTrainin
 // The lineage (given, or hashed now: base model, data, tokenizer), the origin of the run's
 // first checkpoint and the signer.
 absl::StatusOr<std::shared_ptr<const provenance::ProvenanceContext>> MakeProvenanceContext(
-    const TextTrainingOptions& options, const std::string& job_json,
+    const TrainingRunOptions& options, const std::string& job_json,
     const std::vector<std::string>& data_and_tokenizer_files) {
   auto context = std::make_shared<provenance::ProvenanceContext>();
   if (options.lineage.has_value()) {
@@ -80,7 +80,7 @@ absl::StatusOr<std::shared_ptr<const provenance::ProvenanceContext>> MakeProvena
 
 }  // namespace
 
-absl::StatusOr<SafetensorsDtype> RunCheckpointDtype(const TextTrainingOptions& options) {
+absl::StatusOr<SafetensorsDtype> RunCheckpointDtype(const TrainingRunOptions& options) {
   if (!options.checkpoint_dtype.empty()) {
     std::optional<SafetensorsDtype> wanted = ParseSafetensorsDtype(options.checkpoint_dtype);
     if (!wanted.has_value() ||
@@ -101,7 +101,7 @@ absl::StatusOr<SafetensorsDtype> RunCheckpointDtype(const TextTrainingOptions& o
 }
 
 absl::StatusOr<std::unique_ptr<RunCheckpoints>> RunCheckpoints::Create(
-    const TextTrainingOptions& options, SafetensorsDtype model_dtype) {
+    const TrainingRunOptions& options, SafetensorsDtype model_dtype) {
   std::unique_ptr<RunCheckpoints> run(new RunCheckpoints(options, model_dtype));
   if (!run->enabled()) return run;
   absl::StatusOr<std::vector<std::string>> files = DataAndTokenizerFiles(options);

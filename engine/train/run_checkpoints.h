@@ -14,14 +14,14 @@
 #include "engine/checkpoint/manifest.h"
 #include "engine/model/safetensors_dtype.h"
 #include "engine/provenance/record.h"
-#include "engine/train/text_training.h"
+#include "engine/train/training_run.h"
 #include "engine/train/trainer.h"
 
 namespace megatrain::engine {
 
 // The dtype a run's checkpoints write the model in: options.checkpoint_dtype (F32, BF16 or
 // F16), else the Hugging Face source's 16-bit dtype, else F32.
-absl::StatusOr<SafetensorsDtype> RunCheckpointDtype(const TextTrainingOptions& options);
+absl::StatusOr<SafetensorsDtype> RunCheckpointDtype(const TrainingRunOptions& options);
 
 // Where a resumed run continues.
 struct ResumePoint {
@@ -34,7 +34,7 @@ class RunCheckpoints {
  public:
   // Checksums the data files and makes the provenance context (the given lineage, or one hashed
   // now); without options.checkpoint_dir the run writes none and this does nothing.
-  static absl::StatusOr<std::unique_ptr<RunCheckpoints>> Create(const TextTrainingOptions& options,
+  static absl::StatusOr<std::unique_ptr<RunCheckpoints>> Create(const TrainingRunOptions& options,
                                                                 SafetensorsDtype model_dtype);
   RunCheckpoints(const RunCheckpoints&) = delete;
   RunCheckpoints& operator=(const RunCheckpoints&) = delete;
@@ -53,10 +53,10 @@ class RunCheckpoints {
   const std::string& last_checkpoint() const { return last_checkpoint_; }
 
  private:
-  RunCheckpoints(const TextTrainingOptions& options, SafetensorsDtype model_dtype)
-      : options_(options), model_dtype_(model_dtype), job_json_(TextTrainingJobJson(options)) {}
+  RunCheckpoints(const TrainingRunOptions& options, SafetensorsDtype model_dtype)
+      : options_(options), model_dtype_(model_dtype), job_json_(TrainingJobJson(options)) {}
 
-  const TextTrainingOptions& options_;
+  const TrainingRunOptions& options_;
   SafetensorsDtype model_dtype_;
   std::string job_json_;
   std::vector<DataFileRecord> data_files_;

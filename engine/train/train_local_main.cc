@@ -14,7 +14,7 @@
 #include "engine/data/text_tokenizer.h"
 #include "engine/model/model_config.h"
 #include "engine/provenance/signing_key.h"
-#include "engine/train/text_training.h"
+#include "engine/train/training_run.h"
 
 ABSL_FLAG(std::string, text, "/usr/share/games/fortunes",
           "Comma-separated text files (fortune-format, plain or *.jsonl with one "
@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
     }
     config.vocab_size = (*tokenizer)->vocab_size();
   }
-  TextTrainingOptions o;
+  TrainingRunOptions o;
   o.init_from_hf_dir = absl::GetFlag(FLAGS_init_from);
   o.checkpoint_dtype = absl::GetFlag(FLAGS_checkpoint_dtype);
   for (absl::string_view p : absl::StrSplit(absl::GetFlag(FLAGS_text), ',', absl::SkipEmpty())) {
@@ -230,7 +230,7 @@ int main(int argc, char** argv) {
     }
     fflush(stderr);
   };
-  absl::StatusOr<TextTrainingResult> result = TrainOnText(config, o, progress);
+  absl::StatusOr<TrainingRunResult> result = RunTraining(config, o, progress);
   if (!result.ok()) {
     fprintf(stderr, "\nerror: %s\n", result.status().ToString().c_str());
     return 1;

@@ -26,7 +26,7 @@ double UnigramEntropy(const std::vector<int32_t>& tokens, size_t count, int voca
 }
 
 absl::StatusOr<std::shared_ptr<const TokenSource>> OpenTokenFiles(
-    const ModelConfig& config, const TextTrainingOptions& options) {
+    const ModelConfig& config, const TrainingRunOptions& options) {
   absl::StatusOr<TokenFileFormat> format = ParseTokenFileFormat(options.token_format);
   if (!format.ok()) return format.status();
   absl::StatusOr<TokenFiles> files = TokenFiles::Open(options.token_files, *format, options.inputs);
@@ -45,7 +45,7 @@ struct TokenizedText {
 };
 
 absl::StatusOr<TokenizedText> TokenizeText(const ModelConfig& config,
-                                           const TextTrainingOptions& options) {
+                                           const TrainingRunOptions& options) {
   absl::StatusOr<std::unique_ptr<TextTokenizer>> tokenizer = CreateTextTokenizer(options.tokenizer, options.inputs);
   if (!tokenizer.ok()) return tokenizer.status();
   if (config.vocab_size < (*tokenizer)->vocab_size()) {
@@ -63,7 +63,7 @@ absl::StatusOr<TokenizedText> TokenizeText(const ModelConfig& config,
 }  // namespace
 
 absl::StatusOr<TrainingData> PrepareTrainingData(const ModelConfig& config,
-                                                 const TextTrainingOptions& options) {
+                                                 const TrainingRunOptions& options) {
   std::shared_ptr<const TokenSource> source;
   size_t documents = 0;
   double entropy = 0;

@@ -11,7 +11,7 @@
 #include "engine/data/token_windows.h"
 #include "engine/model/model_config.h"
 #include "engine/data/token_file.h"
-#include "engine/train/text_training.h"
+#include "engine/train/training_run.h"
 
 namespace megatrain::engine {
 
@@ -25,7 +25,7 @@ struct TrainingData {
 // Opens the job's token files (ids checked against the model's vocabulary) or tokenizes its
 // text with its tokenizer, and windows the stream by seq_len and validation_fraction.
 absl::StatusOr<TrainingData> PrepareTrainingData(const ModelConfig& config,
-                                                 const TextTrainingOptions& options);
+                                                 const TrainingRunOptions& options);
 
 // The validation micro-batches evaluated after the steps that evaluate: `batches` of `micro`
 // windows each; none when the run holds no validation windows out.

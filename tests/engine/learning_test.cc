@@ -6,7 +6,7 @@
 
 #include <filesystem>
 
-#include "engine/train/text_training.h"
+#include "engine/train/training_run.h"
 
 namespace megatrain::engine {
 namespace {
@@ -16,7 +16,7 @@ constexpr char kCorpus[] = "/usr/share/games/fortunes";
 TEST(LearningTest, ValidationLossFallsWellBelowUnigramEntropy) {
   ASSERT_TRUE(std::filesystem::is_directory(kCorpus))
       << kCorpus << " is missing: scripts/setup installs the 'fortunes' package";
-  TextTrainingOptions o;
+  TrainingRunOptions o;
   o.text_paths = {kCorpus};
   o.steps = 120;
   o.eval_every = 0;
@@ -31,7 +31,7 @@ TEST(LearningTest, ValidationLossFallsWellBelowUnigramEntropy) {
   o.trainer.executor.weight_slots = 2;
   o.device.arena_bytes = size_t{256} << 20;
   o.device.pinned_budget_bytes = size_t{4} << 30;
-  auto result = TrainOnText(TinyTextModelConfig(), o, [](const std::string& line, bool keep) {
+  auto result = RunTraining(TinyTextModelConfig(), o, [](const std::string& line, bool keep) {
     if (keep) fprintf(stderr, "%s\n", line.c_str());
   });
   ASSERT_TRUE(result.ok()) << result.status();

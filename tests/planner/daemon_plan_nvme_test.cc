@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/tiers/test_dir.h"
-#include "engine/train/text_training.h"
+#include "engine/train/training_run.h"
 #include "service/offline_plan.h"
 
 namespace megatrain {

@@ -16,7 +16,7 @@
 #include "engine/device/cpu_device.h"
 #include "engine/provenance/record.h"
 #include "engine/provenance/signing_key.h"
-#include "engine/train/text_training.h"
+#include "engine/train/training_run.h"
 #include "engine/train/trainer.h"
 
 ABSL_FLAG(std::string, dir, "/tmp/megatrain-hash-cost", "Scratch checkpoint root (removed).");

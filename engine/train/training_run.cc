@@ -1,6 +1,6 @@
 // A training run: data, trainer, checkpoints, and the step loop with evaluation (see
-// text_training.h).
-#include "engine/train/text_training.h"
+// training_run.h).
+#include "engine/train/training_run.h"
 
 #include <algorithm>
 #include <cmath>
@@ -27,7 +27,7 @@ std::string FormatDuration(double seconds) {
 }
 
 // The run's device: the caller's shared one, or one created from options.device.
-absl::StatusOr<Device*> RunDevice(const TextTrainingOptions& options,
+absl::StatusOr<Device*> RunDevice(const TrainingRunOptions& options,
                                   std::unique_ptr<Device>& owned) {
   if (options.shared_device != nullptr) return options.shared_device;
   absl::StatusOr<std::unique_ptr<Device>> created = CreateDevice(options.device);
@@ -38,7 +38,7 @@ absl::StatusOr<Device*> RunDevice(const TextTrainingOptions& options,
 
 // A trainer on `device` with its starting weights: the Hugging Face model's, or random.
 absl::StatusOr<std::unique_ptr<Trainer>> StartingTrainer(Device& device, const ModelConfig& config,
-                                                         const TextTrainingOptions& options,
+                                                         const TrainingRunOptions& options,
                                                          TrainingObserver& observer) {
   if (absl::Status health = device.health(); !health.ok()) return health;
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(device, config, options.trainer);
@@ -74,7 +74,7 @@ double Median(std::vector<double> values) {
 
 }  // namespace
 
-std::string TextTrainingJobJson(const TextTrainingOptions& o) {
+std::string TrainingJobJson(const TrainingRunOptions& o) {
   const TrainerOptions& t = o.trainer;
   nlohmann::json j = {
       {"kind", "text"},
@@ -128,8 +128,8 @@ ModelConfig TinyTextModelConfig() {
   return c;
 }
 
-absl::StatusOr<TextTrainingResult> TrainOnText(
-    const ModelConfig& config, const TextTrainingOptions& options,
+absl::StatusOr<TrainingRunResult> RunTraining(
+    const ModelConfig& config, const TrainingRunOptions& options,
     const std::function<void(const std::string&, bool)>& progress) {
   class LineObserver : public TrainingObserver {
    public:
@@ -140,11 +140,11 @@ absl::StatusOr<TextTrainingResult> TrainOnText(
     const std::function<void(const std::string&, bool)>& f_;
   };
   LineObserver observer(progress);
-  return TrainOnText(config, options, observer);
+  return RunTraining(config, options, observer);
 }
 
-absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
-                                               const TextTrainingOptions& options,
+absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
+                                               const TrainingRunOptions& options,
                                                TrainingObserver& observer) {
   auto progress = [&observer](const std::string& line, bool keep) { observer.OnLine(line, keep); };
   if (options.grad_accumulation < 1) {
@@ -168,7 +168,7 @@ absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
       RunCheckpoints::Create(options, *checkpoint_dtype);
   if (!checkpoints.ok()) return checkpoints.status();
 
-  TextTrainingResult result;
+  TrainingRunResult result;
   uint64_t first_step = 1;
   absl::StatusOr<std::optional<ResumePoint>> resumed = (*checkpoints)->Resume(**trainer);
   if (!resumed.ok()) return resumed.status();

@@ -1,7 +1,8 @@
-// A complete local training run on text (fortune/plain files or JSONL,
-// tokenized with bytes or a SentencePiece model) or token files: data
-// preparation, the step loop with evaluation, and a progress line. Used by the
-// `train_local` binary (scripts/demo) and by the learning test.
+// RunTraining: one complete training run of a model (random init or a Hugging Face directory)
+// on text (fortune/plain files or JSONL, tokenized with bytes or a SentencePiece model) or on
+// token files: the data (training_data.h), the trainer, checkpoints and resume
+// (run_checkpoints.h), the step loop with evaluation, and progress lines. Used by the daemon's
+// job engine, the `train_local` binary (scripts/demo) and the learning test.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +23,7 @@
 
 namespace megatrain::engine {
 
-struct TextTrainingOptions {
+struct TrainingRunOptions {
   // Fortune-format or plain text files, *.jsonl files ({"text": ...} per
   // line), or directories of them.
   std::vector<std::string> text_paths;
@@ -64,7 +65,7 @@ struct TextTrainingOptions {
   // the data itself and recorded the change (a daemon job resumed with --allow-data-change).
   bool allow_changed_data_files = false;
   // Provenance of checkpoints (engine/provenance): the job's lineage, hashed
-  // by the daemon on the job's first run; nullopt = TrainOnText hashes the inputs itself
+  // by the daemon on the job's first run; nullopt = RunTraining hashes the inputs itself
   // when it writes checkpoints. With a signer, every record is signed.
   std::optional<provenance::Lineage> lineage;
   std::shared_ptr<const provenance::SigningKey> signer;
@@ -77,12 +78,12 @@ struct TextTrainingOptions {
 
 // The settings that determine the run's results, as a JSON object (sorted
 // keys): stored in each checkpoint and compared on resume.
-std::string TextTrainingJobJson(const TextTrainingOptions& options);
+std::string TrainingJobJson(const TrainingRunOptions& options);
 
 // A Llama config of about 10M parameters over the 256-byte vocabulary.
 ModelConfig TinyTextModelConfig();
 
-struct TextTrainingResult {
+struct TrainingRunResult {
   double unigram_entropy_nats = 0;  // of the training tokens: the bar to beat
   double initial_validation_loss = 0;
   double final_validation_loss = 0;
@@ -120,13 +121,13 @@ class TrainingObserver {
   virtual void OnCheckpoint(uint64_t step, const std::string& path) { (void)step, (void)path; }
 };
 
-absl::StatusOr<TextTrainingResult> TrainOnText(const ModelConfig& config,
-                                               const TextTrainingOptions& options,
+absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
+                                               const TrainingRunOptions& options,
                                                TrainingObserver& observer);
 
 // Convenience: only the lines.
-absl::StatusOr<TextTrainingResult> TrainOnText(
-    const ModelConfig& config, const TextTrainingOptions& options,
+absl::StatusOr<TrainingRunResult> RunTraining(
+    const ModelConfig& config, const TrainingRunOptions& options,
     const std::function<void(const std::string&, bool keep)>& progress);
 
 }  // namespace megatrain::engine

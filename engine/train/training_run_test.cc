@@ -1,6 +1,6 @@
 // Tests for text training on JSONL with a SentencePiece tokenizer: a short
 // run works end to end, and bad data or a too-small vocabulary is refused.
-#include "engine/train/text_training.h"
+#include "engine/train/training_run.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -38,8 +38,8 @@ class TextTrainingTest : public ::testing::Test {
     model_ = dir_ + "/spm.model";
   }
 
-  TextTrainingOptions Options() const {
-    TextTrainingOptions o;
+  TrainingRunOptions Options() const {
+    TrainingRunOptions o;
     o.text_paths = {dir_ + "/corpus.jsonl"};
     o.tokenizer = model_;
     o.trainer.micro_batch_size = 2;
@@ -75,15 +75,15 @@ TEST_F(TextTrainingTest, TrainsOnJsonlWithSentencePiece) {
   absl::StatusOr<std::unique_ptr<TextTokenizer>> tok = CreateTextTokenizer(model_);
   ASSERT_TRUE(tok.ok()) << tok.status();
   const int vocab = (*tok)->vocab_size();
-  absl::StatusOr<TextTrainingResult> r =
-      TrainOnText(Config(vocab), Options(), [](const std::string&, bool) {});
+  absl::StatusOr<TrainingRunResult> r =
+      RunTraining(Config(vocab), Options(), [](const std::string&, bool) {});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->steps_run, 2u);
   // An untrained model is close to uniform over the tokenizer's vocabulary.
   EXPECT_NEAR(r->initial_validation_loss, std::log(vocab), 0.5);
   EXPECT_GT(r->unigram_entropy_nats, 0);
   EXPECT_TRUE(std::isfinite(r->final_validation_loss));
-  EXPECT_THAT(TextTrainingJobJson(Options()), HasSubstr(model_));
+  EXPECT_THAT(TrainingJobJson(Options()), HasSubstr(model_));
 }
 
 // validation_fraction 0 holds nothing out: every window trains, nothing is evaluated, and the
@@ -91,12 +91,12 @@ TEST_F(TextTrainingTest, TrainsOnJsonlWithSentencePiece) {
 TEST_F(TextTrainingTest, ValidationFractionZeroTrainsWithoutEvaluating) {
   absl::StatusOr<std::unique_ptr<TextTokenizer>> tok = CreateTextTokenizer(model_);
   ASSERT_TRUE(tok.ok()) << tok.status();
-  TextTrainingOptions o = Options();
+  TrainingRunOptions o = Options();
   o.validation_fraction = 0;
   o.eval_every = 1;
   std::vector<std::string> lines;
-  absl::StatusOr<TextTrainingResult> r =
-      TrainOnText(Config((*tok)->vocab_size()), o,
+  absl::StatusOr<TrainingRunResult> r =
+      RunTraining(Config((*tok)->vocab_size()), o,
                   [&lines](const std::string& line, bool) { lines.push_back(line); });
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->steps_run, 2u);
@@ -110,14 +110,14 @@ TEST_F(TextTrainingTest, RefusesBadJsonlAndSmallVocabularies) {
   absl::StatusOr<std::unique_ptr<TextTokenizer>> tok = CreateTextTokenizer(model_);
   ASSERT_TRUE(tok.ok()) << tok.status();
   const int vocab = (*tok)->vocab_size();
-  absl::StatusOr<TextTrainingResult> small =
-      TrainOnText(Config(vocab - 1), Options(), [](const std::string&, bool) {});
+  absl::StatusOr<TrainingRunResult> small =
+      RunTraining(Config(vocab - 1), Options(), [](const std::string&, bool) {});
   EXPECT_EQ(small.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(small.status().message()), HasSubstr(model_));
 
   std::ofstream(dir_ + "/corpus.jsonl", std::ios::app) << "{\"text\": [1]}\n";
-  absl::StatusOr<TextTrainingResult> bad =
-      TrainOnText(Config(vocab), Options(), [](const std::string&, bool) {});
+  absl::StatusOr<TrainingRunResult> bad =
+      RunTraining(Config(vocab), Options(), [](const std::string&, bool) {});
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("corpus.jsonl:37:"));
 }
@@ -130,11 +130,11 @@ TEST_F(TextTrainingTest, StartsFromAHuggingFaceDirectoryAndKeepsItsDtype) {
   absl::StatusOr<ModelConfig> config = LoadModelConfig(hf_dir + "/config.json");
   ASSERT_TRUE(config.ok()) << config.status();
   for (const std::string& dtype : {std::string(""), std::string("BF16")}) {
-    TextTrainingOptions o = Options();
+    TrainingRunOptions o = Options();
     o.init_from_hf_dir = hf_dir;
     o.checkpoint_dtype = dtype;
     o.checkpoint_dir = dir_ + "/hf_checkpoints_" + (dtype.empty() ? "source" : dtype);
-    absl::StatusOr<TextTrainingResult> r = TrainOnText(*config, o, [](const std::string&, bool) {});
+    absl::StatusOr<TrainingRunResult> r = RunTraining(*config, o, [](const std::string&, bool) {});
     ASSERT_TRUE(r.ok()) << r.status();
     absl::StatusOr<SafetensorsFile> model =
         SafetensorsFile::Open(r->last_checkpoint + "/model.safetensors");
@@ -142,9 +142,9 @@ TEST_F(TextTrainingTest, StartsFromAHuggingFaceDirectoryAndKeepsItsDtype) {
     const SafetensorsDtype want = dtype.empty() ? SafetensorsDtype::kF32 : SafetensorsDtype::kBF16;
     for (const SafetensorsTensorInfo& t : model->tensors()) EXPECT_EQ(t.dtype, want) << t.name;
   }
-  TextTrainingOptions o = Options();
+  TrainingRunOptions o = Options();
   o.init_from_hf_dir = dir_;  // no weights here
-  EXPECT_FALSE(TrainOnText(*config, o, [](const std::string&, bool) {}).ok());
+  EXPECT_FALSE(RunTraining(*config, o, [](const std::string&, bool) {}).ok());
 }
 
 }  // namespace
