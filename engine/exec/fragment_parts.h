@@ -8,28 +8,10 @@
 #include <cstdint>
 
 #include "engine/exec/model_dims.h"
+#include "engine/model/tensor_role.h"
 
 namespace megatrain::engine {
 
-enum class LayerTensor : int {
-  kInputNorm,
-  kQ,
-  kQBias,
-  kK,
-  kKBias,
-  kV,
-  kVBias,
-  kO,
-  kOBias,
-  kPostNorm,
-  kGate,
-  kGateBias,
-  kUp,
-  kUpBias,
-  kDown,
-  kDownBias,
-};
-inline constexpr int kLayerTensorCount = 16;
 
 // Parts of a layer's forward and backward.
 inline constexpr int kLayerParts = 9;
@@ -79,82 +61,82 @@ struct LayerWeightsOf {
   const T* down = nullptr;
   const T* down_bias = nullptr;
 
-  const T*& operator[](LayerTensor t) {
+  const T*& operator[](TensorRole t) {
     switch (t) {
-      case LayerTensor::kInputNorm:
+      case TensorRole::kInputNorm:
         return input_norm;
-      case LayerTensor::kQ:
+      case TensorRole::kQ:
         return q;
-      case LayerTensor::kQBias:
+      case TensorRole::kQBias:
         return q_bias;
-      case LayerTensor::kK:
+      case TensorRole::kK:
         return k;
-      case LayerTensor::kKBias:
+      case TensorRole::kKBias:
         return k_bias;
-      case LayerTensor::kV:
+      case TensorRole::kV:
         return v;
-      case LayerTensor::kVBias:
+      case TensorRole::kVBias:
         return v_bias;
-      case LayerTensor::kO:
+      case TensorRole::kO:
         return o;
-      case LayerTensor::kOBias:
+      case TensorRole::kOBias:
         return o_bias;
-      case LayerTensor::kPostNorm:
+      case TensorRole::kPostAttentionNorm:
         return post_norm;
-      case LayerTensor::kGate:
+      case TensorRole::kGate:
         return gate;
-      case LayerTensor::kGateBias:
+      case TensorRole::kGateBias:
         return gate_bias;
-      case LayerTensor::kUp:
+      case TensorRole::kUp:
         return up;
-      case LayerTensor::kUpBias:
+      case TensorRole::kUpBias:
         return up_bias;
-      case LayerTensor::kDown:
+      case TensorRole::kDown:
         return down;
-      case LayerTensor::kDownBias:
+      case TensorRole::kDownBias:
         return down_bias;
     }
     return down_bias;  // unreachable: every enumerator is handled
   }
-  const T* operator[](LayerTensor t) const { return (*const_cast<LayerWeightsOf*>(this))[t]; }
+  const T* operator[](TensorRole t) const { return (*const_cast<LayerWeightsOf*>(this))[t]; }
 };
 
-inline LayerTensor LayerTensorAt(int i) { return static_cast<LayerTensor>(i); }
+inline TensorRole LayerTensorAt(int i) { return static_cast<TensorRole>(i); }
 
 // Element offset of a tensor inside the packed layer entry (-1 = absent).
-inline int64_t OffsetOf(const LayerOffsets& o, LayerTensor t) {
+inline int64_t OffsetOf(const LayerOffsets& o, TensorRole t) {
   switch (t) {
-    case LayerTensor::kInputNorm:
+    case TensorRole::kInputNorm:
       return o.input_norm;
-    case LayerTensor::kQ:
+    case TensorRole::kQ:
       return o.q;
-    case LayerTensor::kQBias:
+    case TensorRole::kQBias:
       return o.q_bias;
-    case LayerTensor::kK:
+    case TensorRole::kK:
       return o.k;
-    case LayerTensor::kKBias:
+    case TensorRole::kKBias:
       return o.k_bias;
-    case LayerTensor::kV:
+    case TensorRole::kV:
       return o.v;
-    case LayerTensor::kVBias:
+    case TensorRole::kVBias:
       return o.v_bias;
-    case LayerTensor::kO:
+    case TensorRole::kO:
       return o.o;
-    case LayerTensor::kOBias:
+    case TensorRole::kOBias:
       return o.o_bias;
-    case LayerTensor::kPostNorm:
+    case TensorRole::kPostAttentionNorm:
       return o.post_norm;
-    case LayerTensor::kGate:
+    case TensorRole::kGate:
       return o.gate;
-    case LayerTensor::kGateBias:
+    case TensorRole::kGateBias:
       return o.gate_bias;
-    case LayerTensor::kUp:
+    case TensorRole::kUp:
       return o.up;
-    case LayerTensor::kUpBias:
+    case TensorRole::kUpBias:
       return o.up_bias;
-    case LayerTensor::kDown:
+    case TensorRole::kDown:
       return o.down;
-    case LayerTensor::kDownBias:
+    case TensorRole::kDownBias:
       return o.down_bias;
   }
   return -1;
@@ -167,93 +149,93 @@ struct TensorExtent {
   int64_t row_elements = 0;
 };
 
-inline TensorExtent ExtentOf(const ModelDims& m, LayerTensor t) {
+inline TensorExtent ExtentOf(const ModelDims& m, TensorRole t) {
   const int64_t d = m.hidden;
   switch (t) {
-    case LayerTensor::kInputNorm:
-    case LayerTensor::kPostNorm:
-    case LayerTensor::kOBias:
-    case LayerTensor::kDownBias:
+    case TensorRole::kInputNorm:
+    case TensorRole::kPostAttentionNorm:
+    case TensorRole::kOBias:
+    case TensorRole::kDownBias:
       return {d, d};
-    case LayerTensor::kQ:
+    case TensorRole::kQ:
       return {m.q_width() * d, d};
-    case LayerTensor::kQBias:
+    case TensorRole::kQBias:
       return {m.q_width(), m.q_width()};
-    case LayerTensor::kK:
-    case LayerTensor::kV:
+    case TensorRole::kK:
+    case TensorRole::kV:
       return {m.kv_width() * d, d};
-    case LayerTensor::kKBias:
-    case LayerTensor::kVBias:
+    case TensorRole::kKBias:
+    case TensorRole::kVBias:
       return {m.kv_width(), m.kv_width()};
-    case LayerTensor::kO:
+    case TensorRole::kO:
       return {d * m.q_width(), m.q_width()};
-    case LayerTensor::kGate:
-    case LayerTensor::kUp:
+    case TensorRole::kGate:
+    case TensorRole::kUp:
       return {m.ffn * d, d};
-    case LayerTensor::kGateBias:
-    case LayerTensor::kUpBias:
+    case TensorRole::kGateBias:
+    case TensorRole::kUpBias:
       return {m.ffn, m.ffn};
-    case LayerTensor::kDown:
+    case TensorRole::kDown:
       return {d * m.ffn, m.ffn};
   }
   return {};
 }
 
-inline const char* LayerTensorName(LayerTensor t) {
+inline const char* LayerTensorName(TensorRole t) {
   switch (t) {
-    case LayerTensor::kInputNorm:
+    case TensorRole::kInputNorm:
       return "input_norm";
-    case LayerTensor::kQ:
+    case TensorRole::kQ:
       return "q";
-    case LayerTensor::kQBias:
+    case TensorRole::kQBias:
       return "q_bias";
-    case LayerTensor::kK:
+    case TensorRole::kK:
       return "k";
-    case LayerTensor::kKBias:
+    case TensorRole::kKBias:
       return "k_bias";
-    case LayerTensor::kV:
+    case TensorRole::kV:
       return "v";
-    case LayerTensor::kVBias:
+    case TensorRole::kVBias:
       return "v_bias";
-    case LayerTensor::kO:
+    case TensorRole::kO:
       return "o";
-    case LayerTensor::kOBias:
+    case TensorRole::kOBias:
       return "o_bias";
-    case LayerTensor::kPostNorm:
+    case TensorRole::kPostAttentionNorm:
       return "post_norm";
-    case LayerTensor::kGate:
+    case TensorRole::kGate:
       return "gate";
-    case LayerTensor::kGateBias:
+    case TensorRole::kGateBias:
       return "gate_bias";
-    case LayerTensor::kUp:
+    case TensorRole::kUp:
       return "up";
-    case LayerTensor::kUpBias:
+    case TensorRole::kUpBias:
       return "up_bias";
-    case LayerTensor::kDown:
+    case TensorRole::kDown:
       return "down";
-    case LayerTensor::kDownBias:
+    case TensorRole::kDownBias:
       return "down_bias";
   }
   return "?";
 }
 
 // The bias travelling with a matrix, or the tensor itself when it has none.
-inline LayerTensor BiasOf(LayerTensor t) {
+inline TensorRole BiasOf(TensorRole t) {
   switch (t) {
-    case LayerTensor::kQ:
-      return LayerTensor::kQBias;
-    case LayerTensor::kK:
-      return LayerTensor::kKBias;
-    case LayerTensor::kV:
-      return LayerTensor::kVBias;
-    case LayerTensor::kO:
-      return LayerTensor::kOBias;
-    case LayerTensor::kGate:
-      return LayerTensor::kGateBias;
-    case LayerTensor::kUp:
-      return LayerTensor::kUpBias;
-    case LayerTensor::kDown:
-      return LayerTensor::kDownBias;
+    case TensorRole::kQ:
+      return TensorRole::kQBias;
+    case TensorRole::kK:
+      return TensorRole::kKBias;
+    case TensorRole::kV:
+      return TensorRole::kVBias;
+    case TensorRole::kO:
+      return TensorRole::kOBias;
+    case TensorRole::kGate:
+      return TensorRole::kGateBias;
+    case TensorRole::kUp:
+      return TensorRole::kUpBias;
+    case TensorRole::kDown:
+      return TensorRole::kDownBias;
     default:
       return t;
   }
@@ -261,21 +243,21 @@ inline LayerTensor BiasOf(LayerTensor t) {
 
 // The tensor forward part p reads (with BiasOf it): the forward's consumption
 // order input_norm, q, k, v, o, post_norm, gate, up, down.
-inline LayerTensor ForwardPartTensor(int part) {
-  constexpr LayerTensor kOrder[kLayerParts] = {
-      LayerTensor::kInputNorm, LayerTensor::kQ,  LayerTensor::kK,
-      LayerTensor::kV,         LayerTensor::kO,  LayerTensor::kPostNorm,
-      LayerTensor::kGate,      LayerTensor::kUp, LayerTensor::kDown};
+inline TensorRole ForwardPartTensor(int part) {
+  constexpr TensorRole kOrder[kLayerParts] = {
+      TensorRole::kInputNorm, TensorRole::kQ,  TensorRole::kK,
+      TensorRole::kV,         TensorRole::kO,  TensorRole::kPostAttentionNorm,
+      TensorRole::kGate,      TensorRole::kUp, TensorRole::kDown};
   return kOrder[part];
 }
 
 // The tensor backward part p reads: CpuLayerBackward's consumption order
 // down, gate, up, post_norm, o, q, k, v, input_norm.
-inline LayerTensor BackwardPartTensor(int part) {
-  constexpr LayerTensor kOrder[kLayerParts] = {
-      LayerTensor::kDown,     LayerTensor::kGate, LayerTensor::kUp,
-      LayerTensor::kPostNorm, LayerTensor::kO,    LayerTensor::kQ,
-      LayerTensor::kK,        LayerTensor::kV,    LayerTensor::kInputNorm};
+inline TensorRole BackwardPartTensor(int part) {
+  constexpr TensorRole kOrder[kLayerParts] = {
+      TensorRole::kDown,     TensorRole::kGate, TensorRole::kUp,
+      TensorRole::kPostAttentionNorm, TensorRole::kO,    TensorRole::kQ,
+      TensorRole::kK,        TensorRole::kV,    TensorRole::kInputNorm};
   return kOrder[part];
 }
 

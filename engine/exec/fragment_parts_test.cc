@@ -29,60 +29,60 @@ ModelDims Dims() {
   return m;
 }
 
-// Every tensor, biases included, packed in LayerTensor order.
+// Every tensor, biases included, packed in TensorRole order.
 LayerOffsets PackAll(const ModelDims& m, int64_t* total) {
   LayerOffsets o;
   int64_t at = 0;
   for (int i = 0; i < kLayerTensorCount; ++i) {
-    const LayerTensor t = LayerTensorAt(i);
+    const TensorRole t = LayerTensorAt(i);
     int64_t* field = nullptr;
     switch (t) {
-      case LayerTensor::kInputNorm:
+      case TensorRole::kInputNorm:
         field = &o.input_norm;
         break;
-      case LayerTensor::kQ:
+      case TensorRole::kQ:
         field = &o.q;
         break;
-      case LayerTensor::kQBias:
+      case TensorRole::kQBias:
         field = &o.q_bias;
         break;
-      case LayerTensor::kK:
+      case TensorRole::kK:
         field = &o.k;
         break;
-      case LayerTensor::kKBias:
+      case TensorRole::kKBias:
         field = &o.k_bias;
         break;
-      case LayerTensor::kV:
+      case TensorRole::kV:
         field = &o.v;
         break;
-      case LayerTensor::kVBias:
+      case TensorRole::kVBias:
         field = &o.v_bias;
         break;
-      case LayerTensor::kO:
+      case TensorRole::kO:
         field = &o.o;
         break;
-      case LayerTensor::kOBias:
+      case TensorRole::kOBias:
         field = &o.o_bias;
         break;
-      case LayerTensor::kPostNorm:
+      case TensorRole::kPostAttentionNorm:
         field = &o.post_norm;
         break;
-      case LayerTensor::kGate:
+      case TensorRole::kGate:
         field = &o.gate;
         break;
-      case LayerTensor::kGateBias:
+      case TensorRole::kGateBias:
         field = &o.gate_bias;
         break;
-      case LayerTensor::kUp:
+      case TensorRole::kUp:
         field = &o.up;
         break;
-      case LayerTensor::kUpBias:
+      case TensorRole::kUpBias:
         field = &o.up_bias;
         break;
-      case LayerTensor::kDown:
+      case TensorRole::kDown:
         field = &o.down;
         break;
-      case LayerTensor::kDownBias:
+      case TensorRole::kDownBias:
         field = &o.down_bias;
         break;
     }
@@ -108,14 +108,14 @@ TEST(FragmentPartsTest, PartsOverScatteredTensorsMatchTheWholeLayerBitwise) {
   int64_t total = 0;
   const LayerOffsets offsets = PackAll(m, &total);
   std::vector<float> packed = Values(static_cast<size_t>(total), 11, 0.5f);
-  for (LayerTensor norm : {LayerTensor::kInputNorm, LayerTensor::kPostNorm}) {
+  for (TensorRole norm : {TensorRole::kInputNorm, TensorRole::kPostAttentionNorm}) {
     for (int64_t i = 0; i < m.hidden; ++i) packed[OffsetOf(offsets, norm) + i] += 1.0f;
   }
   // Each tensor copied into its own buffer.
   std::vector<std::vector<float>> scattered(kLayerTensorCount);
   LayerWeights w;
   for (int i = 0; i < kLayerTensorCount; ++i) {
-    const LayerTensor t = LayerTensorAt(i);
+    const TensorRole t = LayerTensorAt(i);
     const float* src = packed.data() + OffsetOf(offsets, t);
     scattered[i].assign(src, src + ExtentOf(m, t).elements);
     w[t] = scattered[i].data();
@@ -176,7 +176,7 @@ TEST(FragmentPartsTest, EveryTensorIsReadByExactlyOnePartEachWay) {
   std::vector<int> forward(kLayerTensorCount, 0), backward(kLayerTensorCount, 0);
   for (int p = 0; p < kLayerParts; ++p) {
     for (std::vector<int>* seen : {&forward, &backward}) {
-      const LayerTensor t = seen == &forward ? ForwardPartTensor(p) : BackwardPartTensor(p);
+      const TensorRole t = seen == &forward ? ForwardPartTensor(p) : BackwardPartTensor(p);
       ++(*seen)[static_cast<int>(t)];
       if (BiasOf(t) != t) ++(*seen)[static_cast<int>(BiasOf(t))];
     }

@@ -17,7 +17,7 @@ struct TensorSpec {
   int64_t element_offset = 0;
   int64_t elements = 0;
   int64_t row_elements = 0;
-  int layer_slot = 0;  // LayerTensor index, or the head part reading it
+  int layer_slot = 0;  // TensorRole index, or the head part reading it
   std::string name;
 };
 
@@ -33,10 +33,10 @@ OpTensors DescribeOpTensors(const ScheduledOp& op, const FragmentPlanInputs& in)
   if (op.kind == StageKind::kLayerForward || op.kind == StageKind::kLayerBackward) {
     const int entry = op.entries[0];
     for (int p = 0; p < kLayerParts; ++p) {
-      const LayerTensor main =
+      const TensorRole main =
           op.kind == StageKind::kLayerForward ? ForwardPartTensor(p) : BackwardPartTensor(p);
       std::vector<TensorSpec> unit;
-      for (LayerTensor lt : {main, BiasOf(main)}) {
+      for (TensorRole lt : {main, BiasOf(main)}) {
         if (!unit.empty() && lt == main) break;  // no bias: BiasOf returned the matrix
         const int64_t offset = OffsetOf(in.offsets, lt);
         if (offset < 0) continue;

@@ -71,7 +71,7 @@ struct FragmentPlan {
   // Per op: its first part in `parts` and its part count (0 for host stages).
   std::vector<int> first_part;
   std::vector<int> part_count;
-  // Per op: ring byte offset of each layer tensor (index LayerTensor; absent
+  // Per op: ring byte offset of each layer tensor (index TensorRole; absent
   // tensors are SIZE_MAX) — layer ops; head ops: of the unit each part reads.
   std::vector<std::vector<size_t>> ring_offsets;
   size_t largest_unit_bytes = 0;  // the smallest ring the plan can run with

@@ -36,23 +36,23 @@ Model MakeModel(int layers, bool tied, int64_t vocab = 51, int64_t head_block_ro
   m.dims.seq = 7;
   m.dims.head_chunk = 7;
   int64_t at = 0;
-  auto place = [&](LayerTensor t, int64_t* field) {
+  auto place = [&](TensorRole t, int64_t* field) {
     *field = at;
     at += ExtentOf(m.dims, t).elements;
   };
   LayerOffsets& o = m.offsets;
-  place(LayerTensor::kInputNorm, &o.input_norm);
-  place(LayerTensor::kQ, &o.q);
-  place(LayerTensor::kQBias, &o.q_bias);
-  place(LayerTensor::kK, &o.k);
-  place(LayerTensor::kKBias, &o.k_bias);
-  place(LayerTensor::kV, &o.v);
-  place(LayerTensor::kVBias, &o.v_bias);
-  place(LayerTensor::kO, &o.o);
-  place(LayerTensor::kPostNorm, &o.post_norm);
-  place(LayerTensor::kGate, &o.gate);
-  place(LayerTensor::kUp, &o.up);
-  place(LayerTensor::kDown, &o.down);
+  place(TensorRole::kInputNorm, &o.input_norm);
+  place(TensorRole::kQ, &o.q);
+  place(TensorRole::kQBias, &o.q_bias);
+  place(TensorRole::kK, &o.k);
+  place(TensorRole::kKBias, &o.k_bias);
+  place(TensorRole::kV, &o.v);
+  place(TensorRole::kVBias, &o.v_bias);
+  place(TensorRole::kO, &o.o);
+  place(TensorRole::kPostAttentionNorm, &o.post_norm);
+  place(TensorRole::kGate, &o.gate);
+  place(TensorRole::kUp, &o.up);
+  place(TensorRole::kDown, &o.down);
   // Entries: embedding, layers..., final norm, (lm head).
   m.shape.num_layers = layers;
   m.shape.checkpoint_interval = 2;

@@ -71,8 +71,8 @@ size_t TensorSlot::num_elements() const {
 }
 
 std::string_view TensorRoleName(TensorRole role) {
-  static constexpr std::string_view kNames[kNumTensorRoles] = {"embedding",
-                                                               "input_norm",
+  // In TensorRole order (tensor_role.h): a layer's roles, then the others.
+  static constexpr std::string_view kNames[kNumTensorRoles] = {"input_norm",
                                                                "q",
                                                                "q_bias",
                                                                "k",
@@ -88,6 +88,7 @@ std::string_view TensorRoleName(TensorRole role) {
                                                                "up_bias",
                                                                "down",
                                                                "down_bias",
+                                                               "embedding",
                                                                "final_norm",
                                                                "lm_head"};
   return kNames[static_cast<int>(role)];

@@ -38,6 +38,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "engine/model/model_config.h"
+#include "engine/model/tensor_role.h"
 
 namespace megatrain::engine {
 
@@ -45,29 +46,6 @@ inline constexpr size_t kTensorAlignmentFloats = 16;
 
 enum class EntryKind { kEmbedding, kLayer, kFinalNorm, kLmHead };
 
-// What a tensor is, so the executor finds it without string compares.
-enum class TensorRole : int {
-  kEmbedding,
-  kInputNorm,
-  kQ,
-  kQBias,
-  kK,
-  kKBias,
-  kV,
-  kVBias,
-  kO,
-  kOBias,
-  kPostAttentionNorm,
-  kGate,
-  kGateBias,
-  kUp,
-  kUpBias,
-  kDown,
-  kDownBias,
-  kFinalNorm,
-  kLmHead,
-};
-inline constexpr int kNumTensorRoles = static_cast<int>(TensorRole::kLmHead) + 1;
 
 std::string_view TensorRoleName(TensorRole role);
 std::string_view EntryKindName(EntryKind kind);
