@@ -1,6 +1,7 @@
 // A job's token file from megatrain_tokenize (see job_tokens.h).
 #include "server/job_tokens.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -48,7 +49,20 @@ absl::StatusOr<ToolReport> ParseReport(const std::string& text, const std::strin
 uint64_t TokenWidth(const std::string& format) { return format == "u16" ? 2 : 4; }
 
 // The report of an earlier run whose token file is still whole; nullopt-like error otherwise.
-absl::StatusOr<ToolReport> FindReusable(const std::string& report_path, const std::string& stem) {
+// Whether only this daemon could have put files in `dir`: a real directory it owns that no
+// group member or other user may write to. A token file found elsewhere might be planted (the
+// key is a hash of public inputs), so it is never reused.
+bool OnlyWeWriteInto(const std::string& dir) {
+  struct stat st {};
+  return ::lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == ::geteuid() &&
+         (st.st_mode & (S_IWGRP | S_IWOTH)) == 0;
+}
+
+absl::StatusOr<ToolReport> FindReusable(const std::string& dir, const std::string& report_path,
+                                        const std::string& stem) {
+  if (!OnlyWeWriteInto(dir)) {
+    return absl::NotFoundError(absl::StrCat(dir, " is writable by others: nothing is reused"));
+  }
   // A regular file only (a FIFO planted here would block the runner), and small.
   absl::StatusOr<std::string> text = engine::ReadRegularFile(report_path, 1 << 20);
   if (!text.ok()) return absl::NotFoundError(report_path);
@@ -137,7 +151,7 @@ absl::StatusOr<JobTokens> PrepareJobTokens(const JobTokensRequest& request,
   const std::string stem = absl::StrCat(request.tokens_dir, "/", request.key);
   const std::string report_path = stem + ".json";
   JobTokens tokens;
-  absl::StatusOr<ToolReport> report = FindReusable(report_path, stem);
+  absl::StatusOr<ToolReport> report = FindReusable(request.tokens_dir, report_path, stem);
   tokens.reused = report.ok();
   if (!report.ok()) {
     const std::string part = stem + ".part";

@@ -171,6 +171,27 @@ TEST_F(JobTokensTest, PlantedSymlinksAndFifosAreNeverFollowed) {
   EXPECT_TRUE(S_ISREG(st.st_mode));
 }
 
+// Issue 16: the key is a hash of public inputs, so anyone who can write into the tokens
+// directory could plant a token file under it. Files are reused only from a directory this
+// daemon owns and no one else may write to.
+TEST_F(JobTokensTest, NothingIsReusedFromADirectoryOthersCanWriteTo) {
+  absl::StatusOr<JobTokens> made = PrepareJobTokens(request_, [] { return false; });
+  ASSERT_TRUE(made.ok()) << made.status();
+  std::filesystem::permissions(request_.tokens_dir, std::filesystem::perms::group_write,
+                               std::filesystem::perm_options::add);
+  JobTokensRequest again = request_;
+  again.tokenize_binary = "/no/such/megatrain_tokenize";
+  absl::StatusOr<JobTokens> reused = PrepareJobTokens(again, [] { return false; });
+  EXPECT_EQ(reused.status().code(), absl::StatusCode::kFailedPrecondition) << reused.status();
+  EXPECT_THAT(reused.status().message(), HasSubstr("/no/such/megatrain_tokenize"));
+
+  std::filesystem::permissions(request_.tokens_dir, std::filesystem::perms::group_write,
+                               std::filesystem::perm_options::remove);
+  reused = PrepareJobTokens(again, [] { return false; });
+  ASSERT_TRUE(reused.ok()) << reused.status();
+  EXPECT_TRUE(reused->reused);
+}
+
 TEST(TokenFileKeyTest, HashesOfToolVersionTokenizerAndDataInOrder) {
   using provenance::InputFile;
   const InputFile tok{provenance::kRoleTokenizer, "/t.model", std::string(64, '1'), 5};
