@@ -19,7 +19,7 @@
 #include "engine/device/cpu_device.h"
 #include "engine/model/model_config.h"
 #include "engine/model/parameter_layout.h"
-#include "engine/train/executor_geometry.h"
+#include "engine/exec/executor_geometry.h"
 #include "engine/train/trainer.h"
 #include "nlohmann/json.hpp"
 

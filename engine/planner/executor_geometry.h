@@ -1,5 +1,5 @@
 // The planner's view of the streaming executor: the geometry the trainer
-// builds (engine/train/executor_geometry.h) and the executor's own device plan,
+// builds (engine/exec/executor_geometry.h) and the executor's own device plan,
 // slot choice and slot packing, computed from entry sizes without allocating.
 #pragma once
 
@@ -11,7 +11,7 @@
 #include "engine/exec/streaming_executor.h"
 #include "engine/model/model_config.h"
 #include "engine/model/parameter_layout.h"
-#include "engine/train/executor_geometry.h"
+#include "engine/exec/executor_geometry.h"
 
 namespace megatrain::engine::planner {
 

@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/model/hf_loader.h"
 #include "engine/optimizer/grad_norm.h"
-#include "engine/train/executor_geometry.h"
+#include "engine/exec/executor_geometry.h"
 #include "kernels/common/adamw.h"
 
 namespace megatrain::engine {

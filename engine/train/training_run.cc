@@ -14,7 +14,7 @@
 #include "engine/data/token_windows.h"
 #include "engine/device/device_factory.h"
 #include "engine/model/parameter_layout.h"
-#include "engine/train/executor_geometry.h"
+#include "engine/exec/executor_geometry.h"
 #include "engine/train/run_checkpoints.h"
 #include "engine/train/training_data.h"
 

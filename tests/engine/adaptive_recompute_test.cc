@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "engine/model/parameter_layout.h"
-#include "engine/train/executor_geometry.h"
+#include "engine/exec/executor_geometry.h"
 #include "tests/engine/bitwise_compare.h"
 #include "tests/engine/tiny_model.h"
 

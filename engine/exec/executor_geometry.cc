@@ -1,5 +1,5 @@
 // Executor shapes from a config and layout.
-#include "engine/train/executor_geometry.h"
+#include "engine/exec/executor_geometry.h"
 
 #include <algorithm>
 
