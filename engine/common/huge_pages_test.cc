@@ -126,7 +126,9 @@ TEST(AllocateStreamingArrayTest, BigArraysStartOnAnAdvisedHugePage) {
   ASSERT_NE(data, nullptr);
   const uintptr_t a = reinterpret_cast<uintptr_t>(data);
   EXPECT_EQ(a % kHugePageBytes, 0u);
-  if (KernelHasThp()) EXPECT_TRUE(HasHugePageAdvice(a)) << VmFlagsAt(a);
+  if (KernelHasThp()) {
+    EXPECT_TRUE(HasHugePageAdvice(a)) << VmFlagsAt(a);
+  }
   std::memset(data, 0x5a, bytes);  // the whole requested size is usable
   EXPECT_EQ(static_cast<unsigned char*>(data)[bytes - 1], 0x5a);
   std::free(data);

@@ -95,6 +95,8 @@ struct LayerWeightsOf {
         return down;
       case TensorRole::kDownBias:
         return down_bias;
+      default:  // the roles outside a layer
+        break;
     }
     return down_bias;  // unreachable: every enumerator is handled
   }
@@ -138,6 +140,8 @@ inline int64_t OffsetOf(const LayerOffsets& o, TensorRole t) {
       return o.down;
     case TensorRole::kDownBias:
       return o.down_bias;
+    default:  // the roles outside a layer
+      break;
   }
   return -1;
 }
@@ -177,6 +181,8 @@ inline TensorExtent ExtentOf(const ModelDims& m, TensorRole t) {
       return {m.ffn, m.ffn};
     case TensorRole::kDown:
       return {d * m.ffn, m.ffn};
+    default:  // the roles outside a layer
+      break;
   }
   return {};
 }
@@ -215,6 +221,8 @@ inline const char* LayerTensorName(TensorRole t) {
       return "down";
     case TensorRole::kDownBias:
       return "down_bias";
+    default:  // the roles outside a layer
+      break;
   }
   return "?";
 }

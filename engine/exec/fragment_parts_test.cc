@@ -85,6 +85,8 @@ LayerOffsets PackAll(const ModelDims& m, int64_t* total) {
       case TensorRole::kDownBias:
         field = &o.down_bias;
         break;
+      default:  // the roles outside a layer
+        break;
     }
     *field = at;
     at += ExtentOf(m, t).elements;
