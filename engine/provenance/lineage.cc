@@ -197,6 +197,9 @@ absl::StatusOr<std::vector<InputFile>> HashInputs(const std::string& role,
     if (ec) return absl::InternalError(absl::StrCat(path, ": cannot list: ", ec.message()));
     std::sort(files.begin(), files.end());
     for (const std::string& f : files) {
+      // With a held set (a daemon's run), a directory's files outside it are what the run never
+      // reads (a README, a symlink to a file outside the roots): neither opened nor recorded.
+      if (inputs != nullptr && !inputs->Has(f)) continue;
       if (absl::Status s = add(f); !s.ok()) return s;
     }
   }

@@ -69,7 +69,8 @@ absl::StatusOr<Lineage> ParseLineage(std::string_view text, const std::string& s
 // A corpus is hashed as engine::ExpandCorpusFiles lists it, the files training
 // reads, never as a directory. Errors name the path. A file held in `inputs` (the daemon's
 // descriptors checked when the job started) is hashed through its descriptor, so the lineage
-// describes what the run reads; other files are hashed by path.
+// describes what the run reads; with a set, a directory's files outside it (what the run never
+// reads) are skipped, never opened; without one, files are hashed by path.
 absl::StatusOr<std::vector<InputFile>> HashInputs(const std::string& role,
                                                   const std::vector<std::string>& paths,
                                                   const engine::InputFiles* inputs = nullptr);

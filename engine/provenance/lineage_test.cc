@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "engine/common/input_files.h"
+#include "engine/common/safe_files.h"
 #include "engine/provenance/sha256.h"
 
 namespace megatrain::provenance {
@@ -74,6 +76,33 @@ TEST(LineageTest, HashInputsExpandsDirectoriesInSortedOrder) {
   absl::StatusOr<std::vector<InputFile>> missing = HashInputs(kRoleData, {dir + "/nope"});
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("nope"), std::string::npos);
+}
+
+// A daemon's run (a held set): a model directory contributes only the files the run reads, each
+// through its descriptor; a README and a symlink out of the directory are neither opened nor
+// recorded (the lineage would otherwise carry the hash of a file the submitter cannot read).
+TEST(LineageTest, WithAHeldSetADirectoryContributesOnlyItsHeldFiles) {
+  const std::string root = std::string(std::getenv("TEST_TMPDIR")) + "/held";
+  const std::string dir = root + "/model";
+  std::filesystem::remove_all(root);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json") << "{}";
+  std::ofstream(dir + "/README.md") << "readme";
+  std::ofstream(root + "/secret") << "not the submitter's";
+  std::filesystem::create_symlink(root + "/secret", dir + "/linked.safetensors");
+  engine::InputFiles held;
+  absl::StatusOr<engine::UniqueFd> config = engine::OpenRegularFileForRead(dir + "/config.json");
+  ASSERT_TRUE(config.ok()) << config.status();
+  held.Add(dir + "/config.json", *std::move(config));
+  absl::StatusOr<std::vector<InputFile>> hashed = HashInputs(kRoleBaseModel, {dir}, &held);
+  ASSERT_TRUE(hashed.ok()) << hashed.status();
+  ASSERT_EQ(hashed->size(), 1u);
+  EXPECT_EQ((*hashed)[0].path, dir + "/config.json");
+  EXPECT_EQ((*hashed)[0].sha256_hex, Sha256Hex("{}"));
+  // Without a set (the CLI's own files), every regular file is hashed, as before.
+  absl::StatusOr<std::vector<InputFile>> all = HashInputs(kRoleBaseModel, {dir});
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->size(), 3u);
 }
 
 }  // namespace
