@@ -266,7 +266,6 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
     }
     observer.OnStep(*report, validation_loss);
     ++result.steps_run;
-    result.last_report = *std::move(report);
   }
   result.final_validation_loss = validation_loss;
   result.last_checkpoint = run_checkpoints.last_checkpoint();

@@ -92,10 +92,9 @@ struct TrainingRunResult {
   uint64_t resumed_from_step = 0;  // 0 = started fresh
   std::string last_checkpoint;     // path of the newest checkpoint written
   int64_t parameters = 0;
-  // Steps this run took (not counting a resumed-from checkpoint's), and the last one's report:
-  // a run keeps no report per step (a daemon job can run millions of steps; OnStep sees each).
+  // Steps this run took (not counting a resumed-from checkpoint's). A run keeps no report per
+  // step (a daemon job can run millions of steps); observers see each in OnStep.
   uint64_t steps_run = 0;
-  std::optional<StepReport> last_report;
 };
 
 // What a caller sees of a run while it goes (a daemon's job runner, a CLI).
