@@ -1,6 +1,8 @@
 // DeviceJobEngine and device-fault classification (see job_engine.h).
 #include "server/job_engine.h"
 
+#include <unistd.h>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/common/safe_files.h"
@@ -88,13 +90,26 @@ absl::Status DeviceJobEngine::Run(const std::string& job_id, const service::Vali
   FaultHookObserver observer(*this, runner_observer);
   engine::TrainingRunOptions options = job.options;
   engine::InputFiles with_tokens;  // the checked inputs and the token file written for this run
-  if (options.token_files.empty() && options.tokenizer != "bytes") {
+  // Text is tokenized in the tokenizer process into a token file, streamed (issue 16, point 6):
+  // the daemon never holds the corpus. Without the tool (a build that did not install it beside
+  // megatraind, reported at start), byte-tokenizer text is still tokenized in memory.
+  const bool bytes = options.tokenizer == "bytes";
+  const std::string tokenize_binary =
+      options_.tokenize_binary.empty() ? DefaultTokenizeBinary() : options_.tokenize_binary;
+  if (options.token_files.empty() && bytes && access(tokenize_binary.c_str(), X_OK) != 0) {
+    observer.OnLine(absl::StrCat("tokenize_binary '", tokenize_binary,
+                                 "' is missing: tokenizing the text in memory"),
+                    true);
+  } else if (options.token_files.empty()) {
     absl::StatusOr<JobTokens> tokens = TokenizeText(job_id, job, observer);
     if (!tokens.ok()) return tokens.status();
     absl::StatusOr<std::string> link = LinkJobTokens(*tokens, job_id);
     if (!link.ok()) return link.status();
     options.token_files = {*link};
     options.token_format = tokens->format;
+    // A byte-tokenizer job keeps the identity it had when its text was tokenized in memory (its
+    // checkpoints resume either way); SentencePiece jobs were always run from their token file.
+    if (bytes) options.tokenized_text_documents = tokens->documents;
     if (options.inputs != nullptr) {
       // The run reads only held descriptors; the token file is the daemon's own output, opened
       // now (a regular file only) under the name the engine gives it.

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
@@ -25,6 +26,7 @@ struct ToolReport {
   int vocab_size = 0;
   std::string format;
   int output_version = 0;  // 0: a tool from before the field existed
+  uint64_t documents = 0;
 };
 
 absl::StatusOr<ToolReport> ParseReport(const std::string& text, const std::string& source) {
@@ -43,7 +45,24 @@ absl::StatusOr<ToolReport> ParseReport(const std::string& text, const std::strin
   if (j.contains("output_version") && j["output_version"].is_number_integer()) {
     report.output_version = j["output_version"].get<int>();
   }
+  if (j.contains("documents") && j["documents"].is_number_unsigned()) {
+    report.documents = j["documents"].get<uint64_t>();
+  }
   return report;
+}
+
+// The tool writes <key>.part through a temporary ".<key>.part.<random>.tmp" that it removes
+// itself, unless it is killed (a cancelled job): then the daemon removes it.
+void RemoveToolTemporaries(const std::string& tokens_dir, const std::string& key) {
+  std::error_code ec;
+  const std::string prefix = absl::StrCat(".", key, ".part.");
+  for (const auto& entry : std::filesystem::directory_iterator(tokens_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (absl::StartsWith(name, prefix) && absl::EndsWith(name, ".tmp")) {
+      std::error_code ignored;
+      std::filesystem::remove(entry.path(), ignored);
+    }
+  }
 }
 
 uint64_t TokenWidth(const std::string& format) { return format == "u16" ? 2 : 4; }
@@ -99,19 +118,22 @@ absl::Status AddHeldInputs(const JobTokensRequest& request, std::vector<std::str
     }
     fds.push_back(*fd);
   }
-  absl::StatusOr<int> tokenizer_fd = request.inputs->Descriptor(request.tokenizer);
-  if (!tokenizer_fd.ok()) {
-    return absl::Status(tokenizer_fd.status().code(),
-                        absl::StrCat("data.tokenizer: ", tokenizer_fd.status().message()));
+  const bool model_file = request.tokenizer != "bytes";  // the byte tokenizer has no file
+  if (model_file) {
+    absl::StatusOr<int> tokenizer_fd = request.inputs->Descriptor(request.tokenizer);
+    if (!tokenizer_fd.ok()) {
+      return absl::Status(tokenizer_fd.status().code(),
+                          absl::StrCat("data.tokenizer: ", tokenizer_fd.status().message()));
+    }
+    fds.push_back(*tokenizer_fd);
   }
-  fds.push_back(*tokenizer_fd);
   options.pass_fds = ChildFdNumbers(fds);
   std::vector<std::string> numbers;
   for (size_t i = 0; i < files->size(); ++i) {
     numbers.push_back(absl::StrCat(options.pass_fds[i].second));
   }
   argv.push_back(absl::StrCat("--input_fds=", absl::StrJoin(numbers, ",")));
-  argv.push_back(absl::StrCat("--tokenizer_fd=", options.pass_fds.back().second));
+  if (model_file) argv.push_back(absl::StrCat("--tokenizer_fd=", options.pass_fds.back().second));
   argv.push_back("--");  // names that start with '-' stay names
   argv.insert(argv.end(), files->begin(), files->end());
   return absl::OkStatus();
@@ -165,8 +187,8 @@ absl::StatusOr<JobTokens> PrepareJobTokens(const JobTokensRequest& request,
       return s;
     }
     absl::StatusOr<ChildResult> child = RunChildProcess(argv, should_stop, options);
+    if (!child.ok() || child->exit_code != 0) RemoveToolTemporaries(request.tokens_dir, request.key);
     if (!child.ok()) {
-      std::filesystem::remove(part + ".tmp", ec);
       if (child.status().code() == absl::StatusCode::kCancelled) {
         return absl::CancelledError("stopped while tokenizing");
       }
@@ -209,6 +231,7 @@ absl::StatusOr<JobTokens> PrepareJobTokens(const JobTokensRequest& request,
   tokens.path = stem + "." + report->format;
   tokens.format = report->format;
   tokens.tokens = report->tokens;
+  tokens.documents = report->documents;
   tokens.vocab_size = report->vocab_size;
   if (tokens.vocab_size > request.model_vocab_size) {
     return absl::InvalidArgumentError(

@@ -1,6 +1,7 @@
-// A daemon job's text tokenized out of process: megatrain_tokenize (engine/data) turns the job's
-// text files into one token file with its SentencePiece model, so SentencePiece (whose bundled
-// protobuf clashes with the daemon's) never loads inside megatraind. The file is named by the
+// A daemon job's text tokenized out of process: megatrain_tokenize (engine/data) streams the job's
+// text files into one token file with the byte tokenizer or its SentencePiece model, so the
+// daemon never holds the corpus and SentencePiece (whose bundled protobuf clashes with the
+// daemon's) never loads inside megatraind. The file is named by the
 // SHA-256 of the tokenizer's and the data files' hashes and reused when present.
 #pragma once
 
@@ -43,6 +44,7 @@ struct JobTokens {
   std::string path;    // <tokens_dir>/<key>.u16 or .u32
   std::string format;  // "u16" or "u32" (engine/data/token_file.h)
   uint64_t tokens = 0;
+  uint64_t documents = 0;  // as the tool counted them (0 from a report that lacks the field)
   int vocab_size = 0;
   bool reused = false;  // found from an earlier run; no process was started
 };

@@ -56,8 +56,8 @@ ABSL_FLAG(bool, init_signing_key, false,
           "Create <state_dir>/signing_key (Ed25519, mode 0600) if missing, write "
           "signing_key.pub, print the public key and exit (scripts/install runs this).");
 ABSL_FLAG(std::string, tokenize_binary, "",
-          "megatrain_tokenize, run in a child process for jobs whose data.tokenizer is a "
-          "SentencePiece model; empty = megatrain_tokenize beside this executable.");
+          "megatrain_tokenize, run in a child process to stream every text job's corpus into a "
+          "token file; empty = megatrain_tokenize beside this executable.");
 ABSL_FLAG(uint64_t, max_ram_bytes, 0,
           "Host memory a job's plan may use (pinned + RAM); 0 = the machine's physical RAM. "
           "A job whose plan needs more is refused at submit (RESOURCE_EXHAUSTED).");
@@ -247,7 +247,8 @@ int main(int argc, char** argv) {
   engine_options.tokenize_binary = absl::GetFlag(FLAGS_tokenize_binary).empty()
                                        ? DefaultTokenizeBinary()
                                        : absl::GetFlag(FLAGS_tokenize_binary);
-  // Only SentencePiece jobs need it: a missing binary is reported now and fails those jobs.
+  // A missing binary is reported now: byte-tokenizer jobs then tokenize in memory and
+  // SentencePiece jobs fail.
   if (access(engine_options.tokenize_binary.c_str(), X_OK) != 0) {
     log.Event("tokenize_binary_missing", {{"path", engine_options.tokenize_binary}});
   }

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -78,35 +79,121 @@ absl::StatusOr<UniqueFd> OpenDirectory(const std::string& dir) {
   return fd;
 }
 
-absl::Status WriteFileInDirectory(const std::string& dir, const std::string& name,
-                                  std::string_view contents, mode_t mode) {
+namespace {
+constexpr size_t kWriterBufferBytes = size_t{4} << 20;
+}  // namespace
+
+absl::StatusOr<FileInDirectoryWriter> FileInDirectoryWriter::Create(const std::string& dir,
+                                                                    const std::string& name,
+                                                                    mode_t mode) {
   if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not a file name"));
   }
+  FileInDirectoryWriter w;
   absl::StatusOr<UniqueFd> dir_fd = OpenDirectory(dir);
   if (!dir_fd.ok()) return dir_fd.status();
-  const std::string tmp = absl::StrCat(".", name, ".", RandomSuffix(), ".tmp");
-  UniqueFd fd(::openat(dir_fd->get(), tmp.c_str(),
-                       O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
-  if (!fd.valid()) return OpenError(errno, absl::StrCat("cannot create '", dir, "/", tmp, "'"));
+  w.dir_fd_ = *std::move(dir_fd);
+  w.dir_ = dir;
+  w.name_ = name;
+  w.tmp_ = absl::StrCat(".", name, ".", RandomSuffix(), ".tmp");
+  w.fd_ = UniqueFd(::openat(w.dir_fd_.get(), w.tmp_.c_str(),
+                            O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
+  if (!w.fd_.valid()) {
+    const int err = errno;
+    w.tmp_.clear();  // nothing of ours to remove
+    return OpenError(err, absl::StrCat("cannot create '", dir, "/.", name, ".*.tmp'"));
+  }
+  w.buffer_.reserve(kWriterBufferBytes);
+  return w;
+}
+
+FileInDirectoryWriter::FileInDirectoryWriter(FileInDirectoryWriter&& other) noexcept
+    : dir_(std::move(other.dir_)),
+      name_(std::move(other.name_)),
+      tmp_(std::exchange(other.tmp_, std::string())),
+      dir_fd_(std::move(other.dir_fd_)),
+      fd_(std::move(other.fd_)),
+      buffer_(std::move(other.buffer_)),
+      written_(other.written_) {}
+
+FileInDirectoryWriter& FileInDirectoryWriter::operator=(FileInDirectoryWriter&& other) noexcept {
+  if (this != &other) {
+    Discard();
+    dir_ = std::move(other.dir_);
+    name_ = std::move(other.name_);
+    tmp_ = std::exchange(other.tmp_, std::string());
+    dir_fd_ = std::move(other.dir_fd_);
+    fd_ = std::move(other.fd_);
+    buffer_ = std::move(other.buffer_);
+    written_ = other.written_;
+  }
+  return *this;
+}
+
+FileInDirectoryWriter::~FileInDirectoryWriter() { Discard(); }
+
+void FileInDirectoryWriter::Discard() {
+  fd_ = UniqueFd();
+  if (!tmp_.empty() && dir_fd_.valid()) ::unlinkat(dir_fd_.get(), tmp_.c_str(), 0);
+  tmp_.clear();
+}
+
+absl::Status FileInDirectoryWriter::Flush() {
+  if (buffer_.empty()) return absl::OkStatus();
+  if (absl::Status s = WriteAll(fd_.get(), buffer_, absl::StrCat(dir_, "/", tmp_)); !s.ok()) {
+    Discard();
+    return s;
+  }
+  written_ += buffer_.size();
+  buffer_.clear();
+  return absl::OkStatus();
+}
+
+absl::Status FileInDirectoryWriter::Append(std::string_view bytes) {
+  if (!fd_.valid()) return absl::FailedPreconditionError(absl::StrCat(dir_, "/", name_, ": writer is closed"));
+  if (buffer_.size() + bytes.size() > kWriterBufferBytes) {
+    if (absl::Status s = Flush(); !s.ok()) return s;
+  }
+  if (bytes.size() >= kWriterBufferBytes) {
+    if (absl::Status s = WriteAll(fd_.get(), bytes, absl::StrCat(dir_, "/", tmp_)); !s.ok()) {
+      Discard();
+      return s;
+    }
+    written_ += bytes.size();
+    return absl::OkStatus();
+  }
+  buffer_.append(bytes);
+  return absl::OkStatus();
+}
+
+absl::Status FileInDirectoryWriter::Commit() {
+  if (!fd_.valid()) return absl::FailedPreconditionError(absl::StrCat(dir_, "/", name_, ": writer is closed"));
+  if (absl::Status s = Flush(); !s.ok()) return s;
   auto fail = [&](const std::string& what) {
-    const absl::Status s = OpenError(errno, absl::StrCat(what, " '", dir, "/", tmp, "'"));
-    ::unlinkat(dir_fd->get(), tmp.c_str(), 0);
+    const absl::Status s = OpenError(errno, absl::StrCat(what, " '", dir_, "/", tmp_, "'"));
+    Discard();
     return s;
   };
-  if (absl::Status s = WriteAll(fd.get(), contents, absl::StrCat(dir, "/", tmp)); !s.ok()) {
-    ::unlinkat(dir_fd->get(), tmp.c_str(), 0);
+  if (::fsync(fd_.get()) != 0) return fail("cannot fsync");
+  if (::close(fd_.Release()) != 0) return fail("cannot close");
+  if (::renameat(dir_fd_.get(), tmp_.c_str(), dir_fd_.get(), name_.c_str()) != 0) {
+    const int err = errno;
+    const absl::Status s = OpenError(
+        err, absl::StrCat("cannot rename '", dir_, "/", tmp_, "' to '", name_, "'"));
+    Discard();
     return s;
   }
-  if (::fsync(fd.get()) != 0) return fail("cannot fsync");
-  if (::close(fd.Release()) != 0) return fail("cannot close");
-  if (::renameat(dir_fd->get(), tmp.c_str(), dir_fd->get(), name.c_str()) != 0) {
-    const int err = errno;
-    ::unlinkat(dir_fd->get(), tmp.c_str(), 0);
-    return OpenError(err, absl::StrCat("cannot rename '", dir, "/", tmp, "' to '", name, "'"));
-  }
-  (void)::fsync(dir_fd->get());
+  tmp_.clear();
+  (void)::fsync(dir_fd_.get());
   return absl::OkStatus();
+}
+
+absl::Status WriteFileInDirectory(const std::string& dir, const std::string& name,
+                                  std::string_view contents, mode_t mode) {
+  absl::StatusOr<FileInDirectoryWriter> writer = FileInDirectoryWriter::Create(dir, name, mode);
+  if (!writer.ok()) return writer.status();
+  if (absl::Status s = writer->Append(contents); !s.ok()) return s;
+  return writer->Commit();
 }
 
 absl::Status MakeDirectories(const std::string& path, mode_t mode) {

@@ -39,6 +39,36 @@ absl::StatusOr<UniqueFd> OpenDirectory(const std::string& dir);
 absl::Status WriteFileInDirectory(const std::string& dir, const std::string& name,
                                   std::string_view contents, mode_t mode = 0640);
 
+// The same atomic write for content produced piece by piece (a token file larger than memory):
+// Create makes the temporary file as above, Append writes through a buffer, Commit fsyncs and
+// renames it over <dir>/<name>. Destroyed before Commit (or after a failed Append), the
+// temporary file is removed and <name> is untouched. Move-only.
+class FileInDirectoryWriter {
+ public:
+  static absl::StatusOr<FileInDirectoryWriter> Create(const std::string& dir,
+                                                      const std::string& name,
+                                                      mode_t mode = 0640);
+  FileInDirectoryWriter(FileInDirectoryWriter&& other) noexcept;
+  FileInDirectoryWriter& operator=(FileInDirectoryWriter&& other) noexcept;
+  FileInDirectoryWriter(const FileInDirectoryWriter&) = delete;
+  FileInDirectoryWriter& operator=(const FileInDirectoryWriter&) = delete;
+  ~FileInDirectoryWriter();
+
+  absl::Status Append(std::string_view bytes);
+  absl::Status Commit();
+  uint64_t bytes_written() const { return written_ + buffer_.size(); }
+
+ private:
+  FileInDirectoryWriter() = default;
+  absl::Status Flush();
+  void Discard();
+
+  std::string dir_, name_, tmp_;
+  UniqueFd dir_fd_, fd_;
+  std::string buffer_;
+  uint64_t written_ = 0;
+};
+
 // mkdir -p with `mode` (default 0750) for every directory it creates; existing ones are kept.
 // Fails when a component exists and is not a directory.
 absl::Status MakeDirectories(const std::string& path, mode_t mode = 0750);

@@ -91,6 +91,50 @@ TEST(WriteFileInDirectory, ReplacesAPlantedSymlinkInsteadOfWritingThroughIt) {
   EXPECT_EQ(WriteFileInDirectory(dir, "../x", "").code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(FileInDirectoryWriter, WritesPiecesLargerThanItsBufferAndRenamesAtCommit) {
+  const std::string dir = FreshDir("writer");
+  std::ofstream(dir + "/victim") << "precious";
+  std::filesystem::create_symlink(dir + "/victim", dir + "/tokens.u16");
+  absl::StatusOr<FileInDirectoryWriter> w = FileInDirectoryWriter::Create(dir, "tokens.u16");
+  ASSERT_TRUE(w.ok()) << w.status();
+  std::string expected;
+  for (int piece = 0; piece < 40; ++piece) {
+    // Small pieces, one as large as several buffers, and empty ones.
+    const std::string bytes(piece == 17 ? (9 << 20) : piece % 5 == 0 ? 0 : 1000 + piece,
+                            static_cast<char>('a' + piece % 26));
+    ASSERT_TRUE(w->Append(bytes).ok());
+    expected += bytes;
+  }
+  EXPECT_EQ(w->bytes_written(), expected.size());
+  // Nothing under the final name before Commit: the planted symlink is still there.
+  EXPECT_TRUE(std::filesystem::is_symlink(dir + "/tokens.u16"));
+  ASSERT_TRUE(w->Commit().ok());
+  EXPECT_EQ(Slurp(dir + "/victim"), "precious");
+  EXPECT_FALSE(std::filesystem::is_symlink(dir + "/tokens.u16"));
+  EXPECT_EQ(Slurp(dir + "/tokens.u16"), expected);
+  int entries = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++entries;
+  EXPECT_EQ(entries, 2);
+}
+
+TEST(FileInDirectoryWriter, DestroyedBeforeCommitLeavesNothing) {
+  const std::string dir = FreshDir("writer_abandoned");
+  std::ofstream(dir + "/tokens.u16") << "old";
+  {
+    absl::StatusOr<FileInDirectoryWriter> w = FileInDirectoryWriter::Create(dir, "tokens.u16");
+    ASSERT_TRUE(w.ok()) << w.status();
+    ASSERT_TRUE(w->Append(std::string(5 << 20, 'n')).ok());
+    FileInDirectoryWriter moved = *std::move(w);  // the temporary follows the move
+    ASSERT_TRUE(moved.Append("more").ok());
+  }
+  EXPECT_EQ(Slurp(dir + "/tokens.u16"), "old");
+  int entries = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++entries;
+  EXPECT_EQ(entries, 1);
+  EXPECT_EQ(FileInDirectoryWriter::Create(dir, "a/b").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(MakeDirectories, CreatesWithMode0750AndRefusesAFileInTheWay) {
   const std::string dir = FreshDir("mkdir");
   const mode_t old = ::umask(0);

@@ -9,7 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/common/safe_files.h"
-#include "engine/data/jsonl_corpus.h"
+#include "engine/data/text_document_stream.h"
 
 namespace megatrain::engine {
 
@@ -40,29 +40,13 @@ namespace {
 absl::StatusOr<std::vector<std::string>> LoadDocuments(const std::vector<std::string>& paths,
                                                        bool jsonl_by_extension,
                                                        const InputFiles* inputs) {
-  absl::StatusOr<std::vector<std::string>> expanded = ExpandCorpusFiles(paths);
-  if (!expanded.ok()) return expanded.status();
   std::vector<std::string> docs;
-  for (const std::string& f : *expanded) {
-    if (jsonl_by_extension && absl::EndsWith(f, ".jsonl")) {
-      absl::StatusOr<std::vector<std::string>> lines = LoadJsonlDocuments(f, inputs);
-      if (!lines.ok()) return lines.status();
-      for (std::string& d : *lines) docs.push_back(std::move(d));
-      continue;
-    }
-    // A regular file only: a FIFO or device would block or never end (issue 16, point 3).
-    absl::StatusOr<std::string> text = ReadInputFile(inputs, f);
-    if (!text.ok()) {
-      return absl::Status(text.status().code() == absl::StatusCode::kInvalidArgument
-                              ? absl::StatusCode::kInvalidArgument
-                              : absl::StatusCode::kPermissionDenied,
-                          absl::StrCat("cannot read text file: ", text.status().message()));
-    }
-    for (std::string& d : SplitFortunes(*text)) docs.push_back(std::move(d));
-  }
-  if (docs.empty()) {
-    return absl::InvalidArgumentError("text files contain no documents");
-  }
+  absl::StatusOr<uint64_t> count = ForEachTextDocument(
+      paths, TextDocumentOptions{jsonl_by_extension, inputs}, [&docs](std::string_view d) {
+        docs.emplace_back(d);
+        return absl::OkStatus();
+      });
+  if (!count.ok()) return count.status();
   return docs;
 }
 

@@ -1,7 +1,7 @@
 // megatrain_tokenize: turns text/JSONL corpora into one raw token file with
 // the byte tokenizer or a SentencePiece model, exactly as training on the
 // text would tokenize it (documents in order, each followed by the
-// end-of-document id). A separate process so the daemon never loads
+// end-of-document id), streaming: memory holds one document, not the corpus. A separate process so the daemon never loads
 // SentencePiece, whose bundled protobuf clashes with the system one.
 // Prints one JSON line {tokens, documents, vocab_size, end_of_document,
 // format, out, output_version}. Exit: 0 written, 1 failed (reason on stderr), 2 usage.
@@ -20,7 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "engine/common/input_files.h"
 #include "engine/common/safe_files.h"
-#include "engine/data/text_corpus.h"
+#include "engine/data/text_document_stream.h"
 #include "engine/data/text_tokenizer.h"
 #include "engine/data/tokenize_version.h"
 
@@ -39,25 +39,63 @@ ABSL_FLAG(int, tokenizer_fd, -1,
 namespace megatrain::engine {
 namespace {
 
-absl::Status WriteTokens(const std::vector<int32_t>& tokens, bool u16, const std::string& out) {
-  // Written under a fresh random name with O_EXCL|O_NOFOLLOW and renamed over `out`, so a
-  // symlink planted in the (possibly group-writable) output directory is never followed.
+// Tokens appended to a FileInDirectoryWriter as u16 or u32, one document at a time.
+class TokenSink {
+ public:
+  TokenSink(FileInDirectoryWriter writer, bool u16) : writer_(std::move(writer)), u16_(u16) {}
+  absl::Status Append(const std::vector<int32_t>& tokens) {
+    count_ += tokens.size();
+    if (!u16_) {
+      return writer_.Append(std::string_view(reinterpret_cast<const char*>(tokens.data()),
+                                             tokens.size() * sizeof(int32_t)));
+    }
+    narrow_.assign(tokens.begin(), tokens.end());
+    return writer_.Append(std::string_view(reinterpret_cast<const char*>(narrow_.data()),
+                                           narrow_.size() * sizeof(uint16_t)));
+  }
+  absl::Status Commit() { return writer_.Commit(); }
+  uint64_t count() const { return count_; }
+
+ private:
+  FileInDirectoryWriter writer_;
+  bool u16_;
+  std::vector<uint16_t> narrow_;
+  uint64_t count_ = 0;
+};
+
+// Streams the corpus into `out`: documents one at a time, each encoded and followed by the
+// end-of-document id, so memory holds one document and its tokens, never the corpus. The file
+// is written under a fresh random name with O_EXCL|O_NOFOLLOW and renamed over `out` at the
+// end, so a symlink planted in the (possibly group-writable) output directory is never
+// followed and a failed run leaves no partial file.
+absl::StatusOr<uint64_t> StreamTokens(const std::vector<std::string>& inputs,
+                                      const InputFiles* read_from, const TextTokenizer& tokenizer,
+                                      bool u16, const std::string& out, uint64_t* token_count) {
   const size_t slash = out.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : out.substr(0, slash);
   const std::string name = slash == std::string::npos ? out : out.substr(slash + 1);
-  absl::Status s;
-  if (u16) {
-    std::vector<uint16_t> narrow(tokens.begin(), tokens.end());
-    s = WriteFileInDirectory(dir, name,
-                             std::string_view(reinterpret_cast<const char*>(narrow.data()),
-                                              narrow.size() * sizeof(uint16_t)));
-  } else {
-    s = WriteFileInDirectory(dir, name,
-                             std::string_view(reinterpret_cast<const char*>(tokens.data()),
-                                              tokens.size() * sizeof(int32_t)));
+  absl::StatusOr<FileInDirectoryWriter> writer = FileInDirectoryWriter::Create(dir, name);
+  if (!writer.ok()) {
+    return absl::DataLossError(absl::StrCat("cannot write ", out, ": ", writer.status().message()));
   }
-  if (!s.ok()) return absl::DataLossError(absl::StrCat("cannot write ", out, ": ", s.message()));
-  return absl::OkStatus();
+  TokenSink sink(*std::move(writer), u16);
+  std::vector<int32_t> tokens;
+  absl::StatusOr<uint64_t> documents = ForEachTextDocument(
+      inputs, TextDocumentOptions{/*jsonl_by_extension=*/true, read_from},
+      [&](std::string_view document) {
+        tokens.clear();
+        if (absl::Status s = tokenizer.Encode(document, &tokens); !s.ok()) return s;
+        tokens.push_back(tokenizer.end_of_document());
+        absl::Status s = sink.Append(tokens);
+        if (!s.ok()) return absl::DataLossError(absl::StrCat("cannot write ", out, ": ", s.message()));
+        return absl::OkStatus();
+      });
+  if (!documents.ok()) return documents.status();
+  if (absl::Status s = sink.Commit(); !s.ok()) {
+    return absl::DataLossError(absl::StrCat("cannot write ", out, ": ", s.message()));
+  }
+  *token_count = sink.count();
+  return documents;
 }
 
 int Run(const std::vector<std::string>& inputs) {
@@ -92,13 +130,9 @@ int Run(const std::vector<std::string>& inputs) {
   const InputFiles* read_from = from_fds ? &held : nullptr;
   absl::StatusOr<std::unique_ptr<TextTokenizer>> tokenizer =
       CreateTextTokenizer(absl::GetFlag(FLAGS_tokenizer), read_from);
-  absl::StatusOr<std::vector<std::string>> documents =
-      tokenizer.ok() ? LoadTextDocuments(inputs, read_from) : tokenizer.status();
-  absl::StatusOr<std::vector<int32_t>> tokens =
-      documents.ok() ? TokenizeDocuments(*documents, **tokenizer) : documents.status();
-  if (!tokens.ok()) {
+  if (!tokenizer.ok()) {
     std::fprintf(stderr, "megatrain_tokenize: %s\n",
-                 std::string(tokens.status().message()).c_str());
+                 std::string(tokenizer.status().message()).c_str());
     return 1;
   }
   const int vocab = (*tokenizer)->vocab_size();
@@ -107,13 +141,17 @@ int Run(const std::vector<std::string>& inputs) {
     std::fprintf(stderr, "megatrain_tokenize: --format=u16 cannot hold vocab_size=%d\n", vocab);
     return 1;
   }
-  if (absl::Status s = WriteTokens(*tokens, u16, out); !s.ok()) {
-    std::fprintf(stderr, "megatrain_tokenize: %s\n", std::string(s.message()).c_str());
+  uint64_t token_count = 0;
+  absl::StatusOr<uint64_t> documents =
+      StreamTokens(inputs, read_from, **tokenizer, u16, out, &token_count);
+  if (!documents.ok()) {
+    std::fprintf(stderr, "megatrain_tokenize: %s\n",
+                 std::string(documents.status().message()).c_str());
     return 1;
   }
   nlohmann::ordered_json report;  // a JSON writer: `out` may hold quotes or backslashes
-  report["tokens"] = tokens->size();
-  report["documents"] = documents->size();
+  report["tokens"] = token_count;
+  report["documents"] = *documents;
   report["vocab_size"] = vocab;
   report["end_of_document"] = (*tokenizer)->end_of_document();
   report["format"] = u16 ? "u16" : "u32";

@@ -37,7 +37,7 @@ std::string FirstDifferentKey(const std::string& a, const std::string& b) {
 // The files whose contents the run's tokens depend on: the corpus as training lists it (or the
 // token files), and a SentencePiece model, which would silently change every token.
 absl::StatusOr<std::vector<std::string>> DataAndTokenizerFiles(const TrainingRunOptions& options) {
-  if (!options.token_files.empty()) return options.token_files;
+  if (!RunDataIsText(options)) return options.token_files;
   absl::StatusOr<std::vector<std::string>> files = ExpandCorpusFiles(options.text_paths);
   if (!files.ok()) return files.status();
   if (options.tokenizer != "bytes") files->push_back(options.tokenizer);
@@ -63,7 +63,7 @@ absl::StatusOr<std::shared_ptr<const provenance::ProvenanceContext>> MakeProvena
       l.inputs = *std::move(base);
     }
     for (const std::string& f : data_and_tokenizer_files) {
-      const bool tokenizer = options.token_files.empty() && f == options.tokenizer;
+      const bool tokenizer = RunDataIsText(options) && f == options.tokenizer;
       absl::StatusOr<std::vector<provenance::InputFile>> hashed = provenance::HashInputs(
           tokenizer ? provenance::kRoleTokenizer : provenance::kRoleData, {f});
       if (!hashed.ok()) return hashed.status();

@@ -12,9 +12,10 @@
 namespace megatrain::engine {
 namespace {
 
-double UnigramEntropy(const std::vector<int32_t>& tokens, size_t count, int vocab) {
+// Of the first `count` tokens; read one at a time, so a token file is never copied.
+double UnigramEntropy(const TokenSource& tokens, size_t count, int vocab) {
   std::vector<double> counts(static_cast<size_t>(vocab), 0.0);
-  for (size_t i = 0; i < count; ++i) counts[tokens[i]] += 1;
+  for (size_t i = 0; i < count; ++i) counts[static_cast<size_t>(tokens.at(i))] += 1;
   double h = 0;
   for (double c : counts) {
     if (c > 0) {
@@ -66,20 +67,23 @@ absl::StatusOr<TrainingData> PrepareTrainingData(const ModelConfig& config,
                                                  const TrainingRunOptions& options) {
   std::shared_ptr<const TokenSource> source;
   size_t documents = 0;
-  double entropy = 0;
   if (!options.token_files.empty()) {
     absl::StatusOr<std::shared_ptr<const TokenSource>> files = OpenTokenFiles(config, options);
     if (!files.ok()) return files.status();
     source = *std::move(files);
+    documents = static_cast<size_t>(options.tokenized_text_documents.value_or(0));
   } else {
     absl::StatusOr<TokenizedText> text = TokenizeText(config, options);
     if (!text.ok()) return text.status();
     documents = text->documents;
-    // The bar to beat: the entropy of the training part's unigram distribution.
-    const size_t train_tokens = static_cast<size_t>(static_cast<double>(text->tokens.size()) *
-                                                    (1.0 - options.validation_fraction));
-    entropy = UnigramEntropy(text->tokens, train_tokens, static_cast<int>(config.vocab_size));
     source = std::make_shared<VectorTokens>(std::move(text->tokens));
+  }
+  double entropy = 0;
+  if (RunDataIsText(options)) {
+    // The bar to beat: the entropy of the training part's unigram distribution.
+    const size_t train_tokens = static_cast<size_t>(static_cast<double>(source->size()) *
+                                                    (1.0 - options.validation_fraction));
+    entropy = UnigramEntropy(*source, train_tokens, static_cast<int>(config.vocab_size));
   }
   absl::StatusOr<TokenWindows> windows = TokenWindows::Create(
       source, options.trainer.seq_len, options.validation_fraction, options.seed);

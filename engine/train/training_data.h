@@ -18,8 +18,8 @@ namespace megatrain::engine {
 struct TrainingData {
   std::shared_ptr<const TokenSource> source;
   TokenWindows windows;
-  size_t documents = 0;              // text only; 0 for token files
-  double unigram_entropy_nats = 0;   // of the training part of a text corpus; 0 for token files
+  size_t documents = 0;              // of text (in memory or tokenized by a daemon); 0 for token files
+  double unigram_entropy_nats = 0;   // of the training part of a text corpus (RunDataIsText); else 0
 };
 
 // Opens the job's token files (ids checked against the model's vocabulary) or tokenizes its

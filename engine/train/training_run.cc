@@ -76,13 +76,14 @@ double Median(std::vector<double> values) {
 
 std::string TrainingJobJson(const TrainingRunOptions& o) {
   const TrainerOptions& t = o.trainer;
+  const bool text = RunDataIsText(o);
   nlohmann::json j = {
       {"kind", "text"},
       {"init_from_hf_dir", o.init_from_hf_dir},
-      {"text_paths", o.token_files.empty() ? o.text_paths : std::vector<std::string>()},
-      {"token_files", o.token_files},
-      {"token_format", o.token_files.empty() ? "" : o.token_format},
-      {"tokenizer", o.token_files.empty() ? o.tokenizer : ""},
+      {"text_paths", text ? o.text_paths : std::vector<std::string>()},
+      {"token_files", text ? std::vector<std::string>() : o.token_files},
+      {"token_format", text ? "" : o.token_format},
+      {"tokenizer", text ? o.tokenizer : ""},
       {"steps", o.steps},
       {"grad_accumulation", o.grad_accumulation},
       {"validation_fraction", o.validation_fraction},

@@ -35,6 +35,11 @@ struct TrainingRunOptions {
   // as one stream, memory-mapped; token_format is "u16", "u32" or "llmc".
   std::vector<std::string> token_files;
   std::string token_format = "u16";
+  // Set when a daemon's tokenizer process turned text_paths (byte tokenizer) into token_files
+  // (issue 16, point 6): the documents it counted. The run reads the token files; everything
+  // else is the text's, as when text is tokenized in memory: the job's identity (its JSON and
+  // the data checksums, so checkpoints written either way resume) and the corpus statistics.
+  std::optional<uint64_t> tokenized_text_documents;
   TrainerOptions trainer;
   // A Hugging Face model directory (config.json + safetensors) whose weights
   // start the run instead of a random initialisation; the caller passes its
@@ -75,6 +80,12 @@ struct TrainingRunOptions {
   // runner keeps the set alive for the whole run. Null (CLI tools) reads by path.
   const InputFiles* inputs = nullptr;
 };
+
+// Whether the run's data is identified as text (text_paths + tokenizer), tokenized in memory
+// or by a daemon's tokenizer process, rather than as token files.
+inline bool RunDataIsText(const TrainingRunOptions& o) {
+  return o.token_files.empty() || o.tokenized_text_documents.has_value();
+}
 
 // The settings that determine the run's results, as a JSON object (sorted
 // keys): stored in each checkpoint and compared on resume.

@@ -5,6 +5,8 @@ set -euo pipefail
 RUNFILES="${TEST_SRCDIR:-$PWD/..}/megatrain"
 MEGATRAIND="$RUNFILES/server/megatraind"
 MEGATRAIN="$RUNFILES/client/megatrain"
+# Installed beside megatraind in production; here passed by path (a test may override it).
+TOKENIZE="$RUNFILES/engine/data/megatrain_tokenize"
 WORK="$(mktemp -d "${TEST_TMPDIR:-/tmp}/daemon.XXXXXX")"
 # Unix socket addresses hold ~108 bytes: the socket lives in a short private directory.
 SOCKDIR="$(mktemp -d /tmp/mt-sock.XXXXXX)"
@@ -32,7 +34,7 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 start_daemon() {
   "$MEGATRAIND" --state_dir="$WORK/state" --socket_path="$SOCKET" \
     --data_roots="$WORK/data" --output_roots="$WORK/out" --device_arena_bytes=67108864 \
-    --shutdown_timeout_seconds=30 "$@" 2>> "$WORK/daemon.log" &
+    --shutdown_timeout_seconds=30 --tokenize_binary="$TOKENIZE" "$@" 2>> "$WORK/daemon.log" &
   DAEMON_PID=$!
   cli --wait_seconds=20 daemon-status > /dev/null || fail "daemon did not come up"
 }

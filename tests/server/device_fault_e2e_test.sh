@@ -11,9 +11,11 @@
 source "$(dirname "$0")/daemon_test_lib.sh"
 
 port=$(free_port)
-# The gate: a stand-in for megatrain_tokenize that only waits (the daemon kills it on cancel).
-cat > "$WORK/gate_tokenizer.sh" <<'SH'
+# The gate: a stand-in for megatrain_tokenize that waits on the gate job's SentencePiece model
+# (the daemon kills it on cancel) and runs the real tool for the byte-tokenizer jobs.
+cat > "$WORK/gate_tokenizer.sh" <<SH
 #!/bin/sh
+case " \$* " in *" --tokenizer=bytes "*) exec "$TOKENIZE" "\$@" ;; esac
 exec sleep 600
 SH
 chmod +x "$WORK/gate_tokenizer.sh"

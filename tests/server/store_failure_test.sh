@@ -53,6 +53,8 @@ jq -e '.chain_ok == true' "$WORK/audit.json" > /dev/null || fail "chain broken: 
 jq -e '[.entries[].kind] | index("stopped_store_failed") != null' "$WORK/audit.json" > /dev/null ||
   fail "the stop's audit row is missing: $(jq -c '[.entries[].kind]' "$WORK/audit.json")"
 cli daemon-status --json | jq -e '.healthy == true' > /dev/null || fail "unhealthy after restart"
-cli cancel "$running" > /dev/null || fail "cancel"
+# The hold was at step 3 only: the resumed job runs on and may have ended by now, whatever the
+# machine's speed; either it is cancelled or it succeeded.
+cli cancel "$running" > /dev/null || state_is "$running" SUCCEEDED || fail "cancel"
 stop_daemon
 echo PASS

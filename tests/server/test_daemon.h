@@ -130,12 +130,13 @@ class TestDaemon {
     return job;
   }
 
-  // Stops the daemon (a clean shutdown) and starts it again on the same state directory.
-  void Restart() {
+  // Stops the daemon (a clean shutdown) and starts it again on the same state directory (with
+  // `engine` as Start takes it).
+  void Restart(JobEngine* engine = nullptr) {
     stub_.reset();
     channel_.reset();
     daemon_.reset();
-    Start();
+    Start(engine);
   }
   std::shared_ptr<grpc::Channel> channel() const { return channel_; }
 
