@@ -152,10 +152,11 @@ absl::Status ValidateTokenFiles(const v1::DataSource& data, const PathPolicy& pa
   absl::StatusOr<engine::TokenFiles> files =
       engine::TokenFiles::Open(job.options.token_files, *format);
   if (!files.ok()) return Invalid("data.token_files", files.status().message());
-  const int32_t max_token = files->MaxToken();
-  if (max_token >= job.model.vocab_size) {
+  absl::StatusOr<int32_t> max_token = files->MaxToken();
+  if (!max_token.ok()) return Invalid("data.token_files", max_token.status().message());
+  if (*max_token >= job.model.vocab_size) {
     return Invalid("data.token_files",
-                   absl::StrCat("hold token id ", max_token, ", outside the model's vocab_size ",
+                   absl::StrCat("hold token id ", *max_token, ", outside the model's vocab_size ",
                                 job.model.vocab_size));
   }
   job.options.token_format = format_name;

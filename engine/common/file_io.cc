@@ -81,4 +81,23 @@ absl::StatusOr<std::string> PreadAll(int fd, absl::string_view path, uint64_t ma
   return ReadToEnd(fd, path, max_bytes, 0);
 }
 
+absl::Status PreadExactly(int fd, uint64_t offset, void* out, size_t n, absl::string_view path) {
+  uint8_t* bytes = static_cast<uint8_t*>(out);
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::pread(fd, bytes + got, n - got, static_cast<off_t>(offset + got));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(errno, absl::StrCat(path, ": read at byte ", offset + got));
+    }
+    if (r == 0) {
+      return absl::DataLossError(absl::StrCat(path, ": ends at byte ", offset + got,
+                                              ", before the ", n, " bytes at ", offset,
+                                              " (truncated while being read)"));
+    }
+    got += static_cast<size_t>(r);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace megatrain::engine

@@ -32,5 +32,8 @@ absl::StatusOr<std::string> ReadAll(int fd, absl::string_view path, uint64_t max
 // The same from offset 0 with pread: the descriptor's offset is neither used nor moved, so
 // several readers of one descriptor do not disturb each other.
 absl::StatusOr<std::string> PreadAll(int fd, absl::string_view path, uint64_t max_bytes);
+// Exactly `n` bytes at `offset` (pread, retrying EINTR and short reads); DATA_LOSS naming `path`
+// and the offsets when the file ends first (it was truncated after it was checked).
+absl::Status PreadExactly(int fd, uint64_t offset, void* out, size_t n, absl::string_view path);
 
 }  // namespace megatrain::engine

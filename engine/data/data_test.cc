@@ -39,7 +39,7 @@ std::vector<int32_t> Iota(int n) {
 TEST(TokenWindowsTest, TargetsAreInputsShiftedByOne) {
   auto w = TokenWindows::Create(Iota(1000), 7, 0.1, 42);
   ASSERT_TRUE(w.ok()) << w.status();
-  const WindowBatch b = w->NextTrainBatch(3);
+  const WindowBatch b = *w->NextTrainBatch(3);
   for (int r = 0; r < 3; ++r) {
     for (int t = 0; t < 7; ++t) {
       EXPECT_EQ(b.targets[r * 7 + t], b.inputs[r * 7 + t] + 1);
@@ -54,8 +54,8 @@ TEST(TokenWindowsTest, EpochVisitsEveryWindowOnceAndShuffleIsDeterministic) {
   const size_t n = a->train_windows();
   std::set<int32_t> firsts;
   for (size_t i = 0; i < n; ++i) {
-    const WindowBatch x = a->NextTrainBatch(1);
-    const WindowBatch y = b->NextTrainBatch(1);
+    const WindowBatch x = *a->NextTrainBatch(1);
+    const WindowBatch y = *b->NextTrainBatch(1);
     EXPECT_EQ(x.inputs, y.inputs);
     firsts.insert(x.inputs[0]);
     EXPECT_LT(x.inputs[0] + 10, 801);  // never reads into the validation split
@@ -66,11 +66,11 @@ TEST(TokenWindowsTest, EpochVisitsEveryWindowOnceAndShuffleIsDeterministic) {
 TEST(TokenWindowsTest, CursorRestoresTheSameStream) {
   auto a = TokenWindows::Create(Iota(5000), 16, 0.1, 3);
   ASSERT_TRUE(a.ok());
-  for (int i = 0; i < 40; ++i) a->NextTrainBatch(5);
+  for (int i = 0; i < 40; ++i) ASSERT_TRUE(a->NextTrainBatch(5).ok());
   auto b = TokenWindows::Create(Iota(5000), 16, 0.1, 3);
   ASSERT_TRUE(b.ok());
   b->set_cursor(a->cursor());
-  EXPECT_EQ(a->NextTrainBatch(4).inputs, b->NextTrainBatch(4).inputs);
+  EXPECT_EQ(a->NextTrainBatch(4)->inputs, b->NextTrainBatch(4)->inputs);
 }
 
 TEST(TokenWindowsTest, RejectsBadArgumentsNamingTheField) {

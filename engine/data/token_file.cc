@@ -1,11 +1,14 @@
-// Token files, read into memory (see token_file.h).
+// Token files, read on demand (see token_file.h).
 #include "engine/data/token_file.h"
+
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "engine/common/file_io.h"
 #include "engine/common/safe_files.h"
 
 namespace megatrain::engine {
@@ -18,21 +21,41 @@ absl::StatusOr<TokenFileFormat> ParseTokenFileFormat(std::string_view name) {
       absl::StrCat("token_format=\"", std::string(name), "\" is not u16, u32 or llmc"));
 }
 
+namespace {
+
+constexpr size_t kChunkTokens = size_t{1} << 20;
+
+// Ids above INT32_MAX cannot be valid for any vocabulary; clamped, they still fail the
+// vocabulary check (MaxToken) instead of turning negative.
+int32_t Clamped(uint32_t t) {
+  return t > static_cast<uint32_t>(INT32_MAX) ? INT32_MAX : static_cast<int32_t>(t);
+}
+
+}  // namespace
+
 absl::StatusOr<TokenFile> TokenFile::Open(const std::string& path, TokenFileFormat format,
                                           const InputFiles* inputs) {
-  // Read, not mapped: a file truncated by its owner while a job uses it would turn a mapped
-  // access into SIGBUS and take the daemon down (issue 16, point 4). A regular file only: a FIFO
-  // would block the caller (the request thread at submit, the runner at run).
-  absl::StatusOr<std::string> bytes = ReadInputFile(inputs, path);
-  if (!bytes.ok()) {
-    if (bytes.status().code() == absl::StatusCode::kInvalidArgument) return bytes.status();
-    return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", bytes.status().message()));
+  // Read on demand, not mapped: a file truncated by its owner while a job uses it would turn a
+  // mapped access into SIGBUS and take the daemon down (issue 16, point 4). A regular file only:
+  // a FIFO would block the caller (the request thread at submit, the runner at run).
+  absl::StatusOr<UniqueFd> fd =
+      inputs != nullptr ? inputs->Duplicate(path) : OpenRegularFileForRead(path);
+  if (!fd.ok()) {
+    if (fd.status().code() == absl::StatusCode::kInvalidArgument) return fd.status();
+    return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", fd.status().message()));
+  }
+  struct stat st;
+  if (::fstat(fd->get(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat(path, ": cannot stat: ", std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat("'", path, "' is ", FileTypeName(st.st_mode),
+                                                   ", not a regular file"));
   }
   TokenFile f;
   f.path_ = path;
-  f.bytes_ = *std::move(bytes);
-  const uint8_t* data = reinterpret_cast<const uint8_t*>(f.bytes_.data());
-  const size_t size = f.bytes_.size();
+  f.fd_ = *std::move(fd);
+  const size_t size = static_cast<size_t>(st.st_size);
   size_t header = 0;
   if (format == TokenFileFormat::kLlmc) {
     header = kLlmcHeaderInts * sizeof(int32_t);
@@ -41,7 +64,7 @@ absl::StatusOr<TokenFile> TokenFile::Open(const std::string& path, TokenFileForm
           path, ": ", size, " bytes, shorter than the llm.c header (", header, ")"));
     }
     int32_t h[3];
-    std::memcpy(h, data, sizeof(h));
+    if (absl::Status s = PreadExactly(f.fd_.get(), 0, h, sizeof(h), path); !s.ok()) return s;
     if (h[0] != kLlmcMagic) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": llm.c magic ", h[0], " is not ", kLlmcMagic));
@@ -68,18 +91,31 @@ absl::StatusOr<TokenFile> TokenFile::Open(const std::string& path, TokenFileForm
   return f;
 }
 
-int32_t TokenFile::at(size_t index) const {
-  const uint8_t* tokens_ = reinterpret_cast<const uint8_t*>(bytes_.data()) + header_;
-  if (width_ == 2) {
-    uint16_t t;
-    std::memcpy(&t, tokens_ + index * 2, 2);  // little-endian host
-    return t;
+absl::Status TokenFile::Read(size_t start, size_t count, int32_t* out) const {
+  if (start > count_ || count > count_ - start) {
+    return absl::OutOfRangeError(absl::StrCat(path_, ": tokens [", start, ", ", start + count,
+                                              ") outside its ", count_));
   }
-  uint32_t t;
-  std::memcpy(&t, tokens_ + index * 4, 4);
-  // Ids above INT32_MAX cannot be valid for any vocabulary; clamped, they
-  // still fail the vocabulary check (MaxToken) instead of turning negative.
-  return t > static_cast<uint32_t>(INT32_MAX) ? INT32_MAX : static_cast<int32_t>(t);
+  const uint64_t offset = header_ + static_cast<uint64_t>(start) * width_;
+  // Read into the output's own bytes, then widened in place from the back (u16 -> int32).
+  uint8_t* data = reinterpret_cast<uint8_t*>(out);
+  if (absl::Status s = PreadExactly(fd_.get(), offset, data, count * width_, path_); !s.ok()) {
+    return s;
+  }
+  if (width_ == 2) {
+    for (size_t i = count; i-- > 0;) {
+      uint16_t t;
+      std::memcpy(&t, data + i * 2, 2);  // little-endian host
+      out[i] = t;
+    }
+    return absl::OkStatus();
+  }
+  for (size_t i = 0; i < count; ++i) {
+    uint32_t t;
+    std::memcpy(&t, data + i * 4, 4);
+    out[i] = Clamped(t);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<TokenFiles> TokenFiles::Open(const std::vector<std::string>& paths,
@@ -96,19 +132,53 @@ absl::StatusOr<TokenFiles> TokenFiles::Open(const std::vector<std::string>& path
   return out;
 }
 
-int32_t TokenFiles::at(size_t index) const {
-  const size_t file = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), index) -
-                                          starts_.begin()) -
-                      1;
-  return files_[file].at(index - starts_[file]);
+absl::Status TokenFiles::Read(size_t start, size_t count, int32_t* out) const {
+  if (start > total_ || count > total_ - start) {
+    return absl::OutOfRangeError(
+        absl::StrCat("tokens [", start, ", ", start + count, ") outside ", total_));
+  }
+  size_t file = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), start) -
+                                    starts_.begin()) -
+                1;
+  while (count > 0) {
+    const size_t local = start - starts_[file];
+    const size_t n = std::min(count, files_[file].size() - local);
+    if (n > 0) {
+      if (absl::Status s = files_[file].Read(local, n, out); !s.ok()) return s;
+    }
+    start += n;
+    count -= n;
+    out += n;
+    ++file;
+  }
+  return absl::OkStatus();
 }
 
-int32_t TokenFiles::MaxToken() const {
+absl::StatusOr<int32_t> TokenFiles::MaxToken() const {
   int32_t best = -1;
-  for (const TokenFile& f : files_) {
-    for (size_t i = 0; i < f.size(); ++i) best = std::max(best, f.at(i));
+  std::vector<int32_t> chunk;
+  for (size_t start = 0; start < total_; start += kChunkTokens) {
+    const size_t n = std::min(kChunkTokens, total_ - start);
+    chunk.resize(n);
+    if (absl::Status s = Read(start, n, chunk.data()); !s.ok()) return s;
+    best = std::max(best, *std::max_element(chunk.begin(), chunk.end()));
   }
   return best;
+}
+
+absl::Status VectorTokens::Read(size_t start, size_t count, int32_t* out) const {
+  if (start > tokens_.size() || count > tokens_.size() - start) {
+    return absl::OutOfRangeError(
+        absl::StrCat("tokens [", start, ", ", start + count, ") outside ", tokens_.size()));
+  }
+  std::copy_n(tokens_.begin() + static_cast<std::ptrdiff_t>(start), count, out);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int32_t>> ReadAllTokens(const TokenSource& source) {
+  std::vector<int32_t> all(source.size());
+  if (absl::Status s = source.Read(0, all.size(), all.data()); !s.ok()) return s;
+  return all;
 }
 
 }  // namespace megatrain::engine

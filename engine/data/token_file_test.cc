@@ -55,7 +55,15 @@ TEST(TokenFileTest, ReadsRawAndLlmcFormats) {
     auto f = TokenFile::Open(c.path, c.format);
     ASSERT_TRUE(f.ok()) << f.status();
     ASSERT_EQ(f->size(), c.want.size()) << c.path;
-    for (size_t i = 0; i < c.want.size(); ++i) EXPECT_EQ(f->at(i), c.want[i]) << c.path;
+    std::vector<int32_t> read(c.want.size());
+    ASSERT_TRUE(f->Read(0, read.size(), read.data()).ok()) << c.path;
+    EXPECT_EQ(read, c.want) << c.path;
+    // Any range, including an empty one at the end.
+    ASSERT_TRUE(f->Read(1, 2, read.data()).ok());
+    EXPECT_EQ(read[0], c.want[1]);
+    EXPECT_EQ(read[1], c.want[2]);
+    EXPECT_TRUE(f->Read(c.want.size(), 0, read.data()).ok());
+    EXPECT_EQ(f->Read(c.want.size() - 1, 2, read.data()).code(), absl::StatusCode::kOutOfRange);
   }
   EXPECT_EQ(*ParseTokenFileFormat("llmc"), TokenFileFormat::kLlmc);
   EXPECT_FALSE(ParseTokenFileFormat("u8").ok());
@@ -97,15 +105,43 @@ TEST(TokenFileTest, RefusesMalformedFilesNamingThem) {
 
 // Issue 16, point 4: the file's owner truncates it while a job reads it. A mapped file would
 // raise SIGBUS on the next access and kill the daemon; the tokens read at open stay valid.
-TEST(TokenFileTest, TruncationWhileInUseNeverFaults) {
+// A file truncated while in use (its owner's doing) fails the read that meets the cut, naming the
+// file and the offset: never SIGBUS, never tokens that were not in the file.
+TEST(TokenFileTest, TruncationWhileInUseFailsTheReadNamingTheFile) {
   std::vector<uint16_t> tokens(1 << 16);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(i * 7);
   const std::string path = WriteTokens("truncated.u16", tokens, 0);
-  absl::StatusOr<TokenFile> f = TokenFile::Open(path, TokenFileFormat::kUint16);
+  absl::StatusOr<TokenFiles> f = TokenFiles::Open({path}, TokenFileFormat::kUint16);
   ASSERT_TRUE(f.ok()) << f.status();
+  int32_t t = -1;
+  ASSERT_TRUE(f->Read(12345, 1, &t).ok());
+  EXPECT_EQ(t, static_cast<int32_t>(tokens[12345]));
+  ASSERT_EQ(::truncate(path.c_str(), 1000), 0);
+  EXPECT_TRUE(f->Read(100, 1, &t).ok());  // before the cut
+  const absl::Status s = f->Read(12345, 1, &t);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find(path), std::string::npos) << s;
+  EXPECT_NE(s.message().find("24690"), std::string::npos) << s;  // the offset asked for
+  EXPECT_EQ(f->MaxToken().status().code(), absl::StatusCode::kDataLoss);
+}
+
+// Windows read through a source whose file is cut short fail with the error; the cursor does not
+// move, so the failure is reported, not skipped.
+TEST(TokenFileTest, WindowsOverATruncatedFileFailAndKeepTheCursor) {
+  std::vector<uint16_t> tokens(4096);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(i % 500);
+  const std::string path = WriteTokens("cut.u16", tokens, 0);
+  auto files = TokenFiles::Open({path}, TokenFileFormat::kUint16);
+  ASSERT_TRUE(files.ok()) << files.status();
+  auto w = TokenWindows::Create(std::make_shared<TokenFiles>(std::move(*files)), 16, 0.1, 3);
+  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_TRUE(w->NextTrainBatch(2).ok());
+  const uint64_t cursor = w->cursor();
   ASSERT_EQ(::truncate(path.c_str(), 0), 0);
-  EXPECT_EQ(f->at(tokens.size() - 1), static_cast<int32_t>(tokens.back()));
-  EXPECT_EQ(f->at(12345), static_cast<int32_t>(tokens[12345]));
+  absl::StatusOr<WindowBatch> b = w->NextTrainBatch(2);
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kDataLoss) << b.status();
+  EXPECT_EQ(w->cursor(), cursor);
+  EXPECT_EQ(w->ValidationBatch(0, 1).status().code(), absl::StatusCode::kDataLoss);
 }
 
 // Issue 16, point 3: a FIFO (or device) as a token file is refused at once, never waited on.
@@ -129,16 +165,16 @@ TEST(TokenFileTest, WindowsOverConcatenatedFilesEqualWindowsOverMemory) {
                                 TokenFileFormat::kUint16);
   ASSERT_TRUE(files.ok()) << files.status();
   EXPECT_EQ(files->size(), all.size());
-  EXPECT_EQ(files->MaxToken(), 999);
+  EXPECT_EQ(*files->MaxToken(), 999);
   auto mapped = TokenWindows::Create(std::make_shared<TokenFiles>(std::move(*files)), 13, 0.1, 5);
   auto memory = TokenWindows::Create(all, 13, 0.1, 5);
   ASSERT_TRUE(mapped.ok() && memory.ok());
   for (int i = 0; i < 90; ++i) {  // past one epoch: the reshuffle is the same too
-    const WindowBatch x = mapped->NextTrainBatch(3), y = memory->NextTrainBatch(3);
+    const WindowBatch x = *mapped->NextTrainBatch(3), y = *memory->NextTrainBatch(3);
     ASSERT_EQ(x.inputs, y.inputs);
     ASSERT_EQ(x.targets, y.targets);
   }
-  EXPECT_EQ(mapped->ValidationBatch(0, 4).inputs, memory->ValidationBatch(0, 4).inputs);
+  EXPECT_EQ(mapped->ValidationBatch(0, 4)->inputs, memory->ValidationBatch(0, 4)->inputs);
 }
 
 }  // namespace

@@ -59,33 +59,42 @@ void TokenWindows::Reshuffle(uint64_t epoch) {
   shuffled_epoch_ = epoch;
 }
 
-void TokenWindows::Fill(size_t start, int row, WindowBatch* out) const {
-  for (int t = 0; t < seq_len_; ++t) {
-    out->inputs[static_cast<size_t>(row) * seq_len_ + t] = tokens_->at(start + t);
-    out->targets[static_cast<size_t>(row) * seq_len_ + t] = tokens_->at(start + t + 1);
-  }
+absl::Status TokenWindows::Fill(size_t start, int row, WindowBatch* out) const {
+  // One read of the window's seq_len + 1 tokens: inputs are the first seq_len, targets the last.
+  std::vector<int32_t> window(static_cast<size_t>(seq_len_) + 1);
+  if (absl::Status s = tokens_->Read(start, window.size(), window.data()); !s.ok()) return s;
+  const auto at = static_cast<std::ptrdiff_t>(row) * seq_len_;
+  std::copy(window.begin(), window.end() - 1, out->inputs.begin() + at);
+  std::copy(window.begin() + 1, window.end(), out->targets.begin() + at);
+  return absl::OkStatus();
 }
 
-WindowBatch TokenWindows::NextTrainBatch(int batch) {
+absl::StatusOr<WindowBatch> TokenWindows::NextTrainBatch(int batch) {
   WindowBatch out{batch, seq_len_, std::vector<int32_t>(static_cast<size_t>(batch) * seq_len_),
                   std::vector<int32_t>(static_cast<size_t>(batch) * seq_len_)};
+  uint64_t cursor = cursor_;
   for (int b = 0; b < batch; ++b) {
-    const uint64_t epoch = cursor_ / train_starts_.size();
+    const uint64_t epoch = cursor / train_starts_.size();
     Reshuffle(epoch);
-    Fill(order_[cursor_ % train_starts_.size()], b, &out);
-    ++cursor_;
+    if (absl::Status s = Fill(order_[cursor % train_starts_.size()], b, &out); !s.ok()) return s;
+    ++cursor;
   }
+  cursor_ = cursor;
   return out;
 }
 
-WindowBatch TokenWindows::ValidationBatch(int first, int batch) const {
+absl::StatusOr<WindowBatch> TokenWindows::ValidationBatch(int first, int batch) const {
   if (validation_starts_.empty()) {
     internal::DieBecause("TokenWindows::ValidationBatch without validation windows");
   }
   WindowBatch out{batch, seq_len_, std::vector<int32_t>(static_cast<size_t>(batch) * seq_len_),
                   std::vector<int32_t>(static_cast<size_t>(batch) * seq_len_)};
   for (int b = 0; b < batch; ++b) {
-    Fill(validation_starts_[(static_cast<size_t>(first) + b) % validation_starts_.size()], b, &out);
+    if (absl::Status s = Fill(
+            validation_starts_[(static_cast<size_t>(first) + b) % validation_starts_.size()], b, &out);
+        !s.ok()) {
+      return s;
+    }
   }
   return out;
 }

@@ -30,11 +30,12 @@ class TokenWindows {
                                              double validation_fraction, uint64_t seed);
 
   // The next `batch` training windows in shuffled order; the order is
-  // reshuffled (with the epoch number folded into the seed) at each epoch.
-  WindowBatch NextTrainBatch(int batch);
+  // reshuffled (with the epoch number folded into the seed) at each epoch. A token file cut
+  // short under the run fails the read (DATA_LOSS naming it); the cursor then stays where it was.
+  absl::StatusOr<WindowBatch> NextTrainBatch(int batch);
 
   // Validation windows [first, first + batch), wrapping around; needs validation_windows() > 0.
-  WindowBatch ValidationBatch(int first, int batch) const;
+  absl::StatusOr<WindowBatch> ValidationBatch(int first, int batch) const;
 
   size_t train_windows() const { return train_starts_.size(); }
   size_t validation_windows() const { return validation_starts_.size(); }
@@ -44,7 +45,7 @@ class TokenWindows {
  private:
   TokenWindows() = default;
   void Reshuffle(uint64_t epoch);
-  void Fill(size_t start, int row, WindowBatch* out) const;
+  absl::Status Fill(size_t start, int row, WindowBatch* out) const;
 
   std::shared_ptr<const TokenSource> tokens_;
   int seq_len_ = 0;

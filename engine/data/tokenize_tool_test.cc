@@ -55,7 +55,9 @@ void ExpectSameTokens(const std::string& tokenizer, const std::string& format,
   auto file = TokenFile::Open(out, read_as);
   ASSERT_TRUE(file.ok()) << file.status();
   ASSERT_EQ(file->size(), expected->size());
-  for (size_t i = 0; i < expected->size(); ++i) ASSERT_EQ(file->at(i), (*expected)[i]) << i;
+  std::vector<int32_t> read(file->size());
+  ASSERT_TRUE(file->Read(0, read.size(), read.data()).ok());
+  EXPECT_EQ(read, *expected);
 }
 
 TEST(TokenizeToolTest, BytesAsU16AndU32) {

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/common/file_io.h"
 #include "engine/common/safe_files.h"
 #include "engine/common/strict_json.h"
 
@@ -29,28 +30,6 @@ std::optional<uint64_t> AsSize(const Json& v) {
   if (v.is_number_integer() && v.get<int64_t>() >= 0)
     return static_cast<uint64_t>(v.get<int64_t>());
   return std::nullopt;
-}
-
-// `n` bytes at `offset`; DATA_LOSS when the file ends first (it was truncated after it was
-// checked).
-absl::Status PreadExactly(int fd, uint64_t offset, uint8_t* out, size_t n,
-                          const std::string& path) {
-  size_t got = 0;
-  while (got < n) {
-    const ssize_t r = ::pread(fd, out + got, n - got, static_cast<off_t>(offset + got));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      return absl::ErrnoToStatus(err, absl::StrCat(path, ": read: ", std::strerror(err)));
-    }
-    if (r == 0) {
-      return absl::DataLossError(absl::StrCat(path, ": ends at byte ", offset + got,
-                                              ", before the ", n, " bytes at ", offset,
-                                              " (truncated while being read)"));
-    }
-    got += static_cast<size_t>(r);
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace

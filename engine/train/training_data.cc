@@ -1,6 +1,7 @@
 // Token stream, windows and corpus statistics of a training run (see training_data.h).
 #include "engine/train/training_data.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -12,10 +13,16 @@
 namespace megatrain::engine {
 namespace {
 
-// Of the first `count` tokens; read one at a time, so a token file is never copied.
-double UnigramEntropy(const TokenSource& tokens, size_t count, int vocab) {
+// Of the first `count` tokens, read in chunks, so a token file is never held whole.
+absl::StatusOr<double> UnigramEntropy(const TokenSource& tokens, size_t count, int vocab) {
+  constexpr size_t kChunk = size_t{1} << 20;
   std::vector<double> counts(static_cast<size_t>(vocab), 0.0);
-  for (size_t i = 0; i < count; ++i) counts[static_cast<size_t>(tokens.at(i))] += 1;
+  std::vector<int32_t> chunk;
+  for (size_t start = 0; start < count; start += kChunk) {
+    chunk.resize(std::min(kChunk, count - start));
+    if (absl::Status s = tokens.Read(start, chunk.size(), chunk.data()); !s.ok()) return s;
+    for (int32_t t : chunk) counts[static_cast<size_t>(t)] += 1;
+  }
   double h = 0;
   for (double c : counts) {
     if (c > 0) {
@@ -32,9 +39,10 @@ absl::StatusOr<std::shared_ptr<const TokenSource>> OpenTokenFiles(
   if (!format.ok()) return format.status();
   absl::StatusOr<TokenFiles> files = TokenFiles::Open(options.token_files, *format, options.inputs);
   if (!files.ok()) return files.status();
-  const int32_t max_token = files->MaxToken();
-  if (max_token >= config.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat("token files hold id ", max_token,
+  absl::StatusOr<int32_t> max_token = files->MaxToken();
+  if (!max_token.ok()) return max_token.status();
+  if (*max_token >= config.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat("token files hold id ", *max_token,
                                                    ", outside vocab_size=", config.vocab_size));
   }
   return std::make_shared<TokenFiles>(std::move(*files));
@@ -83,7 +91,10 @@ absl::StatusOr<TrainingData> PrepareTrainingData(const ModelConfig& config,
     // The bar to beat: the entropy of the training part's unigram distribution.
     const size_t train_tokens = static_cast<size_t>(static_cast<double>(source->size()) *
                                                     (1.0 - options.validation_fraction));
-    entropy = UnigramEntropy(*source, train_tokens, static_cast<int>(config.vocab_size));
+    absl::StatusOr<double> h =
+        UnigramEntropy(*source, train_tokens, static_cast<int>(config.vocab_size));
+    if (!h.ok()) return h.status();
+    entropy = *h;
   }
   absl::StatusOr<TokenWindows> windows = TokenWindows::Create(
       source, options.trainer.seq_len, options.validation_fraction, options.seed);
@@ -91,10 +102,15 @@ absl::StatusOr<TrainingData> PrepareTrainingData(const ModelConfig& config,
   return TrainingData{std::move(source), *std::move(windows), documents, entropy};
 }
 
-std::vector<WindowBatch> ValidationBatches(const TokenWindows& windows, int batches, int micro) {
+absl::StatusOr<std::vector<WindowBatch>> ValidationBatches(const TokenWindows& windows,
+                                                           int batches, int micro) {
   std::vector<WindowBatch> out;
   if (windows.validation_windows() == 0) return out;
-  for (int b = 0; b < batches; ++b) out.push_back(windows.ValidationBatch(b * micro, micro));
+  for (int b = 0; b < batches; ++b) {
+    absl::StatusOr<WindowBatch> batch = windows.ValidationBatch(b * micro, micro);
+    if (!batch.ok()) return batch.status();
+    out.push_back(*std::move(batch));
+  }
   return out;
 }
 

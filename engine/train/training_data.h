@@ -28,7 +28,8 @@ absl::StatusOr<TrainingData> PrepareTrainingData(const ModelConfig& config,
                                                  const TrainingRunOptions& options);
 
 // The validation micro-batches evaluated after the steps that evaluate: `batches` of `micro`
-// windows each; none when the run holds no validation windows out.
-std::vector<WindowBatch> ValidationBatches(const TokenWindows& windows, int batches, int micro);
+// windows each; none when the run holds no validation windows out. Read errors as NextTrainBatch.
+absl::StatusOr<std::vector<WindowBatch>> ValidationBatches(const TokenWindows& windows,
+                                                           int batches, int micro);
 
 }  // namespace megatrain::engine

@@ -190,8 +190,10 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
                            result.unigram_entropy_nats),
            true);
 
-  const std::vector<WindowBatch> validation =
+  absl::StatusOr<std::vector<WindowBatch>> validation_batches =
       ValidationBatches(windows, options.eval_batches, micro);
+  if (!validation_batches.ok()) return validation_batches.status();
+  const std::vector<WindowBatch> validation = *std::move(validation_batches);
   absl::StatusOr<double> initial = Evaluate(**trainer, validation);
   if (!initial.ok()) return initial.status();
   result.initial_validation_loss = *initial;
@@ -221,7 +223,12 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
     std::vector<WindowBatch> batches;
     std::vector<const int32_t*> in, tg;
     for (int m = 0; m < options.grad_accumulation; ++m) {
-      batches.push_back(windows.NextTrainBatch(micro));
+      absl::StatusOr<WindowBatch> batch = windows.NextTrainBatch(micro);
+      if (!batch.ok()) {
+        return absl::Status(batch.status().code(), absl::StrCat("step ", step, ": training data: ",
+                                                                batch.status().message()));
+      }
+      batches.push_back(*std::move(batch));
     }
     for (const WindowBatch& b : batches) {
       in.push_back(b.inputs.data());

@@ -79,7 +79,7 @@ void Steps(TrainingRun& r, int count, int accumulation) {
   for (int s = 0; s < count; ++s) {
     std::vector<WindowBatch> batches;
     std::vector<const int32_t*> in, tg;
-    for (int m = 0; m < accumulation; ++m) batches.push_back(r.windows->NextTrainBatch(kMicro));
+    for (int m = 0; m < accumulation; ++m) batches.push_back(*r.windows->NextTrainBatch(kMicro));
     for (const WindowBatch& b : batches) {
       in.push_back(b.inputs.data());
       tg.push_back(b.targets.data());
