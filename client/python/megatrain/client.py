@@ -234,7 +234,8 @@ class Client:
         until it ends (bounded by timeout); wait=False adds only its current progress.
         The daemon keeps no per-step log: steps come from the progress events this client
         received, so watch a job from its start (watch, wait or history) to see every step
-        it reported; a job first looked at after it ended has its last step only."""
+        it reported; a job first looked at after it ended has its last step only. A PAUSED
+        job has not ended: wait=True waits until it is resumed and ends (use wait=False)."""
         job_id = _job_id(job)
         if wait:
             for _ in self.watch(job_id, timeout=timeout):
