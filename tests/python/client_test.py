@@ -124,6 +124,51 @@ def test_cancel_a_running_job(client):
     assert [j.id for j in client.jobs(states=["CANCELLED"])].count(job.id) == 1
 
 
+def until(events, predicate, what):
+    """The first event that satisfies predicate (the watch's deadline bounds the wait)."""
+    for event in events:
+        if predicate(event):
+            return event
+    pytest.fail(f"the watch ended before {what}")
+
+
+def test_checkpoint_pause_resume_audit(client):
+    job = client.submit(spec("py-pause", 100000))
+    events = client.watch(job, timeout=WATCH_TIMEOUT)
+    until(events, lambda e: e.state == pb.RUNNING and e.progress.step >= 1, "a step ran")
+    record = client.checkpoint(job)
+    assert record.job_id == job.id and record.step >= 1 and os.path.isdir(record.path)
+    assert record.step in [r.step for r in client.checkpoints(job)]
+    assert client.pause(job).id == job.id
+    paused = until(events, lambda e: e.state == pb.PAUSED, "PAUSED")
+    assert client.status(job).state == pb.PAUSED
+    assert client.resume(job).state in (pb.QUEUED, pb.RUNNING)
+    until(events, lambda e: e.state == pb.RUNNING and e.progress.step > paused.progress.step,
+          "a step after the resume")
+    client.cancel(job)
+    assert until(events, lambda e: e.state in megatrain.TERMINAL_STATES,
+                 "the end").state == pb.CANCELLED
+    log = client.audit_log(job)
+    assert log.chain_ok, log.problem
+    kinds = [entry.kind for entry in log.entries]
+    assert kinds[0] == "submit" and {"pause", "resume", "cancel"} <= set(kinds), kinds
+
+
+def test_daemon_message_fields():
+    field_of = megatrain.errors.field_of
+    assert field_of("hyper.lr.peak_lr: -1 is outside (0, 10]") == "hyper.lr.peak_lr"
+    assert field_of("data.text_files[0]: '/etc' is outside the data roots") == "data.text_files[0]"
+    assert field_of("id: job 'job-9' not found") == "id"
+    assert field_of("job 'job-9' is not running") is None
+    assert field_of("device options: bad") is None
+    assert field_of("") is None and field_of(None) is None
+    with pytest.raises(megatrain.InvalidArgument) as bad:
+        megatrain.job_spec({"model": {"config_json_path": 3}})
+    assert bad.value.field == "model.config_json_path"
+    with pytest.raises(TypeError):
+        megatrain.job_spec(42)
+
+
 def test_plan_from_dict_jobspec_and_file(client, tmp_path):
     s = spec("py-plan", 8)
     plan = client.plan(s)
