@@ -23,7 +23,8 @@ CudaTimingEvents::CudaTimingEvents(std::shared_ptr<CudaDeviceState> device, cuda
     : device_(std::move(device)), stream_(stream) {}
 
 CudaTimingEvents::~CudaTimingEvents() {
-  for (cudaEvent_t event : events_) (void)Checked(*device_, cudaEventDestroy(event), "cudaEventDestroy");
+  for (cudaEvent_t event : events_)
+    (void)Checked(*device_, cudaEventDestroy(event), "cudaEventDestroy");
 }
 
 absl::StatusOr<int> CudaTimingEvents::Acquire() {
@@ -33,6 +34,8 @@ absl::StatusOr<int> CudaTimingEvents::Acquire() {
     free_.pop_back();
     return id;
   }
+  // Events belong to the device current on the creating thread: make it this stream's.
+  if (absl::Status s = device_->MakeCurrent(); !s.ok()) return s;
   cudaEvent_t event = nullptr;
   if (absl::Status s =
           Checked(*device_, cudaEventCreateWithFlags(&event, cudaEventDefault), "cudaEventCreate");
@@ -78,7 +81,8 @@ absl::StatusOr<double> CudaTimingEvents::ElapsedMs(int from, int to) {
     end = events_[to];
   }
   float ms = 0.0f;
-  if (absl::Status s = Checked(*device_, cudaEventElapsedTime(&ms, start, end), "cudaEventElapsedTime");
+  if (absl::Status s =
+          Checked(*device_, cudaEventElapsedTime(&ms, start, end), "cudaEventElapsedTime");
       !s.ok()) {
     return s;
   }

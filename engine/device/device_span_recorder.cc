@@ -8,8 +8,7 @@
 
 namespace megatrain::engine {
 
-DeviceSpanRecorder::DeviceSpanRecorder(std::string stream, Timeline* timeline,
-                                       TimingEvents* events)
+DeviceSpanRecorder::DeviceSpanRecorder(std::string stream, Timeline* timeline, TimingEvents* events)
     : stream_(std::move(stream)), timeline_(timeline), events_(events) {}
 
 DeviceSpanRecorder::~DeviceSpanRecorder() {

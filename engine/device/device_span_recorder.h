@@ -44,7 +44,7 @@ class TimingEvents {
   virtual absl::Status Record(int id) = 0;  // on the stream, after what is enqueued so far
   virtual State Query(int id) = 0;
   virtual absl::StatusOr<double> ElapsedMs(int from, int to) = 0;  // both done
-  virtual absl::Status WaitFor(int id) = 0;                         // blocks the caller
+  virtual absl::Status WaitFor(int id) = 0;                        // blocks the caller
 };
 
 class DeviceSpanRecorder {

@@ -70,7 +70,9 @@ class FakeEvents final : public TimingEvents {
   int next_ = 0;
 };
 
-TimelineTag Tag(const char* label, int layer) { return TimelineTag{SpanKind::kOther, label, layer}; }
+TimelineTag Tag(const char* label, int layer) {
+  return TimelineTag{SpanKind::kOther, label, layer};
+}
 
 TEST(DeviceSpanRecorderTest, NothingRecordedWhileTimelineOffOrUnanchored) {
   Timeline timeline;

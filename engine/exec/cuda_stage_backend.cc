@@ -201,10 +201,10 @@ class CudaStageBackend final : public StageBackend {
           return s;
         }
       }
-      return InStage(math_->LayerBackwardPart(part, LayerWeightsAs<bf16>(weights), sets_[set],
-                                              backward_scratch_, Bf16(dx_out), Bf16(dx_in), grads,
-                                              on),
-                     tag, "layer backward part");
+      return InStage(
+          math_->LayerBackwardPart(part, LayerWeightsAs<bf16>(weights), sets_[set],
+                                   backward_scratch_, Bf16(dx_out), Bf16(dx_in), grads, on),
+          tag, "layer backward part");
     });
   }
 
@@ -290,8 +290,8 @@ class CudaStageBackend final : public StageBackend {
                              const TimelineTag& tag, cudaStream_t on) {
     if (args.gradient_buffer != nullptr) {
       if (absl::Status s = CudaCall(
-              cudaMemsetAsync(args.gradient_buffer, 0, args.grad_floats * sizeof(float), on),
-              tag, "zero the gradient buffer");
+              cudaMemsetAsync(args.gradient_buffer, 0, args.grad_floats * sizeof(float), on), tag,
+              "zero the gradient buffer");
           !s.ok()) {
         return s;
       }

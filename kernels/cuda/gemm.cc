@@ -132,8 +132,8 @@ absl::StatusOr<GemmPath> CublasLtGemm::PathFor(const MatmulArgs& args) const {
 absl::Status CublasLtGemm::FallbackMatmul(const MatmulArgs& args, cudaStream_t stream) const {
   MT_RETURN_IF_ERROR(CheckCall(args, stream));
   if (args.m == 0 || args.n == 0) return absl::OkStatus();
-  MT_RETURN_IF_ERROR(GemmPlan::RunFallback(KeyOf(args), args.a, args.b, args.c, args.alpha,
-                                           args.beta, stream));
+  MT_RETURN_IF_ERROR(
+      GemmPlan::RunFallback(KeyOf(args), args.a, args.b, args.c, args.alpha, args.beta, stream));
   return CudaStatus(cudaGetLastError(), kOp);
 }
 

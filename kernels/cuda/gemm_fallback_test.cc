@@ -1,8 +1,6 @@
 // The fallback GEMM's per-output body replayed on the CPU over the kernel's
 // grid (every block, thread and grid-stride row) against a double reference
 // on odd shapes, both output types, beta = 0 over NaN and beta = 1; runs here.
-#include "kernels/cuda/gemm_fallback_body.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +9,7 @@
 #include <vector>
 
 #include "kernels/common/bf16.h"
+#include "kernels/cuda/gemm_fallback_body.h"
 
 namespace megatrain::kernels::cuda {
 namespace {

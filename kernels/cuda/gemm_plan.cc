@@ -61,12 +61,12 @@ absl::StatusOr<std::unique_ptr<GemmPlan>> GemmPlan::Create(cublasLtHandle_t hand
                    "cublasLtMatmulDescCreate"));
   const cublasOperation_t op_a = map.transpose_lt_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = map.transpose_lt_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  MT_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulDescSetAttribute(
-                                      plan->desc_, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)),
-                                  "set TRANSA"));
-  MT_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulDescSetAttribute(
-                                      plan->desc_, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)),
-                                  "set TRANSB"));
+  MT_RETURN_IF_ERROR(CublasStatus(
+      cublasLtMatmulDescSetAttribute(plan->desc_, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)),
+      "set TRANSA"));
+  MT_RETURN_IF_ERROR(CublasStatus(
+      cublasLtMatmulDescSetAttribute(plan->desc_, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)),
+      "set TRANSB"));
   MT_RETURN_IF_ERROR(MakeLayout(CUDA_R_16BF, map.lt_a, &plan->layout_lt_a_));
   MT_RETURN_IF_ERROR(MakeLayout(CUDA_R_16BF, map.lt_b, &plan->layout_lt_b_));
   MT_RETURN_IF_ERROR(MakeLayout(c_type, map.c, &plan->layout_c_));
@@ -85,15 +85,15 @@ absl::StatusOr<std::unique_ptr<GemmPlan>> GemmPlan::Create(cublasLtHandle_t hand
                                      pr.align_lt_a, "set MIN_ALIGNMENT_A_BYTES"));
     MT_RETURN_IF_ERROR(SetPreference(h.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                                      pr.align_lt_b, "set MIN_ALIGNMENT_B_BYTES"));
-    MT_RETURN_IF_ERROR(SetPreference(h.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                     pr.align_c, "set MIN_ALIGNMENT_C_BYTES"));
-    MT_RETURN_IF_ERROR(SetPreference(h.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                     pr.align_c, "set MIN_ALIGNMENT_D_BYTES"));
+    MT_RETURN_IF_ERROR(SetPreference(h.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, pr.align_c,
+                                     "set MIN_ALIGNMENT_C_BYTES"));
+    MT_RETURN_IF_ERROR(SetPreference(h.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, pr.align_c,
+                                     "set MIN_ALIGNMENT_D_BYTES"));
     cublasLtMatmulHeuristicResult_t result = {};
     int found = 0;
     const cublasStatus_t status =
-        cublasLtMatmulAlgoGetHeuristic(handle, p.desc_, p.layout_lt_a_, p.layout_lt_b_,
-                                       p.layout_c_, p.layout_c_, h.pref, 1, &result, &found);
+        cublasLtMatmulAlgoGetHeuristic(handle, p.desc_, p.layout_lt_a_, p.layout_lt_b_, p.layout_c_,
+                                       p.layout_c_, h.pref, 1, &result, &found);
     // "No algorithm for this problem" comes back as NOT_SUPPORTED (or, for
     // layouts cuBLASLt rejects outright, INVALID_VALUE): a reason to try the
     // next rung, not an error.

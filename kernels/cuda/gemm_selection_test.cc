@@ -44,25 +44,25 @@ TEST(GemmSelectionTest, OddShapesWithNoAlgorithmRunOnTheFallbackKernel) {
   });
   ASSERT_TRUE(path.ok());
   EXPECT_EQ(*path, GemmPath::kFallbackKernel);
-  EXPECT_EQ(tried, (std::vector<GemmPath>{GemmPath::kLtNoReduction,
-                                          GemmPath::kLtDeterministicSplitK}));
+  EXPECT_EQ(tried,
+            (std::vector<GemmPath>{GemmPath::kLtNoReduction, GemmPath::kLtDeterministicSplitK}));
 }
 
 TEST(GemmSelectionTest, KZeroSkipsCublasLt) {
-  auto path = SelectGemmPath(0, LtAttempts(16, 16, 16, 0),
-                             [](const LtAttempt&) -> absl::StatusOr<bool> {
-                               ADD_FAILURE() << "cuBLASLt asked for k = 0";
-                               return true;
-                             });
+  auto path =
+      SelectGemmPath(0, LtAttempts(16, 16, 16, 0), [](const LtAttempt&) -> absl::StatusOr<bool> {
+        ADD_FAILURE() << "cuBLASLt asked for k = 0";
+        return true;
+      });
   ASSERT_TRUE(path.ok());
   EXPECT_EQ(*path, GemmPath::kFallbackKernel);
 }
 
 TEST(GemmSelectionTest, QueryErrorsPropagate) {
-  auto path = SelectGemmPath(8, LtAttempts(16, 16, 16, 0),
-                             [](const LtAttempt&) -> absl::StatusOr<bool> {
-                               return absl::InternalError("handle broken");
-                             });
+  auto path =
+      SelectGemmPath(8, LtAttempts(16, 16, 16, 0), [](const LtAttempt&) -> absl::StatusOr<bool> {
+        return absl::InternalError("handle broken");
+      });
   EXPECT_EQ(path.status().code(), absl::StatusCode::kInternal);
 }
 

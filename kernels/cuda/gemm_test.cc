@@ -149,8 +149,8 @@ TEST_F(CublasLtGemmGpuTest, PlansAreBuiltOncePerShape) {
   DeviceBuffer<uint16_t> x(ToBf16(RandomBf16Values(tokens * in, 1, -1, 1))),
       w(ToBf16(RandomBf16Values(out * in, 2, -1, 1))), y(tokens * out);
   for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(created->LinearForward(x.get(), w.get(), y.get(), tokens, in, out, stream.get())
-                    .ok());
+    ASSERT_TRUE(
+        created->LinearForward(x.get(), w.get(), y.get(), tokens, in, out, stream.get()).ok());
   }
   ASSERT_EQ(stream.Sync(), cudaSuccess);
   EXPECT_EQ(created->cached_plans(), 1u);
