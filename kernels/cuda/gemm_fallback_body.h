@@ -1,6 +1,7 @@
-// The fallback GEMM's per-output work and grid, host-compilable: the .cu
-// kernel runs FallbackGemmElement once per thread, gemm_fallback_test replays
-// it on the CPU over every output of odd shapes.
+// The fallback GEMM's per-output work and grids, host-compilable: the .cu
+// kernels run FallbackGemmElement once per thread (short k) or
+// FallbackGemmLanePartial once per lane of a warp (long k); gemm_fallback_test
+// replays both on the CPU over every output of odd shapes.
 #pragma once
 
 #include <cstdint>
@@ -28,15 +29,16 @@ struct FallbackGemmParams {
   float beta = 0.0f;
 };
 
-// One fp32 sum over k in index order per output: deterministic, and the same
-// result whatever the grid.
-MT_HD void FallbackGemmElement(const FallbackGemmParams& p, int64_t i, int64_t j) {
-  float sum = 0.0f;
-  for (int64_t q = 0; q < p.k; ++q) {
-    const uint16_t a = p.transpose_a ? p.a[q * p.m + i] : p.a[i * p.k + q];
-    const uint16_t b = p.transpose_b ? p.b[j * p.k + q] : p.b[q * p.n + j];
-    sum += Bf16BitsToFloat32(a) * Bf16BitsToFloat32(b);
-  }
+MT_HD float FallbackGemmA(const FallbackGemmParams& p, int64_t i, int64_t q) {
+  return Bf16BitsToFloat32(p.transpose_a ? p.a[q * p.m + i] : p.a[i * p.k + q]);
+}
+
+MT_HD float FallbackGemmB(const FallbackGemmParams& p, int64_t q, int64_t j) {
+  return Bf16BitsToFloat32(p.transpose_b ? p.b[j * p.k + q] : p.b[q * p.n + j]);
+}
+
+// C[i, j] = alpha * sum + beta * C[i, j] (C not read when beta == 0).
+MT_HD void FallbackGemmStore(const FallbackGemmParams& p, int64_t i, int64_t j, float sum) {
   float out = p.alpha * sum;
   const int64_t at = i * p.n + j;
   if (p.c_fp32) {
@@ -48,6 +50,40 @@ MT_HD void FallbackGemmElement(const FallbackGemmParams& p, int64_t i, int64_t j
     if (p.beta != 0.0f) out += p.beta * Bf16BitsToFloat32(c[at]);
     c[at] = Float32ToBf16Bits(out);
   }
+}
+
+// Thread per output (k < kFallbackWarpMinK): one fp32 sum over k in index
+// order. Deterministic, and the same result whatever the grid.
+MT_HD void FallbackGemmElement(const FallbackGemmParams& p, int64_t i, int64_t j) {
+  float sum = 0.0f;
+  for (int64_t q = 0; q < p.k; ++q) sum += FallbackGemmA(p, i, q) * FallbackGemmB(p, q, j);
+  FallbackGemmStore(p, i, j, sum);
+}
+
+// Warp per output (k >= kFallbackWarpMinK, e.g. a bias gradient: n = 1,
+// k = tokens): lane l sums q = l, l + 32, ... in order; the kernel then adds
+// the lanes with __shfl_down_sync at offsets 16, 8, 4, 2, 1 (a fixed tree, so
+// deterministic) and lane 0 stores.
+inline constexpr int kWarpLanes = 32;
+inline constexpr int64_t kFallbackWarpMinK = 128;
+
+MT_HD bool FallbackGemmUsesWarps(int64_t k) { return k >= kFallbackWarpMinK; }
+
+MT_HD float FallbackGemmLanePartial(const FallbackGemmParams& p, int64_t i, int64_t j, int lane) {
+  float sum = 0.0f;
+  for (int64_t q = lane; q < p.k; q += kWarpLanes) {
+    sum += FallbackGemmA(p, i, q) * FallbackGemmB(p, q, j);
+  }
+  return sum;
+}
+
+// Warp kernel geometry: 8 warps per block, a grid-stride loop over outputs.
+inline constexpr int kFallbackWarpsPerBlock = 8;
+inline constexpr int64_t kFallbackMaxWarpBlocks = int64_t{1} << 20;
+
+inline int64_t FallbackGemmWarpBlocks(int64_t m, int64_t n) {
+  const int64_t blocks = (m * n + kFallbackWarpsPerBlock - 1) / kFallbackWarpsPerBlock;
+  return blocks < kFallbackMaxWarpBlocks ? blocks : kFallbackMaxWarpBlocks;
 }
 
 // 16 x 16 threads per block: x runs along n (consecutive outputs of a row,

@@ -1,6 +1,7 @@
-// The fallback GEMM's per-output body replayed on the CPU over the kernel's
-// grid (every block, thread and grid-stride row) against a double reference
-// on odd shapes, both output types, beta = 0 over NaN and beta = 1; runs here.
+// The fallback GEMM's per-output bodies replayed on the CPU over the kernels'
+// grids (every block, thread and grid-stride row; every warp, lane and shuffle
+// round) against a double reference on odd shapes, both output types, beta = 0
+// over NaN and beta = 1; runs here.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -24,8 +25,30 @@ std::vector<uint16_t> Bf16Values(size_t n, uint32_t seed) {
   return v;
 }
 
+// The warp kernel on the CPU: every warp of the grid-stride loop, each lane's partial, then
+// __shfl_down_sync's tree (lane l adds lane l + offset's value of the previous round).
+void ReplayWarpGrid(const FallbackGemmParams& p) {
+  const int64_t blocks = FallbackGemmWarpBlocks(p.m, p.n);
+  const int64_t stride = blocks * kFallbackWarpsPerBlock;
+  for (int64_t first = 0; first < stride; ++first) {
+    for (int64_t w = first; w < p.m * p.n; w += stride) {
+      const int64_t i = w / p.n, j = w % p.n;
+      float lanes[kWarpLanes];
+      for (int l = 0; l < kWarpLanes; ++l) lanes[l] = FallbackGemmLanePartial(p, i, j, l);
+      for (int offset = kWarpLanes / 2; offset > 0; offset /= 2) {
+        for (int l = 0; l + offset < kWarpLanes; ++l) lanes[l] += lanes[l + offset];
+      }
+      FallbackGemmStore(p, i, j, lanes[0]);
+    }
+  }
+}
+
 // Runs the kernel's thread mapping on the CPU: every (block, thread) of the grid, the y loop.
 void ReplayGrid(const FallbackGemmParams& p) {
+  if (FallbackGemmUsesWarps(p.k)) {
+    ReplayWarpGrid(p);
+    return;
+  }
   const FallbackGemmGrid g = FallbackGemmGridFor(p.m, p.n);
   for (int64_t by = 0; by < g.blocks_y; ++by) {
     for (int64_t bx = 0; bx < g.blocks_x; ++bx) {
@@ -48,7 +71,9 @@ TEST(GemmFallbackTest, EveryOutputMatchesTheReferenceOnOddShapes) {
     int64_t m, n, k;
   };
   for (Shape s : {Shape{37, 75, 99}, Shape{99, 97, 37}, Shape{37, 99, 1}, Shape{75, 1, 37},
-                  Shape{1, 1, 1}, Shape{17, 33, 0}}) {
+                  Shape{1, 1, 1}, Shape{17, 33, 0},
+                  // warp per output: a bias gradient (n = 1, k = tokens) and a long odd k
+                  Shape{75, 1, 301}, Shape{13, 7, 128}}) {
     for (int t = 0; t < 4; ++t) {
       for (bool fp32 : {false, true}) {
         for (float beta : {0.0f, 1.0f}) {
@@ -83,7 +108,7 @@ TEST(GemmFallbackTest, EveryOutputMatchesTheReferenceOnOddShapes) {
               want = 0.5 * want + (beta == 0.0f ? 0.0 : 0.25);
               const size_t at = static_cast<size_t>(i * s.n + j);
               const double got = fp32 ? c32[at] : Bf16BitsToFloat32(c16[at]);
-              // fp32 sums of <= 99 products in [-1, 1]; bf16 output rounds once (2^-9 relative).
+              // fp32 sums of <= 301 products in [-1, 1]; bf16 output rounds once (2^-9 relative).
               const double bound = (fp32 ? 1e-5 : 4e-3) * std::fabs(want) + 1e-4 * (s.k + 1);
               if (!(std::fabs(got - want) <= bound)) {
                 ADD_FAILURE() << "m,n,k=" << s.m << "," << s.n << "," << s.k << " t=" << t
@@ -97,6 +122,13 @@ TEST(GemmFallbackTest, EveryOutputMatchesTheReferenceOnOddShapes) {
       }
     }
   }
+}
+
+TEST(GemmFallbackTest, LongKUsesAWarpPerOutput) {
+  EXPECT_FALSE(FallbackGemmUsesWarps(99));
+  EXPECT_TRUE(FallbackGemmUsesWarps(kFallbackWarpMinK));
+  EXPECT_EQ(FallbackGemmWarpBlocks(75, 1), 10);
+  EXPECT_EQ(FallbackGemmWarpBlocks(int64_t{1} << 30, 4), kFallbackMaxWarpBlocks);
 }
 
 TEST(GemmFallbackTest, GridCoversEveryColumnAndCapsRowsWithAStride) {

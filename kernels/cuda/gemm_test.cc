@@ -105,7 +105,8 @@ TEST_F(CublasLtGemmGpuTest, OddShapesAndTwoByteAlignmentRunOnEveryPath) {
   struct Shape {
     int64_t m, n, k;
   };
-  for (Shape s : {Shape{37, 75, 99}, Shape{99, 97, 37}, Shape{37, 99, 1}, Shape{75, 1, 37}}) {
+  for (Shape s : {Shape{37, 75, 99}, Shape{99, 97, 37}, Shape{37, 99, 1}, Shape{75, 1, 37},
+                  Shape{75, 1, 301}}) {
     for (int t = 0; t < 4; ++t) {
       const auto a = RandomBf16Values(s.m * s.k, 7 + t, -1.0f, 1.0f);
       const auto b = RandomBf16Values(s.k * s.n, 9 + t, -1.0f, 1.0f);
