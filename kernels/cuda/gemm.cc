@@ -5,6 +5,7 @@
 
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -43,8 +44,21 @@ GemmPlanKey KeyOf(const MatmulArgs& args) {
   key.c_fp32 = args.c_type == GemmOutput::kFp32;
   key.align_lt_a = PointerAlignment(args.b);  // cuBLASLt's "A" is our B
   key.align_lt_b = PointerAlignment(args.a);
-  key.align_c = PointerAlignment(args.c);
+  // C and D share one layout and one alignment preference: the smaller of the two pointers'.
+  key.align_c = std::min(PointerAlignment(args.c),
+                         PointerAlignment(args.c_source != nullptr ? args.c_source : args.c));
   return key;
+}
+
+GemmOperands OperandsOf(const MatmulArgs& args) {
+  GemmOperands ops;
+  ops.a = args.a;
+  ops.b = args.b;
+  ops.c_source = args.c_source;
+  ops.c = args.c;
+  ops.alpha = args.alpha;
+  ops.beta = args.beta;
+  return ops;
 }
 
 }  // namespace
@@ -116,8 +130,8 @@ absl::Status CublasLtGemm::CheckCall(const MatmulArgs& args, cudaStream_t stream
 absl::Status CublasLtGemm::Matmul(const MatmulArgs& args, cudaStream_t stream) const {
   MT_RETURN_IF_ERROR(CheckCall(args, stream));
   if (args.m == 0 || args.n == 0) return absl::OkStatus();
-  MT_RETURN_IF_ERROR(plans_->Run(Handle(handle_), KeyOf(args), args.a, args.b, args.c, args.alpha,
-                                 args.beta, workspace_, workspace_bytes_, stream));
+  MT_RETURN_IF_ERROR(plans_->Run(Handle(handle_), KeyOf(args), OperandsOf(args), workspace_,
+                                 workspace_bytes_, stream));
   return CudaStatus(cudaGetLastError(), kOp);
 }
 
@@ -132,8 +146,7 @@ absl::StatusOr<GemmPath> CublasLtGemm::PathFor(const MatmulArgs& args) const {
 absl::Status CublasLtGemm::FallbackMatmul(const MatmulArgs& args, cudaStream_t stream) const {
   MT_RETURN_IF_ERROR(CheckCall(args, stream));
   if (args.m == 0 || args.n == 0) return absl::OkStatus();
-  MT_RETURN_IF_ERROR(
-      GemmPlan::RunFallback(KeyOf(args), args.a, args.b, args.c, args.alpha, args.beta, stream));
+  MT_RETURN_IF_ERROR(GemmPlan::RunFallback(KeyOf(args), OperandsOf(args), stream));
   return CudaStatus(cudaGetLastError(), kOp);
 }
 

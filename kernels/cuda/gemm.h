@@ -32,6 +32,10 @@ struct MatmulArgs {
   const void* a = nullptr;
   const void* b = nullptr;
   void* c = nullptr;
+  // Where beta * C is read from when it is not c itself (C != D: y = residual
+  // + x W^T without copying the residual first); same type and shape as c,
+  // may equal c. Null: c.
+  const void* c_source = nullptr;
   GemmOutput c_type = GemmOutput::kBf16;
   float alpha = 1.0f;
   float beta = 0.0f;

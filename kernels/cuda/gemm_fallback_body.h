@@ -24,6 +24,7 @@ struct FallbackGemmParams {
   const uint16_t* a = nullptr;
   const uint16_t* b = nullptr;
   void* c = nullptr;
+  const void* c_source = nullptr;  // where beta * C is read from; null: c
   bool c_fp32 = false;
   float alpha = 1.0f;
   float beta = 0.0f;
@@ -37,18 +38,17 @@ MT_HD float FallbackGemmB(const FallbackGemmParams& p, int64_t q, int64_t j) {
   return Bf16BitsToFloat32(p.transpose_b ? p.b[j * p.k + q] : p.b[q * p.n + j]);
 }
 
-// C[i, j] = alpha * sum + beta * C[i, j] (C not read when beta == 0).
+// D[i, j] = alpha * sum + beta * C[i, j], D = c, C = c_source or c (not read when beta == 0).
 MT_HD void FallbackGemmStore(const FallbackGemmParams& p, int64_t i, int64_t j, float sum) {
   float out = p.alpha * sum;
   const int64_t at = i * p.n + j;
+  const void* source = p.c_source != nullptr ? p.c_source : p.c;
   if (p.c_fp32) {
-    float* c = static_cast<float*>(p.c);
-    if (p.beta != 0.0f) out += p.beta * c[at];
-    c[at] = out;
+    if (p.beta != 0.0f) out += p.beta * static_cast<const float*>(source)[at];
+    static_cast<float*>(p.c)[at] = out;
   } else {
-    uint16_t* c = static_cast<uint16_t*>(p.c);
-    if (p.beta != 0.0f) out += p.beta * Bf16BitsToFloat32(c[at]);
-    c[at] = Float32ToBf16Bits(out);
+    if (p.beta != 0.0f) out += p.beta * Bf16BitsToFloat32(static_cast<const uint16_t*>(source)[at]);
+    static_cast<uint16_t*>(p.c)[at] = Float32ToBf16Bits(out);
   }
 }
 

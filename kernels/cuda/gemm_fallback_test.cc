@@ -124,6 +124,37 @@ TEST(GemmFallbackTest, EveryOutputMatchesTheReferenceOnOddShapes) {
   }
 }
 
+// C != D (y = residual + x W^T without a copy): beta * C comes from c_source, D is only written.
+TEST(GemmFallbackTest, SeparateSourceIsReadAndLeftUnchanged) {
+  for (int64_t k : {int64_t{5}, int64_t{200}}) {  // both kernels
+    FallbackGemmParams p;
+    p.m = 3;
+    p.n = 4;
+    p.k = k;
+    const auto a = Bf16Values(static_cast<size_t>(p.m * k), 21);
+    const auto b = Bf16Values(static_cast<size_t>(k * p.n), 22);
+    const std::vector<uint16_t> source(12, Float32ToBf16Bits(0.25f));
+    std::vector<uint16_t> d(12, Float32ToBf16Bits(std::numeric_limits<float>::quiet_NaN()));
+    p.a = a.data();
+    p.b = b.data();
+    p.c_source = source.data();
+    p.c = d.data();
+    p.beta = 1.0f;
+    ReplayGrid(p);
+    for (int64_t i = 0; i < p.m; ++i) {
+      for (int64_t j = 0; j < p.n; ++j) {
+        double want = 0.25;
+        for (int64_t q = 0; q < k; ++q) {
+          want += double{Bf16BitsToFloat32(a[i * k + q])} * Bf16BitsToFloat32(b[q * p.n + j]);
+        }
+        EXPECT_NEAR(Bf16BitsToFloat32(d[i * p.n + j]), want, 4e-3 * std::fabs(want) + 1e-3)
+            << "k=" << k << " C[" << i << "," << j << "]";
+      }
+    }
+    for (uint16_t v : source) EXPECT_EQ(v, Float32ToBf16Bits(0.25f));
+  }
+}
+
 TEST(GemmFallbackTest, LongKUsesAWarpPerOutput) {
   EXPECT_FALSE(FallbackGemmUsesWarps(99));
   EXPECT_TRUE(FallbackGemmUsesWarps(kFallbackWarpMinK));

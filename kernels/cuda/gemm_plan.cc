@@ -113,34 +113,34 @@ absl::StatusOr<std::unique_ptr<GemmPlan>> GemmPlan::Create(cublasLtHandle_t hand
   return plan;
 }
 
-absl::Status GemmPlan::RunFallback(const GemmPlanKey& key, const void* a, const void* b, void* c,
-                                   float alpha, float beta, cudaStream_t stream) {
+absl::Status GemmPlan::RunFallback(const GemmPlanKey& key, const GemmOperands& ops,
+                                   cudaStream_t stream) {
   FallbackGemmParams params;
   params.m = key.shape.m;
   params.n = key.shape.n;
   params.k = key.shape.k;
   params.transpose_a = key.shape.transpose_a;
   params.transpose_b = key.shape.transpose_b;
-  params.a = static_cast<const uint16_t*>(a);
-  params.b = static_cast<const uint16_t*>(b);
-  params.c = c;
+  params.a = static_cast<const uint16_t*>(ops.a);
+  params.b = static_cast<const uint16_t*>(ops.b);
+  params.c_source = ops.c_source;
+  params.c = ops.c;
   params.c_fp32 = key.c_fp32;
-  params.alpha = alpha;
-  params.beta = beta;
+  params.alpha = ops.alpha;
+  params.beta = ops.beta;
   return CudaStatus(launch::FallbackGemm(params, stream), "fallback GEMM kernel");
 }
 
-absl::Status GemmPlan::Run(cublasLtHandle_t handle, const void* a, const void* b, void* c,
-                           float alpha, float beta, void* workspace, uint64_t workspace_bytes,
-                           cudaStream_t stream) const {
-  if (path_ == GemmPath::kFallbackKernel) return RunFallback(key_, a, b, c, alpha, beta, stream);
-  // cuBLASLt's "A" is our B and its "B" our A (gemm_mapping.h).
-  const cublasStatus_t status =
-      cublasLtMatmul(handle, desc_, &alpha, b, layout_lt_a_, a, layout_lt_b_, &beta, c, layout_c_,
-                     c, layout_c_, &algo_, workspace, workspace_bytes, stream);
+absl::Status GemmPlan::Run(cublasLtHandle_t handle, const GemmOperands& ops, void* workspace,
+                           uint64_t workspace_bytes, cudaStream_t stream) const {
+  if (path_ == GemmPath::kFallbackKernel) return RunFallback(key_, ops, stream);
+  // cuBLASLt's "A" is our B and its "B" our A (gemm_mapping.h); C and D share one layout.
+  const cublasStatus_t status = cublasLtMatmul(
+      handle, desc_, &ops.alpha, ops.b, layout_lt_a_, ops.a, layout_lt_b_, &ops.beta, ops.c_in(),
+      layout_c_, ops.c, layout_c_, &algo_, workspace, workspace_bytes, stream);
   if (status == CUBLAS_STATUS_NOT_SUPPORTED) {
     // The heuristic's algorithm refused at launch (nothing was enqueued): run the own kernel.
-    return RunFallback(key_, a, b, c, alpha, beta, stream);
+    return RunFallback(key_, ops, stream);
   }
   return CublasStatus(status, "cublasLtMatmul");
 }
@@ -167,13 +167,13 @@ absl::StatusOr<const GemmPlan*> GemmPlanCache::Get(cublasLtHandle_t handle, cons
   return raw;
 }
 
-absl::Status GemmPlanCache::Run(cublasLtHandle_t handle, const GemmPlanKey& key, const void* a,
-                                const void* b, void* c, float alpha, float beta, void* workspace,
-                                uint64_t workspace_bytes, cudaStream_t stream) {
+absl::Status GemmPlanCache::Run(cublasLtHandle_t handle, const GemmPlanKey& key,
+                                const GemmOperands& ops, void* workspace, uint64_t workspace_bytes,
+                                cudaStream_t stream) {
   std::unique_ptr<GemmPlan> uncached;
   absl::StatusOr<const GemmPlan*> plan = Get(handle, key, workspace_bytes, &uncached);
   if (!plan.ok()) return plan.status();
-  return (*plan)->Run(handle, a, b, c, alpha, beta, workspace, workspace_bytes, stream);
+  return (*plan)->Run(handle, ops, workspace, workspace_bytes, stream);
 }
 
 absl::StatusOr<GemmPath> GemmPlanCache::PathFor(cublasLtHandle_t handle, const GemmPlanKey& key,

@@ -36,6 +36,17 @@ struct GemmPlanKey {
   bool operator<(const GemmPlanKey& other) const { return Tie() < other.Tie(); }
 };
 
+// One call's pointers and scalars: D = c, C = c_source (c when null).
+struct GemmOperands {
+  const void* a = nullptr;
+  const void* b = nullptr;
+  const void* c_source = nullptr;
+  void* c = nullptr;
+  float alpha = 1.0f;
+  float beta = 0.0f;
+  const void* c_in() const { return c_source != nullptr ? c_source : c; }
+};
+
 class GemmPlan {
  public:
   // Builds the descriptors and runs the selection ladder (gemm_selection.h).
@@ -49,14 +60,13 @@ class GemmPlan {
   GemmPath path() const { return path_; }
 
   // The own kernel on `key`'s shape, whatever cuBLASLt offers.
-  static absl::Status RunFallback(const GemmPlanKey& key, const void* a, const void* b, void* c,
-                                  float alpha, float beta, cudaStream_t stream);
+  static absl::Status RunFallback(const GemmPlanKey& key, const GemmOperands& ops,
+                                  cudaStream_t stream);
 
   // cublasLtMatmul with the plan's algorithm; on the fallback path (or when
   // cuBLASLt refuses the algorithm at run time, NOT_SUPPORTED) the own kernel.
-  absl::Status Run(cublasLtHandle_t handle, const void* a, const void* b, void* c, float alpha,
-                   float beta, void* workspace, uint64_t workspace_bytes,
-                   cudaStream_t stream) const;
+  absl::Status Run(cublasLtHandle_t handle, const GemmOperands& ops, void* workspace,
+                   uint64_t workspace_bytes, cudaStream_t stream) const;
 
  private:
   explicit GemmPlan(const GemmPlanKey& key) : key_(key) {}
@@ -78,9 +88,8 @@ class GemmPlanCache {
   static constexpr size_t kMaxPlans = 4096;
 
   // Runs the key's plan, creating it first if needed.
-  absl::Status Run(cublasLtHandle_t handle, const GemmPlanKey& key, const void* a, const void* b,
-                   void* c, float alpha, float beta, void* workspace, uint64_t workspace_bytes,
-                   cudaStream_t stream);
+  absl::Status Run(cublasLtHandle_t handle, const GemmPlanKey& key, const GemmOperands& ops,
+                   void* workspace, uint64_t workspace_bytes, cudaStream_t stream);
   // The key's plan's path, creating it if needed (tests and diagnostics).
   absl::StatusOr<GemmPath> PathFor(cublasLtHandle_t handle, const GemmPlanKey& key,
                                    uint64_t workspace_bytes);

@@ -157,6 +157,39 @@ TEST_F(CublasLtGemmGpuTest, PlansAreBuiltOncePerShape) {
   EXPECT_EQ(created->cached_plans(), 1u);
 }
 
+// C != D: beta * C is read from c_source, which stays unchanged; D may start as NaN.
+TEST_F(CublasLtGemmGpuTest, SeparateSourceForC) {
+  auto created = CublasLtGemm::Create();
+  ASSERT_TRUE(created.ok()) << created.status();
+  TestStream stream;
+  const int64_t m = 37, n = 99, k = 75;
+  const auto a = RandomBf16Values(m * k, 31, -1.0f, 1.0f);
+  const auto b = RandomBf16Values(n * k, 32, -1.0f, 1.0f);
+  const auto source = RandomBf16Values(m * n, 33, -1.0f, 1.0f);
+  DeviceBuffer<uint16_t> da(ToBf16(a)), db(ToBf16(b)), dsource(ToBf16(source));
+  MatmulArgs args;
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.transpose_b = true;  // y = residual + x W^T
+  args.a = da.get();
+  args.b = db.get();
+  args.c_source = dsource.get();
+  args.beta = 1.0f;
+  std::vector<double> want = Reference(args, a, b, 0.0);
+  for (size_t i = 0; i < want.size(); ++i) want[i] += source[i];
+  for (bool forced : {false, true}) {
+    DeviceBuffer<uint16_t> d(std::vector<uint16_t>(static_cast<size_t>(m * n), 0x7fc0));  // NaN
+    args.c = d.get();
+    ASSERT_TRUE(
+        (forced ? created->FallbackMatmul(args, stream.get()) : created->Matmul(args, stream.get()))
+            .ok());
+    ASSERT_EQ(stream.Sync(), cudaSuccess);
+    ExpectClose(FromBf16(d.Download()), want, 1e-2, 2e-2, forced ? "fallback" : "cublaslt");
+    EXPECT_EQ(dsource.Download(), ToBf16(source));
+  }
+}
+
 TEST_F(CublasLtGemmGpuTest, KZeroScalesC) {
   auto created = CublasLtGemm::Create();
   ASSERT_TRUE(created.ok()) << created.status();
