@@ -196,6 +196,17 @@ TEST_F(CudaDeviceTest, CopiesWaitsAndTimedWorkAddTimelineSpans) {
   EXPECT_EQ(cuda_compute->spans().pending(), 0u);
 }
 
+// Review point 8: host waits sleep. The fixture's device asked for blocking sync; where the
+// flags could not be set (the process's primary context came first), the status says why.
+TEST_F(CudaDeviceTest, HostWaitsUseBlockingSync) {
+  if (!device_->blocking_sync_status().ok()) {
+    GTEST_SKIP() << "blocking sync not set: " << device_->blocking_sync_status();
+  }
+  unsigned int flags = 0;
+  ASSERT_EQ(cudaGetDeviceFlags(&flags), cudaSuccess);
+  EXPECT_EQ(flags & cudaDeviceScheduleMask, cudaDeviceScheduleBlockingSync);
+}
+
 TEST_F(CudaDeviceTest, ArenaAndPinnedBudgetAreEnforced) {
   absl::StatusOr<DeviceBuffer> all = device_->Allocate(64 << 20, "all");
   ASSERT_TRUE(all.ok()) << all.status();

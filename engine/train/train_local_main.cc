@@ -78,6 +78,9 @@ ABSL_FLAG(int64_t, nvme_chunk_mb, 64,
 ABSL_FLAG(int64_t, weight_ring_mb, 0,
           "Fragmented weight streaming through a device ring of this many MiB (it must hold the "
           "largest tensor); 0 = whole-layer weight slots.");
+ABSL_FLAG(bool, cuda_blocking_sync, true,
+          "CUDA: host threads waiting for the GPU sleep instead of spinning a core "
+          "(cudaDeviceScheduleBlockingSync); false = the driver's default.");
 ABSL_FLAG(bool, cuda_host_task_threads, true,
           "CUDA: run each stream's host tasks on a thread of its own (the stream waits on a word "
           "it writes) instead of on the driver's one callback thread; false = the callback "
@@ -219,6 +222,7 @@ int main(int argc, char** argv) {
   }
   o.device.kind = *kind;
   o.device.cuda_host_task_threads = absl::GetFlag(FLAGS_cuda_host_task_threads);
+  o.device.cuda_blocking_sync = absl::GetFlag(FLAGS_cuda_blocking_sync);
   o.device.arena_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_arena_mb)) << 20;
   o.device.pinned_budget_bytes = size_t{64} << 30;
   o.device.link_gbps = absl::GetFlag(FLAGS_link_gbps);
