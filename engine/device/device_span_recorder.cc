@@ -91,20 +91,32 @@ void DeviceSpanRecorder::PollLocked() {
 }
 
 void DeviceSpanRecorder::OnDrained() {
-  std::lock_guard<std::mutex> lock(mu_);
-  PollLocked();
-  // Work enqueued since the drain (another thread) keeps spans pending: they
-  // resolve against the current anchor, so it stays until they have.
-  if (!pending_.empty()) return;
-  absl::StatusOr<int> anchor = events_->Acquire();
-  if (!anchor.ok()) return;  // keep the old anchor
-  if (!events_->Record(*anchor).ok() || !events_->WaitFor(*anchor).ok()) {
-    events_->Release(*anchor);
+  int anchor = -1;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    PollLocked();
+    // Work enqueued since the drain (another thread) keeps spans pending: they
+    // resolve against the current anchor, so it stays until they have.
+    if (!pending_.empty()) return;
+    absl::StatusOr<int> acquired = events_->Acquire();
+    if (!acquired.ok()) return;  // keep the old anchor
+    if (!events_->Record(*acquired).ok()) {
+      events_->Release(*acquired);
+      return;
+    }
+    anchor = *acquired;
+  }
+  // Waited for outside the lock: work another thread enqueued behind the
+  // anchor may itself wait on an event that thread records after an End().
+  if (!events_->WaitFor(anchor).ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_->Release(anchor);
     return;
   }
   const int64_t host_ns = timeline_->NowNs();
+  std::lock_guard<std::mutex> lock(mu_);
   if (anchor_ >= 0) events_->Release(anchor_);
-  anchor_ = *anchor;
+  anchor_ = anchor;
   anchor_host_ns_ = host_ns;
 }
 

@@ -10,8 +10,9 @@
 //  2. Poll() (on every End and at Synchronize) resolves spans from the front
 //     whose end event has completed: t = anchor_host_ns + elapsed(anchor, ev).
 //     A span behind one still running waits; a failed event drops its span.
-//  3. The anchor is an event recorded on a drained stream and waited for; its
-//     host time is read just after (error: the wake-up latency, microseconds).
+//  3. The anchor is an event recorded on a drained stream and waited for
+//     (outside the lock, so no enqueuing thread is held while the GPU runs);
+//     its host time is read just after (error: the wake-up latency).
 //     OnDrained() (after the stream's Synchronize) resolves everything with
 //     the old anchor, then re-anchors (only with nothing pending), so elapsed
 //     times stay short: float milliseconds keep ~1 us precision for minutes.
