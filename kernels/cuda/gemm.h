@@ -86,7 +86,8 @@ class CublasLtGemm {
 
   // dW[out, in] += dy[tokens, out]^T * x[tokens, in], dW fp32. K = tokens is
   // never split by us; cuBLASLt is restricted to algorithms without split-K
-  // reductions so the result is deterministic.
+  // (or, where it has none, to split-K reduced through the workspace, never
+  // in place), so the result is deterministic.
   absl::Status LinearBackwardWeight(const void* dy, const void* x, float* dw, int64_t tokens,
                                     int64_t in, int64_t out, cudaStream_t stream) const;
 
