@@ -29,6 +29,36 @@ void CudaPinnedPool::FreeRaw(void* data, size_t /*bytes*/) {
   (void)device_->Check(cudaFreeHost(data), "cudaFreeHost");
 }
 
+namespace {
+
+// Initializes the device with cudaDeviceScheduleBlockingSync, then reads the flags back. Any
+// failure is a reason to run with the driver's default, never an error of the device; the
+// runtime's last error is cleared so no later launch check reports it.
+absl::Status SetBlockingSync(int ordinal, bool wanted) {
+  if (!wanted) return absl::FailedPreconditionError("cuda_blocking_sync is off");
+  if (const cudaError_t e =
+          cudaInitDevice(ordinal, cudaDeviceScheduleBlockingSync, cudaInitDeviceFlagsAreValid);
+      e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return CudaErrorToStatus(e, "cudaInitDevice(cudaDeviceScheduleBlockingSync)");
+  }
+  int previous = 0;
+  unsigned int flags = 0;
+  if (cudaGetDevice(&previous) != cudaSuccess || cudaSetDevice(ordinal) != cudaSuccess ||
+      cudaGetDeviceFlags(&flags) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return absl::UnknownError("could not read the device flags back");
+  }
+  (void)cudaSetDevice(previous);
+  if ((flags & cudaDeviceScheduleMask) != cudaDeviceScheduleBlockingSync) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the primary context keeps schedule flags ", flags & cudaDeviceScheduleMask));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(const DeviceOptions& options) {
   if (options.kind != DeviceKind::kCuda) {
     return absl::InvalidArgumentError(absl::StrCat("CudaDevice::Create: kind must be cuda, got ",
@@ -57,6 +87,8 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(const DeviceOptio
   }
   auto state = std::make_shared<CudaDeviceState>(
       ordinal, absl::StrCat("cuda:", ordinal, " (", properties.name, ")"));
+  // Before cudaSetDevice, which creates the primary context with the flags it then has.
+  absl::Status blocking_sync = SetBlockingSync(ordinal, options.cuda_blocking_sync);
   if (absl::Status current = state->MakeCurrent(); !current.ok()) return current;
 
   void* arena_memory = nullptr;
@@ -71,7 +103,9 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(const DeviceOptio
                                      ", device free ", free_bytes, " of ", total_bytes, " bytes"));
   }
   state->timeline().set_enabled(options.record_timeline);
-  return std::unique_ptr<CudaDevice>(new CudaDevice(options, std::move(state), arena_memory));
+  std::unique_ptr<CudaDevice> device(new CudaDevice(options, std::move(state), arena_memory));
+  device->blocking_sync_status_ = std::move(blocking_sync);
+  return device;
 }
 
 CudaDevice::CudaDevice(const DeviceOptions& options, std::shared_ptr<CudaDeviceState> state,

@@ -47,6 +47,8 @@ class CudaDevice final : public Device {
   Timeline& timeline() override { return state_->timeline(); }
 
   int ordinal() const { return state_->ordinal(); }
+  // OK when host waits block (DeviceOptions::cuda_blocking_sync); else why they may spin.
+  const absl::Status& blocking_sync_status() const { return blocking_sync_status_; }
 
  private:
   CudaDevice(const DeviceOptions& options, std::shared_ptr<CudaDeviceState> state,
@@ -57,6 +59,7 @@ class CudaDevice final : public Device {
   std::unique_ptr<DeviceArena> arena_;  // reset first in the destructor
   CudaPinnedPool pinned_;
   const bool host_task_threads_;  // DeviceOptions::cuda_host_task_threads
+  absl::Status blocking_sync_status_;
 };
 
 // CudaDevice::Create behind the Device interface.

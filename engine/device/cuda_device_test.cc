@@ -144,6 +144,69 @@ TEST_F(CudaDeviceTest, LaterWorkWaitsForTheHostTaskOnTheCallbackThread) {
   ExpectLaterWorkWaitsForTheHostTask(*callbacks);
 }
 
+// Review point 3: copies, waits and EnqueueTimed work add timeline spans (timing events,
+// resolved by Synchronize), in stream order and inside the host-clock window of the work.
+TEST_F(CudaDeviceTest, CopiesWaitsAndTimedWorkAddTimelineSpans) {
+  auto copy = *device_->CreateStream("copy_in");
+  auto compute = *device_->CreateStream("compute");
+  auto* cuda_compute = dynamic_cast<CudaStream*>(compute.get());
+  ASSERT_NE(cuda_compute, nullptr);
+  auto event = *device_->CreateEvent();
+  constexpr size_t kBytes = 8 << 20;
+  PinnedHostBuffer host = *device_->AllocatePinned(kBytes);
+  DeviceBuffer dev = *device_->Allocate(kBytes, "x");
+  device_->timeline().set_enabled(true);
+  const int64_t before_ns = device_->timeline().NowNs();
+  copy->CopyHostToDevice(dev.data(), host.data(), kBytes, {SpanKind::kCopyIn, "weights", 2});
+  copy->RecordEvent(*event);
+  compute->WaitEvent(*event, {SpanKind::kWait, "wait weights", 2});
+  ASSERT_TRUE(cuda_compute
+                  ->EnqueueTimed({SpanKind::kCompute, "layer 2", 2},
+                                 [&](cudaStream_t s) {
+                                   return cudaMemsetAsync(dev.data(), 0, kBytes, s) == cudaSuccess
+                                              ? absl::OkStatus()
+                                              : absl::InternalError("cudaMemsetAsync");
+                                 })
+                  .ok());
+  ASSERT_TRUE(SynchronizeWithin(*copy).ok());
+  ASSERT_TRUE(SynchronizeWithin(*compute).ok());
+  const int64_t after_ns = device_->timeline().NowNs();
+  device_->timeline().set_enabled(false);
+  const std::vector<TimelineSpan> spans = device_->timeline().Spans();
+  ASSERT_EQ(spans.size(), 3u);
+  int64_t copy_end = 0;
+  for (const TimelineSpan& span : spans) {
+    EXPECT_EQ(span.layer, 2);
+    // The anchor's host time is read just after it completes: allow a millisecond of slack.
+    EXPECT_GE(span.begin_ns, before_ns - 1000000) << span.label;
+    EXPECT_LE(span.end_ns, after_ns + 1000000) << span.label;
+    EXPECT_LE(span.begin_ns, span.end_ns) << span.label;
+    if (span.kind == SpanKind::kCopyIn) {
+      EXPECT_EQ(span.stream, "copy_in");
+      EXPECT_GT(span.end_ns, span.begin_ns) << "8 MiB takes time";
+      copy_end = span.end_ns;
+    }
+  }
+  for (const TimelineSpan& span : spans) {
+    if (span.kind == SpanKind::kCompute) {
+      EXPECT_EQ(span.stream, "compute");
+      EXPECT_GE(span.begin_ns + 100000, copy_end) << "compute waited for the copy";
+    }
+  }
+  EXPECT_EQ(cuda_compute->spans().pending(), 0u);
+}
+
+// Review point 8: host waits sleep. The fixture's device asked for blocking sync; where the
+// flags could not be set (the process's primary context came first), the status says why.
+TEST_F(CudaDeviceTest, HostWaitsUseBlockingSync) {
+  if (!device_->blocking_sync_status().ok()) {
+    GTEST_SKIP() << "blocking sync not set: " << device_->blocking_sync_status();
+  }
+  unsigned int flags = 0;
+  ASSERT_EQ(cudaGetDeviceFlags(&flags), cudaSuccess);
+  EXPECT_EQ(flags & cudaDeviceScheduleMask, cudaDeviceScheduleBlockingSync);
+}
+
 TEST_F(CudaDeviceTest, ArenaAndPinnedBudgetAreEnforced) {
   absl::StatusOr<DeviceBuffer> all = device_->Allocate(64 << 20, "all");
   ASSERT_TRUE(all.ok()) << all.status();

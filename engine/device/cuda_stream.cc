@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <new>
+#include <optional>
 #include <thread>
 
 #include <utility>
@@ -232,6 +233,9 @@ absl::StatusOr<std::unique_ptr<CudaStream>> CudaStream::Create(
   }
   device->timeline().RegisterStream(name);
   std::unique_ptr<CudaStream> created(new CudaStream(std::move(name), std::move(device), stream));
+  // The first anchor of the span clock, on the empty stream (a failure only leaves it unanchored:
+  // no device spans, never an error of the stream).
+  created->spans_->OnDrained();
   if (!host_task_thread) {
     created->lane_status_ = absl::FailedPreconditionError("cuda_host_task_threads is off");
   } else {
@@ -250,7 +254,9 @@ CudaStream::CudaStream(std::string name, std::shared_ptr<CudaDeviceState> device
     : name_(std::move(name)),
       device_(std::move(device)),
       stream_(stream),
-      errors_(std::make_shared<CudaStreamErrors>()) {}
+      errors_(std::make_shared<CudaStreamErrors>()),
+      timing_(std::make_unique<CudaTimingEvents>(device_, stream_)),
+      spans_(std::make_unique<DeviceSpanRecorder>(name_, &device_->timeline(), timing_.get())) {}
 
 CudaStream::~CudaStream() {
   // The lane runs until the stream is drained: the stream's waits need its thread. If the
@@ -258,10 +264,13 @@ CudaStream::~CudaStream() {
   const absl::Status drained =
       device_->Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   if (drained.ok()) {
+    spans_->OnDrained();  // the last spans reach the timeline
     lane_.reset();
   } else {
     (void)lane_.release();
   }
+  spans_.reset();
+  timing_.reset();
   (void)device_->Check(cudaStreamDestroy(stream_), "cudaStreamDestroy");
 }
 
@@ -273,27 +282,36 @@ void CudaStream::Fail(absl::Status status) {
 }
 
 void CudaStream::Copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
-                      std::string_view what) {
+                      std::string_view what, const TimelineTag& tag) {
   if (bytes == 0 || Skipping()) return;
-  if (absl::Status copied = device_->Check(cudaMemcpyAsync(dst, src, bytes, kind, stream_), what);
-      !copied.ok()) {
-    Fail(std::move(copied));
-  }
+  const std::optional<int> begin = spans_->Begin();
+  absl::Status copied = device_->Check(cudaMemcpyAsync(dst, src, bytes, kind, stream_), what);
+  spans_->End(begin, tag, tag.kind);
+  if (!copied.ok()) Fail(std::move(copied));
+}
+
+absl::Status CudaStream::EnqueueTimed(const TimelineTag& tag,
+                                      absl::FunctionRef<absl::Status(cudaStream_t)> enqueue) {
+  const std::optional<int> begin = spans_->Begin();
+  absl::Status status = enqueue(stream_);
+  spans_->End(begin, tag, tag.kind);
+  return status;
 }
 
 void CudaStream::CopyHostToDevice(void* dst_device, const void* src_host, size_t bytes,
-                                  TimelineTag /*tag: TODO timing-event spans*/) {
-  Copy(dst_device, src_host, bytes, cudaMemcpyHostToDevice, "cudaMemcpyAsync(HostToDevice)");
+                                  TimelineTag tag) {
+  Copy(dst_device, src_host, bytes, cudaMemcpyHostToDevice, "cudaMemcpyAsync(HostToDevice)", tag);
 }
 
 void CudaStream::CopyDeviceToHost(void* dst_host, const void* src_device, size_t bytes,
-                                  TimelineTag /*tag: TODO timing-event spans*/) {
-  Copy(dst_host, src_device, bytes, cudaMemcpyDeviceToHost, "cudaMemcpyAsync(DeviceToHost)");
+                                  TimelineTag tag) {
+  Copy(dst_host, src_device, bytes, cudaMemcpyDeviceToHost, "cudaMemcpyAsync(DeviceToHost)", tag);
 }
 
 void CudaStream::CopyDeviceToDevice(void* dst_device, const void* src_device, size_t bytes,
-                                    TimelineTag /*tag: TODO timing-event spans*/) {
-  Copy(dst_device, src_device, bytes, cudaMemcpyDeviceToDevice, "cudaMemcpyAsync(DeviceToDevice)");
+                                    TimelineTag tag) {
+  Copy(dst_device, src_device, bytes, cudaMemcpyDeviceToDevice, "cudaMemcpyAsync(DeviceToDevice)",
+       tag);
 }
 
 void CudaStream::EnqueueHostTask(std::function<void()> fn, TimelineTag tag) {
@@ -334,17 +352,19 @@ void CudaStream::RecordEvent(Event& event) {
   }
 }
 
-void CudaStream::WaitEvent(const Event& event, TimelineTag /*tag: TODO wait spans*/) {
+void CudaStream::WaitEvent(const Event& event, TimelineTag tag) {
   const CudaEvent& cuda_event = AsCudaEvent(event, name_);
-  if (absl::Status waited = device_->Check(
-          cudaStreamWaitEvent(stream_, cuda_event.native_handle(), 0), "cudaStreamWaitEvent");
-      !waited.ok()) {
-    Fail(std::move(waited));
-  }
+  // The span runs from the stream reaching the wait to the wait releasing it.
+  const std::optional<int> begin = spans_->Begin();
+  absl::Status waited = device_->Check(cudaStreamWaitEvent(stream_, cuda_event.native_handle(), 0),
+                                       "cudaStreamWaitEvent");
+  spans_->End(begin, tag, SpanKind::kWait);
+  if (!waited.ok()) Fail(std::move(waited));
 }
 
 absl::Status CudaStream::Synchronize() {
   absl::Status synced = device_->Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  if (synced.ok()) spans_->OnDrained();  // resolves this stream's spans, re-anchors the clock
   if (absl::Status fault = device_->fault(); !fault.ok()) return fault;
   if (!synced.ok()) return synced;
   std::lock_guard<std::mutex> lock(errors_->mu);

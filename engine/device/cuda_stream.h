@@ -8,9 +8,12 @@
 #include <mutex>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/device/cuda_device_state.h"
+#include "engine/device/cuda_timing_events.h"
+#include "engine/device/device_span_recorder.h"
 #include "engine/device/device.h"
 
 namespace megatrain::engine {
@@ -47,9 +50,11 @@ struct CudaStreamErrors {
 
 class CudaHostTaskLane;
 
-// Differences from the CPU device, all documented TODOs: copies and waits add no timeline spans
-// yet (they need timing-event pairs); host tasks do. A host task failing does not cancel copies
-// already enqueued behind it (CUDA cannot), only what is enqueued after the failure is known.
+// Timeline: copies, waits and EnqueueTimed work get spans from timing-event pairs
+// (DeviceSpanRecorder: resolved to host time once they complete, at the latest at Synchronize);
+// host tasks time themselves on the host clock. Difference from the CPU device: a host task
+// failing does not cancel copies already enqueued behind it (CUDA cannot), only what is enqueued
+// after the failure is known.
 class CudaStream final : public Stream {
  public:
   // host_task_thread: host tasks on a HostTaskLane (when the driver has stream memory
@@ -71,6 +76,13 @@ class CudaStream final : public Stream {
   void WaitEvent(const Event& event, TimelineTag tag) override;
   absl::Status Synchronize() override;
 
+  // Runs `enqueue` (which launches kernels or cuBLAS calls on the stream it is
+  // given, native_handle()) between the two events of one timeline span with
+  // `tag` (kind tag.kind); returns what `enqueue` returns.
+  absl::Status EnqueueTimed(const TimelineTag& tag,
+                            absl::FunctionRef<absl::Status(cudaStream_t)> enqueue);
+  const DeviceSpanRecorder& spans() const { return *spans_; }
+
   // For launching our kernels and cuBLAS/cuDNN calls on this stream.
   cudaStream_t native_handle() const { return stream_; }
   // Whether host tasks run on the stream's own thread (else on the driver's callback thread),
@@ -81,7 +93,8 @@ class CudaStream final : public Stream {
  private:
   CudaStream(std::string name, std::shared_ptr<CudaDeviceState> device, cudaStream_t stream);
   bool Skipping();
-  void Copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, std::string_view what);
+  void Copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, std::string_view what,
+            const TimelineTag& tag);
   void Fail(absl::Status status);
 
   const std::string name_;
@@ -91,6 +104,9 @@ class CudaStream final : public Stream {
   // The host-task lane and its word (pinned, mapped: the device polls it); null without one.
   std::unique_ptr<CudaHostTaskLane> lane_;
   absl::Status lane_status_;
+  // Timing events before the recorder that holds their ids (destroyed after it).
+  std::unique_ptr<CudaTimingEvents> timing_;
+  std::unique_ptr<DeviceSpanRecorder> spans_;
 };
 
 }  // namespace megatrain::engine

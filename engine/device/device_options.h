@@ -38,6 +38,12 @@ struct DeviceOptions {
   // that all streams share (host_task_lane.h). Falls back to the callback thread where the
   // driver lacks stream memory operations; false forces that (a first-run diagnosis switch).
   bool cuda_host_task_threads = true;
+  // CUDA only: host threads waiting for the GPU (stream and event synchronization) sleep
+  // (cudaDeviceScheduleBlockingSync) instead of spinning a core that the host optimizer, which
+  // uses every core by default, could use. Best effort: where the device's flags cannot be set
+  // (its primary context already runs with others), CudaDevice::blocking_sync_status() says
+  // why and the driver's default stays. false = the driver's default (spin while cores are spare).
+  bool cuda_blocking_sync = true;
 };
 
 // INVALID_ARGUMENT naming the field and value for: arena_bytes == 0, link_gbps or

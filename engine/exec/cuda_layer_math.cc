@@ -175,23 +175,21 @@ absl::StatusOr<CudaLayerMath> CudaLayerMath::Create(const ModelDims& dims,
 
 absl::Status CudaLayerMath::Linear(const bf16* x, const bf16* w, const bf16* bias, int64_t in,
                                    int64_t out, bf16* y, cudaStream_t stream) const {
-  return BiasAndProduct(x, w, bias, in, out, /*accumulate=*/false, y, stream);
+  return BiasAndProduct(x, w, bias, in, out, /*accumulate=*/false, /*source=*/nullptr, y, stream);
 }
 
 absl::Status CudaLayerMath::LinearAddTo(const bf16* x, const bf16* w, const bf16* bias, int64_t in,
                                         int64_t out, const bf16* residual, bf16* y,
                                         cudaStream_t stream) const {
-  const int64_t n = dims_.tokens();
-  MT_RETURN_IF_ERROR(CopyDeviceToDevice(y, residual, sizeof(bf16) * static_cast<size_t>(n * out),
-                                        stream, "copy residual"));
-  return BiasAndProduct(x, w, bias, in, out, /*accumulate=*/true, y, stream);
+  return BiasAndProduct(x, w, bias, in, out, /*accumulate=*/true, residual, y, stream);
 }
 
-// y (=, or += when accumulate) ones[n, 1] * bias[1, out] + x W^T: each GEMM
-// after the first adds onto y (beta = 1), so y is rounded to bf16 once per GEMM.
+// y = (source, when accumulate) + ones[n, 1] * bias[1, out] + x W^T: the first
+// GEMM reads the source as C (C != D), each later one adds onto y (beta = 1), so
+// y is rounded to bf16 once per GEMM, as when the source was first copied into y.
 absl::Status CudaLayerMath::BiasAndProduct(const bf16* x, const bf16* w, const bf16* bias,
-                                           int64_t in, int64_t out, bool accumulate, bf16* y,
-                                           cudaStream_t stream) const {
+                                           int64_t in, int64_t out, bool accumulate,
+                                           const bf16* source, bf16* y, cudaStream_t stream) const {
   const int64_t n = dims_.tokens();
   if (bias != nullptr) {
     kc::MatmulArgs broadcast;
@@ -201,9 +199,11 @@ absl::Status CudaLayerMath::BiasAndProduct(const bf16* x, const bf16* w, const b
     broadcast.a = tables_.ones;
     broadcast.b = bias;
     broadcast.c = y;
+    broadcast.c_source = source;
     broadcast.beta = accumulate ? 1.0f : 0.0f;
     MT_RETURN_IF_ERROR(gemm_.Matmul(broadcast, stream));
     accumulate = true;
+    source = nullptr;  // y holds it now
   }
   kc::MatmulArgs product;
   product.m = n;
@@ -213,6 +213,7 @@ absl::Status CudaLayerMath::BiasAndProduct(const bf16* x, const bf16* w, const b
   product.b = w;
   product.transpose_b = true;
   product.c = y;
+  product.c_source = source;
   product.beta = accumulate ? 1.0f : 0.0f;
   return gemm_.Matmul(product, stream);
 }

@@ -138,12 +138,15 @@ class CudaLayerMath {
   absl::Status Linear(const bf16* x, const bf16* w, const bf16* bias, int64_t in, int64_t out,
                       bf16* y, cudaStream_t stream) const;
   // y[N, out] = residual + x W^T (+ bias), adding onto the residual inside
-  // the GEMM (beta = 1). y may not alias x or residual.
+  // the GEMM (beta = 1, read from the residual: C != D, no copy). y may not
+  // alias x or residual.
   absl::Status LinearAddTo(const bf16* x, const bf16* w, const bf16* bias, int64_t in, int64_t out,
                            const bf16* residual, bf16* y, cudaStream_t stream) const;
-  // y (= or += when accumulate) bias broadcast over the tokens + x W^T.
+  // y = (source when accumulate) + bias broadcast over the tokens + x W^T;
+  // source null: y itself.
   absl::Status BiasAndProduct(const bf16* x, const bf16* w, const bf16* bias, int64_t in,
-                              int64_t out, bool accumulate, bf16* y, cudaStream_t stream) const;
+                              int64_t out, bool accumulate, const bf16* source, bf16* y,
+                              cudaStream_t stream) const;
   // dx (= or += when accumulate) dy W; dw += dy^T x; db += column sums of dy.
   absl::Status LinearBackward(const bf16* dy, const bf16* x, const bf16* w, int64_t in, int64_t out,
                               bf16* dx, bool accumulate, float* dw, float* db,

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "engine/device/cuda_stream.h"
 #include "engine/common/fatal.h"
@@ -149,8 +150,10 @@ class CudaStageBackend final : public StageBackend {
     absl::StatusOr<cudaStream_t> stream = ComputeStream(compute, tag);
     if (!stream.ok()) return stream.status();
     if (absl::Status s = CheckSet(set, tag); !s.ok()) return s;
-    return InStage(math_->LayerForward(Bf16(weights), Bf16(x_in), sets_[set], Bf16(x_out), *stream),
-                   tag, "layer forward");
+    return Timed(compute, tag, [&](cudaStream_t on) {
+      return InStage(math_->LayerForward(Bf16(weights), Bf16(x_in), sets_[set], Bf16(x_out), on),
+                     tag, "layer forward");
+    });
   }
 
   absl::Status LayerBackward(Stream& compute, const void* weights, int set, const void* dx_out,
@@ -159,14 +162,16 @@ class CudaStageBackend final : public StageBackend {
     absl::StatusOr<cudaStream_t> stream = ComputeStream(compute, tag);
     if (!stream.ok()) return stream.status();
     if (absl::Status s = CheckSet(set, tag); !s.ok()) return s;
-    if (absl::Status s = CudaCall(cudaMemsetAsync(grads, 0, grad_floats * sizeof(float), *stream),
-                                  tag, "zero the gradient buffer");
-        !s.ok()) {
-      return s;
-    }
-    return InStage(math_->LayerBackward(Bf16(weights), sets_[set], backward_scratch_, Bf16(dx_out),
-                                        Bf16(dx_in), grads, *stream),
-                   tag, "layer backward");
+    return Timed(compute, tag, [&](cudaStream_t on) {
+      if (absl::Status s = CudaCall(cudaMemsetAsync(grads, 0, grad_floats * sizeof(float), on), tag,
+                                    "zero the gradient buffer");
+          !s.ok()) {
+        return s;
+      }
+      return InStage(math_->LayerBackward(Bf16(weights), sets_[set], backward_scratch_,
+                                          Bf16(dx_out), Bf16(dx_in), grads, on),
+                     tag, "layer backward");
+    });
   }
 
   absl::Status LayerForwardPart(Stream& compute, int part, const LayerWeightPointers& weights,
@@ -175,9 +180,11 @@ class CudaStageBackend final : public StageBackend {
     absl::StatusOr<cudaStream_t> stream = ComputeStream(compute, tag);
     if (!stream.ok()) return stream.status();
     if (absl::Status s = CheckSet(set, tag); !s.ok()) return s;
-    return InStage(math_->LayerForwardPart(part, LayerWeightsAs<bf16>(weights), Bf16(x_in),
-                                           sets_[set], Bf16(x_out), *stream),
-                   tag, "layer forward part");
+    return Timed(compute, tag, [&](cudaStream_t on) {
+      return InStage(math_->LayerForwardPart(part, LayerWeightsAs<bf16>(weights), Bf16(x_in),
+                                             sets_[set], Bf16(x_out), on),
+                     tag, "layer forward part");
+    });
   }
 
   absl::Status LayerBackwardPart(Stream& compute, int part, const LayerWeightPointers& weights,
@@ -186,17 +193,19 @@ class CudaStageBackend final : public StageBackend {
     absl::StatusOr<cudaStream_t> stream = ComputeStream(compute, tag);
     if (!stream.ok()) return stream.status();
     if (absl::Status s = CheckSet(set, tag); !s.ok()) return s;
-    if (part == 0) {
-      if (absl::Status s = CudaCall(cudaMemsetAsync(grads, 0, grad_floats * sizeof(float), *stream),
-                                    tag, "zero the gradient buffer");
-          !s.ok()) {
-        return s;
+    return Timed(compute, tag, [&](cudaStream_t on) {
+      if (part == 0) {
+        if (absl::Status s = CudaCall(cudaMemsetAsync(grads, 0, grad_floats * sizeof(float), on),
+                                      tag, "zero the gradient buffer");
+            !s.ok()) {
+          return s;
+        }
       }
-    }
-    return InStage(
-        math_->LayerBackwardPart(part, LayerWeightsAs<bf16>(weights), sets_[set], backward_scratch_,
-                                 Bf16(dx_out), Bf16(dx_in), grads, *stream),
-        tag, "layer backward part");
+      return InStage(
+          math_->LayerBackwardPart(part, LayerWeightsAs<bf16>(weights), sets_[set],
+                                   backward_scratch_, Bf16(dx_out), Bf16(dx_in), grads, on),
+          tag, "layer backward part");
+    });
   }
 
   absl::Status HeadForwardBackward(Stream& compute, const HeadArgs& args,
@@ -237,6 +246,14 @@ class CudaStageBackend final : public StageBackend {
     return NativeStream(compute, "compute");
   }
 
+  // Enqueues `body` on the compute stream (a CudaStream, checked by
+  // ComputeStream) as one timeline span with `tag`: the per-layer compute
+  // times of the step report and the activation policy's measurements.
+  static absl::Status Timed(Stream& compute, const TimelineTag& tag,
+                            absl::FunctionRef<absl::Status(cudaStream_t)> body) {
+    return static_cast<CudaStream&>(compute).EnqueueTimed(tag, body);
+  }
+
   absl::Status CheckSet(int set, const TimelineTag& tag) const {
     if (set < 0 || static_cast<size_t>(set) >= sets_.size()) {
       return absl::InvalidArgumentError(
@@ -264,10 +281,17 @@ class CudaStageBackend final : public StageBackend {
     p.final_norm_grad = args.final_norm_grad;
     p.logits = args.logits;
     p.chunk_loss_sums = chunk_losses_device_;
+    return Timed(compute, tag,
+                 [&](cudaStream_t on) { return EnqueueHeadOn(form, args, p, tag, on); });
+  }
+
+  // The head's launches on the compute stream `on`, inside its timeline span.
+  absl::Status EnqueueHeadOn(HeadForm form, const HeadArgs& args, CudaLayerMath::HeadPointers& p,
+                             const TimelineTag& tag, cudaStream_t on) {
     if (args.gradient_buffer != nullptr) {
       if (absl::Status s = CudaCall(
-              cudaMemsetAsync(args.gradient_buffer, 0, args.grad_floats * sizeof(float), *stream),
-              tag, "zero the gradient buffer");
+              cudaMemsetAsync(args.gradient_buffer, 0, args.grad_floats * sizeof(float), on), tag,
+              "zero the gradient buffer");
           !s.ok()) {
         return s;
       }
@@ -275,17 +299,17 @@ class CudaStageBackend final : public StageBackend {
     absl::Status launched;
     bool loss_ready = form != HeadForm::kLogits;
     if (args.part < 0) {
-      launched = math_->Head(p, Bf16(args.lm_head), args.lm_head_grad, head_scratch_, *stream);
+      launched = math_->Head(p, Bf16(args.lm_head), args.lm_head_grad, head_scratch_, on);
     } else {
       const HeadStep step = HeadStepAt(dims_, args.part);
       p.lm_block = Bf16(args.lm_head);
       p.lm_block_grad = args.lm_head_grad;
-      launched = math_->HeadStep(step, p, head_scratch_, *stream);
+      launched = math_->HeadStep(step, p, head_scratch_, on);
       loss_ready = loss_ready && step.kind == HeadStepKind::kForwardBlock &&
                    step.block + 1 == HeadBlockCount(dims_);
     }
     if (absl::Status s = InStage(launched, tag, "head"); !s.ok()) return s;
-    return loss_ready ? DownloadLoss(args, *stream, tag) : absl::OkStatus();
+    return loss_ready ? DownloadLoss(args, on, tag) : absl::OkStatus();
   }
 
   // The valid tokens are counted on the host; without its targets the head cannot report them.

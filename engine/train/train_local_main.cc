@@ -51,7 +51,10 @@ ABSL_FLAG(int, arena_mb, 512, "Device memory for the executor's arena, in MiB.")
 ABSL_FLAG(double, link_gbps, 0,
           "CPU device only: emulated host<->device link in GB/s; 0 = unthrottled.");
 ABSL_FLAG(double, link_latency_us, 0, "Emulated link latency in microseconds.");
-ABSL_FLAG(int, threads, 2, "BLAS and optimizer threads.");
+ABSL_FLAG(int, threads, 2, "BLAS threads (the CPU device's compute; results depend on it).");
+ABSL_FLAG(int, optimizer_threads, 0,
+          "Host AdamW threads; 0 = one per core this process may run on (results do not depend "
+          "on it).");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of the initial weights and the data order.");
 ABSL_FLAG(std::string, trace, "", "Write a Chrome trace (JSON) of the last step here.");
 ABSL_FLAG(bool, serial, false, "Disable transfer/compute overlap (baseline).");
@@ -75,6 +78,9 @@ ABSL_FLAG(int64_t, nvme_chunk_mb, 64,
 ABSL_FLAG(int64_t, weight_ring_mb, 0,
           "Fragmented weight streaming through a device ring of this many MiB (it must hold the "
           "largest tensor); 0 = whole-layer weight slots.");
+ABSL_FLAG(bool, cuda_blocking_sync, true,
+          "CUDA: host threads waiting for the GPU sleep instead of spinning a core "
+          "(cudaDeviceScheduleBlockingSync); false = the driver's default.");
 ABSL_FLAG(bool, cuda_host_task_threads, true,
           "CUDA: run each stream's host tasks on a thread of its own (the stream waits on a word "
           "it writes) instead of on the driver's one callback thread; false = the callback "
@@ -172,7 +178,7 @@ int main(int argc, char** argv) {
   t.executor.weight_slots = absl::GetFlag(FLAGS_weight_slots);
   t.executor.serial = absl::GetFlag(FLAGS_serial);
   t.blas_threads = absl::GetFlag(FLAGS_threads);
-  t.optimizer_threads = absl::GetFlag(FLAGS_threads);
+  t.optimizer_threads = absl::GetFlag(FLAGS_optimizer_threads);
   t.collect_timeline = !o.chrome_trace_path.empty();
   const int64_t pinned_mb = absl::GetFlag(FLAGS_pinned_ram_mb);
   const int64_t ram_mb = absl::GetFlag(FLAGS_ram_mb);
@@ -216,6 +222,7 @@ int main(int argc, char** argv) {
   }
   o.device.kind = *kind;
   o.device.cuda_host_task_threads = absl::GetFlag(FLAGS_cuda_host_task_threads);
+  o.device.cuda_blocking_sync = absl::GetFlag(FLAGS_cuda_blocking_sync);
   o.device.arena_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_arena_mb)) << 20;
   o.device.pinned_budget_bytes = size_t{64} << 30;
   o.device.link_gbps = absl::GetFlag(FLAGS_link_gbps);

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "engine/common/host_cores.h"
 #include "engine/model/hf_loader.h"
 #include "engine/optimizer/grad_norm.h"
 #include "engine/exec/executor_geometry.h"
@@ -54,7 +55,7 @@ Trainer::Trainer(Device& device, ModelConfig config, ParameterLayout layout, Par
       options_(options),
       rope_(std::move(rope)),
       gate_(layout_.num_entries()),
-      optimizer_pool_(static_cast<size_t>(std::max(1, options.optimizer_threads))),
+      optimizer_pool_(static_cast<size_t>(ThreadCountOrCores(options.optimizer_threads))),
       compute_pool_(static_cast<size_t>(std::max(1, options.blas_threads))),
       adamw_(&optimizer_pool_),
       update_seconds_(layout_.num_entries(), 0.0) {}

@@ -67,7 +67,10 @@ struct TrainerOptions {
   int max_consecutive_skips = 5;  // non-finite steps in a row before the job fails
   ExecutorOptions executor;
   HostMemoryBudgets memory;
-  int optimizer_threads = 2;
+  // Host AdamW and gradient-norm threads; 0 = one per core this process may run on
+  // (HostCoreCount). Results do not depend on it (host_adamw_test
+  // ResultsDoNotDependOnThreadCount, grad_norm_test IdenticalBitsForAnyThreadCountAndIsa).
+  int optimizer_threads = 0;
   int blas_threads = 2;          // fixed for the run: OpenBLAS results depend on it
   bool collect_timeline = true;  // per-layer timings in StepReport (two clock reads per op)
 };

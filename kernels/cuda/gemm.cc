@@ -1,9 +1,11 @@
 // cuBLASLt GEMM: row-major products computed as the column-major transposed
-// product C^T = op(B)^T op(A)^T, which needs no data movement.
+// product C^T = op(B)^T op(A)^T (gemm_mapping.h), which needs no data
+// movement; per-shape plans (gemm_plan.h) hold the descriptors and algorithm.
 #include "kernels/cuda/gemm.h"
 
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -12,49 +14,17 @@
 #include "absl/strings/string_view.h"
 #include "engine/common/status_macros.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/gemm_mapping.h"
+#include "kernels/cuda/gemm_plan.h"
 
 namespace megatrain::kernels::cuda {
 namespace {
 
+constexpr absl::string_view kOp = "CublasLtGemm::Matmul";
+
 cublasLtHandle_t Handle(void* h) { return static_cast<cublasLtHandle_t>(h); }
 
-struct MatmulDescDeleter {
-  void operator()(cublasLtMatmulDescOpaque_t* d) const { cublasLtMatmulDescDestroy(d); }
-};
-struct LayoutDeleter {
-  void operator()(cublasLtMatrixLayoutOpaque_t* d) const { cublasLtMatrixLayoutDestroy(d); }
-};
-struct PreferenceDeleter {
-  void operator()(cublasLtMatmulPreferenceOpaque_t* d) const { cublasLtMatmulPreferenceDestroy(d); }
-};
-using MatmulDesc = std::unique_ptr<cublasLtMatmulDescOpaque_t, MatmulDescDeleter>;
-using Layout = std::unique_ptr<cublasLtMatrixLayoutOpaque_t, LayoutDeleter>;
-using Preference = std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, PreferenceDeleter>;
-
-absl::Status MakeLayout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, Layout* out) {
-  cublasLtMatrixLayout_t layout = nullptr;
-  MT_RETURN_IF_ERROR(
-      CublasStatus(cublasLtMatrixLayoutCreate(&layout, type, static_cast<uint64_t>(rows),
-                                              static_cast<uint64_t>(cols), ld),
-                   "cublasLtMatrixLayoutCreate"));
-  out->reset(layout);
-  return absl::OkStatus();
-}
-
-// Largest power of two (<= 16) dividing the address: what cuBLASLt may
-// assume about the pointer when picking a kernel. Capped at 16 bytes (all a
-// Hopper tensor-core kernel needs) so the kernel chosen, and with it the
-// bits of the result, do not depend on where a tensor sits in a slot, the
-// ring or a vocabulary block.
-uint32_t Alignment(const void* p) {
-  const auto address = reinterpret_cast<uintptr_t>(p);
-  uint32_t alignment = 16;
-  while (alignment > 1 && address % alignment != 0) alignment /= 2;
-  return alignment;
-}
-
 absl::Status CheckMatmulArgs(const MatmulArgs& args) {
-  constexpr absl::string_view kOp = "CublasLtGemm::Matmul";
   if (args.m < 0 || args.n < 0 || args.k < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(kOp, ": m, n, k = ", args.m, ", ", args.n, ", ", args.k, " must be >= 0"));
@@ -68,7 +38,36 @@ absl::Status CheckMatmulArgs(const MatmulArgs& args) {
   return absl::OkStatus();
 }
 
+GemmPlanKey KeyOf(const MatmulArgs& args) {
+  GemmPlanKey key;
+  key.shape = GemmShape{args.m, args.n, args.k, args.transpose_a, args.transpose_b};
+  key.c_fp32 = args.c_type == GemmOutput::kFp32;
+  key.align_lt_a = PointerAlignment(args.b);  // cuBLASLt's "A" is our B
+  key.align_lt_b = PointerAlignment(args.a);
+  // C and D share one layout and one alignment preference: the smaller of the two pointers'.
+  key.align_c = std::min(PointerAlignment(args.c),
+                         PointerAlignment(args.c_source != nullptr ? args.c_source : args.c));
+  return key;
+}
+
+GemmOperands OperandsOf(const MatmulArgs& args) {
+  GemmOperands ops;
+  ops.a = args.a;
+  ops.b = args.b;
+  ops.c_source = args.c_source;
+  ops.c = args.c;
+  ops.alpha = args.alpha;
+  ops.beta = args.beta;
+  return ops;
+}
+
 }  // namespace
+
+CublasLtGemm::CublasLtGemm(void* handle, void* workspace, size_t workspace_bytes)
+    : handle_(handle),
+      workspace_(workspace),
+      workspace_bytes_(workspace_bytes),
+      plans_(std::make_unique<GemmPlanCache>()) {}
 
 absl::StatusOr<CublasLtGemm> CublasLtGemm::Create(size_t workspace_bytes) {
   cublasLtHandle_t handle = nullptr;
@@ -87,7 +86,8 @@ absl::StatusOr<CublasLtGemm> CublasLtGemm::Create(size_t workspace_bytes) {
 CublasLtGemm::CublasLtGemm(CublasLtGemm&& other) noexcept
     : handle_(std::exchange(other.handle_, nullptr)),
       workspace_(std::exchange(other.workspace_, nullptr)),
-      workspace_bytes_(std::exchange(other.workspace_bytes_, 0)) {}
+      workspace_bytes_(std::exchange(other.workspace_bytes_, 0)),
+      plans_(std::move(other.plans_)) {}
 
 CublasLtGemm& CublasLtGemm::operator=(CublasLtGemm&& other) noexcept {
   if (this != &other) {
@@ -95,6 +95,7 @@ CublasLtGemm& CublasLtGemm::operator=(CublasLtGemm&& other) noexcept {
     handle_ = std::exchange(other.handle_, nullptr);
     workspace_ = std::exchange(other.workspace_, nullptr);
     workspace_bytes_ = std::exchange(other.workspace_bytes_, 0);
+    plans_ = std::move(other.plans_);
   }
   return *this;
 }
@@ -103,6 +104,7 @@ CublasLtGemm::~CublasLtGemm() { Close().IgnoreError(); }
 
 absl::Status CublasLtGemm::Close() {
   absl::Status status;
+  if (plans_ != nullptr) plans_->Clear();  // descriptors before the handle
   if (workspace_ != nullptr) {
     status.Update(CudaStatus(cudaFree(workspace_), "cudaFree(gemm workspace)"));
     workspace_ = nullptr;
@@ -115,105 +117,40 @@ absl::Status CublasLtGemm::Close() {
   return status;
 }
 
-absl::Status CublasLtGemm::Matmul(const MatmulArgs& args, cudaStream_t stream) const {
-  constexpr absl::string_view kOp = "CublasLtGemm::Matmul";
-  if (handle_ == nullptr) return absl::FailedPreconditionError(absl::StrCat(kOp, ": closed"));
+absl::Status CublasLtGemm::CheckCall(const MatmulArgs& args, cudaStream_t stream) const {
+  if (handle_ == nullptr || plans_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(kOp, ": closed"));
+  }
   if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) {
     return absl::InvalidArgumentError(absl::StrCat(kOp, ": stream is a default stream"));
   }
-  MT_RETURN_IF_ERROR(CheckMatmulArgs(args));
+  return CheckMatmulArgs(args);
+}
+
+absl::Status CublasLtGemm::Matmul(const MatmulArgs& args, cudaStream_t stream) const {
+  MT_RETURN_IF_ERROR(CheckCall(args, stream));
   if (args.m == 0 || args.n == 0) return absl::OkStatus();
-  if (args.k == 0) {
-    return absl::UnimplementedError(absl::StrCat(kOp, ": k = 0 (C = beta * C) is not supported"));
-  }
-
-  const cudaDataType_t c_type = args.c_type == GemmOutput::kBf16 ? CUDA_R_16BF : CUDA_R_32F;
-  // Column-major view: C^T[n, m] = op(B)^T[n, k] * op(A)^T[k, m], so cuBLAS's
-  // "A" is our B and its "B" is our A, each with its own transpose flag.
-  const cublasOperation_t op_b = args.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t op_a = args.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-
-  cublasLtMatmulDesc_t raw_desc = nullptr;
-  MT_RETURN_IF_ERROR(
-      CublasStatus(cublasLtMatmulDescCreate(&raw_desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
-                   "cublasLtMatmulDescCreate"));
-  MatmulDesc desc(raw_desc);
-  MT_RETURN_IF_ERROR(CublasStatus(
-      cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof(op_b)),
-      "set TRANSA"));
-  MT_RETURN_IF_ERROR(CublasStatus(
-      cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof(op_a)),
-      "set TRANSB"));
-
-  // Stored shapes in column-major terms (rows, cols, leading dimension).
-  Layout layout_b;  // cuBLAS "A": our B
-  if (args.transpose_b) {
-    MT_RETURN_IF_ERROR(MakeLayout(CUDA_R_16BF, args.k, args.n, args.k, &layout_b));
-  } else {
-    MT_RETURN_IF_ERROR(MakeLayout(CUDA_R_16BF, args.n, args.k, args.n, &layout_b));
-  }
-  Layout layout_a;  // cuBLAS "B": our A
-  if (args.transpose_a) {
-    MT_RETURN_IF_ERROR(MakeLayout(CUDA_R_16BF, args.m, args.k, args.m, &layout_a));
-  } else {
-    MT_RETURN_IF_ERROR(MakeLayout(CUDA_R_16BF, args.k, args.m, args.k, &layout_a));
-  }
-  Layout layout_c;
-  MT_RETURN_IF_ERROR(MakeLayout(c_type, args.n, args.m, args.n, &layout_c));
-
-  cublasLtMatmulPreference_t raw_pref = nullptr;
-  MT_RETURN_IF_ERROR(
-      CublasStatus(cublasLtMatmulPreferenceCreate(&raw_pref), "cublasLtMatmulPreferenceCreate"));
-  Preference pref(raw_pref);
-  const uint64_t workspace_bytes = workspace_bytes_;
-  MT_RETURN_IF_ERROR(CublasStatus(
-      cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                           &workspace_bytes, sizeof(workspace_bytes)),
-      "set MAX_WORKSPACE_BYTES"));
-  // Determinism: no split-K reduction schemes.
-  const uint32_t reduction_mask = CUBLASLT_REDUCTION_SCHEME_NONE;
-  MT_RETURN_IF_ERROR(CublasStatus(
-      cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                                           &reduction_mask, sizeof(reduction_mask)),
-      "set REDUCTION_SCHEME_MASK"));
-  const uint32_t align_a = Alignment(args.b);  // cuBLAS "A"
-  const uint32_t align_b = Alignment(args.a);
-  const uint32_t align_c = Alignment(args.c);
-  MT_RETURN_IF_ERROR(CublasStatus(
-      cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                           &align_a, sizeof(align_a)),
-      "set MIN_ALIGNMENT_A_BYTES"));
-  MT_RETURN_IF_ERROR(CublasStatus(
-      cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                           &align_b, sizeof(align_b)),
-      "set MIN_ALIGNMENT_B_BYTES"));
-  MT_RETURN_IF_ERROR(CublasStatus(
-      cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                           &align_c, sizeof(align_c)),
-      "set MIN_ALIGNMENT_C_BYTES"));
-  MT_RETURN_IF_ERROR(CublasStatus(
-      cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                           &align_c, sizeof(align_c)),
-      "set MIN_ALIGNMENT_D_BYTES"));
-
-  cublasLtMatmulHeuristicResult_t heuristic = {};
-  int found = 0;
-  MT_RETURN_IF_ERROR(
-      CublasStatus(cublasLtMatmulAlgoGetHeuristic(Handle(handle_), desc.get(), layout_b.get(),
-                                                  layout_a.get(), layout_c.get(), layout_c.get(),
-                                                  pref.get(), 1, &heuristic, &found),
-                   "cublasLtMatmulAlgoGetHeuristic"));
-  if (found == 0) {
-    return absl::UnimplementedError(absl::StrCat(
-        kOp, ": no cuBLASLt algorithm for m, n, k = ", args.m, ", ", args.n, ", ", args.k));
-  }
-  MT_RETURN_IF_ERROR(CublasStatus(
-      cublasLtMatmul(Handle(handle_), desc.get(), &args.alpha, args.b, layout_b.get(), args.a,
-                     layout_a.get(), &args.beta, args.c, layout_c.get(), args.c, layout_c.get(),
-                     &heuristic.algo, workspace_, workspace_bytes_, stream),
-      "cublasLtMatmul"));
+  MT_RETURN_IF_ERROR(plans_->Run(Handle(handle_), KeyOf(args), OperandsOf(args), workspace_,
+                                 workspace_bytes_, stream));
   return CudaStatus(cudaGetLastError(), kOp);
 }
+
+absl::StatusOr<GemmPath> CublasLtGemm::PathFor(const MatmulArgs& args) const {
+  if (handle_ == nullptr || plans_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(kOp, ": closed"));
+  }
+  MT_RETURN_IF_ERROR(CheckMatmulArgs(args));
+  return plans_->PathFor(Handle(handle_), KeyOf(args), workspace_bytes_);
+}
+
+absl::Status CublasLtGemm::FallbackMatmul(const MatmulArgs& args, cudaStream_t stream) const {
+  MT_RETURN_IF_ERROR(CheckCall(args, stream));
+  if (args.m == 0 || args.n == 0) return absl::OkStatus();
+  MT_RETURN_IF_ERROR(GemmPlan::RunFallback(KeyOf(args), OperandsOf(args), stream));
+  return CudaStatus(cudaGetLastError(), kOp);
+}
+
+size_t CublasLtGemm::cached_plans() const { return plans_ == nullptr ? 0 : plans_->size(); }
 
 absl::Status CublasLtGemm::LinearForward(const void* x, const void* w, void* y, int64_t tokens,
                                          int64_t in, int64_t out, cudaStream_t stream) const {

@@ -1,16 +1,20 @@
 // bf16 GEMM through cuBLASLt (fp32 compute, bf16 or fp32 output) for row-major
-// tensors, as a move-only handle owning the cublasLt handle and its
-// workspace. The three products a linear layer y = x W^T needs are named
-// methods; Matmul is the general form.
+// tensors, as a move-only handle owning the cublasLt handle, its workspace and
+// the per-shape plans (gemm_plan.h: descriptors and algorithm built once per
+// shape; the own fallback kernel where cuBLASLt has no algorithm). The three
+// products a linear layer y = x W^T needs are named methods; Matmul is the
+// general form.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/cuda/gemm_selection.h"
 
 namespace megatrain::kernels::cuda {
 
@@ -28,10 +32,16 @@ struct MatmulArgs {
   const void* a = nullptr;
   const void* b = nullptr;
   void* c = nullptr;
+  // Where beta * C is read from when it is not c itself (C != D: y = residual
+  // + x W^T without copying the residual first); same type and shape as c,
+  // may equal c. Null: c.
+  const void* c_source = nullptr;
   GemmOutput c_type = GemmOutput::kBf16;
   float alpha = 1.0f;
   float beta = 0.0f;
 };
+
+class GemmPlanCache;
 
 class CublasLtGemm {
  public:
@@ -53,7 +63,17 @@ class CublasLtGemm {
   // destructor does the same silently). Idempotent.
   absl::Status Close();
 
+  // Every shape runs: cuBLASLt when its heuristics offer an algorithm
+  // (gemm_selection.h's ladder), else the own fallback kernel; k = 0 computes
+  // C = beta * C. The plan of a (shape, output type, pointer alignments) is
+  // built on its first call and reused.
   absl::Status Matmul(const MatmulArgs& args, cudaStream_t stream) const;
+
+  // The path Matmul takes for `args` (its pointers' alignments count), building the plan.
+  absl::StatusOr<GemmPath> PathFor(const MatmulArgs& args) const;
+  // Matmul on the fallback kernel whatever cuBLASLt offers (for tests against cuBLASLt).
+  absl::Status FallbackMatmul(const MatmulArgs& args, cudaStream_t stream) const;
+  size_t cached_plans() const;
 
   // y[tokens, out] = x[tokens, in] * W[out, in]^T (bf16 y).
   absl::Status LinearForward(const void* x, const void* w, void* y, int64_t tokens, int64_t in,
@@ -66,17 +86,20 @@ class CublasLtGemm {
 
   // dW[out, in] += dy[tokens, out]^T * x[tokens, in], dW fp32. K = tokens is
   // never split by us; cuBLASLt is restricted to algorithms without split-K
-  // reductions so the result is deterministic.
+  // (or, where it has none, to split-K reduced through the workspace, never
+  // in place), so the result is deterministic.
   absl::Status LinearBackwardWeight(const void* dy, const void* x, float* dw, int64_t tokens,
                                     int64_t in, int64_t out, cudaStream_t stream) const;
 
  private:
-  CublasLtGemm(void* handle, void* workspace, size_t workspace_bytes)
-      : handle_(handle), workspace_(workspace), workspace_bytes_(workspace_bytes) {}
+  CublasLtGemm(void* handle, void* workspace, size_t workspace_bytes);
+  absl::Status CheckCall(const MatmulArgs& args, cudaStream_t stream) const;
 
   void* handle_ = nullptr;  // cublasLtHandle_t
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  // Behind a pointer so the handle moves; its plans die before the handle.
+  std::unique_ptr<GemmPlanCache> plans_;
 };
 
 }  // namespace megatrain::kernels::cuda
