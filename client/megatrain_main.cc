@@ -22,6 +22,7 @@
 #include "client/job_spec_file.h"
 #include "client/plan_wear.h"
 #include "client/render.h"
+#include "client/top_command.h"
 #include "client/verify_command.h"
 #include "grpcpp/client_context.h"
 #include "proto/megatrain.grpc.pb.h"
@@ -65,6 +66,10 @@ ABSL_FLAG(bool, reuse_output_dir, false,
           "the job's checkpoints go to <output_dir>/checkpoints/<job id>.");
 ABSL_FLAG(bool, watch, false, "submit: watch the job after submitting it.");
 ABSL_FLAG(std::string, state, "", "list: comma-separated states to show (e.g. RUNNING,QUEUED).");
+ABSL_FLAG(double, interval_seconds, 2, "top: seconds between screens.");
+ABSL_FLAG(int, iterations, -1,
+          "top: screens to draw; 0 = until interrupted; default: until interrupted on a "
+          "terminal, once otherwise.");
 ABSL_FLAG(bool, offline, false,
           "plan: run the engine planner in-process instead of asking a daemon (also the "
           "fallback when no daemon answers).");
@@ -127,6 +132,9 @@ Commands:
                    planner runs in-process (--daemon_config: the daemon's config to plan under)
                    and the output says so (stderr with --json).
                                                    megatrain plan --spec=job.json --offline
+  top              All jobs and the daemon at a glance, redrawn every --interval_seconds (2)
+                   until Ctrl-C on a terminal; once into a pipe (--iterations=N: N screens).
+                                                   megatrain top
   daemon-status    Version, device, health, memory, queue, the daemon's signing public key.
                                                    megatrain daemon-status --wait_seconds=10
   audit <id>       Print the job's audit log and check its hash chain; exit 1 naming the first
@@ -195,6 +203,12 @@ int TerminalColumns() {
   struct winsize size {};
   if (ioctl(fileno(stdout), TIOCGWINSZ, &size) != 0) return 0;
   return size.ws_col;
+}
+
+int TerminalRows() {
+  struct winsize size {};
+  if (ioctl(fileno(stdout), TIOCGWINSZ, &size) != 0) return 0;
+  return size.ws_row;
 }
 
 int Watch(v1::Trainer::Stub& stub, const std::string& id) {
@@ -288,7 +302,7 @@ int Run(const std::string& command, const std::vector<std::string>& args) {
                         command == "pause" || command == "resume" || command == "checkpoint" ||
                         command == "audit";
   const bool known = needs_id || command == "submit" || command == "list" || command == "plan" ||
-                     command == "daemon-status" || command == "purge";
+                     command == "daemon-status" || command == "purge" || command == "top";
   if (!known) {
     std::fprintf(stderr, "megatrain: unknown command '%s'\n\n%s\n", command.c_str(), kUsageText);
     return kUsage;
@@ -367,6 +381,22 @@ int Run(const std::string& command, const std::vector<std::string>& args) {
     if (!s.ok()) return ExitFor(s);
     Print(json ? client::ToJson(job) : job.id());
     return absl::GetFlag(FLAGS_watch) ? Watch(*stub, job.id()) : kOk;
+  }
+  if (command == "top") {
+    const bool tty = isatty(fileno(stdout)) != 0;
+    const double interval = absl::GetFlag(FLAGS_interval_seconds);
+    const int iterations = absl::GetFlag(FLAGS_iterations);
+    if (!(interval > 0) || iterations < -1) {
+      std::fprintf(stderr, "megatrain: top needs --interval_seconds > 0 and --iterations >= 0\n");
+      return kUsage;
+    }
+    client::TopOptions top;
+    top.interval = absl::Seconds(interval);
+    top.iterations = iterations >= 0 ? iterations : tty ? 0 : 1;
+    top.redraw = tty;
+    top.columns = tty ? TerminalColumns() : 0;
+    top.rows = tty ? TerminalRows() : 0;
+    return client::RunTop(*stub, top);
   }
   if (command == "list") {
     v1::ListJobsRequest request;

@@ -12,14 +12,6 @@
 namespace megatrain::client {
 namespace {
 
-std::string Duration(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "?";
-  const long s = std::lround(seconds);
-  return s >= 3600 ? absl::StrFormat("%dh%02dm", s / 3600, s / 60 % 60)
-         : s >= 60 ? absl::StrFormat("%dm%02ds", s / 60, s % 60)
-                   : absl::StrFormat("%ds", s);
-}
-
 std::string Bytes(uint64_t b) {
   if (b >= (uint64_t{1} << 30)) return absl::StrFormat("%.2f GiB", b / double(1 << 30));
   if (b >= (uint64_t{1} << 20)) return absl::StrFormat("%.1f MiB", b / double(1 << 20));
@@ -27,6 +19,14 @@ std::string Bytes(uint64_t b) {
 }
 
 }  // namespace
+
+std::string DurationText(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const long s = std::lround(seconds);
+  return s >= 3600 ? absl::StrFormat("%dh%02dm", s / 3600, s / 60 % 60)
+         : s >= 60 ? absl::StrFormat("%dm%02ds", s / 60, s % 60)
+                   : absl::StrFormat("%ds", s);
+}
 
 std::string ToJson(const google::protobuf::Message& message) {
   std::string out;
@@ -51,7 +51,7 @@ std::string JobDetails(const v1::Job& job) {
       "learning rate:   %.3e\ntokens/s:        %.0f\neta:             %s\n",
       job.id(), job.spec().name(), v1::JobStateName(job.state()), p.step(), p.total_steps(),
       p.tokens(), p.loss(), p.validation_loss(), p.learning_rate(), p.tokens_per_second(),
-      Duration(p.eta_seconds()));
+      DurationText(p.eta_seconds()));
   for (const v1::TierUsage& t : p.memory()) {
     absl::StrAppend(&out, absl::StrFormat("memory %-8s  %s\n", t.tier() + ":", Bytes(t.bytes())));
   }
@@ -150,7 +150,7 @@ std::string ProgressLine(const v1::ProgressEvent& e, bool bar) {
     absl::StrAppend(&out, absl::StrFormat(" val %.4f", p.validation_loss()));
   }
   absl::StrAppend(&out, absl::StrFormat(" %.0f tok/s eta %s", p.tokens_per_second(),
-                                        Duration(p.eta_seconds())));
+                                        DurationText(p.eta_seconds())));
   if (!e.message().empty()) absl::StrAppend(&out, "  ", e.message());
   return out;
 }

@@ -25,5 +25,7 @@ std::string ProgressLine(const v1::ProgressEvent& event, bool bar);
 // is cut (never inside a UTF-8 character) so a redraw with "\r" leaves no trail; columns <= 0
 // keeps the whole line.
 std::string FitToWidth(const std::string& line, int columns);
+// "45s", "3m05s", "2h10m"; "?" for a negative or non-finite number of seconds.
+std::string DurationText(double seconds);
 
 }  // namespace megatrain::client

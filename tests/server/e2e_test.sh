@@ -39,6 +39,10 @@ listing=$(cli list)
 grep -q "$id  SUCCEEDED" <<< "$listing" || fail "list: $listing"
 [ "$(cli list --json --state=SUCCEEDED | jq '.jobs | length')" = 1 ] || fail "list --json"
 cli daemon-status --json | jq -e '.healthy == true' > /dev/null || fail "daemon unhealthy"
+top=$(cli top --iterations=2 --interval_seconds=0.1)  # not a terminal: screens one after another
+[ "$(grep -c '^megatrain top' <<< "$top")" = 2 ] || fail "top screens: $top"
+grep -q "$id *SUCCEEDED *\[#*\] 100%" <<< "$top" || fail "top: $top"
+grep -q "healthy  queue 0" <<< "$top" || fail "top daemon line: $top"
 cli plan --spec="$WORK/job.json" --json | jq -e '.parameters | tonumber > 0' > /dev/null || fail "plan"
 
 # Exit codes scripts rely on.
@@ -47,6 +51,9 @@ cli status job-999999 > /dev/null 2>&1; [ $? = 4 ] || fail "NOT_FOUND should exi
 cli bogus-command > /dev/null 2>&1; [ $? = 2 ] || fail "unknown command should exit 2"
 "$MEGATRAIN" --socket="$SOCKDIR/nowhere.sock" daemon-status > /dev/null 2>&1
 [ $? = 3 ] || fail "unreachable daemon should exit 3"
+"$MEGATRAIN" --socket="$SOCKDIR/nowhere.sock" top > "$WORK/top_down.txt" 2>&1
+[ $? = 3 ] || fail "top of an unreachable daemon should exit 3"
+grep -q "daemon unreachable" "$WORK/top_down.txt" || fail "top down: $(cat "$WORK/top_down.txt")"
 set -e
 
 # Restart semantics: a long job running and one queued; SIGTERM; both QUEUED after restart.
