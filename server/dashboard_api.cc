@@ -1,11 +1,15 @@
 // DashboardApi (see dashboard_api.h).
 #include "server/dashboard_api.h"
 
+#include <unistd.h>
+
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "engine/checkpoint/manifest.h"
+#include "engine/provenance/sha256.h"
 #include "google/protobuf/util/json_util.h"
 #include "server/daemon_status.h"
 #include "server/dashboard_assets.h"
@@ -67,6 +71,22 @@ v1::Job Redacted(v1::Job job) {
   return job;
 }
 
+// The quick check of a checkpoint (dashboard_api.h): its manifest hashed again against the
+// hash recorded at commit.
+const char* CheckManifest(const v1::CheckpointRecord& record) {
+  if (record.manifest_sha256().empty()) return "not_hashed";
+  absl::StatusOr<std::string> sha =
+      provenance::Sha256FileHex(record.path() + "/" + engine::kManifestFileName);
+  if (!sha.ok()) return "missing";
+  return *sha == record.manifest_sha256() ? "manifest_matches" : "manifest_changed";
+}
+
+// Bytes of physical RAM (0 when unknown).
+uint64_t PhysicalRamBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
+
 }  // namespace
 
 bool IsLoopbackHost(absl::string_view host) {
@@ -109,7 +129,8 @@ HttpReply DashboardApi::Daemon() const {
   v1::DaemonStatus status = BuildDaemonStatus(settings_, runner_, public_key_hex_);
   v1::TierUsage* ram = status.add_memory();  // the gRPC answer has device and pinned only
   ram->set_tier("ram");
-  ram->set_budget_bytes(settings_.max_ram_bytes);
+  ram->set_budget_bytes(settings_.max_ram_bytes != 0 ? settings_.max_ram_bytes
+                                                     : PhysicalRamBytes());
   if (!status.running_job_id().empty()) {
     if (absl::StatusOr<v1::Job> job = runner_.Get(status.running_job_id()); job.ok()) {
       for (const v1::TierUsage& t : job->progress().memory()) {
@@ -137,9 +158,16 @@ HttpReply DashboardApi::Job(const std::string& id) const {
   absl::StatusOr<std::vector<v1::CheckpointRecord>> records = runner_.Checkpoints(id);
   if (!records.ok()) return Error(records.status());
   v1::ListCheckpointsResponse checkpoints;
-  for (v1::CheckpointRecord& r : *records) *checkpoints.add_checkpoints() = std::move(r);
-  return Json(absl::StrCat("{\"job\":", ToJson(Redacted(*std::move(job))), ",\"history\":",
-                           ToJson(*history), ",\"checkpoints\":", ToJson(checkpoints), "}"));
+  std::string checks;  // one per record, in order; the newest kCheckedCheckpoints are checked
+  for (size_t i = 0; i < records->size(); ++i) {
+    const bool check = i + kCheckedCheckpoints >= records->size();
+    absl::StrAppend(&checks, i == 0 ? "" : ",", "\"",
+                    check ? CheckManifest((*records)[i]) : "not_checked", "\"");
+    *checkpoints.add_checkpoints() = std::move((*records)[i]);
+  }
+  return Json(absl::StrCat(
+      "{\"job\":", ToJson(Redacted(*std::move(job))), ",\"history\":", ToJson(*history),
+      ",\"checkpoints\":", ToJson(checkpoints), ",\"checkpoint_checks\":[", checks, "]}"));
 }
 
 }  // namespace megatrain::server

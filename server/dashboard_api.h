@@ -2,9 +2,16 @@
 // (embedded at build time, dashboard_assets.h) and read-only JSON built from what the gRPC API
 // answers (the proto messages in their JSON mapping, field names as in the .proto):
 //   GET /                 the page (index.html; dashboard.js and dashboard.css beside it)
-//   GET /api/daemon       DaemonStatus, plus the running job's RAM against max_ram_bytes
+//   GET /api/daemon       DaemonStatus, plus the running job's RAM against max_ram_bytes (or
+//                         the physical RAM when that is 0)
 //   GET /api/jobs         {"jobs": [Job...]}: the newest kMaxDashboardJobs jobs, oldest first
-//   GET /api/jobs/<id>    {"job": Job, "history": JobHistory, "checkpoints": [CheckpointRecord]}
+//   GET /api/jobs/<id>    {"job": Job, "history": JobHistory,
+//                          "checkpoints": {"checkpoints": [CheckpointRecord...]},
+//                          "checkpoint_checks": [one per checkpoint, in order]}
+// A checkpoint's check is quick, not `megatrain verify`: its manifest.json is hashed again and
+// compared with the SHA-256 recorded when it was committed: "manifest_matches",
+// "manifest_changed", "missing" (unreadable or removed by retention), "not_hashed" (nothing was
+// recorded) or "not_checked" (older than the newest kCheckedCheckpoints).
 // Jobs are served without their input and output paths (spec.model, spec.data,
 // spec.output_dir, memory.nvme_dir, resolved_output_dir, submitter_uid): the listener has no
 // authentication. A Host header that is not a loopback name is refused (403), so a web page
@@ -22,6 +29,7 @@
 namespace megatrain::server {
 
 inline constexpr size_t kMaxDashboardJobs = 200;
+inline constexpr size_t kCheckedCheckpoints = 16;
 
 class DashboardApi {
  public:

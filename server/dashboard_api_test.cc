@@ -1,10 +1,12 @@
 // DashboardApi with a real runner and a fake engine: the page and its files, the JSON of the
 // daemon, the job list (without paths) and one job with its history and checkpoints; unknown
-// ids, odd ids and non-loopback Host headers.
+// ids, odd ids and non-loopback Host headers; checkpoints' manifests checked again.
 #include "server/dashboard_api.h"
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 
 #include "absl/strings/match.h"
 #include "gmock/gmock.h"
@@ -30,9 +32,16 @@ class StepsEngine final : public JobEngine {
       report.layers[0].copy_in_seconds = 0.5;
       observer.OnStep(report, 3.0);
     }
-    observer.OnCheckpoint(job.options.steps, "/nonexistent/ckpt/" + job_id);
+    std::string path = "/nonexistent/ckpt/" + job_id;
+    if (!checkpoint_root.empty()) {  // a checkpoint with a manifest, hashed at commit
+      path = checkpoint_root + "/" + job_id;
+      std::filesystem::create_directories(path);
+      std::ofstream(path + "/manifest.json") << "{\"step\": " << job.options.steps << "}";
+    }
+    observer.OnCheckpoint(job.options.steps, path);
     return absl::OkStatus();
   }
+  std::string checkpoint_root;  // empty: a path that does not exist
 };
 
 class DashboardApiTest : public ::testing::Test {
@@ -115,6 +124,10 @@ TEST_F(DashboardApiTest, DaemonStatusWithTiersAndBudgets) {
               HasSubstr("{\"tier\":\"device\",\"bytes\":\"0\",\"budget_bytes\":\"1048576\"}"));
   EXPECT_THAT(body,
               HasSubstr("{\"tier\":\"ram\",\"bytes\":\"0\",\"budget_bytes\":\"1073741824\"}"));
+  settings_.max_ram_bytes = 0;  // the physical RAM instead
+  EXPECT_THAT(Get("/api/daemon"),
+              HasSubstr("\"tier\":\"ram\",\"bytes\":\"0\",\"budget_bytes\":\""));
+  EXPECT_THAT(Get("/api/daemon"), Not(HasSubstr("\"budget_bytes\":\"0\"}]")));
 }
 
 TEST_F(DashboardApiTest, JobsAndOneJobWithHistoryWithoutPaths) {
@@ -131,6 +144,19 @@ TEST_F(DashboardApiTest, JobsAndOneJobWithHistoryWithoutPaths) {
   EXPECT_THAT(job, HasSubstr("\"copy_in_seconds\":0.5"));
   EXPECT_THAT(job, HasSubstr("\"validation\":[{\"step\":\"1\",\"validation_loss\":3}]"));
   EXPECT_THAT(job, HasSubstr("\"path\":\"/nonexistent/ckpt/" + id));
+  EXPECT_THAT(job, HasSubstr("\"checkpoint_checks\":[\"not_hashed\"]"));
+}
+
+TEST_F(DashboardApiTest, CheckpointsManifestCheckedAgainstTheRecordedHash) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  engine_.checkpoint_root = std::string(dir ? dir : "/tmp") + "/dashboard_ckpt";
+  const std::string id = RunJob(2);
+  const std::string manifest = engine_.checkpoint_root + "/" + id + "/manifest.json";
+  EXPECT_THAT(Get("/api/jobs/" + id), HasSubstr("\"checkpoint_checks\":[\"manifest_matches\"]"));
+  std::ofstream(manifest) << "{\"step\": 3}";
+  EXPECT_THAT(Get("/api/jobs/" + id), HasSubstr("\"checkpoint_checks\":[\"manifest_changed\"]"));
+  std::filesystem::remove(manifest);
+  EXPECT_THAT(Get("/api/jobs/" + id), HasSubstr("\"checkpoint_checks\":[\"missing\"]"));
 }
 
 TEST_F(DashboardApiTest, UnknownAndOddIdsAndForeignHosts) {

@@ -154,7 +154,7 @@ function layerBars(el, layers) {
     `max ${(max * 1000).toFixed(2)} ms`;
 }
 
-function showMemory(tiers, history) {
+function showMemory(tiers, history, nvmeBytes) {
   const box = $("memory");
   box.replaceChildren();
   for (const t of tiers) {
@@ -172,24 +172,33 @@ function showMemory(tiers, history) {
     div.append(track);
     box.append(div);
   }
-  $("nvme").textContent = history
-    ? `NVMe: ${bytes(history.nvme_bytes_read)} read, ${bytes(history.nvme_bytes_written)} written (this daemon run)`
-    : "";
+  const nvmeBudget = num(nvmeBytes);
+  $("nvme").textContent = (nvmeBudget > 0 ? `NVMe tier: ${bytes(nvmeBudget)} (the job's budget). ` : "No NVMe tier. ") +
+    (history ? `NVMe traffic: ${bytes(history.nvme_bytes_read)} read, ${bytes(history.nvme_bytes_written)} written (this daemon run)` : "");
 }
 
-function showCheckpoints(records) {
+const CHECKS = {
+  manifest_matches: ["manifest matches its recorded SHA-256", "ok"],
+  manifest_changed: ["manifest CHANGED since commit", "bad"],
+  missing: ["manifest missing (removed or unreadable)", "bad"],
+  not_hashed: ["no manifest hash recorded", "bad"],
+  not_checked: ["not checked (older)", ""],
+};
+
+// Newest first, each with its quick check (server/dashboard_api.h; `megatrain verify` for all).
+function showCheckpoints(records, checks) {
   const list = $("checkpoints");
   list.replaceChildren();
   if (!records.length) list.append(Object.assign(document.createElement("li"), { textContent: "none yet" }));
-  for (const c of [...records].reverse()) {
+  records.forEach((c, i) => {
+    const [text, cls] = CHECKS[checks[i]] || [checks[i] || "unknown", ""];
     const li = document.createElement("li");
-    const verified = c.manifest_sha256
-      ? `manifest sha256 ${c.manifest_sha256.slice(0, 12)}… recorded`
-      : "manifest NOT hashed";
-    li.className = c.manifest_sha256 ? "checkpoint ok" : "checkpoint bad";
-    li.textContent = `step ${c.step} · ${new Date(num(c.created_unix_ms)).toLocaleString()} · ${verified} · ${c.path}`;
-    list.append(li);
-  }
+    li.className = `checkpoint ${cls}`;
+    li.dataset.check = checks[i] || "";
+    const check = Object.assign(document.createElement("span"), { className: `check ${cls}`, textContent: text });
+    li.append(`step ${c.step} · ${new Date(num(c.created_unix_ms)).toLocaleString()} · `, check, ` · ${c.path}`);
+    list.prepend(li);
+  });
 }
 
 function showJob(detail, daemon) {
@@ -217,8 +226,9 @@ function showJob(detail, daemon) {
   // The daemon's tiers are the running job's; another job shows its last reported bytes.
   const tiers = job.id === daemon.running_job_id ? daemon.memory
     : (p.memory || []).map((t) => ({ ...t, budget_bytes: (daemon.memory.find((d) => d.tier === t.tier) || {}).budget_bytes }));
-  showMemory(tiers, history);
-  showCheckpoints((detail.checkpoints && detail.checkpoints.checkpoints) || []);
+  showMemory(tiers, history, job.spec && job.spec.memory && job.spec.memory.nvme_bytes);
+  showCheckpoints((detail.checkpoints && detail.checkpoints.checkpoints) || [],
+    detail.checkpoint_checks || []);
 }
 
 function unreachable(error) {

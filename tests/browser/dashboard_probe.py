@@ -2,7 +2,8 @@
 its DOM. Every wait is on the page's state, with a bound.
 Usage: dashboard_probe.py live|unreachable URL JOB_ID LAYERS DAEMON_PID OUT_DIR
   live:        the job is listed as RUNNING, its loss curve has points and grows, each layer has
-               its four bars, the memory tiers and a healthy daemon are shown; screenshot.
+               its four bars, the memory tiers and a healthy daemon are shown, a checkpoint's
+               manifest matches its recorded hash; screenshot.
   unreachable: once the page shows the job, the daemon (DAEMON_PID) is killed and the page must
                say "daemon unreachable"; screenshot."""
 
@@ -54,6 +55,9 @@ try:
             if tier not in tiers:
                 raise AssertionError(f"memory tier {tier} missing: {tiers}")
         report["tiers"] = tiers
+        report["checkpoints_matching"] = browser.wait_for(
+            "a checkpoint whose manifest matches its recorded hash",
+            'document.querySelectorAll(\'#checkpoints li[data-check="manifest_matches"]\').length', 60)
         browser.screenshot(os.path.join(out_dir, "dashboard.png"))
     elif mode == "unreachable":
         os.kill(int(daemon_pid), signal.SIGKILL)
