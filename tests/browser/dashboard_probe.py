@@ -3,7 +3,8 @@ its DOM. Every wait is on the page's state, with a bound.
 Usage: dashboard_probe.py live|unreachable URL JOB_ID LAYERS DAEMON_PID OUT_DIR
   live:        the job is listed as RUNNING, its loss curve has points and grows, each layer has
                its four bars, the memory tiers and a healthy daemon are shown, a checkpoint's
-               manifest matches its recorded hash; screenshot.
+               manifest matches its recorded hash; screenshots at a laptop's and a phone's
+               width (the page must fit the phone's).
   unreachable: once the page shows the job, the daemon (DAEMON_PID) is killed and the page must
                say "daemon unreachable"; screenshot."""
 
@@ -59,6 +60,16 @@ try:
             "a checkpoint whose manifest matches its recorded hash",
             'document.querySelectorAll(\'#checkpoints li[data-check="manifest_matches"]\').length', 60)
         browser.screenshot(os.path.join(out_dir, "dashboard.png"))
+        # A phone's viewport: one column, nothing wider than the screen (the job table scrolls in
+        # its own box), the charts redrawn at the new width on the next poll.
+        browser.call("Emulation.setDeviceMetricsOverride", width=390, height=844,
+                     deviceScaleFactor=2, mobile=True)
+        report["phone_width"] = browser.wait_for(
+            "the page to fit a phone's width",
+            'document.documentElement.scrollWidth <= 390 && '
+            'document.getElementById("chart-loss").getAttribute("viewBox").split(" ")[2] <= 390 && '
+            'document.documentElement.scrollWidth', 30)
+        browser.screenshot(os.path.join(out_dir, "dashboard-phone.png"))
     elif mode == "unreachable":
         os.kill(int(daemon_pid), signal.SIGKILL)
         browser.wait_for("the page to say the daemon is unreachable",
