@@ -16,8 +16,9 @@ JOB=$(cli submit --model_config="$WORK/data/config.json" --text="$WORK/data/corp
 await 120 "job $JOB running" state_is "$JOB" RUNNING
 await 120 "job $JOB's first step" step_at_least "$JOB" 1
 
-# probe MODE: the page checks of dashboard_probe.py (3 = the test model's layers).
+# probe MODE [DIR]: the page checks of dashboard_probe.py (3 = the test model's layers); its
+# signal files go to DIR ($OUT by default).
 probe() {
   python3 "$RUNFILES/tests/browser/dashboard_probe.py" "$1" "http://127.0.0.1:$PORT/" "$JOB" 3 \
-    "$DAEMON_PID" "$OUT" > "$WORK/probe.json" || fail "dashboard probe ($1) failed"
+    "$DAEMON_PID" "${2:-$OUT}" > "$WORK/probe.json" || fail "dashboard probe ($1) failed"
 }

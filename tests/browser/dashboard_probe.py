@@ -6,7 +6,8 @@ Usage: dashboard_probe.py live|unreachable URL JOB_ID LAYERS DAEMON_PID OUT_DIR
                manifest matches its recorded hash; screenshots at a laptop's and a phone's
                width (the page must fit the phone's).
   unreachable: once the page shows the job, the daemon (DAEMON_PID) is killed and the page must
-               say "daemon unreachable"; screenshot."""
+               say "daemon unreachable" (screenshot); then OUT_DIR/killed is written, the test
+               starts the daemon again and the page must show it healthy again."""
 
 import json
 import os
@@ -77,6 +78,11 @@ try:
                          '!document.getElementById("unreachable").hidden', 30)
         report["banner"] = browser.evaluate('document.getElementById("unreachable").textContent')
         browser.screenshot(os.path.join(out_dir, "dashboard-unreachable.png"))
+        # The test restarts the daemon once this file exists; the page must find it again.
+        open(os.path.join(out_dir, "killed"), "w").close()
+        browser.wait_for("the page to show the restarted daemon as healthy",
+                         f'{status} === "healthy" && document.getElementById("unreachable").hidden',
+                         120)
     else:
         raise ValueError(f"unknown mode {mode}")
     print(json.dumps(report))
