@@ -1,5 +1,5 @@
 """A minimal Chrome DevTools Protocol client on the standard library only: starts headless
-Chromium with remote debugging, opens one page, evaluates JavaScript in it and takes
+Chromium with remote debugging (its log in the profile directory), opens one page, evaluates JavaScript in it and takes
 screenshots over the page's WebSocket (RFC 6455 client frames, masked; text and continuation
 frames read back)."""
 
@@ -10,7 +10,6 @@ import re
 import socket
 import struct
 import subprocess
-import threading
 import time
 import urllib.request
 
@@ -79,28 +78,33 @@ class Browser:
 
     def __init__(self, chromium, url, profile_dir, timeout=60):
         self.timeout = timeout
+        self.log = open(os.path.join(profile_dir, "chromium.log"), "w")
         self.proc = subprocess.Popen(
             [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
              "--no-first-run", "--no-default-browser-check", "--remote-debugging-port=0",
              f"--user-data-dir={profile_dir}", "--window-size=1200,1400", url],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            stdout=self.log, stderr=subprocess.STDOUT)
+        # Chromium writes the port it chose to <profile>/DevToolsActivePort (first line).
         port = None
         deadline = time.monotonic() + timeout
-        for line in self.proc.stderr:  # "DevTools listening on ws://127.0.0.1:<port>/..."
-            m = re.search(r"DevTools listening on ws://[^:]+:(\d+)/", line)
-            if m:
-                port = int(m.group(1))
-                break
-            if time.monotonic() > deadline:
-                break
+        active = os.path.join(profile_dir, "DevToolsActivePort")
+        while port is None and time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                with open(active) as f:
+                    first = f.readline().strip()
+                port = int(first) if first.isdigit() else None
+            except FileNotFoundError:
+                pass
+            if port is None:
+                time.sleep(0.1)
         if port is None:
             self.close()
-            raise RuntimeError("chromium did not open its DevTools port")
-        # Chromium keeps logging: drain its stderr so it never blocks on a full pipe.
-        threading.Thread(target=lambda: [None for _ in self.proc.stderr], daemon=True).start()
+            with open(os.path.join(profile_dir, "chromium.log")) as f:
+                raise RuntimeError(f"chromium did not open its DevTools port: {f.read()[-2000:]}")
         page = None
         while page is None and time.monotonic() < deadline:
-            targets = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list"))
+            listing = urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10)
+            targets = json.load(listing)
             page = next((t for t in targets if t.get("type") == "page"), None)
             if page is None:
                 time.sleep(0.2)
@@ -143,6 +147,7 @@ class Browser:
             f.write(base64.b64decode(data["data"]))
 
     def close(self):
+        self.log.close()
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
