@@ -81,12 +81,6 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const service::DaemonSetti
 
   d->registry_ = std::make_shared<prometheus::Registry>();
   d->metrics_ = std::make_unique<DaemonMetrics>(*d->registry_);
-  if (!settings.metrics_address.empty()) {
-    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http =
-        MetricsHttpServer::Start(settings.metrics_address, d->registry_);
-    if (!http.ok()) return http.status();
-    d->metrics_http_ = std::move(*http);
-  }
 
   Daemon* self = d.get();
   absl::StatusOr<std::unique_ptr<JobRunner>> runner = JobRunner::Create(
@@ -107,6 +101,19 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const service::DaemonSetti
   d->service_ =
       std::make_unique<TrainerService>(d->settings_, d->paths_, *d->runner_, d->metrics_.get(), log,
                                        *d->access_, d->signing_key_->public_key_hex());
+  if (!settings.metrics_address.empty()) {
+    d->dashboard_ = std::make_unique<DashboardApi>(d->settings_, *d->runner_,
+                                                   d->signing_key_->public_key_hex());
+    MetricsHttpOptions http_options;
+    http_options.handler = [api = d->dashboard_.get()](absl::string_view target,
+                                                       absl::string_view host) {
+      return api->Handle(target, host);
+    };
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http =
+        MetricsHttpServer::Start(settings.metrics_address, d->registry_, std::move(http_options));
+    if (!http.ok()) return http.status();
+    d->metrics_http_ = std::move(*http);
+  }
 
   grpc::ServerBuilder builder;
   ApplyServerLimits(settings, builder);

@@ -1,5 +1,6 @@
 // Daemon: megatraind assembled from validated settings: state directory and store, metrics
-// endpoint, job runner, Trainer service on the Unix socket (and TCP with TLS + token).
+// endpoint and dashboard (one loopback HTTP listener), job runner, Trainer service on the Unix
+// socket (and TCP with TLS + token).
 #pragma once
 
 #include <memory>
@@ -9,6 +10,7 @@
 #include "engine/provenance/signing_key.h"
 #include "grpcpp/server.h"
 #include "prometheus/registry.h"
+#include "server/dashboard_api.h"
 #include "server/job_access.h"
 #include "server/job_engine.h"
 #include "server/job_runner.h"
@@ -59,7 +61,6 @@ class Daemon {
   StructuredLog& log_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<DaemonMetrics> metrics_;
-  std::unique_ptr<MetricsHttpServer> metrics_http_;
   std::shared_ptr<const provenance::SigningKey> signing_key_;
   std::unique_ptr<JobRunner> runner_;
   PeerRegistry peers_;
@@ -68,6 +69,9 @@ class Daemon {
   std::unique_ptr<TrainerService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<UnixListener> unix_listener_;  // after server_: stopped and destroyed first
+  std::unique_ptr<DashboardApi> dashboard_;
+  // Last: stopped and destroyed first, its handler reads dashboard_ and runner_.
+  std::unique_ptr<MetricsHttpServer> metrics_http_;
   int tcp_port_ = 0;
   bool shut_down_ = false;
 };

@@ -352,6 +352,7 @@ absl::StatusOr<std::vector<std::string>> JobRunner::Purge(int64_t finished_befor
                 absl::StrCat("removed from the daemon's state (", JobStateName(job.state()),
                              ", finished ", job.finished_unix_ms(), ")"));
     purged.push_back(it->first);
+    histories_.Remove(it->first);
     it = jobs_.erase(it);
   }
   log_.Event("jobs_purged", {{"count", absl::StrCat(purged.size())},
@@ -479,6 +480,16 @@ absl::StatusOr<v1::Job> JobRunner::Resume(const std::string& id, bool allow_data
 bool JobRunner::Known(const std::string& id) const {
   std::lock_guard<std::mutex> lock(mu_);
   return FindLocked(id) != nullptr;
+}
+
+absl::StatusOr<v1::JobHistory> JobRunner::History(const std::string& id) const {
+  if (!Known(id)) return absl::NotFoundError(absl::StrCat("id: job '", id, "' not found"));
+  std::optional<v1::JobHistory> history = histories_.Get(id);  // its own lock, never mu_
+  if (!history.has_value()) {
+    history.emplace();
+    history->set_job_id(id);
+  }
+  return *std::move(history);
 }
 
 absl::StatusOr<v1::AuditLog> JobRunner::Audit(const std::string& id) const {

@@ -62,6 +62,7 @@
 #include "proto/job_state_name.h"
 #include "proto/megatrain.pb.h"
 #include "server/job_engine.h"
+#include "server/job_history.h"
 #include "server/job_store.h"
 #include "server/metrics.h"
 #include "server/shared_job.h"
@@ -145,6 +146,9 @@ class JobRunner {
   // FAILED_PRECONDITION when the job is not running or ends without one; DEADLINE_EXCEEDED.
   absl::StatusOr<v1::CheckpointRecord> CheckpointNow(const std::string& id, absl::Duration timeout);
   absl::StatusOr<std::vector<v1::CheckpointRecord>> Checkpoints(const std::string& id) const;
+  // The job's step history in this daemon run (job_history.h; empty before its first step
+  // here). NOT_FOUND for an unknown id. Never takes the lock the job's steps take.
+  absl::StatusOr<v1::JobHistory> History(const std::string& id) const;
   RunnerStatus Status() const;
 
   // Blocks until the job changed after `*version` (0 = return at once), the timeout passed or
@@ -230,7 +234,8 @@ class JobRunner {
   const Revalidate revalidate_;
   const JobProvenanceOptions provenance_;
   const RunnerLimits limits_;
-  StoreWriter writer_;  // every write of store_ (under mu_)
+  StoreWriter writer_;      // every write of store_ (under mu_)
+  JobHistories histories_;  // fed by the step observer; thread-safe on its own
 
   mutable std::mutex mu_;
   mutable std::condition_variable changed_;

@@ -180,6 +180,14 @@ TEST_F(JobRunnerTest, RunsJobsInSubmissionOrderWithProgress) {
   EXPECT_THAT(engine_.started(), ::testing::ElementsAre(a->id(), b->id()));
   EXPECT_EQ(runner->List({v1::SUCCEEDED}).size(), 2u);
   EXPECT_EQ(runner->List({v1::QUEUED}).size(), 0u);
+  // The dashboard's step history: every step of b, its layers, the one validation loss.
+  absl::StatusOr<v1::JobHistory> history = runner->History(b->id());
+  ASSERT_TRUE(history.ok()) << history.status();
+  ASSERT_EQ(history->steps_size(), 5);
+  EXPECT_DOUBLE_EQ(history->steps(4).loss(), 1.0);
+  EXPECT_EQ(history->layers_size(), 2);
+  EXPECT_EQ(history->validation_size(), 1);
+  EXPECT_EQ(runner->History("job-unknown").status().code(), absl::StatusCode::kNotFound);
 }
 
 // Issue 16, point 11: request threads run at SCHED_IDLE; what List, Audit and Checkpoints copy

@@ -32,6 +32,7 @@ void JobRunner::StepObserver::OnLine(const std::string& line, bool keep) {
 
 void JobRunner::StepObserver::OnStep(const engine::StepReport& report, double validation_loss) {
   if (runner_.metrics_ != nullptr) runner_.metrics_->RecordStep(report, validation_loss);
+  runner_.histories_.Record(id_, report, validation_loss, NowMs());  // its own lock, not mu_
   std::unique_lock<std::mutex> lock(runner_.mu_);
   Entry& e = runner_.jobs_.at(id_);
   v1::Progress& p = *e.job.Mutable().mutable_progress();

@@ -11,9 +11,11 @@
 #include <cerrno>
 #include <cstring>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "prometheus/text_serializer.h"
 
@@ -44,6 +46,27 @@ absl::string_view SendAll(int fd, const std::string& data, absl::Time deadline) 
     done += static_cast<size_t>(n);
   }
   return "served";
+}
+
+// "GET /x?y HTTP/1.1" -> "/x?y"; "" when the request line has no target.
+absl::string_view RequestTarget(absl::string_view request) {
+  const size_t start = request.find(' ');
+  if (start == absl::string_view::npos) return "";
+  const size_t end = request.find_first_of(" \r\n", start + 1);
+  return request.substr(start + 1, end == absl::string_view::npos ? 0 : end - start - 1);
+}
+
+// The Host header's value ("" when absent).
+absl::string_view HostHeader(absl::string_view request) {
+  size_t at = 0;
+  while ((at = request.find("\r\n", at)) != absl::string_view::npos) {
+    at += 2;
+    const absl::string_view line = request.substr(at, request.find("\r\n", at) - at);
+    if (line.size() > 5 && absl::EqualsIgnoreCase(line.substr(0, 5), "host:")) {
+      return absl::StripAsciiWhitespace(line.substr(5));
+    }
+  }
+  return "";
 }
 
 }  // namespace
@@ -179,18 +202,28 @@ absl::string_view MetricsHttpServer::Answer(int client) {
     if (n <= 0) return "client_closed";
     request.append(buffer, static_cast<size_t>(n));
   }
-  std::string status = "200 OK", type = "text/plain; version=0.0.4; charset=utf-8", body;
+  std::string status = "200 OK", type = "text/plain; version=0.0.4; charset=utf-8", body, extra;
+  const absl::string_view target = RequestTarget(request);
   if (absl::StartsWith(request, "GET /metrics ") || absl::StartsWith(request, "GET /metrics?")) {
     body = prometheus::TextSerializer().Serialize(registry_->Collect());
+  } else if (std::optional<HttpReply> reply = absl::StartsWith(request, "GET ") && options_.handler
+                                                  ? options_.handler(target, HostHeader(request))
+                                                  : std::nullopt;
+             reply.has_value()) {
+    status = std::move(reply->status);
+    type = std::move(reply->content_type);
+    body = std::move(reply->body);
+    for (const auto& [name, value] : reply->headers)
+      absl::StrAppend(&extra, name, ": ", value, "\r\n");
   } else {
     status = "404 Not Found";
-    body = "only GET /metrics is served\n";
+    body = options_.handler ? "not found\n" : "only GET /metrics is served\n";
   }
-  return SendAll(
-      client,
-      absl::StrCat("HTTP/1.1 ", status, "\r\nContent-Type: ", type,
-                   "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n", body),
-      absl::Now() + options_.send_timeout);
+  return SendAll(client,
+                 absl::StrCat("HTTP/1.1 ", status, "\r\nContent-Type: ", type,
+                              "\r\nContent-Length: ", body.size(), "\r\n", extra,
+                              "Connection: close\r\n\r\n", body),
+                 absl::Now() + options_.send_timeout);
 }
 
 }  // namespace megatrain::server

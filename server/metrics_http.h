@@ -1,10 +1,10 @@
 // MetricsHttpServer: serves a prometheus-cpp registry as text on GET /metrics on a loopback
-// port: one accepting thread, a few serving threads, a cap on open connections, and per
-// connection a deadline for the whole request and a send timeout, so slow or stuck clients
-// (slowloris) cost a bounded number of threads for a bounded time. (prometheus::Exposer's
-// civetweb threads use a fixed 100 KiB stack, smaller than the static TLS of the CUDA and
-// OpenBLAS libraries linked into megatraind, so their creation fails with EINVAL; this server
-// uses default-sized threads.)
+// port, and any other GET path through an optional handler (the dashboard): one accepting thread, a
+// few serving threads, a cap on open connections, and per connection a deadline for the whole
+// request and a send timeout, so slow or stuck clients (slowloris) cost a bounded number of threads
+// for a bounded time. (prometheus::Exposer's civetweb threads use a fixed 100 KiB stack, smaller
+// than the static TLS of the CUDA and OpenBLAS libraries linked into megatraind, so their creation
+// fails with EINVAL; this server uses default-sized threads.)
 #pragma once
 
 #include <atomic>
@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +25,14 @@
 
 namespace megatrain::server {
 
+// What a handler answers for one GET request.
+struct HttpReply {
+  std::string status = "200 OK";  // "404 Not Found", ...
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // extra response headers
+};
+
 struct MetricsHttpOptions {
   absl::Duration request_deadline = absl::Seconds(5);  // from accept to the request's end
   absl::Duration send_timeout = absl::Seconds(5);      // for the whole response
@@ -32,6 +41,10 @@ struct MetricsHttpOptions {
   // Test hook: called when a connection is closed, with why ("served", "request_deadline",
   // "send_timeout", "over_connection_cap", "client_closed", "request_too_large", "stopping").
   std::function<void(absl::string_view reason)> on_close;
+  // Answers GET requests for paths other than /metrics: called on a serving thread with the
+  // request target (path and query) and the Host header ("" when absent); nullopt = 404. Its
+  // reply is sent within the same send timeout.
+  std::function<std::optional<HttpReply>(absl::string_view target, absl::string_view host)> handler;
 };
 
 class MetricsHttpServer {

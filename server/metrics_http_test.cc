@@ -183,5 +183,44 @@ TEST(MetricsHttpTest, AClientThatNeverReadsIsDroppedAtTheSendTimeout) {
   close(fd);
 }
 
+// The dashboard's routes: other GET paths go to the handler with the request target and the
+// Host header, its status, type and headers come back; what it declines is 404; /metrics stays
+// the server's own.
+TEST(MetricsHttpTest, OtherPathsGoToTheHandler) {
+  MetricsHttpOptions options;
+  std::vector<std::string> seen;
+  std::mutex seen_mu;
+  options.handler = [&](absl::string_view target,
+                        absl::string_view host) -> std::optional<HttpReply> {
+    std::lock_guard<std::mutex> lock(seen_mu);
+    seen.push_back(std::string(target) + " " + std::string(host));
+    if (target != "/api/x?y=1") return std::nullopt;
+    HttpReply reply;
+    reply.status = "201 Created";
+    reply.body = "{}";
+    reply.headers = {{"X-Test", "yes"}};
+    return reply;
+  };
+  std::unique_ptr<MetricsHttpServer> server = StartServer(options);
+  auto get = [&](const std::string& request) {
+    const int fd = Connect(server->port());
+    EXPECT_EQ(send(fd, request.data(), request.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(request.size()));
+    const std::string got = ReadToClose(fd, absl::Seconds(30));
+    close(fd);
+    return got;
+  };
+  const std::string reply = get("GET /api/x?y=1 HTTP/1.1\r\nhost: localhost:80\r\n\r\n");
+  EXPECT_THAT(reply, HasSubstr("HTTP/1.1 201 Created\r\n"));
+  EXPECT_THAT(reply, HasSubstr("Content-Type: application/json\r\n"));
+  EXPECT_THAT(reply, HasSubstr("X-Test: yes\r\n"));
+  EXPECT_THAT(reply, HasSubstr("\r\n\r\n{}"));
+  EXPECT_THAT(get("GET /other HTTP/1.1\r\n\r\n"), HasSubstr("404 Not Found"));
+  EXPECT_THAT(get("POST /api/x?y=1 HTTP/1.1\r\n\r\n"), HasSubstr("404 Not Found"));
+  EXPECT_THAT(get("GET /metrics HTTP/1.1\r\n\r\n"), HasSubstr("200 OK"));
+  std::lock_guard<std::mutex> lock(seen_mu);
+  EXPECT_THAT(seen, ::testing::ElementsAre("/api/x?y=1 localhost:80", "/other "));
+}
+
 }  // namespace
 }  // namespace megatrain::server

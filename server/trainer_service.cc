@@ -9,7 +9,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "engine/device/device_options.h"
 #include "service/job_spec_validation.h"
 
 namespace megatrain::server {
@@ -272,28 +271,7 @@ grpc::Status TrainerService::GetDaemonStatus(grpc::ServerContext*,
                                              const v1::GetDaemonStatusRequest*,
                                              v1::DaemonStatus* response) {
   DeprioritizeHandlerThread();
-  const RunnerStatus status = runner_.Status();
-  response->set_version(kDaemonVersion);
-  response->set_device(std::string(engine::DeviceKindName(settings_.device.kind)));
-  response->set_healthy(status.healthy);
-  response->set_unhealthy_reason(status.unhealthy_reason);
-  response->set_queue_length(static_cast<uint32_t>(status.queued));
-  response->set_running_job_id(status.running_job_id);
-  response->set_public_key(public_key_hex_);
-  v1::TierUsage* device = response->add_memory();
-  device->set_tier("device");
-  device->set_budget_bytes(settings_.device.arena_bytes);
-  v1::TierUsage* pinned = response->add_memory();
-  pinned->set_tier("pinned");
-  pinned->set_budget_bytes(settings_.device.pinned_budget_bytes);
-  if (!status.running_job_id.empty()) {
-    if (absl::StatusOr<v1::Job> job = runner_.Get(status.running_job_id); job.ok()) {
-      for (const v1::TierUsage& t : job->progress().memory()) {
-        if (t.tier() == "device") device->set_bytes(t.bytes());
-        if (t.tier() == "pinned") pinned->set_bytes(t.bytes());
-      }
-    }
-  }
+  *response = BuildDaemonStatus(settings_, runner_, public_key_hex_);
   return Finish("GetDaemonStatus", absl::OkStatus());
 }
 

@@ -7,6 +7,7 @@
 #include "absl/time/time.h"
 #include "proto/megatrain.grpc.pb.h"
 #include "proto/rpc_waits.h"
+#include "server/daemon_status.h"
 #include "server/job_access.h"
 #include "server/job_runner.h"
 #include "server/metrics.h"
@@ -19,7 +20,6 @@ namespace megatrain::server {
 // ListJobs answers at most this many jobs per page (page_size 0 = this).
 inline constexpr uint32_t kMaxListPageSize = 1000;
 
-inline constexpr char kDaemonVersion[] = "megatraind 0.1.0";
 // How long a Checkpoint RPC waits (the CLI's deadline outlasts it): proto/rpc_waits.h.
 using v1::kCheckpointRpcTimeout;
 

@@ -1,0 +1,57 @@
+// DashboardApi: the dashboard's routes on the daemon's loopback HTTP listener: its static page
+// (embedded at build time, dashboard_assets.h) and read-only JSON built from what the gRPC API
+// answers (the proto messages in their JSON mapping, field names as in the .proto):
+//   GET /                 the page (index.html; dashboard.js and dashboard.css beside it)
+//   GET /api/daemon       DaemonStatus, plus the running job's RAM against max_ram_bytes (or
+//                         the physical RAM when that is 0)
+//   GET /api/jobs         {"jobs": [Job...]}: the newest kMaxDashboardJobs jobs, oldest first
+//   GET /api/jobs/<id>    {"job": Job, "history": JobHistory,
+//                          "checkpoints": {"checkpoints": [CheckpointRecord...]},
+//                          "checkpoint_checks": [one per checkpoint, in order]}
+// A checkpoint's check is quick, not `megatrain verify`: its manifest.json is hashed again and
+// compared with the SHA-256 recorded when it was committed: "manifest_matches",
+// "manifest_changed", "missing" (unreadable or removed by retention), "not_hashed" (nothing was
+// recorded) or "not_checked" (older than the newest kCheckedCheckpoints).
+// Jobs are served without their input and output paths (spec.model, spec.data,
+// spec.output_dir, memory.nvme_dir, resolved_output_dir, submitter_uid): the listener has no
+// authentication. A Host header that is not a loopback name is refused (403), so a web page
+// elsewhere cannot read the API through DNS rebinding.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "absl/strings/string_view.h"
+#include "server/job_runner.h"
+#include "server/metrics_http.h"
+#include "service/daemon_config.h"
+
+namespace megatrain::server {
+
+inline constexpr size_t kMaxDashboardJobs = 200;
+inline constexpr size_t kCheckedCheckpoints = 16;
+
+class DashboardApi {
+ public:
+  // Everything passed in outlives the API.
+  DashboardApi(const service::DaemonSettings& settings, const JobRunner& runner,
+               std::string public_key_hex)
+      : settings_(settings), runner_(runner), public_key_hex_(std::move(public_key_hex)) {}
+
+  // A MetricsHttpOptions::handler: nullopt for paths it does not serve.
+  std::optional<HttpReply> Handle(absl::string_view target, absl::string_view host) const;
+
+ private:
+  HttpReply Daemon() const;
+  HttpReply Jobs() const;
+  HttpReply Job(const std::string& id) const;
+
+  const service::DaemonSettings& settings_;
+  const JobRunner& runner_;
+  const std::string public_key_hex_;
+};
+
+// True for "127.0.0.1", "localhost", "[::1]" with or without ":<port>", and for "".
+bool IsLoopbackHost(absl::string_view host);
+
+}  // namespace megatrain::server

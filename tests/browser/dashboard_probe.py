@@ -1,0 +1,90 @@
+"""Drives the dashboard page of a running megatraind in headless Chromium (cdp.py) and checks
+its DOM. Every wait is on the page's state, with a bound.
+Usage: dashboard_probe.py live|unreachable URL JOB_ID LAYERS DAEMON_PID OUT_DIR
+  live:        the job is listed as RUNNING, its loss curve has points and grows, each layer has
+               its four bars, the memory tiers and a healthy daemon are shown, a checkpoint's
+               manifest matches its recorded hash; screenshots at a laptop's and a phone's
+               width (the page must fit the phone's).
+  unreachable: once the page shows the job, the daemon (DAEMON_PID) is killed and the page must
+               say "daemon unreachable" (screenshot); then OUT_DIR/killed is written, the test
+               starts the daemon again and the page must show it healthy again."""
+
+import json
+import os
+import signal
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cdp  # noqa: E402
+
+mode, url, job_id, layers, daemon_pid, out_dir = sys.argv[1:7]
+layers = int(layers)
+profile = tempfile.mkdtemp(prefix="chromium-", dir=os.environ.get("TEST_TMPDIR"))
+browser = cdp.Browser(os.environ.get("CHROMIUM", "chromium"), url, profile)
+row = f'document.querySelector(\'#jobs tr[data-job-id="{job_id}"]\')'
+status = 'document.getElementById("daemon-status").textContent'
+report = {}
+try:
+    browser.wait_for(f"job {job_id} in the job list", f"!!{row}", 60)
+    browser.wait_for("the job shown as RUNNING",
+                     f'{row}.querySelector(".state").textContent === "RUNNING"', 60)
+    browser.wait_for("a healthy daemon", f'{status} === "healthy"', 60)
+    if mode == "live":
+        browser.wait_for("the job's detail",
+                         f'document.getElementById("job").dataset.jobId === "{job_id}"', 60)
+        chart = 'document.getElementById("chart-loss")'
+        report["loss_points"] = browser.wait_for(
+            "two points on the loss curve",
+            f'document.querySelector("#chart-loss polyline.loss") && '
+            f'Number({chart}.dataset.points) >= 2 && Number({chart}.dataset.points)', 60)
+        last = f"Number({chart}.dataset.lastStep)"
+        report["last_step_first"] = browser.evaluate(last)
+        report["last_step_later"] = browser.wait_for(
+            "the loss curve to grow while the job trains",
+            f'{last} > {report["last_step_first"]} && {last}', 120)
+        bars = browser.wait_for(
+            f"bars of {layers} layers",
+            f'document.querySelectorAll("#layers g.layer").length === {layers} && '
+            f'document.querySelectorAll("#layers g.layer rect").length', 60)
+        if bars != 4 * layers:
+            raise AssertionError(f"{bars} layer bars, expected {4 * layers} "
+                                 "(copy-in, compute, copy-out, stall per layer)")
+        report["layer_bars"] = bars
+        tiers = browser.evaluate(
+            '[...document.querySelectorAll("#memory .tier")].map(t => t.dataset.tier)')
+        for tier in ("device", "pinned", "ram"):
+            if tier not in tiers:
+                raise AssertionError(f"memory tier {tier} missing: {tiers}")
+        report["tiers"] = tiers
+        report["checkpoints_matching"] = browser.wait_for(
+            "a checkpoint whose manifest matches its recorded hash",
+            'document.querySelectorAll(\'#checkpoints li[data-check="manifest_matches"]\').length', 60)
+        browser.screenshot(os.path.join(out_dir, "dashboard.png"))
+        # A phone's viewport: one column, nothing wider than the screen (the job table scrolls in
+        # its own box), the charts redrawn at the new width on the next poll.
+        browser.call("Emulation.setDeviceMetricsOverride", width=390, height=844,
+                     deviceScaleFactor=2, mobile=True)
+        report["phone_width"] = browser.wait_for(
+            "the page to fit a phone's width",
+            'document.documentElement.scrollWidth <= 390 && '
+            'document.getElementById("chart-loss").getAttribute("viewBox").split(" ")[2] <= 390 && '
+            'document.documentElement.scrollWidth', 30)
+        browser.screenshot(os.path.join(out_dir, "dashboard-phone.png"))
+    elif mode == "unreachable":
+        os.kill(int(daemon_pid), signal.SIGKILL)
+        browser.wait_for("the page to say the daemon is unreachable",
+                         f'{status} === "daemon unreachable" && '
+                         '!document.getElementById("unreachable").hidden', 30)
+        report["banner"] = browser.evaluate('document.getElementById("unreachable").textContent')
+        browser.screenshot(os.path.join(out_dir, "dashboard-unreachable.png"))
+        # The test restarts the daemon once this file exists; the page must find it again.
+        open(os.path.join(out_dir, "killed"), "w").close()
+        browser.wait_for("the page to show the restarted daemon as healthy",
+                         f'{status} === "healthy" && document.getElementById("unreachable").hidden',
+                         120)
+    else:
+        raise ValueError(f"unknown mode {mode}")
+    print(json.dumps(report))
+finally:
+    browser.close()
