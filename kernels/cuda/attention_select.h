@@ -38,8 +38,10 @@ bool CudnnAttentionAllowedByEnv();
 bool CudnnAttentionBuilt();
 
 // The largest workspace cuDNN attention may use before we prefer our own
-// kernel: 2 GiB (the deterministic backward's dP buffer grows with seq^2).
-inline constexpr size_t kDefaultCudnnAttentionWorkspaceCap = size_t{2} << 30;
+// kernel: 8 GiB (the deterministic backward's dP buffer grows with
+// batch * heads * seq^2: 4.3 GB at micro-batch 4, 32 heads, seq 4096; 17 GB
+// at micro-batch 1, seq 16384, which then runs our kernel).
+inline constexpr size_t kDefaultCudnnAttentionWorkspaceCap = size_t{8} << 30;
 
 struct AttentionSelectInputs {
   bool cudnn_enabled = true;  // the option (CudaLayerMathOptions::cudnn_attention, env)

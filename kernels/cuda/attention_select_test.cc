@@ -27,7 +27,7 @@ TEST(AttentionSelectTest, PicksCudnnForLlamaShapes) {
     const AttentionChoice c = SelectAttentionImpl(Shape(d), Eligible());
     EXPECT_EQ(c.impl, AttentionImpl::kCudnn) << d << ": " << c.reason;
   }
-  // GQA 8:1 and MHA.
+  // GQA 8:1 at seq 4096, micro-batch 2 (2.1 GiB of estimated workspace), and MHA.
   EXPECT_EQ(SelectAttentionImpl(Shape(128, 4096, 32, 4), Eligible()).impl, AttentionImpl::kCudnn);
   EXPECT_EQ(SelectAttentionImpl(Shape(64, 37, 4, 4), Eligible()).impl, AttentionImpl::kCudnn);
 }
@@ -99,7 +99,10 @@ TEST(AttentionSelectTest, WorkspaceEstimateAndCap) {
   EXPECT_NE(c.reason.find("workspace"), std::string::npos) << c.reason;
   in.workspace_cap_bytes = 0;  // no cap
   EXPECT_EQ(SelectAttentionImpl(big, in).impl, AttentionImpl::kCudnn);
-  // seq 32768 at 32 heads: 64 GiB of dP, over the default cap.
+  // seq 16384 at 32 heads: 16 GiB of dP, over the default cap.
+  EXPECT_EQ(SelectAttentionImpl(AttentionShape{1, 16384, 32, 8, 128, 0.088f}, Eligible()).impl,
+            AttentionImpl::kOwnKernel);
+  // seq 32768 at 32 heads: 64 GiB of dP.
   EXPECT_EQ(SelectAttentionImpl(AttentionShape{1, 32768, 32, 8, 128, 0.088f}, Eligible()).impl,
             AttentionImpl::kOwnKernel);
   // Seq rounds up to 64 for the dP term.
