@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <exception>
 #include <map>
 #include <string>
 #include <tuple>
@@ -288,7 +289,16 @@ absl::StatusOr<CudnnAttentionWorkspace> CudnnAttention::Prepare(const AttentionS
   MT_RETURN_IF_ERROR(CheckShape(shape, "CudnnAttention::Prepare"));
   auto it = impl_->cache.find(KeyOf(shape));
   if (it == impl_->cache.end()) {
-    absl::StatusOr<Impl::Graphs> graphs = impl_->BuildGraphs(shape);
+    // cudnn-frontend throws where it finds no implementation for a node
+    // (Graph::sdpa with AttentionImplementation_t::AUTO left unresolved):
+    // a refusal like any other, so our kernel takes over.
+    absl::StatusOr<Impl::Graphs> graphs = absl::InternalError("not built");
+    try {
+      graphs = impl_->BuildGraphs(shape);
+    } catch (const std::exception& e) {
+      return absl::UnimplementedError(
+          absl::StrCat("CudnnAttention::Prepare: cudnn-frontend threw: ", e.what()));
+    }
     if (!graphs.ok()) return graphs.status();
     it = impl_->cache.emplace(KeyOf(shape), std::move(*graphs)).first;
   }
@@ -319,7 +329,11 @@ absl::Status CudnnAttention::Forward(const AttentionShape& shape, const void* q,
       {kO, out},
       {kStats, lse},
   };
-  return FeStatus(graphs->forward->execute(impl_->handle.get(), pack, workspace), kOp);
+  try {
+    return FeStatus(graphs->forward->execute(impl_->handle.get(), pack, workspace), kOp);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(kOp, ": cudnn-frontend threw: ", e.what()));
+  }
 }
 
 absl::Status CudnnAttention::Backward(const AttentionShape& shape, const void* q, const void* k,
@@ -353,7 +367,11 @@ absl::Status CudnnAttention::Backward(const AttentionShape& shape, const void* q
       {kDK, dk},
       {kDV, dv},
   };
-  return FeStatus(graphs->backward->execute(impl_->handle.get(), pack, workspace), kOp);
+  try {
+    return FeStatus(graphs->backward->execute(impl_->handle.get(), pack, workspace), kOp);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(kOp, ": cudnn-frontend threw: ", e.what()));
+  }
 }
 
 #else  // !MEGATRAIN_HAVE_CUDNN_FRONTEND
