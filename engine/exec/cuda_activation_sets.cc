@@ -34,8 +34,7 @@ CudaBackwardScratch CarveInto(const ModelDims& m, ByteCarver& c, CudaBackwardScr
   s.norm_workspace_floats =
       kernels::cuda::RmsnormBackwardWorkspaceFloats(n, static_cast<int>(m.hidden));
   s.norm_workspace = c.Take<float>(s.norm_workspace_floats);
-  s.attention_workspace_bytes =
-      kernels::cuda::AttentionBackwardWorkspaceBytes(CudaAttentionShape(m));
+  s.attention_workspace_bytes = CudaAttentionWorkspaceBytes(m);
   s.attention_workspace = c.Take<char>(static_cast<int64_t>(s.attention_workspace_bytes));
   return s;
 }
@@ -56,6 +55,11 @@ CudaLayerTables CarveInto(const ModelDims& m, ByteCarver& c, CudaLayerTables*) {
   t.rope_cos = c.Take<float>(m.seq * (m.head_dim / 2));
   t.rope_sin = c.Take<float>(m.seq * (m.head_dim / 2));
   t.ones = c.Take<bf16>(m.tokens());
+  t.attention_forward_workspace_bytes = CudaAttentionForwardWorkspaceBytes(m);
+  t.attention_forward_workspace =
+      t.attention_forward_workspace_bytes == 0
+          ? nullptr
+          : c.Take<char>(static_cast<int64_t>(t.attention_forward_workspace_bytes));
   return t;
 }
 
@@ -87,6 +91,22 @@ kernels::cuda::AttentionShape CudaAttentionShape(const ModelDims& m) {
   s.head_dim = static_cast<int>(m.head_dim);
   s.softmax_scale = m.head_dim > 0 ? 1.0f / std::sqrt(static_cast<float>(m.head_dim)) : 0.0f;
   return s;
+}
+
+kernels::cuda::AttentionImpl PlannedAttentionImpl(const ModelDims& m) {
+  kernels::cuda::AttentionSelectInputs in;
+  in.cudnn_enabled = kernels::cuda::CudnnAttentionAllowedByEnv();
+  in.cudnn_built = kernels::cuda::CudnnAttentionBuilt();
+  return kernels::cuda::SelectAttentionImpl(CudaAttentionShape(m), in).impl;
+}
+
+size_t CudaAttentionWorkspaceBytes(const ModelDims& m) {
+  return kernels::cuda::AttentionWorkspaceBytes(CudaAttentionShape(m), PlannedAttentionImpl(m));
+}
+
+size_t CudaAttentionForwardWorkspaceBytes(const ModelDims& m) {
+  return kernels::cuda::AttentionForwardWorkspaceBytes(CudaAttentionShape(m),
+                                                       PlannedAttentionImpl(m));
 }
 
 int64_t CudaHeadLogitsRows(const ModelDims& m) { return std::min<int64_t>(m.head_chunk, 64); }

@@ -11,6 +11,7 @@
 
 #include "engine/exec/activation_sets.h"
 #include "engine/exec/model_dims.h"
+#include "kernels/cuda/attention_select.h"
 #include "kernels/cuda/ops.h"
 
 namespace megatrain::engine {
@@ -33,7 +34,9 @@ using CudaActivations = LayerActivationSet<__nv_bfloat16>;
 struct CudaBackwardScratch : LayerBackwardSet<__nv_bfloat16> {
   float* norm_workspace = nullptr;  // RmsnormBackwardWorkspaceFloats(N, d)
   int64_t norm_workspace_floats = 0;
-  void* attention_workspace = nullptr;  // AttentionBackwardWorkspaceBytes
+  // The attention backward's workspace: CudaAttentionWorkspaceBytes (our
+  // kernel's, or cuDNN's estimate when the plan reserves for cuDNN).
+  void* attention_workspace = nullptr;
   size_t attention_workspace_bytes = 0;
 
   static size_t Bytes(const ModelDims& m);
@@ -57,6 +60,11 @@ struct CudaLayerTables {
   float* rope_cos = nullptr;      // [S, D/2] cos of position * inverse frequency
   float* rope_sin = nullptr;      // [S, D/2]
   __nv_bfloat16* ones = nullptr;  // [N] all 1.0: broadcasts and sums biases via GEMMs
+  // cuDNN attention forward's workspace (CudaAttentionForwardWorkspaceBytes;
+  // none when the plan reserves for our kernel). Every forward of the run
+  // uses it in stream order on the compute stream.
+  void* attention_forward_workspace = nullptr;
+  size_t attention_forward_workspace_bytes = 0;
 
   static size_t Bytes(const ModelDims& m);
   static CudaLayerTables Carve(const ModelDims& m, void* base);
@@ -64,6 +72,16 @@ struct CudaLayerTables {
 
 // The attention kernels' view of a micro-batch (softmax scale 1/sqrt(D)).
 kernels::cuda::AttentionShape CudaAttentionShape(const ModelDims& m);
+
+// The attention implementation the memory plan reserves for: the selection
+// of attention_select.h with the device not yet known (compute capability and
+// cuDNN version 0) and the switch read from MEGATRAIN_CUDNN_ATTENTION.
+// CudaLayerMath::Create decides again on the device and falls back to our
+// kernel when cuDNN's plans need more than these reservations.
+kernels::cuda::AttentionImpl PlannedAttentionImpl(const ModelDims& m);
+// Workspace bytes the plan reserves for attention's backward and forward.
+size_t CudaAttentionWorkspaceBytes(const ModelDims& m);
+size_t CudaAttentionForwardWorkspaceBytes(const ModelDims& m);
 
 // Rows of the logits form's fp32 staging (tests and sampling; min(head_chunk, 64)).
 int64_t CudaHeadLogitsRows(const ModelDims& m);

@@ -123,7 +123,9 @@ TEST_P(CudaCarveTest, BackwardScratchHoldsTheKernelsWorkspaces) {
   EXPECT_EQ(s.norm_workspace_floats,
             kernels::cuda::RmsnormBackwardWorkspaceFloats(n, static_cast<int>(m.hidden)));
   EXPECT_GT(s.norm_workspace_floats, 0);
-  EXPECT_EQ(s.attention_workspace_bytes,
+  EXPECT_EQ(s.attention_workspace_bytes, CudaAttentionWorkspaceBytes(m));
+  // Room for our kernel whichever implementation the plan reserves for.
+  EXPECT_GE(s.attention_workspace_bytes,
             kernels::cuda::AttentionBackwardWorkspaceBytes(CudaAttentionShape(m)));
   EXPECT_GE(s.attention_workspace_bytes, sizeof(float) * m.batch * m.q_heads * m.seq);
   ExpectWellCarved({P(s.d_act, n * m.ffn, "d_act"), P(s.d_gate, n * m.ffn, "d_gate"),
@@ -161,10 +163,39 @@ TEST_P(CudaCarveTest, TablesHoldRopeRowsAndOnes) {
   EXPECT_EQ(bytes, CudaLayerTables::Bytes(m));
   AlignedBlock block(bytes);
   const CudaLayerTables t = CudaLayerTables::Carve(m, block.ptr);
-  ExpectWellCarved(
-      {P(t.rope_cos, m.seq * m.head_dim / 2, "rope_cos"),
-       P(t.rope_sin, m.seq * m.head_dim / 2, "rope_sin"), P(t.ones, m.tokens(), "ones")},
-      block.ptr, bytes, "CudaLayerTables");
+  std::vector<Piece> pieces = {P(t.rope_cos, m.seq * m.head_dim / 2, "rope_cos"),
+                               P(t.rope_sin, m.seq * m.head_dim / 2, "rope_sin"),
+                               P(t.ones, m.tokens(), "ones")};
+  EXPECT_EQ(t.attention_forward_workspace_bytes, CudaAttentionForwardWorkspaceBytes(m));
+  if (t.attention_forward_workspace_bytes > 0) {
+    pieces.push_back(P(static_cast<char*>(t.attention_forward_workspace),
+                       static_cast<int64_t>(t.attention_forward_workspace_bytes),
+                       "attention_forward_workspace"));
+  } else {
+    EXPECT_EQ(t.attention_forward_workspace, nullptr);
+  }
+  ExpectWellCarved(pieces, block.ptr, bytes, "CudaLayerTables");
+}
+
+// The plan reserves for cuDNN exactly when the selection (device unknown)
+// picks it: built with the frontend, not switched off, a head_dim it takes.
+TEST_P(CudaCarveTest, AttentionReservationFollowsThePlannedImplementation) {
+  const ModelDims m = GetParam();
+  const kernels::cuda::AttentionShape shape = CudaAttentionShape(m);
+  const kernels::cuda::AttentionImpl planned = PlannedAttentionImpl(m);
+  if (!kernels::cuda::CudnnAttentionBuilt() || !kernels::cuda::CudnnAttentionAllowedByEnv()) {
+    EXPECT_EQ(planned, kernels::cuda::AttentionImpl::kOwnKernel);
+  }
+  EXPECT_EQ(CudaAttentionWorkspaceBytes(m), kernels::cuda::AttentionWorkspaceBytes(shape, planned));
+  EXPECT_EQ(CudaAttentionForwardWorkspaceBytes(m),
+            kernels::cuda::AttentionForwardWorkspaceBytes(shape, planned));
+  if (planned == kernels::cuda::AttentionImpl::kCudnn) {
+    EXPECT_GE(CudaAttentionWorkspaceBytes(m),
+              kernels::cuda::CudnnAttentionBackwardWorkspaceEstimateBytes(shape));
+    EXPECT_GT(CudaAttentionForwardWorkspaceBytes(m), 0u);
+  } else {
+    EXPECT_EQ(CudaAttentionForwardWorkspaceBytes(m), 0u);
+  }
 }
 
 TEST_P(CudaCarveTest, CarvingIsAPureFunctionOfTheDims) {

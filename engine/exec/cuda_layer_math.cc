@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,17 @@ absl::Status CheckFitsInt(int64_t value, const char* field) {
         absl::StrCat(field, " = ", value, " exceeds ", INT_MAX, " (CUDA kernels index with int)"));
   }
   return absl::OkStatus();
+}
+
+// The current device's compute capability major; 0 when it cannot be read.
+int DeviceComputeMajor() {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 0;
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    return 0;
+  }
+  return major;
 }
 
 absl::Status CheckOffset(int64_t offset, const char* field) {
@@ -137,7 +149,8 @@ absl::StatusOr<CudaLayerMath> CudaLayerMath::Create(const ModelDims& dims,
                                                     const LayerOffsets& offsets,
                                                     const kernels::cpu::RopeTable& rope,
                                                     void* device_tables_base,
-                                                    cudaStream_t setup_stream) {
+                                                    cudaStream_t setup_stream,
+                                                    const CudaLayerMathOptions& options) {
   MT_RETURN_IF_ERROR(Validate(dims, offsets, rope));
   if (device_tables_base == nullptr) {
     return absl::InvalidArgumentError("device_tables_base is null");
@@ -170,7 +183,63 @@ absl::StatusOr<CudaLayerMath> CudaLayerMath::Create(const ModelDims& dims,
   // The host sources die with this call.
   MT_RETURN_IF_ERROR(
       kc::CudaStatus(cudaStreamSynchronize(setup_stream), "CudaLayerMath::Create tables"));
-  return CudaLayerMath(dims, offsets, tables, std::move(*gemm));
+  CudaLayerMath math(dims, offsets, tables, std::move(*gemm));
+
+  // Attention: decided once, for the forward and the backward alike.
+  const kc::AttentionShape shape = CudaAttentionShape(dims);
+  kc::AttentionSelectInputs select;
+  select.cudnn_enabled = options.cudnn_attention && kc::CudnnAttentionAllowedByEnv();
+  select.cudnn_built = kc::CudnnAttentionBuilt();
+  select.sm_major = DeviceComputeMajor();
+  select.cudnn_version = select.cudnn_built ? kc::CudnnRuntimeVersion() : 0;
+  kc::AttentionChoice choice = kc::SelectAttentionImpl(shape, select);
+  if (choice.impl == kc::AttentionImpl::kCudnn) {
+    const size_t forward_reserved = tables.attention_forward_workspace_bytes;
+    const size_t backward_reserved = CudaAttentionWorkspaceBytes(dims);
+    absl::StatusOr<kc::CudnnAttention> cudnn = kc::CudnnAttention::Create();
+    absl::StatusOr<kc::CudnnAttentionWorkspace> workspace =
+        cudnn.ok() ? cudnn->Prepare(shape) : absl::StatusOr<kc::CudnnAttentionWorkspace>(cudnn.status());
+    if (!workspace.ok()) {
+      choice = kc::AttentionChoice{kc::AttentionImpl::kOwnKernel,
+                                   absl::StrCat("cuDNN refused: ", workspace.status().ToString())};
+    } else if (workspace->forward > forward_reserved || workspace->backward > backward_reserved) {
+      choice = kc::AttentionChoice{
+          kc::AttentionImpl::kOwnKernel,
+          absl::StrCat("cuDNN plans need ", workspace->forward, " / ", workspace->backward,
+                       " workspace bytes (forward / backward); the memory plan reserved ",
+                       forward_reserved, " / ", backward_reserved)};
+    } else {
+      math.cudnn_ = std::make_unique<kc::CudnnAttention>(std::move(*cudnn));
+      choice.reason = absl::StrCat(choice.reason, " (workspace ", workspace->forward, " / ",
+                                   workspace->backward, " bytes)");
+    }
+  }
+  math.attention_impl_ = choice.impl;
+  math.attention_reason_ = choice.reason;
+  std::fprintf(stderr, "megatrain: attention: %s: %s\n", kc::AttentionImplName(choice.impl),
+               choice.reason.c_str());
+  return math;
+}
+
+absl::Status CudaLayerMath::AttentionForward(const CudaActivations& a, bf16* out, float* lse,
+                                             cudaStream_t stream) const {
+  const kc::AttentionShape shape = CudaAttentionShape(dims_);
+  if (attention_impl_ == kc::AttentionImpl::kCudnn) {
+    return cudnn_->Forward(shape, a.q, a.k, a.v, out, lse, tables_.attention_forward_workspace,
+                           tables_.attention_forward_workspace_bytes, stream);
+  }
+  return kc::AttentionForward(shape, a.q, a.k, a.v, out, lse, stream);
+}
+
+absl::Status CudaLayerMath::AttentionBackward(const CudaActivations& a, CudaBackwardScratch& s,
+                                              cudaStream_t stream) const {
+  const kc::AttentionShape shape = CudaAttentionShape(dims_);
+  if (attention_impl_ == kc::AttentionImpl::kCudnn) {
+    return cudnn_->Backward(shape, a.q, a.k, a.v, a.attn, s.d_attn, a.lse, s.d_q, s.d_k, s.d_v,
+                            s.attention_workspace, s.attention_workspace_bytes, stream);
+  }
+  return kc::AttentionBackward(shape, a.q, a.k, a.v, a.attn, s.d_attn, a.lse, s.d_q, s.d_k,
+                               s.d_v, s.attention_workspace, s.attention_workspace_bytes, stream);
 }
 
 absl::Status CudaLayerMath::Linear(const bf16* x, const bf16* w, const bf16* bias, int64_t in,
@@ -284,9 +353,7 @@ absl::Status CudaLayerMath::LayerForwardPart(int part, const Weights& w, const b
                                                 tables_.rope_cos, tables_.rope_sin,
                                                 /*backward=*/false, stream),
                                 "LayerForward RoPE k"));
-      return InStep(
-          kc::AttentionForward(CudaAttentionShape(m), a.q, a.k, a.v, a.attn, a.lse, stream),
-          "LayerForward attention");
+      return InStep(AttentionForward(a, a.attn, a.lse, stream), "LayerForward attention");
     case 4:  // x_mid = x_in + attn W_o^T (+ b_o)
       return InStep(LinearAddTo(a.attn, w.o, w.o_bias, m.q_width(), d, a.x_in, a.x_mid, stream),
                     "LayerForward o_proj");
@@ -361,11 +428,7 @@ absl::Status CudaLayerMath::LayerBackwardPart(int part, const Weights& w, const 
           InStep(LinearBackward(d_mid, a.attn, w.o, m.q_width(), d, s.d_attn,
                                 /*accumulate=*/false, g + o.o, At(g, o.o_bias), stream),
                  "LayerBackward o_proj"));
-      MT_RETURN_IF_ERROR(
-          InStep(kc::AttentionBackward(CudaAttentionShape(m), a.q, a.k, a.v, a.attn, s.d_attn,
-                                       a.lse, s.d_q, s.d_k, s.d_v, s.attention_workspace,
-                                       s.attention_workspace_bytes, stream),
-                 "LayerBackward attention"));
+      MT_RETURN_IF_ERROR(InStep(AttentionBackward(a, s, stream), "LayerBackward attention"));
       MT_RETURN_IF_ERROR(InStep(kc::RopeInPlace(s.d_q, n, static_cast<int>(m.q_heads), head_dim,
                                                 seq, tables_.rope_cos, tables_.rope_sin,
                                                 /*backward=*/true, stream),

@@ -12,7 +12,9 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <string>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -21,6 +23,8 @@
 #include "engine/exec/fragment_parts.h"
 #include "engine/exec/model_dims.h"
 #include "kernels/cpu/rope.h"
+#include "kernels/cuda/attention_select.h"
+#include "kernels/cuda/cudnn_attention.h"
 #include "kernels/cuda/gemm.h"
 
 namespace megatrain::engine {
@@ -31,6 +35,14 @@ struct CudaEmbeddingGradIndex {
   const int32_t* segment_offsets = nullptr;
   const int32_t* token_order = nullptr;
   int64_t unique_count = 0;
+};
+
+// Choices fixed at Create (documented with their "off" value).
+struct CudaLayerMathOptions {
+  // Attention through cuDNN's fused SDPA where attention_select.h allows it;
+  // false = always our own kernel (also forced for the whole process by
+  // MEGATRAIN_CUDNN_ATTENTION=0, which the memory plan reads as well).
+  bool cudnn_attention = true;
 };
 
 class CudaLayerMath {
@@ -54,9 +66,16 @@ class CudaLayerMath {
   // (the CPU device's table, so both backends rotate by the same fp32
   // values) and a ones vector into `device_tables_base` (TablesBytes(dims),
   // kCudaCarveAlignment-aligned). Waits for setup_stream before returning.
+  // Chooses the attention implementation once (attention_impl()): with cuDNN
+  // it creates the handle and builds the forward and backward graphs of the
+  // micro-batch's shape here; cuDNN refusing the shape, or its plans needing
+  // more workspace than the plan reserved (CudaAttentionWorkspaceBytes /
+  // CudaAttentionForwardWorkspaceBytes), falls back to our kernel for both
+  // directions, with the reason in attention_reason().
   static absl::StatusOr<CudaLayerMath> Create(const ModelDims& dims, const LayerOffsets& offsets,
                                               const kernels::cpu::RopeTable& rope,
-                                              void* device_tables_base, cudaStream_t setup_stream);
+                                              void* device_tables_base, cudaStream_t setup_stream,
+                                              const CudaLayerMathOptions& options = {});
 
   CudaLayerMath(CudaLayerMath&&) noexcept = default;
   CudaLayerMath& operator=(CudaLayerMath&&) noexcept = default;
@@ -64,6 +83,9 @@ class CudaLayerMath {
   CudaLayerMath& operator=(const CudaLayerMath&) = delete;
 
   const ModelDims& dims() const { return dims_; }
+  // Which attention every forward and backward of this instance runs, and why.
+  kernels::cuda::AttentionImpl attention_impl() const { return attention_impl_; }
+  const std::string& attention_reason() const { return attention_reason_; }
 
   // x_out[N, d] = table[ids] (ids: int32 [N] in [0, vocab), validated by the
   // caller on the host; table bf16 [vocab, d]).
@@ -134,6 +156,13 @@ class CudaLayerMath {
                 kernels::cuda::CublasLtGemm gemm)
       : dims_(dims), offsets_(offsets), tables_(tables), gemm_(std::move(gemm)) {}
 
+  // The selected attention (forward saves lse, backward reads it: always the
+  // same implementation for both).
+  absl::Status AttentionForward(const CudaActivations& act, bf16* out, float* lse,
+                                cudaStream_t stream) const;
+  absl::Status AttentionBackward(const CudaActivations& act, CudaBackwardScratch& scratch,
+                                 cudaStream_t stream) const;
+
   // y[N, out] = x[N, in] W^T (+ bias).
   absl::Status Linear(const bf16* x, const bf16* w, const bf16* bias, int64_t in, int64_t out,
                       bf16* y, cudaStream_t stream) const;
@@ -161,6 +190,9 @@ class CudaLayerMath {
   LayerOffsets offsets_;
   CudaLayerTables tables_;
   kernels::cuda::CublasLtGemm gemm_;
+  kernels::cuda::AttentionImpl attention_impl_ = kernels::cuda::AttentionImpl::kOwnKernel;
+  std::string attention_reason_;
+  std::unique_ptr<kernels::cuda::CudnnAttention> cudnn_;  // set when attention_impl_ is kCudnn
 };
 
 }  // namespace megatrain::engine

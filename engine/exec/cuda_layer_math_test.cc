@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/exec/activation_sets.h"
@@ -147,7 +149,9 @@ T* As(const DeviceBuffer<uint8_t>& b) {
   return reinterpret_cast<T*>(b.get());
 }
 
-class CudaLayerMathLayerTest : public ::testing::TestWithParam<Biases> {
+// (biases, cuDNN attention allowed): the layer against the CPU layer with
+// whichever attention Create picks, and with our kernel forced.
+class CudaLayerMathLayerTest : public ::testing::TestWithParam<std::tuple<Biases, bool>> {
  protected:
   void SetUp() override { MT_SKIP_WITHOUT_CUDA(); }
 };
@@ -158,7 +162,9 @@ TEST_P(CudaLayerMathLayerTest, ForwardAndBackwardMatchTheCpuLayer) {
   const int64_t d = m.hidden;
   LayerOffsets offsets;
   std::vector<Slot> slots;
-  const int64_t total = PackLayer(m, GetParam(), offsets, slots);
+  const int64_t total = PackLayer(m, std::get<0>(GetParam()), offsets, slots);
+  CudaLayerMathOptions options;
+  options.cudnn_attention = std::get<1>(GetParam());
   const std::vector<float> w = RandomLayer(total, slots);
   const std::vector<float> x_in = RandomBf16Values(n * d, 7, -1.0f, 1.0f);
   const std::vector<float> dx_out = RandomBf16Values(n * d, 8, -1.0f, 1.0f);
@@ -181,9 +187,14 @@ TEST_P(CudaLayerMathLayerTest, ForwardAndBackwardMatchTheCpuLayer) {
   // CUDA: every buffer carved like the executor would, from 256-aligned blocks.
   TestStream stream;
   DeviceBuffer<uint8_t> tables(CudaLayerMath::TablesBytes(m));
-  auto created = CudaLayerMath::Create(m, offsets, rope, tables.get(), stream.get());
+  auto created = CudaLayerMath::Create(m, offsets, rope, tables.get(), stream.get(), options);
   ASSERT_TRUE(created.ok()) << created.status();
   CudaLayerMath math = std::move(*created);  // exercises the move
+  if (!options.cudnn_attention) {
+    EXPECT_EQ(math.attention_impl(), kernels::cuda::AttentionImpl::kOwnKernel);
+  }
+  std::printf("attention: %s: %s\n", kernels::cuda::AttentionImplName(math.attention_impl()),
+              math.attention_reason().c_str());
   DeviceBuffer<uint8_t> act_mem(CudaActivations::Bytes(m));
   DeviceBuffer<uint8_t> scratch_mem(CudaBackwardScratch::Bytes(m));
   CudaActivations act = CudaActivations::Carve(m, act_mem.get());
@@ -223,9 +234,12 @@ TEST_P(CudaLayerMathLayerTest, ForwardAndBackwardMatchTheCpuLayer) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Biases, CudaLayerMathLayerTest,
-                         ::testing::Values(Biases::kNone, Biases::kQkv, Biases::kAll),
-                         [](const ::testing::TestParamInfo<Biases>& info) {
-                           return BiasName(info.param);
+                         ::testing::Combine(::testing::Values(Biases::kNone, Biases::kQkv,
+                                                              Biases::kAll),
+                                            ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<Biases, bool>>& info) {
+                           return std::string(BiasName(std::get<0>(info.param))) +
+                                  (std::get<1>(info.param) ? "_cudnn" : "_own_kernel");
                          });
 
 class CudaLayerMathHeadTest : public ::testing::Test {

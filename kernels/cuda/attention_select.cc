@@ -1,0 +1,109 @@
+// The attention selection rules (attention_select.h): host only.
+#include "kernels/cuda/attention_select.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <string_view>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace megatrain::kernels::cuda {
+namespace {
+
+size_t RoundUp(size_t value, size_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+bool ShapeValid(const AttentionShape& s) {
+  return s.batch > 0 && s.seq > 0 && s.q_heads > 0 && s.kv_heads > 0 && s.head_dim > 0 &&
+         s.q_heads % s.kv_heads == 0 && s.softmax_scale > 0.0f;
+}
+
+AttentionChoice Own(std::string reason) {
+  return AttentionChoice{AttentionImpl::kOwnKernel, std::move(reason)};
+}
+
+}  // namespace
+
+const char* AttentionImplName(AttentionImpl impl) {
+  return impl == AttentionImpl::kCudnn ? "cudnn" : "own-kernel";
+}
+
+bool CudnnAttentionAllowedByEnvValue(const char* value) {
+  if (value == nullptr) return true;
+  const std::string v = absl::AsciiStrToLower(absl::StripAsciiWhitespace(value));
+  return !(v == "0" || v == "off" || v == "false" || v == "no" || v == "ours");
+}
+
+bool CudnnAttentionAllowedByEnv() {
+  return CudnnAttentionAllowedByEnvValue(std::getenv(kCudnnAttentionEnv));
+}
+
+bool CudnnAttentionBuilt() {
+#if defined(MEGATRAIN_HAVE_CUDNN_FRONTEND)
+  return true;
+#else
+  return false;
+#endif
+}
+
+AttentionChoice SelectAttentionImpl(const AttentionShape& s, const AttentionSelectInputs& in) {
+  if (!in.cudnn_enabled) return Own("cuDNN attention is off (option or MEGATRAIN_CUDNN_ATTENTION)");
+  if (!in.cudnn_built) {
+    return Own("built without the cudnn-frontend headers (scripts/setup installs them)");
+  }
+  if (!ShapeValid(s)) return Own("attention shape is not valid");
+  if (in.sm_major != 0 && in.sm_major < 8) {
+    return Own(absl::StrCat("compute capability ", in.sm_major,
+                            ".x has no cuDNN fused attention (needs 8.0+)"));
+  }
+  if (in.cudnn_version != 0 && in.cudnn_version < 90000) {
+    return Own(absl::StrCat("cuDNN ", in.cudnn_version, " is older than 9.0"));
+  }
+  if (s.head_dim % 8 != 0 || s.head_dim > 256) {
+    return Own(absl::StrCat("head_dim = ", s.head_dim,
+                            " (cuDNN fused attention: a multiple of 8, at most 256)"));
+  }
+  if (s.head_dim > 128 && in.sm_major != 0 && in.sm_major < 9) {
+    return Own(absl::StrCat("head_dim = ", s.head_dim, " > 128 needs Hopper or newer for cuDNN"));
+  }
+  const size_t estimate = CudnnAttentionBackwardWorkspaceEstimateBytes(s);
+  if (in.workspace_cap_bytes != 0 && estimate > in.workspace_cap_bytes) {
+    return Own(absl::StrCat("cuDNN attention workspace estimate ", estimate, " bytes > cap ",
+                            in.workspace_cap_bytes));
+  }
+  return AttentionChoice{AttentionImpl::kCudnn, "cuDNN fused attention"};
+}
+
+size_t CudnnAttentionBackwardWorkspaceEstimateBytes(const AttentionShape& s) {
+  if (!ShapeValid(s)) return 0;
+  const size_t b = static_cast<size_t>(s.batch);
+  const size_t h = static_cast<size_t>(s.q_heads);
+  const size_t seq = static_cast<size_t>(s.seq);
+  const size_t d = static_cast<size_t>(s.head_dim);
+  const size_t s64 = RoundUp(seq, 64);
+  const size_t d_p = b * h * s64 * s64 * 2;     // bf16 dP (deterministic path)
+  const size_t dq_accum = b * h * seq * d * 4;  // fp32 dQ accumulator
+  const size_t row_sums = 2 * b * h * seq * 4;  // fp32 softmax sums / dO.O rows
+  return RoundUp(d_p, 256) + RoundUp(dq_accum, 256) + RoundUp(row_sums, 256) + (size_t{1} << 20);
+}
+
+size_t CudnnAttentionForwardWorkspaceEstimateBytes(const AttentionShape& s) {
+  if (!ShapeValid(s)) return 0;
+  const size_t rows =
+      static_cast<size_t>(s.batch) * static_cast<size_t>(s.q_heads) * static_cast<size_t>(s.seq);
+  return RoundUp(2 * rows * 4, 256) + (size_t{1} << 20);
+}
+
+size_t AttentionForwardWorkspaceBytes(const AttentionShape& shape, AttentionImpl impl) {
+  return impl == AttentionImpl::kCudnn ? CudnnAttentionForwardWorkspaceEstimateBytes(shape) : 0;
+}
+
+size_t AttentionWorkspaceBytes(const AttentionShape& shape, AttentionImpl impl) {
+  const size_t own = AttentionBackwardWorkspaceBytes(shape);
+  if (impl == AttentionImpl::kOwnKernel) return own;
+  return std::max(own, CudnnAttentionBackwardWorkspaceEstimateBytes(shape));
+}
+
+}  // namespace megatrain::kernels::cuda

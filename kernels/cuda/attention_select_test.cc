@@ -1,0 +1,142 @@
+// The attention selection rules (attention_select.h): pure host, runs anywhere.
+#include "kernels/cuda/attention_select.h"
+
+#include <gtest/gtest.h>
+
+#include "kernels/cuda/ops.h"
+
+namespace megatrain::kernels::cuda {
+namespace {
+
+AttentionShape Shape(int head_dim, int seq = 37, int q_heads = 4, int kv_heads = 2) {
+  return AttentionShape{2, seq, q_heads, kv_heads, head_dim, 0.125f};
+}
+
+// A device that can run it: H100, cuDNN 9.19, built with the frontend.
+AttentionSelectInputs Eligible() {
+  AttentionSelectInputs in;
+  in.cudnn_enabled = true;
+  in.cudnn_built = true;
+  in.sm_major = 9;
+  in.cudnn_version = 91900;
+  return in;
+}
+
+TEST(AttentionSelectTest, PicksCudnnForLlamaShapes) {
+  for (int d : {64, 128}) {
+    const AttentionChoice c = SelectAttentionImpl(Shape(d), Eligible());
+    EXPECT_EQ(c.impl, AttentionImpl::kCudnn) << d << ": " << c.reason;
+  }
+  // GQA 8:1 at seq 4096, micro-batch 2 (2.1 GiB of estimated workspace), and MHA.
+  EXPECT_EQ(SelectAttentionImpl(Shape(128, 4096, 32, 4), Eligible()).impl, AttentionImpl::kCudnn);
+  EXPECT_EQ(SelectAttentionImpl(Shape(64, 37, 4, 4), Eligible()).impl, AttentionImpl::kCudnn);
+}
+
+TEST(AttentionSelectTest, OptionAndBuildSwitchesForceOurKernel) {
+  AttentionSelectInputs in = Eligible();
+  in.cudnn_enabled = false;
+  AttentionChoice c = SelectAttentionImpl(Shape(64), in);
+  EXPECT_EQ(c.impl, AttentionImpl::kOwnKernel);
+  EXPECT_NE(c.reason.find("off"), std::string::npos) << c.reason;
+
+  in = Eligible();
+  in.cudnn_built = false;
+  c = SelectAttentionImpl(Shape(64), in);
+  EXPECT_EQ(c.impl, AttentionImpl::kOwnKernel);
+  EXPECT_NE(c.reason.find("cudnn-frontend"), std::string::npos) << c.reason;
+}
+
+TEST(AttentionSelectTest, RefusesHeadDimsCudnnDoesNotTake) {
+  for (int d : {60, 100, 127, 264, 512}) {
+    const AttentionChoice c = SelectAttentionImpl(Shape(d), Eligible());
+    EXPECT_EQ(c.impl, AttentionImpl::kOwnKernel) << d;
+    EXPECT_NE(c.reason.find("head_dim"), std::string::npos) << c.reason;
+  }
+  // 256 and 192: Hopper yes, Ampere no, unknown device (planning) yes.
+  for (int d : {192, 256}) {
+    AttentionSelectInputs in = Eligible();
+    EXPECT_EQ(SelectAttentionImpl(Shape(d), in).impl, AttentionImpl::kCudnn) << d;
+    in.sm_major = 8;
+    EXPECT_EQ(SelectAttentionImpl(Shape(d), in).impl, AttentionImpl::kOwnKernel) << d;
+    in.sm_major = 0;
+    EXPECT_EQ(SelectAttentionImpl(Shape(d), in).impl, AttentionImpl::kCudnn) << d;
+  }
+}
+
+TEST(AttentionSelectTest, RefusesOldDevicesAndLibraries) {
+  AttentionSelectInputs in = Eligible();
+  in.sm_major = 7;
+  EXPECT_EQ(SelectAttentionImpl(Shape(64), in).impl, AttentionImpl::kOwnKernel);
+  in = Eligible();
+  in.cudnn_version = 8906;
+  EXPECT_EQ(SelectAttentionImpl(Shape(64), in).impl, AttentionImpl::kOwnKernel);
+  in = Eligible();
+  in.sm_major = 0;
+  in.cudnn_version = 0;  // not known yet (planning): eligible
+  EXPECT_EQ(SelectAttentionImpl(Shape(64), in).impl, AttentionImpl::kCudnn);
+}
+
+TEST(AttentionSelectTest, InvalidShapesGoToOurKernelWhichReportsThem) {
+  EXPECT_EQ(SelectAttentionImpl(Shape(64, 37, 6, 4), Eligible()).impl, AttentionImpl::kOwnKernel);
+  EXPECT_EQ(SelectAttentionImpl(Shape(64, 0), Eligible()).impl, AttentionImpl::kOwnKernel);
+  AttentionShape s = Shape(64);
+  s.softmax_scale = 0.0f;
+  EXPECT_EQ(SelectAttentionImpl(s, Eligible()).impl, AttentionImpl::kOwnKernel);
+  EXPECT_EQ(CudnnAttentionBackwardWorkspaceEstimateBytes(s), 0u);
+}
+
+TEST(AttentionSelectTest, WorkspaceEstimateAndCap) {
+  // b 1, 32 heads, seq 4096, d 128: dP 1 GiB + dQ accumulator 64 MiB + row sums 1 MiB + 1 MiB.
+  const AttentionShape big{1, 4096, 32, 8, 128, 0.088f};
+  const size_t expected =
+      (size_t{1} << 30) + (size_t{64} << 20) + (size_t{1} << 20) + (size_t{1} << 20);
+  EXPECT_EQ(CudnnAttentionBackwardWorkspaceEstimateBytes(big), expected);
+  EXPECT_EQ(SelectAttentionImpl(big, Eligible()).impl, AttentionImpl::kCudnn);
+  AttentionSelectInputs in = Eligible();
+  in.workspace_cap_bytes = size_t{512} << 20;
+  const AttentionChoice c = SelectAttentionImpl(big, in);
+  EXPECT_EQ(c.impl, AttentionImpl::kOwnKernel);
+  EXPECT_NE(c.reason.find("workspace"), std::string::npos) << c.reason;
+  in.workspace_cap_bytes = 0;  // no cap
+  EXPECT_EQ(SelectAttentionImpl(big, in).impl, AttentionImpl::kCudnn);
+  // seq 16384 at 32 heads: 16 GiB of dP, over the default cap.
+  EXPECT_EQ(SelectAttentionImpl(AttentionShape{1, 16384, 32, 8, 128, 0.088f}, Eligible()).impl,
+            AttentionImpl::kOwnKernel);
+  // seq 32768 at 32 heads: 64 GiB of dP.
+  EXPECT_EQ(SelectAttentionImpl(AttentionShape{1, 32768, 32, 8, 128, 0.088f}, Eligible()).impl,
+            AttentionImpl::kOwnKernel);
+  // Seq rounds up to 64 for the dP term.
+  const AttentionShape odd{2, 37, 4, 2, 64, 0.125f};
+  EXPECT_GE(CudnnAttentionBackwardWorkspaceEstimateBytes(odd), size_t{2} * 4 * 64 * 64 * 2);
+}
+
+TEST(AttentionSelectTest, ReservedWorkspaceCoversBothImplementations) {
+  const AttentionShape s = Shape(128);
+  EXPECT_EQ(AttentionWorkspaceBytes(s, AttentionImpl::kOwnKernel),
+            AttentionBackwardWorkspaceBytes(s));
+  EXPECT_GE(AttentionWorkspaceBytes(s, AttentionImpl::kCudnn), AttentionBackwardWorkspaceBytes(s));
+  EXPECT_GE(AttentionWorkspaceBytes(s, AttentionImpl::kCudnn),
+            CudnnAttentionBackwardWorkspaceEstimateBytes(s));
+  EXPECT_EQ(AttentionForwardWorkspaceBytes(s, AttentionImpl::kOwnKernel), 0u);
+  EXPECT_EQ(AttentionForwardWorkspaceBytes(s, AttentionImpl::kCudnn),
+            CudnnAttentionForwardWorkspaceEstimateBytes(s));
+  EXPECT_GE(CudnnAttentionForwardWorkspaceEstimateBytes(s), size_t{1} << 20);
+}
+
+TEST(AttentionSelectTest, EnvironmentSwitch) {
+  EXPECT_TRUE(CudnnAttentionAllowedByEnvValue(nullptr));
+  EXPECT_TRUE(CudnnAttentionAllowedByEnvValue(""));
+  EXPECT_TRUE(CudnnAttentionAllowedByEnvValue("1"));
+  EXPECT_TRUE(CudnnAttentionAllowedByEnvValue("on"));
+  for (const char* off : {"0", "off", "OFF", "false", "no", "ours", " 0 "}) {
+    EXPECT_FALSE(CudnnAttentionAllowedByEnvValue(off)) << off;
+  }
+}
+
+TEST(AttentionSelectTest, ImplNames) {
+  EXPECT_STREQ(AttentionImplName(AttentionImpl::kCudnn), "cudnn");
+  EXPECT_STREQ(AttentionImplName(AttentionImpl::kOwnKernel), "own-kernel");
+}
+
+}  // namespace
+}  // namespace megatrain::kernels::cuda

@@ -1,0 +1,243 @@
+// cuDNN fused attention (cudnn_attention.h) against our own kernel (ops.h)
+// and a double-precision CPU reference, on odd-ish shapes: seq 37 (not a
+// multiple of any tile), GQA 4:2, head_dim 64 and 128, and one longer GQA 8:2
+// shape. Skips without a CUDA device, without the cudnn-frontend headers, or
+// where the selection rules (attention_select.h) refuse the device.
+//
+// Tolerances (|got - want| <= rel * |want| + abs, inputs uniform in [-1, 1)):
+//  - out: both rounded to bf16 (2^-9 relative), and cuDNN multiplies P by V
+//    on tensor cores with P rounded to bf16: rel 1e-2 + abs 1e-2.
+//  - lse: fp32 from bf16 q.k products summed in fp32 by either side (only the
+//    summation order differs): rel 1e-4 + abs 1e-3.
+//  - dq, dk, dv: sums over up to seq * group terms of products formed from
+//    bf16 operands (cuDNN also rounds dP and dS to bf16 for its tensor-core
+//    GEMMs): rel 2e-2 + abs 2e-2 against the reference, the bound ops_test
+//    gives our kernel; cuDNN against our kernel: 3% of each tensor's max |value|.
+//  - The deterministic backward run twice gives the same bits.
+#include "kernels/cuda/cudnn_attention.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/attention_select.h"
+#include "kernels/cuda/cuda_test_util.h"
+#include "kernels/cuda/ops.h"
+
+namespace megatrain::kernels::cuda {
+namespace {
+
+using testing::DeviceBuffer;
+using testing::FromBf16;
+using testing::RandomBf16Values;
+using testing::TestStream;
+using testing::ToBf16;
+
+// Naive causal GQA attention in double (layouts as ops.h).
+struct Reference {
+  std::vector<double> out, lse, dq, dk, dv;
+};
+
+Reference ReferenceAttention(const AttentionShape& s, const std::vector<float>& q,
+                             const std::vector<float>& k, const std::vector<float>& v,
+                             const std::vector<float>& dout) {
+  const int dim = s.head_dim, group = s.q_heads / s.kv_heads;
+  Reference r;
+  r.out.assign(q.size(), 0.0);
+  r.dq.assign(q.size(), 0.0);
+  r.dk.assign(k.size(), 0.0);
+  r.dv.assign(v.size(), 0.0);
+  r.lse.assign(size_t(s.batch) * s.q_heads * s.seq, 0.0);
+  auto at_q = [&](int b, int t, int h) { return ((int64_t{b} * s.seq + t) * s.q_heads + h) * dim; };
+  auto at_k = [&](int b, int t, int h) {
+    return ((int64_t{b} * s.seq + t) * s.kv_heads + h) * dim;
+  };
+  for (int b = 0; b < s.batch; ++b) {
+    for (int h = 0; h < s.q_heads; ++h) {
+      const int hk = h / group;
+      for (int i = 0; i < s.seq; ++i) {
+        const int64_t qi = at_q(b, i, h);
+        std::vector<double> p(i + 1);
+        double max_score = -INFINITY;
+        for (int j = 0; j <= i; ++j) {
+          double dot = 0.0;
+          for (int d = 0; d < dim; ++d) dot += double{q[qi + d]} * k[at_k(b, j, hk) + d];
+          p[j] = dot * s.softmax_scale;
+          max_score = std::max(max_score, p[j]);
+        }
+        double sum = 0.0;
+        for (int j = 0; j <= i; ++j) sum += std::exp(p[j] - max_score);
+        const double lse = max_score + std::log(sum);
+        r.lse[(int64_t{b} * s.q_heads + h) * s.seq + i] = lse;
+        for (int j = 0; j <= i; ++j) p[j] = std::exp(p[j] - lse);
+        double delta = 0.0;
+        for (int d = 0; d < dim; ++d) {
+          double acc = 0.0;
+          for (int j = 0; j <= i; ++j) acc += p[j] * v[at_k(b, j, hk) + d];
+          r.out[qi + d] = acc;
+          delta += double{dout[qi + d]} * acc;
+        }
+        for (int j = 0; j <= i; ++j) {
+          const int64_t kj = at_k(b, j, hk);
+          double dp = 0.0;
+          for (int d = 0; d < dim; ++d) dp += double{dout[qi + d]} * v[kj + d];
+          const double ds = p[j] * (dp - delta) * s.softmax_scale;
+          for (int d = 0; d < dim; ++d) {
+            r.dv[kj + d] += p[j] * dout[qi + d];
+            r.dq[qi + d] += ds * k[kj + d];
+            r.dk[kj + d] += ds * q[qi + d];
+          }
+        }
+      }
+    }
+  }
+  return r;
+}
+
+std::vector<double> ToDouble(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+TEST(CudnnHandleTest, CreateReportsCleanly) {
+  int count = 0;
+  const bool have_device = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+  absl::StatusOr<CudnnHandle> handle = CudnnHandle::Create();
+  if (have_device) {
+    ASSERT_TRUE(handle.ok()) << handle.status();
+    EXPECT_NE(handle->get(), nullptr);
+    CudnnHandle moved = std::move(*handle);
+    EXPECT_NE(moved.get(), nullptr);
+    EXPECT_EQ(handle->get(), nullptr);
+  } else {
+    // No GPU: cudnnCreate fails; the status says so instead of crashing.
+    ASSERT_FALSE(handle.ok());
+    EXPECT_NE(std::string(handle.status().message()).find("cudnnCreate"), std::string::npos)
+        << handle.status();
+  }
+}
+
+struct Case {
+  const char* name;
+  AttentionShape shape;
+};
+
+class CudnnAttentionTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudnnAttentionTest, MatchesOwnKernelAndReference) {
+  MT_SKIP_WITHOUT_CUDA();
+  if (!CudnnAttentionBuilt()) GTEST_SKIP() << "built without the cudnn-frontend headers";
+  const AttentionShape s = GetParam().shape;
+  int device = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, device), cudaSuccess);
+  AttentionSelectInputs in;
+  in.cudnn_built = true;
+  in.sm_major = prop.major;
+  in.cudnn_version = CudnnRuntimeVersion();
+  const AttentionChoice choice = SelectAttentionImpl(s, in);
+  if (choice.impl != AttentionImpl::kCudnn) GTEST_SKIP() << choice.reason;
+
+  const size_t tokens = size_t(s.batch) * s.seq;
+  const size_t nq = tokens * s.q_heads * s.head_dim, nk = tokens * s.kv_heads * s.head_dim;
+  const size_t nstats = size_t(s.batch) * s.q_heads * s.seq;
+  const auto q = RandomBf16Values(nq, 21, -1.0f, 1.0f);
+  const auto k = RandomBf16Values(nk, 22, -1.0f, 1.0f);
+  const auto v = RandomBf16Values(nk, 23, -1.0f, 1.0f);
+  const auto dout = RandomBf16Values(nq, 24, -1.0f, 1.0f);
+  DeviceBuffer<uint16_t> dq_in(ToBf16(q)), dk_in(ToBf16(k)), dv_in(ToBf16(v)), ddout(ToBf16(dout));
+  TestStream stream;
+
+  // Our kernel (the checker).
+  DeviceBuffer<uint16_t> own_out(nq), own_dq(nq), own_dk(nk), own_dv(nk);
+  DeviceBuffer<float> own_lse(nstats);
+  DeviceBuffer<uint8_t> own_ws(AttentionBackwardWorkspaceBytes(s));
+  ASSERT_TRUE(AttentionForward(s, dq_in.get(), dk_in.get(), dv_in.get(), own_out.get(),
+                               own_lse.get(), stream.get())
+                  .ok());
+  ASSERT_TRUE(AttentionBackward(s, dq_in.get(), dk_in.get(), dv_in.get(), own_out.get(),
+                                ddout.get(), own_lse.get(), own_dq.get(), own_dk.get(),
+                                own_dv.get(), own_ws.get(), AttentionBackwardWorkspaceBytes(s),
+                                stream.get())
+                  .ok());
+
+  // cuDNN.
+  absl::StatusOr<CudnnAttention> cudnn = CudnnAttention::Create();
+  ASSERT_TRUE(cudnn.ok()) << cudnn.status();
+  absl::StatusOr<CudnnAttentionWorkspace> ws = cudnn->Prepare(s);
+  ASSERT_TRUE(ws.ok()) << ws.status();
+  std::printf("cuDNN attention workspace: forward %zu, backward %zu bytes (reserved %zu, %zu)\n",
+              ws->forward, ws->backward, AttentionForwardWorkspaceBytes(s, AttentionImpl::kCudnn),
+              AttentionWorkspaceBytes(s, AttentionImpl::kCudnn));
+  // The estimates the arena reserves must cover the plans (else the layer falls back).
+  EXPECT_LE(ws->forward, AttentionForwardWorkspaceBytes(s, AttentionImpl::kCudnn));
+  EXPECT_LE(ws->backward, AttentionWorkspaceBytes(s, AttentionImpl::kCudnn));
+  // Prepare again hits the cache.
+  absl::StatusOr<CudnnAttentionWorkspace> again = cudnn->Prepare(s);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->forward, ws->forward);
+  EXPECT_EQ(again->backward, ws->backward);
+  DeviceBuffer<uint8_t> fwd_ws(std::max<size_t>(ws->forward, 1));
+  DeviceBuffer<uint8_t> bwd_ws(std::max<size_t>(ws->backward, 1));
+  DeviceBuffer<uint16_t> out(nq), dq(nq), dk(nk), dv(nk);
+  DeviceBuffer<float> lse(nstats);
+  absl::Status st = cudnn->Forward(s, dq_in.get(), dk_in.get(), dv_in.get(), out.get(), lse.get(),
+                                   fwd_ws.get(), ws->forward, stream.get());
+  ASSERT_TRUE(st.ok()) << st;
+  std::vector<std::vector<uint16_t>> runs;
+  for (int run = 0; run < 2; ++run) {
+    st =
+        cudnn->Backward(s, dq_in.get(), dk_in.get(), dv_in.get(), out.get(), ddout.get(), lse.get(),
+                        dq.get(), dk.get(), dv.get(), bwd_ws.get(), ws->backward, stream.get());
+    ASSERT_TRUE(st.ok()) << st;
+    ASSERT_EQ(stream.Sync(), cudaSuccess);
+    std::vector<uint16_t> all = dq.Download();
+    for (auto* t : {&dk, &dv}) {
+      const std::vector<uint16_t> part = t->Download();
+      all.insert(all.end(), part.begin(), part.end());
+    }
+    runs.push_back(std::move(all));
+  }
+  EXPECT_EQ(runs[0], runs[1]) << "cuDNN attention backward is not bitwise reproducible";
+
+  const Reference ref = ReferenceAttention(s, q, k, v, dout);
+  using testing::ExpectClose;
+  using testing::ExpectCloseToMax;
+  ExpectClose(FromBf16(out.Download()), ref.out, 1e-2, 1e-2, "cudnn out vs reference");
+  ExpectClose(lse.Download(), ref.lse, 1e-4, 1e-3, "cudnn lse vs reference");
+  ExpectClose(FromBf16(dq.Download()), ref.dq, 2e-2, 2e-2, "cudnn dq vs reference");
+  ExpectClose(FromBf16(dk.Download()), ref.dk, 2e-2, 2e-2, "cudnn dk vs reference");
+  ExpectClose(FromBf16(dv.Download()), ref.dv, 2e-2, 2e-2, "cudnn dv vs reference");
+  // Same statistics convention as our kernel: one lse could serve either backward.
+  ExpectClose(lse.Download(), ToDouble(own_lse.Download()), 1e-4, 1e-3, "cudnn lse vs own lse");
+  ExpectCloseToMax(FromBf16(out.Download()), FromBf16(own_out.Download()), 3e-2, "out vs own");
+  ExpectCloseToMax(FromBf16(dq.Download()), FromBf16(own_dq.Download()), 3e-2, "dq vs own");
+  ExpectCloseToMax(FromBf16(dk.Download()), FromBf16(own_dk.Download()), 3e-2, "dk vs own");
+  ExpectCloseToMax(FromBf16(dv.Download()), FromBf16(own_dv.Download()), 3e-2, "dv vs own");
+
+  // Misuse is reported, not executed.
+  EXPECT_FALSE(cudnn
+                   ->Forward(s, dq_in.get(), dk_in.get(), dv_in.get(), out.get(), lse.get(),
+                             fwd_ws.get(), ws->forward, nullptr)
+                   .ok());
+  AttentionShape other = s;
+  other.seq += 1;
+  EXPECT_EQ(cudnn
+                ->Forward(other, dq_in.get(), dk_in.get(), dv_in.get(), out.get(), lse.get(),
+                          fwd_ws.get(), ws->forward, stream.get())
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudnnAttentionTest,
+    ::testing::Values(Case{"b2_s37_h4_kv2_d64", AttentionShape{2, 37, 4, 2, 64, 0.125f}},
+                      Case{"b2_s37_h4_kv2_d128", AttentionShape{2, 37, 4, 2, 128, 0.08838835f}},
+                      Case{"b1_s200_h8_kv2_d128", AttentionShape{1, 200, 8, 2, 128, 0.08838835f}}),
+    [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace megatrain::kernels::cuda
