@@ -142,8 +142,9 @@ int main(int argc, char** argv) {
       ++i;
       break;
     } else {
-      return Fail("usage: seccomp_exec --list FILE [--report LIB] -- COMMAND [ARGS...] | "
-                  "--syscall-name NR");
+      return Fail(
+          "usage: seccomp_exec --list FILE [--report LIB] -- COMMAND [ARGS...] | "
+          "--syscall-name NR");
     }
   }
   if (list_path.empty() || i >= argc) return Fail("--list FILE and a command are needed");

@@ -17,8 +17,7 @@ void Report(const char* name, long rc) {
     std::printf("%s: ok\n", name);
   } else {
     const int e = errno;
-    std::printf("%s: %s\n", name,
-                e == EPERM ? "EPERM" : e == ENOSYS ? "ENOSYS" : std::strerror(e));
+    std::printf("%s: %s\n", name, e == EPERM ? "EPERM" : e == ENOSYS ? "ENOSYS" : std::strerror(e));
   }
 }
 
