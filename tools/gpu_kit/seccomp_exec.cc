@@ -5,18 +5,23 @@
 // Usage: seccomp_exec --list FILE [--report LIB] -- COMMAND [ARGS...]
 //        seccomp_exec --syscall-name NR        (prints the native name of system call NR)
 //
-// FILE is the kit's syscall-filter.txt (syscall_list.sh, from systemd-analyze at kit build time):
-//   1. `allow NAME` lines: allowed (@system-service with nested groups, plus @default, which
-//      systemd adds to every allow list: execve, exit, time and sleep calls).
+// FILE is the kit's syscall-filter.txt (syscall_list.sh: the unit's settings expanded by
+// systemd-analyze at kit build time):
+//   1. `allow NAME` lines: allowed (the unit's SystemCallFilter=, @system-service with nested
+//      groups, plus @default, which systemd adds to every allow list: execve, exit, time and
+//      sleep calls).
 //   2. `known NAME` lines: @known. A system call number outside @known and not allowed answers
 //      ENOSYS, as systemd >= 247 does, so libc's fallbacks for newer calls behave the same.
 //   3. Everything else answers EPERM (SystemCallErrorNumber=EPERM); a call from another
 //      architecture (i386, x32) kills the process (SystemCallArchitectures=native).
+//   4. `family AF_X` lines (the unit's RestrictAddressFamilies=): socket() for any other family
+//      answers EAFNOSUPPORT, from a second filter as systemd does (none: any family).
 // With --report LIB, a refused call raises SIGSYS instead of failing quietly, and LIB
 // (libseccomp_report.so, put on LD_PRELOAD) names it on stderr and returns EPERM to the caller,
 // so the run behaves as under systemd while saying what was refused. The launcher itself prints
 // nothing once the filter is loaded; a set-up error exits 126, a command not run 127.
 #include <seccomp.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -42,6 +47,7 @@ int Fail(const std::string& what) {
 struct FilterList {
   std::vector<std::string> allow;
   std::vector<std::string> known;
+  std::vector<std::string> families;
 };
 
 bool ReadList(const std::string& path, FilterList& list, std::string& error) {
@@ -62,8 +68,10 @@ bool ReadList(const std::string& path, FilterList& list, std::string& error) {
       list.allow.push_back(name);
     } else if (kind == "known" && !name.empty()) {
       list.known.push_back(name);
+    } else if (kind == "family" && !name.empty()) {
+      list.families.push_back(name);
     } else {
-      error = path + ":" + std::to_string(number) + ": expected `allow NAME` or `known NAME`";
+      error = path + ":" + std::to_string(number) + ": expected `allow|known|family NAME`";
       return false;
     }
   }
@@ -72,6 +80,50 @@ bool ReadList(const std::string& path, FilterList& list, std::string& error) {
     return false;
   }
   return true;
+}
+
+// The families systemd's RestrictAddressFamilies= names that this launcher knows.
+bool ParseFamilies(const std::vector<std::string>& names, std::set<int>& families,
+                   std::string& error) {
+  static const struct {
+    const char* name;
+    int family;
+  } kFamilies[] = {{"AF_UNIX", AF_UNIX},       {"AF_INET", AF_INET},     {"AF_INET6", AF_INET6},
+                   {"AF_NETLINK", AF_NETLINK}, {"AF_PACKET", AF_PACKET}, {"AF_VSOCK", AF_VSOCK}};
+  for (const std::string& name : names) {
+    bool found = false;
+    for (const auto& f : kFamilies) {
+      if (name == f.name) {
+        families.insert(f.family);
+        found = true;
+      }
+    }
+    if (!found) {
+      error = "unknown address family " + name;
+      return false;
+    }
+  }
+  return true;
+}
+
+// A second filter (stacked; the stricter answer wins): socket() with a family outside `families`
+// answers EAFNOSUPPORT (TRAP under --report: the handler answers EAFNOSUPPORT for socket).
+std::string LoadFamilyFilter(const std::set<int>& families, bool report) {
+  const uint32_t refuse = report ? SCMP_ACT_TRAP : SCMP_ACT_ERRNO(EAFNOSUPPORT);
+  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+  if (ctx == nullptr) return "seccomp_init failed";
+  const scmp_datum_t first = *families.begin(), last = *families.rbegin();
+  int rc = seccomp_rule_add_exact(ctx, refuse, SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_LT, first));
+  if (rc == 0) {
+    rc = seccomp_rule_add_exact(ctx, refuse, SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_GT, last));
+  }
+  for (scmp_datum_t family = first + 1; family < last && rc == 0; ++family) {
+    if (families.count(static_cast<int>(family)) != 0) continue;
+    rc = seccomp_rule_add_exact(ctx, refuse, SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_EQ, family));
+  }
+  if (rc == 0) rc = seccomp_load(ctx);
+  seccomp_release(ctx);
+  return rc == 0 ? "" : std::string("address family filter: ") + std::strerror(-rc);
 }
 
 // Builds and loads the filter; returns "" or what failed.
@@ -151,12 +203,18 @@ int main(int argc, char** argv) {
   FilterList list;
   std::string error;
   if (!ReadList(list_path, list, error)) return Fail(error);
+  std::set<int> families;
+  if (!ParseFamilies(list.families, families, error)) return Fail(error);
   if (!report_lib.empty()) {
     if (access(report_lib.c_str(), R_OK) != 0) return Fail("cannot read " + report_lib);
     const char* preload = std::getenv("LD_PRELOAD");
     const std::string value =
         report_lib + (preload != nullptr && *preload != '\0' ? std::string(":") + preload : "");
     setenv("LD_PRELOAD", value.c_str(), 1);
+  }
+  if (!families.empty()) {
+    error = LoadFamilyFilter(families, !report_lib.empty());
+    if (!error.empty()) return Fail(error);
   }
   error = LoadFilter(list, !report_lib.empty());
   if (!error.empty()) return Fail(error);

@@ -1,7 +1,10 @@
 // seccomp_probe: the negative test's helper for seccomp_exec. Makes system calls outside
 // @system-service (adjtimex in read-only mode succeeds unprivileged without a filter; swapon;
-// acct) and cachestat (newer than systemd 252's @known), then getpid (allowed), printing one
-// line `NAME: ok` or `NAME: ERRNO_NAME` each.
+// acct) and cachestat (newer than systemd 252's @known), then getpid (allowed), and sockets of
+// families AF_UNIX (allowed by the unit) and AF_NETLINK (not), printing one line `NAME: ok` or
+// `NAME: ERRNO_NAME` each.
+#include <linux/netlink.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/timex.h>
 #include <unistd.h>
@@ -17,7 +20,11 @@ void Report(const char* name, long rc) {
     std::printf("%s: ok\n", name);
   } else {
     const int e = errno;
-    std::printf("%s: %s\n", name, e == EPERM ? "EPERM" : e == ENOSYS ? "ENOSYS" : std::strerror(e));
+    std::printf("%s: %s\n", name,
+                e == EPERM          ? "EPERM"
+                : e == ENOSYS       ? "ENOSYS"
+                : e == EAFNOSUPPORT ? "EAFNOSUPPORT"
+                                    : std::strerror(e));
   }
 }
 
@@ -31,5 +38,11 @@ int main() {
   // cachestat(2), number 451 on every architecture since Linux 6.5; a bad descriptor.
   Report("cachestat", syscall(451, -1, nullptr, nullptr, 0));
   Report("getpid", syscall(SYS_getpid));
+  const long unix_fd = socket(AF_UNIX, SOCK_DGRAM, 0);
+  Report("socket_unix", unix_fd);
+  const long netlink_fd = socket(AF_NETLINK, SOCK_DGRAM, NETLINK_ROUTE);
+  Report("socket_netlink", netlink_fd);
+  if (unix_fd >= 0) close(static_cast<int>(unix_fd));
+  if (netlink_fd >= 0) close(static_cast<int>(netlink_fd));
   return 0;
 }

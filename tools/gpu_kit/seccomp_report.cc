@@ -1,9 +1,12 @@
 // libseccomp_report.so: preloaded by `seccomp_exec --report` into the filtered command. Installs
 // a SIGSYS handler that, for each system call the filter refused (SECCOMP_RET_TRAP), writes
 // "seccomp_report: refused syscall NR" to stderr once per number and makes the call return
-// -EPERM, as systemd's SystemCallErrorNumber=EPERM would; the program goes on. (A handler set by
-// the launcher would not survive exec, hence a preloaded constructor.)
+// -EPERM, as systemd's SystemCallErrorNumber=EPERM would; socket(), refused only for its address
+// family, gets "... refused syscall NR family F" once per family and -EAFNOSUPPORT, as
+// RestrictAddressFamilies= answers. The program goes on. (A
+// handler set by the launcher would not survive exec, hence a preloaded constructor.)
 #include <signal.h>
+#include <sys/syscall.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -14,39 +17,57 @@ namespace {
 
 constexpr int kMaxReported = 1024;
 std::atomic<bool> reported[kMaxReported];
+constexpr int kMaxFamily = 64;
+std::atomic<bool> reported_family[kMaxFamily];
 
-// Async-signal-safe decimal formatting into buf; returns the length.
-int FormatLine(int nr, char* buf) {
-  const char prefix[] = "seccomp_report: refused syscall ";
-  int n = 0;
-  for (const char* p = prefix; *p != '\0'; ++p) buf[n++] = *p;
-  char digits[12];
+// Async-signal-safe: appends text or a decimal number to buf at n; returns the new length.
+int Append(char* buf, int n, const char* text) {
+  while (*text != '\0') buf[n++] = *text++;
+  return n;
+}
+int Append(char* buf, int n, unsigned long value) {
+  char digits[24];
   int d = 0;
-  unsigned value = nr < 0 ? 0u : static_cast<unsigned>(nr);
   do {
     digits[d++] = static_cast<char>('0' + value % 10);
     value /= 10;
   } while (value != 0);
   while (d > 0) buf[n++] = digits[--d];
-  buf[n++] = '\n';
   return n;
 }
 
 void OnSigsys(int, siginfo_t* info, void* context) {
   const int saved_errno = errno;
   const int nr = info->si_syscall;
-  if (nr < 0 || nr >= kMaxReported || !reported[nr].exchange(true)) {
-    char line[64];
-    const ssize_t ignored = write(STDERR_FILENO, line, FormatLine(nr, line));
-    (void)ignored;
-  }
   auto* uc = static_cast<ucontext_t*>(context);
 #if defined(__x86_64__)
-  uc->uc_mcontext.gregs[REG_RAX] = -EPERM;
+  const unsigned long arg0 = uc->uc_mcontext.gregs[REG_RDI];
 #elif defined(__aarch64__)
-  uc->uc_mcontext.regs[0] = static_cast<unsigned long long>(-EPERM);
+  const unsigned long arg0 = uc->uc_mcontext.regs[0];
 #else
-#error "seccomp_report: set the system call's return register for this architecture"
+#error "seccomp_report: read the first argument and set the return register for this architecture"
+#endif
+  const bool socket = nr == SYS_socket;
+  bool first;
+  if (socket) {
+    first = arg0 >= kMaxFamily || !reported_family[arg0].exchange(true);
+  } else {
+    first = nr < 0 || nr >= kMaxReported || !reported[nr].exchange(true);
+  }
+  if (first) {
+    char line[96];
+    int n = Append(line, 0, "seccomp_report: refused syscall ");
+    n = Append(line, n, static_cast<unsigned long>(nr < 0 ? 0 : nr));
+    if (socket) n = Append(line, Append(line, n, " family "), arg0);
+    line[n++] = '\n';
+    const ssize_t ignored = write(STDERR_FILENO, line, n);
+    (void)ignored;
+  }
+  const long result = socket ? -EAFNOSUPPORT : -EPERM;
+#if defined(__x86_64__)
+  uc->uc_mcontext.gregs[REG_RAX] = result;
+#else
+  uc->uc_mcontext.regs[0] = static_cast<unsigned long long>(result);
 #endif
   errno = saved_errno;
 }

@@ -31,6 +31,11 @@ refused=""
 for nr in $(sed -n 's/.*seccomp_report: refused syscall \([0-9]*\)$/\1/p' "$report" | sort -nu); do
   refused+=" $("$kit/bin/seccomp_exec" --syscall-name "$nr")($nr)"
 done
+# socket() refused for its address family (RestrictAddressFamilies=): the family's number.
+for family in $(sed -n 's/.*seccomp_report: refused syscall [0-9]* family \([0-9]*\)$/\1/p' "$report" |
+  sort -nu); do
+  refused+=" socket(address family $family)"
+done
 rm -f "$report"
 summary="exit $rc under the filter; refused:${refused:- none}"
 ((report_rc == 128 + 31)) && summary+="; the --report run died of SIGSYS (a refusal it could not catch)"
