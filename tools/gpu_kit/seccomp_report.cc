@@ -3,7 +3,8 @@
 // "seccomp_report: refused syscall NR" to stderr once per number and makes the call return
 // -EPERM, as systemd's SystemCallErrorNumber=EPERM would; socket(), refused only for its address
 // family, gets "... refused syscall NR family F" once per family and -EAFNOSUPPORT, as
-// RestrictAddressFamilies= answers. The program goes on. (A
+// RestrictAddressFamilies= answers. The program goes on. A refusal in the dynamic loader or in
+// a linked library's constructor comes before this one's and still kills the process. (A
 // handler set by the launcher would not survive exec, hence a preloaded constructor.)
 #include <signal.h>
 #include <sys/syscall.h>

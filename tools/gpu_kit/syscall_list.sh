@@ -28,6 +28,10 @@ expand() {
   done < <(systemd-analyze --no-pager syscall-filter "$1" | tail -n +2)
 }
 
+if grep -qx 'SystemCallFilter=[[:space:]]*' "$unit"; then
+  echo "syscall_list.sh: an empty SystemCallFilter= (a reset) is not supported" >&2
+  exit 1
+fi
 entries="$(unit_values SystemCallFilter)"
 [[ -n "$entries" ]] || { echo "syscall_list.sh: $unit has no SystemCallFilter=" >&2; exit 1; }
 if grep -q '^~\|:' <<<"$entries"; then
