@@ -22,9 +22,13 @@ for bin in "$kit"/bin/*; do
   dynamic="$(readelf -d "$bin")"
   grep -q 'RPATH.*\$ORIGIN/\.\./lib' <<<"$dynamic" || fail "$bin has no RPATH \$ORIGIN/../lib"
 done
-for want in ops_test gemm_test cuda_trainer_test train_local megatraind megatrain bandwidth_probe; do
+for want in ops_test gemm_test cuda_trainer_test train_local megatraind megatrain bandwidth_probe \
+  seccomp_exec; do
   [[ -x "$kit/bin/$want" ]] || fail "bin/$want missing"
 done
+[[ -e "$kit/bin/libseccomp_report.so" ]] || fail "bin/libseccomp_report.so missing"
+compgen -G "$kit/lib/libseccomp.so*" >/dev/null || fail "lib/libseccomp.so.* missing"
+grep -qx "allow execve" "$kit/syscall-filter.txt" || fail "syscall-filter.txt lacks execve"
 
 # Only CUDA from outside, plus the kit's own gzipped libraries unpacked (as run.sh does).
 unpacked="$tmp/unpacked"
@@ -43,6 +47,20 @@ if "${clean_env[@]}" "$tmp/broken/check_ldd.sh" "$tmp/broken" "$unpacked" >"$tmp
   fail "check_ldd.sh passed a kit without lib/$victim"
 fi
 grep -q "PROBLEM: .*$victim" "$tmp/broken.log" || fail "check_ldd.sh did not name $victim"
+
+# The syscall_filter stage names a refused call: a list without getdents64, which train_local
+# needs to list its text directory (and nothing before main does), fails the run naming it.
+cp -r "$kit" "$tmp/filtered"
+grep -vx "allow getdents64" "$kit/syscall-filter.txt" >"$tmp/filtered/syscall-filter.txt"
+if "${clean_env[@]}" "$tmp/filtered/syscall_filter.sh" "$tmp/filtered" train --device=cpu --steps=3 \
+  --config="$kit/share/tiny.json" --text="$kit/share/text" --micro_batch=2 --seq_len=64 \
+  --eval_every=0 --warmup=1 --threads=2 >"$tmp/filtered.log" 2>&1; then
+  cat "$tmp/filtered.log"
+  fail "train_local passed without getdents64"
+fi
+grep -q "^syscall_filter: exit 1 under the filter; refused: getdents64(" "$tmp/filtered.log" ||
+  { cat "$tmp/filtered.log"; fail "syscall_filter.sh did not name getdents64"; }
+rm -rf "$tmp/filtered"
 
 out="$tmp/out"
 before=$(du -sb "$kit" | cut -f1)
@@ -67,6 +85,13 @@ stages = {s["name"]: s for s in summary["stages"]}
 assert summary["failed"] == 0, summary
 for name in ["ldd", "train_cpu", "ops_test", "gemm_test", "cuda_trainer_test", "bandwidth_probe"]:
     assert stages[name]["status"] == "passed", stages.get(name)
+# The CPU training run and the daemon's job under the unit's system call filter, nothing refused.
+for name in ["syscall_filter", "syscall_filter_daemon"]:
+    assert stages[name]["status"] == "passed", stages[name]
+    assert "exit 0 under the filter; refused: none" in stages[name]["note"], stages[name]
+log = open(os.path.join(out, "kit.log")).read()
+section = log.split("=== [syscall_filter] ")[1].split("=== [")[0]
+assert section.count("for 3 steps") == 2, section  # both runs trained to the end
 for name in ["ops_test", "gemm_test", "cuda_layer_math_test", "cuda_trainer_test", "bandwidth_probe"]:
     assert stages[name]["note"] == "skipped cleanly: no CUDA device", stages[name]
 gtest = json.load(open(os.path.join(out, "gtest.json")))

@@ -49,8 +49,10 @@ json_str() { printf '"%s"' "$(printf '%s' "$1" | tr -d '"\\' | tr '\n\t' '  ')";
 # stage NAME CAP CMD...: runs CMD under `timeout` (CAP seconds, cut to what the budget leaves),
 # appends its output to the log (first and last MiB when longer), records status and seconds.
 # $expect: "" (exit 0 passes), "gpu" (must not skip for lack of a device), "skip" (must exit 0
-# saying "no CUDA device" where it needs one). $stage_out keeps the output file of the last stage.
+# saying "no CUDA device" where it needs one). $note_grep: a pattern whose first matching output
+# line joins the note. $stage_out keeps the output file of the last stage.
 expect=""
+note_grep=""
 stage() {
   local name="$1" cap="$2"
   shift 2
@@ -80,6 +82,10 @@ stage() {
   elif [[ "$expect" == skip && $rc -eq 0 ]]; then
     if grep -q "no CUDA device" "$stage_out"; then note="skipped cleanly: no CUDA device"
     else note="ran without a device"; fi
+  fi
+  if [[ -n "$note_grep" ]]; then
+    local line
+    line="$(grep -m1 -e "$note_grep" "$stage_out")" && note="${note:+$note; }$line"
   fi
   local seconds
   seconds=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b - a}')
@@ -124,7 +130,15 @@ if want tests; then
       --weight_slots=2 "${tiny[@]}"
     stage daemon_cuda 180 "$kit/daemon_smoke.sh" "$kit" cuda
   fi
-  expect=""
+  # The 3-step run, then megatraind with a job, under the unit's system call filter
+  # (SystemCallFilter=@system-service); the note names any refused call.
+  filter_device=cpu expect=""
+  ((cpu_only)) || filter_device=cuda expect=gpu
+  note_grep='^syscall_filter: '
+  stage syscall_filter 240 "$kit/syscall_filter.sh" "$kit" train --device=$filter_device --steps=3 \
+    --arena_mb=1024 "${tiny[@]}"
+  stage syscall_filter_daemon 240 "$kit/syscall_filter.sh" "$kit" daemon $filter_device
+  note_grep="" expect=""
   if compgen -G "$work/gtest/*.json" >/dev/null; then
     python3 "$kit/merge_json.py" "$out/gtest.json" "$work"/gtest/*.json >>"$log" 2>&1 ||
       say "run.sh: merging gtest JSON failed"
