@@ -57,8 +57,8 @@ for lib in "$out"/lib/*; do
   strip --strip-unneeded "$lib"
   patchelf --force-rpath --set-rpath '$ORIGIN' "$lib"
 done
-# The largest libraries (OpenBLAS alone is 37 MB) travel gzipped; run.sh calls unpack.sh first.
-find "$out/lib" -type f -size +4M -exec gzip -9 {} +
+# Libraries over 1 MiB (OpenBLAS alone is 37 MB) travel gzipped; run.sh calls unpack.sh first.
+find "$out/lib" -type f -size +1M -exec gzip -9 {} +
 for bin in "$out"/bin/*; do
   strip --strip-all "$bin"
   # DT_RPATH (not RUNPATH): it outranks LD_LIBRARY_PATH and covers indirect loads too.
