@@ -16,6 +16,7 @@
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "tests/server/test_daemon.h"
+#include "tests/server/test_files.h"
 
 namespace megatrain::server::testing {
 namespace {
@@ -28,13 +29,6 @@ struct Case {
   grpc::StatusCode code;
   std::string message_part;
 };
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 class BadInputTest : public ::testing::Test {
  protected:

@@ -17,32 +17,12 @@
 #include "nlohmann/json.hpp"
 #include "server/job_engine.h"
 #include "tests/server/test_daemon.h"
+#include "tests/server/test_files.h"
 
 namespace megatrain::server::testing {
 namespace {
 
 using ::testing::MatchesRegex;
-
-std::string Runfile(const std::string& path) {
-  return std::string(std::getenv("TEST_SRCDIR")) + "/" + std::getenv("TEST_WORKSPACE") + "/" + path;
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-std::vector<std::string> DirEntries(const std::string& dir) {
-  std::vector<std::string> names;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    names.push_back(entry.path().filename().string());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
 
 // A real engine whose tokenizer is the real tool, or a path where none is (in memory).
 std::unique_ptr<DeviceJobEngine> MakeEngine(TestDaemon& daemon, bool with_tool) {

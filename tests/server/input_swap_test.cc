@@ -17,13 +17,10 @@
 #include "gtest/gtest.h"
 #include "server/job_engine.h"
 #include "tests/server/test_daemon.h"
+#include "tests/server/test_files.h"
 
 namespace megatrain::server::testing {
 namespace {
-
-std::string Runfile(const std::string& path) {
-  return std::string(std::getenv("TEST_SRCDIR")) + "/" + std::getenv("TEST_WORKSPACE") + "/" + path;
-}
 
 class InputSwapTest : public ::testing::Test {
  protected:

@@ -24,34 +24,13 @@
 #include "server/child_process.h"
 #include "server/job_engine.h"
 #include "tests/server/test_daemon.h"
+#include "tests/server/test_files.h"
 
 namespace megatrain::server::testing {
 namespace {
 
 using ::testing::HasSubstr;
 using ::testing::MatchesRegex;
-
-std::string Runfile(const std::string& path) {
-  return std::string(std::getenv("TEST_SRCDIR")) + "/" + std::getenv("TEST_WORKSPACE") + "/" + path;
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// The files of a job's token directory, by name.
-std::vector<std::string> TokenDirEntries(const std::string& dir) {
-  std::vector<std::string> names;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    names.push_back(entry.path().filename().string());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
 
 class SentencePieceJobTest : public ::testing::Test {
  protected:
@@ -124,7 +103,7 @@ TEST_F(SentencePieceJobTest, EndsWithTheLossesOfTheToolsTokenFile) {
   EXPECT_EQ(done.progress().tokens(), 4u * 2 * 32);
   // <key>.json (the tool's report), <key>.u16, and the job's link to it.
   const std::string tokens_dir = spec.output_dir() + "/tokens";
-  const std::vector<std::string> names = TokenDirEntries(tokens_dir);
+  const std::vector<std::string> names = DirEntries(tokens_dir);
   ASSERT_EQ(names.size(), 3u) << ::testing::PrintToString(names);
   EXPECT_THAT(names[0], MatchesRegex("[0-9a-f]{64}\\.json"));
   EXPECT_THAT(names[1], MatchesRegex("[0-9a-f]{64}\\.u16"));
@@ -167,7 +146,7 @@ TEST_F(SentencePieceJobTest, ResumeReusesTheTokenFileAndAllowedDataChangesGetANe
   const std::string id = Submit(spec);
   const std::string tokens_dir = spec.output_dir() + "/tokens";
   daemon_.AwaitState(id, v1::RUNNING, 1, 120);
-  const std::vector<std::string> names = TokenDirEntries(tokens_dir);
+  const std::vector<std::string> names = DirEntries(tokens_dir);
   ASSERT_EQ(names.size(), 3u) << ::testing::PrintToString(names);
   const std::string token_file = tokens_dir + "/" + names[1];
   struct stat before {};
@@ -184,7 +163,7 @@ TEST_F(SentencePieceJobTest, ResumeReusesTheTokenFileAndAllowedDataChangesGetANe
   ASSERT_EQ(stat(token_file.c_str(), &after), 0);
   EXPECT_EQ(after.st_ino, before.st_ino) << "the resumed run tokenized again";
   EXPECT_EQ(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec);
-  EXPECT_EQ(TokenDirEntries(tokens_dir), names);
+  EXPECT_EQ(DirEntries(tokens_dir), names);
 
   // The text changes while paused; resumed with the change allowed, the run tokenizes the new
   // text into another file, and the job's link (the path its checkpoints know) follows it.
@@ -202,7 +181,7 @@ TEST_F(SentencePieceJobTest, ResumeReusesTheTokenFileAndAllowedDataChangesGetANe
     ASSERT_TRUE(s.ok()) << s.error_message();
   }
   daemon_.AwaitState(id, v1::RUNNING, paused_again.progress().step() + 1, 120);
-  const std::vector<std::string> changed = TokenDirEntries(tokens_dir);
+  const std::vector<std::string> changed = DirEntries(tokens_dir);
   ASSERT_EQ(changed.size(), 5u) << ::testing::PrintToString(changed);
   const std::string target = std::filesystem::read_symlink(tokens_dir + "/" + id + ".u16");
   EXPECT_NE(target, names[1]);
