@@ -259,6 +259,15 @@ grpc::Status TrainerService::ListCheckpoints(grpc::ServerContext*, const v1::Job
   return Finish("ListCheckpoints", records.status());
 }
 
+grpc::Status TrainerService::GetJobHistory(grpc::ServerContext*, const v1::JobRef* request,
+                                           v1::JobHistory* response) {
+  DeprioritizeHandlerThread();
+  if (absl::Status s = ValidateJobId(request->id()); !s.ok()) return Finish("GetJobHistory", s);
+  absl::StatusOr<v1::JobHistory> history = runner_.History(request->id());
+  if (history.ok()) *response = *std::move(history);
+  return Finish("GetJobHistory", history.status());
+}
+
 grpc::Status TrainerService::Plan(grpc::ServerContext*, const v1::JobSpec* request,
                                   v1::PlanResponse* response) {
   DeprioritizeHandlerThread();

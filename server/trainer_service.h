@@ -52,6 +52,8 @@ class TrainerService final : public v1::Trainer::Service {
                                v1::ListCheckpointsResponse* response) override;
   grpc::Status Plan(grpc::ServerContext* context, const v1::JobSpec* request,
                     v1::PlanResponse* response) override;
+  grpc::Status GetJobHistory(grpc::ServerContext* context, const v1::JobRef* request,
+                             v1::JobHistory* response) override;
   grpc::Status GetDaemonStatus(grpc::ServerContext* context,
                                const v1::GetDaemonStatusRequest* request,
                                v1::DaemonStatus* response) override;

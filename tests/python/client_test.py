@@ -97,6 +97,15 @@ def test_submit_watch_status_history_checkpoints(client):
     # A client that never watched the job sees its last step only.
     with megatrain.Client(socket=SOCKET) as other:
         assert [h.step for h in other.history(job.id, wait=False)] == [8]
+        # The daemon's own history has every step (8 < its 512 samples), whoever watched.
+        kept = other.daemon_history(job.id)
+        assert [k.step for k in kept] == list(range(1, 9))
+        assert all(isinstance(k, megatrain.Sample) for k in kept)
+        assert all(math.isfinite(k.loss) and k.loss > 0 and k.grad_norm > 0 for k in kept)
+        seen = {h.step: h.loss for h in history}  # the watch may have coalesced some steps
+        assert all(k.loss == seen[k.step] for k in kept if k.step in seen)
+        assert math.isfinite(kept[-1].validation_loss)
+        assert [k.unix_ms for k in kept] == sorted(k.unix_ms for k in kept)
 
     records = client.checkpoints(job.id)
     assert [r.step for r in records] == [4, 8]
@@ -220,6 +229,8 @@ def test_unknown_job_is_not_found(client):
     assert missing.value.field == "id"
     with pytest.raises(megatrain.NotFound):
         list(client.watch("job-999999", timeout=WATCH_TIMEOUT))
+    with pytest.raises(megatrain.NotFound):
+        client.daemon_history("job-999999")
     with pytest.raises(megatrain.InvalidArgument) as bad_id:
         client.cancel("no/such/id")
     assert bad_id.value.field == "id"

@@ -10,13 +10,13 @@ megatrain.pb.SUCCEEDED, ...); errors are in megatrain.errors and exported here.
 """
 from ._proto import megatrain_pb2 as pb
 from .client import (CHECKPOINT_TIMEOUT, DEFAULT_SOCKET, DEFAULT_TIMEOUT, TERMINAL_STATES, Client,
-                     Step, job_spec, to_dict)
+                     Sample, Step, job_spec, to_dict)
 from .errors import (AlreadyExists, Cancelled, DeadlineExceeded, FailedPrecondition,
                      InvalidArgument, MegatrainError, NotFound, PermissionDenied,
                      ResourceExhausted, Unauthenticated, Unavailable, Unimplemented)
 
 __all__ = [
-    "pb", "Client", "Step", "job_spec", "to_dict", "DEFAULT_SOCKET", "DEFAULT_TIMEOUT",
+    "pb", "Client", "Sample", "Step", "job_spec", "to_dict", "DEFAULT_SOCKET", "DEFAULT_TIMEOUT",
     "CHECKPOINT_TIMEOUT", "TERMINAL_STATES", "MegatrainError", "InvalidArgument", "NotFound",
     "AlreadyExists", "PermissionDenied", "Unauthenticated", "ResourceExhausted",
     "FailedPrecondition", "Unimplemented", "Unavailable", "DeadlineExceeded", "Cancelled",

@@ -42,6 +42,18 @@ class Step(NamedTuple):
     unix_ms: int
 
 
+class Sample(NamedTuple):
+    """One step the daemon kept in its bounded history of the job (a row of daemon_history())."""
+    step: int
+    unix_ms: int
+    loss: float
+    learning_rate: float
+    grad_norm: float        # before clipping
+    tokens_per_second: float
+    skipped: bool           # non-finite gradient norm: no update
+    validation_loss: float  # the latest evaluation at or before this step; NaN before the first
+
+
 def job_spec(spec):
     """A JobSpec from a JobSpec, a dict of the spec-file JSON shape (snake_case or camelCase,
     unknown fields refused, as `megatrain submit --spec` reads it) or a JSON file's path."""
@@ -194,6 +206,24 @@ class Client:
     def checkpoints(self, job) -> List[pb.CheckpointRecord]:
         return list(self._call("ListCheckpoints", pb.JobRef(id=_job_id(job))).checkpoints)
 
+    def daemon_history(self, job) -> List[Sample]:
+        """The job's steps as the daemon kept them since it started the job in this daemon
+        run, whoever watched: at most a fixed number (512) of samples, evenly thinned when
+        the run is longer (every 2nd, 4th, ... step; the newest is always last), in memory
+        only (a restarted daemon starts afresh). Each carries the latest validation loss."""
+        h = self._call("GetJobHistory", pb.JobRef(id=_job_id(job)))
+        validation = sorted((v.step, v.validation_loss) for v in h.validation)
+        out, i, current = [], 0, math.nan
+        for s in h.steps:
+            while i < len(validation) and validation[i][0] <= s.step:
+                current = validation[i][1]
+                i += 1
+            out.append(Sample(step=s.step, unix_ms=s.unix_ms, loss=s.loss,
+                              learning_rate=s.learning_rate, grad_norm=s.grad_norm,
+                              tokens_per_second=s.tokens_per_second, skipped=s.skipped,
+                              validation_loss=current))
+        return out
+
     def plan(self, spec) -> pb.PlanResponse:
         """Placement and predicted bytes per tier of a spec, without running it."""
         return self._call("Plan", job_spec(spec))
@@ -232,10 +262,11 @@ class Client:
         """The job's steps as this client saw them, one Step per step, in order (no pandas:
         `pandas.DataFrame(history)` works if you want one). wait=True first watches the job
         until it ends (bounded by timeout); wait=False adds only its current progress.
-        The daemon keeps no per-step log: steps come from the progress events this client
-        received, so watch a job from its start (watch, wait or history) to see every step
-        it reported; a job first looked at after it ended has its last step only. A PAUSED
-        job has not ended: wait=True waits until it is resumed and ends (use wait=False)."""
+        Steps come from the progress events this client received, so watch a job from its
+        start (watch, wait or history) to see every step it reported (daemon_history() has
+        the daemon's own bounded record of every step, whoever watched); a job first looked
+        at after it ended has its last step only. A PAUSED job has not ended: wait=True
+        waits until it is resumed and ends (use wait=False)."""
         job_id = _job_id(job)
         if wait:
             for _ in self.watch(job_id, timeout=timeout):
