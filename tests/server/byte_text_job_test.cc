@@ -124,27 +124,34 @@ TEST(ByteTextJobTest, TextIsStreamedIntoATokenFileWithTheInMemoryLosses) {
 }
 
 TEST(ByteTextJobTest, ACheckpointTakenInMemoryResumesFromTheTokenFileBitwise) {
+  // The reference: the same job straight through, in memory (its own daemon: the other one
+  // holds its jobs).
+  TestDaemon reference("bytes_straight");
+  WriteCorpus(reference.root() + "/data");
+  std::unique_ptr<DeviceJobEngine> reference_engine = MakeEngine(reference, false);
+  ASSERT_NE(reference_engine, nullptr);
+  reference.Start(reference_engine.get());
+  const v1::JobSpec straight = Spec(reference, 40);
+  reference.AwaitState(Submit(reference, straight), v1::SUCCEEDED, 40, 120);
+
+  // Held after step 3 (the runner's test hook, on state: whatever the machine's speed, the job
+  // is still running when paused), paused (a checkpoint, in memory), then the daemon restarts
+  // with the tool and the job resumes from that checkpoint on a token file.
   TestDaemon daemon("bytes_resume");
   WriteCorpus(daemon.root() + "/data");
+  daemon.settings().test_hold_after_step = 3;
   std::unique_ptr<DeviceJobEngine> memory_engine = MakeEngine(daemon, false);
   std::unique_ptr<DeviceJobEngine> tool_engine = MakeEngine(daemon, true);
   ASSERT_NE(memory_engine, nullptr);
   ASSERT_NE(tool_engine, nullptr);
   daemon.Start(memory_engine.get());
-
-  // The reference: the same job straight through, in memory.
-  const v1::JobSpec straight = Spec(daemon, 40);
-  daemon.AwaitState(Submit(daemon, straight), v1::SUCCEEDED, 40, 120);
-
-  // Paused after its first steps (a checkpoint, in memory), then the daemon restarts with the
-  // tool and the job resumes from that checkpoint on a token file.
   const v1::JobSpec spec = Spec(daemon, 40);
   const std::string id = Submit(daemon, spec);
-  daemon.AwaitState(id, v1::RUNNING, 1, 120);
+  daemon.AwaitState(id, v1::RUNNING, 3, 120);
   ASSERT_TRUE(Control(daemon, id, /*pause=*/true).ok());
   const v1::Job paused = daemon.AwaitState(id, v1::PAUSED, 0, 120);
   ASSERT_FALSE(paused.progress().last_checkpoint().empty());
-  ASSERT_LT(paused.progress().step(), 40u) << "the job ended before the pause: nothing to resume";
+  ASSERT_EQ(paused.progress().step(), 3u);
   EXPECT_TRUE(DirEntries(spec.output_dir() + "/tokens").empty());
 
   daemon.Restart(tool_engine.get());
