@@ -1,11 +1,7 @@
 // JSONL corpus reader (see jsonl_corpus.h).
 #include "engine/data/jsonl_corpus.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/str_cat.h"
-#include "engine/common/safe_files.h"
 #include "engine/common/strict_json.h"
 
 namespace megatrain::engine {
@@ -52,18 +48,6 @@ absl::StatusOr<std::vector<std::string>> ParseJsonlDocuments(std::string_view co
     if (doc->has_value()) docs.push_back(**std::move(doc));
   }
   return docs;
-}
-
-absl::StatusOr<std::vector<std::string>> LoadJsonlDocuments(const std::string& path,
-                                                            const InputFiles* inputs) {
-  absl::StatusOr<std::string> text = ReadInputFile(inputs, path);
-  if (!text.ok()) {
-    return absl::Status(text.status().code() == absl::StatusCode::kInvalidArgument
-                            ? absl::StatusCode::kInvalidArgument
-                            : absl::StatusCode::kPermissionDenied,
-                        absl::StrCat("cannot read JSONL file: ", text.status().message()));
-  }
-  return ParseJsonlDocuments(*text, path);
 }
 
 }  // namespace megatrain::engine

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/common/input_files.h"
 
 namespace megatrain::engine {
 
@@ -23,9 +22,5 @@ absl::StatusOr<std::optional<std::string>> JsonlLineDocument(std::string_view li
 // dropped. Blank lines are errors; documents with empty text are skipped.
 absl::StatusOr<std::vector<std::string>> ParseJsonlDocuments(std::string_view content,
                                                              const std::string& source);
-
-// Reads `path` (from its checked descriptor in `inputs` when given) and parses it as above.
-absl::StatusOr<std::vector<std::string>> LoadJsonlDocuments(const std::string& path,
-                                                            const InputFiles* inputs = nullptr);
 
 }  // namespace megatrain::engine

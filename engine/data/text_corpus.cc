@@ -1,14 +1,9 @@
-// Fortune-format corpus reader.
+// Fortune-format and JSONL corpora as documents (see text_corpus.h).
 #include "engine/data/text_corpus.h"
 
-#include <algorithm>
-#include <fstream>
 #include <sstream>
 
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
-#include "engine/common/safe_files.h"
 #include "engine/data/text_document_stream.h"
 
 namespace megatrain::engine {
