@@ -46,6 +46,13 @@ struct LayerActivationSet : CarvedSet<LayerActivationSet<T>> {
   T* gate = nullptr;      // [N, F]
   T* up = nullptr;        // [N, F]
   T* act = nullptr;       // [N, F] silu(gate) * up
+  // qwen3 (m.qk_norm; empty otherwise): the q/k projections before their
+  // per-head RMSNorm (q and k above are normalised, then rotated) and the
+  // norms' statistics, one per token and head: what the norms' backward reads.
+  T* q_proj = nullptr;       // [N, Hq*D]
+  T* k_proj = nullptr;       // [N, Hkv*D]
+  float* rstd_q = nullptr;   // [N, Hq]
+  float* rstd_k = nullptr;   // [N, Hkv]
 
   static LayerActivationSet CarveFrom(const ModelDims& m, ByteCarver& c) {
     LayerActivationSet a;
@@ -64,6 +71,11 @@ struct LayerActivationSet : CarvedSet<LayerActivationSet<T>> {
     a.gate = c.Take<T>(n * m.ffn);
     a.up = c.Take<T>(n * m.ffn);
     a.act = c.Take<T>(n * m.ffn);
+    const int64_t qk = m.qk_norm ? n : 0;
+    a.q_proj = c.Take<T>(qk * m.q_width());
+    a.k_proj = c.Take<T>(qk * m.kv_width());
+    a.rstd_q = c.Take<float>(qk * m.q_heads);
+    a.rstd_k = c.Take<float>(qk * m.kv_heads);
     return a;
   }
 };
@@ -76,7 +88,7 @@ struct LayerBackwardSet : CarvedSet<LayerBackwardSet<T>> {
   T* d_gate = nullptr;  // [N, F]
   T* d_up = nullptr;    // [N, F]
   T* d_h = nullptr;     // [N, d]  gradient at a norm's output
-  T* d_attn = nullptr;  // [N, Hq*D]
+  T* d_attn = nullptr;  // [N, Hq*D]; after attention's backward, qwen3's d q/k projection
   T* d_q = nullptr;     // [N, Hq*D]
   T* d_k = nullptr;     // [N, Hkv*D]
   T* d_v = nullptr;     // [N, Hkv*D]

@@ -85,6 +85,40 @@ void AttentionBackwardAllSequences(const LayerContext& ctx, const LayerActivatio
   });
 }
 
+// out[N, heads*D] = x W^T (+ b), then qwen3's RMSNorm of every head when
+// `head_norm` is set: the projection goes to `proj` (kept for the backward)
+// and each [D] row of it is normalised into `out`, its rstd into `rstd`.
+void ProjectHeads(const ModelDims& m, const float* x, const float* w, const float* bias,
+                  const float* head_norm, int64_t heads, float* proj, float* rstd, float* out) {
+  const int64_t n = m.tokens();
+  const int64_t width = heads * m.head_dim;
+  if (head_norm == nullptr) {
+    k::LinearForward(x, w, bias, n, m.hidden, width, out);
+    return;
+  }
+  k::LinearForward(x, w, bias, n, m.hidden, width, proj);
+  k::RmsnormForward(proj, head_norm, n * heads, m.head_dim, m.rms_eps, out, rstd);
+}
+
+// The backward of ProjectHeads given d_out: with a head norm, its backward
+// first (into `d_proj`, zeroed here; head_norm_grad accumulates), then the
+// projection's. dx is overwritten or accumulated as `mode` says.
+void ProjectHeadsBackward(const ModelDims& m, const float* d_out, const float* x, const float* w,
+                          const float* head_norm, const float* proj, const float* rstd,
+                          int64_t heads, float* d_proj, float* dx, k::GradMode mode, float* dw,
+                          float* db, float* head_norm_grad) {
+  const int64_t n = m.tokens();
+  const int64_t width = heads * m.head_dim;
+  const float* dy = d_out;
+  if (head_norm != nullptr) {
+    std::memset(d_proj, 0, sizeof(float) * n * width);
+    k::RmsnormBackward(d_out, proj, head_norm, rstd, n * heads, m.head_dim, d_proj,
+                       head_norm_grad);
+    dy = d_proj;
+  }
+  k::LinearBackward(dy, x, w, n, m.hidden, width, dx, mode, dw, db);
+}
+
 }  // namespace
 
 size_t AttentionWorkspaceFloats(const ModelDims& dims) {
@@ -102,10 +136,10 @@ void CpuLayerForwardPart(const LayerContext& ctx, int part, const LayerWeights& 
       k::RmsnormForward(a.x_in, w.input_norm, n, d, m.rms_eps, a.h1, a.rstd1);
       return;
     case 1:
-      k::LinearForward(a.h1, w.q, w.q_bias, n, d, m.q_width(), a.q);
+      ProjectHeads(m, a.h1, w.q, w.q_bias, w.q_norm, m.q_heads, a.q_proj, a.rstd_q, a.q);
       return;
     case 2:
-      k::LinearForward(a.h1, w.k, w.k_bias, n, d, m.kv_width(), a.k);
+      ProjectHeads(m, a.h1, w.k, w.k_bias, w.k_norm, m.kv_heads, a.k_proj, a.rstd_k, a.k);
       return;
     case 3:
       k::LinearForward(a.h1, w.v, w.v_bias, n, d, m.kv_width(), a.v);
@@ -173,7 +207,8 @@ void CpuLayerBackwardPart(const LayerContext& ctx, int part, const LayerWeights&
       std::memcpy(d_mid, dx_out, sizeof(float) * n * d);
       k::RmsnormBackward(s.d_h, a.x_mid, w.post_norm, a.rstd2, n, d, d_mid, g + o.post_norm);
       return;
-    // Attention: x_mid = x_in + o(attn(rope(q(h1)), rope(k(h1)), v(h1))).
+    // Attention: x_mid = x_in + o(attn(rope(q(h1)), rope(k(h1)), v(h1))), with
+    // qwen3's per-head norms inside the ropes: rope(q_norm(q(h1))).
     case 4:
       k::LinearBackward(d_mid, a.attn, w.o, n, m.q_width(), d, s.d_attn, GradMode::kOverwrite,
                         g + o.o, At(g, o.o_bias));
@@ -181,13 +216,17 @@ void CpuLayerBackwardPart(const LayerContext& ctx, int part, const LayerWeights&
       k::RopeBackward(*ctx.rope, ctx.positions, n, m.q_heads, s.d_q);
       k::RopeBackward(*ctx.rope, ctx.positions, n, m.kv_heads, s.d_k);
       return;
+    // d_attn is free once attention's backward ran: it holds qwen3's
+    // gradient at the q, then the k projection.
     case 5:
-      k::LinearBackward(s.d_q, a.h1, w.q, n, d, m.q_width(), s.d_h, GradMode::kOverwrite, g + o.q,
-                        At(g, o.q_bias));
+      ProjectHeadsBackward(m, s.d_q, a.h1, w.q, w.q_norm, a.q_proj, a.rstd_q, m.q_heads, s.d_attn,
+                           s.d_h, GradMode::kOverwrite, g + o.q, At(g, o.q_bias),
+                           At(g, o.q_norm));
       return;
     case 6:
-      k::LinearBackward(s.d_k, a.h1, w.k, n, d, m.kv_width(), s.d_h, GradMode::kAccumulate, g + o.k,
-                        At(g, o.k_bias));
+      ProjectHeadsBackward(m, s.d_k, a.h1, w.k, w.k_norm, a.k_proj, a.rstd_k, m.kv_heads, s.d_attn,
+                           s.d_h, GradMode::kAccumulate, g + o.k, At(g, o.k_bias),
+                           At(g, o.k_norm));
       return;
     case 7:
       k::LinearBackward(s.d_v, a.h1, w.v, n, d, m.kv_width(), s.d_h, GradMode::kAccumulate, g + o.v,

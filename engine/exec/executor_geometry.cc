@@ -36,6 +36,7 @@ absl::StatusOr<ExecutorGeometry> MakeExecutorGeometry(const ModelConfig& c,
   m.rms_eps = static_cast<float>(c.rms_norm_eps);
   m.sliding_window = 0;  // ModelConfig::CheckSequenceLength keeps seq within any window
   m.tied_embeddings = c.tie_word_embeddings;
+  m.qk_norm = c.qk_norm;
   m.batch = micro_batch;
   m.seq = seq;
   m.head_chunk = head_chunk > 0 ? head_chunk : std::min<int64_t>(m.tokens(), kDefaultHeadChunk);
@@ -52,8 +53,10 @@ absl::StatusOr<ExecutorGeometry> MakeExecutorGeometry(const ModelConfig& c,
   o.input_norm = OffsetOf(l, e0, TensorRole::kInputNorm);
   o.q = OffsetOf(l, e0, TensorRole::kQ);
   o.q_bias = OffsetOf(l, e0, TensorRole::kQBias);
+  o.q_norm = OffsetOf(l, e0, TensorRole::kQNorm);
   o.k = OffsetOf(l, e0, TensorRole::kK);
   o.k_bias = OffsetOf(l, e0, TensorRole::kKBias);
+  o.k_norm = OffsetOf(l, e0, TensorRole::kKNorm);
   o.v = OffsetOf(l, e0, TensorRole::kV);
   o.v_bias = OffsetOf(l, e0, TensorRole::kVBias);
   o.o = OffsetOf(l, e0, TensorRole::kO);

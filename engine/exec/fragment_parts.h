@@ -47,8 +47,10 @@ struct LayerWeightsOf {
   const T* input_norm = nullptr;
   const T* q = nullptr;
   const T* q_bias = nullptr;
+  const T* q_norm = nullptr;  // qwen3: [D], every query head
   const T* k = nullptr;
   const T* k_bias = nullptr;
+  const T* k_norm = nullptr;  // qwen3: [D], every key head
   const T* v = nullptr;
   const T* v_bias = nullptr;
   const T* o = nullptr;
@@ -69,10 +71,14 @@ struct LayerWeightsOf {
         return q;
       case TensorRole::kQBias:
         return q_bias;
+      case TensorRole::kQNorm:
+        return q_norm;
       case TensorRole::kK:
         return k;
       case TensorRole::kKBias:
         return k_bias;
+      case TensorRole::kKNorm:
+        return k_norm;
       case TensorRole::kV:
         return v;
       case TensorRole::kVBias:
@@ -114,10 +120,14 @@ inline int64_t OffsetOf(const LayerOffsets& o, TensorRole t) {
       return o.q;
     case TensorRole::kQBias:
       return o.q_bias;
+    case TensorRole::kQNorm:
+      return o.q_norm;
     case TensorRole::kK:
       return o.k;
     case TensorRole::kKBias:
       return o.k_bias;
+    case TensorRole::kKNorm:
+      return o.k_norm;
     case TensorRole::kV:
       return o.v;
     case TensorRole::kVBias:
@@ -165,6 +175,9 @@ inline TensorExtent ExtentOf(const ModelDims& m, TensorRole t) {
       return {m.q_width() * d, d};
     case TensorRole::kQBias:
       return {m.q_width(), m.q_width()};
+    case TensorRole::kQNorm:
+    case TensorRole::kKNorm:
+      return {m.head_dim, m.head_dim};
     case TensorRole::kK:
     case TensorRole::kV:
       return {m.kv_width() * d, d};
@@ -195,10 +208,14 @@ inline const char* LayerTensorName(TensorRole t) {
       return "q";
     case TensorRole::kQBias:
       return "q_bias";
+    case TensorRole::kQNorm:
+      return "q_norm";
     case TensorRole::kK:
       return "k";
     case TensorRole::kKBias:
       return "k_bias";
+    case TensorRole::kKNorm:
+      return "k_norm";
     case TensorRole::kV:
       return "v";
     case TensorRole::kVBias:
@@ -249,7 +266,21 @@ inline TensorRole BiasOf(TensorRole t) {
   }
 }
 
-// The tensor forward part p reads (with BiasOf it): the forward's consumption
+// The per-head norm travelling with a projection (qwen3's q_norm with q,
+// k_norm with k: the part that projects also normalises, forward and
+// backward), or the tensor itself when it has none.
+inline TensorRole HeadNormOf(TensorRole t) {
+  switch (t) {
+    case TensorRole::kQ:
+      return TensorRole::kQNorm;
+    case TensorRole::kK:
+      return TensorRole::kKNorm;
+    default:
+      return t;
+  }
+}
+
+// The tensor forward part p reads (with BiasOf and HeadNormOf it): the forward's consumption
 // order input_norm, q, k, v, o, post_norm, gate, up, down.
 inline TensorRole ForwardPartTensor(int part) {
   constexpr TensorRole kOrder[kLayerParts] = {

@@ -26,10 +26,11 @@ ModelDims Dims() {
   m.batch = 2;
   m.seq = 5;
   m.head_chunk = 3;
+  m.qk_norm = true;  // every tensor is packed, qwen3's q/k norms too
   return m;
 }
 
-// Every tensor, biases included, packed in TensorRole order.
+// Every tensor, biases and q/k norms included, packed in TensorRole order.
 LayerOffsets PackAll(const ModelDims& m, int64_t* total) {
   LayerOffsets o;
   int64_t at = 0;
@@ -46,11 +47,17 @@ LayerOffsets PackAll(const ModelDims& m, int64_t* total) {
       case TensorRole::kQBias:
         field = &o.q_bias;
         break;
+      case TensorRole::kQNorm:
+        field = &o.q_norm;
+        break;
       case TensorRole::kK:
         field = &o.k;
         break;
       case TensorRole::kKBias:
         field = &o.k_bias;
+        break;
+      case TensorRole::kKNorm:
+        field = &o.k_norm;
         break;
       case TensorRole::kV:
         field = &o.v;
@@ -110,8 +117,10 @@ TEST(FragmentPartsTest, PartsOverScatteredTensorsMatchTheWholeLayerBitwise) {
   int64_t total = 0;
   const LayerOffsets offsets = PackAll(m, &total);
   std::vector<float> packed = Values(static_cast<size_t>(total), 11, 0.5f);
-  for (TensorRole norm : {TensorRole::kInputNorm, TensorRole::kPostAttentionNorm}) {
-    for (int64_t i = 0; i < m.hidden; ++i) packed[OffsetOf(offsets, norm) + i] += 1.0f;
+  for (TensorRole norm : {TensorRole::kInputNorm, TensorRole::kPostAttentionNorm,
+                          TensorRole::kQNorm, TensorRole::kKNorm}) {
+    const int64_t width = ExtentOf(m, norm).elements;
+    for (int64_t i = 0; i < width; ++i) packed[OffsetOf(offsets, norm) + i] += 1.0f;
   }
   // Each tensor copied into its own buffer.
   std::vector<std::vector<float>> scattered(kLayerTensorCount);
@@ -181,6 +190,7 @@ TEST(FragmentPartsTest, EveryTensorIsReadByExactlyOnePartEachWay) {
       const TensorRole t = seen == &forward ? ForwardPartTensor(p) : BackwardPartTensor(p);
       ++(*seen)[static_cast<int>(t)];
       if (BiasOf(t) != t) ++(*seen)[static_cast<int>(BiasOf(t))];
+      if (HeadNormOf(t) != t) ++(*seen)[static_cast<int>(HeadNormOf(t))];
     }
   }
   for (int i = 0; i < kLayerTensorCount; ++i) {

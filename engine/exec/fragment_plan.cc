@@ -36,8 +36,9 @@ OpTensors DescribeOpTensors(const ScheduledOp& op, const FragmentPlanInputs& in)
       const TensorRole main =
           op.kind == StageKind::kLayerForward ? ForwardPartTensor(p) : BackwardPartTensor(p);
       std::vector<TensorSpec> unit;
-      for (TensorRole lt : {main, BiasOf(main)}) {
-        if (!unit.empty() && lt == main) break;  // no bias: BiasOf returned the matrix
+      for (TensorRole lt : {main, BiasOf(main), HeadNormOf(main)}) {
+        // No bias or norm: BiasOf / HeadNormOf returned the matrix itself.
+        if (!unit.empty() && lt == main) continue;
         const int64_t offset = OffsetOf(in.offsets, lt);
         if (offset < 0) continue;
         const TensorExtent extent = ExtentOf(in.dims, lt);

@@ -10,8 +10,8 @@ namespace megatrain::engine {
 // the tensor does not exist (e.g. biases of Llama without attention_bias).
 struct LayerOffsets {
   int64_t input_norm = -1;
-  int64_t q = -1, q_bias = -1;
-  int64_t k = -1, k_bias = -1;
+  int64_t q = -1, q_bias = -1, q_norm = -1;
+  int64_t k = -1, k_bias = -1, k_norm = -1;
   int64_t v = -1, v_bias = -1;
   int64_t o = -1, o_bias = -1;
   int64_t post_norm = -1;
@@ -31,6 +31,9 @@ struct ModelDims {
   float rms_eps = 1e-5f;
   int64_t sliding_window = 0;  // 0 = none
   bool tied_embeddings = false;
+  // qwen3: q and k are RMS-normalised per head (weights q_norm / k_norm)
+  // between the projection and RoPE; the activations keep the projections.
+  bool qk_norm = false;
 
   int64_t batch = 0;                              // sequences per micro-batch (B)
   int64_t seq = 0;                                // S

@@ -111,6 +111,8 @@ absl::string_view CausalLmClass(ModelFamily family) {
       return "Qwen2ForCausalLM";
     case ModelFamily::kMistral:
       return "MistralForCausalLM";
+    case ModelFamily::kQwen3:
+      return "Qwen3ForCausalLM";
   }
   return "";
 }
@@ -242,9 +244,14 @@ class ConfigParser {
         config->family = ModelFamily::kMistral;
         return absl::OkStatus();
       }
+      if (name == "qwen3") {
+        config->family = ModelFamily::kQwen3;
+        return absl::OkStatus();
+      }
     }
     return Bad("model_type", *type,
-               "is not supported; megatrain implements \"llama\", \"qwen2\" and \"mistral\"");
+               "is not supported; megatrain implements \"llama\", \"qwen2\", \"mistral\" and "
+               "\"qwen3\"");
   }
 
   absl::Status RefuseUnknownKeys(ModelFamily family, ModelConfig* config) {
@@ -276,6 +283,10 @@ class ConfigParser {
         break;
       case ModelFamily::kMistral:
         known.insert("sliding_window");
+        break;
+      case ModelFamily::kQwen3:
+        known.insert({"attention_bias", "use_sliding_window", "sliding_window",
+                      "max_window_layers", "layer_types"});
         break;
     }
     for (const auto& [key, value] : root_.items()) {
@@ -333,6 +344,8 @@ class ConfigParser {
       if (!n.ok()) return n.status();
       if (*n % 2 != 0) return Bad("head_dim", *hd, "must be even (RoPE rotates pairs)");
       c->head_dim = static_cast<int>(*n);
+    } else if (c->family == ModelFamily::kQwen3) {
+      c->head_dim = 128;  // Qwen3Config's default, whatever hidden_size / heads is
     } else {
       if (c->hidden_size % c->num_attention_heads != 0) {
         return Bad("hidden_size", *Get("hidden_size"),
@@ -394,6 +407,7 @@ class ConfigParser {
       }
     }
     if (c->family == ModelFamily::kQwen2) c->qkv_bias = true;
+    if (c->family == ModelFamily::kQwen3) c->qk_norm = true;
     if (const Json* bias = GetValue("attention_bias")) {
       auto b = AsBool("attention_bias", *bias);
       if (!b.ok()) return b.status();
@@ -506,6 +520,8 @@ std::string_view ModelTypeName(ModelFamily family) {
       return "qwen2";
     case ModelFamily::kMistral:
       return "mistral";
+    case ModelFamily::kQwen3:
+      return "qwen3";
   }
   return "?";
 }
@@ -575,6 +591,12 @@ std::string ModelConfig::ToJson() const {
                                                        : nlohmann::ordered_json(nullptr);
       break;
     case ModelFamily::kMistral:
+      j["sliding_window"] = sliding_window.has_value() ? nlohmann::ordered_json(*sliding_window)
+                                                       : nlohmann::ordered_json(nullptr);
+      break;
+    case ModelFamily::kQwen3:
+      j["attention_bias"] = qkv_bias;
+      j["use_sliding_window"] = use_sliding_window;
       j["sliding_window"] = sliding_window.has_value() ? nlohmann::ordered_json(*sliding_window)
                                                        : nlohmann::ordered_json(nullptr);
       break;

@@ -13,9 +13,9 @@
 
 namespace megatrain::engine {
 
-enum class ModelFamily { kLlama, kQwen2, kMistral };
+enum class ModelFamily { kLlama, kQwen2, kMistral, kQwen3 };
 
-// "llama", "qwen2", "mistral" (the HF model_type).
+// "llama", "qwen2", "mistral", "qwen3" (the HF model_type).
 std::string_view ModelTypeName(ModelFamily family);
 
 // HF `rope_scaling: {"rope_type": "llama3", ...}`. `enabled == false` means
@@ -32,13 +32,15 @@ struct Llama3RopeScaling {
 
 // A validated decoder config. Every field is the HF meaning; defaults for
 // absent optional keys are those of transformers' LlamaConfig / Qwen2Config /
-// MistralConfig:
-//   rms_norm_eps 1e-6 for all three families (HF's class default; real
+// MistralConfig / Qwen3Config:
+//   rms_norm_eps 1e-6 for all four families (HF's class default; real
 //     checkpoints usually state it: Llama 2/3 and Mistral ship 1e-5);
-//   num_key_value_heads = num_attention_heads; head_dim = hidden/heads;
+//   num_key_value_heads = num_attention_heads; head_dim = hidden/heads
+//     (qwen3: 128, Qwen3Config's default; Qwen3 checkpoints state it);
 //   rope_theta 10000; hidden_act "silu"; tie_word_embeddings false;
 //   mistral sliding_window 4096 when the key is absent (HF default), null = off;
-//   qwen2 sliding_window 4096, use_sliding_window false.
+//   qwen2 and qwen3 sliding_window 4096, use_sliding_window false;
+//   qwen3 attention_bias false.
 struct ModelConfig {
   ModelFamily family = ModelFamily::kLlama;
   int64_t vocab_size = 0;
@@ -53,16 +55,20 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   Llama3RopeScaling rope_scaling;
   bool tie_word_embeddings = false;
-  // Biases: q/k/v (llama attention_bias, always on for qwen2), o (llama
-  // attention_bias only), gate/up/down (llama mlp_bias).
+  // Biases: q/k/v (llama and qwen3 attention_bias, always on for qwen2), o
+  // (llama and qwen3 attention_bias only), gate/up/down (llama mlp_bias).
   bool qkv_bias = false;
   bool o_bias = false;
   bool mlp_bias = false;
+  // Qwen3: an RMSNorm over head_dim (weights q_norm / k_norm, [head_dim],
+  // eps rms_norm_eps) on every head of q and of k after the projection and
+  // before RoPE.
+  bool qk_norm = false;
   // Sliding-window attention as configured. The engine implements full causal
   // attention only, which equals sliding-window attention while the sequence
   // fits in the window; CheckSequenceLength enforces that.
   std::optional<int64_t> sliding_window;
-  bool use_sliding_window = false;  // effective: mistral with a window, qwen2 if enabled
+  bool use_sliding_window = false;  // effective: mistral with a window, qwen2/qwen3 if enabled
   // Keys that do not change the computation (token ids, dtype, generation
   // settings), kept as JSON text so ToJson can write them back.
   std::map<std::string, std::string> passthrough;

@@ -46,8 +46,10 @@ LayoutEntry BuildLayer(const ModelConfig& c, int i) {
   b.Add(p + "input_layernorm.weight", TensorRole::kInputNorm, {d});
   b.Add(p + "self_attn.q_proj.weight", TensorRole::kQ, {q, d});
   if (c.qkv_bias) b.Add(p + "self_attn.q_proj.bias", TensorRole::kQBias, {q});
+  if (c.qk_norm) b.Add(p + "self_attn.q_norm.weight", TensorRole::kQNorm, {c.head_dim});
   b.Add(p + "self_attn.k_proj.weight", TensorRole::kK, {kv, d});
   if (c.qkv_bias) b.Add(p + "self_attn.k_proj.bias", TensorRole::kKBias, {kv});
+  if (c.qk_norm) b.Add(p + "self_attn.k_norm.weight", TensorRole::kKNorm, {c.head_dim});
   b.Add(p + "self_attn.v_proj.weight", TensorRole::kV, {kv, d});
   if (c.qkv_bias) b.Add(p + "self_attn.v_proj.bias", TensorRole::kVBias, {kv});
   b.Add(p + "self_attn.o_proj.weight", TensorRole::kO, {d, q});
@@ -75,8 +77,10 @@ std::string_view TensorRoleName(TensorRole role) {
   static constexpr std::string_view kNames[kNumTensorRoles] = {"input_norm",
                                                                "q",
                                                                "q_bias",
+                                                               "q_norm",
                                                                "k",
                                                                "k_bias",
+                                                               "k_norm",
                                                                "v",
                                                                "v_bias",
                                                                "o",

@@ -7,23 +7,25 @@
 // start aligned, and the entry's length is rounded up to the same multiple.
 // Padding floats are zero and are never parameters.
 //
-// Packed order of a decoder layer (biases present only when configured):
+// Packed order of a decoder layer (biases and q/k norms present only when configured):
 //    1 input_layernorm.weight           [d]
 //    2 self_attn.q_proj.weight          [Hq*D, d]
-//    3 self_attn.q_proj.bias            [Hq*D]      qkv bias (llama attention_bias, qwen2)
-//    4 self_attn.k_proj.weight          [Hkv*D, d]
-//    5 self_attn.k_proj.bias            [Hkv*D]     qkv bias
-//    6 self_attn.v_proj.weight          [Hkv*D, d]
-//    7 self_attn.v_proj.bias            [Hkv*D]     qkv bias
-//    8 self_attn.o_proj.weight          [d, Hq*D]
-//    9 self_attn.o_proj.bias            [d]         llama attention_bias only
-//   10 post_attention_layernorm.weight  [d]
-//   11 mlp.gate_proj.weight             [F, d]
-//   12 mlp.gate_proj.bias               [F]         llama mlp_bias
-//   13 mlp.up_proj.weight               [F, d]
-//   14 mlp.up_proj.bias                 [F]         mlp_bias
-//   15 mlp.down_proj.weight             [d, F]
-//   16 mlp.down_proj.bias               [d]         mlp_bias
+//    3 self_attn.q_proj.bias            [Hq*D]      qkv bias (llama/qwen3 attention_bias, qwen2)
+//    4 self_attn.q_norm.weight          [D]         qwen3: RMSNorm of each query head
+//    5 self_attn.k_proj.weight          [Hkv*D, d]
+//    6 self_attn.k_proj.bias            [Hkv*D]     qkv bias
+//    7 self_attn.k_norm.weight          [D]         qwen3: RMSNorm of each key head
+//    8 self_attn.v_proj.weight          [Hkv*D, d]
+//    9 self_attn.v_proj.bias            [Hkv*D]     qkv bias
+//   10 self_attn.o_proj.weight          [d, Hq*D]
+//   11 self_attn.o_proj.bias            [d]         llama/qwen3 attention_bias only
+//   12 post_attention_layernorm.weight  [d]
+//   13 mlp.gate_proj.weight             [F, d]
+//   14 mlp.gate_proj.bias               [F]         llama mlp_bias
+//   15 mlp.up_proj.weight               [F, d]
+//   16 mlp.up_proj.bias                 [F]         mlp_bias
+//   17 mlp.down_proj.weight             [d, F]
+//   18 mlp.down_proj.bias               [d]         mlp_bias
 // Names are the full HF names, "model.layers.<i>.<name above>". Weight matrices
 // are row-major [out, in] as in HF (y = x W^T + b).
 #pragma once

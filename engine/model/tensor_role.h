@@ -10,8 +10,10 @@ enum class TensorRole : int {
   kInputNorm,
   kQ,
   kQBias,
+  kQNorm,  // qwen3: RMSNorm weight over head_dim, shared by every query head
   kK,
   kKBias,
+  kKNorm,  // qwen3: the same for every key head
   kV,
   kVBias,
   kO,

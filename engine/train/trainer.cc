@@ -36,6 +36,7 @@ double Uniform01(uint64_t& state) {
 
 bool IsNorm(TensorRole role) {
   return role == TensorRole::kInputNorm || role == TensorRole::kPostAttentionNorm ||
+         role == TensorRole::kQNorm || role == TensorRole::kKNorm ||
          role == TensorRole::kFinalNorm;
 }
 
