@@ -89,7 +89,7 @@ TEST_P(ExportTest, ExportedModelReloadsWithTheCommittedLogits) {
   EXPECT_FALSE(ExportHfModel(*source->trainer, dir).ok()) << "must refuse an existing directory";
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, ExportTest, ::testing::Values("llama_tiny", "qwen2_tiny"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, ExportTest, ::testing::Values("llama_tiny", "qwen2_tiny", "qwen3_tiny"));
 
 }  // namespace
 }  // namespace megatrain::engine

@@ -171,7 +171,7 @@ TEST_P(GoldenTest, ReproducesLossGradientsAndAdamwSteps) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest, ::testing::Values("llama_tiny", "qwen2_tiny"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest, ::testing::Values("llama_tiny", "qwen2_tiny", "qwen3_tiny"));
 
 }  // namespace
 }  // namespace megatrain::engine

@@ -1,7 +1,7 @@
 # Exact float64 math for the golden generator: RoPE tables, HF patches, and an independent forward.
 """Float64 helpers for make_golden.py.
 
-transformers 4.x hard-codes float32 in three places of the Llama/Qwen2 forward
+transformers 4.x hard-codes float32 in three places of the Llama/Qwen2/Qwen3 forward
 even when the model is converted with .double(): RMSNorm upcasts to float32,
 the rotary embedding computes cos/sin from a float32 inv_freq in float32, and
 the eager attention runs its softmax in float32. A ".double()" HF model is
@@ -58,7 +58,7 @@ def rope_cos_sin(inv_freq64, position_ids, dtype):
 
 
 class _ExactRotary(torch.nn.Module):
-    """Drop-in for HF's LlamaRotaryEmbedding / Qwen2RotaryEmbedding (forward(x, position_ids))."""
+    """Drop-in for HF's Llama/Qwen2/Qwen3 RotaryEmbedding (forward(x, position_ids))."""
 
     def __init__(self, inv_freq64):
         super().__init__()
@@ -87,7 +87,9 @@ def make_hf_model_exact(model, inv_freq64):
         if type(module).__name__.endswith("RMSNorm"):
             module.forward = types.MethodType(_exact_rms_norm_forward, module)
             patched += 1
-    assert patched == 2 * model.config.num_hidden_layers + 1, patched
+    # Two per layer and the final norm; Qwen3 adds q_norm and k_norm per layer.
+    per_layer = 4 if model.config.model_type == "qwen3" else 2
+    assert patched == per_layer * model.config.num_hidden_layers + 1, patched
     return model
 
 
@@ -99,7 +101,7 @@ def reference_logits(params, config, input_ids, inv_freq64):
     eps = config.rms_norm_eps
     n_heads = config.num_attention_heads
     n_kv = config.num_key_value_heads
-    head_dim = config.hidden_size // n_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // n_heads
     batch, seq = input_ids.shape
 
     def rms_norm(x, weight):
@@ -126,6 +128,9 @@ def reference_logits(params, config, input_ids, inv_freq64):
         q = linear(x, p + ".self_attn.q_proj").view(batch, seq, n_heads, head_dim).transpose(1, 2)
         k = linear(x, p + ".self_attn.k_proj").view(batch, seq, n_kv, head_dim).transpose(1, 2)
         v = linear(x, p + ".self_attn.v_proj").view(batch, seq, n_kv, head_dim).transpose(1, 2)
+        if p + ".self_attn.q_norm.weight" in params:  # Qwen3: RMSNorm of each head, before RoPE
+            q = rms_norm(q, params[p + ".self_attn.q_norm.weight"])
+            k = rms_norm(k, params[p + ".self_attn.k_norm.weight"])
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         group = n_heads // n_kv  # query head j uses kv head j // group
         k = k.repeat_interleave(group, dim=1)

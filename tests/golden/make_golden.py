@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-# Generator of the golden training fixtures (llama_tiny, qwen2_tiny) from HF transformers in float64.
+# Generator of the golden training fixtures (llama_tiny, qwen2_tiny, qwen3_tiny) from HF transformers in float64.
 """Writes tests/golden/<fixture>/{config.json, model.safetensors, golden.safetensors, golden.json}.
 
 Not run by CI: the outputs are committed. See README.md in this folder for the
 contract the fixtures pin down and how to regenerate them:
 
     pip install -r tests/golden/requirements.txt
-    python3 tests/golden/make_golden.py            # both fixtures, next to this script
+    python3 tests/golden/make_golden.py            # every fixture, next to this script
     python3 tests/golden/make_golden.py --out /tmp/g --only qwen2_tiny
 """
 
@@ -23,7 +23,14 @@ import safetensors.torch
 import torch
 import torch.nn.functional as F
 import transformers
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
 
 sys.dont_write_bytecode = True  # keep tests/golden free of __pycache__
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -91,7 +98,35 @@ FIXTURES = {
         data_seed=8765,
         max_norm=1.0,
     ),
+    # Per-head q/k RMSNorm, and head_dim 32 != hidden / heads = 12, so q_proj is
+    # [128, 48] and o_proj [48, 128].
+    "qwen3_tiny": dict(
+        model_class=Qwen3ForCausalLM,
+        config=lambda: Qwen3Config(
+            vocab_size=128,
+            hidden_size=48,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=32,
+            tie_word_embeddings=False,
+            rope_theta=1e6,
+            rms_norm_eps=1e-6,
+            attention_bias=False,
+            use_sliding_window=False,
+            max_position_embeddings=64,
+        ),
+        init_seed=9012,
+        data_seed=2109,
+        max_norm=1.0,
+    ),
 }
+
+
+def head_dim_of(config):
+    """The explicit head_dim (Qwen3, some Llama configs) or hidden / heads."""
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
 
 
 def check_environment():
@@ -216,6 +251,11 @@ def check_gradient_by_finite_differences(model, input_ids, targets, grads):
         ("model.layers.0.input_layernorm.weight", (4,)),
         ("model.norm.weight", (1,)),
     ]
+    if "model.layers.0.self_attn.q_norm.weight" in grads:  # qwen3's per-head norms
+        picks += [
+            ("model.layers.0.self_attn.q_norm.weight", (5,)),
+            ("model.layers.1.self_attn.k_norm.weight", (17,)),
+        ]
     h = 1e-6
     for name, index in picks:
         p = params[name]
@@ -319,7 +359,7 @@ def generate(name, spec, out_root):
         assert "lm_head.weight" not in stored
         assert model32.lm_head.weight is model32.model.embed_tokens.weight
 
-    head_dim = config.hidden_size // config.num_attention_heads
+    head_dim = head_dim_of(config)
     inv_freq64, unscaled64 = rope_inverse_frequencies(head_dim, config.rope_theta, config.rope_scaling)
     if config.rope_scaling:
         changed = (inv_freq64 != unscaled64).sum().item()
