@@ -20,6 +20,41 @@ namespace k = kernels::cpu;
 
 float* At(float* base, int64_t offset) { return offset < 0 ? nullptr : base + offset; }
 
+// out[N, heads*D] = x W^T (+ b), then qwen3's RMSNorm of every head when
+// `head_norm` is set: the projection goes to `proj` (kept for the backward)
+// and each [D] row of it is normalised into `out`, its rstd into `rstd`:
+// q becomes rope(q_norm(q(h1))), k likewise.
+void ProjectHeads(const ModelDims& m, const float* x, const float* w, const float* bias,
+                  const float* head_norm, int64_t heads, float* proj, float* rstd, float* out) {
+  const int64_t n = m.tokens();
+  const int64_t width = heads * m.head_dim;
+  if (head_norm == nullptr) {
+    k::LinearForward(x, w, bias, n, m.hidden, width, out);
+    return;
+  }
+  k::LinearForward(x, w, bias, n, m.hidden, width, proj);
+  k::RmsnormForward(proj, head_norm, n * heads, m.head_dim, m.rms_eps, out, rstd);
+}
+
+// The backward of ProjectHeads given d_out: with a head norm, its backward
+// first (into `d_proj`, zeroed here; head_norm_grad accumulates), then the
+// projection's. dx is overwritten or accumulated as `mode` says.
+void ProjectHeadsBackward(const ModelDims& m, const float* d_out, const float* x, const float* w,
+                          const float* head_norm, const float* proj, const float* rstd,
+                          int64_t heads, float* d_proj, float* dx, k::GradMode mode, float* dw,
+                          float* db, float* head_norm_grad) {
+  const int64_t n = m.tokens();
+  const int64_t width = heads * m.head_dim;
+  const float* dy = d_out;
+  if (head_norm != nullptr) {
+    std::memset(d_proj, 0, sizeof(float) * n * width);
+    k::RmsnormBackward(d_out, proj, head_norm, rstd, n * heads, m.head_dim, d_proj,
+                       head_norm_grad);
+    dy = d_proj;
+  }
+  k::LinearBackward(dy, x, w, n, m.hidden, width, dx, mode, dw, db);
+}
+
 k::AttentionShape ShapeOf(const ModelDims& m) {
   k::AttentionShape s;
   s.batch = m.batch;
@@ -83,40 +118,6 @@ void AttentionBackwardAllSequences(const LayerContext& ctx, const LayerActivatio
                          s.d_attn + b * q_stride, s.d_q + b * q_stride, s.d_k + b * kv_stride,
                          s.d_v + b * kv_stride, ctx.attention_workspace + b * ws_stride);
   });
-}
-
-// out[N, heads*D] = x W^T (+ b), then qwen3's RMSNorm of every head when
-// `head_norm` is set: the projection goes to `proj` (kept for the backward)
-// and each [D] row of it is normalised into `out`, its rstd into `rstd`.
-void ProjectHeads(const ModelDims& m, const float* x, const float* w, const float* bias,
-                  const float* head_norm, int64_t heads, float* proj, float* rstd, float* out) {
-  const int64_t n = m.tokens();
-  const int64_t width = heads * m.head_dim;
-  if (head_norm == nullptr) {
-    k::LinearForward(x, w, bias, n, m.hidden, width, out);
-    return;
-  }
-  k::LinearForward(x, w, bias, n, m.hidden, width, proj);
-  k::RmsnormForward(proj, head_norm, n * heads, m.head_dim, m.rms_eps, out, rstd);
-}
-
-// The backward of ProjectHeads given d_out: with a head norm, its backward
-// first (into `d_proj`, zeroed here; head_norm_grad accumulates), then the
-// projection's. dx is overwritten or accumulated as `mode` says.
-void ProjectHeadsBackward(const ModelDims& m, const float* d_out, const float* x, const float* w,
-                          const float* head_norm, const float* proj, const float* rstd,
-                          int64_t heads, float* d_proj, float* dx, k::GradMode mode, float* dw,
-                          float* db, float* head_norm_grad) {
-  const int64_t n = m.tokens();
-  const int64_t width = heads * m.head_dim;
-  const float* dy = d_out;
-  if (head_norm != nullptr) {
-    std::memset(d_proj, 0, sizeof(float) * n * width);
-    k::RmsnormBackward(d_out, proj, head_norm, rstd, n * heads, m.head_dim, d_proj,
-                       head_norm_grad);
-    dy = d_proj;
-  }
-  k::LinearBackward(dy, x, w, n, m.hidden, width, dx, mode, dw, db);
 }
 
 }  // namespace
@@ -207,8 +208,7 @@ void CpuLayerBackwardPart(const LayerContext& ctx, int part, const LayerWeights&
       std::memcpy(d_mid, dx_out, sizeof(float) * n * d);
       k::RmsnormBackward(s.d_h, a.x_mid, w.post_norm, a.rstd2, n, d, d_mid, g + o.post_norm);
       return;
-    // Attention: x_mid = x_in + o(attn(rope(q(h1)), rope(k(h1)), v(h1))), with
-    // qwen3's per-head norms inside the ropes: rope(q_norm(q(h1))).
+    // Attention: x_mid = x_in + o(attn(rope(q(h1)), rope(k(h1)), v(h1))).
     case 4:
       k::LinearBackward(d_mid, a.attn, w.o, n, m.q_width(), d, s.d_attn, GradMode::kOverwrite,
                         g + o.o, At(g, o.o_bias));

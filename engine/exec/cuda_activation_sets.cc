@@ -33,6 +33,13 @@ CudaBackwardScratch CarveInto(const ModelDims& m, ByteCarver& c, CudaBackwardScr
   const int64_t n = m.tokens();
   s.norm_workspace_floats =
       kernels::cuda::RmsnormBackwardWorkspaceFloats(n, static_cast<int>(m.hidden));
+  if (m.qk_norm) {  // qwen3's per-head norms: rows of head_dim, one per token and head
+    const int head_dim = static_cast<int>(m.head_dim);
+    s.norm_workspace_floats = std::max(
+        {s.norm_workspace_floats,
+         kernels::cuda::RmsnormBackwardWorkspaceFloats(n * m.q_heads, head_dim),
+         kernels::cuda::RmsnormBackwardWorkspaceFloats(n * m.kv_heads, head_dim)});
+  }
   s.norm_workspace = c.Take<float>(s.norm_workspace_floats);
   s.attention_workspace_bytes = CudaAttentionWorkspaceBytes(m);
   s.attention_workspace = c.Take<char>(static_cast<int64_t>(s.attention_workspace_bytes));

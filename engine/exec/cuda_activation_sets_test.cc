@@ -50,6 +50,22 @@ ModelDims LargerDims() {
   return m;
 }
 
+// Qwen3's shape: per-head q/k norms, q width 16 * 128 = 2048 wider than d = 1024, so the
+// per-head norms' dw workspace is larger than the layer norms'.
+ModelDims Qwen3Dims() {
+  ModelDims m = OddDims();
+  m.hidden = 1024;
+  m.ffn = 3072;
+  m.q_heads = 16;
+  m.kv_heads = 8;
+  m.head_dim = 128;
+  m.batch = 2;
+  m.seq = 300;
+  m.head_chunk = 128;
+  m.qk_norm = true;
+  return m;
+}
+
 struct Piece {
   const void* p;
   size_t bytes;
@@ -105,13 +121,20 @@ TEST_P(CudaCarveTest, ActivationsArePackedAlignedAndSized) {
   AlignedBlock block(bytes);
   const CudaActivations a = CudaActivations::Carve(m, block.ptr);
   EXPECT_EQ(static_cast<const void*>(a.x_in), block.ptr);
-  ExpectWellCarved(
-      {P(a.x_in, n * m.hidden, "x_in"), P(a.h1, n * m.hidden, "h1"), P(a.rstd1, n, "rstd1"),
-       P(a.q, n * m.q_width(), "q"), P(a.k, n * m.kv_width(), "k"), P(a.v, n * m.kv_width(), "v"),
-       P(a.attn, n * m.q_width(), "attn"), P(a.lse, m.batch * m.q_heads * m.seq, "lse"),
-       P(a.x_mid, n * m.hidden, "x_mid"), P(a.h2, n * m.hidden, "h2"), P(a.rstd2, n, "rstd2"),
-       P(a.gate, n * m.ffn, "gate"), P(a.up, n * m.ffn, "up"), P(a.act, n * m.ffn, "act")},
-      block.ptr, bytes, "CudaActivations");
+  std::vector<Piece> pieces = {
+      P(a.x_in, n * m.hidden, "x_in"), P(a.h1, n * m.hidden, "h1"), P(a.rstd1, n, "rstd1"),
+      P(a.q, n * m.q_width(), "q"), P(a.k, n * m.kv_width(), "k"), P(a.v, n * m.kv_width(), "v"),
+      P(a.attn, n * m.q_width(), "attn"), P(a.lse, m.batch * m.q_heads * m.seq, "lse"),
+      P(a.x_mid, n * m.hidden, "x_mid"), P(a.h2, n * m.hidden, "h2"), P(a.rstd2, n, "rstd2"),
+      P(a.gate, n * m.ffn, "gate"), P(a.up, n * m.ffn, "up"), P(a.act, n * m.ffn, "act")};
+  if (m.qk_norm) {  // otherwise these pieces are empty
+    for (Piece piece : {P(a.q_proj, n * m.q_width(), "q_proj"),
+                        P(a.k_proj, n * m.kv_width(), "k_proj"),
+                        P(a.rstd_q, n * m.q_heads, "rstd_q"), P(a.rstd_k, n * m.kv_heads, "rstd_k")}) {
+      pieces.push_back(piece);
+    }
+  }
+  ExpectWellCarved(pieces, block.ptr, bytes, "CudaActivations");
 }
 
 TEST_P(CudaCarveTest, BackwardScratchHoldsTheKernelsWorkspaces) {
@@ -120,8 +143,12 @@ TEST_P(CudaCarveTest, BackwardScratchHoldsTheKernelsWorkspaces) {
   const size_t bytes = CudaBackwardScratch::Bytes(m);
   AlignedBlock block(bytes);
   const CudaBackwardScratch s = CudaBackwardScratch::Carve(m, block.ptr);
-  EXPECT_EQ(s.norm_workspace_floats,
-            kernels::cuda::RmsnormBackwardWorkspaceFloats(n, static_cast<int>(m.hidden)));
+  int64_t norm_floats = kernels::cuda::RmsnormBackwardWorkspaceFloats(n, static_cast<int>(m.hidden));
+  if (m.qk_norm) {  // the per-head norms' backward uses the same workspace
+    norm_floats = std::max(norm_floats, kernels::cuda::RmsnormBackwardWorkspaceFloats(
+                                            n * m.q_heads, static_cast<int>(m.head_dim)));
+  }
+  EXPECT_EQ(s.norm_workspace_floats, norm_floats);
   EXPECT_GT(s.norm_workspace_floats, 0);
   EXPECT_EQ(s.attention_workspace_bytes, CudaAttentionWorkspaceBytes(m));
   // Room for our kernel whichever implementation the plan reserves for.
@@ -212,7 +239,8 @@ TEST_P(CudaCarveTest, CarvingIsAPureFunctionOfTheDims) {
   EXPECT_EQ(CudaActivations::Bytes(m), bytes);
 }
 
-INSTANTIATE_TEST_SUITE_P(Dims, CudaCarveTest, ::testing::Values(OddDims(), LargerDims()));
+INSTANTIATE_TEST_SUITE_P(Dims, CudaCarveTest,
+                         ::testing::Values(OddDims(), LargerDims(), Qwen3Dims()));
 
 TEST(HeadChunkCountTest, CoversEveryTokenOnce) {
   ModelDims m = OddDims();  // 26 tokens in chunks of 7: 7, 7, 7, 5
@@ -304,6 +332,21 @@ TEST(CudaLayerMathValidateTest, RefusesMissingTensorsAndMismatchedRope) {
   EXPECT_THAT(s.message(), HasSubstr("max_positions = 12"));
   s = CudaLayerMath::Validate(OddDims(), PackedOffsets(), Rope(13, 128));
   EXPECT_THAT(s.message(), HasSubstr("head_dim = 128"));
+}
+
+TEST(CudaLayerMathValidateTest, QkNormsComeWithDimsQkNorm) {
+  LayerOffsets o = PackedOffsets();
+  o.q_norm = 9 << 16;
+  o.k_norm = 10 << 16;
+  EXPECT_TRUE(CudaLayerMath::Validate(Qwen3Dims(), o, Rope(300, 128)).ok());
+  // Norm weights without dims.qk_norm: the activation sets would have no room
+  // for the projections they read.
+  absl::Status s = CudaLayerMath::Validate(OddDims(), o, Rope(13, 64));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("dims.qk_norm = false"));
+  o.k_norm = -1;  // only one of the pair
+  s = CudaLayerMath::Validate(Qwen3Dims(), o, Rope(300, 128));
+  EXPECT_THAT(s.message(), HasSubstr("offsets.k_norm = -1"));
 }
 
 TEST(CudaLayerMathValidateTest, CreateValidatesBeforeTouchingTheDevice) {

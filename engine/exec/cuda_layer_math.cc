@@ -133,6 +133,13 @@ absl::Status CudaLayerMath::Validate(const ModelDims& m, const LayerOffsets& o,
   MT_RETURN_IF_ERROR(CheckOffset(o.gate, "gate"));
   MT_RETURN_IF_ERROR(CheckOffset(o.up, "up"));
   MT_RETURN_IF_ERROR(CheckOffset(o.down, "down"));
+  // qwen3's per-head norms come as a pair, and the activation sets hold the
+  // projections they read only when dims.qk_norm says so.
+  if ((o.q_norm >= 0) != m.qk_norm || (o.k_norm >= 0) != m.qk_norm) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "offsets.q_norm = ", o.q_norm, ", offsets.k_norm = ", o.k_norm,
+        " disagree with dims.qk_norm = ", m.qk_norm ? "true" : "false"));
+  }
 
   if (rope.head_dim() != m.head_dim) {
     return absl::InvalidArgumentError(absl::StrCat("rope table head_dim = ", rope.head_dim(),
@@ -298,6 +305,37 @@ absl::Status CudaLayerMath::LinearBackward(const bf16* dy, const bf16* x, const 
   return gemm_.LinearBackwardWeight(dy, tables_.ones, db, n, /*in=*/1, out, stream);
 }
 
+absl::Status CudaLayerMath::ProjectHeads(const bf16* x, const bf16* w, const bf16* bias,
+                                         const bf16* head_norm, int64_t heads, bf16* proj,
+                                         float* rstd, bf16* out, cudaStream_t stream) const {
+  const int64_t width = heads * dims_.head_dim;
+  if (head_norm == nullptr) return Linear(x, w, bias, dims_.hidden, width, out, stream);
+  MT_RETURN_IF_ERROR(Linear(x, w, bias, dims_.hidden, width, proj, stream));
+  return InStep(kc::RmsnormForward(proj, head_norm, dims_.tokens() * heads,
+                                   static_cast<int>(dims_.head_dim), dims_.rms_eps, out, rstd,
+                                   stream),
+                "per-head norm");
+}
+
+absl::Status CudaLayerMath::ProjectHeadsBackward(const bf16* d_out, const bf16* x, const bf16* w,
+                                                 const bf16* head_norm, const bf16* proj,
+                                                 const float* rstd, int64_t heads,
+                                                 CudaBackwardScratch& s, bool accumulate,
+                                                 float* dw, float* db, float* head_norm_grad,
+                                                 cudaStream_t stream) const {
+  const int64_t width = heads * dims_.head_dim;
+  const bf16* dy = d_out;
+  if (head_norm != nullptr) {
+    MT_RETURN_IF_ERROR(InStep(
+        kc::RmsnormBackward(proj, head_norm, rstd, d_out, dims_.tokens() * heads,
+                            static_cast<int>(dims_.head_dim), /*accumulate_dx=*/false, s.d_attn,
+                            head_norm_grad, s.norm_workspace, s.norm_workspace_floats, stream),
+        "per-head norm backward"));
+    dy = s.d_attn;
+  }
+  return LinearBackward(dy, x, w, dims_.hidden, width, s.d_h, accumulate, dw, db, stream);
+}
+
 absl::Status CudaLayerMath::EmbedForward(const int32_t* ids, const bf16* table, bf16* x_out,
                                          cudaStream_t stream) const {
   return kc::EmbeddingForward(ids, dims_.tokens(), table, dims_.vocab,
@@ -337,10 +375,12 @@ absl::Status CudaLayerMath::LayerForwardPart(int part, const Weights& w, const b
           kc::RmsnormForward(a.x_in, w.input_norm, n, d, m.rms_eps, a.h1, a.rstd1, stream),
           "LayerForward input norm");
     case 1:
-      return InStep(Linear(a.h1, w.q, w.q_bias, d, m.q_width(), a.q, stream),
+      return InStep(ProjectHeads(a.h1, w.q, w.q_bias, w.q_norm, m.q_heads, a.q_proj, a.rstd_q,
+                                 a.q, stream),
                     "LayerForward q_proj");
     case 2:
-      return InStep(Linear(a.h1, w.k, w.k_bias, d, m.kv_width(), a.k, stream),
+      return InStep(ProjectHeads(a.h1, w.k, w.k_bias, w.k_norm, m.kv_heads, a.k_proj, a.rstd_k,
+                                 a.k, stream),
                     "LayerForward k_proj");
     case 3:
       MT_RETURN_IF_ERROR(
@@ -437,13 +477,17 @@ absl::Status CudaLayerMath::LayerBackwardPart(int part, const Weights& w, const 
                                     tables_.rope_cos, tables_.rope_sin,
                                     /*backward=*/true, stream),
                     "LayerBackward RoPE k");
+    // d_attn is free once attention's backward ran: it holds qwen3's
+    // gradient at the q, then the k projection.
     case 5:
-      return InStep(LinearBackward(s.d_q, a.h1, w.q, d, m.q_width(), s.d_h,
-                                   /*accumulate=*/false, g + o.q, At(g, o.q_bias), stream),
+      return InStep(ProjectHeadsBackward(s.d_q, a.h1, w.q, w.q_norm, a.q_proj, a.rstd_q,
+                                         m.q_heads, s, /*accumulate=*/false, g + o.q,
+                                         At(g, o.q_bias), At(g, o.q_norm), stream),
                     "LayerBackward q_proj");
     case 6:
-      return InStep(LinearBackward(s.d_k, a.h1, w.k, d, m.kv_width(), s.d_h,
-                                   /*accumulate=*/true, g + o.k, At(g, o.k_bias), stream),
+      return InStep(ProjectHeadsBackward(s.d_k, a.h1, w.k, w.k_norm, a.k_proj, a.rstd_k,
+                                         m.kv_heads, s, /*accumulate=*/true, g + o.k,
+                                         At(g, o.k_bias), At(g, o.k_norm), stream),
                     "LayerBackward k_proj");
     case 7:
       return InStep(LinearBackward(s.d_v, a.h1, w.v, d, m.kv_width(), s.d_h,

@@ -176,6 +176,20 @@ class CudaLayerMath {
   absl::Status BiasAndProduct(const bf16* x, const bf16* w, const bf16* bias, int64_t in,
                               int64_t out, bool accumulate, const bf16* source, bf16* y,
                               cudaStream_t stream) const;
+  // out[N, heads*D] = x W^T (+ bias); with a head norm (qwen3) the projection
+  // goes to `proj` and each head's [D] row is RMS-normalised into `out`
+  // (statistics to rstd [N, heads]).
+  absl::Status ProjectHeads(const bf16* x, const bf16* w, const bf16* bias, const bf16* head_norm,
+                            int64_t heads, bf16* proj, float* rstd, bf16* out,
+                            cudaStream_t stream) const;
+  // The backward of ProjectHeads given d_out into s.d_h (= or += when
+  // accumulate): the head norm's backward first (into s.d_attn, free by then;
+  // head_norm_grad +=), then the projection's (dw, db +=).
+  absl::Status ProjectHeadsBackward(const bf16* d_out, const bf16* x, const bf16* w,
+                                    const bf16* head_norm, const bf16* proj, const float* rstd,
+                                    int64_t heads, CudaBackwardScratch& s, bool accumulate,
+                                    float* dw, float* db, float* head_norm_grad,
+                                    cudaStream_t stream) const;
   // dx (= or += when accumulate) dy W; dw += dy^T x; db += column sums of dy.
   absl::Status LinearBackward(const bf16* dy, const bf16* x, const bf16* w, int64_t in, int64_t out,
                               bf16* dx, bool accumulate, float* dw, float* db,

@@ -1,7 +1,7 @@
 // CudaLayerMath against the CPU layer math on the same bf16-representable
 // inputs: a tiny odd-sized GQA layer (d = 99, F = 75, 4:2 heads, 2 sequences
-// of 13 tokens) with no biases, q/k/v biases (Qwen2) and every bias, then the
-// head and the embedding. Needs a GPU: skips with "no CUDA device: ..." here.
+// of 13 tokens) with no biases, q/k/v biases (Qwen2), every bias and Qwen3's
+// per-head q/k norms (q width 256 != d), then the head and the embedding. Needs a GPU: skips with "no CUDA device: ..." here.
 #include "engine/exec/cuda_layer_math.h"
 
 #include <gtest/gtest.h>
@@ -51,7 +51,8 @@ ModelDims TestDims() {
   return m;
 }
 
-enum class Biases { kNone, kQkv, kAll };
+// kQkNorm: no biases, Qwen3's per-head q/k RMSNorm (dims.qk_norm).
+enum class Biases { kNone, kQkv, kAll, kQkNorm };
 
 std::string BiasName(Biases b) {
   switch (b) {
@@ -61,6 +62,8 @@ std::string BiasName(Biases b) {
       return "QkvBias";
     case Biases::kAll:
       return "AllBiases";
+    case Biases::kQkNorm:
+      return "QkNorm";
   }
   return "?";
 }
@@ -77,13 +80,16 @@ struct Slot {
 // Offsets packed like ParameterLayout does (each tensor 16-element aligned).
 int64_t PackLayer(const ModelDims& m, Biases biases, LayerOffsets& o, std::vector<Slot>& slots) {
   const int64_t d = m.hidden;
-  const bool qkv = biases != Biases::kNone;
+  const bool qkv = biases == Biases::kQkv || biases == Biases::kAll;
   const bool all = biases == Biases::kAll;
+  const int64_t head_norm = m.qk_norm ? m.head_dim : 0;
   slots = {{"input_norm", &o.input_norm, d, 0, true},
            {"q", &o.q, m.q_width() * d, d, false},
            {"q_bias", &o.q_bias, qkv ? m.q_width() : 0, 0, false},
+           {"q_norm", &o.q_norm, head_norm, 0, true},
            {"k", &o.k, m.kv_width() * d, d, false},
            {"k_bias", &o.k_bias, qkv ? m.kv_width() : 0, 0, false},
+           {"k_norm", &o.k_norm, head_norm, 0, true},
            {"v", &o.v, m.kv_width() * d, d, false},
            {"v_bias", &o.v_bias, qkv ? m.kv_width() : 0, 0, false},
            {"o", &o.o, d * m.q_width(), m.q_width(), false},
@@ -157,7 +163,8 @@ class CudaLayerMathLayerTest : public ::testing::TestWithParam<std::tuple<Biases
 };
 
 TEST_P(CudaLayerMathLayerTest, ForwardAndBackwardMatchTheCpuLayer) {
-  const ModelDims m = TestDims();
+  ModelDims m = TestDims();
+  m.qk_norm = std::get<0>(GetParam()) == Biases::kQkNorm;
   const int64_t n = m.tokens();
   const int64_t d = m.hidden;
   LayerOffsets offsets;
@@ -235,7 +242,7 @@ TEST_P(CudaLayerMathLayerTest, ForwardAndBackwardMatchTheCpuLayer) {
 
 INSTANTIATE_TEST_SUITE_P(Biases, CudaLayerMathLayerTest,
                          ::testing::Combine(::testing::Values(Biases::kNone, Biases::kQkv,
-                                                              Biases::kAll),
+                                                              Biases::kAll, Biases::kQkNorm),
                                             ::testing::Bool()),
                          [](const ::testing::TestParamInfo<std::tuple<Biases, bool>>& info) {
                            return std::string(BiasName(std::get<0>(info.param))) +

@@ -2,7 +2,8 @@
 // the CUDA device follows the CPU device's losses within bf16 tolerance,
 // learns, and is bitwise identical whether every stage stays resident or
 // only two weight slots stream (the determinism contract holds on the GPU
-// too). Skipped with "no CUDA device: ..." where there is none.
+// too), for a Llama and a Qwen3 shape (per-head q/k norms, head_dim apart
+// from hidden / heads). Skipped with "no CUDA device: ..." where there is none.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -34,12 +35,21 @@ TinyShape GpuShape() {
   return s;
 }
 
+// Qwen3: the same with q/k norms and q width 2 * 64 = 128 != hidden 96.
+TinyShape Qwen3GpuShape() {
+  TinyShape s = GpuShape();
+  s.hidden = 96;
+  s.model_type = "qwen3";
+  s.head_dim = 64;
+  return s;
+}
+
 struct TrainedRun {
   std::vector<double> losses;
   std::vector<std::vector<float>> masters;
 };
 
-TrainedRun Train(Device& device, int weight_slots) {
+TrainedRun Train(Device& device, const TinyShape& shape, int weight_slots) {
   TrainedRun run;
   TrainerOptions o;
   o.micro_batch_size = 2;
@@ -51,11 +61,11 @@ TrainedRun Train(Device& device, int weight_slots) {
   o.grad_clip = 1.0;
   o.executor.checkpoint_interval = 2;
   o.executor.weight_slots = weight_slots;
-  auto trainer = Trainer::Create(device, TinyConfig(GpuShape()), o);
+  auto trainer = Trainer::Create(device, TinyConfig(shape), o);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   if (!trainer.ok()) return run;
   (*trainer)->InitializeRandom(11);
-  const auto batches = MakeTokenBatches(2 * kSteps, 2 * kSeq, GpuShape().vocab, 5);
+  const auto batches = MakeTokenBatches(2 * kSteps, 2 * kSeq, shape.vocab, 5);
   for (int step = 0; step < kSteps; ++step) {
     auto report =
         (*trainer)->Step(batches.InputPointers(2 * step, 2), batches.TargetPointers(2 * step, 2));
@@ -71,7 +81,10 @@ TrainedRun Train(Device& device, int weight_slots) {
   return run;
 }
 
-TEST(CudaTrainerTest, FollowsTheCpuDeviceAndIsInvariantToStreaming) {
+class CudaTrainerTest : public ::testing::TestWithParam<TinyShape> {};
+
+TEST_P(CudaTrainerTest, FollowsTheCpuDeviceAndIsInvariantToStreaming) {
+  const TinyShape shape = GetParam();
   DeviceOptions options;
   options.kind = DeviceKind::kCuda;
   options.arena_bytes = size_t{256} << 20;
@@ -80,10 +93,10 @@ TEST(CudaTrainerTest, FollowsTheCpuDeviceAndIsInvariantToStreaming) {
   // The device's own message starts "no CUDA device: ..." and says why.
   if (!gpu.ok()) GTEST_SKIP() << std::string(gpu.status().message());
 
-  const TrainedRun resident = Train(**gpu, /*weight_slots=*/0);
-  const TrainedRun streamed = Train(**gpu, /*weight_slots=*/2);
+  const TrainedRun resident = Train(**gpu, shape, /*weight_slots=*/0);
+  const TrainedRun streamed = Train(**gpu, shape, /*weight_slots=*/2);
   auto cpu_device = MakeCpuDevice(size_t{256} << 20);
-  const TrainedRun cpu = Train(*cpu_device, /*weight_slots=*/0);
+  const TrainedRun cpu = Train(*cpu_device, shape, /*weight_slots=*/0);
   ASSERT_EQ(resident.losses.size(), static_cast<size_t>(kSteps));
   ASSERT_EQ(streamed.losses.size(), static_cast<size_t>(kSteps));
   ASSERT_EQ(cpu.losses.size(), static_cast<size_t>(kSteps));
@@ -103,6 +116,11 @@ TEST(CudaTrainerTest, FollowsTheCpuDeviceAndIsInvariantToStreaming) {
         << "entry " << e;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaTrainerTest, ::testing::Values(GpuShape(), Qwen3GpuShape()),
+                         [](const ::testing::TestParamInfo<TinyShape>& info) {
+                           return std::string(info.param.model_type);
+                         });
 
 }  // namespace
 }  // namespace megatrain::engine

@@ -22,11 +22,15 @@ struct TinyShape {
   int kv_heads = 2;
   int vocab = 97;
   bool tied = false;
+  const char* model_type = "llama";  // or "qwen3" (per-head q/k norms)
+  int head_dim = 0;                  // 0: not written (hidden / heads; qwen3 would take 128)
 };
 
 inline ModelConfig TinyConfig(const TinyShape& s) {
   const std::string json = absl::StrCat(
-      R"({"model_type": "llama", "vocab_size": )", s.vocab, R"(, "hidden_size": )", s.hidden,
+      R"({"model_type": ")", s.model_type, R"(", "vocab_size": )", s.vocab,
+      R"(, "hidden_size": )", s.hidden,
+      s.head_dim > 0 ? absl::StrCat(R"(, "head_dim": )", s.head_dim) : std::string(),
       R"(, "intermediate_size": )", s.ffn, R"(, "num_hidden_layers": )", s.layers,
       R"(, "num_attention_heads": )", s.heads, R"(, "num_key_value_heads": )", s.kv_heads,
       R"(, "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
