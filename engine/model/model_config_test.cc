@@ -127,6 +127,36 @@ constexpr char kQwen25_05B[] = R"({
   "vocab_size": 151936
 })";
 
+// Qwen3-0.6B's published config.json: head_dim 128 with hidden 1024 / 16 heads.
+constexpr char kQwen3_06B[] = R"({
+  "architectures": ["Qwen3ForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 151643,
+  "eos_token_id": 151645,
+  "head_dim": 128,
+  "hidden_act": "silu",
+  "hidden_size": 1024,
+  "initializer_range": 0.02,
+  "intermediate_size": 3072,
+  "max_position_embeddings": 40960,
+  "max_window_layers": 28,
+  "model_type": "qwen3",
+  "num_attention_heads": 16,
+  "num_hidden_layers": 28,
+  "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-06,
+  "rope_scaling": null,
+  "rope_theta": 1000000,
+  "sliding_window": null,
+  "tie_word_embeddings": true,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.51.0",
+  "use_cache": true,
+  "use_sliding_window": false,
+  "vocab_size": 151936
+})";
+
 constexpr char kMistral7B_v01[] = R"({
   "architectures": ["MistralForCausalLM"],
   "bos_token_id": 1,
@@ -249,6 +279,63 @@ TEST(ModelConfigTest, Qwen25_05B_TiedWithQkvBias) {
   EXPECT_TRUE(c.CheckSequenceLength(100000).ok());
 }
 
+TEST(ModelConfigTest, Qwen3_06B_ExplicitHeadDimAndQkNorm) {
+  const ModelConfig c = MustParse(kQwen3_06B);
+  EXPECT_EQ(c.family, ModelFamily::kQwen3);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.q_dim(), 2048);  // not hidden_size: q_proj is [2048, 1024]
+  EXPECT_EQ(c.kv_dim(), 1024);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_FALSE(c.o_bias);
+  EXPECT_FALSE(c.mlp_bias);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.rms_norm_eps, 1e-6);
+  EXPECT_EQ(c.rope_theta, 1e6);
+  EXPECT_FALSE(c.sliding_window.has_value());
+  EXPECT_FALSE(c.use_sliding_window);
+  EXPECT_TRUE(c.CheckSequenceLength(40960).ok());
+  // Not the other families: only qwen3 normalises q and k.
+  EXPECT_FALSE(MustParse(kQwen25_05B).qk_norm);
+}
+
+TEST(ModelConfigTest, Qwen3DefaultsAndAttentionBias) {
+  auto j = nlohmann::json::parse(kQwen3_06B);
+  j.erase("head_dim");  // Qwen3Config's default is 128, not hidden / heads (64 here)
+  j["hidden_size"] = 1024;
+  j["num_attention_heads"] = 16;
+  EXPECT_EQ(MustParse(j.dump()).head_dim, 128);
+  j["attention_bias"] = true;  // q/k/v and o biases, as in Qwen3Attention
+  const ModelConfig biased = MustParse(j.dump());
+  EXPECT_TRUE(biased.qkv_bias);
+  EXPECT_TRUE(biased.o_bias);
+  EXPECT_FALSE(biased.mlp_bias);
+  j = nlohmann::json::parse(kQwen3_06B);
+  j["use_sliding_window"] = true;
+  j["sliding_window"] = 4096;
+  const ModelConfig windowed = MustParse(j.dump());
+  EXPECT_TRUE(windowed.use_sliding_window);
+  EXPECT_EQ(windowed.CheckSequenceLength(4097).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ModelConfigTest, Qwen3RefusesWhatItDoesNotImplement) {
+  auto j = nlohmann::json::parse(kQwen3_06B);
+  j["mlp_bias"] = false;  // a Llama key, not Qwen3's
+  auto c = ParseModelConfig(j.dump());
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("unsupported key 'mlp_bias'"));
+  j = nlohmann::json::parse(kQwen3_06B);
+  j["architectures"] = {"Qwen2ForCausalLM"};
+  c = ParseModelConfig(j.dump());
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("expected [\"Qwen3ForCausalLM\"]"));
+  j = nlohmann::json::parse(kQwen3_06B);
+  j["head_dim"] = 127;
+  c = ParseModelConfig(j.dump());
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("'head_dim' = 127"));
+}
+
 TEST(ModelConfigTest, Qwen2WithSlidingWindowOnlyWithinWindow) {
   auto j = nlohmann::json::parse(kQwen25_05B);
   j["use_sliding_window"] = true;
@@ -342,7 +429,8 @@ TEST(ModelConfigTest, RopeParametersOfTransformersV5) {
 
 TEST(ModelConfigTest, ToJsonRoundTrips) {
   for (const char* text :
-       {kLlama31_8B, kLlama2_7B, kLlama32_1B, kQwen25_05B, kMistral7B_v01, kMistral7B_v03}) {
+       {kLlama31_8B, kLlama2_7B, kLlama32_1B, kQwen25_05B, kQwen3_06B, kMistral7B_v01,
+        kMistral7B_v03}) {
     const ModelConfig c = MustParse(text);
     const std::string exported = c.ToJson();
     auto again = ParseModelConfig(exported);

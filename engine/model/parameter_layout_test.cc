@@ -41,6 +41,22 @@ ModelConfig Qwen25_05B() {
   return c;
 }
 
+ModelConfig Qwen3_06B() {
+  ModelConfig c;
+  c.family = ModelFamily::kQwen3;
+  c.vocab_size = 151936;
+  c.hidden_size = 1024;
+  c.intermediate_size = 3072;
+  c.num_hidden_layers = 28;
+  c.num_attention_heads = 16;
+  c.num_key_value_heads = 8;
+  c.head_dim = 128;
+  c.max_position_embeddings = 40960;
+  c.tie_word_embeddings = true;
+  c.qk_norm = true;
+  return c;
+}
+
 // Odd sizes everywhere, every optional bias on.
 ModelConfig TinyWithAllBiases() {
   ModelConfig c;
@@ -91,6 +107,38 @@ TEST(ParameterLayoutTest, Qwen25_05BTiedWithQkvBias) {
   EXPECT_EQ(layout->Find(e, TensorRole::kKBias)->shape, std::vector<int64_t>{128});
   EXPECT_EQ(layout->Find(e, TensorRole::kOBias), nullptr);
   EXPECT_EQ(layout->Find(e, TensorRole::kGateBias), nullptr);
+}
+
+TEST(ParameterLayoutTest, Qwen3_06BWithPerHeadNorms) {
+  auto layout = ParameterLayout::Create(Qwen3_06B());
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  // 151936*1024 embedding + 28 * (q 2048*1024 + k, v 1024*1024 + o 1024*2048 +
+  // 3 * 1024*3072 + 2 * 1024 norms + 2 * 128 q/k norms) + 1024 final norm.
+  EXPECT_EQ(layout->parameter_count(), int64_t{596049920});
+  const LayoutEntry& layer0 = layout->entries()[1];
+  ASSERT_EQ(layer0.tensors.size(), 11u);
+  EXPECT_EQ(layer0.tensors[1].hf_name, "model.layers.0.self_attn.q_proj.weight");
+  EXPECT_EQ(layer0.tensors[1].shape, (std::vector<int64_t>{2048, 1024}));
+  EXPECT_EQ(layer0.tensors[2].hf_name, "model.layers.0.self_attn.q_norm.weight");
+  EXPECT_EQ(layer0.tensors[4].hf_name, "model.layers.0.self_attn.k_norm.weight");
+  EXPECT_EQ(layer0.tensors[6].shape, (std::vector<int64_t>{1024, 2048}));  // o_proj
+  for (const char* name :
+       {"model.layers.27.self_attn.q_norm.weight", "model.layers.27.self_attn.k_norm.weight"}) {
+    auto loc = layout->Find(name);
+    ASSERT_TRUE(loc.ok()) << loc.status();
+    EXPECT_EQ(loc->slot->shape, std::vector<int64_t>{128});
+    EXPECT_FALSE(loc->slot->weight_decay) << name;  // norms never decay
+    EXPECT_EQ(loc->slot->offset % kTensorAlignmentFloats, 0u);
+  }
+  EXPECT_EQ(layout->Find(layout->layer_entry(3), TensorRole::kQNorm)->hf_name,
+            "model.layers.3.self_attn.q_norm.weight");
+  EXPECT_EQ(layout->Find(layout->layer_entry(3), TensorRole::kKNorm)->hf_name,
+            "model.layers.3.self_attn.k_norm.weight");
+  // Without qk_norm (every other family) the roles are absent.
+  auto qwen2 = ParameterLayout::Create(Qwen25_05B());
+  ASSERT_TRUE(qwen2.ok());
+  EXPECT_EQ(qwen2->Find(qwen2->layer_entry(0), TensorRole::kQNorm), nullptr);
+  EXPECT_EQ(qwen2->Find(qwen2->layer_entry(0), TensorRole::kKNorm), nullptr);
 }
 
 TEST(ParameterLayoutTest, DocumentedOrderOffsetsAndAlignment) {

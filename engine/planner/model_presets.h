@@ -1,5 +1,6 @@
-// Named model architectures for the planner (HF config.json equivalents): the Qwen2.5 family,
-// Llama shapes used by the published baselines, and a ~120B Qwen2-shaped model.
+// Named model architectures for the planner (HF config.json equivalents): the Qwen2.5 and
+// Qwen3 dense families, Llama shapes used by the published baselines, and a ~120B
+// Qwen2-shaped model.
 #pragma once
 
 #include <string>

@@ -41,6 +41,32 @@ TEST(PlannerTest, HostBytesPerParameterIs18OnAGpu) {
   EXPECT_NE(p->ToJson().find("\"bottleneck\""), std::string::npos);
 }
 
+// The Qwen3 presets are Qwen3 configs (head_dim 128 whatever the width), and the plan counts
+// their per-head q/k norms: 2 * head_dim parameters per layer on top of the projections.
+TEST(PlannerTest, Qwen3PresetsCountTheirQkNorms) {
+  for (const char* name :
+       {"qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-32b"}) {
+    absl::StatusOr<ModelConfig> c = ModelPreset(name);
+    ASSERT_TRUE(c.ok()) << name << ": " << c.status();
+    EXPECT_EQ(c->family, ModelFamily::kQwen3) << name;
+    EXPECT_EQ(c->head_dim, 128) << name;
+    EXPECT_TRUE(c->qk_norm) << name;
+  }
+  const ModelConfig c = *ModelPreset("qwen3-0.6b");
+  PlanInputs in;
+  in.micro_batch = 1;
+  in.seq = 1024;
+  absl::StatusOr<PlanResult> p = Plan(c, in, Gpu("h100-pcie"));
+  ASSERT_TRUE(p.ok()) << p.status();
+  // Qwen3-0.6B: 596,049,920 parameters, 28 * 2 * 128 of them in the q/k norms.
+  EXPECT_EQ(p->parameters, int64_t{596049920});
+  ModelConfig without_norms = c;
+  without_norms.qk_norm = false;
+  absl::StatusOr<PlanResult> q = Plan(without_norms, in, Gpu("h100-pcie"));
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(p->parameters - q->parameters, 28 * 2 * 128);
+}
+
 TEST(PlannerTest, DevicePeakDoesNotDependOnDepth) {
   ModelConfig c = *ModelPreset("qwen2.5-14b");
   PlanInputs in;
