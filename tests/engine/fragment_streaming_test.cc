@@ -134,12 +134,19 @@ INSTANTIATE_TEST_SUITE_P(HeadBlockRows, FragmentStreamingBlocksTest, ::testing::
 
 TEST_P(FragmentStreamingBlocksTest, BitwiseIdenticalToWholeLayerStreaming) {
   const int block_rows = GetParam();
-  for (bool tied : {false, true}) {
+  // Llama untied and tied, and Qwen3 (q_norm / k_norm travel in the q / k
+  // parts' units; head_dim 10 != hidden / heads = 8).
+  for (int model = 0; model < 3; ++model) {
+    const bool tied = model == 1;
     TinyShape shape;  // LM head 97 x 48 floats: under half a layer
     shape.layers = 5;
     shape.tied = tied;
-    const std::string suffix = std::string(tied ? " (tied)" : " (untied)") + ", head blocks of " +
-                               std::to_string(block_rows);
+    if (model == 2) {
+      shape.model_type = "qwen3";
+      shape.head_dim = 10;
+    }
+    const std::string suffix = std::string(model == 2 ? " (qwen3)" : tied ? " (tied)" : " (untied)") +
+                               ", head blocks of " + std::to_string(block_rows);
     const RunResult reference =
         Train({.name = "whole-layer slots", .head_block_rows = block_rows}, shape);
     ASSERT_EQ(reference.losses.size(), static_cast<size_t>(kSteps));
