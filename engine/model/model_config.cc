@@ -458,7 +458,7 @@ class ConfigParser {
     if (c->family == ModelFamily::kLlama) return absl::OkStatus();
     const Json* window = Get("sliding_window");
     if (window == nullptr) {
-      c->sliding_window = 4096;  // HF default for both families
+      c->sliding_window = 4096;  // HF default for mistral, qwen2 and qwen3
     } else if (!window->is_null()) {
       auto n = AsInt("sliding_window", *window, 1, kMaxPositions);
       if (!n.ok()) return n.status();
