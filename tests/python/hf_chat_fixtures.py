@@ -128,12 +128,17 @@ def _write(directory, tokenizer, config, generation=None):
 
 def make_llama3(directory):
     """Llama 3 style: BOS written by the template AND by the post-processor for plain encode
-    (so a tool that adds special tokens on top of the template would double it)."""
+    (so a tool that adds special tokens on top of the template would double it), and
+    truncation and padding saved in tokenizer.json (which would cut or pad the samples)."""
     tokenizer = _train(LLAMA3_SPECIALS)
     bos = tokenizer.token_to_id("<|begin_of_text|>")
     tokenizer.post_processor = processors.TemplateProcessing(
         single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A <|begin_of_text|> $B",
         special_tokens=[("<|begin_of_text|>", bos)])
+    # Saved truncation and padding, which transformers turns off for apply_chat_template.
+    tokenizer.enable_truncation(max_length=8)
+    tokenizer.enable_padding(length=4096, pad_id=tokenizer.token_to_id("<|end_of_text|>"),
+                             pad_token="<|end_of_text|>")
     return _write(directory, tokenizer, {
         "bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>",
         "added_tokens_decoder": _added_tokens_decoder(tokenizer, LLAMA3_SPECIALS),

@@ -333,7 +333,53 @@ def test_named_templates_pick_default_or_the_named_one(models, tmp_path):
     result = run_tool(directory, tmp_path / "n.mtsft",
                       [write_jsonl(tmp_path / "n.jsonl", [{"messages": messages}])],
                       "--template_name=fancy")
-    assert result.returncode == 2 and "no template named 'fancy'" in result.stderr
+    assert result.returncode == 2 and "no chat template named 'fancy'" in result.stderr
+
+
+def test_template_files_take_priority_over_the_config(models, tmp_path):
+    directory = fixtures.make_qwen(str(tmp_path / "files"))
+    with open(os.path.join(directory, "chat_template.jinja"), "w", encoding="utf-8") as f:
+        f.write("{% for m in messages %}<|im_start|>{{ m.role }}: {{ m.content }}<|im_end|>"
+                "{% endfor %}")
+    os.makedirs(os.path.join(directory, "additional_chat_templates"))
+    with open(os.path.join(directory, "additional_chat_templates", "short.jinja"), "w",
+              encoding="utf-8") as f:
+        f.write("{% for m in messages %}{{ m.content }}<|im_end|>{% endfor %}")
+    reference = AutoTokenizer.from_pretrained(directory)
+    messages = CONVERSATIONS["cjk"]
+    _, _, samples = tokenize_ok(directory, tmp_path, [{"messages": messages}])
+    assert samples[0][0] == reference.apply_chat_template(messages, tokenize=True)
+    assert reference.decode(samples[0][0]).startswith("<|im_start|>system: ")
+    _, _, samples = tokenize_ok(directory, tmp_path, [{"messages": messages}],
+                                "--template_name=short")
+    ids, mask = samples[0]
+    assert ids == reference.apply_chat_template(messages, tokenize=True, chat_template="short")
+    assert [reference.decode(r) for r in masked_runs(ids, mask)] == \
+        [messages[-1]["content"] + "<|im_end|>"]
+
+
+def test_legacy_special_tokens_map_overrides_a_config_without_added_tokens(tmp_path):
+    directory = fixtures.make_qwen(
+        str(tmp_path / "legacy"),
+        "{{ bos_token }}{% for m in messages %}{{ m.role }}\n{{ m.content }}{{ eos_token }}"
+        "{% endfor %}{% if add_generation_prompt %}assistant\n{% endif %}")
+    config_path = os.path.join(directory, "tokenizer_config.json")
+    with open(config_path, encoding="utf-8") as f:
+        config = json.load(f)
+    del config["added_tokens_decoder"]
+    config.update(eos_token="<|endoftext|>", bos_token=None)
+    with open(config_path, "w", encoding="utf-8") as f:
+        json.dump(config, f)
+    with open(os.path.join(directory, "special_tokens_map.json"), "w", encoding="utf-8") as f:
+        json.dump({"eos_token": "<|im_end|>", "bos_token": {"content": "<|im_start|>"}}, f)
+    reference = AutoTokenizer.from_pretrained(directory)
+    messages = CONVERSATIONS["system_multi_turn"]
+    _, _, samples = tokenize_ok(directory, tmp_path, [{"messages": messages}])
+    ids, mask = samples[0]
+    assert ids == reference.apply_chat_template(messages, tokenize=True)
+    assert reference.decode(ids).startswith("<|im_start|>system")
+    assert [reference.decode(r) for r in masked_runs(ids, mask)] == \
+        [m["content"] + "<|im_end|>" for m in messages if m["role"] == "assistant"]
 
 
 ENVIRONMENT_SNIPPETS = [

@@ -3,10 +3,10 @@ template and special tokens (tokenizer_config.json, special_tokens_map.json, cha
 and the end-of-sequence id (generation_config.json when the tokenizer config names none).
 
 Follows transformers' PreTrainedTokenizerFast loading as far as the chat path needs it: the
-template is tokenizer_config.json's "chat_template" (a string, or a list of {"name", "template"}
-from which "default" is taken unless a name is given), else the file chat_template.jinja; the
-special-token variables handed to the template are the special-token attributes that are set,
-as strings; added tokens listed in tokenizer_config.json's added_tokens_decoder that the
+template is chat_template.jinja (with additional_chat_templates/NAME.jinja), else
+tokenizer_config.json's "chat_template" (a string, or a list of {"name", "template"}); of
+several, "default" is taken unless a name is given. The special-token variables handed to the
+template are the special-token attributes that are set, as strings; added tokens listed in tokenizer_config.json's added_tokens_decoder that the
 tokenizer.json lacks are added to it, as transformers does when it loads the directory.
 """
 
@@ -57,14 +57,44 @@ def _token_text(value, where):
     return value
 
 
-def _pick_template(config, directory, name):
+def _special_value(source, key, where):
+    value = source.get(key)
+    if value is None:
+        return None
+    if key == "additional_special_tokens":
+        if not isinstance(value, list):
+            raise ModelError(f"{where}: field {key}: not a list")
+        return [_token_text(v, f"{where}: field {key}") for v in value]
+    return _token_text(value, f"{where}: field {key}")
+
+
+def _read_text(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, ValueError) as e:
+        raise ModelError(f"{path}: {e}") from None
+
+
+def _templates(config, directory):
+    """The directory's templates: a string, a {name: template} dict, or None.
+
+    As transformers 4.55 loads them: chat_template.jinja (named "default") and
+    additional_chat_templates/NAME.jinja take priority over tokenizer_config.json's entry.
+    """
     where = os.path.join(directory, "tokenizer_config.json")
+    files = {}
+    jinja = os.path.join(directory, "chat_template.jinja")
+    if os.path.isfile(jinja):
+        files["default"] = _read_text(jinja)
+    extra_dir = os.path.join(directory, "additional_chat_templates")
+    if os.path.isdir(extra_dir):
+        for name in sorted(os.listdir(extra_dir)):
+            if name.endswith(".jinja"):
+                files[name[: -len(".jinja")]] = _read_text(os.path.join(extra_dir, name))
+    if files:
+        return files["default"] if list(files) == ["default"] else files
     template = config.get("chat_template")
-    if template is None:
-        jinja = os.path.join(directory, "chat_template.jinja")
-        if os.path.exists(jinja):
-            with open(jinja, encoding="utf-8") as f:
-                template = f.read()
     if isinstance(template, list):
         named = {}
         for i, entry in enumerate(template):
@@ -73,17 +103,24 @@ def _pick_template(config, directory, name):
                 raise ModelError(f"{where}: field chat_template[{i}]: not "
                                  "{\"name\": str, \"template\": str}")
             named[entry["name"]] = entry["template"]
-        key = name or "default"
-        if key not in named:
-            raise ModelError(f"{where}: field chat_template: no template named {key!r} "
-                             f"(names: {', '.join(sorted(named))}); pick one with --template_name")
-        return named[key]
-    if name is not None:
-        raise ModelError(f"{where}: field chat_template: a single template, so "
-                         f"--template_name={name} names nothing")
+        return named
     if template is not None and not isinstance(template, str):
         raise ModelError(f"{where}: field chat_template: neither a string nor a list")
     return template
+
+
+def _pick_template(config, directory, name):
+    templates = _templates(config, directory)
+    if isinstance(templates, dict):
+        key = name or "default"
+        if key not in templates:
+            raise ModelError(f"{directory}: no chat template named {key!r} (names: "
+                             f"{', '.join(sorted(templates))}); pick one with --template_name")
+        return templates[key]
+    if name is not None:
+        raise ModelError(f"{directory}: a single chat template, so --template_name={name} names "
+                         "nothing")
+    return templates
 
 
 def load(directory, template_name=None):
@@ -97,9 +134,14 @@ def load(directory, template_name=None):
         tokenizer = Tokenizer.from_file(tokenizer_path)
     except Exception as e:  # tokenizers raises its own Exception subclass
         raise ModelError(f"{tokenizer_path}: {e}") from None
+    # transformers encodes with truncation and padding off unless asked (apply_chat_template
+    # asks for neither): settings saved in tokenizer.json must not cut or pad a sample.
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
     config_path = os.path.join(directory, "tokenizer_config.json")
     config = _read_json(config_path, required=False)
-    legacy = _read_json(os.path.join(directory, "special_tokens_map.json"), required=False)
+    legacy_path = os.path.join(directory, "special_tokens_map.json")
+    legacy = _read_json(legacy_path, required=False)
 
     # Added tokens the config knows and tokenizer.json lacks (transformers adds them on load).
     decoder = config.get("added_tokens_decoder", {})
@@ -116,15 +158,15 @@ def load(directory, template_name=None):
 
     special = {}
     for key in SPECIAL_TOKEN_KEYS:
-        value = config.get(key, legacy.get(key))
-        if value is None:
-            continue
-        if key == "additional_special_tokens":
-            if not isinstance(value, list):
-                raise ModelError(f"{config_path}: field {key}: not a list")
-            value = [_token_text(v, f"{config_path}: field {key}") for v in value]
-        else:
-            value = _token_text(value, f"{config_path}: field {key}")
+        value = _special_value(config, key, config_path)
+        if "added_tokens_decoder" not in config and key in legacy:
+            # transformers reads special_tokens_map.json only for a config without
+            # added_tokens_decoder, and then its entries win (lists are merged).
+            extra = _special_value(legacy, key, legacy_path)
+            if key == "additional_special_tokens":
+                value = (value or []) + [t for t in extra or [] if t not in (value or [])]
+            elif extra is not None:
+                value = extra
         if value:  # transformers hands only the attributes that are set (truthy)
             special[key] = value
 
