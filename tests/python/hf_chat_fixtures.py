@@ -162,3 +162,17 @@ def make_base(directory):
         "bos_token": "<s>", "add_bos_token": True,
         "added_tokens_decoder": _added_tokens_decoder(tokenizer, ["<s>", "</s>"]),
     }, generation={"eos_token_id": [tokenizer.token_to_id("</s>")]})
+
+
+def make_gpt2_style(directory, extra_config):
+    """A top-level ByteLevel pre-tokenizer saved with add_prefix_space=True (transformers resets
+    it to the config's add_prefix_space, default false) and ChatML markers."""
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=500, special_tokens=QWEN_SPECIALS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tokenizer.train_from_iterator([corpus_text()], trainer=trainer)
+    return _write(directory, tokenizer, dict({"eos_token": "<|im_end|>",
+                                              "chat_template": QWEN_TEMPLATE}, **extra_config))

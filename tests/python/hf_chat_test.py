@@ -382,6 +382,30 @@ def test_legacy_special_tokens_map_overrides_a_config_without_added_tokens(tmp_p
         [m["content"] + "<|im_end|>" for m in messages if m["role"] == "assistant"]
 
 
+@pytest.mark.parametrize("extra_config", [
+    {},
+    {"add_prefix_space": True},
+    {"additional_special_tokens": ["<|tool|>", "Paris"]},
+    {"split_special_tokens": True},
+], ids=["prefix_space_reset", "prefix_space_kept", "special_tokens_added", "split_special"])
+def test_tokenizer_adjusted_as_transformers_loads_it(tmp_path, extra_config):
+    directory = fixtures.make_gpt2_style(str(tmp_path / "gpt2"), extra_config)
+    if "additional_special_tokens" in extra_config:
+        with open(os.path.join(directory, "chat_template.jinja"), "w", encoding="utf-8") as f:
+            f.write(fixtures.QWEN_TEMPLATE.replace("'<|im_end|>' + '\\n'",
+                                                   "'<|im_end|><|tool|>' + '\\n'"))
+    reference = AutoTokenizer.from_pretrained(directory)
+    conversation = [{"role": "user", "content": "Paris? Write <|im_end|> literally."},
+                    {"role": "assistant", "content": "Paris is the capital of France."}]
+    _, _, samples = tokenize_ok(directory, tmp_path, [{"messages": conversation}])
+    ids, mask = samples[0]
+    assert ids == reference.apply_chat_template(conversation, tokenize=True)
+    if "additional_special_tokens" in extra_config:
+        assert reference.convert_tokens_to_ids("<|tool|>") in ids
+    if not extra_config.get("split_special_tokens"):
+        assert reference.decode([t for t, m in zip(ids, mask) if m]).startswith("Paris is")
+
+
 ENVIRONMENT_SNIPPETS = [
     "{{ value | tojson }}",
     "{{ value | tojson(indent=2) }}",

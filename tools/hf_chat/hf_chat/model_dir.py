@@ -6,15 +6,17 @@ Follows transformers' PreTrainedTokenizerFast loading as far as the chat path ne
 template is chat_template.jinja (with additional_chat_templates/NAME.jinja), else
 tokenizer_config.json's "chat_template" (a string, or a list of {"name", "template"}); of
 several, "default" is taken unless a name is given. The special-token variables handed to the
-template are the special-token attributes that are set, as strings; added tokens listed in tokenizer_config.json's added_tokens_decoder that the
-tokenizer.json lacks are added to it, as transformers does when it loads the directory.
+template are the special-token attributes that are set, as strings. The tokenizer is adjusted as
+PreTrainedTokenizerFast adjusts it (split_special_tokens; added and special tokens the config
+names; add_prefix_space); what a model-specific tokenizer class does besides (LlamaTokenizerFast
+rebuilding from a slow tokenizer, say) is not repeated: tokenizer.json is taken as it is.
 """
 
 import json
 import os
 from dataclasses import dataclass, field
 
-from tokenizers import AddedToken, Tokenizer
+from tokenizers import AddedToken, Tokenizer, pre_tokenizers
 
 from .errors import ModelError
 
@@ -123,6 +125,53 @@ def _pick_template(config, directory, name):
     return templates
 
 
+def _adjust_like_transformers(tokenizer, config, config_path, special):
+    """What PreTrainedTokenizerFast does to the tokenizer.json it loads (generic class only)."""
+    # split_special_tokens: special tokens written in the text are then not matched as tokens.
+    tokenizer.encode_special_tokens = bool(config.get("split_special_tokens", False))
+
+    # Added tokens the config lists and the tokenizer lacks, then special tokens that are not
+    # added tokens yet (even when the model's vocabulary has them: they then match as a whole).
+    decoder = config.get("added_tokens_decoder", {})
+    if not isinstance(decoder, dict):
+        raise ModelError(f"{config_path}: field added_tokens_decoder: not an object")
+    present = {tok.content for tok in tokenizer.get_added_tokens_decoder().values()}
+    ordered_special = []  # transformers' all_special_tokens order
+    for key in SPECIAL_TOKEN_KEYS:
+        values = special.get(key, [])
+        for value in values if isinstance(values, list) else [values]:
+            if value not in ordered_special:
+                ordered_special.append(value)
+    named_special = set(ordered_special)
+    to_add = []
+    for index, token in sorted(decoder.items(), key=lambda kv: int(kv[0])):
+        content = _token_text(token, f"{config_path}: field added_tokens_decoder.{index}")
+        if content in present:
+            continue
+        flags = {k: token[k] for k in ("single_word", "lstrip", "rstrip", "normalized")
+                 if isinstance(token, dict) and k in token}
+        is_special = bool(token.get("special")) if isinstance(token, dict) else False
+        to_add.append(AddedToken(content, special=is_special or content in named_special,
+                                 **flags))
+        present.add(content)
+    for content in ordered_special:
+        if content not in present:
+            to_add.append(AddedToken(content, special=True))
+    if to_add:
+        tokenizer.add_tokens(to_add)
+
+    # add_prefix_space from the config (default false) replaces a top-level pre-tokenizer's.
+    wanted = bool(config.get("add_prefix_space", False))
+    try:
+        state = json.loads(tokenizer.pre_tokenizer.__getstate__())
+    except Exception:  # no pre-tokenizer, or one that does not serialize: nothing to adjust
+        return
+    if state.get("add_prefix_space", wanted) != wanted:
+        kind = state.pop("type")
+        state["add_prefix_space"] = wanted
+        tokenizer.pre_tokenizer = getattr(pre_tokenizers, kind)(**state)
+
+
 def load(directory, template_name=None):
     """Reads the directory; raises ModelError naming the file and field at fault."""
     if not os.path.isdir(directory):
@@ -143,19 +192,6 @@ def load(directory, template_name=None):
     legacy_path = os.path.join(directory, "special_tokens_map.json")
     legacy = _read_json(legacy_path, required=False)
 
-    # Added tokens the config knows and tokenizer.json lacks (transformers adds them on load).
-    decoder = config.get("added_tokens_decoder", {})
-    if not isinstance(decoder, dict):
-        raise ModelError(f"{config_path}: field added_tokens_decoder: not an object")
-    for index, token in sorted(decoder.items(), key=lambda kv: int(kv[0])):
-        content = _token_text(token, f"{config_path}: field added_tokens_decoder.{index}")
-        if tokenizer.token_to_id(content) is None:
-            special = bool(token.get("special")) if isinstance(token, dict) else False
-            added = AddedToken(content, special=special,
-                               normalized=bool(token.get("normalized", not special))
-                               if isinstance(token, dict) else True)
-            (tokenizer.add_special_tokens if special else tokenizer.add_tokens)([added])
-
     special = {}
     for key in SPECIAL_TOKEN_KEYS:
         value = _special_value(config, key, config_path)
@@ -170,6 +206,7 @@ def load(directory, template_name=None):
         if value:  # transformers hands only the attributes that are set (truthy)
             special[key] = value
 
+    _adjust_like_transformers(tokenizer, config, config_path, special)
     special_ids = {tid for tid, tok in tokenizer.get_added_tokens_decoder().items()
                    if tok.special}
     eos_id = None
