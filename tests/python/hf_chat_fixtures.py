@@ -10,8 +10,8 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, proce
 
 # The split pattern of Llama 3 / Qwen 2 style tokenizers (contractions, letters, 1-3 digits,
 # punctuation runs, newlines, spaces).
-SPLIT_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+"
-                 r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+SPLIT_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+                 r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 _SENTENCES = [
     "The quick brown fox jumps over the lazy dog.",
@@ -61,11 +61,12 @@ LLAMA3_TEMPLATE = (
     "    {%- set loop_messages = messages %}\n"
     "{%- endif %}\n"
     "{%- if system_message %}\n"
-    "    {{- '<|start_header_id|>system<|end_header_id|>\\n\\n' + system_message + '<|eot_id|>' }}\n"
+    "    {{- '<|start_header_id|>system<|end_header_id|>\\n\\n' + system_message"
+    " + '<|eot_id|>' }}\n"
     "{%- endif %}\n"
     "{%- for message in loop_messages %}\n"
     "    {%- if message['role'] not in ['user', 'assistant'] %}\n"
-    "        {{- raise_exception('Conversation roles must be user or assistant after the system') }}\n"
+    "        {{- raise_exception('Only user and assistant turns follow the system') }}\n"
     "    {%- endif %}\n"
     "    {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' }}\n"
     "    {{- message['content'] | trim + '<|eot_id|>' }}\n"

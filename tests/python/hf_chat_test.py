@@ -36,7 +36,8 @@ CONVERSATIONS = {
     "no_system_three_replies": [
         {"role": "user", "content": "Say hi."}, {"role": "assistant", "content": "Hi!"},
         {"role": "user", "content": "Again."}, {"role": "assistant", "content": "Hi again!"},
-        {"role": "user", "content": "Once more."}, {"role": "assistant", "content": "Hi, once more."}],
+        {"role": "user", "content": "Once more."},
+        {"role": "assistant", "content": "Hi, once more."}],
     "cjk": [{"role": "system", "content": "日本語で答えてください。"},
             {"role": "user", "content": "東京の天気は？"},
             {"role": "assistant", "content": "東京は晴れです。中文也可以：今天天气很好。"}],
@@ -152,7 +153,8 @@ def test_prompt_completion_and_alpaca_map_to_user_then_assistant(models, tmp_pat
     reference = AutoTokenizer.from_pretrained(models[family])
     pc = [{"prompt": "Name a color. 🎨", "completion": "Bleu, comme le ciel.", "id": 7},
           {"prompt": "", "completion": "An empty prompt is allowed."}]
-    alpaca = [{"instruction": "Translate to Japanese.", "input": "Good morning", "output": "おはよう"},
+    alpaca = [{"instruction": "Translate to Japanese.", "input": "Good morning",
+               "output": "おはよう"},
               {"instruction": "Say something nice.", "input": "", "output": "You did well!"},
               {"instruction": "No input key here.", "output": "Fine."}]
     users = [pc[0]["prompt"], pc[1]["prompt"], "Translate to Japanese.\n\nGood morning",
@@ -242,6 +244,19 @@ def test_each_validation_error_names_file_line_and_field(models, tmp_path, line,
     assert first.startswith(where) and message in first, result.stderr
     assert not out.exists()
     assert os.listdir(tmp_path) == ["bad.jsonl"]  # no spool or temporary left behind
+
+
+def test_non_utf8_line_and_empty_input(models, tmp_path):
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(b'{"prompt": "ok", "completion": "fine"}\n{"prompt": "caf\xe9", '
+                     b'"completion": "x"}\n')
+    result = run_tool(models["qwen"], tmp_path / "l.mtsft", [str(path)])
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"{path}:2: not UTF-8 (byte 15)"), result.stderr
+    empty = write_jsonl(tmp_path / "empty.jsonl", ["", "   "])
+    result = run_tool(models["qwen"], tmp_path / "e.mtsft", [empty])
+    assert result.returncode == 1 and "the inputs hold no sample" in result.stderr
+    assert not (tmp_path / "e.mtsft").exists()
 
 
 def test_errors_are_all_listed_up_to_the_cap_and_old_output_survives(models, tmp_path):
