@@ -110,6 +110,7 @@ def test_chat_ids_equal_transformers_and_masks_cover_replies(models, tmp_path, f
     summary, vocab, samples = tokenize_ok(
         models[family], tmp_path, [{"messages": CONVERSATIONS[n]} for n in names])
     assert summary["samples"] == len(names)
+    assert summary["format"] == "mtsft" and summary["output_version"] == 1
     assert summary["formats"] == {"chat": len(names), "prompt_completion": 0, "alpaca": 0}
     assert summary["tokens"] == sum(len(ids) for ids, _ in samples)
     assert summary["counted_tokens"] == sum(sum(mask) for _, mask in samples)
@@ -311,6 +312,22 @@ def test_template_raise_exception_names_the_line(models, tmp_path):
     assert result.returncode == 1
     assert result.stderr.startswith(f"{path}:2: field messages: the chat template refused it: "
                                     "no bad words, please")
+
+
+def test_template_that_rewrites_earlier_turns_is_refused(models, tmp_path):
+    # Marks only the last reply (as templates that keep only the last reply's reasoning do):
+    # rendered up to an earlier reply, that reply is the last and comes out otherwise.
+    model = fixtures.make_qwen(str(tmp_path / "rewrites"),
+                               "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+                               "{% if loop.last and m.role == 'assistant' %} (final){% endif %}<|im_end|>\n{% endfor %}"
+                               "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    path = write_jsonl(tmp_path / "r.jsonl", [{"messages": CONVERSATIONS["single_turn"]},
+                                              {"messages": CONVERSATIONS["system_multi_turn"]}])
+    result = run_tool(model, tmp_path / "r.mtsft", [path])
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"{path}:2: field messages: messages[2]: the chat template "
+                                    "renders the conversation"), result.stderr
+    assert f"{path}:1" not in result.stderr  # one reply, the last: its span is found
 
 
 def test_bad_model_directory_and_usage_exit_2(models, tmp_path):

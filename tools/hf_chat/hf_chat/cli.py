@@ -11,6 +11,9 @@ import json
 import os
 import sys
 
+import jinja2
+import tokenizers
+
 from . import model_dir
 from .errors import InputError, ModelError
 from .masking import Masker
@@ -19,6 +22,11 @@ from .sample_file import SampleSetWriter
 from .template import ChatTemplate
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_FAILED = 0, 1, 2
+
+# Bump whenever the file written for the same model directory and JSONL changes (rendering,
+# masking, mapping of the formats, the file format): a caller that caches sample-set files by
+# their inputs' hashes (as the daemon does token files) keys them by this too.
+OUTPUT_VERSION = 1
 
 
 class _Usage(Exception):
@@ -112,6 +120,10 @@ def run(argv):
         "formats": formats,
         "longest_sample": longest,
         "chat_template": template is not None,
+        "format": "mtsft",
+        "output_version": OUTPUT_VERSION,
+        "tokenizers": tokenizers.__version__,
+        "jinja2": jinja2.__version__,
     }
     print(json.dumps(summary, ensure_ascii=False))
     return EXIT_OK
