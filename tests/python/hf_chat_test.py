@@ -111,6 +111,7 @@ def test_chat_ids_equal_transformers_and_masks_cover_replies(models, tmp_path, f
         models[family], tmp_path, [{"messages": CONVERSATIONS[n]} for n in names])
     assert summary["samples"] == len(names)
     assert summary["format"] == "mtsft" and summary["output_version"] == 1
+    assert summary["vocab_size"] == vocab <= summary["tokenizer_vocab_size"] == len(reference)
     assert summary["formats"] == {"chat": len(names), "prompt_completion": 0, "alpaca": 0}
     assert summary["tokens"] == sum(len(ids) for ids, _ in samples)
     assert summary["counted_tokens"] == sum(sum(mask) for _, mask in samples)

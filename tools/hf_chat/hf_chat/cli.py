@@ -116,7 +116,9 @@ def run(argv):
         "samples": writer.samples,
         "tokens": writer.tokens,
         "counted_tokens": writer.counted,
-        "vocab_size": writer.max_id + 1,
+        "vocab_size": writer.max_id + 1,  # the file's V
+        # The tokenizer's, added tokens included: what the model's embedding must cover.
+        "tokenizer_vocab_size": model.tokenizer.get_vocab_size(with_added_tokens=True),
         "formats": formats,
         "longest_sample": longest,
         "chat_template": template is not None,
