@@ -464,6 +464,11 @@ def test_environment_renders_like_transformers(source):
         assert "日本" in ours  # not \u-escaped
 
 
+def test_generation_tag_detected_only_as_a_tag():
+    assert ChatTemplate("{%- generation -%}x{%- endgeneration %}", {}).has_generation_tags
+    assert not ChatTemplate("{{ generation }}{% if generation %}{% endif %}", {}).has_generation_tags
+
+
 def test_sandbox_refuses_unsafe_access():
     template = ChatTemplate("{{ messages.__class__.__mro__ }}", {})
     with pytest.raises(Exception, match="unsafe"):
