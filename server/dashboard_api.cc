@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "engine/checkpoint/manifest.h"
 #include "engine/provenance/sha256.h"
 #include "google/protobuf/util/json_util.h"
@@ -153,12 +154,17 @@ HttpReply DashboardApi::Events(std::string job_id) const {
   reply.headers = {{"Cache-Control", "no-store"}, {"X-Content-Type-Options", "nosniff"}};
   reply.stream = [this, job_id = std::move(job_id)](EventSink& sink) {
     uint64_t generation = 0;  // 0: the first wait returns at once, so the first event is sent
-    absl::Time last_sent = absl::Now();
+    absl::Time last_sent = absl::InfinitePast();
     while (sink.Open()) {
       // Bounded so a closed client or a stopping server is noticed within a second.
       absl::StatusOr<bool> changed = runner_.WaitForAnyChange(&generation, absl::Seconds(1));
       if (!changed.ok()) return;  // the runner stops
       if (*changed) {
+        // A fast job steps far more often than a page redraws: at most one event per
+        // kMinEventInterval, the changes meanwhile coalesced into it.
+        const absl::Duration since = absl::Now() - last_sent;
+        if (since < kMinEventInterval) absl::SleepFor(kMinEventInterval - since);
+        if (!sink.Open()) return;
         if (!sink.Send(EventsText(job_id))) return;
         last_sent = absl::Now();
       } else if (absl::Now() - last_sent >= kEventKeepalive) {

@@ -9,8 +9,8 @@
 //                          "checkpoints": {"checkpoints": [CheckpointRecord...]},
 //                          "checkpoint_checks": [one per checkpoint, in order]}
 //   GET /api/events[?job=<id>]  server-sent events (text/event-stream): at once and after every
-//                         change the runner reports (a step, a state, a submit; changes that come
-//                         while an event is sent are coalesced into the next), an event "jobs"
+//                         change the runner reports (a step, a state, a submit; at most one round
+//                         per kMinEventInterval, later changes coalesced into it), an event "jobs"
 //                         {"daemon": /api/daemon, "list": /api/jobs} and, with ?job=, an
 //                         event "job" (/api/jobs/<id>, the whole bounded history: the page
 //                         redraws from it); a ": keepalive" comment after 15 s without a change.
@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "server/http_request.h"
 #include "server/job_runner.h"
 #include "server/metrics_http.h"
@@ -42,6 +43,7 @@ namespace megatrain::server {
 inline constexpr size_t kMaxDashboardJobs = 200;
 inline constexpr size_t kCheckedCheckpoints = 16;
 inline constexpr absl::Duration kEventKeepalive = absl::Seconds(15);
+inline constexpr absl::Duration kMinEventInterval = absl::Milliseconds(250);
 
 class DashboardApi {
  public:
