@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/resource_quota.h"
@@ -102,8 +103,16 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const service::DaemonSetti
       std::make_unique<TrainerService>(d->settings_, d->paths_, *d->runner_, d->metrics_.get(), log,
                                        *d->access_, d->signing_key_->public_key_hex());
   if (!settings.metrics_address.empty()) {
-    d->dashboard_ = std::make_unique<DashboardApi>(
-        d->settings_, *d->runner_, d->signing_key_->public_key_hex(), settings.dashboard_host_names);
+    // Host names the dashboard answers to besides loopback names: the configured ones and the
+    // listener's own host when it is a specific one (users browse to https://<that>:<port>/).
+    std::vector<std::string> host_names = settings.dashboard_host_names;
+    const std::string own_host =
+        settings.metrics_address.substr(0, settings.metrics_address.find_last_of(':'));
+    if (!own_host.empty() && own_host != "0.0.0.0" && own_host != "[::]") {
+      host_names.push_back(own_host);
+    }
+    d->dashboard_ = std::make_unique<DashboardApi>(d->settings_, *d->runner_,
+                                                   d->signing_key_->public_key_hex(), host_names);
     MetricsHttpOptions http_options;
     http_options.handler = [api = d->dashboard_.get()](absl::string_view target,
                                                        absl::string_view host) {
@@ -117,12 +126,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const service::DaemonSetti
       if (!tls.ok()) return tls.status();
       absl::StatusOr<std::string> token = ReadTokenFile(settings.token_file);
       if (!token.ok()) return token.status();
-      d->http_auth_ = std::make_unique<HttpAuth>(
-          *std::move(token), absl::Minutes(settings.dashboard_session_minutes));
+      d->http_auth_ = std::make_unique<HttpAuth>(*std::move(token),
+                                                 absl::Minutes(settings.dashboard_session_minutes));
       http_options.exposed = true;
       http_options.tls = *std::move(tls);
       http_options.auth = d->http_auth_.get();
-      http_options.host_names = settings.dashboard_host_names;
+      http_options.host_names = host_names;
       http_options.on_refused = [&log](absl::string_view what, absl::string_view peer,
                                        absl::string_view target) {
         // StructuredLog escapes control characters; the target is cut to keep lines short.

@@ -1,6 +1,6 @@
 // Daemon: megatraind assembled from validated settings: state directory and store, metrics
-// endpoint and dashboard (one HTTP listener: loopback, or exposed with TLS + token), job runner, Trainer service on the Unix
-// socket (and TCP with TLS + token).
+// endpoint and dashboard (one HTTP listener: loopback, or exposed with TLS + token), job runner,
+// Trainer service on the Unix socket (and TCP with TLS + token).
 #pragma once
 
 #include <memory>

@@ -99,9 +99,8 @@ std::optional<HttpReply> DashboardApi::Handle(absl::string_view target,
   const absl::string_view path = target.substr(0, target.find('?'));
   if (path == "/api/events") {
     const size_t query = target.find('?');
-    return Events(query == absl::string_view::npos
-                      ? std::string()
-                      : FormValue(target.substr(query + 1), "job"));
+    return Events(query == absl::string_view::npos ? std::string()
+                                                   : FormValue(target.substr(query + 1), "job"));
   }
   if (path == "/api/daemon") return Daemon();
   if (path == "/api/jobs") return Jobs();

@@ -62,14 +62,16 @@ std::optional<std::string> HttpAuth::Login(absl::string_view form_body) {
       it = it->second <= now ? sessions_.erase(it) : std::next(it);
     }
     if (sessions_.size() >= kMaxSessions) {
-      auto first = std::min_element(sessions_.begin(), sessions_.end(),
-                                    [](const auto& a, const auto& b) { return a.second < b.second; });
+      auto first =
+          std::min_element(sessions_.begin(), sessions_.end(),
+                           [](const auto& a, const auto& b) { return a.second < b.second; });
       sessions_.erase(first);
     }
     sessions_[Sha256(id)] = now + lifetime_;
   }
-  return absl::StrCat(kSessionCookieName, "=", id, "; Path=/; Max-Age=",
-                      absl::ToInt64Seconds(lifetime_), "; Secure; HttpOnly; SameSite=Strict");
+  return absl::StrCat(kSessionCookieName, "=", id,
+                      "; Path=/; Max-Age=", absl::ToInt64Seconds(lifetime_),
+                      "; Secure; HttpOnly; SameSite=Strict");
 }
 
 std::string LoginPage(bool refused) {

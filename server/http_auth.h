@@ -27,9 +27,8 @@ inline constexpr size_t kMaxSessions = 256;
 class HttpAuth {
  public:
   using Clock = std::function<absl::Time()>;
-  HttpAuth(std::string token, absl::Duration session_lifetime, Clock clock = [] {
-    return absl::Now();
-  })
+  HttpAuth(
+      std::string token, absl::Duration session_lifetime, Clock clock = [] { return absl::Now(); })
       : token_(std::move(token)), lifetime_(session_lifetime), clock_(std::move(clock)) {}
 
   // True when the request head carries the bearer token or a live session cookie.

@@ -69,11 +69,10 @@ TEST_F(HttpAuthTest, BearerToken) {
 TEST_F(HttpAuthTest, LoginSetsAStrictCookieThatExpires) {
   EXPECT_EQ(auth_.Login("token=wrong"), std::nullopt);
   EXPECT_EQ(auth_.Login(absl::StrCat("token=", kToken)), std::nullopt);  // not url-encoded
-  const std::optional<std::string> set =
-      auth_.Login("token=s3cret%2Btoken%2Fwith%3Dodd%26chars");
+  const std::optional<std::string> set = auth_.Login("token=s3cret%2Btoken%2Fwith%3Dodd%26chars");
   ASSERT_TRUE(set.has_value());
-  for (const char* attribute : {"; Path=/", "; Max-Age=600", "; Secure", "; HttpOnly",
-                                "; SameSite=Strict"}) {
+  for (const char* attribute :
+       {"; Path=/", "; Max-Age=600", "; Secure", "; HttpOnly", "; SameSite=Strict"}) {
     EXPECT_THAT(*set, HasSubstr(attribute));
   }
   const std::string cookie = CookieOf(*set);

@@ -646,9 +646,8 @@ absl::StatusOr<bool> JobRunner::WaitForChange(const std::string& id, uint64_t* v
 absl::StatusOr<bool> JobRunner::WaitForAnyChange(uint64_t* generation,
                                                  absl::Duration timeout) const {
   std::unique_lock<std::mutex> lock(mu_);
-  const bool changed = changed_.wait_for(lock, absl::ToChronoMilliseconds(timeout), [&] {
-    return generation_ != *generation || stopping_;
-  });
+  const bool changed = changed_.wait_for(lock, absl::ToChronoMilliseconds(timeout),
+                                         [&] { return generation_ != *generation || stopping_; });
   if (stopping_) return absl::UnavailableError("megatraind is shutting down");
   *generation = generation_;
   return changed;

@@ -56,8 +56,8 @@ int Listen(const std::string& host, int port, std::string* error) {
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   addrinfo* found = nullptr;
   const std::string service = absl::StrCat(port);
-  if (const int rc = getaddrinfo(name.empty() ? nullptr : name.c_str(), service.c_str(), &hints,
-                                 &found);
+  if (const int rc =
+          getaddrinfo(name.empty() ? nullptr : name.c_str(), service.c_str(), &hints, &found);
       rc != 0) {
     *error = gai_strerror(rc);
     return -1;
@@ -136,10 +136,10 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   const std::string host = address.substr(0, colon);
   options.exposed = options.exposed || !IsLoopbackName(host);
   if (options.exposed && (options.tls == nullptr || options.auth == nullptr)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "metrics_address: '", address,
-        "' is exposed (not a loopback host, or exposed rules forced) and needs TLS "
-        "(tls_cert_file, tls_key_file) and a token (token_file)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics_address: '", address,
+                     "' is exposed (not a loopback host, or exposed rules forced) and needs TLS "
+                     "(tls_cert_file, tls_key_file) and a token (token_file)"));
   }
   std::string error;
   const int fd = Listen(host == "localhost" ? "127.0.0.1" : host, port, &error);
@@ -150,9 +150,9 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   sockaddr_storage bound{};
   socklen_t length = sizeof(bound);
   getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length);
-  const int actual = ntohs(bound.ss_family == AF_INET6
-                               ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                               : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  const int actual =
+      ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                        : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   options.max_event_streams = std::max(options.max_event_streams, 0);
   options.threads = std::max(options.threads, 1) + options.max_event_streams;
   options.max_connections = std::max(options.max_connections, 1) + options.max_event_streams;
@@ -190,8 +190,8 @@ void MetricsHttpServer::Accept() {
     if (stopping_) break;
     sockaddr_storage peer{};
     socklen_t length = sizeof(peer);
-    const int client = accept4(fd_, reinterpret_cast<sockaddr*>(&peer), &length,
-                               SOCK_CLOEXEC | SOCK_NONBLOCK);
+    const int client =
+        accept4(fd_, reinterpret_cast<sockaddr*>(&peer), &length, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (client < 0) continue;
     std::unique_lock<std::mutex> lock(mu_);
     ++open_;
@@ -277,8 +277,7 @@ absl::string_view MetricsHttpServer::Answer(HttpConnection& connection, const st
                                 send_deadline);
     }
     size_t length = 0;
-    if (!absl::SimpleAtoi(HeaderValue(head, "Content-Length"), &length) ||
-        length > kMaxLoginBody) {
+    if (!absl::SimpleAtoi(HeaderValue(head, "Content-Length"), &length) || length > kMaxLoginBody) {
       return connection.SendAll(Head("400 Bad Request", "text/plain; charset=utf-8", "",
                                      "POST /login needs a Content-Length of at most 4096\n"),
                                 send_deadline);
@@ -298,11 +297,11 @@ absl::string_view MetricsHttpServer::Answer(HttpConnection& connection, const st
           Head("401 Unauthorized", "text/html; charset=utf-8", kPageHeaders, LoginPage(true)),
           send_deadline);
     }
-    return connection.SendAll(
-        Head("303 See Other", "text/plain; charset=utf-8",
-             absl::StrCat("Location: /\r\nSet-Cookie: ", *cookie, "\r\nCache-Control: no-store\r\n"),
-             "logged in\n"),
-        send_deadline);
+    return connection.SendAll(Head("303 See Other", "text/plain; charset=utf-8",
+                                   absl::StrCat("Location: /\r\nSet-Cookie: ", *cookie,
+                                                "\r\nCache-Control: no-store\r\n"),
+                                   "logged in\n"),
+                              send_deadline);
   }
   if (options_.exposed && !options_.auth->Allows(head)) {
     refuse("unauthorized");
@@ -317,9 +316,10 @@ absl::string_view MetricsHttpServer::Answer(HttpConnection& connection, const st
   std::string status = "200 OK", type = "text/plain; version=0.0.4; charset=utf-8", body, extra;
   if (method == "GET" && path == "/metrics") {
     body = prometheus::TextSerializer().Serialize(registry_->Collect());
-  } else if (std::optional<HttpReply> reply = method == "GET" && options_.handler
-                                                  ? options_.handler(target, HeaderValue(head, "Host"))
-                                                  : std::nullopt;
+  } else if (std::optional<HttpReply> reply =
+                 method == "GET" && options_.handler
+                     ? options_.handler(target, HeaderValue(head, "Host"))
+                     : std::nullopt;
              reply.has_value()) {
     if (reply->stream) return RunStream(connection, *reply);
     status = std::move(reply->status);
@@ -343,15 +343,14 @@ absl::string_view MetricsHttpServer::RunStream(HttpConnection& connection, HttpR
     if (admitted) ++streams_;
   }
   if (!admitted) {
-    return connection.SendAll(
-        Head("503 Service Unavailable", "text/plain; charset=utf-8",
-             "Retry-After: 10\r\nCache-Control: no-store\r\n",
-             absl::StrCat("too many event streams (max_event_streams ",
-                          options_.max_event_streams, "); poll instead\n")),
-        send_deadline);
+    return connection.SendAll(Head("503 Service Unavailable", "text/plain; charset=utf-8",
+                                   "Retry-After: 10\r\nCache-Control: no-store\r\n",
+                                   absl::StrCat("too many event streams (max_event_streams ",
+                                                options_.max_event_streams, "); poll instead\n")),
+                              send_deadline);
   }
-  std::string head = absl::StrCat("HTTP/1.1 ", reply.status, "\r\nContent-Type: ",
-                                  reply.content_type, "\r\n");
+  std::string head =
+      absl::StrCat("HTTP/1.1 ", reply.status, "\r\nContent-Type: ", reply.content_type, "\r\n");
   for (const auto& [name, value] : reply.headers) absl::StrAppend(&head, name, ": ", value, "\r\n");
   absl::StrAppend(&head, "Connection: close\r\n\r\n");
   absl::string_view reason = connection.SendAll(head, send_deadline);

@@ -7,9 +7,10 @@
 // every path but /login then answers 401 without the bearer token or a login session cookie.
 // A handler's reply may be an event stream (server-sent events), which keeps its serving thread
 // until the client goes or the server stops; at most max_event_streams at once (more get 503),
-// and there are that many serving threads beyond `threads`, so streams never starve requests. (prometheus::Exposer's civetweb threads use a fixed 100 KiB stack, smaller
-// than the static TLS of the CUDA and OpenBLAS libraries linked into megatraind, so their creation
-// fails with EINVAL; this server uses default-sized threads.)
+// and there are that many serving threads beyond `threads`, so streams never starve requests.
+// (prometheus::Exposer's civetweb threads use a fixed 100 KiB stack, smaller than the static TLS of
+// the CUDA and OpenBLAS libraries linked into megatraind, so their creation fails with EINVAL; this
+// server uses default-sized threads.)
 #pragma once
 
 #include <atomic>
@@ -57,16 +58,17 @@ struct HttpReply {
 struct MetricsHttpOptions {
   absl::Duration request_deadline = absl::Seconds(5);  // from accept to the request's end
   absl::Duration send_timeout = absl::Seconds(5);      // for the whole response
-  int max_connections = 16;  // accepted and not yet closed (streams add max_event_streams); more
-                             // are answered 503 and closed
-  int threads = 4;           // serving threads for requests (streams add max_event_streams)
+  int max_connections = 16;   // accepted and not yet closed (streams add max_event_streams); more
+                              // are answered 503 (plain HTTP; with TLS only closed) and closed
+  int threads = 4;            // serving threads for requests (streams add max_event_streams)
   int max_event_streams = 2;  // open event streams; more are answered 503
   // Exposed rules on any address (a test of them on loopback); a non-loopback address implies
   // them. Exposed needs `tls` and `auth`.
   bool exposed = false;
   std::shared_ptr<const TlsContext> tls;  // null: plain HTTP
   HttpAuth* auth = nullptr;               // null: no token; outlives the server
-  // When exposed: the Host header values (port stripped) /login accepts besides loopback names.
+  // When exposed: the Host header values (port stripped) /login accepts besides loopback names
+  // (the dashboard's own routes check theirs: DashboardApi).
   std::vector<std::string> host_names;
   // Called (on a serving thread) for each request refused for want of the token or a session
   // ("unauthorized") or with a wrong token at POST /login ("login_refused"), with the peer's

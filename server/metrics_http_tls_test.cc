@@ -1,9 +1,9 @@
 // MetricsHttpServer exposed (TLS + HttpAuth) and its event streams, against real sockets and a
 // real OpenSSL client: a stalled handshake holds its connection slot only until the request
-// deadline; plain HTTP to the TLS port gets no HTTP answer; no token / a wrong one is 401 (and
-// reported with the peer), the token 200; /login sets a cookie that then passes; a non-loopback
-// address needs TLS and a token; event streams are capped and end when their client closes.
-// Every wait is on an event (the server's close hook, a socket closing), bounded.
+// deadline; plain HTTP to the TLS port gets no HTTP answer, TLS 1.0/1.1 no handshake; no token / a
+// wrong one is 401 (and reported with the peer), the token 200; /login sets a cookie that then
+// passes; a non-loopback address needs TLS and a token; event streams are capped and end when their
+// client closes. Every wait is on an event (the server's close hook, a socket closing), bounded.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <openssl/ec.h>
@@ -92,8 +92,8 @@ struct CertFiles {
 };
 CertFiles MakeCert() {
   const char* dir = std::getenv("TEST_TMPDIR");
-  const std::string base = std::string(dir ? dir : "/tmp") + "/metrics_http_tls_" +
-                           std::to_string(getpid());
+  const std::string base =
+      std::string(dir ? dir : "/tmp") + "/metrics_http_tls_" + std::to_string(getpid());
   EVP_PKEY* key = EVP_EC_gen("P-256");
   X509* x509 = X509_new();
   ASN1_INTEGER_set(X509_get_serialNumber(x509), 1);
@@ -118,9 +118,13 @@ CertFiles MakeCert() {
 }
 
 // One request over TLS (the certificate is not verified: the test made it); the whole answer,
-// or "" when the handshake failed.
-std::string TlsRequest(int port, const std::string& request) {
+// or "" when the handshake failed. `max_version` caps the client's protocol version; the
+// client's security level is 0 so that it would offer TLS 1.0/1.1 when asked to.
+std::string TlsRequest(int port, const std::string& request, int max_version = 0) {
   SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  SSL_CTX_set_security_level(ctx, 0);
+  SSL_CTX_set_min_proto_version(ctx, TLS1_VERSION);
+  if (max_version != 0) SSL_CTX_set_max_proto_version(ctx, max_version);
   SSL* ssl = SSL_new(ctx);
   const int fd = Connect(port);
   timeval timeout{30, 0};
@@ -144,7 +148,8 @@ class MetricsHttpTlsTest : public ::testing::Test {
   void SetUp() override {
     signal(SIGPIPE, SIG_IGN);  // as megatraind: OpenSSL writes with write(2)
     files_ = MakeCert();
-    absl::StatusOr<std::shared_ptr<const TlsContext>> tls = TlsContext::Load(files_.cert, files_.key);
+    absl::StatusOr<std::shared_ptr<const TlsContext>> tls =
+        TlsContext::Load(files_.cert, files_.key);
     ASSERT_TRUE(tls.ok()) << tls.status();
     options_.tls = *tls;
     options_.auth = &auth_;
@@ -158,8 +163,8 @@ class MetricsHttpTlsTest : public ::testing::Test {
   }
 
   std::unique_ptr<MetricsHttpServer> Start() {
-    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server = MetricsHttpServer::Start(
-        "127.0.0.1:0", std::make_shared<prometheus::Registry>(), options_);
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server =
+        MetricsHttpServer::Start("127.0.0.1:0", std::make_shared<prometheus::Registry>(), options_);
     EXPECT_TRUE(server.ok()) << server.status();
     return server.ok() ? std::move(*server) : nullptr;
   }
@@ -189,7 +194,8 @@ TEST_F(MetricsHttpTlsTest, TokenOrSessionRequired) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     ASSERT_EQ(refused_.size(), 2u);
-    EXPECT_THAT(refused_[0], ::testing::MatchesRegex("unauthorized 127\\.0\\.0\\.1:[0-9]+ /metrics"));
+    EXPECT_THAT(refused_[0],
+                ::testing::MatchesRegex("unauthorized 127\\.0\\.0\\.1:[0-9]+ /metrics"));
   }
   // The login form and its cookie.
   EXPECT_THAT(TlsRequest(port, "GET /login HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"),
@@ -198,16 +204,29 @@ TEST_F(MetricsHttpTlsTest, TokenOrSessionRequired) {
               StartsWith("HTTP/1.1 401 Unauthorized\r\n"));
   const std::string body = absl::StrCat("token=", kToken);
   const std::string login = TlsRequest(
-      port, absl::StrCat("POST /login HTTP/1.1\r\nContent-Length: ", body.size(), "\r\n\r\n", body));
+      port,
+      absl::StrCat("POST /login HTTP/1.1\r\nContent-Length: ", body.size(), "\r\n\r\n", body));
   ASSERT_THAT(login, StartsWith("HTTP/1.1 303 See Other\r\n"));
   const size_t at = login.find("Set-Cookie: ") + 12;
   const std::string cookie = login.substr(at, login.find(';', at) - at);
-  EXPECT_THAT(TlsRequest(port, absl::StrCat("GET /metrics HTTP/1.1\r\nCookie: ", cookie,
-                                            "\r\n\r\n")),
-              StartsWith("HTTP/1.1 200 OK\r\n"));
+  EXPECT_THAT(
+      TlsRequest(port, absl::StrCat("GET /metrics HTTP/1.1\r\nCookie: ", cookie, "\r\n\r\n")),
+      StartsWith("HTTP/1.1 200 OK\r\n"));
   // A foreign Host at /login (DNS rebinding).
   EXPECT_THAT(TlsRequest(port, "GET /login HTTP/1.1\r\nHost: evil.example\r\n\r\n"),
               StartsWith("HTTP/1.1 403 Forbidden\r\n"));
+}
+
+TEST_F(MetricsHttpTlsTest, TlsBelow12IsRefused) {
+  std::unique_ptr<MetricsHttpServer> server = Start();
+  ASSERT_NE(server, nullptr);
+  const std::string get =
+      absl::StrCat("GET /metrics HTTP/1.1\r\nAuthorization: Bearer ", kToken, "\r\n\r\n");
+  EXPECT_EQ(TlsRequest(server->port(), get, TLS1_1_VERSION), "");
+  EXPECT_EQ(TlsRequest(server->port(), get, TLS1_VERSION), "");
+  EXPECT_TRUE(closes_.Await("tls_handshake_failed", 2, absl::Seconds(30)));
+  // The same client allowed TLS 1.2 is served.
+  EXPECT_THAT(TlsRequest(server->port(), get, TLS1_2_VERSION), StartsWith("HTTP/1.1 200 OK\r\n"));
 }
 
 TEST_F(MetricsHttpTlsTest, PlainHttpGetsNoAnswer) {
@@ -236,7 +255,8 @@ TEST_F(MetricsHttpTlsTest, AStalledHandshakeHoldsItsSlotOnlyUntilTheDeadline) {
   EXPECT_TRUE(closes_.Await("request_deadline", 1, absl::Seconds(30)));
   EXPECT_NE(ReadToClose(stalled, absl::Seconds(30)), "TIMEOUT");
   EXPECT_THAT(TlsRequest(server->port(), absl::StrCat("GET /metrics HTTP/1.1\r\nAuthorization: "
-                                                      "Bearer ", kToken, "\r\n\r\n")),
+                                                      "Bearer ",
+                                                      kToken, "\r\n\r\n")),
               StartsWith("HTTP/1.1 200 OK\r\n"));
   close(stalled);
   close(over);
@@ -246,8 +266,8 @@ TEST(MetricsHttpExposureTest, ANonLoopbackAddressNeedsTlsAndAToken) {
   absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server =
       MetricsHttpServer::Start("0.0.0.0:0", std::make_shared<prometheus::Registry>(), {});
   ASSERT_FALSE(server.ok());
-  EXPECT_THAT(server.status().message(), AllOf(HasSubstr("metrics_address"),
-                                               HasSubstr("tls_cert_file"), HasSubstr("token")));
+  EXPECT_THAT(server.status().message(),
+              AllOf(HasSubstr("metrics_address"), HasSubstr("tls_cert_file"), HasSubstr("token")));
   MetricsHttpOptions forced;
   forced.exposed = true;
   EXPECT_FALSE(

@@ -101,8 +101,7 @@ TEST(DaemonConfigTest, AnExposedMetricsListenerNeedsTlsAndAToken) {
   EXPECT_THAT(ValidateDaemonConfig(*c).status().message(), HasSubstr("max_event_streams"));
   c->set_max_event_streams(0);
   c->set_dashboard_session_minutes(10081);
-  EXPECT_THAT(ValidateDaemonConfig(*c).status().message(),
-              HasSubstr("dashboard_session_minutes"));
+  EXPECT_THAT(ValidateDaemonConfig(*c).status().message(), HasSubstr("dashboard_session_minutes"));
 }
 
 TEST(DaemonConfigTest, DriveWearIsOffByDefaultAndNeedsTheRatedTbw) {

@@ -30,7 +30,7 @@ else
   BASE_URL="http://127.0.0.1:$PORT"
 fi
 start_daemon "${DASHBOARD_FLAGS[@]}"
-curl -sf "${PAGE_CURL[@]}" "$BASE_URL/" | grep -q '<script src="dashboard.js">' || fail "no dashboard page"
+curl -sf "${PAGE_CURL[@]}" "$BASE_URL/" | grep '<script src="dashboard.js">' > /dev/null || fail "no dashboard page"
 JOB=$(cli submit --model_config="$WORK/data/config.json" --text="$WORK/data/corpus.txt" \
   --steps=1000000 --batch_size=2 --seq_len=32 --lr=1e-3)
 await 120 "job $JOB running" state_is "$JOB" RUNNING

@@ -89,7 +89,8 @@ def events(port, ca, token, job):
             if first_step is None:
                 first_step = step
             elif step > first_step:
-                print(f"event for step {step} after step {first_step}; events seen: {sorted(kinds)}")
+                print(f"event for step {step} after step {first_step}; "
+                      f"events seen: {sorted(kinds)}")
                 if "jobs" not in kinds:
                     sys.exit("no 'jobs' event")
                 return
