@@ -132,10 +132,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const service::DaemonSetti
       http_options.tls = *std::move(tls);
       http_options.auth = d->http_auth_.get();
       http_options.host_names = host_names;
-      http_options.on_refused = [&log](absl::string_view what, absl::string_view peer,
-                                       absl::string_view target) {
+      http_options.on_auth = [&log](absl::string_view what, absl::string_view peer,
+                                    absl::string_view target) {
         // StructuredLog escapes control characters; the target is cut to keep lines short.
-        log.Event(what == "login_refused" ? "http_login_refused" : "http_unauthorized",
+        log.Event(absl::StrCat("http_", what),
                   {{"peer", std::string(peer)}, {"target", std::string(target.substr(0, 200))}});
       };
     }

@@ -256,8 +256,8 @@ absl::string_view MetricsHttpServer::Answer(HttpConnection& connection, const st
   const absl::string_view target = RequestTarget(head);
   const absl::string_view path = target.substr(0, target.find('?'));
   const absl::Time send_deadline = absl::Now() + options_.send_timeout;
-  auto refuse = [&](absl::string_view what) {
-    if (options_.on_refused) options_.on_refused(what, peer, target);
+  auto report = [&](absl::string_view what) {
+    if (options_.on_auth) options_.on_auth(what, peer, target);
   };
 
   if (options_.exposed && path == "/login") {
@@ -292,11 +292,12 @@ absl::string_view MetricsHttpServer::Answer(HttpConnection& connection, const st
     body.resize(length);
     const std::optional<std::string> cookie = options_.auth->Login(body);
     if (!cookie.has_value()) {
-      refuse("login_refused");
+      report("login_refused");
       return connection.SendAll(
           Head("401 Unauthorized", "text/html; charset=utf-8", kPageHeaders, LoginPage(true)),
           send_deadline);
     }
+    report("login");
     return connection.SendAll(Head("303 See Other", "text/plain; charset=utf-8",
                                    absl::StrCat("Location: /\r\nSet-Cookie: ", *cookie,
                                                 "\r\nCache-Control: no-store\r\n"),
@@ -304,13 +305,17 @@ absl::string_view MetricsHttpServer::Answer(HttpConnection& connection, const st
                               send_deadline);
   }
   if (options_.exposed && !options_.auth->Allows(head)) {
-    refuse("unauthorized");
-    // The same answer whatever was wrong (no token, a wrong one, an old or forged cookie).
-    return connection.SendAll(Head("401 Unauthorized", "text/plain; charset=utf-8",
-                                   "WWW-Authenticate: Bearer\r\nCache-Control: no-store\r\n",
-                                   "unauthorized: send 'Authorization: Bearer <token>' or log "
-                                   "in at /login\n"),
-                              send_deadline);
+    report("unauthorized");
+    // The same answer whatever was wrong (no token, a wrong one, an old or forged cookie); a
+    // browser's page load gets a link to the login form.
+    const bool html = absl::StrContains(HeaderValue(head, "Accept"), "text/html");
+    return connection.SendAll(
+        Head("401 Unauthorized", html ? "text/html; charset=utf-8" : "text/plain; charset=utf-8",
+             absl::StrCat("WWW-Authenticate: Bearer\r\n", kPageHeaders),
+             html ? "<!doctype html>\n<title>megatraind: log in</title>"
+                    "<p>Unauthorized. <a href=\"/login\">Log in</a> with the daemon's token.</p>\n"
+                  : "unauthorized: send 'Authorization: Bearer <token>' or log in at /login\n"),
+        send_deadline);
   }
 
   std::string status = "200 OK", type = "text/plain; version=0.0.4; charset=utf-8", body, extra;

@@ -71,10 +71,10 @@ struct MetricsHttpOptions {
   // (the dashboard's own routes check theirs: DashboardApi).
   std::vector<std::string> host_names;
   // Called (on a serving thread) for each request refused for want of the token or a session
-  // ("unauthorized") or with a wrong token at POST /login ("login_refused"), with the peer's
-  // "address:port" and the request target: the daemon logs them.
+  // ("unauthorized"), with a wrong token at POST /login ("login_refused"), and for each login
+  // ("login"), with the peer's "address:port" and the request target: the daemon logs them.
   std::function<void(absl::string_view what, absl::string_view peer, absl::string_view target)>
-      on_refused;
+      on_auth;
   // Test hook: called when a connection is closed, with why ("served", "request_deadline",
   // "send_timeout", "over_connection_cap", "client_closed", "request_too_large", "stopping",
   // "tls_handshake_failed", "stream_ended").

@@ -155,10 +155,10 @@ class MetricsHttpTlsTest : public ::testing::Test {
     options_.auth = &auth_;
     options_.exposed = true;
     options_.on_close = closes_.Hook();
-    options_.on_refused = [this](absl::string_view what, absl::string_view peer,
-                                 absl::string_view target) {
+    options_.on_auth = [this](absl::string_view what, absl::string_view peer,
+                              absl::string_view target) {
       std::lock_guard<std::mutex> lock(mu_);
-      refused_.push_back(absl::StrCat(what, " ", peer, " ", target));
+      auth_events_.push_back(absl::StrCat(what, " ", peer, " ", target));
     };
   }
 
@@ -174,7 +174,7 @@ class MetricsHttpTlsTest : public ::testing::Test {
   CloseEvents closes_;
   MetricsHttpOptions options_;
   std::mutex mu_;
-  std::vector<std::string> refused_;
+  std::vector<std::string> auth_events_;
 };
 
 TEST_F(MetricsHttpTlsTest, TokenOrSessionRequired) {
@@ -193,8 +193,8 @@ TEST_F(MetricsHttpTlsTest, TokenOrSessionRequired) {
               StartsWith("HTTP/1.1 200 OK\r\n"));
   {
     std::lock_guard<std::mutex> lock(mu_);
-    ASSERT_EQ(refused_.size(), 2u);
-    EXPECT_THAT(refused_[0],
+    ASSERT_EQ(auth_events_.size(), 2u);
+    EXPECT_THAT(auth_events_[0],
                 ::testing::MatchesRegex("unauthorized 127\\.0\\.0\\.1:[0-9]+ /metrics"));
   }
   // The login form and its cookie.
@@ -212,6 +212,16 @@ TEST_F(MetricsHttpTlsTest, TokenOrSessionRequired) {
   EXPECT_THAT(
       TlsRequest(port, absl::StrCat("GET /metrics HTTP/1.1\r\nCookie: ", cookie, "\r\n\r\n")),
       StartsWith("HTTP/1.1 200 OK\r\n"));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ASSERT_EQ(auth_events_.size(), 4u);
+    EXPECT_THAT(auth_events_[2],
+                ::testing::MatchesRegex("login_refused 127\\.0\\.0\\.1:[0-9]+ /login"));
+    EXPECT_THAT(auth_events_[3], ::testing::MatchesRegex("login 127\\.0\\.0\\.1:[0-9]+ /login"));
+  }
+  // A browser's page load without a session: still 401, with a link to the form.
+  EXPECT_THAT(TlsRequest(port, "GET / HTTP/1.1\r\nAccept: text/html,*/*\r\n\r\n"),
+              AllOf(StartsWith("HTTP/1.1 401 Unauthorized\r\n"), HasSubstr("href=\"/login\"")));
   // A foreign Host at /login (DNS rebinding).
   EXPECT_THAT(TlsRequest(port, "GET /login HTTP/1.1\r\nHost: evil.example\r\n\r\n"),
               StartsWith("HTTP/1.1 403 Forbidden\r\n"));

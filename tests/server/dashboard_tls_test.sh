@@ -88,6 +88,7 @@ for attribute in "; Secure" "; HttpOnly" "; SameSite=Strict" "; Path=/"; do
 done
 COOKIE=$(sed -E 's/^[^:]*: *([^;]*);.*/\1/' <<< "$set_cookie")
 [[ "$COOKIE" =~ ^megatrain_session=[0-9a-f]{64}$ ]] || fail "odd session cookie '$COOKIE'"
+grep -q 'event=http_login peer=127.0.0.1:' "$WORK/daemon.log" || fail "no http_login log line"
 [ "$(code -H "Cookie: $COOKIE" "$BASE/api/jobs")" = 200 ] || fail "session cookie refused"
 [ "$(code -H "Cookie: $COOKIE" "$BASE/")" = 200 ] || fail "session cookie refused for the page"
 FORGED="${COOKIE%?}$([ "${COOKIE: -1}" = 0 ] && echo 1 || echo 0)"
