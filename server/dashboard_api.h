@@ -43,7 +43,7 @@ namespace megatrain::server {
 inline constexpr size_t kMaxDashboardJobs = 200;
 inline constexpr size_t kCheckedCheckpoints = 16;
 inline constexpr absl::Duration kEventKeepalive = absl::Seconds(15);
-inline constexpr absl::Duration kMinEventInterval = absl::Milliseconds(250);
+inline constexpr absl::Duration kMinEventInterval = absl::Milliseconds(500);
 
 class DashboardApi {
  public:
