@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/resource_quota.h"
@@ -102,13 +103,42 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const service::DaemonSetti
       std::make_unique<TrainerService>(d->settings_, d->paths_, *d->runner_, d->metrics_.get(), log,
                                        *d->access_, d->signing_key_->public_key_hex());
   if (!settings.metrics_address.empty()) {
+    // Host names the dashboard answers to besides loopback names: the configured ones and the
+    // listener's own host when it is a specific one (users browse to https://<that>:<port>/).
+    std::vector<std::string> host_names = settings.dashboard_host_names;
+    const std::string own_host =
+        settings.metrics_address.substr(0, settings.metrics_address.find_last_of(':'));
+    if (!own_host.empty() && own_host != "0.0.0.0" && own_host != "[::]") {
+      host_names.push_back(own_host);
+    }
     d->dashboard_ = std::make_unique<DashboardApi>(d->settings_, *d->runner_,
-                                                   d->signing_key_->public_key_hex());
+                                                   d->signing_key_->public_key_hex(), host_names);
     MetricsHttpOptions http_options;
     http_options.handler = [api = d->dashboard_.get()](absl::string_view target,
                                                        absl::string_view host) {
       return api->Handle(target, host);
     };
+    http_options.max_event_streams = static_cast<int>(settings.max_event_streams);
+    if (settings.metrics_exposed) {
+      // The TCP listener's certificate, key and token: one secret and one identity per daemon.
+      absl::StatusOr<std::shared_ptr<const TlsContext>> tls =
+          TlsContext::Load(settings.tls_cert_file, settings.tls_key_file);
+      if (!tls.ok()) return tls.status();
+      absl::StatusOr<std::string> token = ReadTokenFile(settings.token_file);
+      if (!token.ok()) return token.status();
+      d->http_auth_ = std::make_unique<HttpAuth>(*std::move(token),
+                                                 absl::Minutes(settings.dashboard_session_minutes));
+      http_options.exposed = true;
+      http_options.tls = *std::move(tls);
+      http_options.auth = d->http_auth_.get();
+      http_options.host_names = host_names;
+      http_options.on_auth = [&log](absl::string_view what, absl::string_view peer,
+                                    absl::string_view target) {
+        // StructuredLog escapes control characters; the target is cut to keep lines short.
+        log.Event(absl::StrCat("http_", what),
+                  {{"peer", std::string(peer)}, {"target", std::string(target.substr(0, 200))}});
+      };
+    }
     absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http =
         MetricsHttpServer::Start(settings.metrics_address, d->registry_, std::move(http_options));
     if (!http.ok()) return http.status();
@@ -151,6 +181,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const service::DaemonSetti
             {{"socket", settings.socket_path},
              {"tcp_port", absl::StrCat(d->tcp_port_)},
              {"metrics_port", absl::StrCat(d->metrics_port())},
+             {"metrics_tls", settings.metrics_exposed ? "true" : "false"},
              {"device", std::string(engine::DeviceKindName(settings.device.kind))},
              {"version", kDaemonVersion},
              {"public_key", d->signing_key_->public_key_hex()}});

@@ -1,6 +1,6 @@
 // Daemon: megatraind assembled from validated settings: state directory and store, metrics
-// endpoint and dashboard (one loopback HTTP listener), job runner, Trainer service on the Unix
-// socket (and TCP with TLS + token).
+// endpoint and dashboard (one HTTP listener: loopback, or exposed with TLS + token), job runner,
+// Trainer service on the Unix socket (and TCP with TLS + token).
 #pragma once
 
 #include <memory>
@@ -11,6 +11,7 @@
 #include "grpcpp/server.h"
 #include "prometheus/registry.h"
 #include "server/dashboard_api.h"
+#include "server/http_auth.h"
 #include "server/job_access.h"
 #include "server/job_engine.h"
 #include "server/job_runner.h"
@@ -70,6 +71,7 @@ class Daemon {
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<UnixListener> unix_listener_;  // after server_: stopped and destroyed first
   std::unique_ptr<DashboardApi> dashboard_;
+  std::unique_ptr<HttpAuth> http_auth_;  // exposed metrics/dashboard listener only
   // Last: stopped and destroyed first, its handler reads dashboard_ and runner_.
   std::unique_ptr<MetricsHttpServer> metrics_http_;
   int tcp_port_ = 0;

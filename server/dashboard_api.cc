@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "engine/checkpoint/manifest.h"
 #include "engine/provenance/sha256.h"
 #include "google/protobuf/util/json_util.h"
@@ -89,24 +90,18 @@ uint64_t PhysicalRamBytes() {
 
 }  // namespace
 
-bool IsLoopbackHost(absl::string_view host) {
-  if (host.empty()) return true;
-  for (absl::string_view name : {"127.0.0.1", "localhost", "[::1]"}) {
-    if (host == name) return true;
-    if (absl::StartsWith(host, name) && host.size() > name.size() && host[name.size()] == ':') {
-      return true;
-    }
-  }
-  return false;
-}
-
 std::optional<HttpReply> DashboardApi::Handle(absl::string_view target,
                                               absl::string_view host) const {
-  if (!IsLoopbackHost(host)) {
-    HttpReply refused = Json("{\"error\":\"Host is not a loopback name\"}", "403 Forbidden");
+  if (!HostAllowed(host, host_names_)) {
+    HttpReply refused = Json("{\"error\":\"Host is not a name of this server\"}", "403 Forbidden");
     return refused;
   }
   const absl::string_view path = target.substr(0, target.find('?'));
+  if (path == "/api/events") {
+    const size_t query = target.find('?');
+    return Events(query == absl::string_view::npos ? std::string()
+                                                   : FormValue(target.substr(query + 1), "job"));
+  }
   if (path == "/api/daemon") return Daemon();
   if (path == "/api/jobs") return Jobs();
   if (absl::StartsWith(path, kApiPrefix))
@@ -147,6 +142,49 @@ HttpReply DashboardApi::Jobs() const {
   const size_t first = jobs.size() > kMaxDashboardJobs ? jobs.size() - kMaxDashboardJobs : 0;
   for (size_t i = first; i < jobs.size(); ++i) *response.add_jobs() = Redacted(std::move(jobs[i]));
   return Json(ToJson(response));
+}
+
+HttpReply DashboardApi::Events(std::string job_id) const {
+  if (!job_id.empty()) {
+    if (absl::Status s = ValidateJobId(job_id); !s.ok()) return Error(s);
+  }
+  HttpReply reply;
+  reply.content_type = "text/event-stream; charset=utf-8";
+  reply.headers = {{"Cache-Control", "no-store"}, {"X-Content-Type-Options", "nosniff"}};
+  reply.stream = [this, job_id = std::move(job_id)](EventSink& sink) {
+    uint64_t generation = 0;  // 0: the first wait returns at once, so the first event is sent
+    absl::Time last_sent = absl::InfinitePast();
+    while (sink.Open()) {
+      // Bounded so a closed client or a stopping server is noticed within a second.
+      absl::StatusOr<bool> changed = runner_.WaitForAnyChange(&generation, absl::Seconds(1));
+      if (!changed.ok()) return;  // the runner stops
+      if (*changed) {
+        // A fast job steps far more often than a page redraws: at most one event per
+        // kMinEventInterval, the changes meanwhile coalesced into it.
+        const absl::Duration since = absl::Now() - last_sent;
+        if (since < kMinEventInterval) absl::SleepFor(kMinEventInterval - since);
+        if (!sink.Open()) return;
+        if (!sink.Send(EventsText(job_id))) return;
+        last_sent = absl::Now();
+      } else if (absl::Now() - last_sent >= kEventKeepalive) {
+        if (!sink.Send(": keepalive\n\n")) return;
+        last_sent = absl::Now();
+      }
+    }
+  };
+  return reply;
+}
+
+std::string DashboardApi::EventsText(const std::string& job_id) const {
+  // Proto JSON without whitespace is one line; "data:" lines must not hold a newline.
+  std::string text = absl::StrCat("event: jobs\ndata: {\"daemon\":", Daemon().body,
+                                  ",\"list\":", Jobs().body, "}\n\n");
+  if (!job_id.empty()) {
+    const HttpReply job = Job(job_id);
+    absl::StrAppend(&text, "event: ", job.status == "200 OK" ? "job" : "job_error",
+                    "\ndata: ", job.body, "\n\n");
+  }
+  return text;
 }
 
 HttpReply DashboardApi::Job(const std::string& id) const {

@@ -1,12 +1,17 @@
 // DashboardApi with a real runner and a fake engine: the page and its files, the JSON of the
 // daemon, the job list (without paths) and one job with its history and checkpoints; unknown
-// ids, odd ids and non-loopback Host headers; checkpoints' manifests checked again.
+// ids, odd ids and non-loopback Host headers (configured names pass); checkpoints' manifests
+// checked again; /api/events sends the jobs and the selected job after each step.
 #include "server/dashboard_api.h"
 
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "gmock/gmock.h"
@@ -168,6 +173,69 @@ TEST_F(DashboardApiTest, UnknownAndOddIdsAndForeignHosts) {
   EXPECT_TRUE(IsLoopbackHost("[::1]:9"));
   EXPECT_FALSE(IsLoopbackHost("localhost.evil.example"));
   EXPECT_FALSE(IsLoopbackHost("127.0.0.10:80"));
+  // Exposed with a configured name: that name passes, others still do not.
+  DashboardApi named(settings_, *runner_, "ab12", {"trainer.example"});
+  EXPECT_EQ(named.Handle("/api/jobs", "trainer.example:9443")->status, "200 OK");
+  EXPECT_EQ(named.Handle("/api/jobs", "evil.example:9443")->status, "403 Forbidden");
+}
+
+// An EventSink that records what a stream sends until the test closes it.
+class RecordingSink final : public EventSink {
+ public:
+  bool Send(absl::string_view text) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    sent_.emplace_back(text);
+    cv_.notify_all();
+    return !closed_;
+  }
+  bool Open() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return !closed_;
+  }
+  void Close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+  }
+  // True when an event containing every one of `needles` was sent within `timeout`.
+  bool Await(const std::vector<std::string>& needles, absl::Duration timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, absl::ToChronoMilliseconds(timeout), [&] {
+      for (const std::string& text : sent_) {
+        bool all = true;
+        for (const std::string& n : needles) all = all && absl::StrContains(text, n);
+        if (all) return true;
+      }
+      return false;
+    });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::string> sent_;
+  bool closed_ = false;
+};
+
+TEST_F(DashboardApiTest, EventsFollowTheRunnersChanges) {
+  EXPECT_THAT(Get("/api/events?job=a%22b", "400 Bad Request"), HasSubstr("\"error\""));
+  std::optional<HttpReply> reply = api_->Handle("/api/events?job=job-000001", "127.0.0.1:1");
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(reply->content_type, "text/event-stream; charset=utf-8");
+  ASSERT_TRUE(reply->stream);
+  RecordingSink sink;
+  std::thread stream([&] { reply->stream(sink); });
+  // At once: the (empty) job list; the selected job does not exist yet.
+  EXPECT_TRUE(sink.Await({"event: jobs\ndata: {\"daemon\":", "\"list\":{"}, absl::Seconds(20)));
+  EXPECT_TRUE(sink.Await({"event: job_error\n"}, absl::Seconds(20)));
+  // The job's steps and its end reach the stream as they happen (the runner's notifications).
+  const std::string id = RunJob(5);
+  EXPECT_EQ(id, "job-000001");
+  EXPECT_TRUE(sink.Await({"event: jobs\n", "\"id\":\"job-000001\""}, absl::Seconds(20)));
+  EXPECT_TRUE(sink.Await({"event: job\ndata: {\"job\":{\"id\":\"job-000001\"",
+                          "\"state\":\"SUCCEEDED\"", "\"step\":\"5\""},
+                         absl::Seconds(20)));
+  sink.Close();
+  stream.join();  // the stream notices within its bounded wait
 }
 
 }  // namespace

@@ -161,7 +161,7 @@ void JobRunner::StoreFailedLocked(const std::string& failure) {
   if (!running_.empty()) stop_running_ = true;  // checkpoint, stop; continues after a restart
   log_.Event("store_failed", {{"reason", reason}});
   if (metrics_ != nullptr) metrics_->SetHealthy(false);
-  changed_.notify_all();
+  NotifyChangedLocked();
 }
 
 void JobRunner::TransitionLocked(Entry& entry, v1::JobState state, const std::string& message,
@@ -182,7 +182,7 @@ void JobRunner::TransitionLocked(Entry& entry, v1::JobState state, const std::st
   log_.JobEvent("job_state", entry.job->id(),
                 {{"state", JobStateName(state)}, {"message", message}});
   PublishCountsLocked();
-  changed_.notify_all();
+  NotifyChangedLocked();
 }
 
 void JobRunner::PublishCountsLocked() {
@@ -358,7 +358,7 @@ absl::StatusOr<std::vector<std::string>> JobRunner::Purge(int64_t finished_befor
   log_.Event("jobs_purged", {{"count", absl::StrCat(purged.size())},
                              {"finished_before_unix_ms", absl::StrCat(finished_before_unix_ms)}});
   PublishCountsLocked();
-  changed_.notify_all();  // watchers of a purged job find it gone
+  NotifyChangedLocked();  // watchers of a purged job find it gone
   return purged;
 }
 
@@ -375,7 +375,7 @@ absl::StatusOr<v1::Job> JobRunner::Cancel(const std::string& id) {
     cancel_running_ = true;
     e.message = "cancel requested";
     ++e.version;
-    changed_.notify_all();
+    NotifyChangedLocked();
     log_.JobEvent("cancel_requested", id);
     return *e.job;
   }
@@ -397,7 +397,7 @@ absl::StatusOr<v1::Job> JobRunner::Pause(const std::string& id) {
     pause_running_ = true;
     e.message = "pause requested: checkpoint, then stop";
     ++e.version;
-    changed_.notify_all();
+    NotifyChangedLocked();
     log_.JobEvent("pause_requested", id);
     return *e.job;
   }
@@ -577,7 +577,7 @@ absl::StatusOr<v1::CheckpointRecord> JobRunner::CheckpointNow(const std::string&
   checkpoint_requested_ = true;
   log_.JobEvent("checkpoint_requested", id, {{"after_step", absl::StrCat(from_step)}});
   ++checkpoint_waiters_;
-  changed_.notify_all();  // a held run (test hook) steps on until the checkpoint is committed
+  NotifyChangedLocked();  // a held run (test hook) steps on until the checkpoint is committed
   // The entry stays while the job runs; once it ended it is looked up again (PurgeJobs).
   auto answered = [&] {
     return running_ == id && e.checkpoints_committed > committed_before &&
@@ -641,6 +641,16 @@ absl::StatusOr<bool> JobRunner::WaitForChange(const std::string& id, uint64_t* v
   lock.unlock();
   *job = *snapshot;  // copied without mu_ (protocol 8)
   return true;
+}
+
+absl::StatusOr<bool> JobRunner::WaitForAnyChange(uint64_t* generation,
+                                                 absl::Duration timeout) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  const bool changed = changed_.wait_for(lock, absl::ToChronoMilliseconds(timeout),
+                                         [&] { return generation_ != *generation || stopping_; });
+  if (stopping_) return absl::UnavailableError("megatraind is shutting down");
+  *generation = generation_;
+  return changed;
 }
 
 void JobRunner::Loop() {
@@ -730,7 +740,7 @@ bool JobRunner::Shutdown(absl::Duration timeout) {
     if (stopping_ && !thread_.joinable()) return true;
     stopping_ = true;
     stop_running_ = true;
-    changed_.notify_all();
+    NotifyChangedLocked();
   }
   if (!thread_.joinable()) return true;
   std::unique_lock<std::mutex> lock(done_mu_);

@@ -158,6 +158,12 @@ class JobRunner {
                                      absl::Duration timeout, v1::Job* job,
                                      std::string* message) const;
 
+  // Blocks until any job changed (a step, a state, a message, a submit, a purge) since
+  // `*generation` (0 = return at once) or the timeout passed; `*generation` is then the runner's
+  // current one. True on a change, false on timeout; UNAVAILABLE once the runner is stopping.
+  // The dashboard's event streams wait here (the step observer's notifications, no timer).
+  absl::StatusOr<bool> WaitForAnyChange(uint64_t* generation, absl::Duration timeout) const;
+
   // Stops taking jobs, asks the running job to stop (it goes back to QUEUED) and joins the runner
   // thread. Returns false when the run did not stop within `timeout` (the thread is detached).
   bool Shutdown(absl::Duration timeout = absl::Seconds(60));
@@ -221,6 +227,11 @@ class JobRunner {
   absl::Status CheckOutputDirFreeLocked(const v1::JobSpec& spec,
                                         const service::ValidatedJob& job) const;
   void PublishCountsLocked();
+  // With mu_ held: a job changed; wakes WaitForChange and WaitForAnyChange.
+  void NotifyChangedLocked() {
+    ++generation_;
+    changed_.notify_all();
+  }
   const Entry* FindLocked(const std::string& id) const;
   bool Known(const std::string& id) const;  // takes mu_
 
@@ -239,6 +250,7 @@ class JobRunner {
 
   mutable std::mutex mu_;
   mutable std::condition_variable changed_;
+  uint64_t generation_ = 1;  // bumped with every notification of changed_; guarded by mu_
   std::map<std::string, Entry> jobs_;
   std::deque<std::string> queue_;
   std::string running_;

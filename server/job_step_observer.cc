@@ -27,7 +27,7 @@ void JobRunner::StepObserver::OnLine(const std::string& line, bool keep) {
   e.message = line;
   ++e.version;
   runner_.log_.JobEvent("engine", id_, {{"line", line}});
-  runner_.changed_.notify_all();
+  runner_.NotifyChangedLocked();
 }
 
 void JobRunner::StepObserver::OnStep(const engine::StepReport& report, double validation_loss) {
@@ -81,7 +81,7 @@ void JobRunner::StepObserver::OnStep(const engine::StepReport& report, double va
          {"tokens_per_second", absl::StrFormat("%.0f", report.tokens_per_second)}});
   }
   LogActivationModesIfChanged(report);
-  runner_.changed_.notify_all();
+  runner_.NotifyChangedLocked();
   const uint64_t hold = runner_.limits_.test_hold_after_step;
   if (hold != 0 && first_step_ <= hold && report.step >= hold && report.step < p.total_steps()) {
     // The test hook (RunnerLimits): wait for a stop or a checkpoint request, on state only.

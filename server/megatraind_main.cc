@@ -37,6 +37,11 @@ ABSL_FLAG(std::string, tls_cert_file, "", "Overrides tls_cert_file.");
 ABSL_FLAG(std::string, tls_key_file, "", "Overrides tls_key_file.");
 ABSL_FLAG(std::string, token_file, "", "Overrides token_file.");
 ABSL_FLAG(std::string, metrics_address, "", "Overrides metrics_address.");
+ABSL_FLAG(bool, metrics_exposed, false, "Overrides metrics_exposed (only to true).");
+ABSL_FLAG(std::string, dashboard_host_names, "",
+          "Overrides dashboard_host_names (comma-separated).");
+ABSL_FLAG(uint32_t, max_event_streams, 0, "Overrides max_event_streams.");
+ABSL_FLAG(uint32_t, dashboard_session_minutes, 0, "Overrides dashboard_session_minutes.");
 ABSL_FLAG(std::string, data_roots, "", "Overrides data_roots (comma-separated).");
 ABSL_FLAG(std::string, output_roots, "", "Overrides output_roots (comma-separated).");
 ABSL_FLAG(std::string, device, "", "Overrides device (cpu|cuda).");
@@ -127,6 +132,16 @@ bool ApplyFlags(megatrain::v1::DaemonConfig& c) {
   if (Given("tls_key_file")) c.set_tls_key_file(absl::GetFlag(FLAGS_tls_key_file));
   if (Given("token_file")) c.set_token_file(absl::GetFlag(FLAGS_token_file));
   if (Given("metrics_address")) c.set_metrics_address(absl::GetFlag(FLAGS_metrics_address));
+  if (Given("metrics_exposed")) c.set_metrics_exposed(absl::GetFlag(FLAGS_metrics_exposed));
+  if (Given("dashboard_host_names")) {
+    c.clear_dashboard_host_names();
+    for (absl::string_view name :
+         absl::StrSplit(absl::GetFlag(FLAGS_dashboard_host_names), ',', absl::SkipEmpty()))
+      c.add_dashboard_host_names(std::string(name));
+  }
+  if (Given("max_event_streams")) c.set_max_event_streams(absl::GetFlag(FLAGS_max_event_streams));
+  if (Given("dashboard_session_minutes"))
+    c.set_dashboard_session_minutes(absl::GetFlag(FLAGS_dashboard_session_minutes));
   if (Given("data_roots")) {
     c.clear_data_roots();
     for (absl::string_view r :

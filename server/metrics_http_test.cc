@@ -145,6 +145,7 @@ TEST(MetricsHttpTest, ConnectionsOverTheCapGet503AtOnce) {
   options.request_deadline = absl::Seconds(60);
   options.max_connections = 2;
   options.threads = 2;
+  options.max_event_streams = 0;  // streams would add their own connections and threads
   options.on_close = closes.Hook();
   std::unique_ptr<MetricsHttpServer> server = StartServer(options);
   const int idle1 = Connect(server->port());

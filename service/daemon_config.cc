@@ -126,9 +126,39 @@ absl::StatusOr<DaemonSettings> ValidateDaemonConfig(const v1::DaemonConfig& c) {
     }
   }
   s.metrics_address = c.metrics_address();
-  if (!s.metrics_address.empty() && !IsLoopbackHostPort(s.metrics_address)) {
-    return Invalid("metrics_address",
-                   absl::StrCat("'", s.metrics_address, "' is not a loopback host:port"));
+  s.metrics_exposed =
+      c.metrics_exposed() || (!s.metrics_address.empty() && !IsLoopbackHostPort(s.metrics_address));
+  if (s.metrics_exposed) {
+    const absl::string_view field = c.metrics_exposed() ? "metrics_exposed" : "metrics_address";
+    const std::string what = s.metrics_address.empty()
+                                 ? std::string("an exposed listener")
+                                 : absl::StrCat("'", s.metrics_address, "' (exposed)");
+    if (s.metrics_address.empty()) return Invalid(field, "needs metrics_address");
+    if (s.tls_cert_file.empty() || s.tls_key_file.empty()) {
+      return Invalid(field, absl::StrCat(what,
+                                         " needs tls_cert_file and tls_key_file "
+                                         "(refusing plain HTTP beyond loopback)"));
+    }
+    if (s.token_file.empty()) {
+      return Invalid(field, absl::StrCat(what, " needs token_file (bearer token)"));
+    }
+  }
+  for (const std::string& name : c.dashboard_host_names()) {
+    if (name.empty() || name.find_first_of(":/ \t\r\n") != std::string::npos) {
+      return Invalid("dashboard_host_names",
+                     absl::StrCat("'", name, "' is not a host name (no port, no spaces)"));
+    }
+    s.dashboard_host_names.push_back(name);
+  }
+  if (c.max_event_streams() != 0) s.max_event_streams = c.max_event_streams();
+  if (s.max_event_streams > 64) {
+    return Invalid("max_event_streams", absl::StrCat(s.max_event_streams, " is over 64"));
+  }
+  if (c.dashboard_session_minutes() != 0)
+    s.dashboard_session_minutes = c.dashboard_session_minutes();
+  if (s.dashboard_session_minutes > 10080) {
+    return Invalid("dashboard_session_minutes",
+                   absl::StrCat(s.dashboard_session_minutes, " is over 10080 (a week)"));
   }
   for (const std::string& root : c.data_roots()) {
     if (absl::Status st = CheckAbsolute("data_roots", root, true); !st.ok()) return st;

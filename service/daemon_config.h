@@ -24,6 +24,12 @@ struct DaemonSettings {
   std::string tls_key_file;
   std::string token_file;
   std::string metrics_address;  // empty = no metrics endpoint
+  // Exposed rules on the metrics/dashboard listener (TLS + token + login): metrics_exposed or a
+  // non-loopback metrics_address.
+  bool metrics_exposed = false;
+  std::vector<std::string> dashboard_host_names;
+  uint32_t max_event_streams = 2;
+  uint32_t dashboard_session_minutes = 720;
   std::vector<std::string> data_roots;
   std::vector<std::string> output_roots;
   engine::DeviceOptions device;

@@ -7,6 +7,7 @@
 namespace megatrain::service {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 constexpr char kMinimal[] = R"pb(
@@ -66,6 +67,41 @@ TEST(DaemonConfigTest, MetricsOnlyOnLoopbackAndPathsAbsolute) {
   c->set_state_dir("/ok");
   c->set_link_gbps(-1);
   EXPECT_THAT(ValidateDaemonConfig(*c).status().message(), HasSubstr("link_gbps"));
+}
+
+TEST(DaemonConfigTest, AnExposedMetricsListenerNeedsTlsAndAToken) {
+  absl::StatusOr<v1::DaemonConfig> c =
+      ParseDaemonConfigText(std::string(kMinimal) + "metrics_address: \"0.0.0.0:9443\"");
+  ASSERT_TRUE(c.ok());
+  EXPECT_THAT(ValidateDaemonConfig(*c).status().message(),
+              AllOf(HasSubstr("metrics_address"), HasSubstr("tls_cert_file")));
+  c->set_tls_cert_file("/c.pem");
+  c->set_tls_key_file("/k.pem");
+  EXPECT_THAT(ValidateDaemonConfig(*c).status().message(),
+              AllOf(HasSubstr("metrics_address"), HasSubstr("token_file")));
+  c->set_token_file("/token");
+  absl::StatusOr<DaemonSettings> s = ValidateDaemonConfig(*c);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->metrics_exposed);
+  EXPECT_EQ(s->max_event_streams, 2u);
+  EXPECT_EQ(s->dashboard_session_minutes, 720u);
+  // Loopback: not exposed unless forced, and forcing needs the same fields.
+  c->set_metrics_address("127.0.0.1:0");
+  EXPECT_FALSE(ValidateDaemonConfig(*c)->metrics_exposed);
+  c->set_metrics_exposed(true);
+  EXPECT_TRUE(ValidateDaemonConfig(*c)->metrics_exposed);
+  c->clear_token_file();
+  EXPECT_THAT(ValidateDaemonConfig(*c).status().message(),
+              AllOf(HasSubstr("metrics_exposed"), HasSubstr("token_file")));
+  c->set_token_file("/token");
+  c->add_dashboard_host_names("trainer.example:443");
+  EXPECT_THAT(ValidateDaemonConfig(*c).status().message(), HasSubstr("dashboard_host_names"));
+  c->clear_dashboard_host_names();
+  c->set_max_event_streams(65);
+  EXPECT_THAT(ValidateDaemonConfig(*c).status().message(), HasSubstr("max_event_streams"));
+  c->set_max_event_streams(0);
+  c->set_dashboard_session_minutes(10081);
+  EXPECT_THAT(ValidateDaemonConfig(*c).status().message(), HasSubstr("dashboard_session_minutes"));
 }
 
 TEST(DaemonConfigTest, DriveWearIsOffByDefaultAndNeedsTheRatedTbw) {

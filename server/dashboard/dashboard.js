@@ -1,9 +1,13 @@
-// megatraind's dashboard: polls the daemon's JSON API (server/dashboard_api.h) every second and
-// draws the job list, the selected job's curves and layer bars (plain SVG), memory per tier,
-// checkpoints and the daemon's health; says "daemon unreachable" while fetches fail.
+// megatraind's dashboard: follows the daemon's server-sent events (GET api/events, pushed on every
+// step; server/dashboard_api.h) and, when the stream fails (an old browser, the stream cap, the
+// daemon gone), polls its JSON API every second instead, trying the stream again after 30 s of
+// successful polls. Draws the job list, the selected job's curves and layer bars (plain SVG),
+// memory per tier, checkpoints and the daemon's health; says "daemon unreachable" while fetches
+// fail. body[data-live] says which ("events" or "polling").
 "use strict";
 
 const POLL_MS = 1000;
+const STREAM_RETRY_MS = 30000;
 const FETCH_TIMEOUT_MS = 3000;
 const SVG = "http://www.w3.org/2000/svg";
 let selected = null;  // the job the user clicked; null = the running (else newest) job
@@ -23,6 +27,8 @@ async function getJson(path) {
   const timer = setTimeout(() => abort.abort(), FETCH_TIMEOUT_MS);
   try {
     const response = await fetch(path, { cache: "no-store", signal: abort.signal });
+    // Exposed daemon, session expired: log in again (server/http_auth.h).
+    if (response.status === 401) window.location.assign("login");
     if (!response.ok) throw new Error(`${path}: HTTP ${response.status}`);
     return await response.json();
   } finally {
@@ -66,7 +72,7 @@ function showJobs(jobs, running) {
     const row = body.insertRow();
     row.dataset.jobId = job.id;
     if (job.id === selected) row.className = "selected";
-    row.onclick = () => { selected = job.id; tick(); };
+    row.onclick = () => { selected = job.id; refresh(); };
     row.insertCell().textContent = job.spec && job.spec.name ? `${job.id} (${job.spec.name})` : job.id;
     const state = row.insertCell();
     state.className = "state";
@@ -240,25 +246,73 @@ function unreachable(error) {
   pill.className = "pill bad";
 }
 
+function reachable() {
+  document.body.classList.remove("unreachable");
+  $("unreachable").hidden = true;
+  $("updated").textContent = new Date().toLocaleTimeString();
+}
+
 let timer = null;
+let stream = null;       // the open EventSource; null while polling
+let streamJob = null;    // the job its "job" events are about
+let lastDaemon = null;   // from the latest "jobs" event
+let streamRetryAt = 0;   // while polling: when to try the stream again
+
+// Follows api/events for `job` (null: the job list only).
+function openStream(job) {
+  clearTimeout(timer);
+  if (stream) stream.close();
+  streamJob = job;
+  stream = new EventSource(job ? `api/events?job=${encodeURIComponent(job)}` : "api/events");
+  document.body.dataset.live = "events";
+  stream.addEventListener("jobs", (event) => {
+    const { daemon, list } = JSON.parse(event.data);
+    lastDaemon = daemon;
+    showDaemon(daemon);
+    const id = showJobs(list.jobs || [], daemon.running_job_id);
+    reachable();
+    if (id !== streamJob) openStream(id);  // the stream of the job to show
+    else if (!id) $("job").hidden = true;
+  });
+  stream.addEventListener("job", (event) => {
+    if (lastDaemon) showJob(JSON.parse(event.data), lastDaemon);
+  });
+  stream.onerror = () => {  // the stream failed or ended: poll (the next tick says why)
+    stream.close();
+    stream = null;
+    document.body.dataset.live = "polling";
+    streamRetryAt = Date.now() + STREAM_RETRY_MS;
+    tick();
+  };
+}
+
+// After a click: the stream of the selected job, or a poll now.
+function refresh() {
+  if (stream) openStream(selected);
+  else tick();
+}
+
 async function tick() {
   clearTimeout(timer);
+  let id = null;
   try {
     const [daemon, list] = await Promise.all([getJson("api/daemon"), getJson("api/jobs")]);
     showDaemon(daemon);
-    const id = showJobs(list.jobs || [], daemon.running_job_id);
+    id = showJobs(list.jobs || [], daemon.running_job_id);
     if (id) {
       showJob(await getJson(`api/jobs/${encodeURIComponent(id)}`), daemon);
     } else {
       $("job").hidden = true;
     }
-    document.body.classList.remove("unreachable");
-    $("unreachable").hidden = true;
-    $("updated").textContent = new Date().toLocaleTimeString();
+    reachable();
   } catch (error) {
     unreachable(error);
+    timer = setTimeout(tick, POLL_MS);
+    return;
   }
-  timer = setTimeout(tick, POLL_MS);
+  if (window.EventSource && Date.now() >= streamRetryAt) openStream(id);
+  else timer = setTimeout(tick, POLL_MS);
 }
 
-tick();
+document.body.dataset.live = "polling";
+tick();  // the first draw by fetch, then the stream

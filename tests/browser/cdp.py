@@ -76,13 +76,13 @@ class WebSocket:
 class Browser:
     """Headless Chromium showing `url`; close() ends it."""
 
-    def __init__(self, chromium, url, profile_dir, timeout=60):
+    def __init__(self, chromium, url, profile_dir, timeout=60, flags=()):
         self.timeout = timeout
         self.log = open(os.path.join(profile_dir, "chromium.log"), "w")
         self.proc = subprocess.Popen(
             [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
              "--no-first-run", "--no-default-browser-check", "--remote-debugging-port=0",
-             f"--user-data-dir={profile_dir}", "--window-size=1200,1400", url],
+             f"--user-data-dir={profile_dir}", "--window-size=1200,1400", *flags, url],
             stdout=self.log, stderr=subprocess.STDOUT)
         # Chromium writes the port it chose to <profile>/DevToolsActivePort (first line).
         port = None

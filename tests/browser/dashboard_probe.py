@@ -1,19 +1,25 @@
 """Drives the dashboard page of a running megatraind in headless Chromium (cdp.py) and checks
 its DOM. Every wait is on the page's state, with a bound.
-Usage: dashboard_probe.py live|unreachable URL JOB_ID LAYERS DAEMON_PID OUT_DIR
+Usage: dashboard_probe.py live|unreachable|exposed URL JOB_ID LAYERS DAEMON_PID OUT_DIR
   live:        the job is listed as RUNNING, its loss curve has points and grows, each layer has
                its four bars, the memory tiers and a healthy daemon are shown, a checkpoint's
                manifest matches its recorded hash; screenshots at a laptop's and a phone's
                width (the page must fit the phone's).
   unreachable: once the page shows the job, the daemon (DAEMON_PID) is killed and the page must
                say "daemon unreachable" (screenshot); then OUT_DIR/killed is written, the test
-               starts the daemon again and the page must show it healthy again."""
+               starts the daemon again and the page must show it healthy again.
+  exposed:     URL is an exposed daemon's https://.../login (self-signed certificate: Chromium
+               runs with --ignore-certificate-errors): the token ($DASHBOARD_TOKEN) typed into the
+               form logs in, the page shows the running job, follows the event stream, and its
+               scripts cannot read the HttpOnly session cookie.
+In every mode the page must follow the daemon's event stream (body[data-live] "events")."""
 
 import json
 import os
 import signal
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cdp  # noqa: E402
@@ -21,16 +27,42 @@ import cdp  # noqa: E402
 mode, url, job_id, layers, daemon_pid, out_dir = sys.argv[1:7]
 layers = int(layers)
 profile = tempfile.mkdtemp(prefix="chromium-", dir=os.environ.get("TEST_TMPDIR"))
-browser = cdp.Browser(os.environ.get("CHROMIUM", "chromium"), url, profile)
+flags = ("--ignore-certificate-errors",) if url.startswith("https:") else ()
+browser = cdp.Browser(os.environ.get("CHROMIUM", "chromium"), url, profile, flags=flags)
 row = f'document.querySelector(\'#jobs tr[data-job-id="{job_id}"]\')'
 status = 'document.getElementById("daemon-status").textContent'
 report = {}
+
+
+def wait_across_navigation(what, expression, timeout):
+    """wait_for while the page navigates (an evaluation in a page being replaced fails)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return browser.wait_for(what, expression, max(1, deadline - time.monotonic()))
+        except RuntimeError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 try:
+    if mode == "exposed":
+        browser.wait_for("the login form", '!!document.getElementById("token")', 60)
+        token = json.dumps(os.environ["DASHBOARD_TOKEN"])
+        browser.evaluate(f'document.getElementById("token").value = {token}; '
+                         'document.querySelector("form").submit(); true')
+        wait_across_navigation(f"job {job_id} in the job list after logging in", f"!!{row}", 60)
+        report["cookie_visible_to_scripts"] = browser.evaluate("document.cookie")
+        if "megatrain_session" in report["cookie_visible_to_scripts"]:
+            raise AssertionError("the session cookie is readable by page scripts")
     browser.wait_for(f"job {job_id} in the job list", f"!!{row}", 60)
     browser.wait_for("the job shown as RUNNING",
                      f'{row}.querySelector(".state").textContent === "RUNNING"', 60)
     browser.wait_for("a healthy daemon", f'{status} === "healthy"', 60)
-    if mode == "live":
+    browser.wait_for("the page to follow the event stream",
+                     'document.body.dataset.live === "events"', 60)
+    if mode in ("live", "exposed"):
         browser.wait_for("the job's detail",
                          f'document.getElementById("job").dataset.jobId === "{job_id}"', 60)
         chart = 'document.getElementById("chart-loss")'

@@ -11,7 +11,7 @@ killed() { [ -e "$WORK/signals/killed" ] || ! kill -0 "$probe_pid" 2> /dev/null;
 await 120 "the probe to see the daemon unreachable" killed
 [ -e "$WORK/signals/killed" ] || { wait "$probe_pid"; fail "the probe ended early"; }
 wait "$DAEMON_PID" 2> /dev/null && fail "the daemon was not killed"
-start_daemon --metrics_address="127.0.0.1:$PORT"
+start_daemon "${DASHBOARD_FLAGS[@]}"
 wait "$probe_pid" || fail "the page did not recover"
 stop_daemon
 cp "$WORK/signals/"*.png "$OUT/" 2> /dev/null || true
