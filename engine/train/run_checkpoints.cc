@@ -38,6 +38,7 @@ std::string FirstDifferentKey(const std::string& a, const std::string& b) {
 // The files whose contents the run's tokens depend on: the corpus as training lists it (or the
 // token files), and a SentencePiece model, which would silently change every token.
 absl::StatusOr<std::vector<std::string>> DataAndTokenizerFiles(const TrainingRunOptions& options) {
+  if (RunDataIsSamples(options)) return options.sft_sample_paths;
   if (!RunDataIsText(options)) return options.token_files;
   absl::StatusOr<std::vector<std::string>> files = ExpandCorpusFiles(options.text_paths);
   if (!files.ok()) return files.status();
