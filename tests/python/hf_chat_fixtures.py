@@ -1,0 +1,159 @@
+"""Tiny HF model directories for tests/python:hf_chat_test: a byte-level BPE trained here on a
+few KB of mixed-script text, with each family's special tokens, and chat templates written for
+these tests in the style of Llama 3 (header tokens + <|eot_id|>) and Qwen (<|im_start|> /
+<|im_end|>, a default system prompt). Nothing comes from a hub."""
+
+import json
+import os
+
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+# The split pattern of Llama 3 / Qwen 2 style tokenizers (contractions, letters, 1-3 digits,
+# punctuation runs, newlines, spaces).
+SPLIT_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+"
+                 r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+_SENTENCES = [
+    "The quick brown fox jumps over the lazy dog.",
+    "A helpful assistant answers the question and explains why.",
+    "Summarize the following text in one sentence, please.",
+    "Déjà vu: the café served crème brûlée and a piña colada.",
+    "Ça va? Très bien, merci. Über die Brücke gehen wir später.",
+    "日本語のテキストも少し含めます。東京は晴れです。",
+    "中文句子：今天天气很好，我们去公园散步吧。",
+    "Emoji time 🎉🚀 — the rocket launched 🌕 and everyone cheered 👏.",
+    "Numbers like 12345 and 3.14159 appear in math problems.",
+    "def add(a, b):\n    return a + b\n",
+    "User asked: what is the capital of France? Paris is the answer.",
+    "Translate to Spanish: good morning → buenos días.",
+]
+
+
+def corpus_text():
+    lines = []
+    for i in range(40):
+        for j, s in enumerate(_SENTENCES):
+            lines.append(s if (i + j) % 3 else s.upper())
+    return "\n".join(lines)
+
+
+def _train(special_tokens, vocab_size=600):
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(SPLIT_PATTERN), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special_tokens,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tokenizer.train_from_iterator([corpus_text()], trainer=trainer)
+    return tokenizer
+
+
+LLAMA3_TEMPLATE = (
+    "{{- bos_token }}\n"
+    "{%- if messages[0]['role'] == 'system' %}\n"
+    "    {%- set system_message = messages[0]['content'] | trim %}\n"
+    "    {%- set loop_messages = messages[1:] %}\n"
+    "{%- else %}\n"
+    "    {%- set system_message = '' %}\n"
+    "    {%- set loop_messages = messages %}\n"
+    "{%- endif %}\n"
+    "{%- if system_message %}\n"
+    "    {{- '<|start_header_id|>system<|end_header_id|>\\n\\n' + system_message + '<|eot_id|>' }}\n"
+    "{%- endif %}\n"
+    "{%- for message in loop_messages %}\n"
+    "    {%- if message['role'] not in ['user', 'assistant'] %}\n"
+    "        {{- raise_exception('Conversation roles must be user or assistant after the system') }}\n"
+    "    {%- endif %}\n"
+    "    {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' }}\n"
+    "    {{- message['content'] | trim + '<|eot_id|>' }}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}\n"
+    "    {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}\n"
+    "{%- endif %}\n"
+)
+
+QWEN_TEMPLATE = (
+    "{%- for message in messages %}\n"
+    "    {%- if loop.first and message.role != 'system' %}\n"
+    "        {{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}\n"
+    "    {%- endif %}\n"
+    "    {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}\n"
+    "    {{- '<|im_start|>assistant\\n' }}\n"
+    "{%- endif %}\n"
+)
+
+# ChatML with {% generation %} around each reply (spans taken from the template itself).
+TAGGED_TEMPLATE = (
+    "{%- for message in messages %}\n"
+    "    {{- '<|im_start|>' + message.role + '\\n' }}\n"
+    "    {%- if message.role == 'assistant' %}\n"
+    "        {%- generation %}\n"
+    "            {{- message.content + '<|im_end|>' }}\n"
+    "        {%- endgeneration %}\n"
+    "    {%- else %}\n"
+    "        {{- message.content + '<|im_end|>' }}\n"
+    "    {%- endif %}\n"
+    "    {{- '\\n' }}\n"
+    "{%- endfor %}\n"
+)
+
+LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
+                   "<|end_header_id|>", "<|eot_id|>"]
+QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+def _added_tokens_decoder(tokenizer, specials):
+    return {str(tokenizer.token_to_id(t)): {"content": t, "lstrip": False, "normalized": False,
+                                            "rstrip": False, "single_word": False,
+                                            "special": True} for t in specials}
+
+
+def _write(directory, tokenizer, config, generation=None):
+    os.makedirs(directory, exist_ok=True)
+    tokenizer.save(os.path.join(directory, "tokenizer.json"))
+    config = dict(config, tokenizer_class="PreTrainedTokenizerFast", model_max_length=1 << 20,
+                  clean_up_tokenization_spaces=False)
+    with open(os.path.join(directory, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, ensure_ascii=False, indent=2)
+    if generation is not None:
+        with open(os.path.join(directory, "generation_config.json"), "w") as f:
+            json.dump(generation, f)
+    return directory
+
+
+def make_llama3(directory):
+    """Llama 3 style: BOS written by the template AND by the post-processor for plain encode
+    (so a tool that adds special tokens on top of the template would double it)."""
+    tokenizer = _train(LLAMA3_SPECIALS)
+    bos = tokenizer.token_to_id("<|begin_of_text|>")
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A <|begin_of_text|> $B",
+        special_tokens=[("<|begin_of_text|>", bos)])
+    return _write(directory, tokenizer, {
+        "bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>",
+        "added_tokens_decoder": _added_tokens_decoder(tokenizer, LLAMA3_SPECIALS),
+        "chat_template": LLAMA3_TEMPLATE,
+    })
+
+
+def make_qwen(directory, template=QWEN_TEMPLATE):
+    tokenizer = _train(QWEN_SPECIALS)
+    return _write(directory, tokenizer, {
+        "bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+        "added_tokens_decoder": _added_tokens_decoder(tokenizer, QWEN_SPECIALS),
+        "chat_template": template,
+    })
+
+
+def make_base(directory):
+    """No chat template; EOS only in generation_config.json; add_bos_token."""
+    tokenizer = _train(["<s>", "</s>"])
+    return _write(directory, tokenizer, {
+        "bos_token": "<s>", "add_bos_token": True,
+        "added_tokens_decoder": _added_tokens_decoder(tokenizer, ["<s>", "</s>"]),
+    }, generation={"eos_token_id": [tokenizer.token_to_id("</s>")]})

@@ -1,0 +1,440 @@
+"""tools/hf_chat (megatrain_chat_tokenize) against transformers 4.55.4's apply_chat_template on
+tiny tokenizers made here: token ids, assistant loss masks, validation errors, the MTSFT file
+and flat memory. Runs in scripts/setup's venv (tests/python/hf_chat_test.sh)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+TOOL = os.path.join(ROOT, "tools", "hf_chat", "megatrain_chat_tokenize")
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "tools", "hf_chat"))
+
+import hf_chat_fixtures as fixtures  # noqa: E402
+from hf_chat.sample_file import SampleSetWriter, read_sample_set  # noqa: E402
+from hf_chat.template import ChatTemplate  # noqa: E402
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+from transformers import AutoTokenizer  # noqa: E402
+from transformers.utils.chat_template_utils import _compile_jinja_template  # noqa: E402
+
+CONVERSATIONS = {
+    "single_turn": [{"role": "user", "content": "What is the capital of France?"},
+                    {"role": "assistant", "content": "Paris is the capital of France."}],
+    "system_multi_turn": [
+        {"role": "system", "content": "You are a terse assistant."},
+        {"role": "user", "content": "Add 12 and 30."},
+        {"role": "assistant", "content": "42."},
+        {"role": "user", "content": "And times two?"},
+        {"role": "assistant", "content": "84, because 42 × 2 = 84."}],
+    "no_system_three_replies": [
+        {"role": "user", "content": "Say hi."}, {"role": "assistant", "content": "Hi!"},
+        {"role": "user", "content": "Again."}, {"role": "assistant", "content": "Hi again!"},
+        {"role": "user", "content": "Once more."}, {"role": "assistant", "content": "Hi, once more."}],
+    "cjk": [{"role": "system", "content": "日本語で答えてください。"},
+            {"role": "user", "content": "東京の天気は？"},
+            {"role": "assistant", "content": "東京は晴れです。中文也可以：今天天气很好。"}],
+    "emoji_accents": [
+        {"role": "user", "content": "Crème brûlée or piña colada? 🎉"},
+        {"role": "assistant", "content": "Déjà vu 🚀🌕 — both, s'il vous plaît! 👏"}],
+    "whitespace_edges": [
+        {"role": "user", "content": "  padded question \n"},
+        {"role": "assistant", "content": "\n answer with spaces around  "},
+        {"role": "user", "content": "next"},
+        {"role": "assistant", "content": "line one\nline two\n\n"}],
+    "empty_user": [{"role": "user", "content": ""},
+                   {"role": "assistant", "content": "Nothing was asked."}],
+}
+
+END_TOKEN = {"llama3": "<|eot_id|>", "qwen": "<|im_end|>", "tagged": "<|im_end|>"}
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory):
+    base = tmp_path_factory.mktemp("models")
+    return {
+        "llama3": fixtures.make_llama3(str(base / "llama3")),
+        "qwen": fixtures.make_qwen(str(base / "qwen")),
+        "tagged": fixtures.make_qwen(str(base / "tagged"), fixtures.TAGGED_TEMPLATE),
+        "base": fixtures.make_base(str(base / "base")),
+    }
+
+
+def write_jsonl(path, objects):
+    with open(path, "w", encoding="utf-8") as f:
+        for o in objects:
+            f.write((o if isinstance(o, str) else json.dumps(o, ensure_ascii=False)) + "\n")
+    return str(path)
+
+
+def run_tool(model, out, inputs, *flags):
+    return subprocess.run([sys.executable, TOOL, f"--model={model}", f"--out={out}", *flags,
+                           *inputs], capture_output=True, text=True, timeout=600)
+
+
+def tokenize_ok(model, tmp_path, objects, *flags):
+    path = write_jsonl(tmp_path / "data.jsonl", objects)
+    out = tmp_path / "data.mtsft"
+    result = run_tool(model, out, [path], *flags)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1, result.stdout
+    vocab, samples = read_sample_set(str(out))
+    return json.loads(lines[0]), vocab, samples
+
+
+def masked_runs(ids, mask):
+    runs, current = [], []
+    for token, m in zip(ids, mask):
+        if m:
+            current.append(token)
+        elif current:
+            runs.append(current)
+            current = []
+    if current:
+        runs.append(current)
+    return runs
+
+
+@pytest.mark.parametrize("family", ["llama3", "qwen"])
+def test_chat_ids_equal_transformers_and_masks_cover_replies(models, tmp_path, family):
+    reference = AutoTokenizer.from_pretrained(models[family])
+    names = sorted(CONVERSATIONS)
+    summary, vocab, samples = tokenize_ok(
+        models[family], tmp_path, [{"messages": CONVERSATIONS[n]} for n in names])
+    assert summary["samples"] == len(names)
+    assert summary["formats"] == {"chat": len(names), "prompt_completion": 0, "alpaca": 0}
+    assert summary["tokens"] == sum(len(ids) for ids, _ in samples)
+    assert summary["counted_tokens"] == sum(sum(mask) for _, mask in samples)
+    assert vocab == 1 + max(max(ids) for ids, _ in samples)
+    for name, (ids, mask) in zip(names, samples):
+        messages = CONVERSATIONS[name]
+        expected = reference.apply_chat_template(messages, tokenize=True)
+        assert ids == expected, name
+        if family == "llama3":  # the template writes BOS; the tokenizer must not add another
+            assert ids.count(reference.convert_tokens_to_ids("<|begin_of_text|>")) == 1
+        replies = [m["content"] for m in messages if m["role"] == "assistant"]
+        if family == "llama3":
+            replies = [r.strip() for r in replies]  # the template trims contents
+        runs = [reference.decode(r) for r in masked_runs(ids, mask)]
+        assert len(runs) == len(replies), name
+        for run, reply in zip(runs, replies):
+            # Exactly the reply and its end token, except where one token spans the header's
+            # last newline and the reply's first: that token counts (it produces reply text),
+            # as a {% generation %} span's first token does in transformers.
+            assert run.endswith(reply + END_TOKEN[family]), (name, run)
+            extra = run[: len(run) - len(reply + END_TOKEN[family])]
+            # (Qwen's header ends "\n"; a reply starting "\n" shares that token.)
+            assert extra == ("\n" if family == "qwen" and reply.startswith("\n") else ""), \
+                (name, run)
+
+
+def test_generation_tags_give_transformers_assistant_mask(models, tmp_path):
+    reference = AutoTokenizer.from_pretrained(models["tagged"])
+    names = sorted(CONVERSATIONS)
+    _, _, samples = tokenize_ok(models["tagged"], tmp_path,
+                                [{"messages": CONVERSATIONS[n]} for n in names])
+    for name, (ids, mask) in zip(names, samples):
+        out = reference.apply_chat_template(CONVERSATIONS[name], tokenize=True, return_dict=True,
+                                            return_assistant_tokens_mask=True)
+        assert ids == out["input_ids"], name
+        assert mask == out["assistant_masks"], name
+
+
+@pytest.mark.parametrize("family", ["llama3", "qwen"])
+def test_prompt_completion_and_alpaca_map_to_user_then_assistant(models, tmp_path, family):
+    reference = AutoTokenizer.from_pretrained(models[family])
+    pc = [{"prompt": "Name a color. 🎨", "completion": "Bleu, comme le ciel.", "id": 7},
+          {"prompt": "", "completion": "An empty prompt is allowed."}]
+    alpaca = [{"instruction": "Translate to Japanese.", "input": "Good morning", "output": "おはよう"},
+              {"instruction": "Say something nice.", "input": "", "output": "You did well!"},
+              {"instruction": "No input key here.", "output": "Fine."}]
+    users = [pc[0]["prompt"], pc[1]["prompt"], "Translate to Japanese.\n\nGood morning",
+             "Say something nice.", "No input key here."]
+    replies = [pc[0]["completion"], pc[1]["completion"], "おはよう", "You did well!", "Fine."]
+    a = write_jsonl(tmp_path / "pc.jsonl", pc)
+    b = write_jsonl(tmp_path / "alpaca.jsonl", alpaca)
+    out = tmp_path / "out.mtsft"
+    result = run_tool(models[family], out, [a, b])
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["formats"] == {"chat": 0, "prompt_completion": 2, "alpaca": 3}
+    _, samples = read_sample_set(str(out))
+    for user, reply, (ids, mask) in zip(users, replies, samples):
+        messages = [{"role": "user", "content": user}, {"role": "assistant", "content": reply}]
+        assert ids == reference.apply_chat_template(messages, tokenize=True)
+        assert [reference.decode(r) for r in masked_runs(ids, mask)] == \
+            [reply + END_TOKEN[family]]
+    longest = max(range(len(samples)), key=lambda i: len(samples[i][0]))
+    assert summary["longest_sample"]["tokens"] == len(samples[longest][0])
+
+
+def test_no_template_is_prompt_completion_eos(models, tmp_path):
+    reference = AutoTokenizer.from_pretrained(models["base"])
+    bos, eos = reference.convert_tokens_to_ids("<s>"), reference.convert_tokens_to_ids("</s>")
+    rows = [{"prompt": "Question: 2+2? Answer:", "completion": " 4, ça va."},
+            {"instruction": "List two fruits.", "output": "Apple, 芒果."}]
+    _, _, samples = tokenize_ok(models["base"], tmp_path, rows[:1])
+    ids, mask = samples[0]
+    prompt = reference.encode(rows[0]["prompt"], add_special_tokens=False)
+    completion = reference.encode(rows[0]["completion"], add_special_tokens=False)
+    assert ids == [bos] + prompt + completion + [eos]
+    assert mask == [0] * (1 + len(prompt)) + [1] * (len(completion) + 1)
+    _, _, samples = tokenize_ok(models["base"], tmp_path, rows[1:])
+    ids, mask = samples[0]
+    assert reference.decode([t for t, m in zip(ids, mask) if m]) == "Apple, 芒果.</s>"
+    assert reference.decode([t for t, m in zip(ids, mask) if not m]) == "<s>List two fruits."
+    # Chat lines need a template.
+    path = write_jsonl(tmp_path / "chat.jsonl", [{"messages": CONVERSATIONS["single_turn"]}])
+    result = run_tool(models["base"], tmp_path / "x.mtsft", [path])
+    assert result.returncode == 1
+    assert f"{path}:1: field messages: the model directory has no chat_template" in result.stderr
+
+
+BAD_LINES = [
+    ("{not json", None, "not JSON"),
+    ('["a list"]', None, "must be a JSON object"),
+    ('{"text": "plain"}', None, "not a chat, prompt_completion or alpaca line"),
+    ('{"messages": [], "prompt": "p"}', "messages", "keys of several formats"),
+    ('{"messages": "hi"}', "messages", "must be a list"),
+    ('{"messages": []}', "messages", "must not be empty"),
+    ('{"messages": ["hi"]}', "messages[0]", "must be an object"),
+    ('{"messages": [{"role": "bot", "content": "x"}]}', "messages[0].role",
+     'must be one of system, user, assistant, not "bot"'),
+    ('{"messages": [{"role": "user"}, {"role": "assistant", "content": "a"}]}',
+     "messages[0].content", "missing"),
+    ('{"messages": [{"role": "user", "content": 5}, {"role": "assistant", "content": "a"}]}',
+     "messages[0].content", "must be a string, not 5"),
+    ('{"messages": [{"role": "user", "content": "q", "name": "x"}]}', "messages[0].name",
+     "unsupported"),
+    ('{"messages": [{"role": "user", "content": "q"}]}', "messages", "no assistant message"),
+    ('{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": " "}]}',
+     "messages[1].content", "must not be empty"),
+    ('{"messages": [{"role": "user", "content": "q"}, {"role": "system", "content": "s"}, '
+     '{"role": "assistant", "content": "a"}]}', "messages[1].role", "must come first"),
+    ('{"prompt": "p"}', "completion", "missing"),
+    ('{"prompt": "p", "completion": ""}', "completion", "must not be empty"),
+    ('{"prompt": ["p"], "completion": "c"}', "prompt", "must be a string"),
+    ('{"instruction": "i", "input": 3, "output": "o"}', "input", "must be a string, not 3"),
+    ('{"instruction": "", "output": "o"}', "instruction", "must not be empty"),
+    ('{"output": "o"}', "instruction", "missing"),
+    ('{"prompt": "p", "prompt": "q", "completion": "c"}', None, 'duplicate key "prompt"'),
+    ('{"prompt": NaN, "completion": "c"}', None, "NaN is not JSON"),
+]
+
+
+@pytest.mark.parametrize("line,field,message", BAD_LINES, ids=[b[2] for b in BAD_LINES])
+def test_each_validation_error_names_file_line_and_field(models, tmp_path, line, field, message):
+    good = json.dumps({"prompt": "fine", "completion": "also fine"})
+    path = write_jsonl(tmp_path / "bad.jsonl", [good, "", line, good])
+    out = tmp_path / "bad.mtsft"
+    result = run_tool(models["qwen"], out, [path])
+    assert result.returncode == 1, result.stderr
+    assert result.stdout == ""
+    where = f"{path}:3: field {field}: " if field else f"{path}:3: "
+    first = result.stderr.splitlines()[0]
+    assert first.startswith(where) and message in first, result.stderr
+    assert not out.exists()
+    assert os.listdir(tmp_path) == ["bad.jsonl"]  # no spool or temporary left behind
+
+
+def test_errors_are_all_listed_up_to_the_cap_and_old_output_survives(models, tmp_path):
+    out = tmp_path / "keep.mtsft"
+    out.write_bytes(b"old")
+    path = write_jsonl(tmp_path / "many.jsonl", ["{}"] * 30)
+    result = run_tool(models["qwen"], out, [path], "--max_errors=5")
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert [l.split(": ")[0] for l in lines[:5]] == [f"{path}:{i}" for i in range(1, 6)]
+    assert "stopped after 5 errors" in lines[5]
+    assert out.read_bytes() == b"old"
+
+
+def test_mixed_formats_refused_and_format_flag(models, tmp_path):
+    path = write_jsonl(tmp_path / "mixed.jsonl", [
+        {"prompt": "p", "completion": "c"},
+        {"instruction": "i", "output": "o"}])
+    result = run_tool(models["qwen"], tmp_path / "m.mtsft", [path])
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"{path}:2: an alpaca line in a prompt_completion file "
+                                    "(line 1)")
+    result = run_tool(models["qwen"], tmp_path / "m.mtsft", [path], "--format=alpaca")
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"{path}:1: field instruction: missing")
+
+
+def test_caps_on_line_size_and_message_count(models, tmp_path):
+    long_line = json.dumps({"prompt": "x" * 5000, "completion": "c"})
+    many = json.dumps({"messages": [{"role": "user", "content": "q"},
+                                    {"role": "assistant", "content": "a"}] * 3})
+    path = write_jsonl(tmp_path / "caps.jsonl", [long_line, many])
+    result = run_tool(models["qwen"], tmp_path / "c.mtsft", [path], "--max_line_bytes=4096",
+                      "--max_messages=4", "--format=auto")
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith(f"{path}:1: line of {len(long_line)} bytes exceeds the cap of "
+                               "4096"), lines
+    assert lines[1].startswith(f"{path}:2: field messages: 6 messages exceed the cap of 4"), lines
+
+
+def test_template_raise_exception_names_the_line(models, tmp_path):
+    # The Llama 3 style template refuses a second system message through raise_exception;
+    # the validator lets only a first system through, so use a template that refuses users.
+    model = fixtures.make_qwen(str(tmp_path / "strict"),
+                               "{% for m in messages %}{% if m.role == 'user' and 'bad' in "
+                               "m.content %}{{ raise_exception('no bad words, please') }}"
+                               "{% endif %}{{ m.content }}<|im_end|>{% endfor %}")
+    path = write_jsonl(tmp_path / "t.jsonl", [{"prompt": "ok", "completion": "fine"},
+                                              {"prompt": "bad", "completion": "fine"}])
+    result = run_tool(model, tmp_path / "t.mtsft", [path])
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"{path}:2: field messages: the chat template refused it: "
+                                    "no bad words, please")
+
+
+def test_bad_model_directory_and_usage_exit_2(models, tmp_path):
+    path = write_jsonl(tmp_path / "ok.jsonl", [{"prompt": "p", "completion": "c"}])
+    result = run_tool(str(tmp_path / "nope"), tmp_path / "o.mtsft", [path])
+    assert result.returncode == 2 and "not a directory" in result.stderr
+    result = run_tool(models["qwen"], tmp_path / "o.mtsft", [str(tmp_path / "missing.jsonl")])
+    assert result.returncode == 2 and "missing.jsonl: not a regular file" in result.stderr
+    result = run_tool(models["qwen"], tmp_path / "o.mtsft", [path], "--format=csv")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    broken = fixtures.make_qwen(str(tmp_path / "broken"), "{% for m in messages %}")
+    result = run_tool(broken, tmp_path / "o.mtsft", [path])
+    assert result.returncode == 2 and "chat_template does not compile" in result.stderr
+    assert result.stdout == ""
+
+
+def test_named_templates_pick_default_or_the_named_one(models, tmp_path):
+    directory = fixtures.make_qwen(str(tmp_path / "named"))
+    config_path = os.path.join(directory, "tokenizer_config.json")
+    with open(config_path, encoding="utf-8") as f:
+        config = json.load(f)
+    config["chat_template"] = [{"name": "default", "template": fixtures.QWEN_TEMPLATE},
+                               {"name": "plain", "template": "{% for m in messages %}"
+                                "{{ m.content }}<|im_end|>{% endfor %}"}]
+    with open(config_path, "w", encoding="utf-8") as f:
+        json.dump(config, f)
+    reference = AutoTokenizer.from_pretrained(directory)
+    messages = CONVERSATIONS["emoji_accents"]
+    _, _, samples = tokenize_ok(directory, tmp_path, [{"messages": messages}])
+    assert samples[0][0] == reference.apply_chat_template(messages, tokenize=True)
+    _, _, samples = tokenize_ok(directory, tmp_path, [{"messages": messages}],
+                                "--template_name=plain")
+    assert samples[0][0] == reference.apply_chat_template(messages, tokenize=True,
+                                                          chat_template="plain")
+    result = run_tool(directory, tmp_path / "n.mtsft",
+                      [write_jsonl(tmp_path / "n.jsonl", [{"messages": messages}])],
+                      "--template_name=fancy")
+    assert result.returncode == 2 and "no template named 'fancy'" in result.stderr
+
+
+ENVIRONMENT_SNIPPETS = [
+    "{{ value | tojson }}",
+    "{{ value | tojson(indent=2) }}",
+    "{{ value | tojson(separators=(',', ':'), sort_keys=true) }}",
+    "{% for m in messages %}{% if loop.index > 2 %}{% break %}{% endif %}"
+    "{% if m.role == 'system' %}{% continue %}{% endif %}[{{ m.content }}]{% endfor %}",
+    "  {% if true %}\n    kept {{ bos_token }}\n  {% endif %}\n{{ eos_token }}\n",
+    "{{ '<b>&</b>' }}{{ messages | length }}{{ value['k'] | default('d') }}",
+]
+
+
+@pytest.mark.parametrize("source", ENVIRONMENT_SNIPPETS)
+def test_environment_renders_like_transformers(source):
+    variables = {"bos_token": "<s>", "eos_token": "</s>"}
+    value = {"k": "日本 é 🎉 <tag> & \"q\"", "n": [1, 2.5, None, True]}
+    messages = CONVERSATIONS["system_multi_turn"]
+    ours = ChatTemplate(source, variables)._template.render(
+        messages=messages, value=value, add_generation_prompt=False, **variables)
+    theirs = _compile_jinja_template(source).render(
+        messages=messages, value=value, add_generation_prompt=False, **variables)
+    assert ours == theirs
+    if "tojson" in source:
+        assert "日本" in ours  # not \u-escaped
+
+
+def test_sandbox_refuses_unsafe_access():
+    template = ChatTemplate("{{ messages.__class__.__mro__ }}", {})
+    with pytest.raises(Exception, match="unsafe"):
+        template.render([{"role": "user", "content": "x"}])
+
+
+def test_sample_file_round_trips(tmp_path):
+    import random
+    rng = random.Random(5)
+    rows = []
+    for n in [0, 1, 7, 300, 0, 2]:
+        ids = [rng.randrange(0, 70000) for _ in range(n)]
+        rows.append((ids, [rng.randrange(0, 2) for _ in range(n)]))
+    writer = SampleSetWriter(str(tmp_path / "r.mtsft"))
+    for ids, mask in rows:
+        writer.add(ids, mask)
+    writer.commit()
+    data = (tmp_path / "r.mtsft").read_bytes()
+    assert data[:8] == b"MTSFT\x00\x00\x01"
+    total = sum(len(ids) for ids, _ in rows)
+    assert int.from_bytes(data[8:16], "little") == len(rows)
+    assert int.from_bytes(data[16:24], "little") == total
+    assert len(data) == 32 + 8 * (len(rows) + 1) + 5 * total
+    vocab, samples = read_sample_set(str(tmp_path / "r.mtsft"))
+    assert samples == rows
+    assert vocab == 1 + max(max(ids) for ids, _ in rows if ids)
+    assert os.listdir(tmp_path) == ["r.mtsft"]
+    writer = SampleSetWriter(str(tmp_path / "empty.mtsft"))
+    writer.commit()
+    assert read_sample_set(str(tmp_path / "empty.mtsft")) == (0, [])
+    # The reader catches a torn file.
+    (tmp_path / "torn.mtsft").write_bytes(data[:-1])
+    with pytest.raises(ValueError, match="the header implies"):
+        read_sample_set(str(tmp_path / "torn.mtsft"))
+
+
+def test_output_replaces_atomically_and_refuses_nothing_else(models, tmp_path):
+    out = tmp_path / "o.mtsft"
+    rows = [{"prompt": "p", "completion": "c"}]
+    path = write_jsonl(tmp_path / "d.jsonl", rows)
+    assert run_tool(models["qwen"], out, [path]).returncode == 0
+    first = out.read_bytes()
+    assert run_tool(models["qwen"], out, [path]).returncode == 0
+    assert out.read_bytes() == first
+    assert sorted(os.listdir(tmp_path)) == ["d.jsonl", "o.mtsft"]
+
+
+def peak_rss_kib(command):
+    probe = ("import resource, subprocess, sys\n"
+             "r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL)\n"
+             "assert r.returncode == 0, r\n"
+             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n")
+    out = subprocess.run([sys.executable, "-c", probe, *command], capture_output=True,
+                         text=True, timeout=600, check=True)
+    return int(out.stdout)
+
+
+def test_memory_does_not_grow_with_the_corpus(models, tmp_path):
+    # ~12 MB of JSONL, ~3M tokens: held as Python lists that would be > 100 MiB.
+    reply = " ".join(fixtures._SENTENCES) * 2
+    big = tmp_path / "big.jsonl"
+    with open(big, "w", encoding="utf-8") as f:
+        line = json.dumps({"messages": [{"role": "user", "content": "Repeat this."},
+                                        {"role": "assistant", "content": reply}]},
+                          ensure_ascii=False)
+        for _ in range(9000):
+            f.write(line + "\n")
+    small = write_jsonl(tmp_path / "small.jsonl", [json.loads(line)])
+    model = models["qwen"]
+    tiny_kib = peak_rss_kib([sys.executable, TOOL, f"--model={model}",
+                             f"--out={tmp_path / 's.mtsft'}", small])
+    big_kib = peak_rss_kib([sys.executable, TOOL, f"--model={model}",
+                            f"--out={tmp_path / 'b.mtsft'}", str(big)])
+    _, samples = read_sample_set(str(tmp_path / "s.mtsft"))
+    tokens = 9000 * len(samples[0][0])
+    assert os.path.getsize(tmp_path / "b.mtsft") == 32 + 8 * 9001 + 5 * tokens
+    assert big_kib - tiny_kib < 24 * 1024, (tiny_kib, big_kib, tokens)

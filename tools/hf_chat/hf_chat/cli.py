@@ -1,0 +1,131 @@
+"""megatrain_chat_tokenize: JSONL (chat, prompt/completion, Alpaca) -> an MTSFT sample-set file.
+
+Contract for a calling process: on success exit 0 and one JSON line on stdout (the summary); on
+bad input lines exit 1, each error on stderr as "FILE:LINE: field F: what" (at most
+--max_errors, then a count), and no output file; on a bad model directory, usage or an I/O error
+exit 2 with one line on stderr. Nothing but the summary is ever written to stdout.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+from . import model_dir
+from .errors import InputError, ModelError
+from .masking import Masker
+from .records import FORMATS, Limits, read_samples
+from .sample_file import SampleSetWriter
+from .template import ChatTemplate
+
+EXIT_OK, EXIT_BAD_INPUT, EXIT_FAILED = 0, 1, 2
+
+
+class _Usage(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse would exit 2 with its own text; same code, one line
+        raise _Usage(message)
+
+
+def _parser():
+    p = _Parser(prog="megatrain_chat_tokenize", description=__doc__.split("\n")[0])
+    p.add_argument("--model", required=True, help="HF model directory (tokenizer.json, "
+                   "tokenizer_config.json with chat_template)")
+    p.add_argument("--out", required=True, help="the MTSFT file to write (replaced atomically)")
+    p.add_argument("--format", default="auto", choices=("auto",) + FORMATS,
+                   help="the lines' format; auto detects it per line (one format per file)")
+    p.add_argument("--template_name", default=None,
+                   help="which named chat template when the config holds several")
+    p.add_argument("--max_errors", type=int, default=20, help="input errors listed before stopping")
+    p.add_argument("--max_line_bytes", type=int, default=Limits.max_line_bytes)
+    p.add_argument("--max_messages", type=int, default=Limits.max_messages)
+    p.add_argument("inputs", nargs="+", help="JSONL files")
+    return p
+
+
+def run(argv):
+    args = _parser().parse_args(argv)
+    if args.max_errors < 1 or args.max_line_bytes < 1 or args.max_messages < 1:
+        raise _Usage("--max_errors, --max_line_bytes and --max_messages must be positive")
+    for path in args.inputs:
+        if not os.path.isfile(path):
+            raise _Usage(f"{path}: not a regular file")
+    model = model_dir.load(args.model, args.template_name)
+    template = None
+    if model.chat_template is not None:
+        try:
+            template = ChatTemplate(model.chat_template, model.special_tokens)
+        except Exception as e:  # jinja2.TemplateSyntaxError
+            raise ModelError(f"{args.model}: chat_template does not compile: {e}") from None
+    masker = Masker(model, template)
+    limits = Limits(args.max_line_bytes, args.max_messages)
+    forced = None if args.format == "auto" else args.format
+
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    if not os.path.isdir(out_dir):
+        raise _Usage(f"--out={args.out}: directory {out_dir} does not exist")
+    writer = SampleSetWriter(args.out)
+    errors = 0
+    formats = {name: 0 for name in FORMATS}
+    longest = {"tokens": 0, "file": None, "line": None}
+    try:
+        for path in args.inputs:
+            for item in read_samples(path, forced, limits):
+                if isinstance(item, InputError):
+                    error = item
+                else:
+                    try:
+                        ids, mask = masker.tokenize(item)
+                    except InputError as e:
+                        error = e
+                    else:
+                        if errors == 0:
+                            writer.add(ids, mask)
+                            formats[item.format] += 1
+                            if len(ids) > longest["tokens"]:
+                                longest = {"tokens": len(ids), "file": path, "line": item.line}
+                        continue
+                errors += 1
+                print(error, file=sys.stderr)
+                if errors >= args.max_errors:
+                    print(f"megatrain_chat_tokenize: stopped after {errors} errors",
+                          file=sys.stderr)
+                    return EXIT_BAD_INPUT
+        if errors:
+            print(f"megatrain_chat_tokenize: {errors} bad lines; nothing written", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        if writer.samples == 0:
+            print("megatrain_chat_tokenize: the inputs hold no sample", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        writer.commit()
+    finally:
+        writer.close()
+    summary = {
+        "out": args.out,
+        "samples": writer.samples,
+        "tokens": writer.tokens,
+        "counted_tokens": writer.counted,
+        "vocab_size": writer.max_id + 1,
+        "formats": formats,
+        "longest_sample": longest,
+        "chat_template": template is not None,
+    }
+    print(json.dumps(summary, ensure_ascii=False))
+    return EXIT_OK
+
+
+def main(argv=None):
+    try:
+        return run(sys.argv[1:] if argv is None else argv)
+    except _Usage as e:
+        print(f"megatrain_chat_tokenize: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except ModelError as e:
+        print(f"megatrain_chat_tokenize: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except OSError as e:
+        print(f"megatrain_chat_tokenize: {e}", file=sys.stderr)
+        return EXIT_FAILED
