@@ -23,9 +23,7 @@
 namespace megatrain::server {
 namespace {
 
-using service::kMaxHfConfigBytes;
 using service::kMaxHfDirectoryEntries;
-using service::kMaxHfOtherJsonBytes;
 using service::IsUnderRoot;
 
 constexpr int kOpenFlags = O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY;
@@ -70,9 +68,7 @@ absl::Status HoldHfDirectoryFiles(const std::string& dir, const engine::UniqueFd
   while (const dirent* entry = readdir(listing)) {
     const std::string name = entry->d_name;
     if (++entries > kMaxHfDirectoryEntries + 2) break;  // "." and ".."
-    if (absl::EndsWith(name, ".json") || absl::EndsWith(name, ".safetensors")) {
-      names.push_back(name);
-    }
+    if (service::IsHeldHfDirectoryFile(name)) names.push_back(name);
   }
   closedir(listing);
   if (entries > kMaxHfDirectoryEntries + 2) {
@@ -103,8 +99,8 @@ absl::Status HoldHfDirectoryFiles(const std::string& dir, const engine::UniqueFd
                                                      "' is not a regular file; refused when the "
                                                      "job runs"));
     }
-    const uint64_t cap = name == "config.json" ? kMaxHfConfigBytes : kMaxHfOtherJsonBytes;
-    if (absl::EndsWith(name, ".json") && static_cast<uint64_t>(st.st_size) > cap) {
+    const uint64_t cap = service::HfDirectoryFileCap(name);
+    if (static_cast<uint64_t>(st.st_size) > cap) {
       return absl::ResourceExhaustedError(
           absl::StrCat(field, ": ", st.st_size, " bytes, larger than ", cap >> 20, " MiB"));
     }

@@ -81,6 +81,10 @@ class JobInputsTest : public ::testing::Test {
     std::ofstream(root_ + "/data/corpus/a.txt") << "checked a";
     std::ofstream(root_ + "/data/hf/config.json") << "{}";
     std::ofstream(root_ + "/data/hf/model.safetensors") << "checked weights";
+    // A tokenizer file that is not JSON travels into checkpoints too (hf_companion_files.h);
+    // a README does not.
+    std::ofstream(root_ + "/data/hf/merges.txt") << "checked merges";
+    std::ofstream(root_ + "/data/hf/README.md") << "not read";
     std::ofstream(root_ + "/outside/secret.json") << "{\"secret\": 1}";
     job_.data_roots = {root_ + "/data"};
     job_.options.text_paths = {root_ + "/data/corpus"};
@@ -99,12 +103,15 @@ TEST_F(JobInputsTest, HeldFilesAreReadAsCheckedAndLaterFilesAreNotHeld) {
   ASSERT_TRUE(inputs.ok()) << inputs.status();
   EXPECT_THAT(inputs->Paths(),
               ::testing::ElementsAre(root_ + "/data/corpus/a.txt", root_ + "/data/hf/config.json",
+                                     root_ + "/data/hf/merges.txt",
                                      root_ + "/data/hf/model.safetensors"));
   Replace(root_ + "/data/corpus/a.txt", "swapped a");
   Replace(root_ + "/data/hf/model.safetensors", "swapped weights");
   std::ofstream(root_ + "/data/corpus/b.txt") << "added later";
   EXPECT_EQ(*inputs->Read(root_ + "/data/corpus/a.txt"), "checked a");
   EXPECT_EQ(*inputs->Read(root_ + "/data/hf/model.safetensors"), "checked weights");
+  Replace(root_ + "/data/hf/merges.txt", "swapped merges");
+  EXPECT_EQ(*inputs->Read(root_ + "/data/hf/merges.txt"), "checked merges");
   EXPECT_EQ(inputs->Read(root_ + "/data/corpus/b.txt").status().code(),
             absl::StatusCode::kFailedPrecondition);
 }

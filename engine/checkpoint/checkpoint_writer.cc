@@ -188,6 +188,14 @@ absl::Status WriteModelFiles(Checkpointable& trainer, const std::string& dir,
   return absl::OkStatus();
 }
 
+absl::Status WriteCompanionFiles(const std::string& dir, const std::vector<HfCompanionFile>& files,
+                                 WrittenFiles* written) {
+  for (const HfCompanionFile& f : files) {
+    if (absl::Status s = WriteText(dir, f.name, f.bytes, written); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status WriteOptimizerFile(Checkpointable& trainer, const std::string& dir, bool with_master,
                                 WrittenFiles* records,
                                 const std::function<void(int)>& entry_written) {
@@ -317,6 +325,11 @@ absl::StatusOr<std::string> WriteCheckpointSnapshot(Checkpointable& trainer,
       !s.ok()) {
     return s;
   }
+  if (run.hf_companion_files != nullptr) {
+    if (absl::Status s = WriteCompanionFiles(tmp, *run.hf_companion_files, &written); !s.ok()) {
+      return s;
+    }
+  }
   if (absl::Status s = WriteOptimizerFile(
           trainer, tmp, options.model_dtype != SafetensorsDtype::kF32, &written, entry_written);
       !s.ok()) {
@@ -345,7 +358,8 @@ absl::StatusOr<std::string> WriteCheckpointSnapshot(Checkpointable& trainer,
 }
 
 absl::Status ExportHfModel(Checkpointable& trainer, const std::string& dir, SafetensorsDtype dtype,
-                           uint64_t max_shard_bytes) {
+                           uint64_t max_shard_bytes,
+                           const std::vector<HfCompanionFile>& companions) {
   trainer.WaitForUpdates();
   std::error_code ec;
   if (fs::exists(dir, ec)) return absl::AlreadyExistsError(absl::StrCat(dir, ": already exists"));
@@ -355,9 +369,11 @@ absl::Status ExportHfModel(Checkpointable& trainer, const std::string& dir, Safe
   fs::remove_all(tmp, ec);
   if (absl::Status s = MakeDirectory(tmp); !s.ok()) return s;
   WrittenFiles records;
-  if (absl::Status s = WriteModelFiles(trainer, tmp, dtype, max_shard_bytes, &records); !s.ok()) {
+  absl::Status written = WriteModelFiles(trainer, tmp, dtype, max_shard_bytes, &records);
+  if (written.ok()) written = WriteCompanionFiles(tmp, companions, &records);
+  if (!written.ok()) {
     fs::remove_all(tmp, ec);
-    return s;
+    return written;
   }
   if (absl::Status s = FsyncDirectory(tmp); !s.ok()) return s;
   if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_NOREPLACE) != 0) {

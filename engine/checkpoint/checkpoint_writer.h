@@ -44,6 +44,7 @@
 #include "absl/status/statusor.h"
 #include "engine/checkpoint/checkpointable.h"
 #include "engine/checkpoint/manifest.h"
+#include "engine/model/hf_companion_files.h"
 #include "engine/model/safetensors_dtype.h"
 #include "engine/provenance/record.h"
 
@@ -73,6 +74,10 @@ struct CheckpointRunInfo {
   // Lineage, the run's origin and the signer for provenance.json; null = a
   // record with only the job and the build, unsigned.
   std::shared_ptr<const provenance::ProvenanceContext> provenance;
+  // The tokenizer, chat template and generation config of the HF model the run started from
+  // (hf_companion_files.h), written beside config.json in every checkpoint and listed in its
+  // manifest, so a checkpoint loads in transformers with its tokenizer; null or empty = none.
+  std::shared_ptr<const std::vector<HfCompanionFile>> hf_companion_files;
 };
 
 // Writes the checkpoint of the trainer's current step under `root` (created
@@ -92,10 +97,12 @@ absl::StatusOr<std::string> WriteCheckpointSnapshot(Checkpointable& trainer,
                                                     const CheckpointOptions& options,
                                                     const std::function<void(int)>& entry_written);
 
-// Writes only the Hugging Face model (config.json and model weights) into
-// `dir`, which must not exist; created through a temporary name and renamed.
+// Writes only the Hugging Face model (config.json and model weights, and the companion files
+// given: tokenizer, chat template, generation config) into `dir`, which must not exist; created
+// through a temporary name and renamed.
 absl::Status ExportHfModel(Checkpointable& trainer, const std::string& dir,
                            SafetensorsDtype dtype = SafetensorsDtype::kF32,
-                           uint64_t max_shard_bytes = 0);
+                           uint64_t max_shard_bytes = 0,
+                           const std::vector<HfCompanionFile>& companions = {});
 
 }  // namespace megatrain::engine

@@ -17,9 +17,28 @@ struct WindowBatch {
   int seq_len = 0;
   std::vector<int32_t> inputs;   // [batch, seq_len]
   std::vector<int32_t> targets;  // [batch, seq_len]; negative = ignored
+  // Rows that hold several samples (sample_batches.h); both empty for plain windows, whose token
+  // t sits at position t % seq_len in one segment per row.
+  std::vector<int32_t> positions;  // [batch, seq_len]: position of each token within its sample
+  // [batch, seq_len]: non-decreasing along each row; a query sees only keys of its own segment.
+  std::vector<int32_t> segments;
 };
 
-class TokenWindows {
+// Where a training run's micro-batches come from: windows of a token stream (TokenWindows) or
+// rows of SFT samples (SampleBatches). The cursor is what a checkpoint saves to resume.
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  virtual absl::StatusOr<WindowBatch> NextTrainBatch(int batch) = 0;
+  // Validation rows [first, first + batch), wrapping around; needs validation_windows() > 0.
+  virtual absl::StatusOr<WindowBatch> ValidationBatch(int first, int batch) const = 0;
+  virtual size_t train_windows() const = 0;       // windows, or training samples
+  virtual size_t validation_windows() const = 0;  // validation rows
+  virtual uint64_t cursor() const = 0;
+  virtual void set_cursor(uint64_t cursor) = 0;
+};
+
+class TokenWindows : public BatchSource {
  public:
   // Splits `tokens` at (1 - validation_fraction) of its length; windows start
   // every seq_len tokens. Fails when either side has no whole window.
@@ -32,15 +51,15 @@ class TokenWindows {
   // The next `batch` training windows in shuffled order; the order is
   // reshuffled (with the epoch number folded into the seed) at each epoch. A token file cut
   // short under the run fails the read (DATA_LOSS naming it); the cursor then stays where it was.
-  absl::StatusOr<WindowBatch> NextTrainBatch(int batch);
+  absl::StatusOr<WindowBatch> NextTrainBatch(int batch) override;
 
   // Validation windows [first, first + batch), wrapping around; needs validation_windows() > 0.
-  absl::StatusOr<WindowBatch> ValidationBatch(int first, int batch) const;
+  absl::StatusOr<WindowBatch> ValidationBatch(int first, int batch) const override;
 
-  size_t train_windows() const { return train_starts_.size(); }
-  size_t validation_windows() const { return validation_starts_.size(); }
-  uint64_t cursor() const { return cursor_; }
-  void set_cursor(uint64_t cursor);
+  size_t train_windows() const override { return train_starts_.size(); }
+  size_t validation_windows() const override { return validation_starts_.size(); }
+  uint64_t cursor() const override { return cursor_; }
+  void set_cursor(uint64_t cursor) override;
 
  private:
   TokenWindows() = default;

@@ -92,6 +92,11 @@ void ForEachSequence(const LayerContext& ctx, const std::function<void(size_t)>&
   }
 }
 
+// The segment ids of sequence b, or null when the micro-batch has none.
+const int32_t* SequenceSegments(const LayerContext& ctx, size_t b) {
+  return ctx.segments == nullptr ? nullptr : ctx.segments + b * static_cast<size_t>(ctx.dims->seq);
+}
+
 void AttentionForwardAllSequences(const LayerContext& ctx, LayerActivations& a) {
   const ModelDims& m = *ctx.dims;
   const size_t q_stride = static_cast<size_t>(m.seq * m.q_width());
@@ -101,7 +106,7 @@ void AttentionForwardAllSequences(const LayerContext& ctx, LayerActivations& a) 
   ForEachSequence(ctx, [&](size_t b) {
     k::AttentionForward(SequenceShape(m), kTiles, a.q + b * q_stride, a.k + b * kv_stride,
                         a.v + b * kv_stride, a.attn + b * q_stride, a.lse + b * lse_stride,
-                        ctx.attention_workspace + b * ws_stride);
+                        ctx.attention_workspace + b * ws_stride, SequenceSegments(ctx, b));
   });
 }
 
@@ -116,7 +121,8 @@ void AttentionBackwardAllSequences(const LayerContext& ctx, const LayerActivatio
     k::AttentionBackward(SequenceShape(m), kTiles, a.q + b * q_stride, a.k + b * kv_stride,
                          a.v + b * kv_stride, a.attn + b * q_stride, a.lse + b * lse_stride,
                          s.d_attn + b * q_stride, s.d_q + b * q_stride, s.d_k + b * kv_stride,
-                         s.d_v + b * kv_stride, ctx.attention_workspace + b * ws_stride);
+                         s.d_v + b * kv_stride, ctx.attention_workspace + b * ws_stride,
+                         SequenceSegments(ctx, b));
   });
 }
 

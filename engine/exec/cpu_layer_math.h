@@ -24,6 +24,9 @@ struct LayerContext {
   // Runs the sequences of the micro-batch through attention in parallel (each
   // sequence is independent, so results do not depend on it); null = serial.
   ThreadPool* pool = nullptr;
+  // [N]: segment id of each token (packed samples: non-decreasing along each sequence; a query
+  // sees only keys of its own segment); null = one segment per sequence.
+  const int32_t* segments = nullptr;
 };
 
 using LayerWeights = LayerWeightsOf<float>;

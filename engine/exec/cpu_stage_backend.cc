@@ -23,7 +23,8 @@ class CpuStageBackend final : public StageBackend {
   const StageSizes& sizes() const override { return sizes_; }
 
   absl::Status Bind(void* scratch, const std::vector<void*>& activation_sets,
-                    const int32_t* positions, Stream& /*setup*/) override {
+                    const int32_t* positions, const int32_t* segments,
+                    Stream& /*setup*/) override {
     char* base = static_cast<char*>(scratch);
     backward_scratch_ = LayerBackwardScratch::Carve(dims_, base);
     base += Round256(LayerBackwardScratch::Bytes(dims_));
@@ -35,6 +36,7 @@ class CpuStageBackend final : public StageBackend {
       sets_.push_back(LayerActivations::Carve(dims_, set));
     }
     positions_ = positions;
+    segments_ = segments;
     return absl::OkStatus();
   }
 
@@ -169,7 +171,8 @@ class CpuStageBackend final : public StageBackend {
   }
 
   LayerContext Context() const {
-    return LayerContext{&dims_, &offsets_, &rope_, positions_, attention_workspace_, pool_};
+    return LayerContext{&dims_,     &offsets_,           &rope_, positions_,
+                        attention_workspace_, pool_, segments_};
   }
 
   const ModelDims dims_;
@@ -182,6 +185,7 @@ class CpuStageBackend final : public StageBackend {
   HeadScratch head_scratch_;
   float* attention_workspace_ = nullptr;
   const int32_t* positions_ = nullptr;
+  const int32_t* segments_ = nullptr;
   HeadResultSum head_result_;  // written by the head's task on the compute thread
 };
 

@@ -86,10 +86,10 @@ class CudaStageBackend final : public StageBackend {
 
   const StageSizes& sizes() const override { return sizes_; }
 
-  // `positions` is not needed: the executor's positions are t % seq, exactly
-  // the rows of the RoPE table CudaLayerMath uploads and indexes that way.
+  // `positions` and `segments` are the executor's device copies, rewritten before every
+  // micro-batch: RoPE reads the positions, attention the segment ids.
   absl::Status Bind(void* scratch, const std::vector<void*>& activation_sets,
-                    const int32_t* /*positions*/, Stream& setup) override {
+                    const int32_t* positions, const int32_t* segments, Stream& setup) override {
     absl::StatusOr<cudaStream_t> setup_stream = NativeStream(setup, "setup");
     if (!setup_stream.ok()) return setup_stream.status();
     if (absl::Status s = CheckCarveBase(scratch, "scratch"); !s.ok()) return s;

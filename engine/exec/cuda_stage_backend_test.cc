@@ -243,7 +243,7 @@ TEST_F(CudaStageBackendHostTest, RefusesStreamsThatAreNotCudaStreams) {
   ASSERT_TRUE(stream.ok()) << stream.status();
   auto scratch = device_->Allocate(backend_->sizes().scratch_bytes, "scratch");
   ASSERT_TRUE(scratch.ok()) << scratch.status();
-  const absl::Status bound = backend_->Bind(scratch->data(), {}, nullptr, **stream);
+  const absl::Status bound = backend_->Bind(scratch->data(), {}, nullptr, nullptr, **stream);
   EXPECT_EQ(bound.code(), absl::StatusCode::kInvalidArgument) << bound;
   EXPECT_NE(bound.message().find("'cpu-setup' is not a CUDA stream"), std::string::npos) << bound;
 
@@ -362,7 +362,8 @@ class Rig {
     if (!device_positions.ok()) return device_positions.status();
     rig->positions_ = std::move(*device_positions);
     if (absl::Status s = rig->backend_->Bind(rig->scratch_.data(), sets,
-                                             rig->positions_.data_as<int32_t>(), *rig->setup_);
+                                             rig->positions_.data_as<int32_t>(), nullptr,
+                                             *rig->setup_);
         !s.ok()) {
       return s;
     }

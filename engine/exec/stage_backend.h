@@ -70,10 +70,11 @@ class StageBackend {
 
   // Carves the backend's buffers out of device memory the executor allocated:
   // `scratch` of sizes().scratch_bytes and one block of activation_set_bytes
-  // per saved-activation set; `positions` is the device copy of each token's
-  // position. Setup copies (tables) go on `setup`.
+  // per saved-activation set; `positions` and `segments` are the device copies of each token's
+  // position and segment id, rewritten (on the copy stream) before each micro-batch's compute.
+  // Setup copies (tables) go on `setup`.
   virtual absl::Status Bind(void* scratch, const std::vector<void*>& activation_sets,
-                            const int32_t* positions, Stream& setup) = 0;
+                            const int32_t* positions, const int32_t* segments, Stream& setup) = 0;
 
   // The host array a slot is filled from: the compute copy of the entry.
   virtual const void* WeightSource(const EntryBuffers& entry) const = 0;

@@ -47,6 +47,7 @@ absl::Status StreamingExecutor::Impl::Allocate(int num_slots) {
   ids = alloc(n * sizeof(int32_t), "token ids");
   targets = alloc(n * sizeof(int32_t), "targets");
   positions = alloc(n * sizeof(int32_t), "positions");
+  segments = alloc(n * sizeof(int32_t), "segment ids");
   if (shape.device_checkpoints < shape.checkpoints) {
     checkpoint_stage = alloc(x_bytes, "checkpoint staging");
   }
@@ -172,15 +173,18 @@ absl::StatusOr<std::unique_ptr<StreamingExecutor>> StreamingExecutor::Create(
     std::vector<void*> sets;
     for (const DeviceBuffer& b : impl->activation_sets) sets.push_back(b.data());
     if (absl::Status s = impl->backend->Bind(impl->stage_scratch.data(), sets,
-                                             impl->positions.data_as<int32_t>(), *impl->copy_in);
+                                             impl->positions.data_as<int32_t>(),
+                                             impl->segments.data_as<int32_t>(), *impl->copy_in);
         !s.ok()) {
       return s;
     }
   }
-  // Positions are the same for every micro-batch: copy them once.
-  std::vector<int32_t> pos(static_cast<size_t>(dims.tokens()));
-  for (size_t t = 0; t < pos.size(); ++t) pos[t] = static_cast<int32_t>(t % dims.seq);
-  impl->copy_in->CopyHostToDevice(impl->positions.data(), pos.data(), pos.size() * sizeof(int32_t));
+  // The default layout; each micro-batch copies its own or these (UploadTokens).
+  impl->default_positions.resize(static_cast<size_t>(dims.tokens()));
+  for (size_t t = 0; t < impl->default_positions.size(); ++t) {
+    impl->default_positions[t] = static_cast<int32_t>(t % dims.seq);
+  }
+  impl->default_segments.assign(static_cast<size_t>(dims.tokens()), 0);
   if (absl::Status s = impl->copy_in->Synchronize(); !s.ok()) return s;
   if (absl::Status s = impl->SetUpActivationPolicy(); !s.ok()) return s;
 
@@ -217,15 +221,17 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::RunMicroBatch(const int32_t*
                                                                   const int32_t* targets,
                                                                   float inv_total_valid,
                                                                   bool first_micro_batch,
-                                                                  uint64_t weights_version) {
+                                                                  uint64_t weights_version,
+                                                                  TokenLayout layout) {
   return impl_->Run(impl_->schedule, inputs, targets, inv_total_valid, first_micro_batch,
-                    weights_version);
+                    weights_version, layout);
 }
 
 absl::StatusOr<MicroBatchResult> StreamingExecutor::EvaluateMicroBatch(const int32_t* inputs,
                                                                        const int32_t* targets,
-                                                                       uint64_t weights_version) {
-  return impl_->Run(impl_->eval_schedule, inputs, targets, 0.0f, false, weights_version);
+                                                                       uint64_t weights_version,
+                                                                       TokenLayout layout) {
+  return impl_->Run(impl_->eval_schedule, inputs, targets, 0.0f, false, weights_version, layout);
 }
 
 absl::StatusOr<std::vector<float>> StreamingExecutor::ComputeLogits(const int32_t* inputs,
@@ -247,8 +253,8 @@ absl::StatusOr<std::vector<float>> StreamingExecutor::ComputeLogits(const int32_
   return host;
 }
 
-absl::Status StreamingExecutor::Impl::UploadTokens(const int32_t* inputs,
-                                                   const int32_t* targets) {
+absl::Status StreamingExecutor::Impl::UploadTokens(const int32_t* inputs, const int32_t* targets,
+                                                   TokenLayout layout) {
   Impl& s = *this;
   const ModelDims& m = s.dims;
   const size_t n = static_cast<size_t>(m.tokens());
@@ -264,12 +270,30 @@ absl::Status StreamingExecutor::Impl::UploadTokens(const int32_t* inputs,
                                                      ")"));
     }
   }
+  const int32_t* positions =
+      layout.positions != nullptr ? layout.positions : s.default_positions.data();
+  const int32_t* segments = layout.segments != nullptr ? layout.segments : s.default_segments.data();
+  for (size_t t = 0; t < n; ++t) {
+    if (positions[t] < 0 || positions[t] >= m.seq) {
+      return absl::InvalidArgumentError(absl::StrCat("position ", positions[t], " of token ", t,
+                                                     " is outside [0, seq = ", m.seq, ")"));
+    }
+    if (t % static_cast<size_t>(m.seq) != 0 && segments[t] < segments[t - 1]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "segment id ", segments[t], " of token ", t, " is below the previous token's ",
+          segments[t - 1], " (segments must be contiguous runs, ids non-decreasing)"));
+    }
+  }
   s.host_ids.assign(inputs, inputs + n);
   s.host_targets.assign(targets, targets + n);
   s.copy_in->CopyHostToDevice(s.ids.data(), inputs, n * sizeof(int32_t),
                               {SpanKind::kCopyIn, "token ids", -1});
   s.copy_in->CopyHostToDevice(s.targets.data(), targets, n * sizeof(int32_t),
                               {SpanKind::kCopyIn, "targets", -1});
+  s.copy_in->CopyHostToDevice(s.positions.data(), positions, n * sizeof(int32_t),
+                              {SpanKind::kCopyIn, "positions", -1});
+  s.copy_in->CopyHostToDevice(s.segments.data(), segments, n * sizeof(int32_t),
+                              {SpanKind::kCopyIn, "segment ids", -1});
   s.copy_in->RecordEvent(*s.tokens_ready);
   s.compute->WaitEvent(*s.tokens_ready, {SpanKind::kWait, "tokens", -1});
   return absl::OkStatus();
@@ -381,10 +405,10 @@ void StreamingExecutor::Impl::EnqueueStageGradientsOut(const ScheduledOp& op,
 
 absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
     const std::vector<ScheduledOp>& ops, const int32_t* inputs, const int32_t* targets,
-    float inv_total_valid, bool first_micro_batch, uint64_t weights_version) {
+    float inv_total_valid, bool first_micro_batch, uint64_t weights_version, TokenLayout layout) {
   Impl& s = *this;
   if (absl::Status h = s.device.health(); !h.ok()) return h;
-  if (absl::Status t = s.UploadTokens(inputs, targets); !t.ok()) return t;
+  if (absl::Status t = s.UploadTokens(inputs, targets, layout); !t.ok()) return t;
 
   std::vector<bool> contributed(static_cast<size_t>(s.store.num_entries()), !first_micro_batch);
   int grad = 0;

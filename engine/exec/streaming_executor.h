@@ -60,6 +60,15 @@
 
 namespace megatrain::engine {
 
+// Where each token of a micro-batch sits (packed SFT samples, sample_batches.h): host arrays of
+// batch * seq entries, or null for the defaults (token t at position t % seq; one segment per
+// sequence). Positions must lie in [0, seq); segment ids must be non-decreasing along each
+// sequence (attention sees keys of the query's own segment only).
+struct TokenLayout {
+  const int32_t* positions = nullptr;
+  const int32_t* segments = nullptr;
+};
+
 struct ExecutorOptions {
   int checkpoint_interval = 4;  // k: keep the input of every k-th layer
   bool keep_all = false;        // keep every activation, recompute nothing
@@ -165,12 +174,14 @@ class StreamingExecutor {
   // inv_total_valid = 1 / valid target tokens over all micro-batches of the step.
   absl::StatusOr<MicroBatchResult> RunMicroBatch(const int32_t* inputs, const int32_t* targets,
                                                  float inv_total_valid, bool first_micro_batch,
-                                                 uint64_t weights_version);
+                                                 uint64_t weights_version,
+                                                 TokenLayout layout = {});
 
   // Forward only: the summed loss of one micro-batch (nothing is written to
   // the gradient slabs). Same weights_version rule as RunMicroBatch.
   absl::StatusOr<MicroBatchResult> EvaluateMicroBatch(const int32_t* inputs, const int32_t* targets,
-                                                      uint64_t weights_version);
+                                                      uint64_t weights_version,
+                                                      TokenLayout layout = {});
 
   // Forward only: logits [batch * seq, vocab] of one micro-batch, through a
   // temporary device buffer of that size (for tests and sampling).

@@ -49,7 +49,10 @@ struct StreamingExecutor::Impl {
   std::vector<DeviceBuffer> activation_sets;
   DeviceBuffer x[2], dx[2];
   DeviceBuffer stage_scratch;  // the backend's workspaces
-  DeviceBuffer ids, targets, positions;
+  DeviceBuffer ids, targets, positions, segments;
+  // Host sources of the default token layout (t % seq; segment 0), copied when a micro-batch
+  // brings none.
+  std::vector<int32_t> default_positions, default_segments;
   std::vector<DeviceBuffer> device_checkpoints;
   DeviceBuffer checkpoint_stage;
   std::vector<PinnedHostBuffer> host_checkpoints;
@@ -106,11 +109,12 @@ struct StreamingExecutor::Impl {
   absl::Status Allocate(int num_slots);
   absl::StatusOr<MicroBatchResult> Run(const std::vector<ScheduledOp>& ops, const int32_t* inputs,
                                        const int32_t* targets, float inv_total_valid,
-                                       bool first_micro_batch, uint64_t weights_version);
+                                       bool first_micro_batch, uint64_t weights_version,
+                                       TokenLayout layout = {});
   bool CheckpointOnHost(int c) const { return c >= shape.device_checkpoints; }
   // Run's steps (streaming_executor.cc). Checks the ids and targets against
-  // the vocabulary and copies them in.
-  absl::Status UploadTokens(const int32_t* inputs, const int32_t* targets);
+  // the vocabulary, the layout against seq, and copies them in.
+  absl::Status UploadTokens(const int32_t* inputs, const int32_t* targets, TokenLayout layout);
   // copy_in: a host checkpoint back into the staging buffer for a recompute.
   void EnqueueCheckpointIn(const ScheduledOp& op);
   // copy_in: an op's entries into whole-layer slot `slot`, after their updates.

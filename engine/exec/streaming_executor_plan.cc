@@ -43,7 +43,7 @@ DeviceMemoryPlan StreamingExecutor::PlanDeviceMemory(const ModelDims& dims,
   const absl::StatusOr<int> sets = ActivationSetsFor(dims, given_layout, options, kind);
   plan.activations = (sets.ok() ? *sets : p.activation_sets) * Round256(sizes.activation_set_bytes);
   plan.checkpoints = p.device_checkpoints * x_bytes;
-  plan.scratch = 4 * x_bytes + Round256(sizes.scratch_bytes) + 3 * Round256(n * sizeof(int32_t));
+  plan.scratch = 4 * x_bytes + Round256(sizes.scratch_bytes) + 4 * Round256(n * sizeof(int32_t));
   if (p.device_checkpoints < p.checkpoints) plan.scratch += x_bytes;  // staging for host ones
   return plan;
 }

@@ -10,6 +10,7 @@
 #include "engine/checkpoint/checkpoint_writer.h"
 #include "engine/data/corpus_files.h"
 #include "engine/device/device_options.h"
+#include "engine/model/hf_companion_files.h"
 #include "engine/model/hf_loader.h"
 
 namespace megatrain::engine {
@@ -37,6 +38,7 @@ std::string FirstDifferentKey(const std::string& a, const std::string& b) {
 // The files whose contents the run's tokens depend on: the corpus as training lists it (or the
 // token files), and a SentencePiece model, which would silently change every token.
 absl::StatusOr<std::vector<std::string>> DataAndTokenizerFiles(const TrainingRunOptions& options) {
+  if (RunDataIsSamples(options)) return options.sft_sample_paths;
   if (!RunDataIsText(options)) return options.token_files;
   absl::StatusOr<std::vector<std::string>> files = ExpandCorpusFiles(options.text_paths);
   if (!files.ok()) return files.status();
@@ -113,6 +115,13 @@ absl::StatusOr<std::unique_ptr<RunCheckpoints>> RunCheckpoints::Create(
       MakeProvenanceContext(options, run->job_json_, *files);
   if (!context.ok()) return context.status();
   run->provenance_ = *std::move(context);
+  if (!options.init_from_hf_dir.empty()) {
+    absl::StatusOr<std::vector<HfCompanionFile>> companions =
+        ReadHfCompanionFiles(options.init_from_hf_dir, options.inputs);
+    if (!companions.ok()) return companions.status();
+    run->hf_companion_files_ =
+        std::make_shared<const std::vector<HfCompanionFile>>(*std::move(companions));
+  }
   return run;
 }
 
@@ -144,6 +153,7 @@ absl::Status RunCheckpoints::Start(Trainer& trainer, uint64_t data_cursor,
   run.job_json = job_json_;
   run.data_files = data_files_;
   run.provenance = provenance_;
+  run.hf_companion_files = hf_companion_files_;
   CheckpointOptions checkpoint_options;
   checkpoint_options.keep_last = options_.keep_last;
   checkpoint_options.model_dtype = model_dtype_;

@@ -61,6 +61,8 @@ class RunCheckpoints {
   std::string job_json_;
   std::vector<DataFileRecord> data_files_;
   std::shared_ptr<const provenance::ProvenanceContext> provenance_;
+  // The HF source's tokenizer and generation files, read once; copied into every checkpoint.
+  std::shared_ptr<const std::vector<HfCompanionFile>> hf_companion_files_;
   uint64_t pending_step_ = 0;
   std::string last_checkpoint_;
   // Last, so it is destroyed first: its destructor waits for the write in flight, which reads

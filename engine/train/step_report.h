@@ -39,6 +39,8 @@ struct StepReport {
   double clip_coefficient = 1;
   double learning_rate = 0;
   bool skipped = false;  // non-finite gradient norm: no update
+  // Every target of the step was ignored (loss masks): nothing ran, no update, loss 0.
+  bool no_counted_targets = false;
   uint64_t skipped_total = 0;
   double step_seconds = 0;  // forward + backward of all micro-batches
   double tokens_per_second = 0;

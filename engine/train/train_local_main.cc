@@ -26,6 +26,16 @@ ABSL_FLAG(std::string, data_files, "",
           "Comma-separated pre-tokenized token files to train on instead of --text.");
 ABSL_FLAG(std::string, token_format, "u16",
           "Format of --data_files: u16 / u32 (raw little-endian) or llmc (llm.c header).");
+ABSL_FLAG(std::string, sft_samples, "",
+          "Comma-separated SFT sample-set files (MTSFT, docs/data.md): supervised fine-tuning "
+          "with loss masks instead of --text / --data_files.");
+ABSL_FLAG(bool, pack, true,
+          "SFT: pack several whole samples per sequence (attention never crosses samples); "
+          "false = one padded sample per sequence.");
+ABSL_FLAG(bool, train_on_prompt, false,
+          "SFT: count every token of a sample but its first, not only assistant tokens.");
+ABSL_FLAG(std::string, overlong, "truncate",
+          "SFT: a sample longer than seq_len + 1 tokens: truncate (counted) or refuse.");
 ABSL_FLAG(std::string, config, "",
           "Hugging Face config.json of the model; empty = the built-in ~10M model.");
 ABSL_FLAG(std::string, init_from, "",
@@ -141,6 +151,13 @@ int main(int argc, char** argv) {
     o.token_files.emplace_back(p);
   }
   o.token_format = absl::GetFlag(FLAGS_token_format);
+  for (absl::string_view p :
+       absl::StrSplit(absl::GetFlag(FLAGS_sft_samples), ',', absl::SkipEmpty())) {
+    o.sft_sample_paths.emplace_back(p);
+  }
+  o.pack = absl::GetFlag(FLAGS_pack);
+  o.train_on_prompt = absl::GetFlag(FLAGS_train_on_prompt);
+  o.overlong = absl::GetFlag(FLAGS_overlong);
   o.tokenizer = absl::GetFlag(FLAGS_tokenizer);
   o.steps = static_cast<uint64_t>(std::max(1, absl::GetFlag(FLAGS_steps)));
   o.grad_accumulation = absl::GetFlag(FLAGS_accumulation);

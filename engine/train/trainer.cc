@@ -476,15 +476,20 @@ absl::StatusOr<std::vector<float>> Trainer::ReadGradient(const std::string& hf_n
 }
 
 absl::StatusOr<double> Trainer::Evaluate(const std::vector<const int32_t*>& inputs,
-                                         const std::vector<const int32_t*>& targets) {
+                                         const std::vector<const int32_t*>& targets,
+                                         const std::vector<TokenLayout>& layouts) {
   if (inputs.size() != targets.size()) {
     return absl::InvalidArgumentError("evaluation needs as many target as input micro-batches");
+  }
+  if (!layouts.empty() && layouts.size() != inputs.size()) {
+    return absl::InvalidArgumentError("evaluation needs as many token layouts as micro-batches");
   }
   double loss_sum = 0;
   int64_t valid = 0;
   for (size_t mb = 0; mb < inputs.size(); ++mb) {
     absl::StatusOr<MicroBatchResult> r =
-        executor_->EvaluateMicroBatch(inputs[mb], targets[mb], step_);
+        executor_->EvaluateMicroBatch(inputs[mb], targets[mb], step_,
+                                      layouts.empty() ? TokenLayout{} : layouts[mb]);
     if (!r.ok()) return r.status();
     loss_sum += r->loss_sum;
     valid += r->valid_tokens;
@@ -497,21 +502,42 @@ absl::StatusOr<std::vector<float>> Trainer::Logits(const int32_t* inputs) {
   return executor_->ComputeLogits(inputs, step_);
 }
 
+absl::StatusOr<StepReport> Trainer::EmptyStep(int64_t tokens) {
+  // Nothing counts (SFT rows whose assistant parts were all truncated away, say): the mean loss
+  // has no terms, so there is no gradient to follow. Running AdamW on zero gradients would
+  // still move the weights (momentum, decay), so the step only advances the count, as a step
+  // skipped for a non-finite norm does, without counting as one.
+  WaitForUpdates();
+  if (!update_status_.ok()) {
+    return absl::Status(update_status_.code(), absl::StrCat("optimizer update of step ", step_,
+                                                            " failed: ", update_status_.message()));
+  }
+  StepReport report;
+  report.step = step_ + 1;
+  report.tokens = tokens;
+  report.no_counted_targets = true;
+  report.learning_rate = LearningRateAt(options_.lr, step_ + 1);
+  ++step_;
+  gate_.ResetAll(step_);  // parameters unchanged, but this step's version is final
+  report.skipped_total = skipped_steps_;
+  return report;
+}
+
 absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inputs,
-                                         const std::vector<const int32_t*>& targets) {
-  if (inputs.empty() || inputs.size() != targets.size()) {
+                                         const std::vector<const int32_t*>& targets,
+                                         const std::vector<TokenLayout>& layouts) {
+  if (inputs.empty() || inputs.size() != targets.size() ||
+      (!layouts.empty() && layouts.size() != inputs.size())) {
     return absl::InvalidArgumentError(
         absl::StrCat("step needs matching micro-batches: ", inputs.size(), " inputs, ",
-                     targets.size(), " targets"));
+                     targets.size(), " targets, ", layouts.size(), " token layouts"));
   }
   const int64_t n = dims_.tokens();
   int64_t total_valid = 0;
   for (const int32_t* t : targets) {
     for (int64_t i = 0; i < n; ++i) total_valid += t[i] >= 0 ? 1 : 0;
   }
-  if (total_valid == 0) {
-    return absl::InvalidArgumentError("step has no valid target tokens (all are ignored)");
-  }
+  if (total_valid == 0) return EmptyStep(n * static_cast<int64_t>(inputs.size()));
   const float inv_total_valid = static_cast<float>(1.0 / static_cast<double>(total_valid));
   const uint64_t weights_version = step_;
   if (!init_status_.ok()) {
@@ -535,7 +561,8 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
   double loss_sum = 0;
   for (size_t mb = 0; mb < inputs.size(); ++mb) {
     absl::StatusOr<MicroBatchResult> r = executor_->RunMicroBatch(
-        inputs[mb], targets[mb], inv_total_valid, mb == 0, weights_version);
+        inputs[mb], targets[mb], inv_total_valid, mb == 0, weights_version,
+        layouts.empty() ? TokenLayout{} : layouts[mb]);
     if (!r.ok()) {
       WaitForUpdates();
       return r.status();

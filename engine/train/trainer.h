@@ -92,13 +92,19 @@ class Trainer : public Checkpointable {
 
   // One optimizer step over `micro_batches` (each micro_batch_size x seq_len
   // inputs and targets; negative target = ignored).
+  // `layouts`: one per micro-batch for packed samples (positions and segment ids, see
+  // streaming_executor.h TokenLayout), or empty for plain windows. A step whose targets are all
+  // ignored runs nothing and updates nothing: it reports loss 0, valid_tokens 0 and
+  // no_counted_targets (a micro-batch with none among others contributes exactly zero).
   absl::StatusOr<StepReport> Step(const std::vector<const int32_t*>& inputs,
-                                  const std::vector<const int32_t*>& targets);
+                                  const std::vector<const int32_t*>& targets,
+                                  const std::vector<TokenLayout>& layouts = {});
 
   // Mean loss over the valid targets of the given micro-batches, forward only,
   // with the parameters after the last step.
   absl::StatusOr<double> Evaluate(const std::vector<const int32_t*>& inputs,
-                                  const std::vector<const int32_t*>& targets);
+                                  const std::vector<const int32_t*>& targets,
+                                  const std::vector<TokenLayout>& layouts = {});
 
   // Logits [micro_batch_size * seq_len, vocab] of one micro-batch of inputs
   // with the parameters after the last step.
@@ -160,6 +166,8 @@ class Trainer : public Checkpointable {
   absl::Status UpdateEntry(int e, const kernels::AdamwStepScalars& decay,
                            const kernels::AdamwStepScalars& no_decay);
   void LaunchUpdate(uint64_t version, double clip_coefficient, double lr);
+  // A step whose targets are all ignored (`tokens` inputs): no compute, no update.
+  absl::StatusOr<StepReport> EmptyStep(int64_t tokens);
 
   Device& device_;
   ModelConfig config_;

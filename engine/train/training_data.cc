@@ -71,8 +71,37 @@ absl::StatusOr<TokenizedText> TokenizeText(const ModelConfig& config,
 
 }  // namespace
 
+absl::StatusOr<TrainingData> PrepareSampleData(const ModelConfig& config,
+                                               const TrainingRunOptions& options) {
+  absl::StatusOr<OverlongPolicy> overlong = ParseOverlongPolicy(options.overlong);
+  if (!overlong.ok()) return overlong.status();
+  absl::StatusOr<SampleSetFiles> files = SampleSetFiles::Open(options.sft_sample_paths, options.inputs);
+  if (!files.ok()) return files.status();
+  if (files->vocab_bound() > static_cast<uint64_t>(config.vocab_size)) {
+    return absl::InvalidArgumentError(absl::StrCat("sample sets hold token id ",
+                                                   files->vocab_bound() - 1,
+                                                   ", outside vocab_size=", config.vocab_size));
+  }
+  SampleBatchOptions o;
+  o.seq_len = options.trainer.seq_len;
+  o.pack = options.pack;
+  o.train_on_prompt = options.train_on_prompt;
+  o.overlong = *overlong;
+  o.validation_fraction = options.validation_fraction;
+  o.seed = options.seed;
+  absl::StatusOr<SampleBatches> batches =
+      SampleBatches::Create(std::make_shared<SampleSetFiles>(*std::move(files)), o);
+  if (!batches.ok()) return batches.status();
+  TrainingData data;
+  auto owned = std::make_unique<SampleBatches>(*std::move(batches));
+  data.samples = owned.get();
+  data.batches = std::move(owned);
+  return data;
+}
+
 absl::StatusOr<TrainingData> PrepareTrainingData(const ModelConfig& config,
                                                  const TrainingRunOptions& options) {
+  if (RunDataIsSamples(options)) return PrepareSampleData(config, options);
   std::shared_ptr<const TokenSource> source;
   size_t documents = 0;
   if (!options.token_files.empty()) {
@@ -99,10 +128,20 @@ absl::StatusOr<TrainingData> PrepareTrainingData(const ModelConfig& config,
   absl::StatusOr<TokenWindows> windows = TokenWindows::Create(
       source, options.trainer.seq_len, options.validation_fraction, options.seed);
   if (!windows.ok()) return windows.status();
-  return TrainingData{std::move(source), *std::move(windows), documents, entropy};
+  TrainingData data;
+  data.source = std::move(source);
+  data.batches = std::make_unique<TokenWindows>(*std::move(windows));
+  data.documents = documents;
+  data.unigram_entropy_nats = entropy;
+  return data;
 }
 
-absl::StatusOr<std::vector<WindowBatch>> ValidationBatches(const TokenWindows& windows,
+TokenLayout LayoutOf(const WindowBatch& batch) {
+  return TokenLayout{batch.positions.empty() ? nullptr : batch.positions.data(),
+                     batch.segments.empty() ? nullptr : batch.segments.data()};
+}
+
+absl::StatusOr<std::vector<WindowBatch>> ValidationBatches(const BatchSource& windows,
                                                            int batches, int micro) {
   std::vector<WindowBatch> out;
   if (windows.validation_windows() == 0) return out;

@@ -59,11 +59,28 @@ absl::StatusOr<std::unique_ptr<Trainer>> StartingTrainer(Device& device, const M
 absl::StatusOr<double> Evaluate(Trainer& trainer, const std::vector<WindowBatch>& validation) {
   if (validation.empty()) return std::numeric_limits<double>::quiet_NaN();
   std::vector<const int32_t*> in, tg;
+  std::vector<TokenLayout> layouts;
   for (const WindowBatch& b : validation) {
     in.push_back(b.inputs.data());
     tg.push_back(b.targets.data());
+    layouts.push_back(LayoutOf(b));
   }
-  return trainer.Evaluate(in, tg);
+  return trainer.Evaluate(in, tg, layouts);
+}
+
+// What the progress line says about the data.
+std::string DescribeData(const TrainingData& data, const BatchSource& batches, int seq_len) {
+  if (data.samples != nullptr) {
+    const SampleBatches& s = *data.samples;
+    return absl::StrFormat(
+        "%d train / %d validation samples (%d validation rows of %d), %d truncated to "
+        "seq_len+1, %d dropped (under 2 tokens)",
+        s.train_samples(), s.validation_samples(), s.validation_windows(), seq_len,
+        s.truncated_samples(), s.dropped_samples());
+  }
+  return absl::StrFormat("%d documents, %d tokens (%d train / %d validation windows of %d)",
+                         data.documents, data.source->size(), batches.train_windows(),
+                         batches.validation_windows(), seq_len);
 }
 
 double Median(std::vector<double> values) {
@@ -105,6 +122,16 @@ std::string TrainingJobJson(const TrainingRunOptions& o) {
       {"max_consecutive_skips", t.max_consecutive_skips},
       {"blas_threads", t.blas_threads},
   };
+  if (RunDataIsSamples(o)) {
+    // Only for sample-set runs, so the JSON of every other job is what it was before.
+    j["kind"] = "sft";
+    j["token_files"] = std::vector<std::string>();
+    j["token_format"] = "";
+    j["sft_sample_paths"] = o.sft_sample_paths;
+    j["pack"] = o.pack;
+    j["train_on_prompt"] = o.train_on_prompt;
+    j["overlong"] = o.overlong;
+  }
   // Only when it is not the default, so the JSON (and the resume check) of jobs that never set
   // it is what it was before the option existed.
   const int head_block_rows = t.head_block_rows > 0 ? t.head_block_rows : kDefaultHeadBlockRows;
@@ -155,7 +182,7 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
   const int micro = options.trainer.micro_batch_size;
   absl::StatusOr<TrainingData> data = PrepareTrainingData(config, options);
   if (!data.ok()) return data.status();
-  TokenWindows& windows = data->windows;
+  BatchSource& windows = *data->batches;
 
   std::unique_ptr<Device> owned_device;
   absl::StatusOr<Device*> device = RunDevice(options, owned_device);
@@ -182,11 +209,10 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
   }
   result.parameters = (*trainer)->layout().parameter_count();
   result.unigram_entropy_nats = data->unigram_entropy_nats;
-  progress(absl::StrFormat("model: %d parameters, %d layers, d=%d; data: %d documents, %d tokens "
-                           "(%d train / %d validation windows of %d); unigram entropy %.3f nats",
+  progress(absl::StrFormat("model: %d parameters, %d layers, d=%d; data: %s; unigram entropy "
+                           "%.3f nats",
                            result.parameters, config.num_hidden_layers, config.hidden_size,
-                           data->documents, data->source->size(), windows.train_windows(),
-                           windows.validation_windows(), options.trainer.seq_len,
+                           DescribeData(*data, windows, options.trainer.seq_len),
                            result.unigram_entropy_nats),
            true);
 
@@ -222,6 +248,7 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
     }
     std::vector<WindowBatch> batches;
     std::vector<const int32_t*> in, tg;
+    std::vector<TokenLayout> layouts;
     for (int m = 0; m < options.grad_accumulation; ++m) {
       absl::StatusOr<WindowBatch> batch = windows.NextTrainBatch(micro);
       if (!batch.ok()) {
@@ -233,8 +260,9 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
     for (const WindowBatch& b : batches) {
       in.push_back(b.inputs.data());
       tg.push_back(b.targets.data());
+      layouts.push_back(LayoutOf(b));
     }
-    absl::StatusOr<StepReport> report = (*trainer)->Step(in, tg);
+    absl::StatusOr<StepReport> report = (*trainer)->Step(in, tg, layouts);
     if (!report.ok()) return report.status();
     elapsed += report->step_seconds;
     if (step > first_step) speeds.push_back(report->tokens_per_second);
@@ -265,7 +293,10 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
                              "eta %s%s%s",
                              step, options.steps, report->loss, validation_loss,
                              report->learning_rate, report->grad_norm, report->tokens_per_second,
-                             FormatDuration(eta), report->skipped ? "  (skipped: non-finite)" : "",
+                             FormatDuration(eta),
+                             report->skipped              ? "  (skipped: non-finite)"
+                             : report->no_counted_targets ? "  (no counted target: no update)"
+                                                          : "",
                              checkpoint_now ? "  (checkpoint started)" : ""),
              evaluate_now || checkpoint_now);
     if (!checkpoint_now && run_checkpoints.Idle()) {

@@ -40,6 +40,12 @@ struct TrainingRunOptions {
   // else is the text's, as when text is tokenized in memory: the job's identity (its JSON and
   // the data checksums, so checkpoints written either way resume) and the corpus statistics.
   std::optional<uint64_t> tokenized_text_documents;
+  // Supervised fine-tuning on sample-set files (engine/data/sample_set_file.h, docs/data.md)
+  // instead of text or token files: samples with loss masks, batched by SampleBatches.
+  std::vector<std::string> sft_sample_paths;
+  bool pack = true;              // several whole samples per row (attention never crosses them)
+  bool train_on_prompt = false;  // count every token but each sample's first, not only masked
+  std::string overlong = "truncate";  // a sample over seq_len + 1 tokens: truncate or refuse
   TrainerOptions trainer;
   // A Hugging Face model directory (config.json + safetensors) whose weights
   // start the run instead of a random initialisation; the caller passes its
@@ -84,8 +90,12 @@ struct TrainingRunOptions {
 // Whether the run's data is identified as text (text_paths + tokenizer), tokenized in memory
 // or by a daemon's tokenizer process, rather than as token files.
 inline bool RunDataIsText(const TrainingRunOptions& o) {
-  return o.token_files.empty() || o.tokenized_text_documents.has_value();
+  return o.sft_sample_paths.empty() &&
+         (o.token_files.empty() || o.tokenized_text_documents.has_value());
 }
+
+// Whether the run trains on SFT sample sets.
+inline bool RunDataIsSamples(const TrainingRunOptions& o) { return !o.sft_sample_paths.empty(); }
 
 // The settings that determine the run's results, as a JSON object (sorted
 // keys): stored in each checkpoint and compared on resume.

@@ -1,4 +1,5 @@
-// Causal GQA attention with optional sliding window, tiled forward and FlashAttention-2 backward.
+// Causal GQA attention with optional sliding window and segment ids, tiled forward and
+// FlashAttention-2 backward.
 #include "kernels/cpu/attention.h"
 
 #include <cblas.h>
@@ -16,21 +17,32 @@
 namespace megatrain::kernels::cpu {
 namespace {
 
-bool Visible(int64_t i, int64_t j, int64_t window) {
-  return j <= i && (window == 0 || i - j < window);
+// first_key[i]: the first key query i sees (its segment's start, or the sliding window's first
+// key, whichever is later); the last is i itself. Non-decreasing in i, because segments are
+// contiguous runs and the window slides forward.
+void FirstVisibleKeys(const AttentionShape& s, const int32_t* segments, int64_t* first_key) {
+  int64_t segment_start = 0;
+  for (int64_t i = 0; i < s.seq; ++i) {
+    if (segments != nullptr && i > 0 && segments[i] != segments[i - 1]) segment_start = i;
+    const int64_t window_start = s.window == 0 ? 0 : std::max<int64_t>(0, i - s.window + 1);
+    first_key[i] = std::max(segment_start, window_start);
+  }
 }
 
+bool Visible(int64_t i, int64_t j, const int64_t* first_key) { return j <= i && j >= first_key[i]; }
+
 // True when every (i, j) with i in [i0, i1), j in [j0, j1) is visible.
-bool TileFullyVisible(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t window) {
-  return j1 - 1 <= i0 && (window == 0 || (i1 - 1) - j0 < window);
+bool TileFullyVisible(int64_t i0, int64_t i1, int64_t j0, int64_t j1, const int64_t* first_key) {
+  return j1 - 1 <= i0 && j0 >= first_key[i1 - 1];
 }
 
 // Sets scores of invisible (query, key) pairs of a tile to -inf.
-void MaskTile(float* scores, int64_t i0, int64_t nq, int64_t j0, int64_t nk, int64_t window) {
+void MaskTile(float* scores, int64_t i0, int64_t nq, int64_t j0, int64_t nk,
+              const int64_t* first_key) {
   for (int64_t r = 0; r < nq; ++r) {
     float* row = scores + r * nk;
     for (int64_t c = 0; c < nk; ++c) {
-      if (!Visible(i0 + r, j0 + c, window)) row[c] = -INFINITY;
+      if (!Visible(i0 + r, j0 + c, first_key)) row[c] = -INFINITY;
     }
   }
 }
@@ -61,7 +73,7 @@ HeadView MakeHeadView(const AttentionShape& s, int64_t b, int64_t h) {
 
 void ForwardOneHead(const AttentionShape& s, const AttentionTiles& tiles, const HeadView& view,
                     const float* q, const float* k, const float* v, float* out, float* lse_row,
-                    float* scores, float* run_max, float* run_sum) {
+                    float* scores, float* run_max, float* run_sum, const int64_t* first_key) {
   const int64_t d = s.head_dim;
   for (int64_t i0 = 0; i0 < s.seq; i0 += tiles.q_tile) {
     const int64_t i1 = std::min(s.seq, i0 + tiles.q_tile);
@@ -73,9 +85,9 @@ void ForwardOneHead(const AttentionShape& s, const AttentionTiles& tiles, const 
       run_max[r] = -INFINITY;
       run_sum[r] = 0.0f;
     }
-    const int64_t first_key = s.window == 0 ? 0 : std::max<int64_t>(0, i0 - s.window + 1);
+    // Keys before the tile's first query's first visible key are seen by no query of the tile.
     const int64_t last_key = i1 - 1;
-    for (int64_t j0 = (first_key / tiles.k_tile) * tiles.k_tile; j0 <= last_key;
+    for (int64_t j0 = (first_key[i0] / tiles.k_tile) * tiles.k_tile; j0 <= last_key;
          j0 += tiles.k_tile) {
       const int64_t j1 = std::min(s.seq, j0 + tiles.k_tile);
       const int64_t nk = j1 - j0;
@@ -83,11 +95,13 @@ void ForwardOneHead(const AttentionShape& s, const AttentionTiles& tiles, const 
       const float* v_tile = v + view.kv_offset + j0 * view.kv_stride;
       Gemm(CblasNoTrans, CblasTrans, nq, nk, d, s.scale, q_tile, view.q_stride, k_tile,
            view.kv_stride, 0.0f, scores, nk);
-      if (!TileFullyVisible(i0, i1, j0, j1, s.window)) MaskTile(scores, i0, nq, j0, nk, s.window);
+      if (!TileFullyVisible(i0, i1, j0, j1, first_key)) {
+        MaskTile(scores, i0, nq, j0, nk, first_key);
+      }
       for (int64_t r = 0; r < nq; ++r) {
         float* row = scores + r * nk;
         const float new_max = std::max(run_max[r], RowMax(row, nk));
-        if (new_max == -INFINITY) {  // nothing visible yet in this row
+        if (new_max == -INFINITY) {  // nothing visible yet in this row (or in this tile at all)
           std::memset(row, 0, sizeof(float) * nk);
           continue;
         }
@@ -115,7 +129,7 @@ void ForwardOneHead(const AttentionShape& s, const AttentionTiles& tiles, const 
 void BackwardOneHead(const AttentionShape& s, const AttentionTiles& tiles, const HeadView& view,
                      const float* q, const float* k, const float* v, const float* out,
                      const float* lse_row, const float* dout, float* dq, float* dk, float* dv,
-                     float* probs, float* dprobs, float* out_dot_dout) {
+                     float* probs, float* dprobs, float* out_dot_dout, const int64_t* first_key) {
   const int64_t d = s.head_dim;
   for (int64_t i = 0; i < s.seq; ++i) {
     const int64_t offset = view.q_offset + i * view.q_stride;
@@ -125,15 +139,16 @@ void BackwardOneHead(const AttentionShape& s, const AttentionTiles& tiles, const
     const int64_t j1 = std::min(s.seq, j0 + tiles.k_tile);
     const int64_t nk = j1 - j0;
     const int64_t kv_offset = view.kv_offset + j0 * view.kv_stride;
-    const int64_t last_query =
-        s.window == 0 ? s.seq - 1 : std::min(s.seq - 1, (j1 - 1) + (s.window - 1));
-    for (int64_t i0 = (j0 / tiles.q_tile) * tiles.q_tile; i0 <= last_query; i0 += tiles.q_tile) {
+    for (int64_t i0 = (j0 / tiles.q_tile) * tiles.q_tile; i0 < s.seq; i0 += tiles.q_tile) {
+      // first_key is non-decreasing: once a tile's first query sees none of these keys, no
+      // later query does (another segment, or past the window).
+      if (first_key[i0] > j1 - 1) break;
       const int64_t i1 = std::min(s.seq, i0 + tiles.q_tile);
       const int64_t nq = i1 - i0;
       const int64_t q_offset = view.q_offset + i0 * view.q_stride;
       Gemm(CblasNoTrans, CblasTrans, nq, nk, d, s.scale, q + q_offset, view.q_stride, k + kv_offset,
            view.kv_stride, 0.0f, probs, nk);
-      if (!TileFullyVisible(i0, i1, j0, j1, s.window)) MaskTile(probs, i0, nq, j0, nk, s.window);
+      if (!TileFullyVisible(i0, i1, j0, j1, first_key)) MaskTile(probs, i0, nq, j0, nk, first_key);
       for (int64_t r = 0; r < nq; ++r) {
         float* row = probs + r * nk;
         const float row_lse = lse_row[i0 + r];
@@ -175,7 +190,8 @@ size_t AttentionBackwardWorkspaceFloats(const AttentionShape& shape, const Atten
 }
 
 void AttentionForward(const AttentionShape& shape, const AttentionTiles& tiles, const float* q,
-                      const float* k, const float* v, float* out, float* lse, float* workspace) {
+                      const float* k, const float* v, float* out, float* lse, float* workspace,
+                      const int32_t* segments) {
   assert(shape.kv_heads > 0 && shape.q_heads % shape.kv_heads == 0);
   assert(tiles.q_tile > 0 && tiles.k_tile > 0 && shape.window >= 0);
   std::vector<float> owned;
@@ -186,18 +202,22 @@ void AttentionForward(const AttentionShape& shape, const AttentionTiles& tiles, 
   float* scores = workspace;
   float* run_max = scores + tiles.q_tile * tiles.k_tile;
   float* run_sum = run_max + tiles.q_tile;
+  std::vector<int64_t> first_key(static_cast<size_t>(shape.seq));
   for (int64_t b = 0; b < shape.batch; ++b) {
+    FirstVisibleKeys(shape, segments == nullptr ? nullptr : segments + b * shape.seq,
+                     first_key.data());
     for (int64_t h = 0; h < shape.q_heads; ++h) {
       float* lse_row = lse + (b * shape.q_heads + h) * shape.seq;
       ForwardOneHead(shape, tiles, MakeHeadView(shape, b, h), q, k, v, out, lse_row, scores,
-                     run_max, run_sum);
+                     run_max, run_sum, first_key.data());
     }
   }
 }
 
 void AttentionBackward(const AttentionShape& shape, const AttentionTiles& tiles, const float* q,
                        const float* k, const float* v, const float* out, const float* lse,
-                       const float* dout, float* dq, float* dk, float* dv, float* workspace) {
+                       const float* dout, float* dq, float* dk, float* dv, float* workspace,
+                       const int32_t* segments) {
   assert(shape.kv_heads > 0 && shape.q_heads % shape.kv_heads == 0);
   assert(tiles.q_tile > 0 && tiles.k_tile > 0 && shape.window >= 0);
   std::vector<float> owned;
@@ -213,11 +233,14 @@ void AttentionBackward(const AttentionShape& shape, const AttentionTiles& tiles,
   std::memset(dq, 0, q_bytes);
   std::memset(dk, 0, kv_bytes);
   std::memset(dv, 0, kv_bytes);
+  std::vector<int64_t> first_key(static_cast<size_t>(shape.seq));
   for (int64_t b = 0; b < shape.batch; ++b) {
+    FirstVisibleKeys(shape, segments == nullptr ? nullptr : segments + b * shape.seq,
+                     first_key.data());
     for (int64_t h = 0; h < shape.q_heads; ++h) {
       const float* lse_row = lse + (b * shape.q_heads + h) * shape.seq;
       BackwardOneHead(shape, tiles, MakeHeadView(shape, b, h), q, k, v, out, lse_row, dout, dq, dk,
-                      dv, probs, dprobs, out_dot_dout);
+                      dv, probs, dprobs, out_dot_dout, first_key.data());
     }
   }
 }

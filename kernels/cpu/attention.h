@@ -34,16 +34,24 @@ struct AttentionTiles {
 };
 
 // Workspace sizes in floats. Forward: q_tile * k_tile + 2 * q_tile.
-// Backward: 2 * q_tile * k_tile + seq.
+// Backward: 2 * q_tile * k_tile + seq. (Each call also holds S integers of its own: every
+// query's first visible key.)
 size_t AttentionForwardWorkspaceFloats(const AttentionShape& shape, const AttentionTiles& tiles);
 size_t AttentionBackwardWorkspaceFloats(const AttentionShape& shape, const AttentionTiles& tiles);
+
+// Segment ids (packed samples): `segments` [B, S], non-decreasing along each sequence (each
+// segment one contiguous run of tokens), or null for one segment per sequence. Key j is then
+// visible to query i iff segments[j] == segments[i], j <= i, and the window allows it. Key
+// tiles no query of a tile can see are skipped (packing costs no FLOPs across samples), and
+// with every id equal the results are bitwise those of null.
 
 // q: [B, S, Hq, D]; k, v: [B, S, Hkv, D]. Writes out [B, S, Hq, D] and
 // lse [B, Hq, S] (natural log of the softmax denominator of each scaled row,
 // kept for the backward). workspace: AttentionForwardWorkspaceFloats floats
 // supplied by the caller, or null to allocate it inside.
 void AttentionForward(const AttentionShape& shape, const AttentionTiles& tiles, const float* q,
-                      const float* k, const float* v, float* out, float* lse, float* workspace);
+                      const float* k, const float* v, float* out, float* lse, float* workspace,
+                      const int32_t* segments = nullptr);
 
 // FlashAttention-2 backward. Given the forward's inputs, out and lse, and
 // dout [B, S, Hq, D], OVERWRITES dq [B, S, Hq, D], dk and dv [B, S, Hkv, D].
@@ -52,6 +60,7 @@ void AttentionForward(const AttentionShape& shape, const AttentionTiles& tiles, 
 // workspace: AttentionBackwardWorkspaceFloats floats, or null to allocate inside.
 void AttentionBackward(const AttentionShape& shape, const AttentionTiles& tiles, const float* q,
                        const float* k, const float* v, const float* out, const float* lse,
-                       const float* dout, float* dq, float* dk, float* dv, float* workspace);
+                       const float* dout, float* dq, float* dk, float* dv, float* workspace,
+                       const int32_t* segments = nullptr);
 
 }  // namespace megatrain::kernels::cpu

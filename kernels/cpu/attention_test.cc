@@ -46,6 +46,13 @@ bool VisibleRef(int64_t i, int64_t j, int64_t window) {
   return j <= i && (window == 0 || i - j < window);
 }
 
+// With segment ids [B, S] (empty = one segment per sequence): also the same segment.
+bool VisibleRef(const std::vector<int32_t>& segments, int64_t b, int64_t seq, int64_t i, int64_t j,
+                int64_t window) {
+  return VisibleRef(i, j, window) &&
+         (segments.empty() || segments[b * seq + i] == segments[b * seq + j]);
+}
+
 struct Reference {
   std::vector<double> out, lse, dq, dk, dv;
 };
@@ -53,7 +60,8 @@ struct Reference {
 // Naive attention in double: full score rows, then backward by the chain rule.
 Reference RunReference(const AttentionShape& s, const std::vector<double>& q,
                        const std::vector<double>& k, const std::vector<double>& v,
-                       const std::vector<double>& dout) {
+                       const std::vector<double>& dout,
+                       const std::vector<int32_t>& segments = {}) {
   const int64_t B = s.batch, S = s.seq, Hq = s.q_heads, Hkv = s.kv_heads, D = s.head_dim;
   Reference ref;
   ref.out.assign(B * S * Hq * D, 0.0);
@@ -69,10 +77,11 @@ Reference RunReference(const AttentionShape& s, const std::vector<double>& q,
     for (int64_t h = 0; h < Hq; ++h) {
       const int64_t g = h / (Hq / Hkv);
       for (int64_t i = 0; i < S; ++i) {
+        auto visible = [&](int64_t j) { return VisibleRef(segments, b, S, i, j, s.window); };
         double max = -INFINITY;
         for (int64_t j = 0; j < S; ++j) {
           p[j] = -INFINITY;
-          if (!VisibleRef(i, j, s.window)) continue;
+          if (!visible(j)) continue;
           double dot = 0.0;
           for (int64_t c = 0; c < D; ++c) dot += q[qi(b, i, h) + c] * k[ki(b, j, g) + c];
           p[j] = dot * scale;
@@ -80,10 +89,10 @@ Reference RunReference(const AttentionShape& s, const std::vector<double>& q,
         }
         double sum = 0.0;
         for (int64_t j = 0; j < S; ++j)
-          sum += VisibleRef(i, j, s.window) ? std::exp(p[j] - max) : 0;
+          sum += visible(j) ? std::exp(p[j] - max) : 0;
         ref.lse[(b * Hq + h) * S + i] = max + std::log(sum);
         for (int64_t j = 0; j < S; ++j) {
-          p[j] = VisibleRef(i, j, s.window) ? std::exp(p[j] - max) / sum : 0.0;
+          p[j] = visible(j) ? std::exp(p[j] - max) / sum : 0.0;
           for (int64_t c = 0; c < D; ++c) ref.out[qi(b, i, h) + c] += p[j] * v[ki(b, j, g) + c];
         }
         // Backward of this row.
@@ -111,7 +120,9 @@ struct Result {
   std::vector<float> out, lse, dq, dk, dv;
 };
 
-Result RunKernel(const Inputs& in, const AttentionTiles& tiles, bool caller_workspace) {
+Result RunKernel(const Inputs& in, const AttentionTiles& tiles, bool caller_workspace,
+                 const std::vector<int32_t>& segments = {}) {
+  const int32_t* seg = segments.empty() ? nullptr : segments.data();
   const AttentionShape& s = in.shape;
   Result r;
   r.out.assign(in.q.size(), NAN);
@@ -125,10 +136,10 @@ Result RunKernel(const Inputs& in, const AttentionTiles& tiles, bool caller_work
     bwd_ws.assign(AttentionBackwardWorkspaceFloats(s, tiles), NAN);
   }
   AttentionForward(s, tiles, in.q.data(), in.k.data(), in.v.data(), r.out.data(), r.lse.data(),
-                   caller_workspace ? fwd_ws.data() : nullptr);
+                   caller_workspace ? fwd_ws.data() : nullptr, seg);
   AttentionBackward(s, tiles, in.q.data(), in.k.data(), in.v.data(), r.out.data(), r.lse.data(),
                     in.dout.data(), r.dq.data(), r.dk.data(), r.dv.data(),
-                    caller_workspace ? bwd_ws.data() : nullptr);
+                    caller_workspace ? bwd_ws.data() : nullptr, seg);
   return r;
 }
 
@@ -222,6 +233,104 @@ TEST(AttentionTest, ReferenceBackwardMatchesFiniteDifference) {
   check(q, ref.dq, "dq");
   check(k, ref.dk, "dk");
   check(v, ref.dv, "dv");
+}
+
+// Segment ids (packed samples). Row 0: samples of 7, 13 and 9 tokens; row 1: 20, 1, 8 tokens.
+std::vector<int32_t> SegmentsOf(const std::vector<std::vector<int64_t>>& rows) {
+  std::vector<int32_t> out;
+  for (const std::vector<int64_t>& lengths : rows) {
+    for (size_t k = 0; k < lengths.size(); ++k) out.insert(out.end(), lengths[k], int32_t(k));
+  }
+  return out;
+}
+
+TEST_P(AttentionCaseTest, SegmentIdsMatchDoubleReference) {
+  const Case c = GetParam();
+  const Inputs in = MakeInputs(2, 29, 6, 2, 10, c.window, 150);
+  const std::vector<int32_t> segments = SegmentsOf({{7, 13, 9}, {20, 1, 8}});
+  const Reference ref = RunReference(in.shape, ToDouble(in.q), ToDouble(in.k), ToDouble(in.v),
+                                     ToDouble(in.dout), segments);
+  ExpectMatchesReference(RunKernel(in, AttentionTiles{c.q_tile, c.k_tile}, true, segments), ref);
+}
+
+TEST(AttentionTest, OneSegmentIsBitwiseTheSameAsNoSegments) {
+  const Inputs in = MakeInputs(2, 29, 6, 2, 10, 5, 160);
+  const Result a = RunKernel(in, AttentionTiles{16, 8}, true);
+  const Result b = RunKernel(in, AttentionTiles{16, 8}, true, std::vector<int32_t>(2 * 29, 3));
+  EXPECT_TRUE(testing::BitwiseEqual(a.out, b.out));
+  EXPECT_TRUE(testing::BitwiseEqual(a.lse, b.lse));
+  EXPECT_TRUE(testing::BitwiseEqual(a.dq, b.dq));
+  EXPECT_TRUE(testing::BitwiseEqual(a.dk, b.dk));
+  EXPECT_TRUE(testing::BitwiseEqual(a.dv, b.dv));
+}
+
+// The slice [first, first + length) of every token's [heads * D] values.
+std::vector<float> Tokens(const std::vector<float>& x, int64_t width, int64_t first,
+                          int64_t length) {
+  return std::vector<float>(x.begin() + first * width, x.begin() + (first + length) * width);
+}
+
+// The key property of packing: a row of 3 samples with segment ids gives each sample the
+// outputs and gradients it gets alone in a row of its own length. The packed row's tiles cut
+// the samples differently, so only rounding differs: the reference tolerances apply.
+TEST(AttentionTest, PackedRowEqualsTheSamplesRunSeparately) {
+  const int64_t hq = 6, hkv = 2, d = 10;
+  const std::vector<int64_t> lengths = {7, 13, 9};
+  const Inputs packed = MakeInputs(1, 29, hq, hkv, d, 0, 170);
+  const std::vector<int32_t> segments = SegmentsOf({lengths});
+  const AttentionTiles tiles{8, 8};
+  const Result whole = RunKernel(packed, tiles, true, segments);
+  int64_t first = 0;
+  for (int64_t length : lengths) {
+    Inputs alone;
+    alone.shape = packed.shape;
+    alone.shape.seq = length;
+    alone.q = Tokens(packed.q, hq * d, first, length);
+    alone.k = Tokens(packed.k, hkv * d, first, length);
+    alone.v = Tokens(packed.v, hkv * d, first, length);
+    alone.dout = Tokens(packed.dout, hq * d, first, length);
+    const Result r = RunKernel(alone, tiles, true);
+    EXPECT_TRUE(AllClose(Tokens(whole.out, hq * d, first, length), ToDouble(r.out), kOutAbs,
+                         kOutRel)) << "out of the sample at " << first;
+    EXPECT_TRUE(AllClose(Tokens(whole.dq, hq * d, first, length), ToDouble(r.dq), kGradAbs,
+                         kGradRel)) << "dq of the sample at " << first;
+    EXPECT_TRUE(AllClose(Tokens(whole.dk, hkv * d, first, length), ToDouble(r.dk), kGradAbs,
+                         kGradRel)) << "dk of the sample at " << first;
+    EXPECT_TRUE(AllClose(Tokens(whole.dv, hkv * d, first, length), ToDouble(r.dv), kGradAbs,
+                         kGradRel)) << "dv of the sample at " << first;
+    for (int64_t h = 0; h < hq; ++h) {
+      for (int64_t i = 0; i < length; ++i) {
+        EXPECT_NEAR(whole.lse[h * 29 + first + i], r.lse[h * length + i], kLseAbs);
+      }
+    }
+    first += length;
+  }
+}
+
+// Key tiles that no query of a tile can see are never computed: with segments on tile
+// boundaries, NaN keys and values in the first segment reach nothing in the later ones (a
+// computed tile would carry the NaN through 0 * NaN in P V or dS K).
+TEST(AttentionTest, SkipsTilesOfOtherSegments) {
+  const int64_t hq = 4, hkv = 2, d = 6;
+  Inputs in = MakeInputs(1, 32, hq, hkv, d, 0, 180);
+  const std::vector<int32_t> segments = SegmentsOf({{8, 16, 8}});
+  for (int64_t t = 0; t < 8; ++t) {
+    for (int64_t c = 0; c < hkv * d; ++c) {
+      in.k[t * hkv * d + c] = NAN;
+      in.v[t * hkv * d + c] = NAN;
+    }
+  }
+  const Result r = RunKernel(in, AttentionTiles{8, 8}, true, segments);
+  for (int64_t t = 8; t < 32; ++t) {
+    for (int64_t c = 0; c < hq * d; ++c) {
+      ASSERT_TRUE(std::isfinite(r.out[t * hq * d + c])) << "token " << t;
+      ASSERT_TRUE(std::isfinite(r.dq[t * hq * d + c])) << "token " << t;
+    }
+    for (int64_t c = 0; c < hkv * d; ++c) {
+      ASSERT_TRUE(std::isfinite(r.dk[t * hkv * d + c])) << "token " << t;
+      ASSERT_TRUE(std::isfinite(r.dv[t * hkv * d + c])) << "token " << t;
+    }
+  }
 }
 
 }  // namespace

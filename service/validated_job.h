@@ -1,0 +1,43 @@
+// ValidatedJob: what job-spec validation turns a JobSpec into (the model, the engine's run
+// options, the plan), and the documented defaults of the fields a spec may leave unset.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/model/model_config.h"
+#include "engine/train/training_run.h"
+#include "proto/megatrain.pb.h"
+
+namespace megatrain::service {
+
+// `config_json_path` value that selects the built-in ~10M-parameter text model.
+inline constexpr char kBuiltinTinyModel[] = "builtin:tiny";
+
+// Defaults of hyperparameters left unset (0) in a JobSpec; `megatrain submit --help` shows them.
+inline constexpr double kDefaultPeakLr = 3e-4;
+inline constexpr uint32_t kDefaultBatchSize = 8;
+inline constexpr uint64_t kDefaultSeqLen = 256;  // capped by max_seq_len and the model
+// Defaults of the proto3 `optional` fields, used only when the field is absent: a field that
+// is set is taken as given, 0 included.
+inline constexpr double kDefaultValidationFraction = 0.05;
+inline constexpr double kDefaultAdamBeta1 = 0.9;
+inline constexpr double kDefaultAdamBeta2 = 0.95;
+inline constexpr double kDefaultAdamEps = 1e-8;
+
+struct ValidatedJob {
+  engine::ModelConfig model;
+  engine::TrainingRunOptions options;  // device filled from the daemon's settings
+  int64_t parameters = 0;
+  std::string output_dir;  // resolved; empty = none requested
+  // JobSpec.reuse_output_dir: the job shares output_dir with a finished one, so its checkpoints
+  // live in a directory of their own (JobCheckpointDir).
+  bool reuse_output_dir = false;
+  v1::PlanResponse plan;
+  // The daemon's data roots (resolved) when the job was validated: the run-time recheck confines
+  // the files of model.hf_directory to them (input_recheck.h).
+  std::vector<std::string> data_roots;
+};
+
+}  // namespace megatrain::service
