@@ -55,6 +55,11 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create() {
 
 MpiCommunicator::~MpiCommunicator() { MPI_Finalize(); }
 
+void MpiCommunicator::Abort(int exit_code) {
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);  // MPI_Abort does not return; should it, still end this rank
+}
+
 absl::Status MpiCommunicator::Check(int code, const char* call) const {
   if (code == MPI_SUCCESS) return absl::OkStatus();
   char text[MPI_MAX_ERROR_STRING];

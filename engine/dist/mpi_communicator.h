@@ -33,6 +33,9 @@ class MpiCommunicator final : public Communicator {
   absl::Status Broadcast(void* data, size_t bytes, int root) override;
   absl::Status Barrier() override;
   CommunicatorStats stats() const override { return stats_; }
+  // Ends every rank of the job with `exit_code` (MPI_Abort): for a rank that fails while the
+  // others wait in a collective, where returning would leave them blocked.
+  [[noreturn]] void Abort(int exit_code);
 
   // Floats per all-to-all round: bounds the receive buffer (one piece) and keeps MPI's int
   // counts in range.

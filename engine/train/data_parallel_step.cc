@@ -7,6 +7,16 @@
 
 namespace megatrain::engine {
 
+absl::StatusOr<RankSlots> RankSlotsOf(int accumulation, int rank, int world) {
+  if (world < 1 || accumulation < 1 || accumulation % world != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "grad_accumulation=", accumulation, " must be a positive multiple of the data-parallel ",
+        "world size ", world, " (each rank runs accumulation / world micro-batches)"));
+  }
+  const int per_rank = accumulation / world;
+  return RankSlots{rank * per_rank, per_rank};
+}
+
 absl::StatusOr<int64_t> GlobalValidTargets(dist::Communicator& comm, int64_t local_valid) {
   return comm.SumInt64(local_valid);
 }

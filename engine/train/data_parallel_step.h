@@ -15,6 +15,17 @@
 
 namespace megatrain::engine {
 
+// Which micro-batch slots of an accumulation-`accumulation` step rank `rank` of `world` runs:
+// the contiguous slots [first, first + count). Every rank reads all the step's micro-batches, so
+// the data cursor (and a checkpoint's) stays the global run's. Exact (bitwise accumulation's) when
+// count is 1; with more, each rank adds its own first and the sum order differs. INVALID_ARGUMENT
+// when accumulation is not a multiple of world.
+struct RankSlots {
+  int first = 0;
+  int count = 0;
+};
+absl::StatusOr<RankSlots> RankSlotsOf(int accumulation, int rank, int world);
+
 // The step's valid targets over every rank: each rank scales its loss by 1 / this, as a single
 // process scales every micro-batch by 1 / the step's total.
 absl::StatusOr<int64_t> GlobalValidTargets(dist::Communicator& comm, int64_t local_valid);
