@@ -104,21 +104,21 @@ absl::Status Run() {
     }
     bytes = r->communication_bytes;
     if (rank == 0) {
-      std::printf("{\"step\": %d, \"step_seconds\": %.4f, \"comm_seconds\": %.4f, "
-                  "\"comm_bytes\": %llu, \"loss\": %.6f}\n",
-                  step + 1, seconds, r->communication_seconds,
-                  static_cast<unsigned long long>(r->communication_bytes), r->loss);
+      std::printf(
+          "{\"step\": %d, \"step_seconds\": %.4f, \"comm_seconds\": %.4f, "
+          "\"comm_bytes\": %llu, \"loss\": %.6f}\n",
+          step + 1, seconds, r->communication_seconds,
+          static_cast<unsigned long long>(r->communication_bytes), r->loss);
     }
   }
   if (absl::Status s = (*trainer)->UpdateStatus(); !s.ok()) return s;
   if (rank == 0) {
-    std::printf("{\"ranks\": %d, \"accumulation\": %d, \"parameters\": %lld, "
-                "\"median_step_seconds\": %.4f, \"median_comm_seconds\": %.4f, "
-                "\"comm_bytes_per_step\": %llu}\n",
-                world, accumulation,
-                static_cast<long long>((*trainer)->layout().parameter_count()),
-                Median(step_seconds), Median(comm_seconds),
-                static_cast<unsigned long long>(bytes));
+    std::printf(
+        "{\"ranks\": %d, \"accumulation\": %d, \"parameters\": %lld, "
+        "\"median_step_seconds\": %.4f, \"median_comm_seconds\": %.4f, "
+        "\"comm_bytes_per_step\": %llu}\n",
+        world, accumulation, static_cast<long long>((*trainer)->layout().parameter_count()),
+        Median(step_seconds), Median(comm_seconds), static_cast<unsigned long long>(bytes));
   }
   return absl::OkStatus();
 }

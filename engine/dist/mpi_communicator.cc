@@ -19,8 +19,7 @@ class CallTimer {
   explicit CallTimer(CommunicatorStats& stats)
       : stats_(stats), t0_(std::chrono::steady_clock::now()) {}
   ~CallTimer() {
-    stats_.seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
   }
 
  private:
@@ -120,10 +119,10 @@ absl::Status MpiCommunicator::ReduceFloatsInRankOrder(float* data, size_t n) {
       receive_displs[j] = static_cast<int>(owned * static_cast<size_t>(j));
     }
     receive_.resize(owned * static_cast<size_t>(world));
-    if (absl::Status s = Check(MPI_Alltoallv(base, send_counts.data(), send_displs.data(),
-                                             MPI_FLOAT, receive_.data(), receive_counts.data(),
-                                             receive_displs.data(), MPI_FLOAT, MPI_COMM_WORLD),
-                               "MPI_Alltoallv(gradient contributions)");
+    if (absl::Status s = Check(
+            MPI_Alltoallv(base, send_counts.data(), send_displs.data(), MPI_FLOAT, receive_.data(),
+                          receive_counts.data(), receive_displs.data(), MPI_FLOAT, MPI_COMM_WORLD),
+            "MPI_Alltoallv(gradient contributions)");
         !s.ok()) {
       return s;
     }
@@ -155,8 +154,8 @@ absl::Status MpiCommunicator::Broadcast(void* data, size_t bytes, int root) {
   char* p = static_cast<char*>(data);
   for (size_t done = 0; done < bytes;) {
     const int chunk = static_cast<int>(std::min<size_t>(bytes - done, size_t{1} << 30));
-    if (absl::Status s = Check(MPI_Bcast(p + done, chunk, MPI_BYTE, root, MPI_COMM_WORLD),
-                               "MPI_Bcast");
+    if (absl::Status s =
+            Check(MPI_Bcast(p + done, chunk, MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
         !s.ok()) {
       return s;
     }

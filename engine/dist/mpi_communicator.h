@@ -15,8 +15,8 @@ bool LaunchedByMpi();
 
 class MpiCommunicator final : public Communicator {
  public:
-  // Initializes MPI (MPI_THREAD_FUNNELED: only the thread that made it calls it). FAILED_PRECONDITION
-  // when MPI is already initialized in this process.
+  // Initializes MPI (MPI_THREAD_FUNNELED: only the thread that made it calls it).
+  // FAILED_PRECONDITION when MPI is already initialized in this process.
   static absl::StatusOr<std::unique_ptr<MpiCommunicator>> Create();
   ~MpiCommunicator() override;
   MpiCommunicator(const MpiCommunicator&) = delete;

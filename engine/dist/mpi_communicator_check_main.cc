@@ -19,8 +19,8 @@ std::vector<float> Contribution(int rank, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     state = state * 6364136223846793005ull + 1442695040888963407ull;
     const float small = static_cast<float>((state >> 40) % 1000) / 997.0f;
-    v[i] = (i + static_cast<size_t>(rank)) % 3 == 0 ? (rank % 2 == 0 ? 1e7f : -1e7f) + small
-                                                     : small;
+    v[i] =
+        (i + static_cast<size_t>(rank)) % 3 == 0 ? (rank % 2 == 0 ? 1e7f : -1e7f) + small : small;
   }
   return v;
 }

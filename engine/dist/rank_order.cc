@@ -1,7 +1,7 @@
 // The rank-ordered float sum and the split of a reduction into owned ranges.
-#include "engine/dist/communicator.h"
-
 #include <cstring>
+
+#include "engine/dist/communicator.h"
 
 namespace megatrain::engine::dist {
 

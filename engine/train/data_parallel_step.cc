@@ -38,8 +38,8 @@ absl::Status ReduceGradientsInRankOrder(dist::Communicator& comm, ParameterStore
                        "'s gradient is on NVMe (grad_on_nvme or a RAM budget that overflows)"));
     }
     if (absl::Status s = comm.ReduceFloatsInRankOrder(b.grad, b.elements); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("reducing entry ", e, "'s gradient: ",
-                                                 s.message()));
+      return absl::Status(s.code(),
+                          absl::StrCat("reducing entry ", e, "'s gradient: ", s.message()));
     }
   }
   return absl::OkStatus();

@@ -538,8 +538,8 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
     for (int64_t i = 0; i < n; ++i) total_valid += t[i] >= 0 ? 1 : 0;
   }
   dist::Communicator* comm = options_.communicator;
-  const dist::CommunicatorStats comm_before = comm != nullptr ? comm->stats()
-                                                              : dist::CommunicatorStats{};
+  const dist::CommunicatorStats comm_before =
+      comm != nullptr ? comm->stats() : dist::CommunicatorStats{};
   if (comm != nullptr) {
     absl::StatusOr<int64_t> global = GlobalValidTargets(*comm, total_valid);
     if (!global.ok()) return global.status();

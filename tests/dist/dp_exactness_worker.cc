@@ -57,7 +57,8 @@ absl::Status Run(const std::string& prefix, int world, int steps, bool tied, int
       Trainer::Create(*device, testing::TinyConfig(shape), o);
   if (!trainer.ok()) return trainer.status();
   (*trainer)->InitializeRandom(11);
-  const testing::TokenBatches batches = testing::MakeTokenBatches(steps * world, kSeq, shape.vocab, 3);
+  const testing::TokenBatches batches =
+      testing::MakeTokenBatches(steps * world, kSeq, shape.vocab, 3);
 
   const std::string out =
       mpi != nullptr ? absl::StrCat(prefix, ".rank", mpi->rank()) : absl::StrCat(prefix, ".accum");
@@ -71,8 +72,8 @@ absl::Status Run(const std::string& prefix, int world, int steps, bool tied, int
     // Rank r runs micro-batch slot r of this step; alone, all W slots in order.
     const int first = step * world + (mpi != nullptr ? mpi->rank() : 0);
     const int count = mpi != nullptr ? 1 : world;
-    absl::StatusOr<StepReport> r = (*trainer)->Step(batches.InputPointers(first, count),
-                                                    batches.TargetPointers(first, count));
+    absl::StatusOr<StepReport> r =
+        (*trainer)->Step(batches.InputPointers(first, count), batches.TargetPointers(first, count));
     if (!r.ok()) return r.status();
     losses += absl::StrFormat("step %d loss %016x norm %016x valid %d\n", r->step, Bits(r->loss),
                               Bits(r->grad_norm), r->valid_tokens);
@@ -91,8 +92,8 @@ absl::Status Run(const std::string& prefix, int world, int steps, bool tied, int
       weights.append(reinterpret_cast<const char*>(w->data()), w->size() * sizeof(float));
     }
   }
-  for (const auto& [suffix, text] : {std::pair<const char*, const std::string*>{".losses", &losses},
-                                     {".weights", &weights}}) {
+  for (const auto& [suffix, text] :
+       {std::pair<const char*, const std::string*>{".losses", &losses}, {".weights", &weights}}) {
     FILE* f = std::fopen((out + suffix).c_str(), "wb");
     if (f == nullptr || std::fwrite(text->data(), 1, text->size(), f) != text->size() ||
         std::fclose(f) != 0) {
