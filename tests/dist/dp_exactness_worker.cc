@@ -3,10 +3,13 @@
 // accumulation W over the same micro-batches. Either way it writes OUT.losses (per step: the
 // loss, the gradient norm and the valid count, doubles as hex bits) and OUT.weights (every
 // master float, in layout order), OUT being PREFIX.rank<r> or PREFIX.accum, so the test compares
-// files byte for byte. With KILL_RANK/KILL_STEP, that rank SIGKILLs itself before that step (the
-// failure test).
+// files byte for byte. With KILL_RANK/KILL_STEP, that rank SIGKILLs itself before that step, or
+// with KILL_STEP -1 writes its pid to PREFIX.pid after its first step, for a kill -9 from
+// outside (the failure tests).
 //
 //   dp_exactness_worker PREFIX W STEPS TIED [KILL_RANK KILL_STEP]
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -64,6 +67,15 @@ absl::Status Run(const std::string& prefix, int world, int steps, bool tied, int
       mpi != nullptr ? absl::StrCat(prefix, ".rank", mpi->rank()) : absl::StrCat(prefix, ".accum");
   std::string losses;
   for (int step = 0; step < steps; ++step) {
+    if (mpi != nullptr && mpi->rank() == kill_rank && kill_step < 0 && step == 1) {
+      // For a kill from outside: say where this rank is, once it is training.
+      const std::string pid_file = absl::StrCat(prefix, ".pid");
+      FILE* f = std::fopen((pid_file + ".tmp").c_str(), "w");
+      if (f == nullptr) return absl::InternalError(absl::StrCat("cannot write ", pid_file));
+      std::fprintf(f, "%d\n", static_cast<int>(getpid()));
+      std::fclose(f);
+      std::rename((pid_file + ".tmp").c_str(), pid_file.c_str());  // appears whole
+    }
     if (mpi != nullptr && mpi->rank() == kill_rank && step == kill_step) {
       std::fprintf(stderr, "rank %d: SIGKILL before step %d\n", kill_rank, step);
       std::fflush(stderr);
