@@ -17,6 +17,23 @@ absl::StatusOr<RankSlots> RankSlotsOf(int accumulation, int rank, int world) {
   return RankSlots{rank * per_rank, per_rank};
 }
 
+absl::Status CheckSameJob(dist::Communicator& comm, const std::string& identity) {
+  uint64_t hash = 14695981039346656037ull;  // FNV-1a: a fingerprint, not a defence
+  for (unsigned char c : identity) hash = (hash ^ c) * 1099511628211ull;
+  // Two 32-bit halves: exact as doubles.
+  const double mine[2] = {static_cast<double>(hash >> 32), static_cast<double>(hash & 0xffffffffu)};
+  absl::StatusOr<std::vector<double>> all = comm.AllGatherDoubles(mine);
+  if (!all.ok()) return all.status();
+  for (int r = 1; r < comm.size(); ++r) {
+    if ((*all)[2 * r] != (*all)[0] || (*all)[2 * r + 1] != (*all)[1]) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "data parallelism: rank ", r, " runs a different job from rank 0 (its options, data or "
+          "resume step differ); every rank must be started with the same flags"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int64_t> GlobalValidTargets(dist::Communicator& comm, int64_t local_valid) {
   return comm.SumInt64(local_valid);
 }

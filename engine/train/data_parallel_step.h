@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "engine/dist/communicator.h"
@@ -25,6 +26,12 @@ struct RankSlots {
   int count = 0;
 };
 absl::StatusOr<RankSlots> RankSlotsOf(int accumulation, int rank, int world);
+
+// OK when every rank runs the same job: `identity` (the job JSON and the step it starts from)
+// hashes the same on every rank. Ranks that disagree would run different numbers of collectives
+// and wait for each other forever; this is checked once, before the first step.
+// FAILED_PRECONDITION naming the first rank that differs from rank 0.
+absl::Status CheckSameJob(dist::Communicator& comm, const std::string& identity);
 
 // The step's valid targets over every rank: each rank scales its loss by 1 / this, as a single
 // process scales every micro-batch by 1 / the step's total.

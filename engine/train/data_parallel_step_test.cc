@@ -26,6 +26,7 @@ TEST(DataParallelStepTest, WorldOfOneKeepsCountsAndLossSums) {
   const double loss = 0.1 + 0.2;
   EXPECT_EQ(*GlobalLossSum(one, loss), loss);
   EXPECT_EQ(*GlobalLossSum(one, -0.0), 0.0);
+  EXPECT_TRUE(CheckSameJob(one, "{\"steps\": 4} from step 1").ok());
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/common/status_macros.h"
 #include "engine/data/byte_tokenizer.h"
 #include "engine/data/token_windows.h"
 #include "engine/device/device_factory.h"
@@ -214,6 +215,10 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
     result.resumed_from_step = (*resumed)->step;
     progress(absl::StrFormat("resumed from %s at step %d", (*resumed)->path, (*resumed)->step),
              true);
+  }
+  if (comm != nullptr) {
+    MT_RETURN_IF_ERROR(
+        CheckSameJob(*comm, absl::StrCat(TrainingJobJson(options), " from step ", first_step)));
   }
   result.parameters = (*trainer)->layout().parameter_count();
   result.unigram_entropy_nats = data->unigram_entropy_nats;

@@ -47,4 +47,18 @@ if timeout 300 "${launch}" 2 "${train}" "${common[@]}" --accumulation=3 --data_p
 fi
 grep -q "grad_accumulation=3 must be a positive multiple of the data-parallel world size 2" \
   "${dir}/odd.log" || { cat "${dir}/odd.log"; echo "FAIL: no reason given"; exit 1; }
+# Ranks started with different flags are refused before the first step, naming the rank (they
+# would otherwise run different numbers of collectives and wait for each other forever).
+cat >"${dir}/per_rank.sh" <<EOS
+#!/usr/bin/env bash
+steps=4
+[[ "\${OMPI_COMM_WORLD_RANK}" == 1 ]] && steps=5
+exec "${train}" ${common[*]} --steps="\${steps}"
+EOS
+chmod +x "${dir}/per_rank.sh"
+if timeout 300 "${launch}" 2 "${dir}/per_rank.sh" >"${dir}/mismatch.log" 2>&1; then
+  echo "FAIL: ranks with different --steps were accepted"; exit 1
+fi
+grep -q "rank 1 runs a different job from rank 0" "${dir}/mismatch.log" ||
+  { cat "${dir}/mismatch.log"; echo "FAIL: the differing rank was not named"; exit 1; }
 echo PASS
