@@ -26,9 +26,10 @@ absl::Status CheckSameJob(dist::Communicator& comm, const std::string& identity)
   if (!all.ok()) return all.status();
   for (int r = 1; r < comm.size(); ++r) {
     if ((*all)[2 * r] != (*all)[0] || (*all)[2 * r + 1] != (*all)[1]) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "data parallelism: rank ", r, " runs a different job from rank 0 (its options, data or "
-          "resume step differ); every rank must be started with the same flags"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("data parallelism: rank ", r,
+                       " runs a different job from rank 0 (its options, data or "
+                       "resume step differ); every rank must be started with the same flags"));
     }
   }
   return absl::OkStatus();
