@@ -60,6 +60,10 @@ struct StepReport {
   uint64_t nvme_bytes_read = 0;
   uint64_t nvme_bytes_written = 0;
   double nvme_wait_seconds = 0;
+  // Data parallelism: time inside the step's collectives (counts, loss sums, gradients; waiting
+  // for slower ranks included) and the payload bytes this rank sent.
+  double communication_seconds = 0;
+  uint64_t communication_bytes = 0;
   std::vector<ActivationBlockReport> activation_blocks;  // bottom-up, the top block last
 };
 

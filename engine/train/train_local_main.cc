@@ -12,6 +12,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
 #include "engine/data/text_tokenizer.h"
+#include "engine/dist/mpi_communicator.h"
 #include "engine/model/model_config.h"
 #include "engine/provenance/signing_key.h"
 #include "engine/train/training_run.h"
@@ -109,6 +110,11 @@ ABSL_FLAG(int, keep_last, 0, "Checkpoints to keep; 0 = all.");
 ABSL_FLAG(std::string, signing_key, "",
           "Ed25519 key (PEM, created with mode 0600 if missing) that signs every checkpoint's "
           "provenance record; empty = unsigned records.");
+ABSL_FLAG(bool, data_parallel, false,
+          "Train as one rank of a data-parallel job launched by mpirun (docs/scale_out.md): "
+          "each rank runs --accumulation / ranks micro-batches of every step; gradients are "
+          "reduced in rank order; rank 0 prints and writes checkpoints. Implied when mpirun "
+          "launched this process.");
 ABSL_FLAG(bool, resume, false,
           "Continue from the newest checkpoint in --checkpoint_dir when one exists.");
 
@@ -245,8 +251,21 @@ int main(int argc, char** argv) {
   o.device.link_gbps = absl::GetFlag(FLAGS_link_gbps);
   o.device.link_latency_us = absl::GetFlag(FLAGS_link_latency_us);
 
+  std::unique_ptr<megatrain::engine::dist::MpiCommunicator> mpi;
+  if (absl::GetFlag(FLAGS_data_parallel) || megatrain::engine::dist::LaunchedByMpi()) {
+    absl::StatusOr<std::unique_ptr<megatrain::engine::dist::MpiCommunicator>> c =
+        megatrain::engine::dist::MpiCommunicator::Create();
+    if (!c.ok()) {
+      fprintf(stderr, "error: --data_parallel: %s\n", std::string(c.status().message()).c_str());
+      return 2;
+    }
+    mpi = *std::move(c);
+    t.communicator = mpi.get();
+  }
+  const bool quiet = mpi != nullptr && mpi->rank() != 0;  // rank 0 speaks for the job
   const bool tty = isatty(fileno(stderr));
-  auto progress = [tty](const std::string& line, bool keep) {
+  auto progress = [tty, quiet](const std::string& line, bool keep) {
+    if (quiet) return;
     if (tty) {
       fprintf(stderr, "\r\033[K%s%s", line.c_str(), keep ? "\n" : "");
     } else {
@@ -256,9 +275,17 @@ int main(int argc, char** argv) {
   };
   absl::StatusOr<TrainingRunResult> result = RunTraining(config, o, progress);
   if (!result.ok()) {
+    if (mpi != nullptr) {
+      // The other ranks may be waiting in a collective for this one: end the whole job.
+      fprintf(stderr, "\nerror: rank %d of %d: %s\n", mpi->rank(), mpi->size(),
+              result.status().ToString().c_str());
+      fflush(stderr);
+      mpi->Abort(1);
+    }
     fprintf(stderr, "\nerror: %s\n", result.status().ToString().c_str());
     return 1;
   }
+  if (quiet) return 0;
   printf(
       "trained %ld parameters for %lu steps: validation loss %.4f -> %.4f nats/token "
       "(unigram entropy %.4f), median %.0f tokens/s\n",

@@ -11,6 +11,7 @@
 #include "engine/common/host_cores.h"
 #include "engine/model/hf_loader.h"
 #include "engine/optimizer/grad_norm.h"
+#include "engine/train/data_parallel_step.h"
 #include "engine/exec/executor_geometry.h"
 #include "kernels/common/adamw.h"
 
@@ -537,6 +538,14 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
   for (const int32_t* t : targets) {
     for (int64_t i = 0; i < n; ++i) total_valid += t[i] >= 0 ? 1 : 0;
   }
+  dist::Communicator* comm = options_.communicator;
+  const dist::CommunicatorStats comm_before =
+      comm != nullptr ? comm->stats() : dist::CommunicatorStats{};
+  if (comm != nullptr) {
+    absl::StatusOr<int64_t> global = GlobalValidTargets(*comm, total_valid);
+    if (!global.ok()) return global.status();
+    total_valid = *global;
+  }
   if (total_valid == 0) return EmptyStep(n * static_cast<int64_t>(inputs.size()));
   const float inv_total_valid = static_cast<float>(1.0 / static_cast<double>(total_valid));
   const uint64_t weights_version = step_;
@@ -576,6 +585,12 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
     return absl::Status(update_status_.code(), absl::StrCat("optimizer update of step ", step_,
                                                             " failed: ", update_status_.message()));
   }
+  if (comm != nullptr) {
+    absl::StatusOr<double> global = GlobalLossSum(*comm, loss_sum);
+    if (!global.ok()) return global.status();
+    loss_sum = *global;
+    if (absl::Status s = ReduceGradientsInRankOrder(*comm, store_); !s.ok()) return s;
+  }
   // The update thread of this step will write these again: keep the last ones.
   const std::vector<double> previous_update_seconds = update_seconds_;
 
@@ -585,6 +600,10 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
   report.loss = loss_sum / static_cast<double>(total_valid);
   report.valid_tokens = total_valid;
   report.tokens = n * static_cast<int64_t>(inputs.size());
+  if (comm != nullptr) {
+    report.communication_seconds = comm->stats().seconds - comm_before.seconds;
+    report.communication_bytes = comm->stats().bytes_sent - comm_before.bytes_sent;
+  }
   report.step_seconds = step_seconds;
   report.tokens_per_second = static_cast<double>(report.tokens) / std::max(step_seconds, 1e-9);
   report.device_arena_peak_bytes = device_.arena_stats().peak;

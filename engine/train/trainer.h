@@ -16,6 +16,7 @@
 #include "engine/common/input_files.h"
 #include "engine/common/thread_pool.h"
 #include "engine/device/device.h"
+#include "engine/dist/communicator.h"
 #include "engine/exec/parameter_store.h"
 #include "engine/exec/streaming_executor.h"
 #include "engine/exec/update_gate.h"
@@ -73,6 +74,10 @@ struct TrainerOptions {
   int optimizer_threads = 0;
   int blas_threads = 2;          // fixed for the run: OpenBLAS results depend on it
   bool collect_timeline = true;  // per-layer timings in StepReport (two clock reads per op)
+  // Data parallelism (docs/scale_out.md): the ranks this trainer steps with, each passing its
+  // own micro-batches to Step; counts, loss sums and gradients are combined in rank order before
+  // the norm (data_parallel_step.h). Null = this process alone. Not owned.
+  dist::Communicator* communicator = nullptr;
 };
 
 // The optimizer's position (TrainerProgress) and what a checkpoint needs of a trainer

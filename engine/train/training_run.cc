@@ -10,11 +10,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/common/status_macros.h"
 #include "engine/data/byte_tokenizer.h"
 #include "engine/data/token_windows.h"
 #include "engine/device/device_factory.h"
 #include "engine/model/parameter_layout.h"
 #include "engine/exec/executor_geometry.h"
+#include "engine/train/data_parallel_step.h"
 #include "engine/train/run_checkpoints.h"
 #include "engine/train/training_data.h"
 
@@ -180,6 +182,13 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
         absl::StrCat("grad_accumulation=", options.grad_accumulation, " must be >= 1"));
   }
   const int micro = options.trainer.micro_batch_size;
+  // Data parallelism: this rank's micro-batch slots of each step; rank 0 writes the checkpoints.
+  dist::Communicator* comm = options.trainer.communicator;
+  absl::StatusOr<RankSlots> slots =
+      comm != nullptr ? RankSlotsOf(options.grad_accumulation, comm->rank(), comm->size())
+                      : RankSlots{0, options.grad_accumulation};
+  if (!slots.ok()) return slots.status();
+  const bool writes_checkpoints = comm == nullptr || comm->rank() == 0;
   absl::StatusOr<TrainingData> data = PrepareTrainingData(config, options);
   if (!data.ok()) return data.status();
   BatchSource& windows = *data->batches;
@@ -206,6 +215,10 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
     result.resumed_from_step = (*resumed)->step;
     progress(absl::StrFormat("resumed from %s at step %d", (*resumed)->path, (*resumed)->step),
              true);
+  }
+  if (comm != nullptr) {
+    MT_RETURN_IF_ERROR(
+        CheckSameJob(*comm, absl::StrCat(TrainingJobJson(options), " from step ", first_step)));
   }
   result.parameters = (*trainer)->layout().parameter_count();
   result.unigram_entropy_nats = data->unigram_entropy_nats;
@@ -235,8 +248,8 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
   double elapsed = 0;
   for (uint64_t step = first_step; step <= options.steps; ++step) {
     if (observer.ShouldStop()) {
-      const bool keep =
-          run_checkpoints.enabled() && step > first_step && observer.CheckpointBeforeStop();
+      const bool keep = run_checkpoints.enabled() && writes_checkpoints && step > first_step &&
+                        observer.CheckpointBeforeStop();
       if (keep) {
         if (absl::Status s = run_checkpoints.Start(**trainer, windows.cursor(), observer); !s.ok()) {
           return s;
@@ -257,7 +270,8 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
       }
       batches.push_back(*std::move(batch));
     }
-    for (const WindowBatch& b : batches) {
+    for (int m = slots->first; m < slots->first + slots->count; ++m) {
+      const WindowBatch& b = batches[m];
       in.push_back(b.inputs.data());
       tg.push_back(b.targets.data());
       layouts.push_back(LayoutOf(b));
@@ -275,7 +289,7 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
       validation_loss = *v;
     }
     const bool checkpoint_now =
-        run_checkpoints.enabled() &&
+        run_checkpoints.enabled() && writes_checkpoints &&
         (step == options.steps ||
          (options.checkpoint_every > 0 && step % options.checkpoint_every == 0) ||
          observer.ShouldCheckpoint());
@@ -289,11 +303,16 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
     }
     const double eta = elapsed / static_cast<double>(step - first_step + 1) *
                        static_cast<double>(options.steps - step);
-    progress(absl::StrFormat("step %d/%d  loss %.4f  val %.4f  lr %.2e  |g| %.3f  %.0f tok/s  "
+    // Data parallelism: the step's collectives (time and payload bytes this rank sent).
+    const std::string communication =
+        comm != nullptr ? absl::StrFormat("  comm %.4f s %d B", report->communication_seconds,
+                                          report->communication_bytes)
+                        : std::string();
+    progress(absl::StrFormat("step %d/%d  loss %.4f  val %.4f  lr %.2e  |g| %.3f  %.0f tok/s%s  "
                              "eta %s%s%s",
                              step, options.steps, report->loss, validation_loss,
                              report->learning_rate, report->grad_norm, report->tokens_per_second,
-                             FormatDuration(eta),
+                             communication, FormatDuration(eta),
                              report->skipped              ? "  (skipped: non-finite)"
                              : report->no_counted_targets ? "  (no counted target: no update)"
                                                           : "",

@@ -1,0 +1,137 @@
+// data_parallel_bench: optimizer steps of a Llama-shaped model on the CPU device, alone (one
+// process, --accumulation micro-batches a step) or as one rank of an mpirun job (each rank runs
+// accumulation / ranks of them; gradients reduced in rank order). Rank 0 prints one JSON line per
+// step (wall seconds of Trainer::Step, communication seconds and bytes this rank sent) and a
+// summary with the medians. Driven by bench/data_parallel.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "engine/device/cpu_device.h"
+#include "engine/dist/mpi_communicator.h"
+#include "engine/model/model_config.h"
+#include "engine/train/trainer.h"
+
+ABSL_FLAG(int, hidden, 256, "Model width.");
+ABSL_FLAG(int, layers, 4, "Decoder layers.");
+ABSL_FLAG(int, ffn, 688, "MLP width.");
+ABSL_FLAG(int, heads, 4, "Attention heads (and KV heads).");
+ABSL_FLAG(int, vocab, 4096, "Vocabulary.");
+ABSL_FLAG(int, seq, 128, "Tokens per sequence.");
+ABSL_FLAG(int, micro_batch, 2, "Sequences per micro-batch.");
+ABSL_FLAG(int, accumulation, 2, "Micro-batches per optimizer step over all ranks.");
+ABSL_FLAG(int, steps, 6, "Optimizer steps (the first is not in the medians).");
+ABSL_FLAG(int, threads, 1, "BLAS threads per process.");
+
+namespace megatrain::engine {
+namespace {
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+absl::Status Run() {
+  std::unique_ptr<dist::MpiCommunicator> mpi;
+  if (dist::LaunchedByMpi()) {
+    absl::StatusOr<std::unique_ptr<dist::MpiCommunicator>> c = dist::MpiCommunicator::Create();
+    if (!c.ok()) return c.status();
+    mpi = *std::move(c);
+  }
+  const int world = mpi != nullptr ? mpi->size() : 1;
+  const int rank = mpi != nullptr ? mpi->rank() : 0;
+  const int accumulation = absl::GetFlag(FLAGS_accumulation);
+  if (accumulation % world != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--accumulation=", accumulation, " is not a multiple of ", world, " ranks"));
+  }
+  const int per_rank = accumulation / world;
+  absl::StatusOr<ModelConfig> config = ParseModelConfig(absl::StrCat(
+      R"({"model_type": "llama", "vocab_size": )", absl::GetFlag(FLAGS_vocab),
+      R"(, "hidden_size": )", absl::GetFlag(FLAGS_hidden), R"(, "intermediate_size": )",
+      absl::GetFlag(FLAGS_ffn), R"(, "num_hidden_layers": )", absl::GetFlag(FLAGS_layers),
+      R"(, "num_attention_heads": )", absl::GetFlag(FLAGS_heads), R"(, "num_key_value_heads": )",
+      absl::GetFlag(FLAGS_heads), R"(, "max_position_embeddings": )", absl::GetFlag(FLAGS_seq),
+      R"(, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu",
+          "tie_word_embeddings": false})"));
+  if (!config.ok()) return config.status();
+  DeviceOptions device_options;
+  device_options.arena_bytes = size_t{1} << 30;
+  device_options.pinned_budget_bytes = size_t{8} << 30;
+  absl::StatusOr<std::unique_ptr<CpuDevice>> device = CpuDevice::Create(device_options);
+  if (!device.ok()) return device.status();
+  TrainerOptions o;
+  o.micro_batch_size = absl::GetFlag(FLAGS_micro_batch);
+  o.seq_len = absl::GetFlag(FLAGS_seq);
+  o.lr.total_steps = absl::GetFlag(FLAGS_steps);
+  o.blas_threads = absl::GetFlag(FLAGS_threads);
+  o.optimizer_threads = 1;
+  o.collect_timeline = false;
+  o.communicator = mpi.get();
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(**device, *config, o);
+  if (!trainer.ok()) return trainer.status();
+  (*trainer)->InitializeRandom(1);
+
+  const int64_t tokens = static_cast<int64_t>(o.micro_batch_size) * o.seq_len;
+  std::vector<std::vector<int32_t>> data(static_cast<size_t>(per_rank),
+                                         std::vector<int32_t>(tokens));
+  std::vector<double> step_seconds, comm_seconds;
+  uint64_t bytes = 0;
+  for (int step = 0; step < absl::GetFlag(FLAGS_steps); ++step) {
+    std::vector<const int32_t*> in, tg;
+    for (int m = 0; m < per_rank; ++m) {
+      for (int64_t t = 0; t < tokens; ++t) {
+        data[m][t] = static_cast<int32_t>((t * 31 + (rank * per_rank + m) * 7 + step * 13) %
+                                          absl::GetFlag(FLAGS_vocab));
+      }
+      in.push_back(data[m].data());
+      tg.push_back(data[m].data());
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::StatusOr<StepReport> r = (*trainer)->Step(in, tg);
+    if (!r.ok()) return r.status();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (step > 0) {
+      step_seconds.push_back(seconds);
+      comm_seconds.push_back(r->communication_seconds);
+    }
+    bytes = r->communication_bytes;
+    if (rank == 0) {
+      std::printf(
+          "{\"step\": %d, \"step_seconds\": %.4f, \"comm_seconds\": %.4f, "
+          "\"comm_bytes\": %llu, \"loss\": %.6f}\n",
+          step + 1, seconds, r->communication_seconds,
+          static_cast<unsigned long long>(r->communication_bytes), r->loss);
+    }
+  }
+  if (absl::Status s = (*trainer)->UpdateStatus(); !s.ok()) return s;
+  if (rank == 0) {
+    std::printf(
+        "{\"ranks\": %d, \"accumulation\": %d, \"parameters\": %lld, "
+        "\"median_step_seconds\": %.4f, \"median_comm_seconds\": %.4f, "
+        "\"comm_bytes_per_step\": %llu}\n",
+        world, accumulation, static_cast<long long>((*trainer)->layout().parameter_count()),
+        Median(step_seconds), Median(comm_seconds), static_cast<unsigned long long>(bytes));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace megatrain::engine
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const absl::Status s = megatrain::engine::Run();
+  if (!s.ok()) {
+    std::fprintf(stderr, "data_parallel_bench: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,173 @@
+// The Communicator over MPI_COMM_WORLD (see mpi_communicator.h).
+#include "engine/dist/mpi_communicator.h"
+
+#include <mpi.h>
+
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace megatrain::engine::dist {
+namespace {
+
+// Seconds spent in one collective, added to the stats when it ends.
+class CallTimer {
+ public:
+  explicit CallTimer(CommunicatorStats& stats)
+      : stats_(stats), t0_(std::chrono::steady_clock::now()) {}
+  ~CallTimer() {
+    stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
+
+ private:
+  CommunicatorStats& stats_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+}  // namespace
+
+bool LaunchedByMpi() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr;
+}
+
+absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) {
+    return absl::FailedPreconditionError("MPI is already initialized in this process");
+  }
+  int provided = 0;
+  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+    return absl::UnavailableError("MPI_Init_thread failed (launched by mpirun?)");
+  }
+  // Errors come back as codes we turn into a Status naming the call. A rank that dies is
+  // handled by the launcher: mpirun aborts the whole job (docs/scale_out.md).
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return std::unique_ptr<MpiCommunicator>(new MpiCommunicator(rank, size));
+}
+
+MpiCommunicator::~MpiCommunicator() { MPI_Finalize(); }
+
+void MpiCommunicator::Abort(int exit_code) {
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);  // MPI_Abort does not return; should it, still end this rank
+}
+
+absl::Status MpiCommunicator::Check(int code, const char* call) const {
+  if (code == MPI_SUCCESS) return absl::OkStatus();
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  return absl::UnavailableError(absl::StrCat("rank ", rank_, " of ", size_, ": ", call,
+                                             " failed: ", std::string(text, length)));
+}
+
+absl::StatusOr<int64_t> MpiCommunicator::SumInt64(int64_t value) {
+  CallTimer timer(stats_);
+  long long in = value, out = 0;
+  if (absl::Status s = Check(MPI_Allreduce(&in, &out, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD),
+                             "MPI_Allreduce(int64 sum)");
+      !s.ok()) {
+    return s;
+  }
+  stats_.bytes_sent += sizeof(in);
+  return static_cast<int64_t>(out);
+}
+
+absl::StatusOr<std::vector<double>> MpiCommunicator::AllGatherDoubles(
+    absl::Span<const double> values) {
+  CallTimer timer(stats_);
+  if (values.size() > static_cast<size_t>(INT_MAX)) {
+    return absl::InvalidArgumentError(absl::StrCat("AllGatherDoubles: ", values.size(),
+                                                   " values per rank is over MPI's int count"));
+  }
+  std::vector<double> all(values.size() * static_cast<size_t>(size_));
+  const int count = static_cast<int>(values.size());
+  if (absl::Status s = Check(MPI_Allgather(values.data(), count, MPI_DOUBLE, all.data(), count,
+                                           MPI_DOUBLE, MPI_COMM_WORLD),
+                             "MPI_Allgather(doubles)");
+      !s.ok()) {
+    return s;
+  }
+  stats_.bytes_sent += values.size() * sizeof(double);
+  return all;
+}
+
+absl::Status MpiCommunicator::ReduceFloatsInRankOrder(float* data, size_t n) {
+  CallTimer timer(stats_);
+  const int world = size_;
+  std::vector<int> send_counts(world), send_displs(world), receive_counts(world),
+      receive_displs(world);
+  for (size_t first = 0; first < n; first += kPieceFloats) {
+    const size_t piece = std::min(kPieceFloats, n - first);
+    float* base = data + first;
+    // Rank j owns range j of the piece: send it our contribution there; receive every rank's
+    // contribution to our range, in rank order, one after another.
+    const OwnedRange mine = OwnedRangeOf(piece, rank_, world);
+    const size_t owned = mine.end - mine.begin;
+    for (int j = 0; j < world; ++j) {
+      const OwnedRange theirs = OwnedRangeOf(piece, j, world);
+      send_counts[j] = static_cast<int>(theirs.end - theirs.begin);
+      send_displs[j] = static_cast<int>(theirs.begin);
+      receive_counts[j] = static_cast<int>(owned);
+      receive_displs[j] = static_cast<int>(owned * static_cast<size_t>(j));
+    }
+    receive_.resize(owned * static_cast<size_t>(world));
+    if (absl::Status s = Check(
+            MPI_Alltoallv(base, send_counts.data(), send_displs.data(), MPI_FLOAT, receive_.data(),
+                          receive_counts.data(), receive_displs.data(), MPI_FLOAT, MPI_COMM_WORLD),
+            "MPI_Alltoallv(gradient contributions)");
+        !s.ok()) {
+      return s;
+    }
+    SumInRankOrder(receive_.data(), world, owned, base + mine.begin);
+    for (int j = 0; j < world; ++j) {
+      const OwnedRange theirs = OwnedRangeOf(piece, j, world);
+      receive_counts[j] = static_cast<int>(theirs.end - theirs.begin);
+      receive_displs[j] = static_cast<int>(theirs.begin);
+    }
+    if (absl::Status s =
+            Check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, base, receive_counts.data(),
+                                 receive_displs.data(), MPI_FLOAT, MPI_COMM_WORLD),
+                  "MPI_Allgatherv(reduced gradients)");
+        !s.ok()) {
+      return s;
+    }
+    // Sent: every range but ours in the all-to-all, then ours to every other rank.
+    stats_.bytes_sent += (piece - owned + owned * static_cast<size_t>(world - 1)) * sizeof(float);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MpiCommunicator::Broadcast(void* data, size_t bytes, int root) {
+  CallTimer timer(stats_);
+  if (root < 0 || root >= size_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank_, ": broadcast root ", root, " outside a world of ", size_));
+  }
+  char* p = static_cast<char*>(data);
+  for (size_t done = 0; done < bytes;) {
+    const int chunk = static_cast<int>(std::min<size_t>(bytes - done, size_t{1} << 30));
+    if (absl::Status s =
+            Check(MPI_Bcast(p + done, chunk, MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
+        !s.ok()) {
+      return s;
+    }
+    done += static_cast<size_t>(chunk);
+  }
+  if (rank_ == root) stats_.bytes_sent += bytes;
+  return absl::OkStatus();
+}
+
+absl::Status MpiCommunicator::Barrier() {
+  CallTimer timer(stats_);
+  return Check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+}
+
+}  // namespace megatrain::engine::dist

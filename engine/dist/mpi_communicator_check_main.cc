@@ -1,0 +1,114 @@
+// Run under mpirun by mpi_communicator_test.sh: every collective of MpiCommunicator against what
+// each rank computes alone from every rank's (deterministic) inputs, bit for bit. Exits 0 when all
+// hold, 1 naming the first that does not.
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/dist/mpi_communicator.h"
+
+namespace megatrain::engine::dist {
+namespace {
+
+// Rank r's contribution: large values of alternating sign beside small ones, so any other
+// summation order than rank order changes the bits.
+std::vector<float> Contribution(int rank, size_t n) {
+  std::vector<float> v(n);
+  uint64_t state = 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(rank + 1);
+  for (size_t i = 0; i < n; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    const float small = static_cast<float>((state >> 40) % 1000) / 997.0f;
+    v[i] =
+        (i + static_cast<size_t>(rank)) % 3 == 0 ? (rank % 2 == 0 ? 1e7f : -1e7f) + small : small;
+  }
+  return v;
+}
+
+absl::Status CheckReduce(MpiCommunicator& c, size_t n) {
+  std::vector<float> data = Contribution(c.rank(), n);
+  if (absl::Status s = c.ReduceFloatsInRankOrder(data.data(), n); !s.ok()) return s;
+  std::vector<float> expected = Contribution(0, n);
+  for (int r = 1; r < c.size(); ++r) {
+    const std::vector<float> add = Contribution(r, n);
+    for (size_t i = 0; i < n; ++i) expected[i] += add[i];
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (std::memcmp(&data[i], &expected[i], sizeof(float)) != 0) {
+      return absl::InternalError(absl::StrCat("rank ", c.rank(), ": reduce of n=", n,
+                                              " differs at ", i, ": ", data[i], " vs ",
+                                              expected[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckAll(MpiCommunicator& c, int expected_size) {
+  if (c.size() != expected_size) {
+    return absl::InternalError(
+        absl::StrCat("rank ", c.rank(), ": world size ", c.size(), ", expected ", expected_size));
+  }
+  absl::StatusOr<int64_t> sum = c.SumInt64(int64_t{1} << 40 | c.rank());
+  if (!sum.ok()) return sum.status();
+  const int64_t w = c.size();
+  if (*sum != w * (int64_t{1} << 40) + w * (w - 1) / 2) {
+    return absl::InternalError(absl::StrCat("rank ", c.rank(), ": SumInt64 gave ", *sum));
+  }
+  const double mine[2] = {static_cast<double>(c.rank()), 0.1 * c.rank()};
+  absl::StatusOr<std::vector<double>> all = c.AllGatherDoubles(mine);
+  if (!all.ok()) return all.status();
+  for (int r = 0; r < c.size(); ++r) {
+    if ((*all)[2 * r] != r || (*all)[2 * r + 1] != 0.1 * r) {
+      return absl::InternalError(absl::StrCat("rank ", c.rank(), ": AllGatherDoubles slot ", r));
+    }
+  }
+  // Odd sizes, sizes below the world (ranks owning nothing), and more than one piece.
+  for (size_t n : {size_t{1}, size_t{2}, size_t{1001}, MpiCommunicator::kPieceFloats + 7}) {
+    if (absl::Status s = CheckReduce(c, n); !s.ok()) return s;
+  }
+  std::vector<char> bytes(3001, 0);
+  const int root = c.size() - 1;
+  if (c.rank() == root) {
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 7);
+  }
+  if (absl::Status s = c.Broadcast(bytes.data(), bytes.size(), root); !s.ok()) return s;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    if (bytes[i] != static_cast<char>(i * 7)) {
+      return absl::InternalError(absl::StrCat("rank ", c.rank(), ": broadcast byte ", i));
+    }
+  }
+  if (c.Broadcast(bytes.data(), 1, c.size()).ok()) {
+    return absl::InternalError("broadcast from a root outside the world succeeded");
+  }
+  if (c.stats().bytes_sent == 0 || c.stats().seconds <= 0) {
+    return absl::InternalError(absl::StrCat("rank ", c.rank(), ": stats not counted"));
+  }
+  return c.Barrier();
+}
+
+}  // namespace
+}  // namespace megatrain::engine::dist
+
+int main(int argc, char** argv) {
+  using megatrain::engine::dist::MpiCommunicator;
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s EXPECTED_WORLD_SIZE\n", argv[0]);
+    return 2;
+  }
+  absl::StatusOr<std::unique_ptr<MpiCommunicator>> c = MpiCommunicator::Create();
+  if (!c.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(c.status().message()).c_str());
+    return 1;
+  }
+  if (MpiCommunicator::Create().ok()) {
+    std::fprintf(stderr, "a second MpiCommunicator was created\n");
+    return 1;
+  }
+  const absl::Status s = megatrain::engine::dist::CheckAll(**c, std::atoi(argv[1]));
+  if (!s.ok()) {
+    std::fprintf(stderr, "FAIL %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  std::printf("rank %d of %d: all collectives exact\n", (*c)->rank(), (*c)->size());
+  return 0;
+}

@@ -1,0 +1,66 @@
+// Combining the ranks' counts, loss sums and gradients (see data_parallel_step.h).
+#include "engine/train/data_parallel_step.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace megatrain::engine {
+
+absl::StatusOr<RankSlots> RankSlotsOf(int accumulation, int rank, int world) {
+  if (world < 1 || accumulation < 1 || accumulation % world != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "grad_accumulation=", accumulation, " must be a positive multiple of the data-parallel ",
+        "world size ", world, " (each rank runs accumulation / world micro-batches)"));
+  }
+  const int per_rank = accumulation / world;
+  return RankSlots{rank * per_rank, per_rank};
+}
+
+absl::Status CheckSameJob(dist::Communicator& comm, const std::string& identity) {
+  uint64_t hash = 14695981039346656037ull;  // FNV-1a: a fingerprint, not a defence
+  for (unsigned char c : identity) hash = (hash ^ c) * 1099511628211ull;
+  // Two 32-bit halves: exact as doubles.
+  const double mine[2] = {static_cast<double>(hash >> 32), static_cast<double>(hash & 0xffffffffu)};
+  absl::StatusOr<std::vector<double>> all = comm.AllGatherDoubles(mine);
+  if (!all.ok()) return all.status();
+  for (int r = 1; r < comm.size(); ++r) {
+    if ((*all)[2 * r] != (*all)[0] || (*all)[2 * r + 1] != (*all)[1]) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("data parallelism: rank ", r,
+                       " runs a different job from rank 0 (its options, data or "
+                       "resume step differ); every rank must be started with the same flags"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> GlobalValidTargets(dist::Communicator& comm, int64_t local_valid) {
+  return comm.SumInt64(local_valid);
+}
+
+absl::StatusOr<double> GlobalLossSum(dist::Communicator& comm, double local_loss_sum) {
+  absl::StatusOr<std::vector<double>> sums = comm.AllGatherDoubles({local_loss_sum});
+  if (!sums.ok()) return sums.status();
+  double total = 0;  // 0 + l0 is l0 exactly: the single process's sum starts from zero too
+  for (double s : *sums) total += s;
+  return total;
+}
+
+absl::Status ReduceGradientsInRankOrder(dist::Communicator& comm, ParameterStore& store) {
+  for (int e = 0; e < store.num_entries(); ++e) {
+    const EntryBuffers b = store.entry(e);
+    if (b.grad == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("data parallelism needs gradients in RAM; entry ", e,
+                       "'s gradient is on NVMe (grad_on_nvme or a RAM budget that overflows)"));
+    }
+    if (absl::Status s = comm.ReduceFloatsInRankOrder(b.grad, b.elements); !s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("reducing entry ", e, "'s gradient: ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace megatrain::engine

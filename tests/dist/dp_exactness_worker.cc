@@ -1,0 +1,134 @@
+// One side of the data-parallel exactness test (dp_exactness_test.sh). Launched by mpirun, rank r
+// of W trains a tiny model on micro-batch slot r of every step; run alone, one process trains with
+// accumulation W over the same micro-batches. Either way it writes OUT.losses (per step: the
+// loss, the gradient norm and the valid count, doubles as hex bits) and OUT.weights (every
+// master float, in layout order), OUT being PREFIX.rank<r> or PREFIX.accum, so the test compares
+// files byte for byte. With KILL_RANK/KILL_STEP, that rank SIGKILLs itself before that step, or
+// with KILL_STEP -1 writes its pid to PREFIX.pid after its first step, for a kill -9 from
+// outside (the failure tests).
+//
+//   dp_exactness_worker PREFIX W STEPS TIED [KILL_RANK KILL_STEP]
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/dist/mpi_communicator.h"
+#include "tests/engine/tiny_model.h"
+
+namespace megatrain::engine {
+namespace {
+
+uint64_t Bits(double x) {
+  uint64_t b;
+  std::memcpy(&b, &x, sizeof(b));
+  return b;
+}
+
+absl::Status Run(const std::string& prefix, int world, int steps, bool tied, int kill_rank,
+                 int kill_step) {
+  std::unique_ptr<dist::MpiCommunicator> mpi;
+  if (dist::LaunchedByMpi()) {
+    absl::StatusOr<std::unique_ptr<dist::MpiCommunicator>> c = dist::MpiCommunicator::Create();
+    if (!c.ok()) return c.status();
+    mpi = std::move(*c);
+    if (mpi->size() != world) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("launched with ", mpi->size(), " ranks, expected W=", world));
+    }
+  }
+  testing::TinyShape shape;
+  shape.tied = tied;
+  constexpr int kSeq = 16;
+  TrainerOptions o;
+  o.micro_batch_size = 1;
+  o.seq_len = kSeq;
+  o.lr.total_steps = steps;
+  o.lr.warmup_steps = 1;
+  o.executor.weight_slots = 2;
+  o.optimizer_threads = 1;
+  o.blas_threads = 1;
+  o.communicator = mpi.get();
+  auto device = testing::MakeCpuDevice(size_t{96} << 20);
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer =
+      Trainer::Create(*device, testing::TinyConfig(shape), o);
+  if (!trainer.ok()) return trainer.status();
+  (*trainer)->InitializeRandom(11);
+  const testing::TokenBatches batches =
+      testing::MakeTokenBatches(steps * world, kSeq, shape.vocab, 3);
+
+  const std::string out =
+      mpi != nullptr ? absl::StrCat(prefix, ".rank", mpi->rank()) : absl::StrCat(prefix, ".accum");
+  std::string losses;
+  for (int step = 0; step < steps; ++step) {
+    if (mpi != nullptr && mpi->rank() == kill_rank && kill_step < 0 && step == 1) {
+      // For a kill from outside: say where this rank is, once it is training.
+      const std::string pid_file = absl::StrCat(prefix, ".pid");
+      FILE* f = std::fopen((pid_file + ".tmp").c_str(), "w");
+      if (f == nullptr) return absl::InternalError(absl::StrCat("cannot write ", pid_file));
+      std::fprintf(f, "%d\n", static_cast<int>(getpid()));
+      std::fclose(f);
+      std::rename((pid_file + ".tmp").c_str(), pid_file.c_str());  // appears whole
+    }
+    if (mpi != nullptr && mpi->rank() == kill_rank && step == kill_step) {
+      std::fprintf(stderr, "rank %d: SIGKILL before step %d\n", kill_rank, step);
+      std::fflush(stderr);
+      std::raise(SIGKILL);
+    }
+    // Rank r runs micro-batch slot r of this step; alone, all W slots in order.
+    const int first = step * world + (mpi != nullptr ? mpi->rank() : 0);
+    const int count = mpi != nullptr ? 1 : world;
+    absl::StatusOr<StepReport> r =
+        (*trainer)->Step(batches.InputPointers(first, count), batches.TargetPointers(first, count));
+    if (!r.ok()) return r.status();
+    losses += absl::StrFormat("step %d loss %016x norm %016x valid %d\n", r->step, Bits(r->loss),
+                              Bits(r->grad_norm), r->valid_tokens);
+    if (mpi != nullptr && mpi->rank() == 0) {
+      std::printf("step %d loss %.9g comm %.6f s %llu bytes\n", step + 1, r->loss,
+                  r->communication_seconds,
+                  static_cast<unsigned long long>(r->communication_bytes));
+    }
+  }
+  if (absl::Status s = (*trainer)->UpdateStatus(); !s.ok()) return s;
+  std::string weights;
+  for (const LayoutEntry& entry : (*trainer)->layout().entries()) {
+    for (const TensorSlot& slot : entry.tensors) {
+      absl::StatusOr<std::vector<float>> w = (*trainer)->ReadTensor(slot.hf_name);
+      if (!w.ok()) return w.status();
+      weights.append(reinterpret_cast<const char*>(w->data()), w->size() * sizeof(float));
+    }
+  }
+  for (const auto& [suffix, text] :
+       {std::pair<const char*, const std::string*>{".losses", &losses}, {".weights", &weights}}) {
+    FILE* f = std::fopen((out + suffix).c_str(), "wb");
+    if (f == nullptr || std::fwrite(text->data(), 1, text->size(), f) != text->size() ||
+        std::fclose(f) != 0) {
+      return absl::InternalError(absl::StrCat("cannot write ", out, suffix));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace megatrain::engine
+
+int main(int argc, char** argv) {
+  if (argc != 5 && argc != 7) {
+    std::fprintf(stderr, "usage: %s PREFIX W STEPS TIED [KILL_RANK KILL_STEP]\n", argv[0]);
+    return 2;
+  }
+  const absl::Status s = megatrain::engine::Run(
+      argv[1], std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]) != 0,
+      argc == 7 ? std::atoi(argv[5]) : -1, argc == 7 ? std::atoi(argv[6]) : -1);
+  if (!s.ok()) {
+    std::fprintf(stderr, "dp_exactness_worker: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
