@@ -8,6 +8,9 @@ from which "default" is taken unless a name is given), else the file chat_templa
 special-token variables handed to the template are the special-token attributes that are set,
 as strings; added tokens listed in tokenizer_config.json's added_tokens_decoder that the
 tokenizer.json lacks are added to it, as transformers does when it loads the directory.
+
+A caller that checked the files itself (megatraind) passes them as inherited descriptors, one per
+file name (`held`): then only those are read, never a path, and a name not held counts as absent.
 """
 
 import json
@@ -33,14 +36,40 @@ class ModelText:
     special_ids: set = field(default_factory=set)  # ids of added tokens marked special
 
 
-def _read_json(path, required):
-    if not os.path.exists(path):
+class _Files:
+    """The directory's files by name: opened by path, or read from held descriptors."""
+
+    def __init__(self, directory, held):
+        self.directory = directory
+        self.held = held  # None, or {file name: inherited descriptor}
+
+    def path(self, name):
+        return os.path.join(self.directory, name)
+
+    def exists(self, name):
+        return name in self.held if self.held is not None else os.path.exists(self.path(name))
+
+    def read_text(self, name):
+        if self.held is None:
+            with open(self.path(name), encoding="utf-8") as f:
+                return f.read()
+        fd, chunks, offset = self.held[name], [], 0
+        while True:  # pread: the holder's file offset is left alone
+            chunk = os.pread(fd, 1 << 20, offset)
+            if not chunk:
+                return b"".join(chunks).decode("utf-8")
+            chunks.append(chunk)
+            offset += len(chunk)
+
+
+def _read_json(files, name, required):
+    path = files.path(name)
+    if not files.exists(name):
         if required:
             raise ModelError(f"{path}: missing")
         return {}
     try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
+        value = json.loads(files.read_text(name))
     except (OSError, ValueError) as e:
         raise ModelError(f"{path}: {e}") from None
     if not isinstance(value, dict):
@@ -57,14 +86,14 @@ def _token_text(value, where):
     return value
 
 
-def _pick_template(config, directory, name):
-    where = os.path.join(directory, "tokenizer_config.json")
+def _pick_template(config, files, name):
+    where = files.path("tokenizer_config.json")
     template = config.get("chat_template")
-    if template is None:
-        jinja = os.path.join(directory, "chat_template.jinja")
-        if os.path.exists(jinja):
-            with open(jinja, encoding="utf-8") as f:
-                template = f.read()
+    if template is None and files.exists("chat_template.jinja"):
+        try:
+            template = files.read_text("chat_template.jinja")
+        except (OSError, ValueError) as e:
+            raise ModelError(f"{files.path('chat_template.jinja')}: {e}") from None
     if isinstance(template, list):
         named = {}
         for i, entry in enumerate(template):
@@ -86,20 +115,22 @@ def _pick_template(config, directory, name):
     return template
 
 
-def load(directory, template_name=None):
-    """Reads the directory; raises ModelError naming the file and field at fault."""
-    if not os.path.isdir(directory):
+def load(directory, template_name=None, held=None):
+    """Reads the directory (or its `held` descriptors, {file name: fd}); raises ModelError naming
+    the file and field at fault."""
+    files = _Files(directory, held)
+    if held is None and not os.path.isdir(directory):
         raise ModelError(f"{directory}: not a directory")
-    tokenizer_path = os.path.join(directory, "tokenizer.json")
-    if not os.path.exists(tokenizer_path):
+    tokenizer_path = files.path("tokenizer.json")
+    if not files.exists("tokenizer.json"):
         raise ModelError(f"{tokenizer_path}: missing (only fast HF tokenizers are supported)")
     try:
-        tokenizer = Tokenizer.from_file(tokenizer_path)
+        tokenizer = Tokenizer.from_str(files.read_text("tokenizer.json"))
     except Exception as e:  # tokenizers raises its own Exception subclass
         raise ModelError(f"{tokenizer_path}: {e}") from None
-    config_path = os.path.join(directory, "tokenizer_config.json")
-    config = _read_json(config_path, required=False)
-    legacy = _read_json(os.path.join(directory, "special_tokens_map.json"), required=False)
+    config_path = files.path("tokenizer_config.json")
+    config = _read_json(files, "tokenizer_config.json", required=False)
+    legacy = _read_json(files, "special_tokens_map.json", required=False)
 
     # Added tokens the config knows and tokenizer.json lacks (transformers adds them on load).
     decoder = config.get("added_tokens_decoder", {})
@@ -137,7 +168,7 @@ def load(directory, template_name=None):
             raise ModelError(f"{config_path}: field eos_token: {special['eos_token']!r} is not in "
                              "the tokenizer's vocabulary")
     else:
-        generation = _read_json(os.path.join(directory, "generation_config.json"), False)
+        generation = _read_json(files, "generation_config.json", False)
         value = generation.get("eos_token_id")
         if isinstance(value, list) and value:
             value = value[0]
@@ -146,5 +177,5 @@ def load(directory, template_name=None):
     bos_id = None
     if config.get("add_bos_token") is True and "bos_token" in special:
         bos_id = tokenizer.token_to_id(special["bos_token"])
-    return ModelText(tokenizer, _pick_template(config, directory, template_name), special,
+    return ModelText(tokenizer, _pick_template(config, files, template_name), special,
                      eos_id, bos_id, special_ids)
