@@ -179,6 +179,29 @@ TEST(ChatJobTest, ChatJobSucceedsWithFallingLossAndCarriesTheTokenizer) {
   EXPECT_EQ(ReadAll(checkpoint + "/tokenizer.json"), ReadAll(hf + "/tokenizer.json"));
   EXPECT_EQ(ReadAll(checkpoint + "/tokenizer_config.json"),
             ReadAll(hf + "/tokenizer_config.json"));
+
+  // The sample file given back as data.sample_files (a pre-made MTSFT file): planned, then
+  // trained with exactly the chat job's losses.
+  const std::string premade = daemon.root() + "/data/premade.mtsft";
+  std::filesystem::copy_file(tokens_dir + "/" + names[1], premade);
+  v1::JobSpec samples = ChatSpec(daemon, hf, 12);
+  samples.mutable_data()->clear_chat_files();
+  samples.mutable_data()->add_sample_files(premade);
+  {
+    grpc::ClientContext context;
+    v1::PlanResponse plan;
+    const grpc::Status planned = daemon.stub().Plan(&context, samples, &plan);
+    EXPECT_TRUE(planned.ok()) << planned.error_message();
+    grpc::ClientContext chat_context;
+    const grpc::Status chat_planned = daemon.stub().Plan(&chat_context, spec, &plan);
+    EXPECT_TRUE(chat_planned.ok()) << chat_planned.error_message();
+  }
+  daemon.AwaitState(Submit(daemon, samples), v1::SUCCEEDED, 12, 180);
+  const nlohmann::json from_file = Result(samples);
+  ASSERT_TRUE(from_file.is_object());
+  EXPECT_EQ(from_file["final_train_loss"].get<double>(), result["final_train_loss"].get<double>());
+  EXPECT_EQ(from_file["final_validation_loss"].get<double>(),
+            result["final_validation_loss"].get<double>());
 }
 
 TEST(ChatJobTest, BadLinesAndMissingPiecesAreNamed) {
@@ -237,6 +260,48 @@ TEST(ChatJobTest, BadLinesAndMissingPiecesAreNamed) {
   s = submit_error(text_with_pack);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr("data.pack"));
+
+  // A sample file whose ids exceed the model's vocabulary is refused at submit.
+  {
+    std::string big(32 + 8 * 2 + 5 * 2, '\0');
+    big.replace(0, 8, std::string("MTSFT\0\0\1", 8));
+    auto put = [&big](size_t at, uint64_t value, int bytes) {
+      for (int i = 0; i < bytes; ++i) big[at + i] = static_cast<char>((value >> (8 * i)) & 0xff);
+    };
+    put(8, 1, 8);        // N
+    put(16, 2, 8);       // T
+    put(24, 5001, 4);    // V: ids up to 5000
+    put(40, 2, 8);       // o[1] = T
+    put(48, 7, 4);       // ids
+    put(52, 5000, 4);
+    put(57, 1, 1);       // mask of the second token
+    std::ofstream(daemon.root() + "/data/big.mtsft", std::ios::binary) << big;
+    v1::JobSpec too_big = ChatSpec(daemon, hf, 2);
+    too_big.mutable_data()->clear_chat_files();
+    too_big.mutable_data()->add_sample_files(daemon.root() + "/data/big.mtsft");
+    s = submit_error(too_big);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("data.sample_files"));
+    EXPECT_THAT(s.error_message(), HasSubstr("5000"));
+  }
+
+  // A directory without a chat template: chat_format=chat is refused at submit; auto passes and
+  // the chat lines fail the job naming the line.
+  const std::string base = daemon.root() + "/data/base";
+  std::filesystem::create_directories(base);
+  for (const char* name : {"config.json", "model.safetensors", "tokenizer.json"}) {
+    std::filesystem::copy_file(hf + "/" + name, base + "/" + name);
+  }
+  std::ofstream(base + "/tokenizer_config.json") << R"({"eos_token": "<|eot_id|>"})";
+  v1::JobSpec chat_no_template = ChatSpec(daemon, base, 2);
+  chat_no_template.mutable_data()->set_chat_format("chat");
+  s = submit_error(chat_no_template);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("data.chat_format"));
+  EXPECT_THAT(s.error_message(), HasSubstr("chat template"));
+  const v1::Job no_template =
+      daemon.AwaitState(Submit(daemon, ChatSpec(daemon, base, 2)), v1::FAILED, 0, 120);
+  EXPECT_THAT(no_template.failure_reason(), HasSubstr("chat.jsonl:1:"));
 
   // A sample longer than seq_len + 1 with overlong=refuse fails the job naming the option.
   v1::JobSpec refuse = ChatSpec(daemon, hf, 2);
