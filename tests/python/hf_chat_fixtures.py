@@ -10,8 +10,8 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, proce
 
 # The split pattern of Llama 3 / Qwen 2 style tokenizers (contractions, letters, 1-3 digits,
 # punctuation runs, newlines, spaces).
-SPLIT_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+"
-                 r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+SPLIT_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+                 r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 _SENTENCES = [
     "The quick brown fox jumps over the lazy dog.",
@@ -61,11 +61,12 @@ LLAMA3_TEMPLATE = (
     "    {%- set loop_messages = messages %}\n"
     "{%- endif %}\n"
     "{%- if system_message %}\n"
-    "    {{- '<|start_header_id|>system<|end_header_id|>\\n\\n' + system_message + '<|eot_id|>' }}\n"
+    "    {{- '<|start_header_id|>system<|end_header_id|>\\n\\n' + system_message"
+    " + '<|eot_id|>' }}\n"
     "{%- endif %}\n"
     "{%- for message in loop_messages %}\n"
     "    {%- if message['role'] not in ['user', 'assistant'] %}\n"
-    "        {{- raise_exception('Conversation roles must be user or assistant after the system') }}\n"
+    "        {{- raise_exception('Only user and assistant turns follow the system') }}\n"
     "    {%- endif %}\n"
     "    {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' }}\n"
     "    {{- message['content'] | trim + '<|eot_id|>' }}\n"
@@ -128,12 +129,17 @@ def _write(directory, tokenizer, config, generation=None):
 
 def make_llama3(directory):
     """Llama 3 style: BOS written by the template AND by the post-processor for plain encode
-    (so a tool that adds special tokens on top of the template would double it)."""
+    (so a tool that adds special tokens on top of the template would double it), and
+    truncation and padding saved in tokenizer.json (which would cut or pad the samples)."""
     tokenizer = _train(LLAMA3_SPECIALS)
     bos = tokenizer.token_to_id("<|begin_of_text|>")
     tokenizer.post_processor = processors.TemplateProcessing(
         single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A <|begin_of_text|> $B",
         special_tokens=[("<|begin_of_text|>", bos)])
+    # Saved truncation and padding, which transformers turns off for apply_chat_template.
+    tokenizer.enable_truncation(max_length=8)
+    tokenizer.enable_padding(length=4096, pad_id=tokenizer.token_to_id("<|end_of_text|>"),
+                             pad_token="<|end_of_text|>")
     return _write(directory, tokenizer, {
         "bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>",
         "added_tokens_decoder": _added_tokens_decoder(tokenizer, LLAMA3_SPECIALS),
@@ -157,3 +163,17 @@ def make_base(directory):
         "bos_token": "<s>", "add_bos_token": True,
         "added_tokens_decoder": _added_tokens_decoder(tokenizer, ["<s>", "</s>"]),
     }, generation={"eos_token_id": [tokenizer.token_to_id("</s>")]})
+
+
+def make_gpt2_style(directory, extra_config):
+    """A top-level ByteLevel pre-tokenizer saved with add_prefix_space=True (transformers resets
+    it to the config's add_prefix_space, default false) and ChatML markers."""
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=500, special_tokens=QWEN_SPECIALS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tokenizer.train_from_iterator([corpus_text()], trainer=trainer)
+    return _write(directory, tokenizer, dict({"eos_token": "<|im_end|>",
+                                              "chat_template": QWEN_TEMPLATE}, **extra_config))

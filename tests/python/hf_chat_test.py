@@ -36,7 +36,8 @@ CONVERSATIONS = {
     "no_system_three_replies": [
         {"role": "user", "content": "Say hi."}, {"role": "assistant", "content": "Hi!"},
         {"role": "user", "content": "Again."}, {"role": "assistant", "content": "Hi again!"},
-        {"role": "user", "content": "Once more."}, {"role": "assistant", "content": "Hi, once more."}],
+        {"role": "user", "content": "Once more."},
+        {"role": "assistant", "content": "Hi, once more."}],
     "cjk": [{"role": "system", "content": "日本語で答えてください。"},
             {"role": "user", "content": "東京の天気は？"},
             {"role": "assistant", "content": "東京は晴れです。中文也可以：今天天气很好。"}],
@@ -109,6 +110,8 @@ def test_chat_ids_equal_transformers_and_masks_cover_replies(models, tmp_path, f
     summary, vocab, samples = tokenize_ok(
         models[family], tmp_path, [{"messages": CONVERSATIONS[n]} for n in names])
     assert summary["samples"] == len(names)
+    assert summary["format"] == "mtsft" and summary["output_version"] == 1
+    assert summary["vocab_size"] == vocab <= summary["tokenizer_vocab_size"] == len(reference)
     assert summary["formats"] == {"chat": len(names), "prompt_completion": 0, "alpaca": 0}
     assert summary["tokens"] == sum(len(ids) for ids, _ in samples)
     assert summary["counted_tokens"] == sum(sum(mask) for _, mask in samples)
@@ -152,7 +155,8 @@ def test_prompt_completion_and_alpaca_map_to_user_then_assistant(models, tmp_pat
     reference = AutoTokenizer.from_pretrained(models[family])
     pc = [{"prompt": "Name a color. 🎨", "completion": "Bleu, comme le ciel.", "id": 7},
           {"prompt": "", "completion": "An empty prompt is allowed."}]
-    alpaca = [{"instruction": "Translate to Japanese.", "input": "Good morning", "output": "おはよう"},
+    alpaca = [{"instruction": "Translate to Japanese.", "input": "Good morning",
+               "output": "おはよう"},
               {"instruction": "Say something nice.", "input": "", "output": "You did well!"},
               {"instruction": "No input key here.", "output": "Fine."}]
     users = [pc[0]["prompt"], pc[1]["prompt"], "Translate to Japanese.\n\nGood morning",
@@ -244,6 +248,19 @@ def test_each_validation_error_names_file_line_and_field(models, tmp_path, line,
     assert os.listdir(tmp_path) == ["bad.jsonl"]  # no spool or temporary left behind
 
 
+def test_non_utf8_line_and_empty_input(models, tmp_path):
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(b'{"prompt": "ok", "completion": "fine"}\n{"prompt": "caf\xe9", '
+                     b'"completion": "x"}\n')
+    result = run_tool(models["qwen"], tmp_path / "l.mtsft", [str(path)])
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"{path}:2: not UTF-8 (byte 15)"), result.stderr
+    empty = write_jsonl(tmp_path / "empty.jsonl", ["", "   "])
+    result = run_tool(models["qwen"], tmp_path / "e.mtsft", [empty])
+    assert result.returncode == 1 and "the inputs hold no sample" in result.stderr
+    assert not (tmp_path / "e.mtsft").exists()
+
+
 def test_errors_are_all_listed_up_to_the_cap_and_old_output_survives(models, tmp_path):
     out = tmp_path / "keep.mtsft"
     out.write_bytes(b"old")
@@ -298,6 +315,22 @@ def test_template_raise_exception_names_the_line(models, tmp_path):
                                     "no bad words, please")
 
 
+def test_template_that_rewrites_earlier_turns_is_refused(models, tmp_path):
+    # Marks only the last reply (as templates that keep only the last reply's reasoning do):
+    # rendered up to an earlier reply, that reply is the last and comes out otherwise.
+    model = fixtures.make_qwen(str(tmp_path / "rewrites"),
+                               "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+                               "{% if loop.last and m.role == 'assistant' %} (final){% endif %}<|im_end|>\n{% endfor %}"
+                               "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    path = write_jsonl(tmp_path / "r.jsonl", [{"messages": CONVERSATIONS["single_turn"]},
+                                              {"messages": CONVERSATIONS["system_multi_turn"]}])
+    result = run_tool(model, tmp_path / "r.mtsft", [path])
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"{path}:2: field messages: messages[2]: the chat template "
+                                    "renders the conversation"), result.stderr
+    assert f"{path}:1" not in result.stderr  # one reply, the last: its span is found
+
+
 def test_bad_model_directory_and_usage_exit_2(models, tmp_path):
     path = write_jsonl(tmp_path / "ok.jsonl", [{"prompt": "p", "completion": "c"}])
     result = run_tool(str(tmp_path / "nope"), tmp_path / "o.mtsft", [path])
@@ -333,7 +366,77 @@ def test_named_templates_pick_default_or_the_named_one(models, tmp_path):
     result = run_tool(directory, tmp_path / "n.mtsft",
                       [write_jsonl(tmp_path / "n.jsonl", [{"messages": messages}])],
                       "--template_name=fancy")
-    assert result.returncode == 2 and "no template named 'fancy'" in result.stderr
+    assert result.returncode == 2 and "no chat template named 'fancy'" in result.stderr
+
+
+def test_template_files_take_priority_over_the_config(models, tmp_path):
+    directory = fixtures.make_qwen(str(tmp_path / "files"))
+    with open(os.path.join(directory, "chat_template.jinja"), "w", encoding="utf-8") as f:
+        f.write("{% for m in messages %}<|im_start|>{{ m.role }}: {{ m.content }}<|im_end|>"
+                "{% endfor %}")
+    os.makedirs(os.path.join(directory, "additional_chat_templates"))
+    with open(os.path.join(directory, "additional_chat_templates", "short.jinja"), "w",
+              encoding="utf-8") as f:
+        f.write("{% for m in messages %}{{ m.content }}<|im_end|>{% endfor %}")
+    reference = AutoTokenizer.from_pretrained(directory)
+    messages = CONVERSATIONS["cjk"]
+    _, _, samples = tokenize_ok(directory, tmp_path, [{"messages": messages}])
+    assert samples[0][0] == reference.apply_chat_template(messages, tokenize=True)
+    assert reference.decode(samples[0][0]).startswith("<|im_start|>system: ")
+    _, _, samples = tokenize_ok(directory, tmp_path, [{"messages": messages}],
+                                "--template_name=short")
+    ids, mask = samples[0]
+    assert ids == reference.apply_chat_template(messages, tokenize=True, chat_template="short")
+    assert [reference.decode(r) for r in masked_runs(ids, mask)] == \
+        [messages[-1]["content"] + "<|im_end|>"]
+
+
+def test_legacy_special_tokens_map_overrides_a_config_without_added_tokens(tmp_path):
+    directory = fixtures.make_qwen(
+        str(tmp_path / "legacy"),
+        "{{ bos_token }}{% for m in messages %}{{ m.role }}\n{{ m.content }}{{ eos_token }}"
+        "{% endfor %}{% if add_generation_prompt %}assistant\n{% endif %}")
+    config_path = os.path.join(directory, "tokenizer_config.json")
+    with open(config_path, encoding="utf-8") as f:
+        config = json.load(f)
+    del config["added_tokens_decoder"]
+    config.update(eos_token="<|endoftext|>", bos_token=None)
+    with open(config_path, "w", encoding="utf-8") as f:
+        json.dump(config, f)
+    with open(os.path.join(directory, "special_tokens_map.json"), "w", encoding="utf-8") as f:
+        json.dump({"eos_token": "<|im_end|>", "bos_token": {"content": "<|im_start|>"}}, f)
+    reference = AutoTokenizer.from_pretrained(directory)
+    messages = CONVERSATIONS["system_multi_turn"]
+    _, _, samples = tokenize_ok(directory, tmp_path, [{"messages": messages}])
+    ids, mask = samples[0]
+    assert ids == reference.apply_chat_template(messages, tokenize=True)
+    assert reference.decode(ids).startswith("<|im_start|>system")
+    assert [reference.decode(r) for r in masked_runs(ids, mask)] == \
+        [m["content"] + "<|im_end|>" for m in messages if m["role"] == "assistant"]
+
+
+@pytest.mark.parametrize("extra_config", [
+    {},
+    {"add_prefix_space": True},
+    {"additional_special_tokens": ["<|tool|>", "Paris"]},
+    {"split_special_tokens": True},
+], ids=["prefix_space_reset", "prefix_space_kept", "special_tokens_added", "split_special"])
+def test_tokenizer_adjusted_as_transformers_loads_it(tmp_path, extra_config):
+    directory = fixtures.make_gpt2_style(str(tmp_path / "gpt2"), extra_config)
+    if "additional_special_tokens" in extra_config:
+        with open(os.path.join(directory, "chat_template.jinja"), "w", encoding="utf-8") as f:
+            f.write(fixtures.QWEN_TEMPLATE.replace("'<|im_end|>' + '\\n'",
+                                                   "'<|im_end|><|tool|>' + '\\n'"))
+    reference = AutoTokenizer.from_pretrained(directory)
+    conversation = [{"role": "user", "content": "Paris? Write <|im_end|> literally."},
+                    {"role": "assistant", "content": "Paris is the capital of France."}]
+    _, _, samples = tokenize_ok(directory, tmp_path, [{"messages": conversation}])
+    ids, mask = samples[0]
+    assert ids == reference.apply_chat_template(conversation, tokenize=True)
+    if "additional_special_tokens" in extra_config:
+        assert reference.convert_tokens_to_ids("<|tool|>") in ids
+    if not extra_config.get("split_special_tokens"):
+        assert reference.decode([t for t, m in zip(ids, mask) if m]).startswith("Paris is")
 
 
 ENVIRONMENT_SNIPPETS = [
@@ -359,6 +462,11 @@ def test_environment_renders_like_transformers(source):
     assert ours == theirs
     if "tojson" in source:
         assert "日本" in ours  # not \u-escaped
+
+
+def test_generation_tag_detected_only_as_a_tag():
+    assert ChatTemplate("{%- generation -%}x{%- endgeneration %}", {}).has_generation_tags
+    assert not ChatTemplate("{{ generation }}{% if generation %}{% endif %}", {}).has_generation_tags
 
 
 def test_sandbox_refuses_unsafe_access():

@@ -11,6 +11,9 @@ import json
 import os
 import sys
 
+import jinja2
+import tokenizers
+
 from . import model_dir
 from .errors import InputError, ModelError
 from .masking import Masker
@@ -19,8 +22,10 @@ from .sample_file import SampleSetWriter
 from .template import ChatTemplate
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_FAILED = 0, 1, 2
-# Bumped whenever the same inputs would give other bytes: a caller that keeps files by a content
-# key (megatraind) puts it in the key and refuses a tool that reports another.
+
+# Bump whenever the file written for the same model directory and JSONL changes (rendering,
+# masking, mapping of the formats, the file format): a caller that caches sample-set files by
+# their inputs' hashes (as the daemon does token files) keys them by this too.
 OUTPUT_VERSION = 1
 
 
@@ -144,11 +149,16 @@ def run(argv):
         "samples": writer.samples,
         "tokens": writer.tokens,
         "counted_tokens": writer.counted,
-        "vocab_size": writer.max_id + 1,
+        "vocab_size": writer.max_id + 1,  # the file's V
+        # The tokenizer's, added tokens included: what the model's embedding must cover.
+        "tokenizer_vocab_size": model.tokenizer.get_vocab_size(with_added_tokens=True),
         "formats": formats,
         "longest_sample": longest,
         "chat_template": template is not None,
+        "format": "mtsft",
         "output_version": OUTPUT_VERSION,
+        "tokenizers": tokenizers.__version__,
+        "jinja2": jinja2.__version__,
     }
     print(json.dumps(summary, ensure_ascii=False))
     return EXIT_OK

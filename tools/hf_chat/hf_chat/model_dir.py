@@ -3,21 +3,24 @@ template and special tokens (tokenizer_config.json, special_tokens_map.json, cha
 and the end-of-sequence id (generation_config.json when the tokenizer config names none).
 
 Follows transformers' PreTrainedTokenizerFast loading as far as the chat path needs it: the
-template is tokenizer_config.json's "chat_template" (a string, or a list of {"name", "template"}
-from which "default" is taken unless a name is given), else the file chat_template.jinja; the
-special-token variables handed to the template are the special-token attributes that are set,
-as strings; added tokens listed in tokenizer_config.json's added_tokens_decoder that the
-tokenizer.json lacks are added to it, as transformers does when it loads the directory.
+template is chat_template.jinja (with additional_chat_templates/NAME.jinja), else
+tokenizer_config.json's "chat_template" (a string, or a list of {"name", "template"}); of
+several, "default" is taken unless a name is given. The special-token variables handed to the
+template are the special-token attributes that are set, as strings. The tokenizer is adjusted as
+PreTrainedTokenizerFast adjusts it (split_special_tokens; added and special tokens the config
+names; add_prefix_space); what a model-specific tokenizer class does besides (LlamaTokenizerFast
+rebuilding from a slow tokenizer, say) is not repeated: tokenizer.json is taken as it is.
 
-A caller that checked the files itself (megatraind) passes them as inherited descriptors, one per
-file name (`held`): then only those are read, never a path, and a name not held counts as absent.
+A caller that checked the files itself (megatraind) passes the top-level files as inherited
+descriptors, one per file name (`held`): then only those are read, never a path; a name not held
+counts as absent (additional_chat_templates/ included).
 """
 
 import json
 import os
 from dataclasses import dataclass, field
 
-from tokenizers import AddedToken, Tokenizer
+from tokenizers import AddedToken, Tokenizer, pre_tokenizers
 
 from .errors import ModelError
 
@@ -47,19 +50,22 @@ class _Files:
         return os.path.join(self.directory, name)
 
     def exists(self, name):
-        return name in self.held if self.held is not None else os.path.exists(self.path(name))
+        return name in self.held if self.held is not None else os.path.isfile(self.path(name))
 
     def read_text(self, name):
-        if self.held is None:
-            with open(self.path(name), encoding="utf-8") as f:
-                return f.read()
-        fd, chunks, offset = self.held[name], [], 0
-        while True:  # pread: the holder's file offset is left alone
-            chunk = os.pread(fd, 1 << 20, offset)
-            if not chunk:
-                return b"".join(chunks).decode("utf-8")
-            chunks.append(chunk)
-            offset += len(chunk)
+        try:
+            if self.held is None:
+                with open(self.path(name), encoding="utf-8") as f:
+                    return f.read()
+            fd, chunks, offset = self.held[name], [], 0
+            while True:  # pread: the holder's file offset is left alone
+                chunk = os.pread(fd, 1 << 20, offset)
+                if not chunk:
+                    return b"".join(chunks).decode("utf-8")
+                chunks.append(chunk)
+                offset += len(chunk)
+        except (OSError, ValueError) as e:
+            raise ModelError(f"{self.path(name)}: {e}") from None
 
 
 def _read_json(files, name, required):
@@ -70,7 +76,7 @@ def _read_json(files, name, required):
         return {}
     try:
         value = json.loads(files.read_text(name))
-    except (OSError, ValueError) as e:
+    except ValueError as e:
         raise ModelError(f"{path}: {e}") from None
     if not isinstance(value, dict):
         raise ModelError(f"{path}: not a JSON object")
@@ -86,14 +92,36 @@ def _token_text(value, where):
     return value
 
 
-def _pick_template(config, files, name):
+def _special_value(source, key, where):
+    value = source.get(key)
+    if value is None:
+        return None
+    if key == "additional_special_tokens":
+        if not isinstance(value, list):
+            raise ModelError(f"{where}: field {key}: not a list")
+        return [_token_text(v, f"{where}: field {key}") for v in value]
+    return _token_text(value, f"{where}: field {key}")
+
+
+def _templates(config, files):
+    """The directory's templates: a string, a {name: template} dict, or None.
+
+    As transformers 4.55 loads them: chat_template.jinja (named "default") and
+    additional_chat_templates/NAME.jinja take priority over tokenizer_config.json's entry.
+    """
     where = files.path("tokenizer_config.json")
+    found = {}
+    if files.exists("chat_template.jinja"):
+        found["default"] = files.read_text("chat_template.jinja")
+    extra_dir = files.path("additional_chat_templates")
+    if files.held is None and os.path.isdir(extra_dir):
+        for name in sorted(os.listdir(extra_dir)):
+            if name.endswith(".jinja"):
+                found[name[: -len(".jinja")]] = files.read_text(
+                    os.path.join("additional_chat_templates", name))
+    if found:
+        return found["default"] if list(found) == ["default"] else found
     template = config.get("chat_template")
-    if template is None and files.exists("chat_template.jinja"):
-        try:
-            template = files.read_text("chat_template.jinja")
-        except (OSError, ValueError) as e:
-            raise ModelError(f"{files.path('chat_template.jinja')}: {e}") from None
     if isinstance(template, list):
         named = {}
         for i, entry in enumerate(template):
@@ -102,17 +130,72 @@ def _pick_template(config, files, name):
                 raise ModelError(f"{where}: field chat_template[{i}]: not "
                                  "{\"name\": str, \"template\": str}")
             named[entry["name"]] = entry["template"]
-        key = name or "default"
-        if key not in named:
-            raise ModelError(f"{where}: field chat_template: no template named {key!r} "
-                             f"(names: {', '.join(sorted(named))}); pick one with --template_name")
-        return named[key]
-    if name is not None:
-        raise ModelError(f"{where}: field chat_template: a single template, so "
-                         f"--template_name={name} names nothing")
+        return named
     if template is not None and not isinstance(template, str):
         raise ModelError(f"{where}: field chat_template: neither a string nor a list")
     return template
+
+
+def _pick_template(config, files, name):
+    directory = files.directory
+    templates = _templates(config, files)
+    if isinstance(templates, dict):
+        key = name or "default"
+        if key not in templates:
+            raise ModelError(f"{directory}: no chat template named {key!r} (names: "
+                             f"{', '.join(sorted(templates))}); pick one with --template_name")
+        return templates[key]
+    if name is not None:
+        raise ModelError(f"{directory}: a single chat template, so --template_name={name} names "
+                         "nothing")
+    return templates
+
+
+def _adjust_like_transformers(tokenizer, config, config_path, special):
+    """What PreTrainedTokenizerFast does to the tokenizer.json it loads (generic class only)."""
+    # split_special_tokens: special tokens written in the text are then not matched as tokens.
+    tokenizer.encode_special_tokens = bool(config.get("split_special_tokens", False))
+
+    # Added tokens the config lists and the tokenizer lacks, then special tokens that are not
+    # added tokens yet (even when the model's vocabulary has them: they then match as a whole).
+    decoder = config.get("added_tokens_decoder", {})
+    if not isinstance(decoder, dict):
+        raise ModelError(f"{config_path}: field added_tokens_decoder: not an object")
+    present = {tok.content for tok in tokenizer.get_added_tokens_decoder().values()}
+    ordered_special = []  # transformers' all_special_tokens order
+    for key in SPECIAL_TOKEN_KEYS:
+        values = special.get(key, [])
+        for value in values if isinstance(values, list) else [values]:
+            if value not in ordered_special:
+                ordered_special.append(value)
+    named_special = set(ordered_special)
+    to_add = []
+    for index, token in sorted(decoder.items(), key=lambda kv: int(kv[0])):
+        content = _token_text(token, f"{config_path}: field added_tokens_decoder.{index}")
+        if content in present:
+            continue
+        flags = {k: token[k] for k in ("single_word", "lstrip", "rstrip", "normalized")
+                 if isinstance(token, dict) and k in token}
+        is_special = bool(token.get("special")) if isinstance(token, dict) else False
+        to_add.append(AddedToken(content, special=is_special or content in named_special,
+                                 **flags))
+        present.add(content)
+    for content in ordered_special:
+        if content not in present:
+            to_add.append(AddedToken(content, special=True))
+    if to_add:
+        tokenizer.add_tokens(to_add)
+
+    # add_prefix_space from the config (default false) replaces a top-level pre-tokenizer's.
+    wanted = bool(config.get("add_prefix_space", False))
+    try:
+        state = json.loads(tokenizer.pre_tokenizer.__getstate__())
+    except Exception:  # no pre-tokenizer, or one that does not serialize: nothing to adjust
+        return
+    if state.get("add_prefix_space", wanted) != wanted:
+        kind = state.pop("type")
+        state["add_prefix_space"] = wanted
+        tokenizer.pre_tokenizer = getattr(pre_tokenizers, kind)(**state)
 
 
 def load(directory, template_name=None, held=None):
@@ -124,41 +207,35 @@ def load(directory, template_name=None, held=None):
     tokenizer_path = files.path("tokenizer.json")
     if not files.exists("tokenizer.json"):
         raise ModelError(f"{tokenizer_path}: missing (only fast HF tokenizers are supported)")
+    tokenizer_text = files.read_text("tokenizer.json")
     try:
-        tokenizer = Tokenizer.from_str(files.read_text("tokenizer.json"))
+        tokenizer = Tokenizer.from_str(tokenizer_text)
     except Exception as e:  # tokenizers raises its own Exception subclass
         raise ModelError(f"{tokenizer_path}: {e}") from None
+    # transformers encodes with truncation and padding off unless asked (apply_chat_template
+    # asks for neither): settings saved in tokenizer.json must not cut or pad a sample.
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
     config_path = files.path("tokenizer_config.json")
     config = _read_json(files, "tokenizer_config.json", required=False)
+    legacy_path = files.path("special_tokens_map.json")
     legacy = _read_json(files, "special_tokens_map.json", required=False)
-
-    # Added tokens the config knows and tokenizer.json lacks (transformers adds them on load).
-    decoder = config.get("added_tokens_decoder", {})
-    if not isinstance(decoder, dict):
-        raise ModelError(f"{config_path}: field added_tokens_decoder: not an object")
-    for index, token in sorted(decoder.items(), key=lambda kv: int(kv[0])):
-        content = _token_text(token, f"{config_path}: field added_tokens_decoder.{index}")
-        if tokenizer.token_to_id(content) is None:
-            special = bool(token.get("special")) if isinstance(token, dict) else False
-            added = AddedToken(content, special=special,
-                               normalized=bool(token.get("normalized", not special))
-                               if isinstance(token, dict) else True)
-            (tokenizer.add_special_tokens if special else tokenizer.add_tokens)([added])
 
     special = {}
     for key in SPECIAL_TOKEN_KEYS:
-        value = config.get(key, legacy.get(key))
-        if value is None:
-            continue
-        if key == "additional_special_tokens":
-            if not isinstance(value, list):
-                raise ModelError(f"{config_path}: field {key}: not a list")
-            value = [_token_text(v, f"{config_path}: field {key}") for v in value]
-        else:
-            value = _token_text(value, f"{config_path}: field {key}")
+        value = _special_value(config, key, config_path)
+        if "added_tokens_decoder" not in config and key in legacy:
+            # transformers reads special_tokens_map.json only for a config without
+            # added_tokens_decoder, and then its entries win (lists are merged).
+            extra = _special_value(legacy, key, legacy_path)
+            if key == "additional_special_tokens":
+                value = (value or []) + [t for t in extra or [] if t not in (value or [])]
+            elif extra is not None:
+                value = extra
         if value:  # transformers hands only the attributes that are set (truthy)
             special[key] = value
 
+    _adjust_like_transformers(tokenizer, config, config_path, special)
     special_ids = {tid for tid, tok in tokenizer.get_added_tokens_decoder().items()
                    if tok.special}
     eos_id = None

@@ -85,9 +85,13 @@ class ChatTemplate:
         self.has_generation_tags = self._uses_generation(source)
 
     def _uses_generation(self, source):
-        for token in self._env.lex(source):
-            if token[1] == "name" and token[2] == "generation":
+        # The tag, not a variable that happens to be called "generation".
+        previous = None
+        for _, kind, value in self._env.lex(source):
+            if kind == "name" and value == "generation" and previous == "block_begin":
                 return True
+            if kind != "whitespace":
+                previous = kind
         return False
 
     def _variables(self, messages, add_generation_prompt):
