@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/strip.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -202,6 +203,51 @@ TEST(ChatJobTest, ChatJobSucceedsWithFallingLossAndCarriesTheTokenizer) {
   EXPECT_EQ(from_file["final_train_loss"].get<double>(), result["final_train_loss"].get<double>());
   EXPECT_EQ(from_file["final_validation_loss"].get<double>(),
             result["final_validation_loss"].get<double>());
+}
+
+// `megatrain plan` / `submit` with the fine-tuning flags against the same daemon: the flags
+// land in the spec the daemon keeps, a bad value is refused naming the field (exit 4).
+TEST(ChatJobTest, TheCliFlagsSubmitAndPlanFineTuningJobs) {
+  TestDaemon daemon("chat_cli");
+  std::unique_ptr<DeviceJobEngine> engine = MakeEngine(daemon, ChatTool());
+  ASSERT_NE(engine, nullptr);
+  daemon.Start(engine.get());
+  const std::string hf = MakeHfModel(daemon);
+  ASSERT_FALSE(hf.empty());
+  auto cli = [&](const std::string& command, const std::vector<std::string>& extra) {
+    std::vector<std::string> argv = {Runfile("client/megatrain"), command,
+                                     "--socket=" + daemon.settings().socket_path,
+                                     "--hf_directory=" + hf,
+                                     "--chat=" + daemon.root() + "/data/chat.jsonl",
+                                     "--steps=3", "--seq_len=128", "--batch_size=2",
+                                     "--pack=false", "--train_on_prompt", "--overlong=truncate",
+                                     "--chat_format=chat"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    absl::StatusOr<ChildResult> r = RunChildProcess(argv, [] { return false; });
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : ChildResult{};
+  };
+  const ChildResult plan = cli("plan", {"--json"});
+  EXPECT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_THAT(plan.out, HasSubstr("parameters"));
+
+  const ChildResult bad = cli("submit", {"--chat_format=sharegpt"});
+  EXPECT_EQ(bad.exit_code, 4) << bad.err;
+  EXPECT_THAT(bad.err, HasSubstr("data.chat_format"));
+
+  const ChildResult submitted =
+      cli("submit", {"--output_dir=" + daemon.root() + "/out/cli"});
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.err;
+  const std::string id(absl::StripAsciiWhitespace(submitted.out));
+  const v1::Job done = daemon.AwaitState(id, v1::SUCCEEDED, 3, 180);
+  const v1::DataSource& data = done.spec().data();
+  ASSERT_EQ(data.chat_files_size(), 1);
+  EXPECT_EQ(data.chat_format(), "chat");
+  EXPECT_TRUE(data.has_pack());
+  EXPECT_FALSE(data.pack());
+  EXPECT_TRUE(data.train_on_prompt());
+  EXPECT_EQ(data.overlong(), "truncate");
+  EXPECT_EQ(done.spec().model().hf_directory(), hf);
 }
 
 TEST(ChatJobTest, BadLinesAndMissingPiecesAreNamed) {
