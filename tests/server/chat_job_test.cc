@@ -366,6 +366,41 @@ TEST(ChatJobTest, BadLinesAndMissingPiecesAreNamed) {
   EXPECT_THAT(untooled.failure_reason(), HasSubstr("chat_tokenize_binary"));
 }
 
+// Issue 16, point 2, for chat data: the chat file and the model directory's tokenizer.json,
+// swapped after the run-time check (the runner's hook: a state, no timing) for an empty file
+// outside the roots and for garbage, are never read: the tool gets the checked descriptors.
+TEST(ChatJobTest, ChatAndTokenizerFilesSwappedAfterTheCheckAreNotRead) {
+  TestDaemon daemon("chat_swap");
+  const std::string data = daemon.root() + "/data";
+  bool swapped = false;
+  daemon.settings().test_after_input_check = [&](const std::string& id) {
+    if (id != "job-000002") return;  // the chat job (the model's job is the first)
+    std::filesystem::create_directories(daemon.root() + "/outside");
+    std::ofstream(daemon.root() + "/outside/empty");
+    std::filesystem::create_symlink(daemon.root() + "/outside/empty", data + "/chat.swap");
+    std::filesystem::rename(data + "/chat.swap", data + "/chat.jsonl");
+    std::ofstream(data + "/hf/tokenizer.swap") << "not a tokenizer";
+    std::filesystem::rename(data + "/hf/tokenizer.swap", data + "/hf/tokenizer.json");
+    swapped = true;
+  };
+  std::unique_ptr<DeviceJobEngine> engine = MakeEngine(daemon, ChatTool());
+  ASSERT_NE(engine, nullptr);
+  daemon.Start(engine.get());
+  const std::string hf = MakeHfModel(daemon);
+  ASSERT_FALSE(hf.empty());
+  const v1::JobSpec spec = ChatSpec(daemon, hf, 2);
+  const v1::Job done = daemon.AwaitState(Submit(daemon, spec), v1::SUCCEEDED, 2, 180);
+  EXPECT_EQ(done.id(), "job-000002");
+  EXPECT_TRUE(swapped);
+  EXPECT_TRUE(std::filesystem::is_symlink(data + "/chat.jsonl"));
+  EXPECT_EQ(ReadAll(data + "/hf/tokenizer.json"), "not a tokenizer");
+  const std::vector<std::string> names = DirEntries(spec.output_dir() + "/tokens");
+  ASSERT_EQ(names.size(), 3u) << ::testing::PrintToString(names);
+  const nlohmann::json summary =
+      nlohmann::json::parse(ReadAll(spec.output_dir() + "/tokens/" + names[0]), nullptr, false);
+  EXPECT_EQ(summary.value("samples", 0), kConversations);
+}
+
 TEST(ChatJobTest, TrainOnPromptChangesTheLosses) {
   TestDaemon daemon("chat_prompt");
   std::unique_ptr<DeviceJobEngine> engine = MakeEngine(daemon, ChatTool());
