@@ -4,8 +4,16 @@
 // template built by tests/python/hf_chat_fixtures.py) and a chat file; the job succeeds with
 // falling loss and a checkpoint that carries the tokenizer, a bad line fails it naming file:line,
 // train_on_prompt changes the losses, and a job paused, restarted and resumed reuses its sample
-// file and ends with the losses of a straight run, bitwise.
+// file and ends with the losses of a straight run, bitwise; the CLI's flags submit and plan such
+// jobs, inputs swapped after the run-time check are never read, and cancelling kills the tool.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
 
 #include <cstdint>
 #include <filesystem>
@@ -399,6 +407,46 @@ TEST(ChatJobTest, ChatAndTokenizerFilesSwappedAfterTheCheckAreNotRead) {
   const nlohmann::json summary =
       nlohmann::json::parse(ReadAll(spec.output_dir() + "/tokens/" + names[0]), nullptr, false);
   EXPECT_EQ(summary.value("samples", 0), kConversations);
+}
+
+// A stand-in chat tokenizer that reports its pid through a FIFO and then sleeps: cancelling the
+// job kills it (the engine polls the job's stop flag while the child runs).
+TEST(ChatJobTest, CancelKillsTheChatTokenizer) {
+  TestDaemon daemon("chat_cancel");
+  const std::string fifo = daemon.root() + "/pid.fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const int reader = open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  const std::string script = daemon.root() + "/stuck_chat_tokenize";
+  std::ofstream(script) << "#!/bin/sh\necho $$ > " << fifo << "\nexec sleep 600\n";
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  std::unique_ptr<DeviceJobEngine> engine = MakeEngine(daemon, script);
+  ASSERT_NE(engine, nullptr);
+  daemon.Start(engine.get());
+  const std::string hf = MakeHfModel(daemon);
+  ASSERT_FALSE(hf.empty());
+  const std::string id = Submit(daemon, ChatSpec(daemon, hf, 2));
+  std::string text;  // bounded: 60 polls of a second
+  for (int i = 0; i < 60 && text.find('\n') == std::string::npos; ++i) {
+    pollfd p{reader, POLLIN, 0};
+    if (poll(&p, 1, 1000) <= 0) continue;
+    char buffer[32];
+    const ssize_t n = read(reader, buffer, sizeof(buffer));
+    if (n > 0) text.append(buffer, static_cast<size_t>(n));
+  }
+  close(reader);
+  const pid_t pid = static_cast<pid_t>(std::atol(text.c_str()));
+  ASSERT_GT(pid, 0) << "the chat tokenizer did not start";
+  {
+    grpc::ClientContext context;
+    v1::JobRef r;
+    r.set_id(id);
+    v1::Job job;
+    ASSERT_TRUE(daemon.stub().CancelJob(&context, r, &job).ok());
+  }
+  daemon.AwaitState(id, v1::CANCELLED, 0, 60);
+  EXPECT_EQ(kill(pid, 0), -1) << "chat tokenizer " << pid << " survived";
+  EXPECT_EQ(errno, ESRCH);
 }
 
 TEST(ChatJobTest, TrainOnPromptChangesTheLosses) {
