@@ -34,10 +34,24 @@ absl::StatusOr<v1::JobSpec> LoadJobSpecJson(const std::string& path) {
 void ApplyOverrides(const JobSpecOverrides& o, v1::JobSpec& spec) {
   if (o.name) spec.set_name(*o.name);
   if (o.model_config) spec.mutable_model()->set_config_json_path(*o.model_config);
+  if (o.hf_directory) spec.mutable_model()->set_hf_directory(*o.hf_directory);
+  v1::DataSource& data = *spec.mutable_data();
   if (o.text_files) {
-    spec.mutable_data()->clear_text_files();
-    for (const std::string& f : *o.text_files) spec.mutable_data()->add_text_files(f);
+    data.clear_text_files();
+    for (const std::string& f : *o.text_files) data.add_text_files(f);
   }
+  if (o.chat_files) {
+    data.clear_chat_files();
+    for (const std::string& f : *o.chat_files) data.add_chat_files(f);
+  }
+  if (o.chat_format) data.set_chat_format(*o.chat_format);
+  if (o.sample_files) {
+    data.clear_sample_files();
+    for (const std::string& f : *o.sample_files) data.add_sample_files(f);
+  }
+  if (o.train_on_prompt) data.set_train_on_prompt(*o.train_on_prompt);
+  if (o.pack) data.set_pack(*o.pack);
+  if (o.overlong) data.set_overlong(*o.overlong);
   v1::Hyperparameters& h = *spec.mutable_hyper();
   if (o.steps) h.set_steps(*o.steps);
   if (o.batch_size) h.set_batch_size(*o.batch_size);

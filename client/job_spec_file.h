@@ -20,7 +20,15 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecJson(const std::string& json, const std:
 struct JobSpecOverrides {
   std::optional<std::string> name;
   std::optional<std::string> model_config;  // config_json_path ("builtin:tiny" allowed)
+  std::optional<std::string> hf_directory;  // model.hf_directory
   std::optional<std::vector<std::string>> text_files;
+  // Fine-tuning data (docs/fine_tuning.md): chat / instruction JSONL or pre-made MTSFT files.
+  std::optional<std::vector<std::string>> chat_files;
+  std::optional<std::string> chat_format;
+  std::optional<std::vector<std::string>> sample_files;
+  std::optional<bool> train_on_prompt;
+  std::optional<bool> pack;
+  std::optional<std::string> overlong;
   std::optional<uint64_t> steps;
   std::optional<uint32_t> batch_size;
   std::optional<uint32_t> micro_batch_size;

@@ -48,6 +48,42 @@ TEST(JobSpecFileTest, AnExplicitZeroOverridesTheSpec) {
   EXPECT_EQ(spec->seed(), 9u);
 }
 
+// The fine-tuning fields: from JSON as named in the proto, and overridden by the submit flags
+// (an explicit pack=false kept as set, not dropped as a default).
+TEST(JobSpecFileTest, FineTuningFieldsParseAndOverride) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecJson(
+      R"({"model": {"hf_directory": "/m"}, "data": {"chat_files": ["a.jsonl"],
+          "chat_format": "chat", "train_on_prompt": true, "overlong": "refuse"}})",
+      "test");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->data().chat_files(0), "a.jsonl");
+  EXPECT_EQ(spec->data().chat_format(), "chat");
+  EXPECT_TRUE(spec->data().train_on_prompt());
+  EXPECT_FALSE(spec->data().has_pack());
+  EXPECT_EQ(spec->data().overlong(), "refuse");
+  JobSpecOverrides o;
+  o.hf_directory = "/other";
+  o.chat_files = std::vector<std::string>{"b.jsonl", "c.jsonl"};
+  o.chat_format = "alpaca";
+  o.train_on_prompt = false;
+  o.pack = false;
+  o.overlong = "truncate";
+  ApplyOverrides(o, *spec);
+  EXPECT_EQ(spec->model().hf_directory(), "/other");
+  ASSERT_EQ(spec->data().chat_files_size(), 2);
+  EXPECT_EQ(spec->data().chat_files(1), "c.jsonl");
+  EXPECT_EQ(spec->data().chat_format(), "alpaca");
+  EXPECT_FALSE(spec->data().train_on_prompt());
+  EXPECT_TRUE(spec->data().has_pack());
+  EXPECT_FALSE(spec->data().pack());
+  EXPECT_EQ(spec->data().overlong(), "truncate");
+  JobSpecOverrides samples;
+  samples.sample_files = std::vector<std::string>{"s.mtsft"};
+  ApplyOverrides(samples, *spec);
+  ASSERT_EQ(spec->data().sample_files_size(), 1);
+  EXPECT_EQ(spec->data().sample_files(0), "s.mtsft");
+}
+
 TEST(JobSpecFileTest, UnknownFieldsAndBadJsonAreErrors) {
   EXPECT_EQ(ParseJobSpecJson(R"({"stepz": 3})", "f.json").status().code(),
             absl::StatusCode::kInvalidArgument);

@@ -43,6 +43,24 @@ ABSL_FLAG(std::string, name, "", "submit/plan: job name.");
 ABSL_FLAG(std::string, model_config, "",
           "submit/plan: model config.json path on the daemon host, or builtin:tiny.");
 ABSL_FLAG(std::string, text, "", "submit/plan: comma-separated text files on the daemon host.");
+ABSL_FLAG(std::string, hf_directory, "",
+          "submit/plan: model.hf_directory, a Hugging Face model directory on the daemon host.");
+ABSL_FLAG(std::string, chat, "",
+          "submit/plan: comma-separated chat / prompt-completion / Alpaca JSONL files on the "
+          "daemon host (data.chat_files), tokenized with --hf_directory's tokenizer and chat "
+          "template (docs/fine_tuning.md).");
+ABSL_FLAG(std::string, chat_format, "",
+          "submit/plan: data.chat_format: auto (default), chat, prompt_completion or alpaca.");
+ABSL_FLAG(std::string, samples, "",
+          "submit/plan: comma-separated pre-made MTSFT sample files (data.sample_files).");
+ABSL_FLAG(bool, train_on_prompt, false,
+          "submit/plan: fine-tuning: count the loss on prompt tokens too (unset: the spec's "
+          "data.train_on_prompt, default false: the assistant tokens only).");
+ABSL_FLAG(std::optional<bool>, pack, std::nullopt,
+          "submit/plan: fine-tuning: pack several samples per row (default true).");
+ABSL_FLAG(std::string, overlong, "",
+          "submit/plan: fine-tuning: a sample longer than seq_len + 1 tokens is truncated "
+          "(truncate, the default) or fails the job (refuse).");
 ABSL_FLAG(uint64_t, steps, 0, "submit/plan: optimizer steps.");
 ABSL_FLAG(uint32_t, batch_size, 0,
           "submit/plan: sequences per optimizer step; unset (0) = the daemon's default 8.");
@@ -181,6 +199,19 @@ absl::StatusOr<v1::JobSpec> SpecFromFlags() {
   if (!absl::GetFlag(FLAGS_text).empty()) {
     o.text_files = absl::StrSplit(absl::GetFlag(FLAGS_text), ',', absl::SkipEmpty());
   }
+  if (!absl::GetFlag(FLAGS_hf_directory).empty()) {
+    o.hf_directory = absl::GetFlag(FLAGS_hf_directory);
+  }
+  if (!absl::GetFlag(FLAGS_chat).empty()) {
+    o.chat_files = absl::StrSplit(absl::GetFlag(FLAGS_chat), ',', absl::SkipEmpty());
+  }
+  if (!absl::GetFlag(FLAGS_chat_format).empty()) o.chat_format = absl::GetFlag(FLAGS_chat_format);
+  if (!absl::GetFlag(FLAGS_samples).empty()) {
+    o.sample_files = absl::StrSplit(absl::GetFlag(FLAGS_samples), ',', absl::SkipEmpty());
+  }
+  if (absl::GetFlag(FLAGS_train_on_prompt)) o.train_on_prompt = true;
+  o.pack = absl::GetFlag(FLAGS_pack);
+  if (!absl::GetFlag(FLAGS_overlong).empty()) o.overlong = absl::GetFlag(FLAGS_overlong);
   if (absl::GetFlag(FLAGS_steps) != 0) o.steps = absl::GetFlag(FLAGS_steps);
   if (absl::GetFlag(FLAGS_batch_size) != 0) o.batch_size = absl::GetFlag(FLAGS_batch_size);
   if (absl::GetFlag(FLAGS_micro_batch_size) != 0) {

@@ -172,6 +172,18 @@ absl::StatusOr<engine::InputFiles> RecheckJobInputs(const ValidatedJob& job) {
       return s;
     }
   }
+  for (size_t i = 0; i < o.sft_sample_paths.size(); ++i) {
+    if (absl::Status s = hold(absl::StrCat("data.sample_files[", i, "]"), o.sft_sample_paths[i]);
+        !s.ok()) {
+      return s;
+    }
+  }
+  for (size_t i = 0; i < job.chat_paths.size(); ++i) {
+    if (absl::Status s = hold(absl::StrCat("data.chat_files[", i, "]"), job.chat_paths[i]);
+        !s.ok()) {
+      return s;
+    }
+  }
   for (size_t i = 0; i < o.text_paths.size(); ++i) {
     const std::string field = absl::StrCat("data.text_files[", i, "]");
     absl::StatusOr<engine::UniqueFd> fd = RecheckInput(field, o.text_paths[i], true);

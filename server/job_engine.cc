@@ -9,6 +9,7 @@
 #include "engine/data/tokenize_version.h"
 #include "engine/device/device_factory.h"
 #include "nlohmann/json.hpp"
+#include "server/job_chat_samples.h"
 #include "server/job_lineage.h"
 
 namespace megatrain::server {
@@ -96,7 +97,14 @@ absl::Status DeviceJobEngine::Run(const std::string& job_id, const service::Vali
   const bool bytes = options.tokenizer == "bytes";
   const std::string tokenize_binary =
       options_.tokenize_binary.empty() ? DefaultTokenizeBinary() : options_.tokenize_binary;
-  if (options.token_files.empty() && bytes && access(tokenize_binary.c_str(), X_OK) != 0) {
+  if (!job.chat_paths.empty()) {
+    if (absl::Status s = PrepareChatData(job_id, job, observer, options, with_tokens); !s.ok()) {
+      return s;
+    }
+  } else if (engine::RunDataIsSamples(options)) {
+    // Pre-made sample files: read as they are, through the held descriptors.
+  } else if (options.token_files.empty() && bytes &&
+             access(tokenize_binary.c_str(), X_OK) != 0) {
     observer.OnLine(absl::StrCat("tokenize_binary '", tokenize_binary,
                                  "' is missing: tokenizing the text in memory"),
                     true);
@@ -152,6 +160,50 @@ absl::Status DeviceJobEngine::Run(const std::string& job_id, const service::Vali
           engine::WriteFileInDirectory(job.output_dir, "result.json", summary.dump(2) + "\n");
       !s.ok()) {
     return absl::PermissionDeniedError(absl::StrCat("output_dir: result.json: ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DeviceJobEngine::PrepareChatData(const std::string& job_id,
+                                             const service::ValidatedJob& job,
+                                             engine::TrainingObserver& observer,
+                                             engine::TrainingRunOptions& options,
+                                             engine::InputFiles& held) {
+  ChatSamplesRequest request;
+  request.tool = options_.chat_tokenize_binary.empty() ? DefaultChatTokenizeBinary()
+                                                       : options_.chat_tokenize_binary;
+  request.model_dir = job.options.init_from_hf_dir;
+  request.chat_paths = job.chat_paths;
+  request.format = job.chat_format;
+  request.tokens_dir = JobTokensDir(options_.state_dir, job_id, job);
+  request.model_vocab_size = job.model.vocab_size;
+  request.inputs = job.options.inputs;
+  observer.OnLine(absl::StrCat("tokenizing ", job.chat_paths.size(), " chat file(s) (format ",
+                               request.format, ") with the tokenizer and chat template of ",
+                               request.model_dir, " into ", request.tokens_dir,
+                               " (reused when present)"),
+                  true);
+  absl::StatusOr<ChatSamples> samples =
+      PrepareChatSamples(request, [&observer] { return observer.ShouldStop(); });
+  if (!samples.ok()) return samples.status();
+  observer.OnLine(absl::StrCat(samples->reused ? "reusing sample file " : "tokenized into ",
+                               samples->path, ": ", samples->samples, " samples, ",
+                               samples->tokens, " tokens, ", samples->counted_tokens,
+                               " counted tokens, vocab_size ", samples->vocab_size),
+                  true);
+  absl::StatusOr<std::string> link = LinkChatSamples(*samples, job_id);
+  if (!link.ok()) return link.status();
+  options.sft_sample_paths = {*link};
+  if (options.inputs != nullptr) {
+    // The run reads only held descriptors; the sample file is the daemon's own output, opened
+    // now (a regular file only) under the name the engine gives it.
+    absl::StatusOr<engine::InputFiles> clone = options.inputs->Clone();
+    if (!clone.ok()) return clone.status();
+    absl::StatusOr<engine::UniqueFd> fd = engine::OpenRegularFileForRead(samples->path);
+    if (!fd.ok()) return fd.status();
+    clone->Add(*link, *std::move(fd));
+    held = *std::move(clone);
+    options.inputs = &held;
   }
   return absl::OkStatus();
 }

@@ -51,6 +51,10 @@ struct DeviceJobEngineOptions {
   // megatrain_tokenize, run for jobs with a SentencePiece data.tokenizer; empty = the one beside
   // the running executable (DefaultTokenizeBinary). megatraind's --tokenize_binary.
   std::string tokenize_binary;
+  // megatrain_chat_tokenize (tools/hf_chat), run for jobs with data.chat_files; empty = the one
+  // beside the running executable (DefaultChatTokenizeBinary). megatraind's
+  // --chat_tokenize_binary.
+  std::string chat_tokenize_binary;
 };
 
 // The real engine: owns the daemon's one device for its lifetime and runs each job with
@@ -59,7 +63,8 @@ struct DeviceJobEngineOptions {
 // from its newest checkpoint); writes <output_dir>/result.json when the job names an output
 // directory. A job whose text uses a SentencePiece model is first tokenized by
 // megatrain_tokenize in a child process (server/job_tokens.h) into JobTokensDir, killed when the
-// job is stopped, and trains on that token file. A device fault fails the running job and every
+// job is stopped, and trains on that token file; a job with chat files likewise by
+// megatrain_chat_tokenize into an MTSFT sample file (server/job_chat_samples.h). A device fault fails the running job and every
 // later one (DeviceHealth).
 class DeviceJobEngine final : public JobEngine {
  public:
@@ -77,6 +82,11 @@ class DeviceJobEngine final : public JobEngine {
   absl::StatusOr<JobTokens> TokenizeText(const std::string& job_id,
                                          const service::ValidatedJob& job,
                                          engine::TrainingObserver& observer);
+  // Tokenizes a chat job's files into its sample file (reused when an earlier run made it) and
+  // points options.sft_sample_paths at the job's stable link to it, held in `held`.
+  absl::Status PrepareChatData(const std::string& job_id, const service::ValidatedJob& job,
+                               engine::TrainingObserver& observer,
+                               engine::TrainingRunOptions& options, engine::InputFiles& held);
   DeviceJobEngine(DeviceJobEngineOptions options, std::unique_ptr<engine::Device> device,
                   engine::CpuDevice* cpu_device)
       : options_(std::move(options)), device_(std::move(device)), cpu_device_(cpu_device) {}

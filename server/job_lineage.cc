@@ -20,8 +20,14 @@ absl::StatusOr<std::vector<provenance::InputFile>> HashDataInputs(
     const service::ValidatedJob& job) {
   const engine::TrainingRunOptions& o = job.options;
   // The files training reads: each text path listed exactly as the run lists it, in spec order.
+  // Fine-tuning data: the chat files (the sample file made from them is the daemon's own output)
+  // or the pre-made sample files.
   std::vector<std::string> files = o.token_files;
-  if (o.token_files.empty()) {
+  if (!job.chat_paths.empty()) {
+    files = job.chat_paths;
+  } else if (!o.sft_sample_paths.empty()) {
+    files = o.sft_sample_paths;
+  } else if (o.token_files.empty()) {
     for (const std::string& path : o.text_paths) {
       absl::StatusOr<std::vector<std::string>> listed = engine::ExpandCorpusFiles({path});
       if (!listed.ok()) return listed.status();

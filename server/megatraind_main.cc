@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "server/daemon.h"
+#include "server/job_chat_samples.h"
 #include "server/job_engine.h"
 #include "server/job_tokens.h"
 #include "server/sd_notify.h"
@@ -63,6 +64,12 @@ ABSL_FLAG(bool, init_signing_key, false,
 ABSL_FLAG(std::string, tokenize_binary, "",
           "megatrain_tokenize, run in a child process to stream every text job's corpus into a "
           "token file; empty = megatrain_tokenize beside this executable.");
+ABSL_FLAG(std::string, chat_tokenize_binary, "",
+          "megatrain_chat_tokenize (tools/hf_chat, Python in scripts/setup's .cache/hf-venv), run "
+          "in a child process to turn a fine-tuning job's data.chat_files into an MTSFT sample "
+          "file with the model directory's tokenizer and chat template; empty = "
+          "megatrain_chat_tokenize beside this executable. Without it such jobs fail "
+          "(FAILED_PRECONDITION).");
 ABSL_FLAG(uint64_t, max_ram_bytes, 0,
           "Host memory a job's plan may use (pinned + RAM); 0 = the machine's physical RAM. "
           "A job whose plan needs more is refused at submit (RESOURCE_EXHAUSTED).");
@@ -266,6 +273,13 @@ int main(int argc, char** argv) {
   // SentencePiece jobs fail.
   if (access(engine_options.tokenize_binary.c_str(), X_OK) != 0) {
     log.Event("tokenize_binary_missing", {{"path", engine_options.tokenize_binary}});
+  }
+  engine_options.chat_tokenize_binary = absl::GetFlag(FLAGS_chat_tokenize_binary).empty()
+                                            ? DefaultChatTokenizeBinary()
+                                            : absl::GetFlag(FLAGS_chat_tokenize_binary);
+  if (access(engine_options.chat_tokenize_binary.c_str(), X_OK) != 0) {
+    // Reported now; only jobs with data.chat_files need it (they fail FAILED_PRECONDITION).
+    log.Event("chat_tokenizer_missing", {{"path", engine_options.chat_tokenize_binary}});
   }
   absl::StatusOr<std::unique_ptr<DeviceJobEngine>> engine =
       DeviceJobEngine::Create(std::move(engine_options));

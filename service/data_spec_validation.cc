@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/data/token_file.h"
+#include "service/sft_data_validation.h"
 #include "service/spec_field_checks.h"
 
 namespace megatrain::service {
@@ -75,7 +76,9 @@ absl::Status ValidateTokenFiles(const v1::DataSource& data, const PathPolicy& pa
 absl::Status ValidateTextFiles(const v1::DataSource& data, const PathPolicy& paths,
                                ValidatedJob& job) {
   if (data.text_files_size() == 0) {
-    return Invalid("data.text_files", "at least one file (or data.token_files) is required");
+    return Invalid("data.text_files",
+                   "at least one file (or data.token_files, chat_files or sample_files) is "
+                   "required");
   }
   if (data.text_files_size() > kMaxTextFiles) {
     return Invalid("data.text_files",
@@ -130,8 +133,16 @@ absl::Status ValidateTextFiles(const v1::DataSource& data, const PathPolicy& pat
 }  // namespace
 
 absl::Status ValidateData(const v1::DataSource& data, const PathPolicy& paths, ValidatedJob& job) {
-  absl::Status source = data.token_files_size() > 0 ? ValidateTokenFiles(data, paths, job)
-                                                    : ValidateTextFiles(data, paths, job);
+  absl::Status source;
+  if (IsSftData(data)) {
+    source = ValidateSftData(data, paths, job);
+  } else {
+    source = RefuseSftOptions(data);
+    if (source.ok()) {
+      source = data.token_files_size() > 0 ? ValidateTokenFiles(data, paths, job)
+                                           : ValidateTextFiles(data, paths, job);
+    }
+  }
   if (!source.ok()) return source;
   const double fraction =
       data.has_validation_fraction() ? data.validation_fraction() : kDefaultValidationFraction;

@@ -38,6 +38,10 @@ struct ValidatedJob {
   // The daemon's data roots (resolved) when the job was validated: the run-time recheck confines
   // the files of model.hf_directory to them (input_recheck.h).
   std::vector<std::string> data_roots;
+  // data.chat_files (resolved) and data.chat_format ("auto" when unset): tokenized at run time
+  // by the chat tokenizer process into options.sft_sample_paths (server/job_chat_samples.h).
+  std::vector<std::string> chat_paths;
+  std::string chat_format;
 };
 
 }  // namespace megatrain::service

@@ -192,8 +192,10 @@ absl::StatusOr<CudaLayerMath> CudaLayerMath::Create(const ModelDims& dims,
       kc::CudaStatus(cudaStreamSynchronize(setup_stream), "CudaLayerMath::Create tables"));
   CudaLayerMath math(dims, offsets, tables, std::move(*gemm));
 
+  math.positions_ = options.positions;
+  math.segments_ = options.segments;
   // Attention: decided once, for the forward and the backward alike.
-  const kc::AttentionShape shape = CudaAttentionShape(dims);
+  const kc::AttentionShape shape = math.AttentionShapeOf();
   kc::AttentionSelectInputs select;
   select.cudnn_enabled = options.cudnn_attention && kc::CudnnAttentionAllowedByEnv();
   select.cudnn_built = kc::CudnnAttentionBuilt();
@@ -228,9 +230,15 @@ absl::StatusOr<CudaLayerMath> CudaLayerMath::Create(const ModelDims& dims,
   return math;
 }
 
+kc::AttentionShape CudaLayerMath::AttentionShapeOf() const {
+  kc::AttentionShape shape = CudaAttentionShape(dims_);
+  shape.segments = segments_;
+  return shape;
+}
+
 absl::Status CudaLayerMath::AttentionForward(const CudaActivations& a, bf16* out, float* lse,
                                              cudaStream_t stream) const {
-  const kc::AttentionShape shape = CudaAttentionShape(dims_);
+  const kc::AttentionShape shape = AttentionShapeOf();
   if (attention_impl_ == kc::AttentionImpl::kCudnn) {
     return cudnn_->Forward(shape, a.q, a.k, a.v, out, lse, tables_.attention_forward_workspace,
                            tables_.attention_forward_workspace_bytes, stream);
@@ -240,7 +248,7 @@ absl::Status CudaLayerMath::AttentionForward(const CudaActivations& a, bf16* out
 
 absl::Status CudaLayerMath::AttentionBackward(const CudaActivations& a, CudaBackwardScratch& s,
                                               cudaStream_t stream) const {
-  const kc::AttentionShape shape = CudaAttentionShape(dims_);
+  const kc::AttentionShape shape = AttentionShapeOf();
   if (attention_impl_ == kc::AttentionImpl::kCudnn) {
     return cudnn_->Backward(shape, a.q, a.k, a.v, a.attn, s.d_attn, a.lse, s.d_q, s.d_k, s.d_v,
                             s.attention_workspace, s.attention_workspace_bytes, stream);
@@ -387,11 +395,11 @@ absl::Status CudaLayerMath::LayerForwardPart(int part, const Weights& w, const b
           InStep(Linear(a.h1, w.v, w.v_bias, d, m.kv_width(), a.v, stream), "LayerForward v_proj"));
       MT_RETURN_IF_ERROR(InStep(kc::RopeInPlace(a.q, n, static_cast<int>(m.q_heads), head_dim, seq,
                                                 tables_.rope_cos, tables_.rope_sin,
-                                                /*backward=*/false, stream),
+                                                /*backward=*/false, stream, positions_),
                                 "LayerForward RoPE q"));
       MT_RETURN_IF_ERROR(InStep(kc::RopeInPlace(a.k, n, static_cast<int>(m.kv_heads), head_dim, seq,
                                                 tables_.rope_cos, tables_.rope_sin,
-                                                /*backward=*/false, stream),
+                                                /*backward=*/false, stream, positions_),
                                 "LayerForward RoPE k"));
       return InStep(AttentionForward(a, a.attn, a.lse, stream), "LayerForward attention");
     case 4:  // x_mid = x_in + attn W_o^T (+ b_o)
@@ -471,11 +479,11 @@ absl::Status CudaLayerMath::LayerBackwardPart(int part, const Weights& w, const 
       MT_RETURN_IF_ERROR(InStep(AttentionBackward(a, s, stream), "LayerBackward attention"));
       MT_RETURN_IF_ERROR(InStep(kc::RopeInPlace(s.d_q, n, static_cast<int>(m.q_heads), head_dim,
                                                 seq, tables_.rope_cos, tables_.rope_sin,
-                                                /*backward=*/true, stream),
+                                                /*backward=*/true, stream, positions_),
                                 "LayerBackward RoPE q"));
       return InStep(kc::RopeInPlace(s.d_k, n, static_cast<int>(m.kv_heads), head_dim, seq,
                                     tables_.rope_cos, tables_.rope_sin,
-                                    /*backward=*/true, stream),
+                                    /*backward=*/true, stream, positions_),
                     "LayerBackward RoPE k");
     // d_attn is free once attention's backward ran: it holds qwen3's
     // gradient at the q, then the k projection.

@@ -43,6 +43,11 @@ struct CudaLayerMathOptions {
   // false = always our own kernel (also forced for the whole process by
   // MEGATRAIN_CUDNN_ATTENTION=0, which the memory plan reads as well).
   bool cudnn_attention = true;
+  // Device int32 [batch * seq] arrays the executor rewrites before each micro-batch (packed
+  // samples): each token's position (RoPE; null = t % seq) and segment id (attention sees only
+  // keys of the query's segment; non-null rules out cuDNN, attention_select.h rule 0).
+  const int32_t* positions = nullptr;
+  const int32_t* segments = nullptr;
 };
 
 class CudaLayerMath {
@@ -206,6 +211,10 @@ class CudaLayerMath {
   kernels::cuda::CublasLtGemm gemm_;
   kernels::cuda::AttentionImpl attention_impl_ = kernels::cuda::AttentionImpl::kOwnKernel;
   std::string attention_reason_;
+  const int32_t* positions_ = nullptr;  // CudaLayerMathOptions::positions
+  const int32_t* segments_ = nullptr;   // CudaLayerMathOptions::segments
+  // The attention shape of every call: the dims' with this instance's segment ids.
+  kernels::cuda::AttentionShape AttentionShapeOf() const;
   std::unique_ptr<kernels::cuda::CudnnAttention> cudnn_;  // set when attention_impl_ is kCudnn
 };
 

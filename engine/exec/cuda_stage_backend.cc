@@ -98,8 +98,11 @@ class CudaStageBackend final : public StageBackend {
       if (absl::Status s = CheckCarveBase(activation_sets[i], what.c_str()); !s.ok()) return s;
     }
     char* base = static_cast<char*>(scratch);
-    absl::StatusOr<CudaLayerMath> math =
-        CudaLayerMath::Create(dims_, offsets_, rope_, base + plan_.tables_offset, *setup_stream);
+    CudaLayerMathOptions math_options;
+    math_options.positions = positions;
+    math_options.segments = segments;
+    absl::StatusOr<CudaLayerMath> math = CudaLayerMath::Create(
+        dims_, offsets_, rope_, base + plan_.tables_offset, *setup_stream, math_options);
     if (!math.ok()) {
       return absl::Status(math.status().code(), absl::StrCat("CUDA stage backend Bind: ",
                                                              std::string(math.status().message())));

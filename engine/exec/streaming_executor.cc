@@ -174,7 +174,9 @@ absl::StatusOr<std::unique_ptr<StreamingExecutor>> StreamingExecutor::Create(
     for (const DeviceBuffer& b : impl->activation_sets) sets.push_back(b.data());
     if (absl::Status s = impl->backend->Bind(impl->stage_scratch.data(), sets,
                                              impl->positions.data_as<int32_t>(),
-                                             impl->segments.data_as<int32_t>(), *impl->copy_in);
+                                             options.segment_ids ? impl->segments.data_as<int32_t>()
+                                                                 : nullptr,
+                                             *impl->copy_in);
         !s.ok()) {
       return s;
     }
@@ -270,6 +272,11 @@ absl::Status StreamingExecutor::Impl::UploadTokens(const int32_t* inputs, const 
                                                      ")"));
     }
   }
+  if (layout.segments != nullptr && !s.options.segment_ids) {
+    return absl::InvalidArgumentError(
+        "the micro-batch carries segment ids but the executor was created without "
+        "ExecutorOptions.segment_ids");
+  }
   const int32_t* positions =
       layout.positions != nullptr ? layout.positions : s.default_positions.data();
   const int32_t* segments = layout.segments != nullptr ? layout.segments : s.default_segments.data();
@@ -292,8 +299,10 @@ absl::Status StreamingExecutor::Impl::UploadTokens(const int32_t* inputs, const 
                               {SpanKind::kCopyIn, "targets", -1});
   s.copy_in->CopyHostToDevice(s.positions.data(), positions, n * sizeof(int32_t),
                               {SpanKind::kCopyIn, "positions", -1});
-  s.copy_in->CopyHostToDevice(s.segments.data(), segments, n * sizeof(int32_t),
-                              {SpanKind::kCopyIn, "segment ids", -1});
+  if (s.options.segment_ids) {
+    s.copy_in->CopyHostToDevice(s.segments.data(), segments, n * sizeof(int32_t),
+                                {SpanKind::kCopyIn, "segment ids", -1});
+  }
   s.copy_in->RecordEvent(*s.tokens_ready);
   s.compute->WaitEvent(*s.tokens_ready, {SpanKind::kWait, "tokens", -1});
   return absl::OkStatus();

@@ -76,6 +76,9 @@ struct ExecutorOptions {
   // pinned host memory. -1 = all on the device.
   int device_checkpoints = -1;
   bool serial = false;  // no overlap (baseline for benchmarks)
+  // Micro-batches may carry segment ids (packed samples, TokenLayout): attention then reads them
+  // (on CUDA our kernel, never cuDNN's). Off, a TokenLayout with segments is refused.
+  bool segment_ids = false;
   // Device weight slots: 0 = as many as the arena holds beside the rest of the
   // plan (at least 2, at most one per stage, when every stage stays resident
   // and weights are copied once per optimizer step); otherwise exactly this

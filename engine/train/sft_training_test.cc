@@ -230,6 +230,7 @@ TEST_F(SftTrainingTest, NoCountedTargetsGiveZeroContributionWithoutNaN) {
   t.micro_batch_size = 1;
   t.seq_len = kSeqLen;
   t.collect_timeline = false;
+  t.executor.segment_ids = true;
   auto sft = [&](const std::string& path) {
     TrainingRunOptions r = Options(true);
     r.sft_sample_paths = {path};
@@ -266,6 +267,19 @@ TEST_F(SftTrainingTest, NoCountedTargetsGiveZeroContributionWithoutNaN) {
   }
   EXPECT_EQ(losses[0], losses[1]);
   EXPECT_EQ(grads[0], grads[1]);
+
+  // An executor not created for segment ids refuses a micro-batch that carries them (it would
+  // otherwise attend across samples silently).
+  t.executor.segment_ids = false;
+  absl::StatusOr<std::unique_ptr<Device>> device = CreateDevice(device_options);
+  ASSERT_TRUE(device.ok());
+  absl::StatusOr<std::unique_ptr<Trainer>> plain = Trainer::Create(**device, Config(), t);
+  ASSERT_TRUE(plain.ok());
+  (*plain)->InitializeRandom(3);
+  absl::StatusOr<StepReport> refused =
+      (*plain)->Step({counted.inputs.data()}, {counted.targets.data()}, {LayoutOf(counted)});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("segment_ids"));
 }
 
 }  // namespace

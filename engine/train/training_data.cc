@@ -136,9 +136,13 @@ absl::StatusOr<TrainingData> PrepareTrainingData(const ModelConfig& config,
   return data;
 }
 
-TokenLayout LayoutOf(const WindowBatch& batch) {
+TokenLayout LayoutOf(const WindowBatch& batch, bool with_segments) {
   return TokenLayout{batch.positions.empty() ? nullptr : batch.positions.data(),
-                     batch.segments.empty() ? nullptr : batch.segments.data()};
+                     batch.segments.empty() || !with_segments ? nullptr : batch.segments.data()};
+}
+
+bool RunUsesSegmentIds(const TrainingRunOptions& options) {
+  return RunDataIsSamples(options) && options.pack;
 }
 
 absl::StatusOr<std::vector<WindowBatch>> ValidationBatches(const BatchSource& windows,

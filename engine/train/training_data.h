@@ -37,7 +37,11 @@ absl::StatusOr<TrainingData> PrepareTrainingData(const ModelConfig& config,
 absl::StatusOr<std::vector<WindowBatch>> ValidationBatches(const BatchSource& windows,
                                                            int batches, int micro);
 
-// The executor's view of a batch's positions and segments (empty = the defaults).
-TokenLayout LayoutOf(const WindowBatch& batch);
+// The executor's view of a batch's positions and segments (empty = the defaults); segments only
+// `with_segments` (packed rows: one sample per row needs none, its padding comes after it).
+TokenLayout LayoutOf(const WindowBatch& batch, bool with_segments = true);
+
+// Whether the run's micro-batches carry segment ids (ExecutorOptions::segment_ids).
+bool RunUsesSegmentIds(const TrainingRunOptions& options);
 
 }  // namespace megatrain::engine

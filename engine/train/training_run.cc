@@ -43,7 +43,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> StartingTrainer(Device& device, const M
                                                          const TrainingRunOptions& options,
                                                          TrainingObserver& observer) {
   if (absl::Status health = device.health(); !health.ok()) return health;
-  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(device, config, options.trainer);
+  TrainerOptions trainer_options = options.trainer;
+  // Packed sample rows carry segment ids; the executor reads them only when asked to (on CUDA
+  // they rule out cuDNN's attention).
+  trainer_options.executor.segment_ids = RunUsesSegmentIds(options);
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(device, config, trainer_options);
   if (!trainer.ok()) return trainer.status();
   if (!(*trainer)->placement_table().empty()) {
     observer.OnLine("memory placement:\n" + (*trainer)->placement_table(), true);
@@ -58,14 +62,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> StartingTrainer(Device& device, const M
 }
 
 // Evaluates the validation batches; NaN when the run holds no validation windows out.
-absl::StatusOr<double> Evaluate(Trainer& trainer, const std::vector<WindowBatch>& validation) {
+absl::StatusOr<double> Evaluate(Trainer& trainer, const std::vector<WindowBatch>& validation,
+                                bool with_segments) {
   if (validation.empty()) return std::numeric_limits<double>::quiet_NaN();
   std::vector<const int32_t*> in, tg;
   std::vector<TokenLayout> layouts;
   for (const WindowBatch& b : validation) {
     in.push_back(b.inputs.data());
     tg.push_back(b.targets.data());
-    layouts.push_back(LayoutOf(b));
+    layouts.push_back(LayoutOf(b, with_segments));
   }
   return trainer.Evaluate(in, tg, layouts);
 }
@@ -192,6 +197,7 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
   absl::StatusOr<TrainingData> data = PrepareTrainingData(config, options);
   if (!data.ok()) return data.status();
   BatchSource& windows = *data->batches;
+  const bool segment_ids = RunUsesSegmentIds(options);
 
   std::unique_ptr<Device> owned_device;
   absl::StatusOr<Device*> device = RunDevice(options, owned_device);
@@ -233,7 +239,7 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
       ValidationBatches(windows, options.eval_batches, micro);
   if (!validation_batches.ok()) return validation_batches.status();
   const std::vector<WindowBatch> validation = *std::move(validation_batches);
-  absl::StatusOr<double> initial = Evaluate(**trainer, validation);
+  absl::StatusOr<double> initial = Evaluate(**trainer, validation, segment_ids);
   if (!initial.ok()) return initial.status();
   result.initial_validation_loss = *initial;
   double validation_loss = *initial;
@@ -274,7 +280,7 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
       const WindowBatch& b = batches[m];
       in.push_back(b.inputs.data());
       tg.push_back(b.targets.data());
-      layouts.push_back(LayoutOf(b));
+      layouts.push_back(LayoutOf(b, segment_ids));
     }
     absl::StatusOr<StepReport> report = (*trainer)->Step(in, tg, layouts);
     if (!report.ok()) return report.status();
@@ -284,7 +290,7 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
     const bool evaluate_now =
         step == options.steps || (options.eval_every > 0 && step % options.eval_every == 0);
     if (evaluate_now) {
-      absl::StatusOr<double> v = Evaluate(**trainer, validation);
+      absl::StatusOr<double> v = Evaluate(**trainer, validation, segment_ids);
       if (!v.ok()) return v.status();
       validation_loss = *v;
     }

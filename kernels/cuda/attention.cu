@@ -9,6 +9,12 @@
 // head h / (q_heads / kv_heads). softmax_scale is folded into q on load, so
 // every kernel computes the same score bits: S = sum_d (q_d * scale) * k_d,
 // summed per lane over its interleaved dims, then across the row's lanes.
+//
+// Segment ids (packed samples, optional): segments [batch, seq], non-decreasing along each
+// sequence; a key is visible to a query only in the same segment. Blocks start their key loop
+// at the tile of their first row's segment start (and the dK/dV blocks end their query loop at
+// their last key's segment end), so tiles that only hold other samples are never computed.
+// Without segments every rule reduces to the plain causal one, bit for bit.
 #include <cmath>
 
 #include "kernels/common/attention.h"
@@ -31,7 +37,52 @@ constexpr int kTile = kAttnTile;
 struct Dims {
   int batch, seq, q_heads, kv_heads;
   float scale;
+  const int32_t* segments;  // [batch, seq] or null
 };
+
+// The segment id of token `index` of sequence b (0 without segment ids).
+__device__ __forceinline__ int32_t SegmentOf(const Dims& dims, int b, int index) {
+  return dims.segments == nullptr ? 0 : dims.segments[static_cast<int64_t>(b) * dims.seq + index];
+}
+
+// The first token of the segment holding token `row` (ids are non-decreasing: binary search).
+__device__ int SegmentStart(const Dims& dims, int b, int row) {
+  if (dims.segments == nullptr) return 0;
+  const int32_t id = SegmentOf(dims, b, row);
+  int lo = 0, hi = row;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (SegmentOf(dims, b, mid) < id) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+// One past the last token of the segment holding token `row`.
+__device__ int SegmentEnd(const Dims& dims, int b, int row) {
+  if (dims.segments == nullptr) return dims.seq;
+  const int32_t id = SegmentOf(dims, b, row);
+  int lo = row + 1, hi = dims.seq;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (SegmentOf(dims, b, mid) <= id) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+// Segment ids of rows [first, first + kTile) of sequence b into smem (-1 past the end).
+__device__ void LoadSegmentTile(const Dims& dims, int b, int first, int32_t* tile) {
+  for (int t = threadIdx.x; t < kTile; t += kAttnThreads) {
+    tile[t] = first + t < dims.seq ? SegmentOf(dims, b, first + t) : -1;
+  }
+}
 
 // Copies rows [first, first + kTile) of head `head` of a [batch, seq, heads,
 // D] tensor into smem as float (times `multiplier`), zero-filling rows past
@@ -74,12 +125,14 @@ __global__ void __launch_bounds__(kAttnThreads)
                            float* lse) {
   __shared__ float k_tile[kTile][D];
   __shared__ float v_tile[kTile][D];
+  __shared__ int32_t key_segments[kTile];
   const int b = blockIdx.y / dims.q_heads;
   const int h = blockIdx.y - b * dims.q_heads;
   const int kv_head = h / (dims.q_heads / dims.kv_heads);
   const AttnRowSlot slot = AttentionRowSlot(blockIdx.x, threadIdx.x);
   const bool active = slot.row < dims.seq;
   const int64_t q_offset = BshdOffset(b, active ? slot.row : 0, h, dims.seq, dims.q_heads, D);
+  const int32_t row_segment = active ? SegmentOf(dims, b, slot.row) : -2;
 
   float q_slice[D / kLanes];
   float o[D / kLanes];
@@ -90,23 +143,28 @@ __global__ void __launch_bounds__(kAttnThreads)
 
   const int first_row = blockIdx.x * kRows;
   const int key_end = CausalKeyEnd(first_row, kRows, dims.seq);
-  for (int k0 = 0; k0 < key_end; k0 += kTile) {
+  const int key_begin = SegmentStart(dims, b, min(first_row, dims.seq - 1)) / kTile * kTile;
+  for (int k0 = key_begin; k0 < key_end; k0 += kTile) {
     __syncthreads();  // previous tile fully consumed
     LoadTile<D>(k, b, k0, kv_head, dims.kv_heads, dims.seq, 1.0f, k_tile);
     LoadTile<D>(v, b, k0, kv_head, dims.kv_heads, dims.seq, 1.0f, v_tile);
+    LoadSegmentTile(dims, b, k0, key_segments);
     __syncthreads();
     float p[kTile];
     float tile_max = -INFINITY;
 #pragma unroll
     for (int j = 0; j < kTile; ++j) {
       const float score = RowDot<D>(q_slice, k_tile[j], slot.lane);
-      const bool visible = active && k0 + j <= slot.row;  // also excludes keys >= seq
+      // Also excludes keys >= seq (their segment is -1) and other samples' keys.
+      const bool visible = active && k0 + j <= slot.row && key_segments[j] == row_segment;
       p[j] = visible ? score : -INFINITY;
       tile_max = fmaxf(tile_max, p[j]);
     }
     // Exponentiate against the merged max, so the tile enters the merge with
     // scale 1 and only the accumulator needs rescaling.
     const float new_max = fmaxf(state.max, tile_max);
+    // Nothing visible to this row yet (its sample starts in a later tile): nothing to merge.
+    if (new_max == -INFINITY) continue;
     float tile_sum = 0.0f;
 #pragma unroll
     for (int j = 0; j < kTile; ++j) {
@@ -122,7 +180,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     }
   }
   if (!active) return;
-  const float inv_sum = 1.0f / state.sum;  // > 0: key 0 is visible to every row
+  const float inv_sum = 1.0f / state.sum;  // > 0: every row sees itself
 #pragma unroll
   for (int e = 0; e < D / kLanes; ++e) {
     out[q_offset + slot.lane + kLanes * e] = S::Make(o[e] * inv_sum);
@@ -166,6 +224,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   __shared__ float do_tile[kTile][D];
   __shared__ float lse_tile[kTile];
   __shared__ float delta_tile[kTile];
+  __shared__ int32_t query_segments[kTile];
   const int b = blockIdx.y / dims.kv_heads;
   const int kv_head = blockIdx.y - b * dims.kv_heads;
   const int group = dims.q_heads / dims.kv_heads;
@@ -184,14 +243,18 @@ __global__ void __launch_bounds__(kAttnThreads)
   for (int e = 0; e < D / kLanes; ++e) dk_acc[e] = dv_acc[e] = 0.0f;
 
   const int first_key = blockIdx.x * kRows;
+  const int32_t key_segment = active ? SegmentOf(dims, b, slot.row) : -2;
+  // Queries past the segment of the block's last key see none of its keys.
+  const int query_end = SegmentEnd(dims, b, min(first_key + kRows, dims.seq) - 1);
   for (int g = 0; g < group; ++g) {
     const int h = kv_head * group + g;
     const int64_t stats_row = (static_cast<int64_t>(b) * dims.q_heads + h) * dims.seq;
     // Causal: only queries >= first_key see any key of this block.
-    for (int q0 = first_key; q0 < dims.seq; q0 += kTile) {
+    for (int q0 = first_key; q0 < query_end; q0 += kTile) {
       __syncthreads();
       LoadTile<D>(q, b, q0, h, dims.q_heads, dims.seq, dims.scale, q_tile);
       LoadTile<D>(dout, b, q0, h, dims.q_heads, dims.seq, 1.0f, do_tile);
+      LoadSegmentTile(dims, b, q0, query_segments);
       for (int t = threadIdx.x; t < kTile; t += kAttnThreads) {
         const bool in_seq = q0 + t < dims.seq;
         lse_tile[t] = in_seq ? lse[stats_row + q0 + t] : 0.0f;
@@ -202,7 +265,8 @@ __global__ void __launch_bounds__(kAttnThreads)
         const int query = q0 + t;
         const float score = RowDot<D>(k_slice, q_tile[t], slot.lane);
         const float d_prob = RowDot<D>(v_slice, do_tile[t], slot.lane);
-        const bool visible = active && query < dims.seq && query >= slot.row;
+        const bool visible = active && query < dims.seq && query >= slot.row &&
+                             query_segments[t] == key_segment;
         const float prob = visible ? AttentionProbability(score, lse_tile[t]) : 0.0f;
         const float d_score = AttentionScoreGrad(prob, d_prob, delta_tile[t]);
 #pragma unroll
@@ -228,12 +292,14 @@ __global__ void __launch_bounds__(kAttnThreads)
                       const float* lse, const float* delta, bf16* dq) {
   __shared__ float k_tile[kTile][D];
   __shared__ float v_tile[kTile][D];
+  __shared__ int32_t key_segments[kTile];
   const int b = blockIdx.y / dims.q_heads;
   const int h = blockIdx.y - b * dims.q_heads;
   const int kv_head = h / (dims.q_heads / dims.kv_heads);
   const AttnRowSlot slot = AttentionRowSlot(blockIdx.x, threadIdx.x);
   const bool active = slot.row < dims.seq;
   const int64_t q_offset = BshdOffset(b, active ? slot.row : 0, h, dims.seq, dims.q_heads, D);
+  const int32_t row_segment = active ? SegmentOf(dims, b, slot.row) : -2;
   const int64_t stats = (static_cast<int64_t>(b) * dims.q_heads + h) * dims.seq + slot.row;
 
   float q_slice[D / kLanes];
@@ -247,15 +313,18 @@ __global__ void __launch_bounds__(kAttnThreads)
   const float row_delta = active ? delta[stats] : 0.0f;
 
   const int key_end = CausalKeyEnd(blockIdx.x * kRows, kRows, dims.seq);
-  for (int k0 = 0; k0 < key_end; k0 += kTile) {
+  const int key_begin =
+      SegmentStart(dims, b, min(static_cast<int>(blockIdx.x) * kRows, dims.seq - 1)) / kTile * kTile;
+  for (int k0 = key_begin; k0 < key_end; k0 += kTile) {
     __syncthreads();
     LoadTile<D>(k, b, k0, kv_head, dims.kv_heads, dims.seq, 1.0f, k_tile);
     LoadTile<D>(v, b, k0, kv_head, dims.kv_heads, dims.seq, 1.0f, v_tile);
+    LoadSegmentTile(dims, b, k0, key_segments);
     __syncthreads();
     for (int j = 0; j < kTile; ++j) {
       const float score = RowDot<D>(q_slice, k_tile[j], slot.lane);
       const float d_prob = RowDot<D>(do_slice, v_tile[j], slot.lane);
-      const bool visible = active && k0 + j <= slot.row;
+      const bool visible = active && k0 + j <= slot.row && key_segments[j] == row_segment;
       const float prob = visible ? AttentionProbability(score, row_lse) : 0.0f;
       const float d_score = AttentionScoreGrad(prob, d_prob, row_delta);
 #pragma unroll
@@ -274,7 +343,7 @@ dim3 Grid(const LaunchShape& shape) {
 }
 
 Dims ToDims(const launch::AttentionDims& d) {
-  return Dims{d.batch, d.seq, d.q_heads, d.kv_heads, d.softmax_scale};
+  return Dims{d.batch, d.seq, d.q_heads, d.kv_heads, d.softmax_scale, d.segments};
 }
 
 template <int D>

@@ -49,6 +49,10 @@ bool CudnnAttentionBuilt() {
 }
 
 AttentionChoice SelectAttentionImpl(const AttentionShape& s, const AttentionSelectInputs& in) {
+  if (s.segments != nullptr) {
+    return Own("segment ids (packed samples): cuDNN's fused attention here is causal over whole "
+               "sequences");
+  }
   if (!in.cudnn_enabled) return Own("cuDNN attention is off (option or MEGATRAIN_CUDNN_ATTENTION)");
   if (!in.cudnn_built) {
     return Own("built without the cudnn-frontend headers (scripts/setup installs them)");

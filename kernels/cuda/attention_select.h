@@ -57,6 +57,8 @@ struct AttentionChoice {
 };
 
 // The rules, in order (the first that matches decides):
+//  0. segment ids (shape.segments, packed samples)   -> our kernel: our cuDNN graphs are plain
+//     causal over whole sequences; attending across samples would be silently wrong
 //  1. cuDNN off by option or environment            -> our kernel
 //  2. built without the cudnn-frontend headers       -> our kernel
 //  3. shape not valid (sizes <= 0, q_heads not a multiple of kv_heads,

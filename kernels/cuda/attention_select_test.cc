@@ -46,6 +46,21 @@ TEST(AttentionSelectTest, OptionAndBuildSwitchesForceOurKernel) {
   EXPECT_NE(c.reason.find("cudnn-frontend"), std::string::npos) << c.reason;
 }
 
+// Packed samples need attention that respects segment ids: our kernel, whatever else holds.
+TEST(AttentionSelectTest, SegmentIdsForceOurKernel) {
+  const int32_t fake_segments[1] = {0};  // only the pointer's presence matters here
+  for (int d : {64, 128}) {
+    AttentionShape shape = Shape(d);
+    ASSERT_EQ(SelectAttentionImpl(shape, Eligible()).impl, AttentionImpl::kCudnn);
+    shape.segments = fake_segments;
+    const AttentionChoice c = SelectAttentionImpl(shape, Eligible());
+    EXPECT_EQ(c.impl, AttentionImpl::kOwnKernel) << d;
+    EXPECT_NE(c.reason.find("segment ids"), std::string::npos) << c.reason;
+    // Its workspace is our kernel's alone.
+    EXPECT_EQ(AttentionWorkspaceBytes(shape, c.impl), AttentionBackwardWorkspaceBytes(shape));
+  }
+}
+
 TEST(AttentionSelectTest, RefusesHeadDimsCudnnDoesNotTake) {
   for (int d : {60, 100, 127, 264, 512}) {
     const AttentionChoice c = SelectAttentionImpl(Shape(d), Eligible());

@@ -49,8 +49,10 @@ __global__ void SwigluBackwardKernel(const bf16* gate, const bf16* up, const bf1
 }
 
 __global__ void RopeKernel(bf16* x, int64_t pairs, int heads, int head_dim, int seq,
-                           const float* cos_table, const float* sin_table, bool backward) {
-  RopeThread<S>(ThisElement(), pairs, x, heads, head_dim, seq, cos_table, sin_table, backward);
+                           const float* cos_table, const float* sin_table,
+                           const int32_t* positions, bool backward) {
+  RopeThread<S>(ThisElement(), pairs, x, heads, head_dim, seq, cos_table, sin_table, positions,
+                backward);
 }
 
 dim3 Grid(const LaunchShape& shape) {
@@ -105,11 +107,12 @@ cudaError_t SwigluBackward(const bf16* gate, const bf16* up, const bf16* dy, bf1
 }
 
 cudaError_t Rope(bf16* x, int64_t tokens, int heads, int head_dim, int seq, const float* cos_table,
-                 const float* sin_table, bool backward, cudaStream_t stream) {
+                 const float* sin_table, const int32_t* positions, bool backward,
+                 cudaStream_t stream) {
   const int64_t pairs = tokens * heads * (head_dim / 2);
   const LaunchShape shape = ElementwiseGrid(pairs);
   RopeKernel<<<Grid(shape), shape.threads, 0, stream>>>(x, pairs, heads, head_dim, seq, cos_table,
-                                                        sin_table, backward);
+                                                        sin_table, positions, backward);
   return cudaGetLastError();
 }
 

@@ -166,7 +166,9 @@ TEST(LaunchGeometryTest, EmbeddingBackwardOwnsEachRowColumnOnceInTokenOrder) {
   }
 }
 
+// Tokens at t % seq, or (packed samples) at given positions restarting within the sequence.
 TEST(LaunchGeometryTest, RopeRotatesEveryPairOnceAndBackwardInverts) {
+  for (bool given_positions : {false, true})
   for (int head_dim : {2, 10, 64, 128}) {
     for (int64_t tokens : {1, 37, 301}) {
       const int heads = 3;
@@ -182,6 +184,9 @@ TEST(LaunchGeometryTest, RopeRotatesEveryPairOnceAndBackwardInverts) {
           sin_table[p * half + i] = static_cast<float>(std::sin(angle));
         }
       }
+      std::vector<int32_t> positions(static_cast<size_t>(tokens));
+      for (int64_t t = 0; t < tokens; ++t) positions[t] = static_cast<int32_t>((t * 5 + 3) % seq);
+      const int32_t* pos = given_positions ? positions.data() : nullptr;
       const int64_t n = tokens * heads * head_dim;
       const auto original = Values(n, 9);
       std::vector<float> x = original;
@@ -194,14 +199,14 @@ TEST(LaunchGeometryTest, RopeRotatesEveryPairOnceAndBackwardInverts) {
           ++visits[lo + half];
         }
         RopeThread<FloatStorage>(pair, pairs, x.data(), heads, head_dim, seq, cos_table.data(),
-                                 sin_table.data(), /*backward=*/false);
+                                 sin_table.data(), pos, /*backward=*/false);
       });
       for (int64_t i = 0; i < n; ++i) ASSERT_EQ(visits[i], 1) << i;
       for (int64_t t = 0; t < tokens; ++t) {
         for (int h = 0; h < heads; ++h) {
           for (int i = 0; i < half; ++i) {
             const int64_t lo = (t * heads + h) * head_dim + i;
-            const int64_t angle = (t % seq) * half + i;
+            const int64_t angle = (given_positions ? positions[t] : t % seq) * half + i;
             float lo_out = 0.0f;
             float hi_out = 0.0f;
             RopeRotate(original[lo], original[lo + half], cos_table[angle], sin_table[angle],
@@ -213,7 +218,7 @@ TEST(LaunchGeometryTest, RopeRotatesEveryPairOnceAndBackwardInverts) {
       }
       ReplayElementwise(pairs, [&](int64_t pair) {
         RopeThread<FloatStorage>(pair, pairs, x.data(), heads, head_dim, seq, cos_table.data(),
-                                 sin_table.data(), /*backward=*/true);
+                                 sin_table.data(), pos, /*backward=*/true);
       });
       for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(x[i], original[i], 1e-5f) << i;
     }

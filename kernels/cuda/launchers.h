@@ -25,7 +25,8 @@ cudaError_t SwigluForward(const bf16* gate, const bf16* up, bf16* out, int64_t n
 cudaError_t SwigluBackward(const bf16* gate, const bf16* up, const bf16* dy, bf16* d_gate,
                            bf16* d_up, int64_t n, cudaStream_t stream);
 cudaError_t Rope(bf16* x, int64_t tokens, int heads, int head_dim, int seq, const float* cos_table,
-                 const float* sin_table, bool backward, cudaStream_t stream);
+                 const float* sin_table, const int32_t* positions, bool backward,
+                 cudaStream_t stream);
 
 // rmsnorm.cu
 cudaError_t RmsnormForward(const bf16* x, const bf16* w, int64_t rows, int dim, float eps, bf16* y,
@@ -58,6 +59,7 @@ struct AttentionDims {
   int kv_heads;
   int head_dim;
   float softmax_scale;
+  const int32_t* segments;  // [batch, seq] or null (ops.h AttentionShape)
 };
 cudaError_t AttentionForward(const AttentionDims& dims, const bf16* q, const bf16* k, const bf16* v,
                              bf16* out, float* lse, cudaStream_t stream);

@@ -157,7 +157,7 @@ absl::Status SwigluBackward(const void* gate, const void* up, const void* dy, vo
 
 absl::Status RopeInPlace(void* x, int64_t tokens, int heads, int head_dim, int seq,
                          const float* cos_table, const float* sin_table, bool backward,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, const int32_t* positions) {
   constexpr absl::string_view kOp = "RopeInPlace";
   MT_RETURN_IF_ERROR(CheckStream(stream, kOp));
   MT_RETURN_IF_ERROR(CheckNonNegative(tokens, "tokens", kOp));
@@ -174,7 +174,8 @@ absl::Status RopeInPlace(void* x, int64_t tokens, int heads, int head_dim, int s
   MT_RETURN_IF_ERROR(CheckPointer(sin_table, "sin_table", kOp));
   MT_RETURN_IF_ERROR(CheckGrid(ElementwiseGrid(tokens * heads * (head_dim / 2)), kOp));
   return CudaStatus(
-      launch::Rope(Bf16(x), tokens, heads, head_dim, seq, cos_table, sin_table, backward, stream),
+      launch::Rope(Bf16(x), tokens, heads, head_dim, seq, cos_table, sin_table, positions,
+                   backward, stream),
       kOp);
 }
 
@@ -335,7 +336,8 @@ absl::Status CheckAttentionShape(const AttentionShape& s, absl::string_view op) 
 }
 
 launch::AttentionDims ToDims(const AttentionShape& s) {
-  return launch::AttentionDims{s.batch, s.seq, s.q_heads, s.kv_heads, s.head_dim, s.softmax_scale};
+  return launch::AttentionDims{s.batch,    s.seq,           s.q_heads, s.kv_heads,
+                               s.head_dim, s.softmax_scale, s.segments};
 }
 
 }  // namespace

@@ -44,12 +44,13 @@ absl::Status SwigluBackward(const void* gate, const void* up, const void* dy, vo
                             void* d_up, int64_t n, cudaStream_t stream);
 
 // Rotate-half RoPE in place on x [tokens, heads, head_dim] (head_dim even),
-// token t at position t % seq (tokens = batch * seq). cos_table/sin_table:
+// token t at position t % seq (tokens = batch * seq), or at positions[t] when `positions` (device
+// int32 [tokens], each in [0, seq): packed samples restart at 0) is given. cos_table/sin_table:
 // fp32 [seq, head_dim / 2], built on the host from RopeInverseFrequency.
 // backward = true applies the inverse rotation (for the gradient).
 absl::Status RopeInPlace(void* x, int64_t tokens, int heads, int head_dim, int seq,
                          const float* cos_table, const float* sin_table, bool backward,
-                         cudaStream_t stream);
+                         cudaStream_t stream, const int32_t* positions = nullptr);
 
 // y = x * rstd * w over rows of width dim; rstd: fp32 [rows] saved for backward.
 absl::Status RmsnormForward(const void* x, const void* w, int64_t rows, int dim, float eps, void* y,
@@ -104,9 +105,13 @@ struct AttentionShape {
   int kv_heads = 0;
   int head_dim = 0;
   float softmax_scale = 0.0f;
+  // Device int32 [batch, seq] segment ids (packed samples), non-decreasing along each sequence:
+  // key j is visible to query i iff same segment and j <= i; key tiles no row of a block sees
+  // are skipped. null = one segment per sequence (plain causal).
+  const int32_t* segments = nullptr;
 };
 
-// out = softmax(scale q k^T + causal mask) v; lse: fp32 [batch, q_heads, seq].
+// out = softmax(scale q k^T + causal (and segment) mask) v; lse: fp32 [batch, q_heads, seq].
 absl::Status AttentionForward(const AttentionShape& shape, const void* q, const void* k,
                               const void* v, void* out, float* lse, cudaStream_t stream);
 

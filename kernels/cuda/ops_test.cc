@@ -402,14 +402,16 @@ void CheckRoundToBf16(const OpShape& shape, TestStream& stream) {
   EXPECT_EQ(out.Download(), ToBf16(in)) << n;
 }
 
-// Naive causal GQA attention in double: out, lse, and the gradients.
+// Naive causal GQA attention in double: out, lse, and the gradients; with segment ids [batch,
+// seq] (empty = none) a key is visible only in the query's segment.
 struct AttentionReference {
   std::vector<double> out, lse, dq, dk, dv;
 };
 
 AttentionReference ReferenceAttention(const AttentionShape& s, const std::vector<float>& q,
                                       const std::vector<float>& k, const std::vector<float>& v,
-                                      const std::vector<float>& dout) {
+                                      const std::vector<float>& dout,
+                                      const std::vector<int32_t>& segments = {}) {
   const int D = s.head_dim, group = s.q_heads / s.kv_heads;
   AttentionReference r;
   r.out.assign(q.size(), 0.0);
@@ -426,6 +428,11 @@ AttentionReference ReferenceAttention(const AttentionShape& s, const std::vector
         std::vector<double> p(i + 1);
         double mx = -INFINITY;
         for (int j = 0; j <= i; ++j) {
+          const size_t row = size_t(b) * s.seq;
+          if (!segments.empty() && segments[row + j] != segments[row + i]) {
+            p[j] = -INFINITY;  // another sample: exp gives 0 below
+            continue;
+          }
           double dot = 0.0;
           for (int d = 0; d < D; ++d) dot += double{q[qi(b, i, h) + d]} * k[ki(b, j, hk) + d];
           p[j] = dot * s.softmax_scale;
@@ -497,6 +504,88 @@ void CheckAttention(const OpShape& shape, TestStream& stream) {
   ExpectClose(FromBf16(dv.Download()), ref.dv, 2e-2, 2e-2, "attention dv");
 }
 
+// Packed samples: segment ids [2, 67] (row 0: samples of 20, 1, 30 and 16 tokens, so blocks and
+// tiles straddle sample starts; row 1: 40 tokens then 27 of padding) against the double
+// reference with the same visibility, and each sample of row 0 against itself run alone.
+void CheckAttentionWithSegments(const OpShape& shape, TestStream& stream) {
+  const int head_dim = shape.head_dim;
+  AttentionShape s{shape.batch, shape.seq, shape.heads, shape.kv_heads, head_dim,
+                   1.0f / std::sqrt(static_cast<float>(head_dim))};
+  ASSERT_EQ(s.batch, 2);
+  ASSERT_EQ(s.seq, 67);
+  const std::vector<std::vector<int>> lengths = {{20, 1, 30, 16}, {40, 27}};
+  std::vector<int32_t> segments;
+  for (const std::vector<int>& row : lengths) {
+    for (size_t k = 0; k < row.size(); ++k) segments.insert(segments.end(), row[k], int32_t(k));
+  }
+  const size_t tokens = size_t(s.batch) * s.seq;
+  const size_t nq = tokens * s.q_heads * head_dim, nk = tokens * s.kv_heads * head_dim;
+  const auto q = RandomBf16Values(nq, 22, -1.0f, 1.0f);
+  const auto k = RandomBf16Values(nk, 23, -1.0f, 1.0f);
+  const auto v = RandomBf16Values(nk, 24, -1.0f, 1.0f);
+  const auto dout = RandomBf16Values(nq, 25, -1.0f, 1.0f);
+  struct Run {
+    std::vector<float> out, lse, dq, dk, dv;
+  };
+  // Forward and backward of `a` on the device, with segment ids when `seg` is not empty.
+  auto run = [&](const AttentionShape& a, const std::vector<float>& hq,
+                 const std::vector<float>& hk, const std::vector<float>& hv,
+                 const std::vector<float>& hdout, const std::vector<int32_t>& seg) {
+    const size_t t = size_t(a.batch) * a.seq;
+    DeviceBuffer<uint16_t> dq_in(ToBf16(hq)), dk_in(ToBf16(hk)), dv_in(ToBf16(hv)),
+        ddout(ToBf16(hdout)), out(hq.size()), dq(hq.size()), dk(hk.size()), dv(hk.size());
+    DeviceBuffer<float> lse(t * a.q_heads);
+    DeviceBuffer<int32_t> dseg(seg.empty() ? std::vector<int32_t>(1, 0) : seg);
+    AttentionShape with = a;
+    with.segments = seg.empty() ? nullptr : dseg.get();
+    DeviceBuffer<uint8_t> workspace(AttentionBackwardWorkspaceBytes(with));
+    EXPECT_TRUE(AttentionForward(with, dq_in.get(), dk_in.get(), dv_in.get(), out.get(), lse.get(),
+                                 stream.get())
+                    .ok());
+    EXPECT_TRUE(AttentionBackward(with, dq_in.get(), dk_in.get(), dv_in.get(), out.get(),
+                                  ddout.get(), lse.get(), dq.get(), dk.get(), dv.get(),
+                                  workspace.get(), AttentionBackwardWorkspaceBytes(with),
+                                  stream.get())
+                    .ok());
+    EXPECT_EQ(stream.Sync(), cudaSuccess);
+    return Run{FromBf16(out.Download()), lse.Download(), FromBf16(dq.Download()),
+               FromBf16(dk.Download()), FromBf16(dv.Download())};
+  };
+  const Run packed = run(s, q, k, v, dout, segments);
+  const AttentionReference ref = ReferenceAttention(s, q, k, v, dout, segments);
+  ExpectClose(packed.out, ref.out, kBf16Rel, 1e-2, "segment attention out");
+  ExpectClose(packed.lse, ref.lse, 1e-5, 1e-4, "segment attention lse");
+  ExpectClose(packed.dq, ref.dq, 2e-2, 2e-2, "segment attention dq");
+  ExpectClose(packed.dk, ref.dk, 2e-2, 2e-2, "segment attention dk");
+  ExpectClose(packed.dv, ref.dv, 2e-2, 2e-2, "segment attention dv");
+  // Each sample of row 0 alone: the same values up to bf16 rounding of the outputs (the fp32
+  // sums run over the same visible keys, in other tiles).
+  const int qw = s.q_heads * head_dim, kw = s.kv_heads * head_dim;
+  auto slice = [](const std::vector<float>& x, int width, int first, int count) {
+    return std::vector<float>(x.begin() + int64_t{first} * width,
+                              x.begin() + int64_t{first + count} * width);
+  };
+  auto to_double = [](const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); };
+  int first = 0;
+  for (int length : lengths[0]) {
+    AttentionShape alone = s;
+    alone.batch = 1;
+    alone.seq = length;
+    const Run r = run(alone, slice(q, qw, first, length), slice(k, kw, first, length),
+                      slice(v, kw, first, length), slice(dout, qw, first, length), {});
+    const std::string what = "sample at " + std::to_string(first);
+    ExpectClose(slice(packed.out, qw, first, length), to_double(r.out), kBf16Rel, 1e-2,
+                ("out of the " + what).c_str());
+    ExpectClose(slice(packed.dq, qw, first, length), to_double(r.dq), 2e-2, 2e-2,
+                ("dq of the " + what).c_str());
+    ExpectClose(slice(packed.dk, kw, first, length), to_double(r.dk), 2e-2, 2e-2,
+                ("dk of the " + what).c_str());
+    ExpectClose(slice(packed.dv, kw, first, length), to_double(r.dv), 2e-2, 2e-2,
+                ("dv of the " + what).c_str());
+    first += length;
+  }
+}
+
 OpShape Elements(int64_t n) {
   OpShape s;
   s.n = n;
@@ -548,6 +637,9 @@ std::vector<OpCase> AllOpCases() {
       {"Attention_b2_s67_h4_kv2_d64", Heads(2, 67, 4, 2, 64), CheckAttention},
       {"Attention_b2_s67_h4_kv2_d128", Heads(2, 67, 4, 2, 128), CheckAttention},
       {"Attention_b1_s1_h3_kv1_d64", Heads(1, 1, 3, 1, 64), CheckAttention},
+      {"AttentionSegments_b2_s67_h4_kv2_d64", Heads(2, 67, 4, 2, 64), CheckAttentionWithSegments},
+      {"AttentionSegments_b2_s67_h4_kv2_d128", Heads(2, 67, 4, 2, 128),
+       CheckAttentionWithSegments},
   };
 }
 

@@ -43,16 +43,18 @@ MT_HD void SwigluBackwardThread(int64_t i, int64_t n, const typename S::T* gate,
   d_up[i] = S::Make(du);
 }
 
-// x: [tokens, heads, head_dim] in place; token t sits at position t % seq;
-// cos/sin: [seq, head_dim / 2].
+// x: [tokens, heads, head_dim] in place; token t sits at position t % seq, or positions[t]
+// (packed samples) when given; cos/sin: [seq, head_dim / 2].
 template <class S>
 MT_HD void RopeThread(int64_t pair, int64_t pairs, typename S::T* x, int heads, int head_dim,
-                      int seq, const float* cos_table, const float* sin_table, bool backward) {
+                      int seq, const float* cos_table, const float* sin_table,
+                      const int32_t* positions, bool backward) {
   if (pair >= pairs) return;
   const int half = head_dim / 2;
   const RopePair p = RopePairAt(pair, heads, half);
   const int64_t lo = RopeLowOffset(p, heads, head_dim);
-  const int64_t angle = (p.token % seq) * half + p.i;
+  const int64_t position = positions != nullptr ? positions[p.token] : p.token % seq;
+  const int64_t angle = position * half + p.i;
   const float c = cos_table[angle];
   const float s = sin_table[angle];
   float out_lo = 0.0f;

@@ -516,6 +516,50 @@ def test_output_replaces_atomically_and_refuses_nothing_else(models, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["d.jsonl", "o.mtsft"]
 
 
+def test_held_descriptors_are_read_and_the_paths_never(models, tmp_path):
+    """--input_fds / --model_fds (megatraind's checked files): the same bytes as by path, read
+    from the descriptors even once the paths are gone; the names only label errors."""
+    rows = [{"messages": [{"role": "user", "content": "Ça va?"},
+                          {"role": "assistant", "content": "Très bien, merci."}]},
+            {"prompt": "one", "completion": "two"}]
+    path = write_jsonl(tmp_path / "d.jsonl", rows[:1])
+    by_path = tmp_path / "by_path.mtsft"
+    assert run_tool(models["llama3"], by_path, [path]).returncode == 0
+    model = models["llama3"]
+    names = [n for n in sorted(os.listdir(model)) if n != "config.json"]
+    fds = {n: os.open(os.path.join(model, n), os.O_RDONLY) for n in names}
+    data_fd = os.open(path, os.O_RDONLY)
+    bad_path = write_jsonl(tmp_path / "bad.jsonl", rows)
+    bad_fd = os.open(bad_path, os.O_RDONLY)
+    os.remove(path)
+    os.remove(bad_path)
+    model_fds = ",".join(f"{n}={fd}" for n, fd in fds.items())
+    try:
+        def run(fd, out, label):
+            return subprocess.run(
+                [sys.executable, TOOL, f"--model={tmp_path}/nowhere", f"--out={out}",
+                 f"--input_fds={fd}", f"--model_fds={model_fds}", "--", label],
+                capture_output=True, text=True, timeout=600, pass_fds=[fd, *fds.values()])
+        held = tmp_path / "held.mtsft"
+        result = run(data_fd, held, "label.jsonl")
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["output_version"] == 1
+        assert held.read_bytes() == by_path.read_bytes()
+        result = run(bad_fd, tmp_path / "bad.mtsft", "label.jsonl")
+        assert result.returncode == 1
+        assert "label.jsonl:2:" in result.stderr
+        # Without tokenizer.json among the descriptors the directory has none.
+        only_config = ",".join(f"{n}={fd}" for n, fd in fds.items() if n != "tokenizer.json")
+        result = subprocess.run(
+            [sys.executable, TOOL, f"--model={model}", f"--out={tmp_path}/x.mtsft",
+             f"--input_fds={data_fd}", f"--model_fds={only_config}", "--", "label.jsonl"],
+            capture_output=True, text=True, timeout=600, pass_fds=[data_fd, *fds.values()])
+        assert result.returncode == 2 and "tokenizer.json: missing" in result.stderr
+    finally:
+        for fd in [data_fd, bad_fd, *fds.values()]:
+            os.close(fd)
+
+
 def peak_rss_kib(command):
     probe = ("import resource, subprocess, sys\n"
              "r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL)\n"

@@ -50,18 +50,50 @@ def _parser():
     p.add_argument("--max_errors", type=int, default=20, help="input errors listed before stopping")
     p.add_argument("--max_line_bytes", type=int, default=Limits.max_line_bytes)
     p.add_argument("--max_messages", type=int, default=Limits.max_messages)
+    p.add_argument("--input_fds", default=None,
+                   help="comma-separated inherited descriptors, one per input in order: the "
+                   "inputs are read from them (the names only label errors)")
+    p.add_argument("--model_fds", default=None,
+                   help="NAME=FD,... inherited descriptors of the model directory's tokenizer "
+                   "files: only these are read (a file not listed counts as absent)")
     p.add_argument("inputs", nargs="+", help="JSONL files")
     return p
+
+
+def _descriptors(text, flag):
+    fds = []
+    for item in text.split(","):
+        if not item.isdigit():
+            raise _Usage(f"{flag}: '{item}' is not a descriptor number")
+        fd = int(item)
+        try:
+            os.fstat(fd)
+        except OSError as e:
+            raise _Usage(f"{flag}: descriptor {fd}: {e.strerror}") from None
+        fds.append(fd)
+    return fds
 
 
 def run(argv):
     args = _parser().parse_args(argv)
     if args.max_errors < 1 or args.max_line_bytes < 1 or args.max_messages < 1:
         raise _Usage("--max_errors, --max_line_bytes and --max_messages must be positive")
+    input_fds = _descriptors(args.input_fds, "--input_fds") if args.input_fds else None
+    if input_fds is not None and len(input_fds) != len(args.inputs):
+        raise _Usage(f"--input_fds lists {len(input_fds)} descriptors for {len(args.inputs)} "
+                     "inputs")
+    model_fds = None
+    if args.model_fds is not None:
+        model_fds = {}
+        for item in filter(None, args.model_fds.split(",")):
+            name, _, fd = item.partition("=")
+            if not name or "/" in name:
+                raise _Usage(f"--model_fds: '{item}' is not NAME=FD")
+            model_fds[name] = _descriptors(fd, "--model_fds")[0]
     for path in args.inputs:
-        if not os.path.isfile(path):
+        if input_fds is None and not os.path.isfile(path):
             raise _Usage(f"{path}: not a regular file")
-    model = model_dir.load(args.model, args.template_name)
+    model = model_dir.load(args.model, args.template_name, model_fds)
     template = None
     if model.chat_template is not None:
         try:
@@ -80,8 +112,9 @@ def run(argv):
     formats = {name: 0 for name in FORMATS}
     longest = {"tokens": 0, "file": None, "line": None}
     try:
-        for path in args.inputs:
-            for item in read_samples(path, forced, limits):
+        for i, path in enumerate(args.inputs):
+            fd = None if input_fds is None else input_fds[i]
+            for item in read_samples(path, forced, limits, fd):
                 if isinstance(item, InputError):
                     error = item
                 else:

@@ -10,6 +10,10 @@ template are the special-token attributes that are set, as strings. The tokenize
 PreTrainedTokenizerFast adjusts it (split_special_tokens; added and special tokens the config
 names; add_prefix_space); what a model-specific tokenizer class does besides (LlamaTokenizerFast
 rebuilding from a slow tokenizer, say) is not repeated: tokenizer.json is taken as it is.
+
+A caller that checked the files itself (megatraind) passes the top-level files as inherited
+descriptors, one per file name (`held`): then only those are read, never a path; a name not held
+counts as absent (additional_chat_templates/ included).
 """
 
 import json
@@ -35,15 +39,44 @@ class ModelText:
     special_ids: set = field(default_factory=set)  # ids of added tokens marked special
 
 
-def _read_json(path, required):
-    if not os.path.exists(path):
+class _Files:
+    """The directory's files by name: opened by path, or read from held descriptors."""
+
+    def __init__(self, directory, held):
+        self.directory = directory
+        self.held = held  # None, or {file name: inherited descriptor}
+
+    def path(self, name):
+        return os.path.join(self.directory, name)
+
+    def exists(self, name):
+        return name in self.held if self.held is not None else os.path.isfile(self.path(name))
+
+    def read_text(self, name):
+        try:
+            if self.held is None:
+                with open(self.path(name), encoding="utf-8") as f:
+                    return f.read()
+            fd, chunks, offset = self.held[name], [], 0
+            while True:  # pread: the holder's file offset is left alone
+                chunk = os.pread(fd, 1 << 20, offset)
+                if not chunk:
+                    return b"".join(chunks).decode("utf-8")
+                chunks.append(chunk)
+                offset += len(chunk)
+        except (OSError, ValueError) as e:
+            raise ModelError(f"{self.path(name)}: {e}") from None
+
+
+def _read_json(files, name, required):
+    path = files.path(name)
+    if not files.exists(name):
         if required:
             raise ModelError(f"{path}: missing")
         return {}
     try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
-    except (OSError, ValueError) as e:
+        value = json.loads(files.read_text(name))
+    except ValueError as e:
         raise ModelError(f"{path}: {e}") from None
     if not isinstance(value, dict):
         raise ModelError(f"{path}: not a JSON object")
@@ -70,32 +103,24 @@ def _special_value(source, key, where):
     return _token_text(value, f"{where}: field {key}")
 
 
-def _read_text(path):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except (OSError, ValueError) as e:
-        raise ModelError(f"{path}: {e}") from None
-
-
-def _templates(config, directory):
+def _templates(config, files):
     """The directory's templates: a string, a {name: template} dict, or None.
 
     As transformers 4.55 loads them: chat_template.jinja (named "default") and
     additional_chat_templates/NAME.jinja take priority over tokenizer_config.json's entry.
     """
-    where = os.path.join(directory, "tokenizer_config.json")
-    files = {}
-    jinja = os.path.join(directory, "chat_template.jinja")
-    if os.path.isfile(jinja):
-        files["default"] = _read_text(jinja)
-    extra_dir = os.path.join(directory, "additional_chat_templates")
-    if os.path.isdir(extra_dir):
+    where = files.path("tokenizer_config.json")
+    found = {}
+    if files.exists("chat_template.jinja"):
+        found["default"] = files.read_text("chat_template.jinja")
+    extra_dir = files.path("additional_chat_templates")
+    if files.held is None and os.path.isdir(extra_dir):
         for name in sorted(os.listdir(extra_dir)):
             if name.endswith(".jinja"):
-                files[name[: -len(".jinja")]] = _read_text(os.path.join(extra_dir, name))
-    if files:
-        return files["default"] if list(files) == ["default"] else files
+                found[name[: -len(".jinja")]] = files.read_text(
+                    os.path.join("additional_chat_templates", name))
+    if found:
+        return found["default"] if list(found) == ["default"] else found
     template = config.get("chat_template")
     if isinstance(template, list):
         named = {}
@@ -111,8 +136,9 @@ def _templates(config, directory):
     return template
 
 
-def _pick_template(config, directory, name):
-    templates = _templates(config, directory)
+def _pick_template(config, files, name):
+    directory = files.directory
+    templates = _templates(config, files)
     if isinstance(templates, dict):
         key = name or "default"
         if key not in templates:
@@ -172,25 +198,28 @@ def _adjust_like_transformers(tokenizer, config, config_path, special):
         tokenizer.pre_tokenizer = getattr(pre_tokenizers, kind)(**state)
 
 
-def load(directory, template_name=None):
-    """Reads the directory; raises ModelError naming the file and field at fault."""
-    if not os.path.isdir(directory):
+def load(directory, template_name=None, held=None):
+    """Reads the directory (or its `held` descriptors, {file name: fd}); raises ModelError naming
+    the file and field at fault."""
+    files = _Files(directory, held)
+    if held is None and not os.path.isdir(directory):
         raise ModelError(f"{directory}: not a directory")
-    tokenizer_path = os.path.join(directory, "tokenizer.json")
-    if not os.path.exists(tokenizer_path):
+    tokenizer_path = files.path("tokenizer.json")
+    if not files.exists("tokenizer.json"):
         raise ModelError(f"{tokenizer_path}: missing (only fast HF tokenizers are supported)")
+    tokenizer_text = files.read_text("tokenizer.json")
     try:
-        tokenizer = Tokenizer.from_file(tokenizer_path)
+        tokenizer = Tokenizer.from_str(tokenizer_text)
     except Exception as e:  # tokenizers raises its own Exception subclass
         raise ModelError(f"{tokenizer_path}: {e}") from None
     # transformers encodes with truncation and padding off unless asked (apply_chat_template
     # asks for neither): settings saved in tokenizer.json must not cut or pad a sample.
     tokenizer.no_truncation()
     tokenizer.no_padding()
-    config_path = os.path.join(directory, "tokenizer_config.json")
-    config = _read_json(config_path, required=False)
-    legacy_path = os.path.join(directory, "special_tokens_map.json")
-    legacy = _read_json(legacy_path, required=False)
+    config_path = files.path("tokenizer_config.json")
+    config = _read_json(files, "tokenizer_config.json", required=False)
+    legacy_path = files.path("special_tokens_map.json")
+    legacy = _read_json(files, "special_tokens_map.json", required=False)
 
     special = {}
     for key in SPECIAL_TOKEN_KEYS:
@@ -216,7 +245,7 @@ def load(directory, template_name=None):
             raise ModelError(f"{config_path}: field eos_token: {special['eos_token']!r} is not in "
                              "the tokenizer's vocabulary")
     else:
-        generation = _read_json(os.path.join(directory, "generation_config.json"), False)
+        generation = _read_json(files, "generation_config.json", False)
         value = generation.get("eos_token_id")
         if isinstance(value, list) and value:
             value = value[0]
@@ -225,5 +254,5 @@ def load(directory, template_name=None):
     bos_id = None
     if config.get("add_bos_token") is True and "bos_token" in special:
         bos_id = tokenizer.token_to_id(special["bos_token"])
-    return ModelText(tokenizer, _pick_template(config, directory, template_name), special,
+    return ModelText(tokenizer, _pick_template(config, files, template_name), special,
                      eos_id, bos_id, special_ids)

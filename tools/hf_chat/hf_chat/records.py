@@ -11,6 +11,7 @@ since a template could render them and this tool does not check what they mean.
 """
 
 import json
+import os
 from dataclasses import dataclass
 
 from .errors import InputError
@@ -157,15 +158,20 @@ def parse_line(raw, path, line, forced_format=None, limits=Limits()):
     return _single_turn(fmt, obj, path, line)
 
 
-def read_samples(path, forced_format=None, limits=Limits()):
+def read_samples(path, forced_format=None, limits=Limits(), fd=None):
     """Yields (Sample or InputError) for each non-blank line of one file, streaming.
+
+    With `fd` (an inherited descriptor of the file a caller checked) the file is read from it,
+    from its start, and `path` only names it in errors.
 
     A file's first sample fixes its format; a later line of another format is an error (mixed
     files are refused, so a typo in one key cannot silently change how a line is rendered).
     """
     file_format = None
     first_line = None
-    with open(path, "rb") as f:
+    if fd is not None:
+        os.lseek(fd, 0, os.SEEK_SET)
+    with (open(os.dup(fd), "rb") if fd is not None else open(path, "rb")) as f:
         number = 0
         while True:
             # readline with a bound: an overlong line is refused without holding it whole.

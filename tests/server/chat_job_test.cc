@@ -1,0 +1,531 @@
+// Fine-tuning jobs on chat JSONL through a real megatraind (in-process daemon, real
+// DeviceJobEngine, the real tools/hf_chat tool in scripts/setup's venv): a tiny HF model directory
+// (a checkpoint of random weights plus a byte-level BPE tokenizer and a Llama-3-style chat
+// template built by tests/python/hf_chat_fixtures.py) and a chat file; the job succeeds with
+// falling loss and a checkpoint that carries the tokenizer, a bad line fails it naming file:line,
+// train_on_prompt changes the losses, and a job paused, restarted and resumed reuses its sample
+// file and ends with the losses of a straight run, bitwise; the CLI's flags submit and plan such
+// jobs, inputs swapped after the run-time check are never read, and cancelling kills the tool.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/strip.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "server/child_process.h"
+#include "server/job_engine.h"
+#include "tests/server/test_daemon.h"
+#include "tests/server/test_files.h"
+
+namespace megatrain::server::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
+
+constexpr int kConversations = 48;
+
+std::unique_ptr<DeviceJobEngine> MakeEngine(TestDaemon& daemon, const std::string& chat_tool) {
+  DeviceJobEngineOptions options;
+  options.state_dir = daemon.settings().state_dir;
+  options.device = daemon.settings().device;
+  options.tokenize_binary = Runfile("engine/data/megatrain_tokenize");
+  options.chat_tokenize_binary = chat_tool;
+  absl::StatusOr<std::unique_ptr<DeviceJobEngine>> engine = DeviceJobEngine::Create(options);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  return engine.ok() ? std::move(*engine) : nullptr;
+}
+
+std::string ChatTool() { return Runfile("tools/hf_chat/megatrain_chat_tokenize"); }
+
+std::string Submit(TestDaemon& daemon, const v1::JobSpec& spec) {
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = spec;
+  v1::Job job;
+  grpc::ClientContext context;
+  const grpc::Status s = daemon.stub().SubmitJob(&context, request, &job);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return job.id();
+}
+
+grpc::Status Control(TestDaemon& daemon, const std::string& id, bool pause) {
+  grpc::ClientContext context;
+  v1::Job job;
+  if (pause) {
+    v1::JobRef r;
+    r.set_id(id);
+    return daemon.stub().PauseJob(&context, r, &job);
+  }
+  v1::ResumeJobRequest r;
+  r.set_id(id);
+  return daemon.stub().ResumeJob(&context, r, &job);
+}
+
+nlohmann::json Result(const v1::JobSpec& spec) {
+  return nlohmann::json::parse(ReadAll(spec.output_dir() + "/result.json"), nullptr, false);
+}
+
+// Conversations whose replies follow a pattern a tiny model learns in a few steps.
+void WriteChat(const std::string& path) {
+  std::ofstream out(path);
+  for (int i = 0; i < kConversations; ++i) {
+    nlohmann::json line;
+    line["messages"] = {
+        {{"role", "user"}, {"content", "Summarize the following text in one sentence, please."}},
+        {{"role", "assistant"},
+         {"content", i % 2 ? "The quick brown fox jumps over the lazy dog."
+                           : "A helpful assistant answers the question and explains why."}}};
+    out << line.dump() << "\n";
+  }
+}
+
+// The HF model directory <data>/hf: config.json and model.safetensors of a one-step job from a
+// random initialisation (vocab_size 640, above the fixture tokenizer's 600), then tokenizer.json
+// and tokenizer_config.json (with its chat template) written by hf_chat_fixtures.make_llama3
+// with the venv's Python. Returns "" after a failed expectation.
+std::string MakeHfModel(TestDaemon& daemon) {
+  const std::string data = daemon.root() + "/data";
+  std::ofstream(data + "/chat_model.json")
+      << R"({"model_type": "llama", "vocab_size": 640, "hidden_size": 48,
+            "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "max_position_embeddings": 256})";
+  {
+    std::ofstream corpus(data + "/init.txt");
+    for (int i = 0; i < 100; ++i) corpus << "the quick brown fox jumps over the lazy dog\n%\n";
+  }
+  v1::JobSpec init = daemon.ValidSpec(1);
+  init.mutable_model()->set_config_json_path(data + "/chat_model.json");
+  init.mutable_data()->clear_text_files();
+  init.mutable_data()->add_text_files(data + "/init.txt");
+  const v1::Job trained = daemon.AwaitState(Submit(daemon, init), v1::SUCCEEDED, 0, 120);
+  const std::string checkpoint = trained.progress().last_checkpoint();
+  EXPECT_FALSE(checkpoint.empty()) << trained.failure_reason();
+  if (checkpoint.empty()) return "";
+  const std::string hf = data + "/hf";
+  std::filesystem::create_directories(hf);
+  for (const char* name : {"config.json", "model.safetensors"}) {
+    std::filesystem::copy_file(checkpoint + "/" + name, hf + "/" + name);
+  }
+  const std::string python = ReadAll(std::string(std::getenv("TEST_SRCDIR")) +
+                                     "/hf_venv/python_path");
+  const std::string program = "import sys; sys.path.insert(0, sys.argv[1]); "
+                              "import hf_chat_fixtures as f; f.make_llama3(sys.argv[2])";
+  absl::StatusOr<ChildResult> made = RunChildProcess(
+      {python.substr(0, python.find_last_not_of("\n") + 1), "-c", program,
+       Runfile("tests/python"), hf},
+      [] { return false; });
+  EXPECT_TRUE(made.ok()) << made.status();
+  if (!made.ok()) return "";
+  EXPECT_EQ(made->exit_code, 0) << made->err << " (run scripts/setup: it creates the venv)";
+  if (made->exit_code != 0) return "";
+  WriteChat(data + "/chat.jsonl");
+  return hf;
+}
+
+v1::JobSpec ChatSpec(TestDaemon& daemon, const std::string& hf, uint64_t steps) {
+  v1::JobSpec spec = daemon.ValidSpec(steps);
+  spec.mutable_model()->clear_config_json_path();
+  spec.mutable_model()->set_hf_directory(hf);
+  spec.mutable_data()->clear_text_files();
+  spec.mutable_data()->add_chat_files(daemon.root() + "/data/chat.jsonl");
+  spec.mutable_data()->set_eval_windows(2);
+  spec.mutable_data()->set_validation_fraction(0.125);
+  spec.mutable_hyper()->set_seq_len(128);  // whole samples (about 56 tokens), two per row
+  spec.mutable_hyper()->mutable_lr()->set_peak_lr(3e-3);
+  spec.set_seed(5);
+  return spec;
+}
+
+TEST(ChatJobTest, ChatJobSucceedsWithFallingLossAndCarriesTheTokenizer) {
+  TestDaemon daemon("chat_job");
+  std::unique_ptr<DeviceJobEngine> engine = MakeEngine(daemon, ChatTool());
+  ASSERT_NE(engine, nullptr);
+  daemon.Start(engine.get());
+  const std::string hf = MakeHfModel(daemon);
+  ASSERT_FALSE(hf.empty());
+
+  const v1::JobSpec spec = ChatSpec(daemon, hf, 12);
+  const std::string id = Submit(daemon, spec);
+  const v1::Job done = daemon.AwaitState(id, v1::SUCCEEDED, 12, 180);
+  // <key>.json (the tool's summary), <key>.mtsft, and the job's link to it.
+  const std::string tokens_dir = spec.output_dir() + "/tokens";
+  const std::vector<std::string> names = DirEntries(tokens_dir);
+  ASSERT_EQ(names.size(), 3u) << ::testing::PrintToString(names);
+  EXPECT_THAT(names[0], MatchesRegex("[0-9a-f]{64}\\.json"));
+  EXPECT_THAT(names[1], MatchesRegex("[0-9a-f]{64}\\.mtsft"));
+  EXPECT_EQ(names[2], id + ".mtsft");
+  EXPECT_EQ(std::filesystem::read_symlink(tokens_dir + "/" + names[2]).string(), names[1]);
+  const nlohmann::json summary =
+      nlohmann::json::parse(ReadAll(tokens_dir + "/" + names[0]), nullptr, false);
+  EXPECT_EQ(summary.value("samples", 0), kConversations);
+  EXPECT_GT(summary.value("counted_tokens", 0), 0);
+  EXPECT_LT(summary.value("counted_tokens", 0), summary.value("tokens", 0));
+  EXPECT_EQ(summary.value("output_version", 0), 1);
+  EXPECT_EQ(ReadAll(tokens_dir + "/" + names[1]).substr(0, 5), "MTSFT");
+
+  const nlohmann::json result = Result(spec);
+  ASSERT_TRUE(result.is_object());
+  EXPECT_LT(result["final_validation_loss"].get<double>(),
+            result["initial_validation_loss"].get<double>());
+  EXPECT_LT(result["final_train_loss"].get<double>(),
+            result["initial_validation_loss"].get<double>());
+  // The checkpoint loads in transformers with the tokenizer and template the model trained with.
+  const std::string checkpoint = done.progress().last_checkpoint();
+  ASSERT_FALSE(checkpoint.empty());
+  EXPECT_EQ(ReadAll(checkpoint + "/tokenizer.json"), ReadAll(hf + "/tokenizer.json"));
+  EXPECT_EQ(ReadAll(checkpoint + "/tokenizer_config.json"),
+            ReadAll(hf + "/tokenizer_config.json"));
+
+  // The sample file given back as data.sample_files (a pre-made MTSFT file): planned, then
+  // trained with exactly the chat job's losses.
+  const std::string premade = daemon.root() + "/data/premade.mtsft";
+  std::filesystem::copy_file(tokens_dir + "/" + names[1], premade);
+  v1::JobSpec samples = ChatSpec(daemon, hf, 12);
+  samples.mutable_data()->clear_chat_files();
+  samples.mutable_data()->add_sample_files(premade);
+  {
+    grpc::ClientContext context;
+    v1::PlanResponse plan;
+    const grpc::Status planned = daemon.stub().Plan(&context, samples, &plan);
+    EXPECT_TRUE(planned.ok()) << planned.error_message();
+    grpc::ClientContext chat_context;
+    const grpc::Status chat_planned = daemon.stub().Plan(&chat_context, spec, &plan);
+    EXPECT_TRUE(chat_planned.ok()) << chat_planned.error_message();
+  }
+  daemon.AwaitState(Submit(daemon, samples), v1::SUCCEEDED, 12, 180);
+  const nlohmann::json from_file = Result(samples);
+  ASSERT_TRUE(from_file.is_object());
+  EXPECT_EQ(from_file["final_train_loss"].get<double>(), result["final_train_loss"].get<double>());
+  EXPECT_EQ(from_file["final_validation_loss"].get<double>(),
+            result["final_validation_loss"].get<double>());
+}
+
+// `megatrain plan` / `submit` with the fine-tuning flags against the same daemon: the flags
+// land in the spec the daemon keeps, a bad value is refused naming the field (exit 4).
+TEST(ChatJobTest, TheCliFlagsSubmitAndPlanFineTuningJobs) {
+  TestDaemon daemon("chat_cli");
+  std::unique_ptr<DeviceJobEngine> engine = MakeEngine(daemon, ChatTool());
+  ASSERT_NE(engine, nullptr);
+  daemon.Start(engine.get());
+  const std::string hf = MakeHfModel(daemon);
+  ASSERT_FALSE(hf.empty());
+  auto cli = [&](const std::string& command, const std::vector<std::string>& extra) {
+    std::vector<std::string> argv = {Runfile("client/megatrain"), command,
+                                     "--socket=" + daemon.settings().socket_path,
+                                     "--hf_directory=" + hf,
+                                     "--chat=" + daemon.root() + "/data/chat.jsonl",
+                                     "--steps=3", "--seq_len=128", "--batch_size=2",
+                                     "--pack=false", "--train_on_prompt", "--overlong=truncate",
+                                     "--chat_format=chat"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    absl::StatusOr<ChildResult> r = RunChildProcess(argv, [] { return false; });
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : ChildResult{};
+  };
+  const ChildResult plan = cli("plan", {"--json"});
+  EXPECT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_THAT(plan.out, HasSubstr("parameters"));
+
+  const ChildResult bad = cli("submit", {"--chat_format=sharegpt"});
+  EXPECT_EQ(bad.exit_code, 4) << bad.err;
+  EXPECT_THAT(bad.err, HasSubstr("data.chat_format"));
+
+  const ChildResult submitted =
+      cli("submit", {"--output_dir=" + daemon.root() + "/out/cli"});
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.err;
+  const std::string id(absl::StripAsciiWhitespace(submitted.out));
+  const v1::Job done = daemon.AwaitState(id, v1::SUCCEEDED, 3, 180);
+  const v1::DataSource& data = done.spec().data();
+  ASSERT_EQ(data.chat_files_size(), 1);
+  EXPECT_EQ(data.chat_format(), "chat");
+  EXPECT_TRUE(data.has_pack());
+  EXPECT_FALSE(data.pack());
+  EXPECT_TRUE(data.train_on_prompt());
+  EXPECT_EQ(data.overlong(), "truncate");
+  EXPECT_EQ(done.spec().model().hf_directory(), hf);
+}
+
+TEST(ChatJobTest, BadLinesAndMissingPiecesAreNamed) {
+  TestDaemon daemon("chat_bad");
+  std::unique_ptr<DeviceJobEngine> engine = MakeEngine(daemon, ChatTool());
+  ASSERT_NE(engine, nullptr);
+  daemon.Start(engine.get());
+  const std::string hf = MakeHfModel(daemon);
+  ASSERT_FALSE(hf.empty());
+
+  // A line without an assistant reply: the job fails with the tool's FILE:LINE message.
+  const std::string bad = daemon.root() + "/data/bad.jsonl";
+  std::ofstream(bad) << R"({"messages": [{"role": "user", "content": "hi"}, )"
+                     << R"({"role": "assistant", "content": "hello"}]})" << "\n"
+                     << R"({"messages": [{"role": "user", "content": "only a question"}]})"
+                     << "\n";
+  v1::JobSpec spec = ChatSpec(daemon, hf, 2);
+  spec.mutable_data()->clear_chat_files();
+  spec.mutable_data()->add_chat_files(bad);
+  const v1::Job failed = daemon.AwaitState(Submit(daemon, spec), v1::FAILED, 0, 120);
+  EXPECT_THAT(failed.failure_reason(), HasSubstr("data.chat_files"));
+  EXPECT_THAT(failed.failure_reason(), HasSubstr(bad + ":2:"));
+  EXPECT_THAT(failed.failure_reason(), HasSubstr("assistant"));
+  EXPECT_TRUE(DirEntries(spec.output_dir() + "/tokens").empty());
+
+  // Refused at submit, naming the field.
+  auto submit_error = [&](const v1::JobSpec& s) {
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = s;
+    v1::Job job;
+    grpc::ClientContext context;
+    return daemon.stub().SubmitJob(&context, request, &job);
+  };
+  v1::JobSpec no_model = ChatSpec(daemon, hf, 2);
+  no_model.mutable_model()->clear_hf_directory();
+  no_model.mutable_model()->set_config_json_path(daemon.root() + "/data/chat_model.json");
+  grpc::Status s = submit_error(no_model);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("data.chat_files"));
+  EXPECT_THAT(s.error_message(), HasSubstr("model.hf_directory"));
+  v1::JobSpec with_text = ChatSpec(daemon, hf, 2);
+  with_text.mutable_data()->add_text_files(daemon.root() + "/data/corpus.txt");
+  EXPECT_EQ(submit_error(with_text).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::JobSpec bad_overlong = ChatSpec(daemon, hf, 2);
+  bad_overlong.mutable_data()->set_overlong("drop");
+  s = submit_error(bad_overlong);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("data.overlong"));
+  v1::JobSpec bad_format = ChatSpec(daemon, hf, 2);
+  bad_format.mutable_data()->set_chat_format("sharegpt");
+  s = submit_error(bad_format);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("data.chat_format"));
+  v1::JobSpec text_with_pack = daemon.ValidSpec(2);
+  text_with_pack.mutable_data()->set_pack(false);
+  s = submit_error(text_with_pack);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("data.pack"));
+
+  // A sample file whose ids exceed the model's vocabulary is refused at submit.
+  {
+    std::string big(32 + 8 * 2 + 5 * 2, '\0');
+    big.replace(0, 8, std::string("MTSFT\0\0\1", 8));
+    auto put = [&big](size_t at, uint64_t value, int bytes) {
+      for (int i = 0; i < bytes; ++i) big[at + i] = static_cast<char>((value >> (8 * i)) & 0xff);
+    };
+    put(8, 1, 8);        // N
+    put(16, 2, 8);       // T
+    put(24, 5001, 4);    // V: ids up to 5000
+    put(40, 2, 8);       // o[1] = T
+    put(48, 7, 4);       // ids
+    put(52, 5000, 4);
+    put(57, 1, 1);       // mask of the second token
+    std::ofstream(daemon.root() + "/data/big.mtsft", std::ios::binary) << big;
+    v1::JobSpec too_big = ChatSpec(daemon, hf, 2);
+    too_big.mutable_data()->clear_chat_files();
+    too_big.mutable_data()->add_sample_files(daemon.root() + "/data/big.mtsft");
+    s = submit_error(too_big);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("data.sample_files"));
+    EXPECT_THAT(s.error_message(), HasSubstr("5000"));
+  }
+
+  // A directory without a chat template: chat_format=chat is refused at submit; auto passes and
+  // the chat lines fail the job naming the line.
+  const std::string base = daemon.root() + "/data/base";
+  std::filesystem::create_directories(base);
+  for (const char* name : {"config.json", "model.safetensors", "tokenizer.json"}) {
+    std::filesystem::copy_file(hf + "/" + name, base + "/" + name);
+  }
+  std::ofstream(base + "/tokenizer_config.json") << R"({"eos_token": "<|eot_id|>"})";
+  v1::JobSpec chat_no_template = ChatSpec(daemon, base, 2);
+  chat_no_template.mutable_data()->set_chat_format("chat");
+  s = submit_error(chat_no_template);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("data.chat_format"));
+  EXPECT_THAT(s.error_message(), HasSubstr("chat template"));
+  const v1::Job no_template =
+      daemon.AwaitState(Submit(daemon, ChatSpec(daemon, base, 2)), v1::FAILED, 0, 120);
+  EXPECT_THAT(no_template.failure_reason(), HasSubstr("chat.jsonl:1:"));
+
+  // A sample longer than seq_len + 1 with overlong=refuse fails the job naming the option.
+  v1::JobSpec refuse = ChatSpec(daemon, hf, 2);
+  refuse.mutable_hyper()->set_seq_len(8);
+  refuse.mutable_data()->set_overlong("refuse");
+  const v1::Job refused = daemon.AwaitState(Submit(daemon, refuse), v1::FAILED, 0, 120);
+  EXPECT_THAT(refused.failure_reason(), HasSubstr("overlong=refuse"));
+
+  // Without the tool: FAILED_PRECONDITION's message names the flag.
+  std::unique_ptr<DeviceJobEngine> no_tool =
+      MakeEngine(daemon, daemon.root() + "/nowhere/megatrain_chat_tokenize");
+  ASSERT_NE(no_tool, nullptr);
+  daemon.Restart(no_tool.get());
+  const v1::Job untooled =
+      daemon.AwaitState(Submit(daemon, ChatSpec(daemon, hf, 2)), v1::FAILED, 0, 120);
+  EXPECT_THAT(untooled.failure_reason(), HasSubstr("chat_tokenize_binary"));
+}
+
+// Issue 16, point 2, for chat data: the chat file and the model directory's tokenizer.json,
+// swapped after the run-time check (the runner's hook: a state, no timing) for an empty file
+// outside the roots and for garbage, are never read: the tool gets the checked descriptors.
+TEST(ChatJobTest, ChatAndTokenizerFilesSwappedAfterTheCheckAreNotRead) {
+  TestDaemon daemon("chat_swap");
+  const std::string data = daemon.root() + "/data";
+  bool swapped = false;
+  daemon.settings().test_after_input_check = [&](const std::string& id) {
+    if (id != "job-000002") return;  // the chat job (the model's job is the first)
+    std::filesystem::create_directories(daemon.root() + "/outside");
+    std::ofstream(daemon.root() + "/outside/empty");
+    std::filesystem::create_symlink(daemon.root() + "/outside/empty", data + "/chat.swap");
+    std::filesystem::rename(data + "/chat.swap", data + "/chat.jsonl");
+    std::ofstream(data + "/hf/tokenizer.swap") << "not a tokenizer";
+    std::filesystem::rename(data + "/hf/tokenizer.swap", data + "/hf/tokenizer.json");
+    swapped = true;
+  };
+  std::unique_ptr<DeviceJobEngine> engine = MakeEngine(daemon, ChatTool());
+  ASSERT_NE(engine, nullptr);
+  daemon.Start(engine.get());
+  const std::string hf = MakeHfModel(daemon);
+  ASSERT_FALSE(hf.empty());
+  const v1::JobSpec spec = ChatSpec(daemon, hf, 2);
+  const v1::Job done = daemon.AwaitState(Submit(daemon, spec), v1::SUCCEEDED, 2, 180);
+  EXPECT_EQ(done.id(), "job-000002");
+  EXPECT_TRUE(swapped);
+  EXPECT_TRUE(std::filesystem::is_symlink(data + "/chat.jsonl"));
+  EXPECT_EQ(ReadAll(data + "/hf/tokenizer.json"), "not a tokenizer");
+  const std::vector<std::string> names = DirEntries(spec.output_dir() + "/tokens");
+  ASSERT_EQ(names.size(), 3u) << ::testing::PrintToString(names);
+  const nlohmann::json summary =
+      nlohmann::json::parse(ReadAll(spec.output_dir() + "/tokens/" + names[0]), nullptr, false);
+  EXPECT_EQ(summary.value("samples", 0), kConversations);
+}
+
+// A stand-in chat tokenizer that reports its pid through a FIFO and then sleeps: cancelling the
+// job kills it (the engine polls the job's stop flag while the child runs).
+TEST(ChatJobTest, CancelKillsTheChatTokenizer) {
+  TestDaemon daemon("chat_cancel");
+  const std::string fifo = daemon.root() + "/pid.fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const int reader = open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  const std::string script = daemon.root() + "/stuck_chat_tokenize";
+  std::ofstream(script) << "#!/bin/sh\necho $$ > " << fifo << "\nexec sleep 600\n";
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  std::unique_ptr<DeviceJobEngine> engine = MakeEngine(daemon, script);
+  ASSERT_NE(engine, nullptr);
+  daemon.Start(engine.get());
+  const std::string hf = MakeHfModel(daemon);
+  ASSERT_FALSE(hf.empty());
+  const std::string id = Submit(daemon, ChatSpec(daemon, hf, 2));
+  std::string text;  // bounded: 60 polls of a second
+  for (int i = 0; i < 60 && text.find('\n') == std::string::npos; ++i) {
+    pollfd p{reader, POLLIN, 0};
+    if (poll(&p, 1, 1000) <= 0) continue;
+    char buffer[32];
+    const ssize_t n = read(reader, buffer, sizeof(buffer));
+    if (n > 0) text.append(buffer, static_cast<size_t>(n));
+  }
+  close(reader);
+  const pid_t pid = static_cast<pid_t>(std::atol(text.c_str()));
+  ASSERT_GT(pid, 0) << "the chat tokenizer did not start";
+  {
+    grpc::ClientContext context;
+    v1::JobRef r;
+    r.set_id(id);
+    v1::Job job;
+    ASSERT_TRUE(daemon.stub().CancelJob(&context, r, &job).ok());
+  }
+  daemon.AwaitState(id, v1::CANCELLED, 0, 60);
+  EXPECT_EQ(kill(pid, 0), -1) << "chat tokenizer " << pid << " survived";
+  EXPECT_EQ(errno, ESRCH);
+}
+
+TEST(ChatJobTest, TrainOnPromptChangesTheLosses) {
+  TestDaemon daemon("chat_prompt");
+  std::unique_ptr<DeviceJobEngine> engine = MakeEngine(daemon, ChatTool());
+  ASSERT_NE(engine, nullptr);
+  daemon.Start(engine.get());
+  const std::string hf = MakeHfModel(daemon);
+  ASSERT_FALSE(hf.empty());
+  const v1::JobSpec assistant_only = ChatSpec(daemon, hf, 4);
+  v1::JobSpec with_prompt = ChatSpec(daemon, hf, 4);
+  with_prompt.mutable_data()->set_train_on_prompt(true);
+  daemon.AwaitState(Submit(daemon, assistant_only), v1::SUCCEEDED, 4, 180);
+  daemon.AwaitState(Submit(daemon, with_prompt), v1::SUCCEEDED, 4, 180);
+  const nlohmann::json a = Result(assistant_only);
+  const nlohmann::json b = Result(with_prompt);
+  ASSERT_TRUE(a.is_object() && b.is_object());
+  // Same weights, same samples: only which tokens count differs.
+  EXPECT_NE(a["initial_validation_loss"].get<double>(), b["initial_validation_loss"].get<double>());
+  EXPECT_NE(a["final_train_loss"].get<double>(), b["final_train_loss"].get<double>());
+}
+
+TEST(ChatJobTest, PausedRestartedAndResumedReusesTheSampleFileAndMatchesAStraightRun) {
+  // The reference: the same job straight through, on its own daemon.
+  TestDaemon reference("chat_straight");
+  std::unique_ptr<DeviceJobEngine> reference_engine = MakeEngine(reference, ChatTool());
+  ASSERT_NE(reference_engine, nullptr);
+  reference.Start(reference_engine.get());
+  const std::string reference_hf = MakeHfModel(reference);
+  ASSERT_FALSE(reference_hf.empty());
+
+  // Held after step 3 (the runner's test hook: on state, whatever the machine's speed), paused,
+  // the daemon restarted, and the job resumed from its checkpoint.
+  TestDaemon daemon("chat_resume");
+  daemon.settings().test_hold_after_step = 3;  // the one-step model job is not held
+  std::unique_ptr<DeviceJobEngine> engine = MakeEngine(daemon, ChatTool());
+  ASSERT_NE(engine, nullptr);
+  daemon.Start(engine.get());
+  const std::string hf = MakeHfModel(daemon);
+  ASSERT_FALSE(hf.empty());
+  // The same model bytes in both: copy the reference's directory over this one's.
+  for (const char* name : {"config.json", "model.safetensors", "tokenizer.json",
+                           "tokenizer_config.json"}) {
+    std::filesystem::copy_file(reference_hf + "/" + name, hf + "/" + name,
+                               std::filesystem::copy_options::overwrite_existing);
+  }
+  const v1::JobSpec straight = ChatSpec(reference, reference_hf, 10);
+  reference.AwaitState(Submit(reference, straight), v1::SUCCEEDED, 10, 180);
+
+  const v1::JobSpec spec = ChatSpec(daemon, hf, 10);
+  const std::string id = Submit(daemon, spec);
+  daemon.AwaitState(id, v1::RUNNING, 3, 180);
+  ASSERT_TRUE(Control(daemon, id, /*pause=*/true).ok());
+  const v1::Job paused = daemon.AwaitState(id, v1::PAUSED, 0, 120);
+  ASSERT_EQ(paused.progress().step(), 3u);
+  ASSERT_FALSE(paused.progress().last_checkpoint().empty());
+  const std::string tokens_dir = spec.output_dir() + "/tokens";
+  const std::vector<std::string> names = DirEntries(tokens_dir);
+  ASSERT_EQ(names.size(), 3u) << ::testing::PrintToString(names);
+  struct stat before {};
+  ASSERT_EQ(stat((tokens_dir + "/" + names[1]).c_str(), &before), 0);
+
+  daemon.settings().test_hold_after_step = 0;
+  daemon.Restart(engine.get());
+  ASSERT_TRUE(Control(daemon, id, /*pause=*/false).ok());
+  daemon.AwaitState(id, v1::SUCCEEDED, 10, 180);
+  struct stat after {};
+  ASSERT_EQ(stat((tokens_dir + "/" + names[1]).c_str(), &after), 0);
+  EXPECT_EQ(after.st_ino, before.st_ino) << "the resumed run tokenized again";
+  EXPECT_EQ(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec);
+  EXPECT_EQ(DirEntries(tokens_dir), names);
+  const nlohmann::json resumed = Result(spec);
+  const nlohmann::json whole = Result(straight);
+  ASSERT_TRUE(resumed.is_object() && whole.is_object());
+  EXPECT_EQ(resumed["resumed_from_step"].get<uint64_t>(), 3u);
+  EXPECT_EQ(resumed["final_train_loss"].get<double>(), whole["final_train_loss"].get<double>());
+  EXPECT_EQ(resumed["final_validation_loss"].get<double>(),
+            whole["final_validation_loss"].get<double>());
+}
+
+}  // namespace
+}  // namespace megatrain::server::testing
