@@ -215,11 +215,13 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
   }
   result.parameters = (*trainer)->layout().parameter_count();
   result.unigram_entropy_nats = data->unigram_entropy_nats;
-  progress(absl::StrFormat("model: %d parameters, %d layers, d=%d; data: %s; unigram entropy "
-                           "%.3f nats",
+  progress(absl::StrFormat("model: %d parameters, %d layers, d=%d; data: %s%s",
                            result.parameters, config.num_hidden_layers, config.hidden_size,
                            DescribeData(*data, windows, options.trainer.seq_len),
-                           result.unigram_entropy_nats),
+                           data->samples != nullptr
+                               ? ""
+                               : absl::StrFormat("; unigram entropy %.3f nats",
+                                                 result.unigram_entropy_nats)),
            true);
 
   absl::StatusOr<std::vector<WindowBatch>> validation_batches =
