@@ -59,10 +59,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> StartingTrainer(Device& device, const M
   return trainer;
 }
 
-// Evaluates the validation batches; NaN when the run holds no validation windows out.
+// Evaluates the validation batches; NaN when the run holds no validation windows out, or when
+// none of their targets counts (held-out samples whose loss masks are all 0).
 absl::StatusOr<double> Evaluate(Trainer& trainer, const std::vector<WindowBatch>& validation,
                                 bool with_segments) {
-  if (validation.empty()) return std::numeric_limits<double>::quiet_NaN();
+  const bool any_counted = std::any_of(validation.begin(), validation.end(), [](const WindowBatch& b) {
+    return std::any_of(b.targets.begin(), b.targets.end(), [](int32_t t) { return t >= 0; });
+  });
+  if (!any_counted) return std::numeric_limits<double>::quiet_NaN();
   std::vector<const int32_t*> in, tg;
   std::vector<TokenLayout> layouts;
   for (const WindowBatch& b : validation) {
