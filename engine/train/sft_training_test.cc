@@ -276,6 +276,29 @@ TEST_F(SftTrainingTest, NoCountedTargetsGiveZeroContributionWithoutNaN) {
   EXPECT_EQ(losses[0], losses[1]);
   EXPECT_EQ(grads[0], grads[1]);
 
+  // Layouts are checked before anything is copied: positions within [0, seq), segment ids
+  // non-decreasing along each sequence.
+  {
+    absl::StatusOr<std::unique_ptr<Device>> device = CreateDevice(device_options);
+    ASSERT_TRUE(device.ok());
+    absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(**device, Config(), t);
+    ASSERT_TRUE(trainer.ok());
+    (*trainer)->InitializeRandom(3);
+    std::vector<int32_t> positions = counted.positions;
+    positions[5] = kSeqLen;
+    absl::StatusOr<StepReport> bad =
+        (*trainer)->Step({counted.inputs.data()}, {counted.targets.data()},
+                         {TokenLayout{positions.data(), counted.segments.data()}});
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(bad.status().message()), HasSubstr("position 32 of token 5"));
+    std::vector<int32_t> segments = counted.segments;
+    segments[9] = -1;
+    bad = (*trainer)->Step({counted.inputs.data()}, {counted.targets.data()},
+                           {TokenLayout{counted.positions.data(), segments.data()}});
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(bad.status().message()), HasSubstr("segment id -1 of token 9"));
+  }
+
   // An executor not created for segment ids refuses a micro-batch that carries them (it would
   // otherwise attend across samples silently).
   t.executor.segment_ids = false;
