@@ -22,8 +22,8 @@ absl::StatusOr<SampleBatches> SampleBatches::Create(std::shared_ptr<const Sample
     return absl::InvalidArgumentError(absl::StrCat("seq_len=", options.seq_len));
   }
   if (!(options.validation_fraction >= 0.0 && options.validation_fraction <= 0.5)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "validation_fraction=", options.validation_fraction, " must be in [0, 0.5]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("validation_fraction=", options.validation_fraction, " must be in [0, 0.5]"));
   }
   SampleBatches b;
   b.source_ = std::move(samples);
@@ -41,9 +41,9 @@ absl::StatusOr<SampleBatches> SampleBatches::Create(std::shared_ptr<const Sample
     }
     if (length > window) {
       if (options.overlong == OverlongPolicy::kRefuse) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "sample ", i, " has ", length, " tokens, more than seq_len + 1 = ", window,
-            " (overlong=refuse; overlong=truncate keeps its first ", window, ")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("sample ", i, " has ", length, " tokens, more than seq_len + 1 = ", window,
+                         " (overlong=refuse; overlong=truncate keeps its first ", window, ")"));
       }
       ++b.truncated_;
     }
@@ -54,9 +54,9 @@ absl::StatusOr<SampleBatches> SampleBatches::Create(std::shared_ptr<const Sample
         n, " samples (", b.dropped_, " dropped with fewer than 2 tokens): no training sample"));
   }
   if (options.validation_fraction > 0 && validation.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("validation_fraction=",
-                                                   options.validation_fraction,
-                                                   " leaves no validation sample of ", n));
+    return absl::InvalidArgumentError(
+        absl::StrCat("validation_fraction=", options.validation_fraction,
+                     " leaves no validation sample of ", n));
   }
   b.validation_samples_ = validation.size();
   // Validation rows: the same packing over the held-out samples in file order, planned once.
@@ -132,8 +132,12 @@ namespace {
 
 WindowBatch EmptyRows(int batch, int seq_len) {
   const size_t n = static_cast<size_t>(batch) * static_cast<size_t>(seq_len);
-  WindowBatch out{batch, seq_len, std::vector<int32_t>(n), std::vector<int32_t>(n),
-                  std::vector<int32_t>(n), std::vector<int32_t>(n)};
+  WindowBatch out{batch,
+                  seq_len,
+                  std::vector<int32_t>(n),
+                  std::vector<int32_t>(n),
+                  std::vector<int32_t>(n),
+                  std::vector<int32_t>(n)};
   return out;
 }
 
@@ -168,8 +172,8 @@ absl::StatusOr<WindowBatch> SampleBatches::ValidationBatch(int first, int batch)
   }
   WindowBatch out = EmptyRows(batch, options_.seq_len);
   for (int row = 0; row < batch; ++row) {
-    const size_t r = (static_cast<size_t>(first) + static_cast<size_t>(row)) %
-                     validation_rows_.size();
+    const size_t r =
+        (static_cast<size_t>(first) + static_cast<size_t>(row)) % validation_rows_.size();
     if (absl::Status s = FillRow(validation_rows_[r], row, &out); !s.ok()) return s;
   }
   return out;

@@ -30,7 +30,8 @@ uint32_t LoadU32(const uint8_t* p) {
 void AppendU64(std::string* out, uint64_t v) { out->append(reinterpret_cast<const char*>(&v), 8); }
 void AppendU32(std::string* out, uint32_t v) { out->append(reinterpret_cast<const char*>(&v), 4); }
 
-absl::Status FieldError(const std::string& path, const std::string& field, const std::string& what) {
+absl::Status FieldError(const std::string& path, const std::string& field,
+                        const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": sample-set ", field, " ", what));
 }
 
@@ -51,8 +52,8 @@ absl::StatusOr<SampleSetFile> SampleSetFile::Open(const std::string& path,
     return absl::NotFoundError(absl::StrCat(path, ": cannot stat: ", std::strerror(errno)));
   }
   if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat("'", path, "' is ", FileTypeName(st.st_mode),
-                                                   ", not a regular file"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path, "' is ", FileTypeName(st.st_mode), ", not a regular file"));
   }
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   SampleSetFile f;
@@ -74,11 +75,19 @@ absl::StatusOr<SampleSetFile> SampleSetFile::Open(const std::string& path,
   const uint64_t t = LoadU64(header + 16);
   const uint32_t v = LoadU32(header + 24);
   const uint32_t reserved = LoadU32(header + 28);
-  if (reserved != 0) return FieldError(path, "reserved field", absl::StrCat("(offset 28) is ", reserved, ", not 0"));
+  if (reserved != 0)
+    return FieldError(path, "reserved field", absl::StrCat("(offset 28) is ", reserved, ", not 0"));
   // Bounds before any arithmetic on them: the file must hold the arrays the fields describe.
-  if (n > size / 8) return FieldError(path, "N", absl::StrCat("(offset 8) = ", n, " is more samples than a ", size, "-byte file can index"));
-  if (t > size) return FieldError(path, "T", absl::StrCat("(offset 16) = ", t, " is more tokens than a ", size, "-byte file holds"));
-  if (t == 0 && v != 0) return FieldError(path, "V", absl::StrCat("(offset 24) = ", v, " but T = 0 (must be 0)"));
+  if (n > size / 8)
+    return FieldError(
+        path, "N",
+        absl::StrCat("(offset 8) = ", n, " is more samples than a ", size, "-byte file can index"));
+  if (t > size)
+    return FieldError(
+        path, "T",
+        absl::StrCat("(offset 16) = ", t, " is more tokens than a ", size, "-byte file holds"));
+  if (t == 0 && v != 0)
+    return FieldError(path, "V", absl::StrCat("(offset 24) = ", v, " but T = 0 (must be 0)"));
   if (t > 0 && v == 0) return FieldError(path, "V", absl::StrCat("(offset 24) = 0 but T = ", t));
   if (v > static_cast<uint64_t>(INT32_MAX) + 1) {
     return FieldError(path, "V", absl::StrCat("(offset 24) = ", v, " exceeds 2^31"));
@@ -90,25 +99,28 @@ absl::StatusOr<SampleSetFile> SampleSetFile::Open(const std::string& path,
                                             " and T = ", t, " need ", expected, " bytes"));
   }
   if (size > expected) {
-    return FieldError(path, "size", absl::StrCat(size, " bytes is more than the ", expected,
-                                                 " that N = ", n, " and T = ", t, " describe"));
+    return FieldError(path, "size",
+                      absl::StrCat(size, " bytes is more than the ", expected, " that N = ", n,
+                                   " and T = ", t, " describe"));
   }
   std::vector<uint8_t> raw(offsets_bytes);
-  if (absl::Status s = PreadExactly(f.fd_.get(), kSampleSetHeaderBytes, raw.data(), raw.size(), path);
+  if (absl::Status s =
+          PreadExactly(f.fd_.get(), kSampleSetHeaderBytes, raw.data(), raw.size(), path);
       !s.ok()) {
     return s;
   }
   f.offsets_.resize(n + 1);
   for (uint64_t i = 0; i <= n; ++i) f.offsets_[i] = LoadU64(raw.data() + i * 8);
   if (f.offsets_[0] != 0) {
-    return FieldError(path, "offset o[0]", absl::StrCat("(offset 32) = ", f.offsets_[0], ", not 0"));
+    return FieldError(path, "offset o[0]",
+                      absl::StrCat("(offset 32) = ", f.offsets_[0], ", not 0"));
   }
   for (uint64_t i = 1; i <= n; ++i) {
     if (f.offsets_[i] < f.offsets_[i - 1] || f.offsets_[i] > t) {
-      return FieldError(path, absl::StrCat("offset o[", i, "]"),
-                        absl::StrCat("(offset ", kSampleSetHeaderBytes + i * 8, ") = ",
-                                     f.offsets_[i], " is not in [o[", i - 1, "] = ",
-                                     f.offsets_[i - 1], ", T = ", t, "]"));
+      return FieldError(
+          path, absl::StrCat("offset o[", i, "]"),
+          absl::StrCat("(offset ", kSampleSetHeaderBytes + i * 8, ") = ", f.offsets_[i],
+                       " is not in [o[", i - 1, "] = ", f.offsets_[i - 1], ", T = ", t, "]"));
     }
   }
   if (f.offsets_[n] != t) {
@@ -130,7 +142,8 @@ absl::Status SampleSetFile::ReadSample(size_t index, size_t count, Sample* out) 
   std::vector<uint32_t> raw(count);
   out->tokens.resize(count);
   out->mask.resize(count);
-  if (absl::Status s = PreadExactly(fd_.get(), tokens_at_ + first * 4, raw.data(), count * 4, path_);
+  if (absl::Status s =
+          PreadExactly(fd_.get(), tokens_at_ + first * 4, raw.data(), count * 4, path_);
       !s.ok()) {
     return s;
   }
@@ -141,8 +154,8 @@ absl::Status SampleSetFile::ReadSample(size_t index, size_t count, Sample* out) 
   for (size_t i = 0; i < count; ++i) {
     if (raw[i] >= vocab_bound_) {
       return absl::DataLossError(absl::StrCat(path_, ": sample ", index, " token ", i, " = ",
-                                              raw[i], " is not below the header's V = ",
-                                              vocab_bound_));
+                                              raw[i],
+                                              " is not below the header's V = ", vocab_bound_));
     }
     if (out->mask[i] > 1) {
       return absl::DataLossError(absl::StrCat(path_, ": sample ", index, " mask byte ", i, " = ",
@@ -169,8 +182,8 @@ absl::StatusOr<SampleSetFiles> SampleSetFiles::Open(const std::vector<std::strin
 }
 
 std::pair<const SampleSetFile*, size_t> SampleSetFiles::Locate(size_t index) const {
-  const size_t file = static_cast<size_t>(
-      std::upper_bound(starts_.begin(), starts_.end(), index) - starts_.begin() - 1);
+  const size_t file = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), index) -
+                                          starts_.begin() - 1);
   // Files with no samples share a start with the next one: upper_bound skips past them.
   return {&files_[file], index - starts_[file]};
 }

@@ -93,7 +93,8 @@ class SftTrainingTest : public ::testing::Test {
     return o;
   }
 
-  std::vector<StepReport> Run(const TrainingRunOptions& o, std::vector<std::string>* lines = nullptr) {
+  std::vector<StepReport> Run(const TrainingRunOptions& o,
+                              std::vector<std::string>* lines = nullptr) {
     StepLosses observer;
     class Lines : public StepLosses {
      public:
@@ -199,10 +200,9 @@ TEST_F(SftTrainingTest, OverlongSamplesAreRefusedOrTruncatedAndReported) {
   ModelConfig small = Config();
   small.vocab_size = 10;
   o.overlong = "truncate";
-  EXPECT_THAT(std::string(RunTraining(small, o, [](const std::string&, bool) {})
-                              .status()
-                              .message()),
-              HasSubstr("outside vocab_size=10"));
+  EXPECT_THAT(
+      std::string(RunTraining(small, o, [](const std::string&, bool) {}).status().message()),
+      HasSubstr("outside vocab_size=10"));
 }
 
 // A step where nothing counts updates nothing and reports loss 0 (no NaN); a micro-batch with no
@@ -221,6 +221,13 @@ TEST_F(SftTrainingTest, NoCountedTargetsGiveZeroContributionWithoutNaN) {
     EXPECT_EQ(r.valid_tokens, 0);
     EXPECT_FALSE(r.skipped);
   }
+  // Held-out samples with nothing counted: the validation loss is NaN, not a failed run.
+  o.validation_fraction = 0.25;
+  o.eval_every = 1;
+  absl::StatusOr<TrainingRunResult> held_out =
+      RunTraining(Config(), o, [](const std::string&, bool) {});
+  ASSERT_TRUE(held_out.ok()) << held_out.status();
+  EXPECT_TRUE(std::isnan(held_out->final_validation_loss));
 
   // Trainer level: [empty row batch, batch B] vs [B] alone.
   DeviceOptions device_options;
@@ -261,12 +268,36 @@ TEST_F(SftTrainingTest, NoCountedTargetsGiveZeroContributionWithoutNaN) {
     ASSERT_TRUE(report.ok()) << report.status();
     EXPECT_TRUE(std::isfinite(report->loss));
     losses.push_back(report->loss);
-    absl::StatusOr<std::vector<float>> g = (*trainer)->ReadGradient("model.layers.0.self_attn.q_proj.weight");
+    absl::StatusOr<std::vector<float>> g =
+        (*trainer)->ReadGradient("model.layers.0.self_attn.q_proj.weight");
     ASSERT_TRUE(g.ok()) << g.status();
     grads.push_back(*g);
   }
   EXPECT_EQ(losses[0], losses[1]);
   EXPECT_EQ(grads[0], grads[1]);
+
+  // Layouts are checked before anything is copied: positions within [0, seq), segment ids
+  // non-decreasing along each sequence.
+  {
+    absl::StatusOr<std::unique_ptr<Device>> device = CreateDevice(device_options);
+    ASSERT_TRUE(device.ok());
+    absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(**device, Config(), t);
+    ASSERT_TRUE(trainer.ok());
+    (*trainer)->InitializeRandom(3);
+    std::vector<int32_t> positions = counted.positions;
+    positions[5] = kSeqLen;
+    absl::StatusOr<StepReport> bad =
+        (*trainer)->Step({counted.inputs.data()}, {counted.targets.data()},
+                         {TokenLayout{positions.data(), counted.segments.data()}});
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(bad.status().message()), HasSubstr("position 32 of token 5"));
+    std::vector<int32_t> segments = counted.segments;
+    segments[9] = -1;
+    bad = (*trainer)->Step({counted.inputs.data()}, {counted.targets.data()},
+                           {TokenLayout{counted.positions.data(), segments.data()}});
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(bad.status().message()), HasSubstr("segment id -1 of token 9"));
+  }
 
   // An executor not created for segment ids refuses a micro-batch that carries them (it would
   // otherwise attend across samples silently).

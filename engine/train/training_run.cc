@@ -61,10 +61,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> StartingTrainer(Device& device, const M
   return trainer;
 }
 
-// Evaluates the validation batches; NaN when the run holds no validation windows out.
+// Evaluates the validation batches; NaN when the run holds no validation windows out, or when
+// none of their targets counts (held-out samples whose loss masks are all 0).
 absl::StatusOr<double> Evaluate(Trainer& trainer, const std::vector<WindowBatch>& validation,
                                 bool with_segments) {
-  if (validation.empty()) return std::numeric_limits<double>::quiet_NaN();
+  const bool any_counted = std::any_of(validation.begin(), validation.end(), [](const WindowBatch& b) {
+    return std::any_of(b.targets.begin(), b.targets.end(), [](int32_t t) { return t >= 0; });
+  });
+  if (!any_counted) return std::numeric_limits<double>::quiet_NaN();
   std::vector<const int32_t*> in, tg;
   std::vector<TokenLayout> layouts;
   for (const WindowBatch& b : validation) {
@@ -228,11 +232,13 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
   }
   result.parameters = (*trainer)->layout().parameter_count();
   result.unigram_entropy_nats = data->unigram_entropy_nats;
-  progress(absl::StrFormat("model: %d parameters, %d layers, d=%d; data: %s; unigram entropy "
-                           "%.3f nats",
+  progress(absl::StrFormat("model: %d parameters, %d layers, d=%d; data: %s%s",
                            result.parameters, config.num_hidden_layers, config.hidden_size,
                            DescribeData(*data, windows, options.trainer.seq_len),
-                           result.unigram_entropy_nats),
+                           data->samples != nullptr
+                               ? ""
+                               : absl::StrFormat("; unigram entropy %.3f nats",
+                                                 result.unigram_entropy_nats)),
            true);
 
   absl::StatusOr<std::vector<WindowBatch>> validation_batches =
