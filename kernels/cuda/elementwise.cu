@@ -35,8 +35,7 @@ __global__ void ResidualAddKernel(const bf16* a, const bf16* b, bf16* out, int64
 }
 
 __global__ void RoundToBf16Kernel(const float* in, bf16* out, int64_t n) {
-  const int64_t i = ThisElement();
-  if (i < n) out[i] = S::Make(in[i]);
+  RoundToStorageThread<S>(ThisElement(), n, in, out);
 }
 
 __global__ void SwigluForwardKernel(const bf16* gate, const bf16* up, bf16* out, int64_t n) {
