@@ -45,8 +45,8 @@ struct FloatStorage {
   static float Make(float v) { return v; }
 };
 
-// bf16 in memory as raw bits, the host twin of bf16_storage.cuh (same
-// round-to-nearest-even; bf16_storage_test checks the two agree bitwise).
+// bf16 in memory as raw bits, the host twin of bf16_storage.cuh (both round
+// to nearest even; bf16_storage_test compares the two bitwise).
 struct Bf16BitsStorage {
   using T = uint16_t;
   static constexpr double kOutputRounding = 1.0 / 256.0;
@@ -537,6 +537,31 @@ TYPED_TEST(BlockBodiesTest, EmbeddingForwardGathersAndPoisonsBadIds) {
         }
       }
     }
+  }
+}
+
+// Segments as BuildEmbeddingGradIndex makes them: unique rows, each with its
+// tokens in order; dtable rows start non-zero (the kernel adds).
+TYPED_TEST(BlockBodiesTest, EmbeddingBackwardAddsEachSegmentInTokenOrder) {
+  using S = TypeParam;
+  const std::vector<int32_t> unique_rows = {0, 4, 9};
+  const std::vector<int32_t> offsets = {0, 3, 4, 6};
+  const std::vector<int32_t> token_order = {1, 2, 5, 0, 3, 4};  // tokens of rows 0 | 4 | 9
+  for (int dim : {1, 33, 257}) {
+    const auto dout = Store<S>(Values(6 * dim, 61));
+    const std::vector<float> start = Values(10 * dim, 62);
+    std::vector<float> dtable = start;
+    RunGrid(EmbeddingBackwardGrid(3, dim), 0, [&](const EmulatedThread& t) {
+      EmbeddingBackwardThread<S>(t.block_x, ColumnIndex(t.block_y, t.thread, t.threads),
+                                 unique_rows.data(), offsets.data(), token_order.data(),
+                                 dout.data(), dim, dtable.data());
+    });
+    std::vector<double> want(start.begin(), start.end());
+    for (size_t u = 0; u < unique_rows.size(); ++u)
+      for (int32_t k = offsets[u]; k < offsets[u + 1]; ++k)
+        for (int c = 0; c < dim; ++c)
+          want[unique_rows[u] * dim + c] += Loaded<S>(dout[token_order[k] * dim + c]);
+    ExpectNear<FloatStorage>(dtable, want, 4.0, "dim=" + std::to_string(dim) + " dtable");
   }
 }
 

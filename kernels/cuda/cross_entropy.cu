@@ -4,7 +4,7 @@
 // logits folded into per-row running states, the loss from the states once
 // every block was seen, and each block's dlogits from them.
 #include "kernels/common/softmax.h"
-#include "kernels/cuda/bf16_storage.cuh"
+#include "kernels/cuda/bf16_storage.h"
 #include "kernels/cuda/cross_entropy_bodies.h"
 #include "kernels/cuda/launch_geometry.h"
 #include "kernels/cuda/launchers.h"

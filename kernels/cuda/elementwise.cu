@@ -1,7 +1,7 @@
 // CUDA kernels + launchers: embedding gather/scatter-add, residual add, fp32 to
 // bf16 rounding, SwiGLU
 // and RoPE, each a thin grid over thread_bodies.h (kernels/common math).
-#include "kernels/cuda/bf16_storage.cuh"
+#include "kernels/cuda/bf16_storage.h"
 #include "kernels/cuda/launch_geometry.h"
 #include "kernels/cuda/launchers.h"
 #include "kernels/cuda/thread_bodies.h"

@@ -1,6 +1,6 @@
 // CUDA RMSNorm: forward (one block per row, saves rstd) and backward (dx one
 // block per row; dw by fixed row groups -> partials -> in-order final sum).
-#include "kernels/cuda/bf16_storage.cuh"
+#include "kernels/cuda/bf16_storage.h"
 #include "kernels/cuda/launch_geometry.h"
 #include "kernels/cuda/launchers.h"
 #include "kernels/cuda/rmsnorm_bodies.h"
