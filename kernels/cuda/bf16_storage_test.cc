@@ -1,4 +1,4 @@
-// The bf16 storage policy the .cu kernels use (bf16_storage.cuh: cuda_bf16.h's
+// The bf16 storage policy the .cu kernels use (bf16_storage.h: cuda_bf16.h's
 // __float2bfloat16_rn / __bfloat162float, compiled here for the host) agrees
 // bitwise with kernels/common/bf16.h, the twin the CPU kernels and the block
 // emulator tests use: every bf16 pattern widens the same, and fp32 values

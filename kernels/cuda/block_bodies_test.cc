@@ -45,7 +45,7 @@ struct FloatStorage {
   static float Make(float v) { return v; }
 };
 
-// bf16 in memory as raw bits, the host twin of bf16_storage.cuh (both round
+// bf16 in memory as raw bits, the host twin of bf16_storage.h (both round
 // to nearest even; bf16_storage_test compares the two bitwise).
 struct Bf16BitsStorage {
   using T = uint16_t;
