@@ -94,10 +94,9 @@ void ExpectNear(const std::vector<typename S::T>& got, const std::vector<double>
 }
 
 void RunGrid(const LaunchShape& shape, size_t shared_bytes,
-         const std::function<void(const EmulatedThread&)>& body) {
-  const absl::Status status =
-      RunEmulatedGrid(EmulatedGrid{shape.blocks_x, shape.blocks_y, shape.threads, shared_bytes},
-                      body);
+             const std::function<void(const EmulatedThread&)>& body) {
+  const absl::Status status = RunEmulatedGrid(
+      EmulatedGrid{shape.blocks_x, shape.blocks_y, shape.threads, shared_bytes}, body);
   ASSERT_TRUE(status.ok()) << status;
 }
 
@@ -133,9 +132,9 @@ TEST(BlockReduceTest, OrderedSumIsBitwiseThePromisedOrderAndCloseToDouble) {
     const std::vector<float> values = Values(n, 7, -3.0f, 5.0f);
     float total = std::numeric_limits<float>::quiet_NaN();
     RunGrid(LaunchShape{1, 1, kSumThreads}, kSumThreads / 32 * sizeof(float),
-        [&](const EmulatedThread& t) {
-          OrderedSumBlock<kSumThreads>(values.data(), n, &total, static_cast<float*>(t.shared));
-        });
+            [&](const EmulatedThread& t) {
+              OrderedSumBlock<kSumThreads>(values.data(), n, &total, static_cast<float*>(t.shared));
+            });
     EXPECT_EQ(total, BlockSumInPromisedOrder(values, kSumThreads)) << "n=" << n;
     double want = 0.0, magnitude = 0.0;
     for (float v : values) want += v, magnitude += std::fabs(v);
@@ -149,14 +148,15 @@ TEST(BlockReduceTest, EveryThreadGetsTheSameTotals) {
   std::vector<OnlineSoftmax> states(kThreads);
   const std::vector<float> values = Values(kThreads, 3, -6.0f, 6.0f);
   RunGrid(LaunchShape{1, 1, kThreads}, kThreads / 32 * sizeof(OnlineSoftmax),
-      [&](const EmulatedThread& t) {
-        const float v = values[static_cast<size_t>(t.thread)];
-        sums[static_cast<size_t>(t.thread)] = BlockSum<kThreads>(v, static_cast<float*>(t.shared));
-        OnlineSoftmax s;
-        OnlineSoftmaxMerge(&s, v, 1.0f);
-        states[static_cast<size_t>(t.thread)] =
-            BlockSoftmaxMerge<kThreads>(s, static_cast<OnlineSoftmax*>(t.shared));
-      });
+          [&](const EmulatedThread& t) {
+            const float v = values[static_cast<size_t>(t.thread)];
+            sums[static_cast<size_t>(t.thread)] =
+                BlockSum<kThreads>(v, static_cast<float*>(t.shared));
+            OnlineSoftmax s;
+            OnlineSoftmaxMerge(&s, v, 1.0f);
+            states[static_cast<size_t>(t.thread)] =
+                BlockSoftmaxMerge<kThreads>(s, static_cast<OnlineSoftmax*>(t.shared));
+          });
   double sum = 0.0, max = -INFINITY;
   for (float v : values) sum += v, max = std::fmax(max, v);
   double exp_sum = 0.0;
@@ -241,8 +241,8 @@ TYPED_TEST(BlockBodiesTest, RmsnormForwardAndBackwardMatchDouble) {
                                                 static_cast<float*>(t.shared));
       });
       RunGrid(DwPartialGrid(rows, dim), 0, [&](const EmulatedThread& t) {
-        RmsnormDwPartialThread<S>(t.block_y, ColumnIndex(t.block_x, t.thread, t.threads), rows,
-                                  dim, x.data(), dy.data(), rstd.data(), partials.data());
+        RmsnormDwPartialThread<S>(t.block_y, ColumnIndex(t.block_x, t.thread, t.threads), rows, dim,
+                                  x.data(), dy.data(), rstd.data(), partials.data());
       });
       RunGrid(DwFinalGrid(dim), 0, [&](const EmulatedThread& t) {
         RmsnormDwFinalThread(ColumnIndex(t.block_x, t.thread, t.threads), DwRowGroups(rows), dim,
@@ -340,10 +340,11 @@ TYPED_TEST(BlockBodiesTest, CrossEntropyRowsMatchDoubleIncludingInPlace) {
       auto separate = Store<S>(std::vector<float>(logits.size(), NAN));
       typename S::T* dlogits = in_place ? logits.data() : separate.data();
       std::vector<float> row_loss(static_cast<size_t>(rows), -7.0f);
-      RunGrid(RowGrid(rows), kRowThreads / 32 * sizeof(OnlineSoftmax), [&](const EmulatedThread& t) {
-        CrossEntropyRow<S, kRowThreads>(logits.data(), c.targets.data(), vocab, scale, dlogits,
-                                        row_loss.data(), static_cast<OnlineSoftmax*>(t.shared));
-      });
+      RunGrid(
+          RowGrid(rows), kRowThreads / 32 * sizeof(OnlineSoftmax), [&](const EmulatedThread& t) {
+            CrossEntropyRow<S, kRowThreads>(logits.data(), c.targets.data(), vocab, scale, dlogits,
+                                            row_loss.data(), static_cast<OnlineSoftmax*>(t.shared));
+          });
       const CrossEntropyReference ref = CrossEntropyDouble(logits_wide, c.targets, vocab, scale);
       ExpectLosses(row_loss, ref.loss, what);
       ExpectNear<S>(in_place ? logits : separate, ref.dlogits, 1.0, what + " dlogits");
@@ -380,11 +381,12 @@ TYPED_TEST(BlockBodiesTest, CrossEntropyOverVocabularyBlocksMatchesDouble) {
     for (int64_t first = 0; first < vocab; first += block_vocab) {
       const int64_t width = std::min(block_vocab, vocab - first);
       const auto block = block_of(first, width);
-      RunGrid(RowGrid(rows), kRowThreads / 32 * sizeof(OnlineSoftmax), [&](const EmulatedThread& t) {
-        HeadBlockStatsRow<S, kRowThreads>(block.data(), c.targets.data(), width, first,
-                                          row_max.data(), row_sum.data(), target_logit.data(),
-                                          static_cast<OnlineSoftmax*>(t.shared));
-      });
+      RunGrid(
+          RowGrid(rows), kRowThreads / 32 * sizeof(OnlineSoftmax), [&](const EmulatedThread& t) {
+            HeadBlockStatsRow<S, kRowThreads>(block.data(), c.targets.data(), width, first,
+                                              row_max.data(), row_sum.data(), target_logit.data(),
+                                              static_cast<OnlineSoftmax*>(t.shared));
+          });
     }
     RunGrid(per_row, 0, [&](const EmulatedThread& t) {
       HeadRowLossThread(ElementIndex(t.block_x, t.thread, t.threads), rows, row_max.data(),
@@ -416,8 +418,7 @@ TYPED_TEST(BlockBodiesTest, CrossEntropyOverVocabularyBlocksMatchesDouble) {
     }
     ExpectLosses(row_loss, ref.loss, what);
     for (size_t k = 0; k < dlogits.size(); ++k) {
-      const double bound =
-          (kFloatRel + S::kOutputRounding) * std::fabs(ref.dlogits[k]) + kFloatAbs;
+      const double bound = (kFloatRel + S::kOutputRounding) * std::fabs(ref.dlogits[k]) + kFloatAbs;
       ASSERT_LE(std::fabs(dlogits[k] - ref.dlogits[k]), bound)
           << what << " dlogits " << k << ": got " << dlogits[k] << " want " << ref.dlogits[k];
     }
@@ -428,9 +429,8 @@ TYPED_TEST(BlockBodiesTest, CrossEntropyOverVocabularyBlocksMatchesDouble) {
 
 template <class S>
 void RunElementwise(int64_t n, const std::function<void(int64_t)>& body) {
-  RunGrid(ElementwiseGrid(n), 0, [&](const EmulatedThread& t) {
-    body(ElementIndex(t.block_x, t.thread, t.threads));
-  });
+  RunGrid(ElementwiseGrid(n), 0,
+          [&](const EmulatedThread& t) { body(ElementIndex(t.block_x, t.thread, t.threads)); });
 }
 
 TYPED_TEST(BlockBodiesTest, ElementwiseBodiesMatchDouble) {
@@ -587,9 +587,9 @@ uint16_t NearestBf16(float x) {
 
 TEST(Bf16RoundTripTest, RoundToStorageBodyIsNearestEvenAndWideningIsExact) {
   std::vector<float> in = Values(1001, 51, -1e5f, 1e5f);
-  for (uint32_t bits : {0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x3f807fffu, 0x7f7fffffu,
-                        0x7f7f8000u, 0x7f7f7fffu, 0xff7fffffu, 0x00008000u, 0x00018000u,
-                        0x80000000u, 0x00000001u}) {
+  for (uint32_t bits :
+       {0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x3f807fffu, 0x7f7fffffu, 0x7f7f8000u, 0x7f7f7fffu,
+        0xff7fffffu, 0x00008000u, 0x00018000u, 0x80000000u, 0x00000001u}) {
     float f = 0.0f;
     std::memcpy(&f, &bits, sizeof f);
     in.push_back(f);
@@ -600,9 +600,8 @@ TEST(Bf16RoundTripTest, RoundToStorageBodyIsNearestEvenAndWideningIsExact) {
   in.push_back(NAN);
   const int64_t n = static_cast<int64_t>(in.size());
   std::vector<uint16_t> out(in.size(), 0x1234u);
-  RunElementwise<Bf16BitsStorage>(n, [&](int64_t i) {
-    RoundToStorageThread<Bf16BitsStorage>(i, n, in.data(), out.data());
-  });
+  RunElementwise<Bf16BitsStorage>(
+      n, [&](int64_t i) { RoundToStorageThread<Bf16BitsStorage>(i, n, in.data(), out.data()); });
   for (size_t i = 0; i < in.size(); ++i) {
     if (std::isnan(in[i])) {
       EXPECT_TRUE(std::isnan(Bf16BitsToFloat32(out[i])));

@@ -77,8 +77,7 @@ MT_DEVICE void HeadBlockStatsRow(const typename S::T* logits, const int32_t* tar
   if (target < 0) return;  // uniform across the block
   const typename S::T* in = logits + row * block_vocab;
   OnlineSoftmax state;
-  for (int64_t c = RowFirstColumn(MT_THREAD_X()); c < block_vocab;
-       c += RowColumnStride(kThreads)) {
+  for (int64_t c = RowFirstColumn(MT_THREAD_X()); c < block_vocab; c += RowColumnStride(kThreads)) {
     OnlineSoftmaxMerge(&state, S::Load(in[c]), 1.0f);
   }
   state = BlockSoftmaxMerge<kThreads>(state, scratch);
@@ -109,8 +108,7 @@ MT_DEVICE void HeadBlockGradRow(const typename S::T* logits, const int32_t* targ
     return;
   }
   const float lse = OnlineSoftmaxLogSumExp(OnlineSoftmax{row_max[row], row_sum[row]});
-  for (int64_t c = RowFirstColumn(MT_THREAD_X()); c < block_vocab;
-       c += RowColumnStride(kThreads)) {
+  for (int64_t c = RowFirstColumn(MT_THREAD_X()); c < block_vocab; c += RowColumnStride(kThreads)) {
     out[c] = S::Make(CrossEntropyLogitGrad(S::Load(in[c]), lse, c + first_row == target, scale));
   }
 }
@@ -126,9 +124,8 @@ MT_HD void HeadStatsResetThread(int64_t row, int64_t rows, float* row_max, float
   target_logit[row] = NAN;
 }
 
-MT_HD void HeadRowLossThread(int64_t row, int64_t rows, const float* row_max,
-                             const float* row_sum, const float* target_logit,
-                             const int32_t* targets, float* row_loss) {
+MT_HD void HeadRowLossThread(int64_t row, int64_t rows, const float* row_max, const float* row_sum,
+                             const float* target_logit, const int32_t* targets, float* row_loss) {
   if (row >= rows) return;
   if (targets[row] < 0) {
     row_loss[row] = 0.0f;

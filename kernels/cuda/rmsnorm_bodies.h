@@ -15,8 +15,8 @@ namespace megatrain::kernels::cuda {
 
 // y = x * rstd * w over the row; rstd[row] saved for the backward.
 template <class S, int kThreads>
-MT_DEVICE void RmsnormForwardRow(const typename S::T* x, const typename S::T* w, int dim,
-                                 float eps, typename S::T* y, float* rstd, float* scratch) {
+MT_DEVICE void RmsnormForwardRow(const typename S::T* x, const typename S::T* w, int dim, float eps,
+                                 typename S::T* y, float* rstd, float* scratch) {
   const int64_t row = MT_BLOCK_X();
   const int64_t row_offset = row * dim;
   const typename S::T* x_row = x + row_offset;

@@ -22,10 +22,14 @@ enum class BarrierKind { kBlockStart, kSyncThreads, kShuffle, kBlockEnd };
 
 const char* KindName(BarrierKind kind) {
   switch (kind) {
-    case BarrierKind::kBlockStart: return "block start";
-    case BarrierKind::kSyncThreads: return "__syncthreads";
-    case BarrierKind::kShuffle: return "a warp shuffle";
-    case BarrierKind::kBlockEnd: return "the end of the body";
+    case BarrierKind::kBlockStart:
+      return "block start";
+    case BarrierKind::kSyncThreads:
+      return "__syncthreads";
+    case BarrierKind::kShuffle:
+      return "a warp shuffle";
+    case BarrierKind::kBlockEnd:
+      return "the end of the body";
   }
   return "?";
 }
@@ -47,7 +51,8 @@ struct RunAborted {};
 class LaunchState {
  public:
   explicit LaunchState(const EmulatedGrid& grid)
-      : grid_(grid), shared_(grid.shared_bytes),
+      : grid_(grid),
+        shared_(grid.shared_bytes),
         exchange_(2 * static_cast<size_t>(grid.threads)),
         arrivals_(static_cast<size_t>(grid.threads)),
         problems_(static_cast<size_t>(grid.threads)),
@@ -83,7 +88,8 @@ class LaunchState {
   };
 
   void Check() {
-    const std::string where = absl::StrCat("block (", block_x_.load(), ", ", block_y_.load(), "): ");
+    const std::string where =
+        absl::StrCat("block (", block_x_.load(), ", ", block_y_.load(), "): ");
     for (int t = 0; t < grid_.threads && error_.empty(); ++t) {
       if (!problems_[static_cast<size_t>(t)].empty()) {
         error_ = absl::StrCat(where, "thread ", t, ": ", problems_[static_cast<size_t>(t)]);
@@ -127,8 +133,8 @@ ThreadContext& Current() {
 }
 
 void Barrier(ThreadContext& ctx, BarrierKind kind, std::string problem = "") {
-  ctx.launch->Wait(ctx.position.thread, Arrival{kind, ctx.barriers_passed},
-                   ctx.position.block_x, ctx.position.block_y, std::move(problem));
+  ctx.launch->Wait(ctx.position.thread, Arrival{kind, ctx.barriers_passed}, ctx.position.block_x,
+                   ctx.position.block_y, std::move(problem));
   ++ctx.barriers_passed;
 }
 

@@ -56,8 +56,7 @@ TEST(BlockEmulatorTest, ShufflesReadTheCudaSourceLane) {
     const int warp_base = t / 32 * 32, lane = t % 32;
     EXPECT_EQ(xor_result[static_cast<size_t>(t)], static_cast<float>(warp_base + (lane ^ 5)));
     // Past the warp's last lane a thread keeps its own value.
-    EXPECT_EQ(down_result[static_cast<size_t>(t)],
-              static_cast<float>(lane + 3 < 32 ? t + 3 : t));
+    EXPECT_EQ(down_result[static_cast<size_t>(t)], static_cast<float>(lane + 3 < 32 ? t + 3 : t));
   }
 }
 
@@ -107,9 +106,8 @@ TEST(BlockEmulatorTest, DivergentSyncThreadsIsAnErrorNotAHang) {
 
 TEST(BlockEmulatorTest, ShuffleOutsideWholeWarpsIsRejected) {
   const absl::Status status =
-      RunEmulatedGrid(EmulatedGrid{1, 1, 48, 0}, [&](const EmulatedThread&) {
-        (void)MT_SHFL_XOR(0xffffffffu, 1.0f, 1);
-      });
+      RunEmulatedGrid(EmulatedGrid{1, 1, 48, 0},
+                      [&](const EmulatedThread&) { (void)MT_SHFL_XOR(0xffffffffu, 1.0f, 1); });
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(status.message().find("whole warps"), std::string::npos) << status;
 }
