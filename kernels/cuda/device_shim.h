@@ -1,6 +1,8 @@
 // The CUDA builtins the block bodies use (thread/block index, __syncthreads,
 // warp shuffles), as macros: the intrinsics under nvcc, the block emulator
 // (kernels/cuda/testing) under a host compiler, so one body runs on both.
+// MT_THREAD_X() and MT_BLOCK_DIM_X() are unsigned like threadIdx.x, so the
+// bodies compile to the same code as when they used the builtins directly.
 #pragma once
 
 #include <cstdint>
@@ -9,8 +11,8 @@
 
 #define MT_DEVICE __device__ __forceinline__
 #define MT_DEVICE_FN __device__  // inlining left to the compiler
-#define MT_THREAD_X() (static_cast<int>(threadIdx.x))
-#define MT_BLOCK_DIM_X() (static_cast<int>(blockDim.x))
+#define MT_THREAD_X() (threadIdx.x)
+#define MT_BLOCK_DIM_X() (blockDim.x)
 #define MT_BLOCK_X() (static_cast<int64_t>(blockIdx.x))
 #define MT_SYNC_THREADS() __syncthreads()
 #define MT_SHFL_XOR(mask, value, lane_mask) __shfl_xor_sync((mask), (value), (lane_mask))

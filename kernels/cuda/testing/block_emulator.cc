@@ -221,8 +221,8 @@ absl::Status RunEmulatedGrid(const EmulatedGrid& grid,
   return absl::OkStatus();
 }
 
-int EmulatedThreadX() { return Current().position.thread; }
-int EmulatedBlockDimX() { return Current().position.threads; }
+unsigned EmulatedThreadX() { return static_cast<unsigned>(Current().position.thread); }
+unsigned EmulatedBlockDimX() { return static_cast<unsigned>(Current().position.threads); }
 int64_t EmulatedBlockX() { return Current().position.block_x; }
 int64_t EmulatedBlockY() { return Current().position.block_y; }
 

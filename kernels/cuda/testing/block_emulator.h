@@ -48,8 +48,8 @@ absl::Status RunEmulatedGrid(const EmulatedGrid& grid,
 
 // ---- What device_shim.h maps the CUDA builtins to on the host. Only valid
 // inside a body run by RunEmulatedGrid (CHECK-fails otherwise). ----
-int EmulatedThreadX();
-int EmulatedBlockDimX();
+unsigned EmulatedThreadX();  // unsigned, like threadIdx.x
+unsigned EmulatedBlockDimX();
 int64_t EmulatedBlockX();
 int64_t EmulatedBlockY();
 void EmulatedSyncThreads();

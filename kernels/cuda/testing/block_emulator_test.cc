@@ -67,7 +67,7 @@ TEST(BlockEmulatorTest, EveryBlockAndThreadRunsOnceInBlockOrder) {
   const absl::Status status =
       RunEmulatedGrid(EmulatedGrid{4, 3, 33, 0}, [&](const EmulatedThread& t) {
         EXPECT_EQ(t.block_x, MT_BLOCK_X());
-        EXPECT_EQ(MT_BLOCK_DIM_X(), 33);
+        EXPECT_EQ(MT_BLOCK_DIM_X(), 33u);
         std::lock_guard<std::mutex> lock(mu);
         ++runs[static_cast<size_t>((t.block_y * 4 + t.block_x) * 33 + t.thread)];
         if (t.thread == 0) block_order.push_back(t.block_y * 4 + t.block_x);
