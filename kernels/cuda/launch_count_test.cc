@@ -246,6 +246,95 @@ TEST_F(LaunchCountTest, RopeIsOneLaunchOverPairs) {
   EXPECT_EQ(Arg<bool>(l, 7), true);
 }
 
+TEST_F(LaunchCountTest, EmbeddingAndRoundingAreOneLaunchEach) {
+  recorder_.arg_sizes = {{8, 8, 8, 8, 4, 8}, {8, 8, 8, 8, 4, 8}, {8, 8, 8}};
+  ASSERT_TRUE(EmbeddingForward(Fake<int32_t>(1), 33, Fake(2), 32000, 4097, Fake(3), kStream).ok());
+  ASSERT_TRUE(EmbeddingBackward(Fake<int32_t>(4), Fake<int32_t>(5), Fake<int32_t>(6), 7, 33,
+                                Fake(7), 4097, Fake<float>(8), kStream)
+                  .ok());
+  ASSERT_TRUE(RoundToBf16(Fake<float>(9), Fake(10), 12345, kStream).ok());
+  ASSERT_EQ(recorder_.launches.size(), 3u);
+  const RecordedLaunch& gather = recorder_.launches[0];
+  ExpectShape(gather, ElementwiseGrid(33 * 4097).blocks_x, 1, kElementwiseThreads);
+  EXPECT_EQ(Arg<void*>(gather, 0), Fake(1));  // ids
+  EXPECT_EQ(Arg<int64_t>(gather, 1), 33 * 4097);
+  EXPECT_EQ(Arg<void*>(gather, 2), Fake(2));  // table
+  EXPECT_EQ(Arg<int64_t>(gather, 3), 32000);  // vocab
+  EXPECT_EQ(Arg<int>(gather, 4), 4097);       // dim
+  EXPECT_EQ(Arg<void*>(gather, 5), Fake(3));  // out
+  const RecordedLaunch& scatter = recorder_.launches[1];
+  const LaunchShape g = EmbeddingBackwardGrid(7, 4097);
+  ExpectShape(scatter, g.blocks_x, g.blocks_y, kEmbeddingBackwardThreads);
+  EXPECT_EQ(Arg<void*>(scatter, 0), Fake(4));  // unique_rows
+  EXPECT_EQ(Arg<void*>(scatter, 1), Fake(5));  // segment_offsets
+  EXPECT_EQ(Arg<void*>(scatter, 2), Fake(6));  // token_order
+  EXPECT_EQ(Arg<void*>(scatter, 3), Fake(7));  // dout
+  EXPECT_EQ(Arg<int>(scatter, 4), 4097);
+  EXPECT_EQ(Arg<void*>(scatter, 5), Fake(8));  // dtable
+  const RecordedLaunch& round = recorder_.launches[2];
+  ExpectShape(round, ElementwiseGrid(12345).blocks_x, 1, kElementwiseThreads);
+  EXPECT_EQ(Arg<void*>(round, 0), Fake(9));
+  EXPECT_EQ(Arg<void*>(round, 1), Fake(10));
+  EXPECT_EQ(Arg<int64_t>(round, 2), 12345);
+}
+
+// The LM head's vocabulary-block path: reset, stats per block, loss (row loss
+// then the ordered sum), gradient per block.
+TEST_F(LaunchCountTest, HeadBlockPathLaunchesInOrder) {
+  constexpr int64_t kRows = 300;
+  recorder_.arg_sizes = {
+      {8, 8, 8, 8}, {8, 8, 8, 8, 8, 8, 8}, {8, 8, 8, 8, 8, 8}, {8, 8, 8}, {8, 8, 8, 8, 8, 8, 4, 8}};
+  ASSERT_TRUE(HeadStatsReset(kRows, Fake<float>(1), Fake<float>(2), Fake<float>(3), kStream).ok());
+  ASSERT_TRUE(HeadBlockStats(Fake(4), Fake<int32_t>(5), kRows, 8192, 16384, Fake<float>(1),
+                             Fake<float>(2), Fake<float>(3), kStream)
+                  .ok());
+  ASSERT_TRUE(HeadLossFromStats(Fake<float>(1), Fake<float>(2), Fake<float>(3), Fake<int32_t>(5),
+                                kRows, Fake<float>(6), Fake<float>(7), kStream)
+                  .ok());
+  ASSERT_TRUE(HeadBlockGrad(Fake(4), Fake<int32_t>(5), kRows, 8192, 16384, Fake<float>(1),
+                            Fake<float>(2), 0.5f, Fake(8), kStream)
+                  .ok());
+  ASSERT_EQ(recorder_.launches.size(), 5u);
+  const RecordedLaunch& reset = recorder_.launches[0];
+  ExpectShape(reset, 2, 1, 256);  // ceil(300 / 256) blocks of 256 rows
+  EXPECT_EQ(Arg<int64_t>(reset, 0), kRows);
+  EXPECT_EQ(Arg<void*>(reset, 1), Fake(1));
+  EXPECT_EQ(Arg<void*>(reset, 2), Fake(2));
+  EXPECT_EQ(Arg<void*>(reset, 3), Fake(3));
+  const RecordedLaunch& stats = recorder_.launches[1];
+  ExpectShape(stats, kRows, 1, kRowThreads);
+  EXPECT_EQ(Arg<void*>(stats, 0), Fake(4));  // logits
+  EXPECT_EQ(Arg<void*>(stats, 1), Fake(5));  // targets
+  EXPECT_EQ(Arg<int64_t>(stats, 2), 8192);   // block_vocab
+  EXPECT_EQ(Arg<int64_t>(stats, 3), 16384);  // first_row
+  EXPECT_EQ(Arg<void*>(stats, 4), Fake(1));  // row_max
+  EXPECT_EQ(Arg<void*>(stats, 5), Fake(2));  // row_sum
+  EXPECT_EQ(Arg<void*>(stats, 6), Fake(3));  // target_logit
+  const RecordedLaunch& loss = recorder_.launches[2];
+  ExpectShape(loss, 2, 1, 256);
+  EXPECT_EQ(Arg<void*>(loss, 0), Fake(1));
+  EXPECT_EQ(Arg<void*>(loss, 1), Fake(2));
+  EXPECT_EQ(Arg<void*>(loss, 2), Fake(3));
+  EXPECT_EQ(Arg<void*>(loss, 3), Fake(5));  // targets
+  EXPECT_EQ(Arg<int64_t>(loss, 4), kRows);
+  EXPECT_EQ(Arg<void*>(loss, 5), Fake(6));  // row_loss
+  const RecordedLaunch& sum = recorder_.launches[3];
+  ExpectShape(sum, 1, 1, kSumThreads);
+  EXPECT_EQ(Arg<void*>(sum, 0), Fake(6));
+  EXPECT_EQ(Arg<int64_t>(sum, 1), kRows);
+  EXPECT_EQ(Arg<void*>(sum, 2), Fake(7));  // loss_sum
+  const RecordedLaunch& grad = recorder_.launches[4];
+  ExpectShape(grad, kRows, 1, kRowThreads);
+  EXPECT_EQ(Arg<void*>(grad, 0), Fake(4));
+  EXPECT_EQ(Arg<void*>(grad, 1), Fake(5));
+  EXPECT_EQ(Arg<int64_t>(grad, 2), 8192);
+  EXPECT_EQ(Arg<int64_t>(grad, 3), 16384);
+  EXPECT_EQ(Arg<void*>(grad, 4), Fake(1));
+  EXPECT_EQ(Arg<void*>(grad, 5), Fake(2));
+  EXPECT_EQ(Arg<float>(grad, 6), 0.5f);
+  EXPECT_EQ(Arg<void*>(grad, 7), Fake(8));  // dlogits
+}
+
 TEST_F(LaunchCountTest, AttentionIsOneLaunchForwardAndThreeBackward) {
   AttentionShape shape;
   shape.batch = 1;
