@@ -1,15 +1,5 @@
-// The bf16 storage policy the .cu kernels instantiate thread_bodies.h with:
-// bf16 in memory, fp32 arithmetic, round-to-nearest-even on store.
+// Kept for the .cu files that include it (attention.cu): the policy lives in
+// bf16_storage.h, which the host compiler can build too (bf16_storage_test).
 #pragma once
 
-#include <cuda_bf16.h>
-
-namespace megatrain::kernels::cuda {
-
-struct Bf16Storage {
-  using T = __nv_bfloat16;
-  __host__ __device__ __forceinline__ static float Load(T v) { return __bfloat162float(v); }
-  __host__ __device__ __forceinline__ static T Make(float v) { return __float2bfloat16_rn(v); }
-};
-
-}  // namespace megatrain::kernels::cuda
+#include "kernels/cuda/bf16_storage.h"

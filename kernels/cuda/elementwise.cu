@@ -1,7 +1,7 @@
 // CUDA kernels + launchers: embedding gather/scatter-add, residual add, fp32 to
 // bf16 rounding, SwiGLU
 // and RoPE, each a thin grid over thread_bodies.h (kernels/common math).
-#include "kernels/cuda/bf16_storage.cuh"
+#include "kernels/cuda/bf16_storage.h"
 #include "kernels/cuda/launch_geometry.h"
 #include "kernels/cuda/launchers.h"
 #include "kernels/cuda/thread_bodies.h"
@@ -35,8 +35,7 @@ __global__ void ResidualAddKernel(const bf16* a, const bf16* b, bf16* out, int64
 }
 
 __global__ void RoundToBf16Kernel(const float* in, bf16* out, int64_t n) {
-  const int64_t i = ThisElement();
-  if (i < n) out[i] = S::Make(in[i]);
+  RoundToStorageThread<S>(ThisElement(), n, in, out);
 }
 
 __global__ void SwigluForwardKernel(const bf16* gate, const bf16* up, bf16* out, int64_t n) {

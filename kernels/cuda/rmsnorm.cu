@@ -1,10 +1,9 @@
 // CUDA RMSNorm: forward (one block per row, saves rstd) and backward (dx one
 // block per row; dw by fixed row groups -> partials -> in-order final sum).
-#include "kernels/common/rmsnorm.h"
-#include "kernels/cuda/bf16_storage.cuh"
-#include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/bf16_storage.h"
 #include "kernels/cuda/launch_geometry.h"
 #include "kernels/cuda/launchers.h"
+#include "kernels/cuda/rmsnorm_bodies.h"
 #include "kernels/cuda/thread_bodies.h"
 
 namespace megatrain::kernels::cuda {
@@ -13,45 +12,19 @@ namespace {
 using S = Bf16Storage;
 using bf16 = __nv_bfloat16;
 
+// The row bodies live in rmsnorm_bodies.h (replayed on the CPU by
+// block_bodies_test); the kernels only own the shared scratch.
 __global__ void __launch_bounds__(kRowThreads)
     RmsnormForwardKernel(const bf16* x, const bf16* w, int dim, float eps, bf16* y, float* rstd) {
   __shared__ float scratch[kRowThreads / 32];
-  const int64_t row_offset = static_cast<int64_t>(blockIdx.x) * dim;
-  const bf16* x_row = x + row_offset;
-  float sum_squares = 0.0f;
-  for (int64_t c = RowFirstColumn(threadIdx.x); c < dim; c += RowColumnStride(kRowThreads)) {
-    const float v = S::Load(x_row[c]);
-    sum_squares += v * v;
-  }
-  sum_squares = BlockSum<kRowThreads>(sum_squares, scratch);
-  const float r = RmsnormRstd(sum_squares, dim, eps);
-  if (threadIdx.x == 0) rstd[blockIdx.x] = r;
-  bf16* y_row = y + row_offset;
-  for (int64_t c = RowFirstColumn(threadIdx.x); c < dim; c += RowColumnStride(kRowThreads)) {
-    y_row[c] = S::Make(RmsnormForward(S::Load(x_row[c]), r, S::Load(w[c])));
-  }
+  RmsnormForwardRow<S, kRowThreads>(x, w, dim, eps, y, rstd, scratch);
 }
 
 __global__ void __launch_bounds__(kRowThreads)
     RmsnormBackwardInputKernel(const bf16* x, const bf16* w, const float* rstd, const bf16* dy,
                                int dim, bool accumulate, bf16* dx) {
   __shared__ float scratch[kRowThreads / 32];
-  const int64_t row_offset = static_cast<int64_t>(blockIdx.x) * dim;
-  const bf16* x_row = x + row_offset;
-  const bf16* dy_row = dy + row_offset;
-  float dot = 0.0f;
-  for (int64_t c = RowFirstColumn(threadIdx.x); c < dim; c += RowColumnStride(kRowThreads)) {
-    dot += S::Load(w[c]) * S::Load(dy_row[c]) * S::Load(x_row[c]);
-  }
-  dot = BlockSum<kRowThreads>(dot, scratch);
-  const float r = rstd[blockIdx.x];
-  bf16* dx_row = dx + row_offset;
-  for (int64_t c = RowFirstColumn(threadIdx.x); c < dim; c += RowColumnStride(kRowThreads)) {
-    float g =
-        RmsnormBackwardInput(S::Load(x_row[c]), S::Load(w[c]), S::Load(dy_row[c]), r, dot, dim);
-    if (accumulate) g += S::Load(dx_row[c]);
-    dx_row[c] = S::Make(g);
-  }
+  RmsnormBackwardInputRow<S, kRowThreads>(x, w, rstd, dy, dim, accumulate, dx, scratch);
 }
 
 __global__ void __launch_bounds__(kDwThreads)

@@ -24,6 +24,13 @@ MT_HD void ResidualAddThread(int64_t i, int64_t n, const typename S::T* a, const
   out[i] = S::Make(S::Load(a[i]) + S::Load(b[i]));
 }
 
+// fp32 -> storage rounding (round-to-nearest-even for bf16).
+template <class S>
+MT_HD void RoundToStorageThread(int64_t i, int64_t n, const float* in, typename S::T* out) {
+  if (i >= n) return;
+  out[i] = S::Make(in[i]);
+}
+
 template <class S>
 MT_HD void SwigluForwardThread(int64_t i, int64_t n, const typename S::T* gate,
                                const typename S::T* up, typename S::T* out) {
