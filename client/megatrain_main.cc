@@ -53,9 +53,9 @@ ABSL_FLAG(std::string, chat_format, "",
           "submit/plan: data.chat_format: auto (default), chat, prompt_completion or alpaca.");
 ABSL_FLAG(std::string, samples, "",
           "submit/plan: comma-separated pre-made MTSFT sample files (data.sample_files).");
-ABSL_FLAG(std::optional<bool>, train_on_prompt, std::nullopt,
-          "submit/plan: fine-tuning: count the loss on prompt tokens too (default false: the "
-          "assistant tokens only).");
+ABSL_FLAG(bool, train_on_prompt, false,
+          "submit/plan: fine-tuning: count the loss on prompt tokens too (unset: the spec's "
+          "data.train_on_prompt, default false: the assistant tokens only).");
 ABSL_FLAG(std::optional<bool>, pack, std::nullopt,
           "submit/plan: fine-tuning: pack several samples per row (default true).");
 ABSL_FLAG(std::string, overlong, "",
@@ -209,7 +209,7 @@ absl::StatusOr<v1::JobSpec> SpecFromFlags() {
   if (!absl::GetFlag(FLAGS_samples).empty()) {
     o.sample_files = absl::StrSplit(absl::GetFlag(FLAGS_samples), ',', absl::SkipEmpty());
   }
-  o.train_on_prompt = absl::GetFlag(FLAGS_train_on_prompt);
+  if (absl::GetFlag(FLAGS_train_on_prompt)) o.train_on_prompt = true;
   o.pack = absl::GetFlag(FLAGS_pack);
   if (!absl::GetFlag(FLAGS_overlong).empty()) o.overlong = absl::GetFlag(FLAGS_overlong);
   if (absl::GetFlag(FLAGS_steps) != 0) o.steps = absl::GetFlag(FLAGS_steps);

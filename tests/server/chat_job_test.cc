@@ -4,9 +4,18 @@
 // template built by tests/python/hf_chat_fixtures.py) and a chat file; the job succeeds with
 // falling loss and a checkpoint that carries the tokenizer, a bad line fails it naming file:line,
 // train_on_prompt changes the losses, and a job paused, restarted and resumed reuses its sample
-// file and ends with the losses of a straight run, bitwise; `sample --chat` on a fine-tuned
-// checkpoint replies as a greedy decode from transformers' rendering of the prompt does.
+// file and ends with the losses of a straight run, bitwise; the CLI's flags submit and plan such
+// jobs, inputs swapped after the run-time check are never read, and cancelling kills the tool;
+// `sample --chat` on a fine-tuned checkpoint replies as a greedy decode from transformers'
+// rendering of the prompt does.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
 
 #include <cstdint>
 #include <filesystem>
@@ -16,6 +25,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "engine/checkpoint/checkpoint_reader.h"
 #include "engine/device/cpu_device.h"
 #include "engine/model/model_config.h"
@@ -222,6 +232,51 @@ TEST(ChatJobTest, ChatJobSucceedsWithFallingLossAndCarriesTheTokenizer) {
             result["final_validation_loss"].get<double>());
 }
 
+// `megatrain plan` / `submit` with the fine-tuning flags against the same daemon: the flags
+// land in the spec the daemon keeps, a bad value is refused naming the field (exit 4).
+TEST(ChatJobTest, TheCliFlagsSubmitAndPlanFineTuningJobs) {
+  TestDaemon daemon("chat_cli");
+  std::unique_ptr<DeviceJobEngine> engine = MakeEngine(daemon, ChatTool());
+  ASSERT_NE(engine, nullptr);
+  daemon.Start(engine.get());
+  const std::string hf = MakeHfModel(daemon);
+  ASSERT_FALSE(hf.empty());
+  auto cli = [&](const std::string& command, const std::vector<std::string>& extra) {
+    std::vector<std::string> argv = {Runfile("client/megatrain"), command,
+                                     "--socket=" + daemon.settings().socket_path,
+                                     "--hf_directory=" + hf,
+                                     "--chat=" + daemon.root() + "/data/chat.jsonl",
+                                     "--steps=3", "--seq_len=128", "--batch_size=2",
+                                     "--pack=false", "--train_on_prompt", "--overlong=truncate",
+                                     "--chat_format=chat"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    absl::StatusOr<ChildResult> r = RunChildProcess(argv, [] { return false; });
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : ChildResult{};
+  };
+  const ChildResult plan = cli("plan", {"--json"});
+  EXPECT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_THAT(plan.out, HasSubstr("parameters"));
+
+  const ChildResult bad = cli("submit", {"--chat_format=sharegpt"});
+  EXPECT_EQ(bad.exit_code, 4) << bad.err;
+  EXPECT_THAT(bad.err, HasSubstr("data.chat_format"));
+
+  const ChildResult submitted =
+      cli("submit", {"--output_dir=" + daemon.root() + "/out/cli"});
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.err;
+  const std::string id(absl::StripAsciiWhitespace(submitted.out));
+  const v1::Job done = daemon.AwaitState(id, v1::SUCCEEDED, 3, 180);
+  const v1::DataSource& data = done.spec().data();
+  ASSERT_EQ(data.chat_files_size(), 1);
+  EXPECT_EQ(data.chat_format(), "chat");
+  EXPECT_TRUE(data.has_pack());
+  EXPECT_FALSE(data.pack());
+  EXPECT_TRUE(data.train_on_prompt());
+  EXPECT_EQ(data.overlong(), "truncate");
+  EXPECT_EQ(done.spec().model().hf_directory(), hf);
+}
+
 TEST(ChatJobTest, BadLinesAndMissingPiecesAreNamed) {
   TestDaemon daemon("chat_bad");
   std::unique_ptr<DeviceJobEngine> engine = MakeEngine(daemon, ChatTool());
@@ -336,6 +391,81 @@ TEST(ChatJobTest, BadLinesAndMissingPiecesAreNamed) {
   const v1::Job untooled =
       daemon.AwaitState(Submit(daemon, ChatSpec(daemon, hf, 2)), v1::FAILED, 0, 120);
   EXPECT_THAT(untooled.failure_reason(), HasSubstr("chat_tokenize_binary"));
+}
+
+// Issue 16, point 2, for chat data: the chat file and the model directory's tokenizer.json,
+// swapped after the run-time check (the runner's hook: a state, no timing) for an empty file
+// outside the roots and for garbage, are never read: the tool gets the checked descriptors.
+TEST(ChatJobTest, ChatAndTokenizerFilesSwappedAfterTheCheckAreNotRead) {
+  TestDaemon daemon("chat_swap");
+  const std::string data = daemon.root() + "/data";
+  bool swapped = false;
+  daemon.settings().test_after_input_check = [&](const std::string& id) {
+    if (id != "job-000002") return;  // the chat job (the model's job is the first)
+    std::filesystem::create_directories(daemon.root() + "/outside");
+    std::ofstream(daemon.root() + "/outside/empty");
+    std::filesystem::create_symlink(daemon.root() + "/outside/empty", data + "/chat.swap");
+    std::filesystem::rename(data + "/chat.swap", data + "/chat.jsonl");
+    std::ofstream(data + "/hf/tokenizer.swap") << "not a tokenizer";
+    std::filesystem::rename(data + "/hf/tokenizer.swap", data + "/hf/tokenizer.json");
+    swapped = true;
+  };
+  std::unique_ptr<DeviceJobEngine> engine = MakeEngine(daemon, ChatTool());
+  ASSERT_NE(engine, nullptr);
+  daemon.Start(engine.get());
+  const std::string hf = MakeHfModel(daemon);
+  ASSERT_FALSE(hf.empty());
+  const v1::JobSpec spec = ChatSpec(daemon, hf, 2);
+  const v1::Job done = daemon.AwaitState(Submit(daemon, spec), v1::SUCCEEDED, 2, 180);
+  EXPECT_EQ(done.id(), "job-000002");
+  EXPECT_TRUE(swapped);
+  EXPECT_TRUE(std::filesystem::is_symlink(data + "/chat.jsonl"));
+  EXPECT_EQ(ReadAll(data + "/hf/tokenizer.json"), "not a tokenizer");
+  const std::vector<std::string> names = DirEntries(spec.output_dir() + "/tokens");
+  ASSERT_EQ(names.size(), 3u) << ::testing::PrintToString(names);
+  const nlohmann::json summary =
+      nlohmann::json::parse(ReadAll(spec.output_dir() + "/tokens/" + names[0]), nullptr, false);
+  EXPECT_EQ(summary.value("samples", 0), kConversations);
+}
+
+// A stand-in chat tokenizer that reports its pid through a FIFO and then sleeps: cancelling the
+// job kills it (the engine polls the job's stop flag while the child runs).
+TEST(ChatJobTest, CancelKillsTheChatTokenizer) {
+  TestDaemon daemon("chat_cancel");
+  const std::string fifo = daemon.root() + "/pid.fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const int reader = open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  const std::string script = daemon.root() + "/stuck_chat_tokenize";
+  std::ofstream(script) << "#!/bin/sh\necho $$ > " << fifo << "\nexec sleep 600\n";
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  std::unique_ptr<DeviceJobEngine> engine = MakeEngine(daemon, script);
+  ASSERT_NE(engine, nullptr);
+  daemon.Start(engine.get());
+  const std::string hf = MakeHfModel(daemon);
+  ASSERT_FALSE(hf.empty());
+  const std::string id = Submit(daemon, ChatSpec(daemon, hf, 2));
+  std::string text;  // bounded: 60 polls of a second
+  for (int i = 0; i < 60 && text.find('\n') == std::string::npos; ++i) {
+    pollfd p{reader, POLLIN, 0};
+    if (poll(&p, 1, 1000) <= 0) continue;
+    char buffer[32];
+    const ssize_t n = read(reader, buffer, sizeof(buffer));
+    if (n > 0) text.append(buffer, static_cast<size_t>(n));
+  }
+  close(reader);
+  const pid_t pid = static_cast<pid_t>(std::atol(text.c_str()));
+  ASSERT_GT(pid, 0) << "the chat tokenizer did not start";
+  {
+    grpc::ClientContext context;
+    v1::JobRef r;
+    r.set_id(id);
+    v1::Job job;
+    ASSERT_TRUE(daemon.stub().CancelJob(&context, r, &job).ok());
+  }
+  daemon.AwaitState(id, v1::CANCELLED, 0, 60);
+  EXPECT_EQ(kill(pid, 0), -1) << "chat tokenizer " << pid << " survived";
+  EXPECT_EQ(errno, ESRCH);
 }
 
 TEST(ChatJobTest, TrainOnPromptChangesTheLosses) {
