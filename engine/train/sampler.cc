@@ -84,6 +84,10 @@ absl::StatusOr<std::vector<int32_t>> Sampler::Generate(absl::Span<const int32_t>
     sequence.push_back(next);
     generated.push_back(next);
     if (options.stop_token.has_value() && next == *options.stop_token) break;
+    if (std::find(options.stop_tokens.begin(), options.stop_tokens.end(), next) !=
+        options.stop_tokens.end()) {
+      break;
+    }
   }
   return generated;
 }

@@ -20,6 +20,8 @@ struct SamplingOptions {
   double top_p = 1.0;                 // nucleus mass; tiny values keep only the most likely token
   uint64_t seed = 1;                  // same seed, weights and prompt -> same tokens
   std::optional<int32_t> stop_token;  // generation ends after emitting it
+  // Also end after emitting any of these (a chat template's end-of-turn and eos tokens).
+  std::vector<int32_t> stop_tokens;
   // Only ids below this are chosen (a tokenizer smaller than the model's
   // vocabulary); 0 = every id.
   int64_t vocab_limit = 0;

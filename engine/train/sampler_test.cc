@@ -122,6 +122,15 @@ TEST(SamplerTest, StopsAtTheStopTokenAndRefusesBadInput) {
   ASSERT_TRUE(stopped.ok());
   const auto first_stop = std::find(full->begin(), full->end(), (*full)[2]);
   EXPECT_EQ(*stopped, std::vector<int32_t>(full->begin(), first_stop + 1));
+  // Any of several stop tokens (a chat template's end-of-turn and eos): the first one emitted.
+  SamplingOptions any_stop = greedy;
+  any_stop.stop_tokens = {(*full)[4], (*full)[3]};
+  absl::StatusOr<std::vector<int32_t>> any_stopped = sampler.Generate(kPrompt, any_stop);
+  ASSERT_TRUE(any_stopped.ok());
+  const auto first_any = std::find_if(full->begin(), full->end(), [&](int32_t t) {
+    return t == (*full)[3] || t == (*full)[4];
+  });
+  EXPECT_EQ(*any_stopped, std::vector<int32_t>(full->begin(), first_any + 1));
 
   SamplingOptions limited = greedy;
   limited.vocab_limit = 7;

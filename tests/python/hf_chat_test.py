@@ -1,6 +1,7 @@
 """tools/hf_chat (megatrain_chat_tokenize) against transformers 4.55.4's apply_chat_template on
-tiny tokenizers made here: token ids, assistant loss masks, validation errors, the MTSFT file
-and flat memory. Runs in scripts/setup's venv (tests/python/hf_chat_test.sh)."""
+tiny tokenizers made here: token ids, assistant loss masks, validation errors, the MTSFT file,
+flat memory, and the --render / --decode modes of `sample --chat`. Runs in scripts/setup's venv
+(tests/python/hf_chat_test.sh)."""
 
 import json
 import os
@@ -591,3 +592,67 @@ def test_memory_does_not_grow_with_the_corpus(models, tmp_path):
     assert os.path.getsize(tmp_path / "b.mtsft") == 32 + 8 * 9001 + 5 * tokens
     # Measured: about 2 MiB apart. Even packed arrays of the ids and masks would add 22 MiB.
     assert big_kib - tiny_kib < 12 * 1024, (tiny_kib, big_kib, tokens)
+
+
+# --render / --decode: what `sample --chat` (engine/train/sample_chat.cc) asks the tool.
+def run_chat_io(model, *flags):
+    return subprocess.run([sys.executable, TOOL, f"--model={model}", *flags],
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("family", ["llama3", "qwen"])
+@pytest.mark.parametrize("name", ["single_turn", "system_multi_turn", "cjk", "emoji_accents"])
+def test_render_for_a_reply_equals_transformers_generation_prompt(models, family, name):
+    # The conversation up to its last user turn, as a caller asks for the next reply.
+    messages = CONVERSATIONS[name][:-1]
+    done = run_chat_io(models[family], "--render", json.dumps({"messages": messages}))
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    hf = AutoTokenizer.from_pretrained(models[family])
+    expected = hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    assert got["ids"] == list(expected)
+    assert got["stop_ids"] == [hf.convert_tokens_to_ids(END_TOKEN[family])]
+
+
+def test_render_stop_ids_add_generation_configs_list(models, tmp_path):
+    # Llama 3 names <|eot_id|> in the config and both end tokens in generation_config.json.
+    model = fixtures.make_llama3(str(tmp_path / "llama3"))
+    hf = AutoTokenizer.from_pretrained(model)
+    eot, end = hf.convert_tokens_to_ids("<|eot_id|>"), hf.convert_tokens_to_ids("<|end_of_text|>")
+    with open(os.path.join(model, "generation_config.json"), "w") as f:
+        json.dump({"eos_token_id": [end, eot]}, f)
+    done = run_chat_io(model, "--render", json.dumps({"messages": [{"role": "user",
+                                                                     "content": "Hi"}]}))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["stop_ids"] == [eot, end]
+
+
+@pytest.mark.parametrize("family", ["llama3", "qwen"])
+def test_decode_equals_transformers_decode_skipping_special_tokens(models, family):
+    hf = AutoTokenizer.from_pretrained(models[family])
+    for name in ("system_multi_turn", "cjk", "emoji_accents", "whitespace_edges"):
+        ids = hf.apply_chat_template(CONVERSATIONS[name], tokenize=True)
+        done = run_chat_io(models[family], "--decode", ",".join(map(str, ids)))
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["text"] == hf.decode(ids, skip_special_tokens=True)
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--render", "not json"], "--render: not JSON"),
+    (["--render", '{"messages": []}'], "field messages: must be a non-empty list"),
+    (["--render", '{"messages": [{"role": "robot", "content": "x"}]}'], "field messages[0]"),
+    (["--decode", "1,x"], "'x' is not a token id"),
+    (["--decode", "99999"], "token id 99999 is outside the tokenizer's"),
+    (["--render", "{}", "--decode", "1"], "not allowed with argument"),
+])
+def test_chat_io_bad_arguments_exit_2_with_one_line(models, flags, message):
+    done = run_chat_io(models["llama3"], *flags)
+    assert done.returncode == 2
+    assert message in done.stderr and done.stderr.count("\n") == 1 and not done.stdout
+
+
+def test_render_without_a_template_is_refused(models):
+    done = run_chat_io(models["base"], "--render",
+                       '{"messages": [{"role": "user", "content": "x"}]}')
+    assert done.returncode == 2
+    assert "has no chat_template" in done.stderr

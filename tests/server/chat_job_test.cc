@@ -5,7 +5,9 @@
 // falling loss and a checkpoint that carries the tokenizer, a bad line fails it naming file:line,
 // train_on_prompt changes the losses, and a job paused, restarted and resumed reuses its sample
 // file and ends with the losses of a straight run, bitwise; the CLI's flags submit and plan such
-// jobs, inputs swapped after the run-time check are never read, and cancelling kills the tool.
+// jobs, inputs swapped after the run-time check are never read, and cancelling kills the tool;
+// `sample --chat` on a fine-tuned checkpoint replies as a greedy decode from transformers'
+// rendering of the prompt does.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -21,7 +23,14 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "engine/checkpoint/checkpoint_reader.h"
+#include "engine/device/cpu_device.h"
+#include "engine/model/model_config.h"
+#include "engine/train/sampler.h"
+#include "engine/train/trainer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -33,6 +42,16 @@
 namespace megatrain::server::testing {
 namespace {
 
+using ::megatrain::engine::CpuDevice;
+using ::megatrain::engine::DeviceOptions;
+using ::megatrain::engine::LoadCheckpoint;
+using ::megatrain::engine::LoadedCheckpoint;
+using ::megatrain::engine::LoadModelConfig;
+using ::megatrain::engine::ModelConfig;
+using ::megatrain::engine::Sampler;
+using ::megatrain::engine::SamplingOptions;
+using ::megatrain::engine::Trainer;
+using ::megatrain::engine::TrainerOptions;
 using ::testing::HasSubstr;
 using ::testing::MatchesRegex;
 
@@ -525,6 +544,121 @@ TEST(ChatJobTest, PausedRestartedAndResumedReusesTheSampleFileAndMatchesAStraigh
   EXPECT_EQ(resumed["final_train_loss"].get<double>(), whole["final_train_loss"].get<double>());
   EXPECT_EQ(resumed["final_validation_loss"].get<double>(),
             whole["final_validation_loss"].get<double>());
+}
+
+// `python -c PROGRAM ARGS...` in scripts/setup's venv (transformers, no torch): its stdout as
+// JSON, {} after a failed expectation.
+nlohmann::json VenvPython(const std::string& program, const std::vector<std::string>& args) {
+  const std::string python = ReadAll(std::string(std::getenv("TEST_SRCDIR")) +
+                                     "/hf_venv/python_path");
+  std::vector<std::string> argv = {python.substr(0, python.find_last_not_of("\n") + 1), "-c",
+                                   program};
+  argv.insert(argv.end(), args.begin(), args.end());
+  absl::StatusOr<ChildResult> ran = RunChildProcess(argv, [] { return false; });
+  EXPECT_TRUE(ran.ok()) << ran.status();
+  if (!ran.ok()) return nlohmann::json::object();
+  EXPECT_EQ(ran->exit_code, 0) << ran->err;
+  return nlohmann::json::parse(ran->out, nullptr, false);
+}
+
+// `sample --chat` on a fine-tuned checkpoint prints the reply that a greedy decode through our
+// own Logits path (engine Sampler on the checkpoint) gives from the prompt ids of transformers'
+// apply_chat_template(add_generation_prompt=True), decoded by transformers' tokenizer: the
+// rendering, the stop at the template's eos and the decoding are checked against transformers.
+// (transformers without torch cannot generate; the comparison with its generate() on the same
+// checkpoint is run by hand, docs/fine_tuning.md.)
+TEST(ChatJobTest, SampleChatReplyEqualsGreedyDecodeOfTheTransformersPrompt) {
+  TestDaemon daemon("chat_sample");
+  std::unique_ptr<DeviceJobEngine> engine = MakeEngine(daemon, ChatTool());
+  ASSERT_NE(engine, nullptr);
+  daemon.Start(engine.get());
+  const std::string hf = MakeHfModel(daemon);
+  ASSERT_FALSE(hf.empty());
+  const v1::Job done = daemon.AwaitState(Submit(daemon, ChatSpec(daemon, hf, 12)), v1::SUCCEEDED,
+                                         12, 180);
+  const std::string checkpoint = done.progress().last_checkpoint();
+  ASSERT_FALSE(checkpoint.empty());
+
+  const std::string prompt = "Summarize the following text in one sentence, please.";
+  const nlohmann::json rendered = VenvPython(
+      "import json, os, sys\n"
+      "os.environ['HF_HUB_OFFLINE'] = os.environ['TRANSFORMERS_OFFLINE'] = '1'\n"
+      "from transformers import AutoTokenizer\n"
+      "t = AutoTokenizer.from_pretrained(sys.argv[1])\n"
+      "ids = t.apply_chat_template([{'role': 'user', 'content': sys.argv[2]}],\n"
+      "                            add_generation_prompt=True, tokenize=True)\n"
+      "print(json.dumps({'ids': list(ids), 'eos': t.eos_token_id}))\n",
+      {checkpoint, prompt});
+  ASSERT_TRUE(rendered.contains("ids") && rendered.contains("eos")) << rendered.dump();
+  const std::vector<int32_t> prompt_ids = rendered["ids"].get<std::vector<int32_t>>();
+  const int32_t eos = rendered["eos"].get<int32_t>();
+
+  constexpr int kContext = 128;
+  absl::StatusOr<ModelConfig> config = LoadModelConfig(checkpoint + "/config.json");
+  ASSERT_TRUE(config.ok()) << config.status();
+  DeviceOptions device_options;
+  device_options.arena_bytes = 64 << 20;
+  device_options.pinned_budget_bytes = 256 << 20;
+  absl::StatusOr<std::unique_ptr<CpuDevice>> device = CpuDevice::Create(device_options);
+  ASSERT_TRUE(device.ok()) << device.status();
+  TrainerOptions options;
+  options.micro_batch_size = 1;
+  options.seq_len = kContext;
+  options.collect_timeline = false;
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(**device, *config, options);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  absl::StatusOr<LoadedCheckpoint> loaded = LoadCheckpoint(checkpoint, **trainer);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  Sampler sampler(**trainer, kContext);
+
+  // With the stop at eos, and without it (so that a reply of exactly 16 tokens is compared even
+  // when this briefly trained model ends its turn early).
+  for (const bool stop : {true, false}) {
+    SCOPED_TRACE(stop ? "stopping at eos" : "16 tokens, no stop");
+    SamplingOptions greedy;
+    greedy.max_new_tokens = 16;
+    if (stop) greedy.stop_tokens = {eos};
+    absl::StatusOr<std::vector<int32_t>> reply = sampler.Generate(prompt_ids, greedy);
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    if (!stop) EXPECT_EQ(reply->size(), 16u);
+    if (stop && !reply->empty() && reply->back() == eos) reply->pop_back();
+    const nlohmann::json text = VenvPython(
+        "import json, os, sys\n"
+        "os.environ['HF_HUB_OFFLINE'] = os.environ['TRANSFORMERS_OFFLINE'] = '1'\n"
+        "from transformers import AutoTokenizer\n"
+        "t = AutoTokenizer.from_pretrained(sys.argv[1])\n"
+        "ids = [int(i) for i in sys.argv[2].split(',') if i]\n"
+        "print(json.dumps({'text': t.decode(ids, skip_special_tokens=True)}))\n",
+        {checkpoint, absl::StrJoin(*reply, ",")});
+    ASSERT_TRUE(text.contains("text")) << text.dump();
+
+    absl::StatusOr<ChildResult> sampled = RunChildProcess(
+        {Runfile("engine/train/sample"), "--model=" + checkpoint, "--chat",
+         "--chat_tool=" + ChatTool(), "--prompt=" + prompt, "--temperature=0", "--tokens=16",
+         absl::StrCat("--context=", kContext), absl::StrCat("--stop_at_end=", stop)},
+        [] { return false; });
+    ASSERT_TRUE(sampled.ok()) << sampled.status();
+    EXPECT_EQ(sampled->exit_code, 0) << sampled->err;
+    EXPECT_EQ(sampled->out, text["text"].get<std::string>() + "\n");
+  }
+}
+
+TEST(ChatJobTest, SampleChatNamesAMissingToolAndAModelWithoutTemplate) {
+  const std::string golden = Runfile("tests/golden/llama_tiny");
+  absl::StatusOr<ChildResult> no_tool = RunChildProcess(
+      {Runfile("engine/train/sample"), "--model=" + golden, "--chat", "--prompt=hi"},
+      [] { return false; });
+  ASSERT_TRUE(no_tool.ok()) << no_tool.status();
+  EXPECT_EQ(no_tool->exit_code, 1);
+  EXPECT_THAT(no_tool->err, HasSubstr("--chat needs --chat_tool="));
+  // The golden fixture has weights but no tokenizer files: the tool's error comes through.
+  absl::StatusOr<ChildResult> no_tokenizer = RunChildProcess(
+      {Runfile("engine/train/sample"), "--model=" + golden, "--chat", "--chat_tool=" + ChatTool(),
+       "--prompt=hi"},
+      [] { return false; });
+  ASSERT_TRUE(no_tokenizer.ok()) << no_tokenizer.status();
+  EXPECT_EQ(no_tokenizer->exit_code, 1);
+  EXPECT_THAT(no_tokenizer->err, HasSubstr("tokenizer.json: missing"));
 }
 
 }  // namespace

@@ -14,7 +14,7 @@ import sys
 import jinja2
 import tokenizers
 
-from . import model_dir
+from . import chat_io, model_dir
 from .errors import InputError, ModelError
 from .masking import Masker
 from .records import FORMATS, Limits, read_samples
@@ -164,9 +164,33 @@ def run(argv):
     return EXIT_OK
 
 
-def main(argv=None):
+def _chat_io(argv):
+    """--render / --decode (hf_chat/chat_io.py): `sample --chat`'s template and decoder."""
+    p = _Parser(prog="megatrain_chat_tokenize", description=chat_io.__doc__.split("\n")[0])
+    p.add_argument("--model", required=True, help="HF model or checkpoint directory")
+    p.add_argument("--template_name", default=None)
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--render", help='{"messages": [...]}: rendered for a reply, as ids')
+    mode.add_argument("--decode", help="comma-separated token ids to text")
+    args = p.parse_args(argv)
     try:
-        return run(sys.argv[1:] if argv is None else argv)
+        if args.render is not None:
+            chat_io.print_json(chat_io.render(args.model, args.render, args.template_name))
+        else:
+            chat_io.print_json(chat_io.decode(args.model, args.decode))
+    except ValueError as e:  # a bad conversation or id list (jinja2's errors are not these)
+        raise _Usage(str(e)) from None
+    except jinja2.TemplateError as e:
+        raise ModelError(f"{args.model}: the chat template failed: {e}") from None
+    return EXIT_OK
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        if any(a.split("=")[0] in ("--render", "--decode") for a in argv):
+            return _chat_io(argv)
+        return run(argv)
     except _Usage as e:
         print(f"megatrain_chat_tokenize: {e}", file=sys.stderr)
         return EXIT_FAILED
