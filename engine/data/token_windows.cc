@@ -70,8 +70,11 @@ absl::Status TokenWindows::Fill(size_t start, int row, WindowBatch* out) const {
 }
 
 absl::StatusOr<WindowBatch> TokenWindows::NextTrainBatch(int batch) {
-  WindowBatch out{batch, seq_len_, std::vector<int32_t>(static_cast<size_t>(batch) * seq_len_),
-                  std::vector<int32_t>(static_cast<size_t>(batch) * seq_len_)};
+  WindowBatch out;  // plain windows: no positions or segments (one sample per row)
+  out.batch = batch;
+  out.seq_len = seq_len_;
+  out.inputs.resize(static_cast<size_t>(batch) * seq_len_);
+  out.targets.resize(static_cast<size_t>(batch) * seq_len_);
   uint64_t cursor = cursor_;
   for (int b = 0; b < batch; ++b) {
     const uint64_t epoch = cursor / train_starts_.size();
@@ -87,8 +90,11 @@ absl::StatusOr<WindowBatch> TokenWindows::ValidationBatch(int first, int batch) 
   if (validation_starts_.empty()) {
     internal::DieBecause("TokenWindows::ValidationBatch without validation windows");
   }
-  WindowBatch out{batch, seq_len_, std::vector<int32_t>(static_cast<size_t>(batch) * seq_len_),
-                  std::vector<int32_t>(static_cast<size_t>(batch) * seq_len_)};
+  WindowBatch out;  // plain windows: no positions or segments (one sample per row)
+  out.batch = batch;
+  out.seq_len = seq_len_;
+  out.inputs.resize(static_cast<size_t>(batch) * seq_len_);
+  out.targets.resize(static_cast<size_t>(batch) * seq_len_);
   for (int b = 0; b < batch; ++b) {
     if (absl::Status s = Fill(
             validation_starts_[(static_cast<size_t>(first) + b) % validation_starts_.size()], b, &out);

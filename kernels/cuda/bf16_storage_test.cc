@@ -23,9 +23,9 @@ uint16_t BitsOf(__nv_bfloat16 v) {
 }
 
 __nv_bfloat16 FromBits(uint16_t b) {
-  __nv_bfloat16 v;
-  std::memcpy(&v, &b, sizeof b);
-  return v;
+  __nv_bfloat16_raw raw;
+  raw.x = b;
+  return __nv_bfloat16(raw);
 }
 
 float FloatOf(uint32_t bits) {

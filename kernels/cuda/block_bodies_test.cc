@@ -478,31 +478,38 @@ TYPED_TEST(BlockBodiesTest, RopeBodyMatchesDoubleAndBackwardInverts) {
           sin_table[p * half + i] = static_cast<float>(std::sin(angle));
         }
       }
+      // Positions from the token index (plain windows) or given per token (packed samples).
+      for (const bool given : {false, true}) {
+      std::vector<int32_t> positions(tokens);
+      for (int64_t t = 0; t < tokens; ++t) positions[t] = static_cast<int32_t>((t * 3 + 1) % kSeq);
+      const int32_t* position_arg = given ? positions.data() : nullptr;
+      auto position_of = [&](int64_t t) { return given ? positions[t] : t % kSeq; };
       const auto start = Store<S>(Values(n, 31));
       auto x = start;
       const int64_t pairs = tokens * kHeads * half;
       RunElementwise<S>(pairs, [&](int64_t p) {
         RopeThread<S>(p, pairs, x.data(), kHeads, head_dim, kSeq, cos_table.data(),
-                      sin_table.data(), /*backward=*/false);
+                      sin_table.data(), position_arg, /*backward=*/false);
       });
       std::vector<double> want(n);
       for (int64_t t = 0; t < tokens; ++t) {
         for (int h = 0; h < kHeads; ++h) {
           for (int i = 0; i < half; ++i) {
             const int64_t lo = (t * kHeads + h) * head_dim + i;
-            const double c = cos_table[(t % kSeq) * half + i];
-            const double s = sin_table[(t % kSeq) * half + i];
+            const double c = cos_table[position_of(t) * half + i];
+            const double s = sin_table[position_of(t) * half + i];
             const double xl = Loaded<S>(start[lo]), xh = Loaded<S>(start[lo + half]);
             want[lo] = xl * c - xh * s;
             want[lo + half] = xh * c + xl * s;
           }
         }
       }
-      const std::string what = "head_dim=" + std::to_string(head_dim);
+      const std::string what =
+          "head_dim=" + std::to_string(head_dim) + (given ? " given positions" : "");
       ExpectNear<S>(x, want, 4.0, what + " rope");
       RunElementwise<S>(pairs, [&](int64_t p) {
         RopeThread<S>(p, pairs, x.data(), kHeads, head_dim, kSeq, cos_table.data(),
-                      sin_table.data(), /*backward=*/true);
+                      sin_table.data(), position_arg, /*backward=*/true);
       });
       // The inverse rotation of the stored result: back to the start within
       // two roundings (one per pass) of the storage.
@@ -511,6 +518,7 @@ TYPED_TEST(BlockBodiesTest, RopeBodyMatchesDoubleAndBackwardInverts) {
       for (size_t i = 0; i < x.size(); ++i) {
         ASSERT_NEAR(Loaded<S>(x[i]), back[i], 2e-5 * 4 + 4 * S::kOutputRounding * 3.0)
             << what << " element " << i;
+      }
       }
     }
   }

@@ -620,7 +620,9 @@ TEST(ChatJobTest, SampleChatReplyEqualsGreedyDecodeOfTheTransformersPrompt) {
     if (stop) greedy.stop_tokens = {eos};
     absl::StatusOr<std::vector<int32_t>> reply = sampler.Generate(prompt_ids, greedy);
     ASSERT_TRUE(reply.ok()) << reply.status();
-    if (!stop) EXPECT_EQ(reply->size(), 16u);
+    if (!stop) {
+      EXPECT_EQ(reply->size(), 16u);
+    }
     if (stop && !reply->empty() && reply->back() == eos) reply->pop_back();
     const nlohmann::json text = VenvPython(
         "import json, os, sys\n"
