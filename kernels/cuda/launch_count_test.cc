@@ -228,22 +228,31 @@ TEST_F(LaunchCountTest, ElementwiseOpsAreOneLaunchEach) {
 }
 
 TEST_F(LaunchCountTest, RopeIsOneLaunchOverPairs) {
-  recorder_.arg_sizes = {{8, 8, 4, 4, 4, 8, 8, 1}};
+  // Positions from the token index (none given), then per token (packed samples).
+  recorder_.arg_sizes = {{8, 8, 4, 4, 4, 8, 8, 8, 1}, {8, 8, 4, 4, 4, 8, 8, 8, 1}};
   ASSERT_TRUE(RopeInPlace(Fake(1), 1024, 8, 128, 1024, Fake<float>(2), Fake<float>(3),
                           /*backward=*/true, kStream)
                   .ok());
-  ASSERT_EQ(recorder_.launches.size(), 1u);
-  const RecordedLaunch& l = recorder_.launches[0];
+  ASSERT_TRUE(RopeInPlace(Fake(1), 1024, 8, 128, 1024, Fake<float>(2), Fake<float>(3),
+                          /*backward=*/false, kStream, Fake<int32_t>(4))
+                  .ok());
+  ASSERT_EQ(recorder_.launches.size(), 2u);
   const int64_t pairs = 1024 * 8 * 64;
-  ExpectShape(l, ElementwiseGrid(pairs).blocks_x, 1, kElementwiseThreads);
-  EXPECT_EQ(Arg<void*>(l, 0), Fake(1));
-  EXPECT_EQ(Arg<int64_t>(l, 1), pairs);
-  EXPECT_EQ(Arg<int>(l, 2), 8);     // heads
-  EXPECT_EQ(Arg<int>(l, 3), 128);   // head_dim
-  EXPECT_EQ(Arg<int>(l, 4), 1024);  // seq
-  EXPECT_EQ(Arg<void*>(l, 5), Fake(2));
-  EXPECT_EQ(Arg<void*>(l, 6), Fake(3));
-  EXPECT_EQ(Arg<bool>(l, 7), true);
+  for (int k = 0; k < 2; ++k) {
+    const RecordedLaunch& l = recorder_.launches[k];
+    ExpectShape(l, ElementwiseGrid(pairs).blocks_x, 1, kElementwiseThreads);
+    EXPECT_EQ(Arg<void*>(l, 0), Fake(1));
+    EXPECT_EQ(Arg<int64_t>(l, 1), pairs);
+    EXPECT_EQ(Arg<int>(l, 2), 8);     // heads
+    EXPECT_EQ(Arg<int>(l, 3), 128);   // head_dim
+    EXPECT_EQ(Arg<int>(l, 4), 1024);  // seq
+    EXPECT_EQ(Arg<void*>(l, 5), Fake(2));
+    EXPECT_EQ(Arg<void*>(l, 6), Fake(3));
+  }
+  EXPECT_EQ(Arg<void*>(recorder_.launches[0], 7), nullptr);
+  EXPECT_EQ(Arg<bool>(recorder_.launches[0], 8), true);
+  EXPECT_EQ(Arg<void*>(recorder_.launches[1], 7), Fake<int32_t>(4));
+  EXPECT_EQ(Arg<bool>(recorder_.launches[1], 8), false);
 }
 
 TEST_F(LaunchCountTest, EmbeddingAndRoundingAreOneLaunchEach) {
