@@ -5,9 +5,11 @@
 // master float, in layout order), OUT being PREFIX.rank<r> or PREFIX.accum, so the test compares
 // files byte for byte. With KILL_RANK/KILL_STEP, that rank SIGKILLs itself before that step, or
 // with KILL_STEP -1 writes its pid to PREFIX.pid after its first step, for a kill -9 from
-// outside (the failure tests).
+// outside (the failure tests). MODE: 0 = untied model, 1 = tied, zero1 = untied with ZeRO-1
+// (TrainerOptions::zero1; alone, it is plain accumulation W), big / bigzero1 = a ~30M-parameter
+// untied model for the memory measurement (OUT.vmhwm: the process's peak resident kB, VmHWM).
 //
-//   dp_exactness_worker PREFIX W STEPS TIED [KILL_RANK KILL_STEP]
+//   dp_exactness_worker PREFIX W STEPS MODE [KILL_RANK KILL_STEP]
 #include <unistd.h>
 
 #include <csignal>
@@ -31,8 +33,27 @@ uint64_t Bits(double x) {
   return b;
 }
 
-absl::Status Run(const std::string& prefix, int world, int steps, bool tied, int kill_rank,
-                 int kill_step) {
+// The process's peak resident set in kB (VmHWM of /proc/self/status), or -1.
+long PeakResidentKb() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  long kb = -1;
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    if (std::strncmp(line, "VmHWM:", 6) == 0) kb = std::atol(line + 6);
+  }
+  std::fclose(f);
+  return kb;
+}
+
+absl::Status Run(const std::string& prefix, int world, int steps, const std::string& mode,
+                 int kill_rank, int kill_step) {
+  const bool tied = mode == "1";
+  const bool zero1 = mode == "zero1" || mode == "bigzero1";
+  const bool big = mode == "big" || mode == "bigzero1";
+  if (!tied && !zero1 && !big && mode != "0") {
+    return absl::InvalidArgumentError(absl::StrCat("MODE=", mode, " is not 0, 1, zero1, big or bigzero1"));
+  }
   std::unique_ptr<dist::MpiCommunicator> mpi;
   if (dist::LaunchedByMpi()) {
     absl::StatusOr<std::unique_ptr<dist::MpiCommunicator>> c = dist::MpiCommunicator::Create();
@@ -45,6 +66,14 @@ absl::Status Run(const std::string& prefix, int world, int steps, bool tied, int
   }
   testing::TinyShape shape;
   shape.tied = tied;
+  if (big) {
+    shape.layers = 8;
+    shape.hidden = 512;
+    shape.ffn = 1408;
+    shape.heads = 8;
+    shape.kv_heads = 8;
+    shape.vocab = 4096;
+  }
   constexpr int kSeq = 16;
   TrainerOptions o;
   o.micro_batch_size = 1;
@@ -55,7 +84,8 @@ absl::Status Run(const std::string& prefix, int world, int steps, bool tied, int
   o.optimizer_threads = 1;
   o.blas_threads = 1;
   o.communicator = mpi.get();
-  auto device = testing::MakeCpuDevice(size_t{96} << 20);
+  o.zero1 = zero1 && mpi != nullptr;
+  auto device = testing::MakeCpuDevice(big ? size_t{1} << 30 : size_t{96} << 20);
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
       Trainer::Create(*device, testing::TinyConfig(shape), o);
   if (!trainer.ok()) return trainer.status();
@@ -97,6 +127,7 @@ absl::Status Run(const std::string& prefix, int world, int steps, bool tied, int
   }
   if (absl::Status s = (*trainer)->UpdateStatus(); !s.ok()) return s;
   std::string weights;
+  if (!big) {
   for (const LayoutEntry& entry : (*trainer)->layout().entries()) {
     for (const TensorSlot& slot : entry.tensors) {
       absl::StatusOr<std::vector<float>> w = (*trainer)->ReadTensor(slot.hf_name);
@@ -104,8 +135,12 @@ absl::Status Run(const std::string& prefix, int world, int steps, bool tied, int
       weights.append(reinterpret_cast<const char*>(w->data()), w->size() * sizeof(float));
     }
   }
+  }
+  const std::string vmhwm = absl::StrCat(PeakResidentKb(), "\n");
   for (const auto& [suffix, text] :
-       {std::pair<const char*, const std::string*>{".losses", &losses}, {".weights", &weights}}) {
+       {std::pair<const char*, const std::string*>{".losses", &losses},
+        {".weights", &weights},
+        {".vmhwm", &vmhwm}}) {
     FILE* f = std::fopen((out + suffix).c_str(), "wb");
     if (f == nullptr || std::fwrite(text->data(), 1, text->size(), f) != text->size() ||
         std::fclose(f) != 0) {
@@ -120,11 +155,11 @@ absl::Status Run(const std::string& prefix, int world, int steps, bool tied, int
 
 int main(int argc, char** argv) {
   if (argc != 5 && argc != 7) {
-    std::fprintf(stderr, "usage: %s PREFIX W STEPS TIED [KILL_RANK KILL_STEP]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s PREFIX W STEPS MODE [KILL_RANK KILL_STEP]\n", argv[0]);
     return 2;
   }
   const absl::Status s = megatrain::engine::Run(
-      argv[1], std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]) != 0,
+      argv[1], std::atoi(argv[2]), std::atoi(argv[3]), argv[4],
       argc == 7 ? std::atoi(argv[5]) : -1, argc == 7 ? std::atoi(argv[6]) : -1);
   if (!s.ok()) {
     std::fprintf(stderr, "dp_exactness_worker: %s\n", std::string(s.message()).c_str());
