@@ -224,8 +224,10 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Checkpoi
                                               s.message(), "; the trainer is now inconsistent"));
     }
   }
-  // m and v: one entry at a time through the store (RAM or the NVMe tier).
+  // m and v: one entry at a time through the store (RAM or the NVMe tier). A ZeRO-1 rank keeps
+  // only its own entries' (every entry was verified above all the same), so any world size loads.
   for (int e = 0; e < store.num_entries(); ++e) {
+    if (!store.has_optimizer_state(e)) continue;
     const size_t n = store.spec(e).elements;
     std::vector<float> staged[2] = {std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f)};
     for (int a = 0; a < 2; ++a) {

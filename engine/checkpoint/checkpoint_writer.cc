@@ -294,6 +294,15 @@ absl::StatusOr<std::string> WriteCheckpointSnapshot(Checkpointable& trainer,
                                                     const CheckpointOptions& options,
                                                     const std::function<void(int)>& entry_written) {
   if (absl::Status s = CheckModelDtype(options.model_dtype); !s.ok()) return s;
+  // A ZeRO-1 rank holds only its shard of m and v: per-shard checkpoints are not written yet
+  // (docs/scale_out.md), so refuse before anything is created rather than half-way through.
+  for (int e = 0; e < trainer.store().num_entries(); ++e) {
+    if (!trainer.store().has_optimizer_state(e)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint: entry ", e, "'s optimizer state is another rank's ZeRO-1 shard; "
+          "per-shard ZeRO-1 checkpoints are not implemented (docs/scale_out.md)"));
+    }
+  }
   if (options.keep_last < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("keep_last=", options.keep_last, " must be >= 0"));

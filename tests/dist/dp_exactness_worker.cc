@@ -8,6 +8,9 @@
 // outside (the failure tests). MODE: 0 = untied model, 1 = tied, zero1 = untied with ZeRO-1
 // (TrainerOptions::zero1; alone, it is plain accumulation W), big / bigzero1 = a ~30M-parameter
 // untied model for the memory measurement (OUT.vmhwm: the process's peak resident kB, VmHWM).
+// Checkpoints (environment): DP_SAVE_DIR and DP_SAVE_AT=N write a checkpoint after step N (one
+// process); DP_RESUME_FROM=DIR loads it first and trains the remaining steps. A ZeRO-1 rank of
+// W > 1 also tries to write a checkpoint at the end and records the refusal in OUT.ckpt.
 //
 //   dp_exactness_worker PREFIX W STEPS MODE [KILL_RANK KILL_STEP]
 #include <unistd.h>
@@ -21,6 +24,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/checkpoint/checkpoint_reader.h"
+#include "engine/checkpoint/checkpoint_writer.h"
 #include "engine/dist/mpi_communicator.h"
 #include "tests/engine/tiny_model.h"
 
@@ -95,8 +100,17 @@ absl::Status Run(const std::string& prefix, int world, int steps, const std::str
 
   const std::string out =
       mpi != nullptr ? absl::StrCat(prefix, ".rank", mpi->rank()) : absl::StrCat(prefix, ".accum");
+  const char* save_dir = std::getenv("DP_SAVE_DIR");
+  const char* save_at = std::getenv("DP_SAVE_AT");
+  const char* resume_from = std::getenv("DP_RESUME_FROM");
+  int first_step = 0;
+  if (resume_from != nullptr) {
+    absl::StatusOr<LoadedCheckpoint> loaded = LoadCheckpoint(resume_from, **trainer);
+    if (!loaded.ok()) return loaded.status();
+    first_step = static_cast<int>(loaded->state.progress.step);
+  }
   std::string losses;
-  for (int step = 0; step < steps; ++step) {
+  for (int step = first_step; step < steps; ++step) {
     if (mpi != nullptr && mpi->rank() == kill_rank && kill_step < 0 && step == 1) {
       // For a kill from outside: say where this rank is, once it is training.
       const std::string pid_file = absl::StrCat(prefix, ".pid");
@@ -119,6 +133,10 @@ absl::Status Run(const std::string& prefix, int world, int steps, const std::str
     if (!r.ok()) return r.status();
     losses += absl::StrFormat("step %d loss %016x norm %016x valid %d\n", r->step, Bits(r->loss),
                               Bits(r->grad_norm), r->valid_tokens);
+    if (save_dir != nullptr && save_at != nullptr && step + 1 == std::atoi(save_at)) {
+      absl::StatusOr<std::string> written = WriteCheckpoint(**trainer, save_dir, {});
+      if (!written.ok()) return written.status();
+    }
     if (mpi != nullptr && mpi->rank() == 0) {
       std::printf("step %d loss %.9g comm %.6f s %llu bytes\n", step + 1, r->loss,
                   r->communication_seconds,
@@ -137,10 +155,19 @@ absl::Status Run(const std::string& prefix, int world, int steps, const std::str
   }
   }
   const std::string vmhwm = absl::StrCat(PeakResidentKb(), "\n");
+  std::string ckpt;
+  if (o.zero1 && world > 1) {
+    const absl::StatusOr<std::string> refused =
+        WriteCheckpoint(**trainer, absl::StrCat(out, ".refused_checkpoint"), {});
+    ckpt = refused.ok() ? std::string("written\n")
+                        : absl::StrCat(absl::StatusCodeToString(refused.status().code()), ": ",
+                                       refused.status().message(), "\n");
+  }
   for (const auto& [suffix, text] :
        {std::pair<const char*, const std::string*>{".losses", &losses},
         {".weights", &weights},
-        {".vmhwm", &vmhwm}}) {
+        {".vmhwm", &vmhwm},
+        {".ckpt", &ckpt}}) {
     FILE* f = std::fopen((out + suffix).c_str(), "wb");
     if (f == nullptr || std::fwrite(text->data(), 1, text->size(), f) != text->size() ||
         std::fclose(f) != 0) {
