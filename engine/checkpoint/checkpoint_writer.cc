@@ -298,9 +298,10 @@ absl::StatusOr<std::string> WriteCheckpointSnapshot(Checkpointable& trainer,
   // (docs/scale_out.md), so refuse before anything is created rather than half-way through.
   for (int e = 0; e < trainer.store().num_entries(); ++e) {
     if (!trainer.store().has_optimizer_state(e)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "checkpoint: entry ", e, "'s optimizer state is another rank's ZeRO-1 shard; "
-          "per-shard ZeRO-1 checkpoints are not implemented (docs/scale_out.md)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint: entry ", e,
+                       "'s optimizer state is another rank's ZeRO-1 shard; "
+                       "per-shard ZeRO-1 checkpoints are not implemented (docs/scale_out.md)"));
     }
   }
   if (options.keep_last < 0) {

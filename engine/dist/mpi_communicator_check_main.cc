@@ -57,8 +57,8 @@ absl::Status CheckReduceTo(MpiCommunicator& c, size_t n, int root) {
     expected = Contribution(c.rank(), n);
   }
   if (std::memcmp(data.data(), expected.data(), n * sizeof(float)) != 0) {
-    return absl::InternalError(absl::StrCat("rank ", c.rank(), ": reduce to root ", root,
-                                            " of n=", n, " differs"));
+    return absl::InternalError(
+        absl::StrCat("rank ", c.rank(), ": reduce to root ", root, " of n=", n, " differs"));
   }
   return absl::OkStatus();
 }

@@ -73,9 +73,10 @@ std::vector<int> Zero1EntryOwners(const std::vector<size_t>& entry_elements, int
     // The middle element's share, in integers: floor(world * (before + n/2) / total).
     const size_t middle = before + entry_elements[e] / 2;
     const size_t share =
-        total == 0 ? 0 : static_cast<size_t>((static_cast<unsigned __int128>(middle) *
-                                              static_cast<unsigned>(world)) /
-                                             total);
+        total == 0
+            ? 0
+            : static_cast<size_t>(
+                  (static_cast<unsigned __int128>(middle) * static_cast<unsigned>(world)) / total);
     owners[e] = static_cast<int>(std::min<size_t>(share, static_cast<size_t>(world - 1)));
     before += entry_elements[e];
   }
@@ -118,8 +119,7 @@ absl::Status BroadcastUpdatedMasters(dist::Communicator& comm, ParameterStore& s
       return absl::FailedPreconditionError(absl::StrCat(
           "ZeRO-1 needs the masters in RAM; entry ", e, "'s master is on NVMe (master_on_nvme)"));
     }
-    if (absl::Status s = comm.Broadcast(b.master, b.elements * sizeof(float), owners[e]);
-        !s.ok()) {
+    if (absl::Status s = comm.Broadcast(b.master, b.elements * sizeof(float), owners[e]); !s.ok()) {
       return absl::Status(s.code(), absl::StrCat("broadcasting entry ", e, "'s master from rank ",
                                                  owners[e], ": ", s.message()));
     }

@@ -1,10 +1,9 @@
 // The data-parallel parts of an optimizer step (docs/scale_out.md): each rank runs its own
 // micro-batches, then these combine the ranks' valid-target counts, loss sums and gradients so
 // that every rank holds what one process with all the micro-batches would, bit for bit when each
-// rank runs one micro-batch (rank r = micro-batch slot r of an accumulation-W step). The
-// optimizer pass that follows runs on every rank over the replicated state; the seam for ZeRO-1
-// (each rank updating only its owned range of m and v, then an all-gather of the masters) is
-// ReduceGradientsInRankOrder's owned ranges.
+// rank runs one micro-batch (rank r = micro-batch slot r of an accumulation-W step). Replicated:
+// the optimizer pass then runs on every rank over the replicated state. ZeRO-1: each rank owns
+// whole entries, gets their reduced gradients, updates them, and broadcasts their masters.
 #pragma once
 
 #include <cstdint>

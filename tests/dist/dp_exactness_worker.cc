@@ -57,7 +57,8 @@ absl::Status Run(const std::string& prefix, int world, int steps, const std::str
   const bool zero1 = mode == "zero1" || mode == "bigzero1";
   const bool big = mode == "big" || mode == "bigzero1";
   if (!tied && !zero1 && !big && mode != "0") {
-    return absl::InvalidArgumentError(absl::StrCat("MODE=", mode, " is not 0, 1, zero1, big or bigzero1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("MODE=", mode, " is not 0, 1, zero1, big or bigzero1"));
   }
   std::unique_ptr<dist::MpiCommunicator> mpi;
   if (dist::LaunchedByMpi()) {
@@ -146,13 +147,13 @@ absl::Status Run(const std::string& prefix, int world, int steps, const std::str
   if (absl::Status s = (*trainer)->UpdateStatus(); !s.ok()) return s;
   std::string weights;
   if (!big) {
-  for (const LayoutEntry& entry : (*trainer)->layout().entries()) {
-    for (const TensorSlot& slot : entry.tensors) {
-      absl::StatusOr<std::vector<float>> w = (*trainer)->ReadTensor(slot.hf_name);
-      if (!w.ok()) return w.status();
-      weights.append(reinterpret_cast<const char*>(w->data()), w->size() * sizeof(float));
+    for (const LayoutEntry& entry : (*trainer)->layout().entries()) {
+      for (const TensorSlot& slot : entry.tensors) {
+        absl::StatusOr<std::vector<float>> w = (*trainer)->ReadTensor(slot.hf_name);
+        if (!w.ok()) return w.status();
+        weights.append(reinterpret_cast<const char*>(w->data()), w->size() * sizeof(float));
+      }
     }
-  }
   }
   const std::string vmhwm = absl::StrCat(PeakResidentKb(), "\n");
   std::string ckpt;
@@ -163,11 +164,10 @@ absl::Status Run(const std::string& prefix, int world, int steps, const std::str
                         : absl::StrCat(absl::StatusCodeToString(refused.status().code()), ": ",
                                        refused.status().message(), "\n");
   }
-  for (const auto& [suffix, text] :
-       {std::pair<const char*, const std::string*>{".losses", &losses},
-        {".weights", &weights},
-        {".vmhwm", &vmhwm},
-        {".ckpt", &ckpt}}) {
+  for (const auto& [suffix, text] : {std::pair<const char*, const std::string*>{".losses", &losses},
+                                     {".weights", &weights},
+                                     {".vmhwm", &vmhwm},
+                                     {".ckpt", &ckpt}}) {
     FILE* f = std::fopen((out + suffix).c_str(), "wb");
     if (f == nullptr || std::fwrite(text->data(), 1, text->size(), f) != text->size() ||
         std::fclose(f) != 0) {
@@ -185,9 +185,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s PREFIX W STEPS MODE [KILL_RANK KILL_STEP]\n", argv[0]);
     return 2;
   }
-  const absl::Status s = megatrain::engine::Run(
-      argv[1], std::atoi(argv[2]), std::atoi(argv[3]), argv[4],
-      argc == 7 ? std::atoi(argv[5]) : -1, argc == 7 ? std::atoi(argv[6]) : -1);
+  const absl::Status s = megatrain::engine::Run(argv[1], std::atoi(argv[2]), std::atoi(argv[3]),
+                                                argv[4], argc == 7 ? std::atoi(argv[5]) : -1,
+                                                argc == 7 ? std::atoi(argv[6]) : -1);
   if (!s.ok()) {
     std::fprintf(stderr, "dp_exactness_worker: %s\n", std::string(s.message()).c_str());
     return 1;
