@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/device/cpu_device.h"
+#include "engine/train/trainer.h"
 
 namespace megatrain::engine {
 namespace {
@@ -91,6 +92,29 @@ TEST(Zero1StoreTest, OptimizerStateOnlyForOwnedEntries) {
   const absl::StatusOr<ParameterStore> bad = ParameterStore::Create(**device, specs, wrong);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("1 flags for 2 entries"), std::string::npos);
+}
+
+TEST(Zero1TrainerTest, NeedsACommunicator) {
+  DeviceOptions options;
+  options.kind = DeviceKind::kCpu;
+  options.arena_bytes = size_t{64} << 20;
+  options.pinned_budget_bytes = size_t{64} << 20;
+  absl::StatusOr<std::unique_ptr<CpuDevice>> device = CpuDevice::Create(options);
+  ASSERT_TRUE(device.ok()) << device.status();
+  const absl::StatusOr<ModelConfig> config = ParseModelConfig(
+      R"({"model_type": "llama", "vocab_size": 97, "hidden_size": 48, "intermediate_size": 88,
+          "num_hidden_layers": 2, "num_attention_heads": 6, "num_key_value_heads": 2,
+          "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+          "hidden_act": "silu", "tie_word_embeddings": false})");
+  ASSERT_TRUE(config.ok()) << config.status();
+  TrainerOptions o;
+  o.micro_batch_size = 1;
+  o.seq_len = 8;
+  o.zero1 = true;
+  const absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(**device, *config, o);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("zero1 needs a communicator"), std::string::npos);
 }
 
 }  // namespace

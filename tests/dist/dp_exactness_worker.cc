@@ -5,12 +5,12 @@
 // master float, in layout order), OUT being PREFIX.rank<r> or PREFIX.accum, so the test compares
 // files byte for byte. With KILL_RANK/KILL_STEP, that rank SIGKILLs itself before that step, or
 // with KILL_STEP -1 writes its pid to PREFIX.pid after its first step, for a kill -9 from
-// outside (the failure tests). MODE: 0 = untied model, 1 = tied, zero1 = untied with ZeRO-1
-// (TrainerOptions::zero1; alone, it is plain accumulation W), big / bigzero1 = a ~30M-parameter
-// untied model for the memory measurement (OUT.vmhwm: the process's peak resident kB, VmHWM).
-// Checkpoints (environment): DP_SAVE_DIR and DP_SAVE_AT=N write a checkpoint after step N (one
-// process); DP_RESUME_FROM=DIR loads it first and trains the remaining steps. A ZeRO-1 rank of
-// W > 1 also tries to write a checkpoint at the end and records the refusal in OUT.ckpt.
+// outside (the failure tests). MODE: 0 = untied model, 1 = tied, zero1 / tiedzero1 = untied /
+// tied with ZeRO-1 (TrainerOptions::zero1; alone, plain accumulation W), big / bigzero1 = a
+// ~30M-parameter untied model for the memory measurement (OUT.vmhwm: the process's peak resident
+// kB, VmHWM). Checkpoints (environment): DP_SAVE_DIR and DP_SAVE_AT=N write a checkpoint after step
+// N (one process); DP_RESUME_FROM=DIR loads it first and trains the remaining steps. A ZeRO-1 rank
+// of W > 1 also tries to write a checkpoint at the end and records the refusal in OUT.ckpt.
 //
 //   dp_exactness_worker PREFIX W STEPS MODE [KILL_RANK KILL_STEP]
 #include <unistd.h>
@@ -53,12 +53,12 @@ long PeakResidentKb() {
 
 absl::Status Run(const std::string& prefix, int world, int steps, const std::string& mode,
                  int kill_rank, int kill_step) {
-  const bool tied = mode == "1";
-  const bool zero1 = mode == "zero1" || mode == "bigzero1";
+  const bool tied = mode == "1" || mode == "tiedzero1";
+  const bool zero1 = mode == "zero1" || mode == "bigzero1" || mode == "tiedzero1";
   const bool big = mode == "big" || mode == "bigzero1";
   if (!tied && !zero1 && !big && mode != "0") {
     return absl::InvalidArgumentError(
-        absl::StrCat("MODE=", mode, " is not 0, 1, zero1, big or bigzero1"));
+        absl::StrCat("MODE=", mode, " is not 0, 1, zero1, tiedzero1, big or bigzero1"));
   }
   std::unique_ptr<dist::MpiCommunicator> mpi;
   if (dist::LaunchedByMpi()) {
