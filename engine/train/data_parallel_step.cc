@@ -64,6 +64,21 @@ absl::Status ReduceGradientsInRankOrder(dist::Communicator& comm, ParameterStore
   return absl::OkStatus();
 }
 
+absl::Status AllRanksOk(dist::Communicator& comm, const absl::Status& mine) {
+  const double failed[1] = {mine.ok() ? 0.0 : 1.0};
+  absl::StatusOr<std::vector<double>> all = comm.AllGatherDoubles(failed);
+  if (!all.ok()) return all.status();
+  if (!mine.ok()) {
+    return absl::Status(mine.code(), absl::StrCat("rank ", comm.rank(), ": ", mine.message()));
+  }
+  for (int r = 0; r < comm.size(); ++r) {
+    if ((*all)[r] != 0) {
+      return absl::AbortedError(absl::StrCat("rank ", r, " failed (its own error says why)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 std::vector<int> Zero1EntryOwners(const std::vector<size_t>& entry_elements, int world) {
   size_t total = 0;
   for (size_t n : entry_elements) total += n;

@@ -47,6 +47,11 @@ absl::StatusOr<double> GlobalLossSum(dist::Communicator& comm, double local_loss
 // NVMe are refused (FAILED_PRECONDITION naming the entry): not done yet.
 absl::Status ReduceGradientsInRankOrder(dist::Communicator& comm, ParameterStore& store);
 
+// OK on every rank when `mine` is OK on every rank (an all-gather of one flag per rank), else an
+// error on every rank: this rank's own, or ABORTED naming the first rank that failed. For steps
+// every rank must pass together (a sharded checkpoint), so no rank is left waiting in a collective.
+absl::Status AllRanksOk(dist::Communicator& comm, const absl::Status& mine);
+
 // ZeRO-1 (docs/scale_out.md): each rank owns whole parameter-store entries, so the per-entry
 // sums of squares of the gradient norm stay one rank's, combined in entry order as one process
 // combines them. The owners: contiguous runs of entries in entry order, balanced by elements

@@ -9,8 +9,9 @@
 // tied with ZeRO-1 (TrainerOptions::zero1; alone, plain accumulation W), big / bigzero1 = a
 // ~30M-parameter untied model for the memory measurement (OUT.vmhwm: the process's peak resident
 // kB, VmHWM). Checkpoints (environment): DP_SAVE_DIR and DP_SAVE_AT=N write a checkpoint after step
-// N (one process); DP_RESUME_FROM=DIR loads it first and trains the remaining steps. A ZeRO-1 rank
-// of W > 1 also tries to write a checkpoint at the end and records the refusal in OUT.ckpt.
+// N (ZeRO-1 ranks: a sharded one); DP_RESUME_FROM=DIR loads it first and trains the remaining
+// steps. A ZeRO-1 rank of W > 1 also tries to write a checkpoint at the end and records the refusal
+// in OUT.ckpt.
 //
 //   dp_exactness_worker PREFIX W STEPS MODE [KILL_RANK KILL_STEP]
 #include <unistd.h>
@@ -27,6 +28,7 @@
 #include "engine/checkpoint/checkpoint_reader.h"
 #include "engine/checkpoint/checkpoint_writer.h"
 #include "engine/dist/mpi_communicator.h"
+#include "engine/train/data_parallel_step.h"
 #include "tests/engine/tiny_model.h"
 
 namespace megatrain::engine {
@@ -135,7 +137,12 @@ absl::Status Run(const std::string& prefix, int world, int steps, const std::str
     losses += absl::StrFormat("step %d loss %016x norm %016x valid %d\n", r->step, Bits(r->loss),
                               Bits(r->grad_norm), r->valid_tokens);
     if (save_dir != nullptr && save_at != nullptr && step + 1 == std::atoi(save_at)) {
-      absl::StatusOr<std::string> written = WriteCheckpoint(**trainer, save_dir, {});
+      absl::StatusOr<std::string> written =
+          o.zero1 ? WriteShardedCheckpoint(
+                        **trainer, save_dir, {}, {},
+                        {mpi->rank(), mpi->size(),
+                         [&mpi](const absl::Status& mine) { return AllRanksOk(*mpi, mine); }})
+                  : WriteCheckpoint(**trainer, save_dir, {});
       if (!written.ok()) return written.status();
     }
     if (mpi != nullptr && mpi->rank() == 0) {

@@ -56,6 +56,43 @@ for world in 2 3; do
   done
   echo "one-process checkpoint resumed on ${world} ZeRO-1 ranks: steps 3-4 bit for bit"
 done
+# Sharded checkpoints: W ZeRO-1 ranks write one shard each and rank 0 the model and one manifest
+# listing them; it resumes in one process with accumulation W (2 -> 1, 3 -> 1) bitwise as the
+# uninterrupted run, and a 2-shard checkpoint resumes on 3 ZeRO-1 ranks bitwise as one process
+# with accumulation 3 resuming it (2 -> 3).
+for world in 2 3; do
+  ckpt="${dir}/zckpt${world}"
+  DP_SAVE_DIR="${ckpt}" DP_SAVE_AT=2 timeout 300 "${launch}" "${world}" "${worker}" \
+    "${dir}/zsave${world}" "${world}" "${steps}" zero1
+  cmp "${dir}/zsave${world}.rank0.losses" "${dir}/w${world}.accum.losses" ||
+    { echo "FAIL: writing a sharded checkpoint changed the run"; exit 1; }
+  step_dir="$(ls -d "${ckpt}"/step-*)"
+  for ((r = 0; r < world; ++r)); do
+    shard="$(printf 'optimizer-rank-%05d-of-%05d.safetensors' "${r}" "${world}")"
+    [[ -f "${step_dir}/${shard}" ]] || { echo "FAIL: ${step_dir} has no ${shard}"; exit 1; }
+    grep -q "\"${shard}\"" "${step_dir}/manifest.json" ||
+      { echo "FAIL: manifest.json does not list ${shard}"; exit 1; }
+  done
+  if [[ -e "${step_dir}/optimizer.safetensors" ]] || compgen -G "${step_dir}/.shard-*" >/dev/null; then
+    echo "FAIL: ${step_dir} has an unsharded optimizer file or a shard sidecar left"; exit 1
+  fi
+  DP_RESUME_FROM="${step_dir}" "${worker}" "${dir}/zres${world}" "${world}" "${steps}" 0
+  cmp "${dir}/w${world}.accum.last2" "${dir}/zres${world}.accum.losses" ||
+    { echo "FAIL: ${world} shards -> 1 process: losses of steps 3-4 differ"; exit 1; }
+  cmp "${dir}/w${world}.accum.weights" "${dir}/zres${world}.accum.weights" ||
+    { echo "FAIL: ${world} shards -> 1 process: final weights differ"; exit 1; }
+  echo "sharded checkpoint of ${world} ZeRO-1 ranks resumed in one process: bit for bit"
+done
+step_dir="$(ls -d "${dir}/zckpt2"/step-*)"
+DP_RESUME_FROM="${step_dir}" "${worker}" "${dir}/z2to3" 3 "${steps}" 0
+DP_RESUME_FROM="${step_dir}" timeout 300 "${launch}" 3 "${worker}" "${dir}/z2to3" 3 "${steps}" zero1
+for ((r = 0; r < 3; ++r)); do
+  for what in losses weights; do
+    cmp "${dir}/z2to3.accum.${what}" "${dir}/z2to3.rank${r}.${what}" ||
+      { echo "FAIL: 2 shards -> 3 ZeRO-1 ranks: rank ${r}'s ${what} differ"; exit 1; }
+  done
+done
+echo "sharded checkpoint of 2 ZeRO-1 ranks resumed on 3: bit for bit as one process"
 # Tied embeddings: replicated data parallelism is not accumulation's bits there (two contributions
 # per micro-batch, docs/scale_out.md), but ZeRO-1 reduces, norms and updates in the same order, so
 # it equals replicated W=3 bit for bit on every rank.
