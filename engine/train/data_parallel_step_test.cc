@@ -46,6 +46,14 @@ TEST(Zero1EntryOwnersTest, ContiguousRunsBalancedByElements) {
   EXPECT_EQ(Zero1EntryOwners({5, 7}, 4), (std::vector<int>{0, 2}));
 }
 
+TEST(AllRanksOkTest, WorldOfOneReturnsItsOwnStatusWithItsRank) {
+  dist::SingleProcessCommunicator one;
+  EXPECT_TRUE(AllRanksOk(one, absl::OkStatus()).ok());
+  const absl::Status failed = AllRanksOk(one, absl::DataLossError("disk full"));
+  EXPECT_EQ(failed.code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(failed.message(), "rank 0: disk full");
+}
+
 TEST(Zero1EntryOwnersTest, WorldOfOneOwnsEverythingAndGathersItsOwnSums) {
   dist::SingleProcessCommunicator one;
   const std::vector<int> owners = Zero1EntryOwners({3, 4, 5}, 1);

@@ -81,9 +81,9 @@ struct TrainerOptions {
   // ZeRO-1 over `communicator` (docs/scale_out.md): each rank owns whole parameter-store entries
   // (Zero1EntryOwners), holds m and v only for those, reduces their gradients to itself, updates
   // them, and broadcasts their masters. Needs a communicator and the optimizer state and masters
-  // in RAM. Writing a checkpoint from a ZeRO-1 trainer is refused (its m and v are shards; per-
-  // shard files are not done yet); loading one restores the owned entries' m and v and every
-  // master, so a checkpoint of one process or of replicated ranks resumes on any world size.
+  // in RAM. Its ranks checkpoint together with WriteShardedCheckpoint (WriteCheckpoint refuses a
+  // shard); loading any checkpoint restores the owned entries' m and v and every master, so
+  // checkpoints resume on any world size.
   bool zero1 = false;
 };
 

@@ -84,6 +84,15 @@ for world in 2 3; do
   echo "sharded checkpoint of ${world} ZeRO-1 ranks resumed in one process: bit for bit"
 done
 step_dir="$(ls -d "${dir}/zckpt2"/step-*)"
+# A sharded checkpoint missing a shard is refused, naming the file.
+cp -r "${step_dir}" "${dir}/broken"
+rm "${dir}/broken/optimizer-rank-00001-of-00002.safetensors"
+if DP_RESUME_FROM="${dir}/broken" "${worker}" "${dir}/broken_run" 2 "${steps}" 0 2>"${dir}/broken.err"; then
+  echo "FAIL: a checkpoint missing a shard loaded"; exit 1
+fi
+grep -q "optimizer-rank-00001-of-00002.safetensors" "${dir}/broken.err" ||
+  { echo "FAIL: the error does not name the missing shard: $(cat "${dir}/broken.err")"; exit 1; }
+echo "a sharded checkpoint missing a shard is refused: $(cat "${dir}/broken.err")"
 DP_RESUME_FROM="${step_dir}" "${worker}" "${dir}/z2to3" 3 "${steps}" 0
 DP_RESUME_FROM="${step_dir}" timeout 300 "${launch}" 3 "${worker}" "${dir}/z2to3" 3 "${steps}" zero1
 for ((r = 0; r < 3; ++r)); do
