@@ -188,7 +188,7 @@ absl::Status MpiCommunicator::Broadcast(void* data, size_t bytes, int root) {
     }
     done += static_cast<size_t>(chunk);
   }
-  if (rank_ == root) stats_.bytes_sent += bytes;
+  if (rank_ == root && size_ > 1) stats_.bytes_sent += bytes;  // a world of one sends nothing
   return absl::OkStatus();
 }
 
