@@ -2,6 +2,7 @@
 #include "engine/checkpoint/checkpoint_reader.h"
 
 #include <array>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <set>
@@ -67,7 +68,7 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Checkpoi
   if (!manifest.ok()) return manifest.status();
   std::set<std::string> files;
   for (const ManifestFileRecord& f : manifest->files) files.insert(f.name);
-  for (const char* required : {"config.json", kOptimizerFileName, kTrainingStateFileName}) {
+  for (const char* required : {"config.json", kTrainingStateFileName}) {
     if (!files.contains(required)) {
       return absl::DataLossError(
           absl::StrCat(dir, "/", required, ": missing from ", kManifestFileName));
@@ -141,8 +142,53 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Checkpoi
     return absl::DataLossError(
         absl::StrCat(dir, ": neither model.safetensors nor model.safetensors.index.json"));
   }
-  absl::StatusOr<const SafetensorsFile*> optimizer = open(kOptimizerFileName);
-  if (!optimizer.ok()) return optimizer.status();
+  // The optimizer state: optimizer.safetensors, or a ZeRO-1 checkpoint's shards
+  // optimizer-rank-R-of-W (every R of one W), each tensor in exactly one of them.
+  std::vector<const SafetensorsFile*> optimizer_files;
+  if (files.contains(kOptimizerFileName)) {
+    absl::StatusOr<const SafetensorsFile*> f = open(kOptimizerFileName);
+    if (!f.ok()) return f.status();
+    optimizer_files.push_back(*f);
+  } else {
+    int world = 0;
+    for (const std::string& f : files) {
+      int r = 0, w = 0;
+      if (std::sscanf(f.c_str(), "optimizer-rank-%d-of-%d.safetensors", &r, &w) == 2 &&
+          f == OptimizerShardFileName(r, w)) {
+        world = w;
+      }
+    }
+    if (world == 0) {
+      return absl::DataLossError(absl::StrCat(dir, ": neither ", kOptimizerFileName,
+                                              " nor optimizer shards in ", kManifestFileName));
+    }
+    for (int r = 0; r < world; ++r) {
+      const std::string name = OptimizerShardFileName(r, world);
+      if (!files.contains(name)) {
+        return absl::DataLossError(
+            absl::StrCat(dir, "/", name, ": missing from ", kManifestFileName));
+      }
+      absl::StatusOr<const SafetensorsFile*> f = open(name);
+      if (!f.ok()) return f.status();
+      optimizer_files.push_back(*f);
+    }
+  }
+  std::map<std::string, const SafetensorsFile*> optimizer_file_of;  // tensor -> file
+  size_t optimizer_tensors = 0;
+  for (const SafetensorsFile* f : optimizer_files) {
+    for (const SafetensorsTensorInfo& t : f->tensors()) {
+      ++optimizer_tensors;
+      if (!optimizer_file_of.emplace(t.name, f).second) {
+        return absl::DataLossError(absl::StrCat(f->path(), ": tensor ", t.name, " is also in ",
+                                                optimizer_file_of[t.name]->path()));
+      }
+    }
+  }
+  // The optimizer file holding `name` (the first one when none does: PlanCopy names it missing).
+  const auto optimizer_of = [&](const std::string& name) -> const SafetensorsFile& {
+    auto it = optimizer_file_of.find(name);
+    return it != optimizer_file_of.end() ? *it->second : *optimizer_files.front();
+  };
 
   // Plan every copy, checking names, shapes and dtypes, before writing anything.
   const bool master_in_optimizer = manifest->model_dtype != "F32";
@@ -175,7 +221,7 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Checkpoi
         std::vector<Copy> unused;
         s = PlanCopy(*it->second, slot.hf_name, slot, false, nullptr, &unused);  // shape check only
         if (s.ok())
-          s = PlanCopy(**optimizer, "master." + slot.hf_name, slot, true,
+          s = PlanCopy(optimizer_of("master." + slot.hf_name), "master." + slot.hf_name, slot, true,
                        master == nullptr ? nullptr : master + slot.offset, &master_plan);
       } else {
         s = PlanCopy(*it->second, slot.hf_name, slot, true,
@@ -183,10 +229,12 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Checkpoi
       }
       // m and v land in per-entry staging (see below), at the slot's offset.
       if (s.ok()) {
-        s = PlanCopy(**optimizer, "m." + slot.hf_name, slot, true, nullptr, &state_plan[e][0]);
+        s = PlanCopy(optimizer_of("m." + slot.hf_name), "m." + slot.hf_name, slot, true, nullptr,
+                     &state_plan[e][0]);
       }
       if (s.ok()) {
-        s = PlanCopy(**optimizer, "v." + slot.hf_name, slot, true, nullptr, &state_plan[e][1]);
+        s = PlanCopy(optimizer_of("v." + slot.hf_name), "v." + slot.hf_name, slot, true, nullptr,
+                     &state_plan[e][1]);
       }
       if (!s.ok()) return s;
     }
@@ -200,10 +248,10 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Checkpoi
     }
   }
   const size_t optimizer_expected = layout_tensors * (master_in_optimizer ? 3 : 2);
-  if ((*optimizer)->tensors().size() != optimizer_expected) {
-    return absl::DataLossError(absl::StrCat((*optimizer)->path(), ": ",
-                                            (*optimizer)->tensors().size(), " tensors, expected ",
-                                            optimizer_expected));
+  if (optimizer_tensors != optimizer_expected) {
+    return absl::DataLossError(absl::StrCat(
+        optimizer_files.front()->path(), optimizer_files.size() > 1 ? " and the other shards" : "",
+        ": ", optimizer_tensors, " tensors, expected ", optimizer_expected));
   }
 
   trainer.WaitForUpdates();
@@ -224,8 +272,10 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Checkpoi
                                               s.message(), "; the trainer is now inconsistent"));
     }
   }
-  // m and v: one entry at a time through the store (RAM or the NVMe tier).
+  // m and v: one entry at a time through the store (RAM or the NVMe tier). A ZeRO-1 rank keeps
+  // only its own entries' (every entry was verified above all the same), so any world size loads.
   for (int e = 0; e < store.num_entries(); ++e) {
+    if (!store.has_optimizer_state(e)) continue;
     const size_t n = store.spec(e).elements;
     std::vector<float> staged[2] = {std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f)};
     for (int a = 0; a < 2; ++a) {

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 
@@ -196,10 +197,18 @@ absl::Status WriteCompanionFiles(const std::string& dir, const std::vector<HfCom
   return absl::OkStatus();
 }
 
-absl::Status WriteOptimizerFile(Checkpointable& trainer, const std::string& dir, bool with_master,
-                                WrittenFiles* records,
+// The optimizer state as `file_name`: every entry's, or with `own_entries_only` the entries whose
+// m and v this store holds (a ZeRO-1 rank's shard).
+absl::Status WriteOptimizerFile(Checkpointable& trainer, const std::string& dir,
+                                const std::string& file_name, bool own_entries_only,
+                                bool with_master, WrittenFiles* records,
                                 const std::function<void(int)>& entry_written) {
-  const std::vector<TensorRef> tensors = AllTensors(trainer.layout());
+  std::vector<TensorRef> tensors = AllTensors(trainer.layout());
+  if (own_entries_only) {
+    std::erase_if(tensors, [&trainer](const TensorRef& t) {
+      return !trainer.store().has_optimizer_state(t.entry);
+    });
+  }
   std::vector<SafetensorsEntry> entries;
   for (const TensorRef& t : tensors) {
     if (with_master)
@@ -207,9 +216,9 @@ absl::Status WriteOptimizerFile(Checkpointable& trainer, const std::string& dir,
     entries.push_back({"m." + t.slot->hf_name, SafetensorsDtype::kF32, t.slot->shape});
     entries.push_back({"v." + t.slot->hf_name, SafetensorsDtype::kF32, t.slot->shape});
   }
-  absl::StatusOr<SafetensorsStreamWriter> writer = SafetensorsStreamWriter::Create(
-      absl::StrCat(dir, "/", kOptimizerFileName), std::move(entries), {{"format", "megatrain"}},
-      records->with_digests);
+  absl::StatusOr<SafetensorsStreamWriter> writer =
+      SafetensorsStreamWriter::Create(absl::StrCat(dir, "/", file_name), std::move(entries),
+                                      {{"format", "megatrain"}}, records->with_digests);
   if (!writer.ok()) return writer.status();
   // m and v come through the store one entry at a time, wherever they live
   // (RAM, or the NVMe tier), so RAM never holds more than one entry's copy.
@@ -246,7 +255,68 @@ absl::Status WriteOptimizerFile(Checkpointable& trainer, const std::string& dir,
   }
   if (staged_entry >= 0 && entry_written) entry_written(staged_entry);
   if (absl::Status s = writer->Finish(); !s.ok()) return s;
-  AddStreamed(*writer, kOptimizerFileName, records);
+  AddStreamed(*writer, file_name, records);
+  return absl::OkStatus();
+}
+
+// A ZeRO-1 rank's shard record (its manifest record and digests) for rank 0, which writes the
+// one manifest and provenance record: written beside the shard, read and removed by rank 0.
+std::string ShardSidecarName(int rank) { return absl::StrCat(".shard-", rank, ".json"); }
+
+absl::Status WriteShardSidecar(const std::string& dir, int rank, const WrittenFiles& shard) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  const ManifestFileRecord& r = shard.records.front();
+  j["name"] = r.name;
+  j["bytes"] = r.checksum.bytes;
+  j["crc32c"] = r.checksum.crc32c;
+  if (shard.with_digests) {
+    const provenance::FileDigest& d = shard.digests.front();
+    j["sha256"] = d.sha256_hex;
+    nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
+    for (const provenance::TensorDigest& t : d.tensors) {
+      tensors.push_back({t.name, t.begin, t.end, t.sha256_hex});
+    }
+    j["tensors"] = std::move(tensors);
+  }
+  absl::StatusOr<FileChecksum> sum =
+      WriteDurableFile(absl::StrCat(dir, "/", ShardSidecarName(rank)), j.dump());
+  return sum.ok() ? absl::OkStatus() : sum.status();
+}
+
+// Rank 0: every shard's record and digests into `written`, the sidecars removed.
+absl::Status CollectShards(const std::string& dir, int world, WrittenFiles* written) {
+  for (int rank = 0; rank < world; ++rank) {
+    const std::string path = absl::StrCat(dir, "/", ShardSidecarName(rank));
+    std::ifstream in(path);
+    nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("name")) {
+      return absl::DataLossError(absl::StrCat(path, ": not a shard record"));
+    }
+    ManifestFileRecord record;
+    record.name = j["name"].get<std::string>();
+    record.checksum.bytes = j["bytes"].get<uint64_t>();
+    record.checksum.crc32c = j["crc32c"].get<uint32_t>();
+    if (record.name != OptimizerShardFileName(rank, world)) {
+      return absl::DataLossError(absl::StrCat(path, ": names ", record.name, ", expected ",
+                                              OptimizerShardFileName(rank, world)));
+    }
+    written->records.push_back(record);
+    if (written->with_digests) {
+      if (!j.contains("sha256") || !j.contains("tensors")) {
+        return absl::DataLossError(absl::StrCat(path, ": no digests"));
+      }
+      provenance::FileDigest d{
+          record.name, record.checksum.bytes, j["sha256"].get<std::string>(), {}};
+      for (const nlohmann::json& t : j["tensors"]) {
+        d.tensors.push_back({t[0].get<std::string>(), t[1].get<uint64_t>(), t[2].get<uint64_t>(),
+                             t[3].get<std::string>()});
+      }
+      written->digests.push_back(std::move(d));
+    }
+    std::error_code ec;
+    fs::remove(path, ec);
+    if (ec) return absl::InternalError(absl::StrCat(path, ": cannot remove: ", ec.message()));
+  }
   return absl::OkStatus();
 }
 
@@ -287,12 +357,11 @@ absl::StatusOr<std::string> WriteCheckpoint(Checkpointable& trainer, const std::
   return WriteCheckpointSnapshot(trainer, trainer.progress(), root, run, options, nullptr);
 }
 
-absl::StatusOr<std::string> WriteCheckpointSnapshot(Checkpointable& trainer,
-                                                    const TrainerProgress& progress,
-                                                    const std::string& root,
-                                                    const CheckpointRunInfo& run,
-                                                    const CheckpointOptions& options,
-                                                    const std::function<void(int)>& entry_written) {
+namespace {
+
+// Steps 2-3's start: the root, its leftovers removed, and the empty temporary directory `tmp`.
+absl::Status PrepareCheckpointDirectory(const std::string& root, const std::string& tmp,
+                                        const CheckpointOptions& options) {
   if (absl::Status s = CheckModelDtype(options.model_dtype); !s.ok()) return s;
   if (options.keep_last < 0) {
     return absl::InvalidArgumentError(
@@ -302,17 +371,21 @@ absl::StatusOr<std::string> WriteCheckpointSnapshot(Checkpointable& trainer,
   fs::create_directories(root, ec);
   if (ec) return absl::InternalError(absl::StrCat(root, ": cannot create: ", ec.message()));
   if (absl::Status s = RemoveCheckpointLeftovers(root); !s.ok()) return s;  // 2
+  return MakeDirectory(tmp);
+}
 
+// The rest of step 3 to step 8 into the prepared `tmp`; `optimizer_files` writes (or collects)
+// the optimizer state's files and their records.
+absl::Status FinishCheckpoint(Checkpointable& trainer, const TrainerProgress& progress,
+                              const std::string& root, const std::string& tmp,
+                              const std::string& final_path, const CheckpointRunInfo& run,
+                              const CheckpointOptions& options,
+                              const std::function<absl::Status(WrittenFiles*)>& optimizer_files) {
   TrainingState state;
   state.progress = progress;
   state.data_cursor = run.data_cursor;
   state.seed = run.seed;
   state.job_json = run.job_json;
-  const std::string name = CheckpointDirName(state.progress.step);
-  const std::string tmp = absl::StrCat(root, "/.tmp-", name);
-  const std::string final_path = absl::StrCat(root, "/", name);
-  if (absl::Status s = MakeDirectory(tmp); !s.ok()) return s;
-
   CheckpointManifest manifest;  // 3
   manifest.build_version = BuildVersionString();
   manifest.step = state.progress.step;
@@ -330,11 +403,7 @@ absl::StatusOr<std::string> WriteCheckpointSnapshot(Checkpointable& trainer,
       return s;
     }
   }
-  if (absl::Status s = WriteOptimizerFile(
-          trainer, tmp, options.model_dtype != SafetensorsDtype::kF32, &written, entry_written);
-      !s.ok()) {
-    return s;
-  }
+  if (absl::Status s = optimizer_files(&written); !s.ok()) return s;
   if (absl::Status s = WriteText(tmp, kTrainingStateFileName, TrainingStateToJson(state), &written);
       !s.ok()) {
     return s;
@@ -351,9 +420,82 @@ absl::StatusOr<std::string> WriteCheckpointSnapshot(Checkpointable& trainer,
       return s;
     }
   }
-  if (absl::Status s = FsyncDirectory(tmp); !s.ok()) return s;                      // 5
-  if (absl::Status s = CommitDirectory(tmp, final_path, root); !s.ok()) return s;   // 6, 7
-  if (absl::Status s = ApplyRetention(root, options.keep_last); !s.ok()) return s;  // 8
+  if (absl::Status s = FsyncDirectory(tmp); !s.ok()) return s;                     // 5
+  if (absl::Status s = CommitDirectory(tmp, final_path, root); !s.ok()) return s;  // 6, 7
+  return ApplyRetention(root, options.keep_last);                                  // 8
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> WriteCheckpointSnapshot(Checkpointable& trainer,
+                                                    const TrainerProgress& progress,
+                                                    const std::string& root,
+                                                    const CheckpointRunInfo& run,
+                                                    const CheckpointOptions& options,
+                                                    const std::function<void(int)>& entry_written) {
+  // A ZeRO-1 rank holds only its shard of m and v: it writes with WriteShardedCheckpoint. Refused
+  // before anything is created rather than half-way through.
+  for (int e = 0; e < trainer.store().num_entries(); ++e) {
+    if (!trainer.store().has_optimizer_state(e)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint: entry ", e,
+                       "'s optimizer state is another rank's ZeRO-1 shard; "
+                       "a ZeRO-1 rank writes with WriteShardedCheckpoint (docs/scale_out.md)"));
+    }
+  }
+  const std::string name = CheckpointDirName(progress.step);
+  const std::string tmp = absl::StrCat(root, "/.tmp-", name);
+  const std::string final_path = absl::StrCat(root, "/", name);
+  if (absl::Status s = PrepareCheckpointDirectory(root, tmp, options); !s.ok()) return s;
+  const bool with_master = options.model_dtype != SafetensorsDtype::kF32;
+  if (absl::Status s = FinishCheckpoint(trainer, progress, root, tmp, final_path, run, options,
+                                        [&](WrittenFiles* written) {
+                                          return WriteOptimizerFile(
+                                              trainer, tmp, kOptimizerFileName, false, with_master,
+                                              written, entry_written);
+                                        });
+      !s.ok()) {
+    return s;
+  }
+  return final_path;
+}
+
+std::string OptimizerShardFileName(int rank, int world) {
+  return absl::StrFormat("optimizer-rank-%05d-of-%05d.safetensors", rank, world);
+}
+
+absl::StatusOr<std::string> WriteShardedCheckpoint(Checkpointable& trainer, const std::string& root,
+                                                   const CheckpointRunInfo& run,
+                                                   const CheckpointOptions& options,
+                                                   const ShardedCheckpointRanks& ranks) {
+  if (ranks.world < 1 || ranks.rank < 0 || ranks.rank >= ranks.world || !ranks.all_ok) {
+    return absl::InvalidArgumentError(absl::StrCat("sharded checkpoint: rank ", ranks.rank,
+                                                   " of world ", ranks.world,
+                                                   (ranks.all_ok ? "" : " without all_ok")));
+  }
+  trainer.WaitForUpdates();  // 1
+  const TrainerProgress progress = trainer.progress();
+  const std::string name = CheckpointDirName(progress.step);
+  const std::string tmp = absl::StrCat(root, "/.tmp-", name);
+  const std::string final_path = absl::StrCat(root, "/", name);
+  const bool lead = ranks.rank == 0;
+  // Rank 0 prepares the directory; then every rank writes its shard into it; then rank 0 writes
+  // the model, the state and the one manifest, and commits. Every rank passes every all_ok, so a
+  // failure anywhere ends the write on every rank instead of leaving one waiting.
+  absl::Status mine = lead ? PrepareCheckpointDirectory(root, tmp, options) : absl::OkStatus();
+  if (absl::Status s = ranks.all_ok(mine); !s.ok()) return s;
+  WrittenFiles shard;
+  shard.with_digests = options.record_provenance;
+  mine = WriteOptimizerFile(trainer, tmp, OptimizerShardFileName(ranks.rank, ranks.world), true,
+                            options.model_dtype != SafetensorsDtype::kF32, &shard, nullptr);
+  if (mine.ok()) mine = WriteShardSidecar(tmp, ranks.rank, shard);
+  if (absl::Status s = ranks.all_ok(mine); !s.ok()) return s;
+  if (lead) {
+    mine = FinishCheckpoint(
+        trainer, progress, root, tmp, final_path, run, options,
+        [&](WrittenFiles* written) { return CollectShards(tmp, ranks.world, written); });
+  }
+  if (absl::Status s = ranks.all_ok(mine); !s.ok()) return s;
   return final_path;
 }
 

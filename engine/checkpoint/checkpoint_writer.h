@@ -97,6 +97,25 @@ absl::StatusOr<std::string> WriteCheckpointSnapshot(Checkpointable& trainer,
                                                     const CheckpointOptions& options,
                                                     const std::function<void(int)>& entry_written);
 
+// ZeRO-1 shard checkpoints (docs/scale_out.md). Each rank writes the optimizer state (m, v, and
+// the master when the model is not F32) of the entries its store holds
+// (ParameterStore::has_optimizer_state) as OptimizerShardFileName(rank, world); rank 0 writes the
+// model, trainer_state.json and the one manifest.json (and provenance record) listing every
+// shard, and commits the directory as WriteCheckpoint does. LoadCheckpoint reads it on any world
+// size. Every rank calls it at the same step with the same arguments.
+struct ShardedCheckpointRanks {
+  int rank = 0;
+  int world = 1;
+  // A collective every rank calls at the same points with its own status: OK on every rank when
+  // every rank's was OK, else (on every rank) an error naming a rank that failed.
+  std::function<absl::Status(const absl::Status&)> all_ok;
+};
+std::string OptimizerShardFileName(int rank, int world);
+absl::StatusOr<std::string> WriteShardedCheckpoint(Checkpointable& trainer, const std::string& root,
+                                                   const CheckpointRunInfo& run,
+                                                   const CheckpointOptions& options,
+                                                   const ShardedCheckpointRanks& ranks);
+
 // Writes only the Hugging Face model (config.json and model weights, and the companion files
 // given: tokenizer, chat template, generation config) into `dir`, which must not exist; created
 // through a temporary name and renamed.

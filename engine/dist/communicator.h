@@ -36,6 +36,9 @@ class Communicator {
   // ranks' contributions in that order, and the same bits on every rank. Never a transport's
   // reduction, whose order is unspecified (MPI_Allreduce on floats).
   virtual absl::Status ReduceFloatsInRankOrder(float* data, size_t n) = 0;
+  // The same rank-ordered sum, delivered to rank `root` only (ZeRO-1: the entry's owner is the
+  // one rank that needs its reduced gradient). The other ranks' data is left as it was.
+  virtual absl::Status ReduceFloatsInRankOrderTo(float* data, size_t n, int root) = 0;
   // `bytes` at `data` on rank `root` are copied to every other rank's `data`.
   virtual absl::Status Broadcast(void* data, size_t bytes, int root) = 0;
   virtual absl::Status Barrier() = 0;
@@ -53,6 +56,10 @@ class SingleProcessCommunicator final : public Communicator {
     return std::vector<double>(values.begin(), values.end());
   }
   absl::Status ReduceFloatsInRankOrder(float*, size_t) override { return absl::OkStatus(); }
+  absl::Status ReduceFloatsInRankOrderTo(float*, size_t, int root) override {
+    if (root != 0) return absl::InvalidArgumentError("reduce root must be 0 in a world of 1");
+    return absl::OkStatus();
+  }
   absl::Status Broadcast(void*, size_t, int root) override {
     if (root != 0) return absl::InvalidArgumentError("broadcast root must be 0 in a world of 1");
     return absl::OkStatus();

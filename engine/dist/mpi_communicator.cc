@@ -145,6 +145,33 @@ absl::Status MpiCommunicator::ReduceFloatsInRankOrder(float* data, size_t n) {
   return absl::OkStatus();
 }
 
+absl::Status MpiCommunicator::ReduceFloatsInRankOrderTo(float* data, size_t n, int root) {
+  CallTimer timer(stats_);
+  if (root < 0 || root >= size_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank_, ": reduce root ", root, " outside a world of ", size_));
+  }
+  const bool is_root = rank_ == root;
+  for (size_t first = 0; first < n; first += kRootPieceFloats) {
+    const size_t piece = std::min(kRootPieceFloats, n - first);
+    float* base = data + first;
+    if (is_root) receive_.resize(piece * static_cast<size_t>(size_));
+    if (absl::Status s = Check(MPI_Gather(base, static_cast<int>(piece), MPI_FLOAT,
+                                          is_root ? receive_.data() : nullptr,
+                                          static_cast<int>(piece), MPI_FLOAT, root, MPI_COMM_WORLD),
+                               "MPI_Gather(gradient contributions)");
+        !s.ok()) {
+      return s;
+    }
+    if (is_root) {
+      SumInRankOrder(receive_.data(), size_, piece, base);
+    } else {
+      stats_.bytes_sent += piece * sizeof(float);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status MpiCommunicator::Broadcast(void* data, size_t bytes, int root) {
   CallTimer timer(stats_);
   if (root < 0 || root >= size_) {
@@ -161,7 +188,7 @@ absl::Status MpiCommunicator::Broadcast(void* data, size_t bytes, int root) {
     }
     done += static_cast<size_t>(chunk);
   }
-  if (rank_ == root) stats_.bytes_sent += bytes;
+  if (rank_ == root && size_ > 1) stats_.bytes_sent += bytes;  // a world of one sends nothing
   return absl::OkStatus();
 }
 

@@ -30,6 +30,9 @@ class MpiCommunicator final : public Communicator {
   // an all-to-all brings it every rank's contribution to its range, it sums them in rank order
   // (SumInRankOrder), and an all-gather gives everyone the sums.
   absl::Status ReduceFloatsInRankOrder(float* data, size_t n) override;
+  // Pieces of kRootPieceFloats: an MPI_Gather brings root every rank's piece, in rank order, and
+  // root sums them (SumInRankOrder).
+  absl::Status ReduceFloatsInRankOrderTo(float* data, size_t n, int root) override;
   absl::Status Broadcast(void* data, size_t bytes, int root) override;
   absl::Status Barrier() override;
   CommunicatorStats stats() const override { return stats_; }
@@ -40,6 +43,8 @@ class MpiCommunicator final : public Communicator {
   // Floats per all-to-all round: bounds the receive buffer (one piece) and keeps MPI's int
   // counts in range.
   static constexpr size_t kPieceFloats = size_t{1} << 22;
+  // Floats per gather round of ReduceFloatsInRankOrderTo: root's receive buffer is world pieces.
+  static constexpr size_t kRootPieceFloats = size_t{1} << 20;
 
  private:
   MpiCommunicator(int rank, int size) : rank_(rank), size_(size) {}

@@ -43,6 +43,26 @@ absl::Status CheckReduce(MpiCommunicator& c, size_t n) {
   return absl::OkStatus();
 }
 
+// ReduceFloatsInRankOrderTo: root gets the rank-ordered sum, every other rank keeps its input.
+absl::Status CheckReduceTo(MpiCommunicator& c, size_t n, int root) {
+  std::vector<float> data = Contribution(c.rank(), n);
+  if (absl::Status s = c.ReduceFloatsInRankOrderTo(data.data(), n, root); !s.ok()) return s;
+  std::vector<float> expected = Contribution(0, n);
+  if (c.rank() == root) {
+    for (int r = 1; r < c.size(); ++r) {
+      const std::vector<float> add = Contribution(r, n);
+      for (size_t i = 0; i < n; ++i) expected[i] += add[i];
+    }
+  } else {
+    expected = Contribution(c.rank(), n);
+  }
+  if (std::memcmp(data.data(), expected.data(), n * sizeof(float)) != 0) {
+    return absl::InternalError(
+        absl::StrCat("rank ", c.rank(), ": reduce to root ", root, " of n=", n, " differs"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckAll(MpiCommunicator& c, int expected_size) {
   if (c.size() != expected_size) {
     return absl::InternalError(
@@ -65,6 +85,17 @@ absl::Status CheckAll(MpiCommunicator& c, int expected_size) {
   // Odd sizes, sizes below the world (ranks owning nothing), and more than one piece.
   for (size_t n : {size_t{1}, size_t{2}, size_t{1001}, MpiCommunicator::kPieceFloats + 7}) {
     if (absl::Status s = CheckReduce(c, n); !s.ok()) return s;
+  }
+  for (size_t n : {size_t{1}, size_t{1001}, MpiCommunicator::kRootPieceFloats + 7}) {
+    for (int root = 0; root < c.size(); ++root) {
+      if (absl::Status s = CheckReduceTo(c, n, root); !s.ok()) return s;
+    }
+  }
+  {
+    float x = 0;
+    if (c.ReduceFloatsInRankOrderTo(&x, 1, c.size()).ok()) {
+      return absl::InternalError("reduce to a root outside the world succeeded");
+    }
   }
   std::vector<char> bytes(3001, 0);
   const int root = c.size() - 1;

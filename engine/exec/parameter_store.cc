@@ -63,6 +63,18 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
         absl::StrCat("nvme_chunk_bytes=", placement.nvme_chunk_bytes,
                      " must be a positive multiple of ", kChunkQuantum, " (256 KiB)"));
   }
+  if (!placement.optimizer_state_entries.empty()) {
+    if (placement.optimizer_state_entries.size() != entries.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("optimizer_state_entries has ", placement.optimizer_state_entries.size(),
+                       " flags for ", entries.size(), " entries"));
+    }
+    if (placement.states_on_nvme) {
+      return absl::InvalidArgumentError(
+          "optimizer_state_entries (ZeRO-1 sharding) needs the optimizer state in RAM, not "
+          "states_on_nvme");
+    }
+  }
   ParameterStore store;
   store.specs_ = std::move(entries);
   store.placement_ = placement;
@@ -102,9 +114,12 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
     if (!placement.master_on_nvme) {
       wanted.push_back({&store.master_, placement.master_pinned, "master"});
     }
-    if (!placement.states_on_nvme) {
+    if (!placement.states_on_nvme && store.has_optimizer_state(static_cast<int>(i))) {
       wanted.push_back({&store.m_, false, "adam_m"});
       wanted.push_back({&store.v_, false, "adam_v"});
+    } else if (!placement.states_on_nvme) {
+      store.m_.emplace_back();  // another rank's shard: null
+      store.v_.emplace_back();
     }
     if ((placement.compute_copy_bf16 || placement.compute_copy_fp32) && !copy_in_ram[i]) {
       store.compute_.emplace_back();  // on NVMe
@@ -204,6 +219,10 @@ size_t ParameterStore::total_elements() const {
 }
 
 absl::Status ParameterStore::ReadOptimizerState(int e, float* m, float* v) const {
+  if (!has_optimizer_state(e)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "entry ", e, "'s optimizer state is another rank's ZeRO-1 shard, not in this store"));
+  }
   if (state_store_ == nullptr) {
     const size_t bytes = specs_[e].elements * sizeof(float);
     std::memcpy(m, m_[e].data(), bytes);
@@ -218,6 +237,10 @@ absl::Status ParameterStore::ReadOptimizerState(int e, float* m, float* v) const
 }
 
 absl::Status ParameterStore::WriteOptimizerState(int e, const float* m, const float* v) {
+  if (!has_optimizer_state(e)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "entry ", e, "'s optimizer state is another rank's ZeRO-1 shard, not in this store"));
+  }
   if (state_store_ == nullptr) {
     const size_t bytes = specs_[e].elements * sizeof(float);
     std::memcpy(m_[e].data(), m, bytes);

@@ -76,6 +76,10 @@ struct StorePlacement {
   size_t nvme_chunk_bytes = kDefaultNvmeChunkBytes;
   static constexpr size_t kDefaultNvmeChunkBytes = tiers::kDefaultNvmeChunkBytes;
   std::string nvme_dir;  // with states_on_nvme or grad_on_nvme
+  // ZeRO-1 (docs/scale_out.md): when not empty, one flag per entry, and m and v are allocated
+  // only for the entries flagged (the ones this rank owns and updates); the others' m and v are
+  // null and ReadOptimizerState / WriteOptimizerState refuse them. RAM optimizer state only.
+  std::vector<bool> optimizer_state_entries;
   int read_ahead = 2;    // entries of m/v (and master) read ahead of the one being updated
   int max_writes_in_flight = 2;
   size_t nvme_request_bytes = tiers::kDefaultBlockBytes;  // I/O request size of the NVMe file
@@ -126,7 +130,13 @@ class ParameterStore {
   // The entry's gradient wherever it lives; not during a step.
   absl::Status ReadGradient(int entry, float* out) const;
 
-  // m and v of one entry wherever they live; not during an optimizer pass.
+  // Whether this store holds entry e's m and v (false for a ZeRO-1 rank's unowned entries).
+  bool has_optimizer_state(int entry) const {
+    return placement_.optimizer_state_entries.empty() ||
+           placement_.optimizer_state_entries[entry];
+  }
+  // m and v of one entry wherever they live; not during an optimizer pass. FAILED_PRECONDITION
+  // for an entry without optimizer state here (has_optimizer_state).
   absl::Status ReadOptimizerState(int entry, float* m, float* v) const;
   absl::Status WriteOptimizerState(int entry, const float* m, const float* v);
   // The fp32 master of one entry wherever it lives (entry's elements floats);

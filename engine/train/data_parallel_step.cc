@@ -1,6 +1,7 @@
 // Combining the ranks' counts, loss sums and gradients (see data_parallel_step.h).
 #include "engine/train/data_parallel_step.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -61,6 +62,84 @@ absl::Status ReduceGradientsInRankOrder(dist::Communicator& comm, ParameterStore
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status AllRanksOk(dist::Communicator& comm, const absl::Status& mine) {
+  const double failed[1] = {mine.ok() ? 0.0 : 1.0};
+  absl::StatusOr<std::vector<double>> all = comm.AllGatherDoubles(failed);
+  if (!all.ok()) return all.status();
+  if (!mine.ok()) {
+    return absl::Status(mine.code(), absl::StrCat("rank ", comm.rank(), ": ", mine.message()));
+  }
+  for (int r = 0; r < comm.size(); ++r) {
+    if ((*all)[r] != 0) {
+      return absl::AbortedError(absl::StrCat("rank ", r, " failed (its own error says why)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<int> Zero1EntryOwners(const std::vector<size_t>& entry_elements, int world) {
+  size_t total = 0;
+  for (size_t n : entry_elements) total += n;
+  std::vector<int> owners(entry_elements.size(), 0);
+  size_t before = 0;
+  for (size_t e = 0; e < entry_elements.size(); ++e) {
+    // The middle element's share, in integers: floor(world * (before + n/2) / total).
+    const size_t middle = before + entry_elements[e] / 2;
+    const size_t share =
+        total == 0
+            ? 0
+            : static_cast<size_t>(
+                  (static_cast<unsigned __int128>(middle) * static_cast<unsigned>(world)) / total);
+    owners[e] = static_cast<int>(std::min<size_t>(share, static_cast<size_t>(world - 1)));
+    before += entry_elements[e];
+  }
+  return owners;
+}
+
+absl::Status ReduceGradientsToOwners(dist::Communicator& comm, ParameterStore& store,
+                                     const std::vector<int>& owners) {
+  for (int e = 0; e < store.num_entries(); ++e) {
+    const EntryBuffers b = store.entry(e);
+    if (b.grad == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("ZeRO-1 needs gradients in RAM; entry ", e,
+                       "'s gradient is on NVMe (grad_on_nvme or a RAM budget that overflows)"));
+    }
+    if (absl::Status s = comm.ReduceFloatsInRankOrderTo(b.grad, b.elements, owners[e]); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("reducing entry ", e, "'s gradient to rank ",
+                                                 owners[e], ": ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<double>> GatherOwnedSumsOfSquares(dist::Communicator& comm,
+                                                             const std::vector<double>& owned_sums,
+                                                             const std::vector<int>& owners) {
+  absl::StatusOr<std::vector<double>> all = comm.AllGatherDoubles(owned_sums);
+  if (!all.ok()) return all.status();
+  const size_t entries = owned_sums.size();
+  std::vector<double> sums(entries);
+  for (size_t e = 0; e < entries; ++e) sums[e] = (*all)[owners[e] * entries + e];
+  return sums;
+}
+
+absl::Status BroadcastUpdatedMasters(dist::Communicator& comm, ParameterStore& store,
+                                     const std::vector<int>& owners) {
+  for (int e = 0; e < store.num_entries(); ++e) {
+    const EntryBuffers b = store.entry(e);
+    if (b.master == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "ZeRO-1 needs the masters in RAM; entry ", e, "'s master is on NVMe (master_on_nvme)"));
+    }
+    if (absl::Status s = comm.Broadcast(b.master, b.elements * sizeof(float), owners[e]); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("broadcasting entry ", e, "'s master from rank ",
+                                                 owners[e], ": ", s.message()));
+    }
+  }
+  return store.RefreshComputeCopy();
 }
 
 }  // namespace megatrain::engine

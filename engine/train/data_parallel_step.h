@@ -1,14 +1,14 @@
 // The data-parallel parts of an optimizer step (docs/scale_out.md): each rank runs its own
 // micro-batches, then these combine the ranks' valid-target counts, loss sums and gradients so
 // that every rank holds what one process with all the micro-batches would, bit for bit when each
-// rank runs one micro-batch (rank r = micro-batch slot r of an accumulation-W step). The
-// optimizer pass that follows runs on every rank over the replicated state; the seam for ZeRO-1
-// (each rank updating only its owned range of m and v, then an all-gather of the masters) is
-// ReduceGradientsInRankOrder's owned ranges.
+// rank runs one micro-batch (rank r = micro-batch slot r of an accumulation-W step). Replicated:
+// the optimizer pass then runs on every rank over the replicated state. ZeRO-1: each rank owns
+// whole entries, gets their reduced gradients, updates them, and broadcasts their masters.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/dist/communicator.h"
@@ -46,5 +46,36 @@ absl::StatusOr<double> GlobalLossSum(dist::Communicator& comm, double local_loss
 // contributions into the slab in the same order, so the result is accumulation's. Gradients on
 // NVMe are refused (FAILED_PRECONDITION naming the entry): not done yet.
 absl::Status ReduceGradientsInRankOrder(dist::Communicator& comm, ParameterStore& store);
+
+// OK on every rank when `mine` is OK on every rank (an all-gather of one flag per rank), else an
+// error on every rank: this rank's own, or ABORTED naming the first rank that failed. For steps
+// every rank must pass together (a sharded checkpoint), so no rank is left waiting in a collective.
+absl::Status AllRanksOk(dist::Communicator& comm, const absl::Status& mine);
+
+// ZeRO-1 (docs/scale_out.md): each rank owns whole parameter-store entries, so the per-entry
+// sums of squares of the gradient norm stay one rank's, combined in entry order as one process
+// combines them. The owners: contiguous runs of entries in entry order, balanced by elements
+// (entry e goes to the rank whose 1/world share of all elements holds e's middle element).
+// Every rank computes the same table. A rank may own nothing (more ranks than entries).
+std::vector<int> Zero1EntryOwners(const std::vector<size_t>& entry_elements, int world);
+
+// Entry e's gradient slab becomes, on its owner only, the rank-ordered sum of the ranks' slabs
+// (ReduceFloatsInRankOrderTo); the other ranks' slabs keep their own contributions. Gradients on
+// NVMe are refused as in ReduceGradientsInRankOrder.
+absl::Status ReduceGradientsToOwners(dist::Communicator& comm, ParameterStore& store,
+                                     const std::vector<int>& owners);
+
+// The per-entry gradient sums of squares every rank needs for the norm: `owned_sums` holds this
+// rank's owned entries' sums (anything elsewhere); the result holds each entry's owner's value,
+// the bits one process would have computed from the full gradient.
+absl::StatusOr<std::vector<double>> GatherOwnedSumsOfSquares(dist::Communicator& comm,
+                                                             const std::vector<double>& owned_sums,
+                                                             const std::vector<int>& owners);
+
+// After the owners' optimizer pass: every entry's master (the CPU device's compute copy) is
+// broadcast from its owner, in entry order, so every rank streams the same weights; compute
+// copies, where the store has them, are rewritten from the masters. Masters on NVMe are refused.
+absl::Status BroadcastUpdatedMasters(dist::Communicator& comm, ParameterStore& store,
+                                     const std::vector<int>& owners);
 
 }  // namespace megatrain::engine

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/device/cpu_device.h"
+#include "engine/train/trainer.h"
+
 namespace megatrain::engine {
 namespace {
 
@@ -27,6 +30,99 @@ TEST(DataParallelStepTest, WorldOfOneKeepsCountsAndLossSums) {
   EXPECT_EQ(*GlobalLossSum(one, loss), loss);
   EXPECT_EQ(*GlobalLossSum(one, -0.0), 0.0);
   EXPECT_TRUE(CheckSameJob(one, "{\"steps\": 4} from step 1").ok());
+}
+
+TEST(Zero1EntryOwnersTest, ContiguousRunsBalancedByElements) {
+  // Entries of 10, 10, 40, 10, 10, 20 elements (100): halves at 50.
+  const std::vector<size_t> elements = {10, 10, 40, 10, 10, 20};
+  EXPECT_EQ(Zero1EntryOwners(elements, 1), (std::vector<int>{0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(Zero1EntryOwners(elements, 2), (std::vector<int>{0, 0, 0, 1, 1, 1}));
+  EXPECT_EQ(Zero1EntryOwners(elements, 3), (std::vector<int>{0, 0, 1, 1, 2, 2}));
+  // More ranks than entries: every entry has one owner in range, some ranks own nothing.
+  for (int owner : Zero1EntryOwners({5, 7}, 4)) {
+    EXPECT_GE(owner, 0);
+    EXPECT_LT(owner, 4);
+  }
+  EXPECT_EQ(Zero1EntryOwners({5, 7}, 4), (std::vector<int>{0, 2}));
+}
+
+TEST(AllRanksOkTest, WorldOfOneReturnsItsOwnStatusWithItsRank) {
+  dist::SingleProcessCommunicator one;
+  EXPECT_TRUE(AllRanksOk(one, absl::OkStatus()).ok());
+  const absl::Status failed = AllRanksOk(one, absl::DataLossError("disk full"));
+  EXPECT_EQ(failed.code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(failed.message(), "rank 0: disk full");
+}
+
+TEST(Zero1EntryOwnersTest, WorldOfOneOwnsEverythingAndGathersItsOwnSums) {
+  dist::SingleProcessCommunicator one;
+  const std::vector<int> owners = Zero1EntryOwners({3, 4, 5}, 1);
+  const std::vector<double> sums = {1.5, 2.25, 0.125};
+  EXPECT_EQ(*GatherOwnedSumsOfSquares(one, sums, owners), sums);
+}
+
+TEST(Zero1StoreTest, OptimizerStateOnlyForOwnedEntries) {
+  DeviceOptions options;
+  options.kind = DeviceKind::kCpu;
+  options.arena_bytes = size_t{1} << 20;
+  options.pinned_budget_bytes = size_t{1} << 20;
+  absl::StatusOr<std::unique_ptr<CpuDevice>> device = CpuDevice::Create(options);
+  ASSERT_TRUE(device.ok()) << device.status();
+  std::vector<EntrySpec> specs(2);
+  specs[0].elements = 1000;
+  specs[1].elements = 3000;
+  StorePlacement all;
+  absl::StatusOr<ParameterStore> full = ParameterStore::Create(**device, specs, all);
+  ASSERT_TRUE(full.ok()) << full.status();
+  StorePlacement sharded;
+  sharded.optimizer_state_entries = {true, false};
+  absl::StatusOr<ParameterStore> shard = ParameterStore::Create(**device, specs, sharded);
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  EXPECT_NE(shard->entry(0).m, nullptr);
+  EXPECT_NE(shard->entry(0).v, nullptr);
+  EXPECT_EQ(shard->entry(1).m, nullptr);
+  EXPECT_EQ(shard->entry(1).v, nullptr);
+  EXPECT_NE(shard->entry(1).master, nullptr);  // the weights every rank streams stay whole
+  EXPECT_TRUE(shard->has_optimizer_state(0));
+  EXPECT_FALSE(shard->has_optimizer_state(1));
+  // m and v are pageable: the shard holds 2 x 3000 floats fewer.
+  EXPECT_EQ(full->pageable_ram_bytes() - shard->pageable_ram_bytes(), 2 * 3000 * sizeof(float));
+  std::vector<float> m(3000), v(3000);
+  const absl::Status refused = shard->ReadOptimizerState(1, m.data(), v.data());
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.message().find("entry 1"), std::string::npos);
+  EXPECT_EQ(shard->WriteOptimizerState(1, m.data(), v.data()).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(shard->ReadOptimizerState(0, m.data(), v.data()).ok());
+
+  StorePlacement wrong;
+  wrong.optimizer_state_entries = {true};
+  const absl::StatusOr<ParameterStore> bad = ParameterStore::Create(**device, specs, wrong);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("1 flags for 2 entries"), std::string::npos);
+}
+
+TEST(Zero1TrainerTest, NeedsACommunicator) {
+  DeviceOptions options;
+  options.kind = DeviceKind::kCpu;
+  options.arena_bytes = size_t{64} << 20;
+  options.pinned_budget_bytes = size_t{64} << 20;
+  absl::StatusOr<std::unique_ptr<CpuDevice>> device = CpuDevice::Create(options);
+  ASSERT_TRUE(device.ok()) << device.status();
+  const absl::StatusOr<ModelConfig> config = ParseModelConfig(
+      R"({"model_type": "llama", "vocab_size": 97, "hidden_size": 48, "intermediate_size": 88,
+          "num_hidden_layers": 2, "num_attention_heads": 6, "num_key_value_heads": 2,
+          "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+          "hidden_act": "silu", "tie_word_embeddings": false})");
+  ASSERT_TRUE(config.ok()) << config.status();
+  TrainerOptions o;
+  o.micro_batch_size = 1;
+  o.seq_len = 8;
+  o.zero1 = true;
+  const absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(**device, *config, o);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("zero1 needs a communicator"), std::string::npos);
 }
 
 }  // namespace

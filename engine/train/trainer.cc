@@ -165,6 +165,20 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(Device& device, ModelCo
     store_placement.block_io = options.memory.block_io_for_tests;
     placement_table = placement->Table();
   }
+  std::vector<int> zero1_owners;
+  if (options.zero1) {
+    if (options.communicator == nullptr) {
+      return absl::InvalidArgumentError("zero1 needs a communicator (data parallelism)");
+    }
+    std::vector<size_t> elements;
+    for (const EntrySpec& spec : specs) elements.push_back(spec.elements);
+    zero1_owners = Zero1EntryOwners(elements, options.communicator->size());
+    store_placement.optimizer_state_entries.resize(specs.size());
+    for (size_t e = 0; e < specs.size(); ++e) {
+      store_placement.optimizer_state_entries[e] =
+          zero1_owners[e] == options.communicator->rank();
+    }
+  }
   absl::StatusOr<ParameterStore> store =
       ParameterStore::Create(device, std::move(specs), store_placement);
   if (!store.ok()) return store.status();
@@ -182,6 +196,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(Device& device, ModelCo
   auto trainer = std::unique_ptr<Trainer>(new Trainer(
       device, std::move(config), std::move(*layout), std::move(*store), options, std::move(*rope)));
   trainer->dims_ = geometry->dims;
+  trainer->zero1_owners_ = std::move(zero1_owners);
   absl::StatusOr<std::unique_ptr<StreamingExecutor>> executor = StreamingExecutor::Create(
       device, geometry->dims, geometry->layout, trainer->store_, trainer->gate_, trainer->rope_,
       options.executor, &trainer->compute_pool_);
@@ -376,7 +391,9 @@ void Trainer::LaunchUpdate(uint64_t version, double clip_coefficient, double lr)
         snapshot_mu_.Await(absl::Condition(&written));
       }
       const auto t0 = std::chrono::steady_clock::now();
-      if (update_status_.ok()) update_status_ = UpdateEntry(e, decay, no_decay);
+      // ZeRO-1: only the owner updates; the others get its master by broadcast.
+      const bool mine = zero1_owners_.empty() || zero1_owners_[e] == options_.communicator->rank();
+      if (update_status_.ok() && mine) update_status_ = UpdateEntry(e, decay, no_decay);
       update_seconds_[e] = SecondsSince(t0);
       // Published even after a failure so no weight copy waits forever; the
       // next Step reports the failure and discards its results.
@@ -589,7 +606,10 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
     absl::StatusOr<double> global = GlobalLossSum(*comm, loss_sum);
     if (!global.ok()) return global.status();
     loss_sum = *global;
-    if (absl::Status s = ReduceGradientsInRankOrder(*comm, store_); !s.ok()) return s;
+    absl::Status reduced = zero1_owners_.empty()
+                               ? ReduceGradientsInRankOrder(*comm, store_)
+                               : ReduceGradientsToOwners(*comm, store_, zero1_owners_);
+    if (!reduced.ok()) return reduced;
   }
   // The update thread of this step will write these again: keep the last ones.
   const std::vector<double> previous_update_seconds = update_seconds_;
@@ -630,7 +650,15 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
 
   std::vector<double> sums(static_cast<size_t>(store_.num_entries()));
   for (int e = 0; e < store_.num_entries(); ++e) {
+    // ZeRO-1: only the owner holds the entry's reduced gradient; the owners' sums are gathered.
+    if (!zero1_owners_.empty() && zero1_owners_[e] != comm->rank()) continue;
     sums[e] = store_.GradSumOfSquares(e, &optimizer_pool_);
+  }
+  if (!zero1_owners_.empty()) {
+    absl::StatusOr<std::vector<double>> gathered =
+        GatherOwnedSumsOfSquares(*comm, sums, zero1_owners_);
+    if (!gathered.ok()) return gathered.status();
+    sums = std::move(*gathered);
   }
   report.grad_norm = GlobalGradNorm(sums);
   report.learning_rate = LearningRateAt(options_.lr, step_ + 1);
@@ -659,6 +687,22 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
         options_.grad_clip > 0 ? ClipCoefficient(report.grad_norm, options_.grad_clip) : 1.0;
     ++step_;
     LaunchUpdate(step_, report.clip_coefficient, report.learning_rate);
+    if (!zero1_owners_.empty()) {
+      // The owners' new masters must reach every rank before the next forward reads them.
+      WaitForUpdates();
+      if (!update_status_.ok()) {
+        return absl::Status(update_status_.code(),
+                            absl::StrCat("optimizer update of step ", step_,
+                                         " failed: ", update_status_.message()));
+      }
+      if (absl::Status s = BroadcastUpdatedMasters(*comm, store_, zero1_owners_); !s.ok()) {
+        return s;
+      }
+      if (comm != nullptr) {
+        report.communication_seconds = comm->stats().seconds - comm_before.seconds;
+        report.communication_bytes = comm->stats().bytes_sent - comm_before.bytes_sent;
+      }
+    }
   }
   report.skipped_total = skipped_steps_;
   report.activation_blocks = std::move(activation_blocks);

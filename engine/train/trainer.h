@@ -78,6 +78,13 @@ struct TrainerOptions {
   // own micro-batches to Step; counts, loss sums and gradients are combined in rank order before
   // the norm (data_parallel_step.h). Null = this process alone. Not owned.
   dist::Communicator* communicator = nullptr;
+  // ZeRO-1 over `communicator` (docs/scale_out.md): each rank owns whole parameter-store entries
+  // (Zero1EntryOwners), holds m and v only for those, reduces their gradients to itself, updates
+  // them, and broadcasts their masters. Needs a communicator and the optimizer state and masters
+  // in RAM. Its ranks checkpoint together with WriteShardedCheckpoint (WriteCheckpoint refuses a
+  // shard); loading any checkpoint restores the owned entries' m and v and every master, so
+  // checkpoints resume on any world size.
+  bool zero1 = false;
 };
 
 // The optimizer's position (TrainerProgress) and what a checkpoint needs of a trainer
@@ -194,6 +201,8 @@ class Trainer : public Checkpointable {
   std::vector<bool> snapshot_done_ ABSL_GUARDED_BY(snapshot_mu_);
   std::string placement_table_;
   std::vector<double> update_seconds_;  // per entry, written by the update thread
+  // ZeRO-1: the rank owning each entry; empty when off.
+  std::vector<int> zero1_owners_;
   uint64_t step_ = 0;                   // optimizer steps attempted
   uint64_t applied_updates_ = 0;        // steps whose update ran (AdamW's t)
   int consecutive_skips_ = 0;

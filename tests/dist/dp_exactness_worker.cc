@@ -5,9 +5,15 @@
 // master float, in layout order), OUT being PREFIX.rank<r> or PREFIX.accum, so the test compares
 // files byte for byte. With KILL_RANK/KILL_STEP, that rank SIGKILLs itself before that step, or
 // with KILL_STEP -1 writes its pid to PREFIX.pid after its first step, for a kill -9 from
-// outside (the failure tests).
+// outside (the failure tests). MODE: 0 = untied model, 1 = tied, zero1 / tiedzero1 = untied /
+// tied with ZeRO-1 (TrainerOptions::zero1; alone, plain accumulation W), big / bigzero1 = a
+// ~30M-parameter untied model for the memory measurement (OUT.vmhwm: the process's peak resident
+// kB, VmHWM). Checkpoints (environment): DP_SAVE_DIR and DP_SAVE_AT=N write a checkpoint after step
+// N (ZeRO-1 ranks: a sharded one); DP_RESUME_FROM=DIR loads it first and trains the remaining
+// steps. A ZeRO-1 rank of W > 1 also tries to write a checkpoint at the end and records the refusal
+// in OUT.ckpt.
 //
-//   dp_exactness_worker PREFIX W STEPS TIED [KILL_RANK KILL_STEP]
+//   dp_exactness_worker PREFIX W STEPS MODE [KILL_RANK KILL_STEP]
 #include <unistd.h>
 
 #include <csignal>
@@ -19,7 +25,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/checkpoint/checkpoint_reader.h"
+#include "engine/checkpoint/checkpoint_writer.h"
 #include "engine/dist/mpi_communicator.h"
+#include "engine/train/data_parallel_step.h"
 #include "tests/engine/tiny_model.h"
 
 namespace megatrain::engine {
@@ -31,8 +40,28 @@ uint64_t Bits(double x) {
   return b;
 }
 
-absl::Status Run(const std::string& prefix, int world, int steps, bool tied, int kill_rank,
-                 int kill_step) {
+// The process's peak resident set in kB (VmHWM of /proc/self/status), or -1.
+long PeakResidentKb() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  long kb = -1;
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    if (std::strncmp(line, "VmHWM:", 6) == 0) kb = std::atol(line + 6);
+  }
+  std::fclose(f);
+  return kb;
+}
+
+absl::Status Run(const std::string& prefix, int world, int steps, const std::string& mode,
+                 int kill_rank, int kill_step) {
+  const bool tied = mode == "1" || mode == "tiedzero1";
+  const bool zero1 = mode == "zero1" || mode == "bigzero1" || mode == "tiedzero1";
+  const bool big = mode == "big" || mode == "bigzero1";
+  if (!tied && !zero1 && !big && mode != "0") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MODE=", mode, " is not 0, 1, zero1, tiedzero1, big or bigzero1"));
+  }
   std::unique_ptr<dist::MpiCommunicator> mpi;
   if (dist::LaunchedByMpi()) {
     absl::StatusOr<std::unique_ptr<dist::MpiCommunicator>> c = dist::MpiCommunicator::Create();
@@ -45,6 +74,14 @@ absl::Status Run(const std::string& prefix, int world, int steps, bool tied, int
   }
   testing::TinyShape shape;
   shape.tied = tied;
+  if (big) {
+    shape.layers = 8;
+    shape.hidden = 512;
+    shape.ffn = 1408;
+    shape.heads = 8;
+    shape.kv_heads = 8;
+    shape.vocab = 4096;
+  }
   constexpr int kSeq = 16;
   TrainerOptions o;
   o.micro_batch_size = 1;
@@ -55,7 +92,8 @@ absl::Status Run(const std::string& prefix, int world, int steps, bool tied, int
   o.optimizer_threads = 1;
   o.blas_threads = 1;
   o.communicator = mpi.get();
-  auto device = testing::MakeCpuDevice(size_t{96} << 20);
+  o.zero1 = zero1 && mpi != nullptr;
+  auto device = testing::MakeCpuDevice(big ? size_t{1} << 30 : size_t{96} << 20);
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
       Trainer::Create(*device, testing::TinyConfig(shape), o);
   if (!trainer.ok()) return trainer.status();
@@ -65,8 +103,17 @@ absl::Status Run(const std::string& prefix, int world, int steps, bool tied, int
 
   const std::string out =
       mpi != nullptr ? absl::StrCat(prefix, ".rank", mpi->rank()) : absl::StrCat(prefix, ".accum");
+  const char* save_dir = std::getenv("DP_SAVE_DIR");
+  const char* save_at = std::getenv("DP_SAVE_AT");
+  const char* resume_from = std::getenv("DP_RESUME_FROM");
+  int first_step = 0;
+  if (resume_from != nullptr) {
+    absl::StatusOr<LoadedCheckpoint> loaded = LoadCheckpoint(resume_from, **trainer);
+    if (!loaded.ok()) return loaded.status();
+    first_step = static_cast<int>(loaded->state.progress.step);
+  }
   std::string losses;
-  for (int step = 0; step < steps; ++step) {
+  for (int step = first_step; step < steps; ++step) {
     if (mpi != nullptr && mpi->rank() == kill_rank && kill_step < 0 && step == 1) {
       // For a kill from outside: say where this rank is, once it is training.
       const std::string pid_file = absl::StrCat(prefix, ".pid");
@@ -89,6 +136,15 @@ absl::Status Run(const std::string& prefix, int world, int steps, bool tied, int
     if (!r.ok()) return r.status();
     losses += absl::StrFormat("step %d loss %016x norm %016x valid %d\n", r->step, Bits(r->loss),
                               Bits(r->grad_norm), r->valid_tokens);
+    if (save_dir != nullptr && save_at != nullptr && step + 1 == std::atoi(save_at)) {
+      absl::StatusOr<std::string> written =
+          o.zero1 ? WriteShardedCheckpoint(
+                        **trainer, save_dir, {}, {},
+                        {mpi->rank(), mpi->size(),
+                         [&mpi](const absl::Status& mine) { return AllRanksOk(*mpi, mine); }})
+                  : WriteCheckpoint(**trainer, save_dir, {});
+      if (!written.ok()) return written.status();
+    }
     if (mpi != nullptr && mpi->rank() == 0) {
       std::printf("step %d loss %.9g comm %.6f s %llu bytes\n", step + 1, r->loss,
                   r->communication_seconds,
@@ -97,15 +153,28 @@ absl::Status Run(const std::string& prefix, int world, int steps, bool tied, int
   }
   if (absl::Status s = (*trainer)->UpdateStatus(); !s.ok()) return s;
   std::string weights;
-  for (const LayoutEntry& entry : (*trainer)->layout().entries()) {
-    for (const TensorSlot& slot : entry.tensors) {
-      absl::StatusOr<std::vector<float>> w = (*trainer)->ReadTensor(slot.hf_name);
-      if (!w.ok()) return w.status();
-      weights.append(reinterpret_cast<const char*>(w->data()), w->size() * sizeof(float));
+  if (!big) {
+    for (const LayoutEntry& entry : (*trainer)->layout().entries()) {
+      for (const TensorSlot& slot : entry.tensors) {
+        absl::StatusOr<std::vector<float>> w = (*trainer)->ReadTensor(slot.hf_name);
+        if (!w.ok()) return w.status();
+        weights.append(reinterpret_cast<const char*>(w->data()), w->size() * sizeof(float));
+      }
     }
   }
-  for (const auto& [suffix, text] :
-       {std::pair<const char*, const std::string*>{".losses", &losses}, {".weights", &weights}}) {
+  const std::string vmhwm = absl::StrCat(PeakResidentKb(), "\n");
+  std::string ckpt;
+  if (o.zero1 && world > 1) {
+    const absl::StatusOr<std::string> refused =
+        WriteCheckpoint(**trainer, absl::StrCat(out, ".refused_checkpoint"), {});
+    ckpt = refused.ok() ? std::string("written\n")
+                        : absl::StrCat(absl::StatusCodeToString(refused.status().code()), ": ",
+                                       refused.status().message(), "\n");
+  }
+  for (const auto& [suffix, text] : {std::pair<const char*, const std::string*>{".losses", &losses},
+                                     {".weights", &weights},
+                                     {".vmhwm", &vmhwm},
+                                     {".ckpt", &ckpt}}) {
     FILE* f = std::fopen((out + suffix).c_str(), "wb");
     if (f == nullptr || std::fwrite(text->data(), 1, text->size(), f) != text->size() ||
         std::fclose(f) != 0) {
@@ -120,12 +189,12 @@ absl::Status Run(const std::string& prefix, int world, int steps, bool tied, int
 
 int main(int argc, char** argv) {
   if (argc != 5 && argc != 7) {
-    std::fprintf(stderr, "usage: %s PREFIX W STEPS TIED [KILL_RANK KILL_STEP]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s PREFIX W STEPS MODE [KILL_RANK KILL_STEP]\n", argv[0]);
     return 2;
   }
-  const absl::Status s = megatrain::engine::Run(
-      argv[1], std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]) != 0,
-      argc == 7 ? std::atoi(argv[5]) : -1, argc == 7 ? std::atoi(argv[6]) : -1);
+  const absl::Status s = megatrain::engine::Run(argv[1], std::atoi(argv[2]), std::atoi(argv[3]),
+                                                argv[4], argc == 7 ? std::atoi(argv[5]) : -1,
+                                                argc == 7 ? std::atoi(argv[6]) : -1);
   if (!s.ok()) {
     std::fprintf(stderr, "dp_exactness_worker: %s\n", std::string(s.message()).c_str());
     return 1;

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# ZeRO-1 is exact (docs/scale_out.md): W ranks under mpirun on loopback, each owning whole
+# parameter-store entries' optimizer state and running micro-batch slot r, give bitwise the
+# losses, gradient norms and final weights of one process with accumulation W — for W = 2 and 3 —
+# on every rank.
+set -euo pipefail
+launch="$1"
+worker="$2"
+dir="${TEST_TMPDIR:-$(mktemp -d)}"
+steps=4
+for world in 2 3; do
+  prefix="${dir}/w${world}"
+  "${worker}" "${prefix}" "${world}" "${steps}" 0
+  timeout 300 "${launch}" "${world}" "${worker}" "${prefix}" "${world}" "${steps}" zero1
+  [[ "$(wc -l <"${prefix}.accum.losses")" == "${steps}" ]] ||
+    { echo "FAIL: ${prefix}.accum.losses has not ${steps} steps"; exit 1; }
+  for ((r = 0; r < world; ++r)); do
+    for what in losses weights; do
+      cmp "${prefix}.accum.${what}" "${prefix}.rank${r}.${what}" || {
+        echo "FAIL: ZeRO-1 W=${world}: rank ${r}'s ${what} differ from accumulation ${world}"
+        diff "${prefix}.accum.losses" "${prefix}.rank${r}.losses" || true
+        exit 1
+      }
+    done
+  done
+  echo "ZeRO-1 W=${world}: every rank's losses and weights equal accumulation ${world} bit for bit"
+done
+# A ZeRO-1 rank holds a shard of m and v: writing a checkpoint is refused, naming why, before
+# anything is written (per-shard checkpoints are not implemented yet).
+for ((r = 0; r < 3; ++r)); do
+  grep -q "FAILED_PRECONDITION: checkpoint: entry .* another rank's ZeRO-1 shard" \
+    "${dir}/w3.rank${r}.ckpt" || { echo "FAIL: rank ${r}: $(cat "${dir}/w3.rank${r}.ckpt")"; exit 1; }
+  if compgen -G "${dir}/w3.rank${r}.refused_checkpoint/step-*" >/dev/null; then
+    echo "FAIL: rank ${r} wrote a checkpoint"; exit 1
+  fi
+done
+echo "ZeRO-1 ranks refuse to write a checkpoint"
+# Resume on another world size: a checkpoint of one process (accumulation W) after step 2 loads on
+# W ZeRO-1 ranks, each restoring its own entries' m and v, and steps 3-4 give bitwise the losses
+# and final weights of the uninterrupted run.
+for world in 2 3; do
+  ckpt="${dir}/ckpt${world}"
+  DP_SAVE_DIR="${ckpt}" DP_SAVE_AT=2 "${worker}" "${dir}/save${world}" "${world}" "${steps}" 0
+  cmp "${dir}/save${world}.accum.losses" "${dir}/w${world}.accum.losses" ||
+    { echo "FAIL: writing a checkpoint changed the run"; exit 1; }
+  step_dir="$(ls -d "${ckpt}"/step-*)"
+  prefix="${dir}/resume${world}"
+  DP_RESUME_FROM="${step_dir}" timeout 300 "${launch}" "${world}" "${worker}" "${prefix}" \
+    "${world}" "${steps}" zero1
+  tail -n 2 "${dir}/w${world}.accum.losses" >"${dir}/w${world}.accum.last2"
+  for ((r = 0; r < world; ++r)); do
+    cmp "${dir}/w${world}.accum.last2" "${prefix}.rank${r}.losses" ||
+      { echo "FAIL: resumed ZeRO-1 W=${world} rank ${r}: losses of steps 3-4 differ"; exit 1; }
+    cmp "${dir}/w${world}.accum.weights" "${prefix}.rank${r}.weights" ||
+      { echo "FAIL: resumed ZeRO-1 W=${world} rank ${r}: final weights differ"; exit 1; }
+  done
+  echo "one-process checkpoint resumed on ${world} ZeRO-1 ranks: steps 3-4 bit for bit"
+done
+# Sharded checkpoints: W ZeRO-1 ranks write one shard each and rank 0 the model and one manifest
+# listing them; it resumes in one process with accumulation W (2 -> 1, 3 -> 1) bitwise as the
+# uninterrupted run, and a 2-shard checkpoint resumes on 3 ZeRO-1 ranks bitwise as one process
+# with accumulation 3 resuming it (2 -> 3).
+for world in 2 3; do
+  ckpt="${dir}/zckpt${world}"
+  DP_SAVE_DIR="${ckpt}" DP_SAVE_AT=2 timeout 300 "${launch}" "${world}" "${worker}" \
+    "${dir}/zsave${world}" "${world}" "${steps}" zero1
+  cmp "${dir}/zsave${world}.rank0.losses" "${dir}/w${world}.accum.losses" ||
+    { echo "FAIL: writing a sharded checkpoint changed the run"; exit 1; }
+  step_dir="$(ls -d "${ckpt}"/step-*)"
+  for ((r = 0; r < world; ++r)); do
+    shard="$(printf 'optimizer-rank-%05d-of-%05d.safetensors' "${r}" "${world}")"
+    [[ -f "${step_dir}/${shard}" ]] || { echo "FAIL: ${step_dir} has no ${shard}"; exit 1; }
+    grep -q "\"${shard}\"" "${step_dir}/manifest.json" ||
+      { echo "FAIL: manifest.json does not list ${shard}"; exit 1; }
+  done
+  if [[ -e "${step_dir}/optimizer.safetensors" ]] || compgen -G "${step_dir}/.shard-*" >/dev/null; then
+    echo "FAIL: ${step_dir} has an unsharded optimizer file or a shard sidecar left"; exit 1
+  fi
+  DP_RESUME_FROM="${step_dir}" "${worker}" "${dir}/zres${world}" "${world}" "${steps}" 0
+  cmp "${dir}/w${world}.accum.last2" "${dir}/zres${world}.accum.losses" ||
+    { echo "FAIL: ${world} shards -> 1 process: losses of steps 3-4 differ"; exit 1; }
+  cmp "${dir}/w${world}.accum.weights" "${dir}/zres${world}.accum.weights" ||
+    { echo "FAIL: ${world} shards -> 1 process: final weights differ"; exit 1; }
+  echo "sharded checkpoint of ${world} ZeRO-1 ranks resumed in one process: bit for bit"
+done
+step_dir="$(ls -d "${dir}/zckpt2"/step-*)"
+# A sharded checkpoint missing a shard is refused, naming the file.
+cp -r "${step_dir}" "${dir}/broken"
+rm "${dir}/broken/optimizer-rank-00001-of-00002.safetensors"
+if DP_RESUME_FROM="${dir}/broken" "${worker}" "${dir}/broken_run" 2 "${steps}" 0 2>"${dir}/broken.err"; then
+  echo "FAIL: a checkpoint missing a shard loaded"; exit 1
+fi
+grep -q "optimizer-rank-00001-of-00002.safetensors" "${dir}/broken.err" ||
+  { echo "FAIL: the error does not name the missing shard: $(cat "${dir}/broken.err")"; exit 1; }
+echo "a sharded checkpoint missing a shard is refused: $(cat "${dir}/broken.err")"
+DP_RESUME_FROM="${step_dir}" "${worker}" "${dir}/z2to3" 3 "${steps}" 0
+DP_RESUME_FROM="${step_dir}" timeout 300 "${launch}" 3 "${worker}" "${dir}/z2to3" 3 "${steps}" zero1
+for ((r = 0; r < 3; ++r)); do
+  for what in losses weights; do
+    cmp "${dir}/z2to3.accum.${what}" "${dir}/z2to3.rank${r}.${what}" ||
+      { echo "FAIL: 2 shards -> 3 ZeRO-1 ranks: rank ${r}'s ${what} differ"; exit 1; }
+  done
+done
+echo "sharded checkpoint of 2 ZeRO-1 ranks resumed on 3: bit for bit as one process"
+# Tied embeddings: replicated data parallelism is not accumulation's bits there (two contributions
+# per micro-batch, docs/scale_out.md), but ZeRO-1 reduces, norms and updates in the same order, so
+# it equals replicated W=3 bit for bit on every rank.
+timeout 300 "${launch}" 3 "${worker}" "${dir}/tied" 3 "${steps}" 1
+timeout 300 "${launch}" 3 "${worker}" "${dir}/tiedzero1" 3 "${steps}" tiedzero1
+for ((r = 0; r < 3; ++r)); do
+  for what in losses weights; do
+    cmp "${dir}/tied.rank${r}.${what}" "${dir}/tiedzero1.rank${r}.${what}" ||
+      { echo "FAIL: tied W=3: ZeRO-1 rank ${r}'s ${what} differ from replicated"; exit 1; }
+  done
+done
+echo "tied W=3: ZeRO-1 equals replicated data parallelism bit for bit"
+# The check is not vacuous: the weights moved from one step to the next, so a rank that missed an
+# owner's broadcast would differ (accumulation 1 and 2 differ too).
+"${worker}" "${dir}/w1" 1 "${steps}" 0
+if cmp -s "${dir}/w1.accum.weights" "${dir}/w2.accum.weights"; then
+  echo "FAIL: accumulation 1 and 2 gave the same weights"; exit 1
+fi
+echo PASS
