@@ -16,6 +16,7 @@
 #include "engine/provenance/sha256.h"
 #include "nlohmann/json.hpp"
 #include "server/child_process.h"
+#include "server/job_tokens.h"
 
 namespace megatrain::server {
 namespace {
@@ -250,18 +251,7 @@ absl::StatusOr<ChatSamples> PrepareChatSamples(const ChatSamplesRequest& request
 
 absl::StatusOr<std::string> LinkChatSamples(const ChatSamples& samples,
                                             const std::string& job_id) {
-  const std::filesystem::path target(samples.path);
-  const std::string link = (target.parent_path() / (job_id + ".mtsft")).string();
-  const std::string tmp = link + ".tmp";
-  std::error_code ec;
-  std::filesystem::remove(tmp, ec);
-  std::filesystem::create_symlink(target.filename(), tmp, ec);
-  if (!ec) std::filesystem::rename(tmp, link, ec);
-  if (ec) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot link '", link, "' to '", samples.path, "': ", ec.message()));
-  }
-  return link;
+  return LinkJobFile(samples.path, job_id, "mtsft");
 }
 
 }  // namespace megatrain::server

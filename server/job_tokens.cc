@@ -242,8 +242,13 @@ absl::StatusOr<JobTokens> PrepareJobTokens(const JobTokensRequest& request,
 }
 
 absl::StatusOr<std::string> LinkJobTokens(const JobTokens& tokens, const std::string& job_id) {
-  const std::filesystem::path target(tokens.path);
-  const std::string link = (target.parent_path() / (job_id + "." + tokens.format)).string();
+  return LinkJobFile(tokens.path, job_id, tokens.format);
+}
+
+absl::StatusOr<std::string> LinkJobFile(const std::string& path, const std::string& job_id,
+                                        const std::string& extension) {
+  const std::filesystem::path target(path);
+  const std::string link = (target.parent_path() / (job_id + "." + extension)).string();
   const std::string tmp = link + ".tmp";
   std::error_code ec;
   std::filesystem::remove(tmp, ec);
@@ -251,7 +256,7 @@ absl::StatusOr<std::string> LinkJobTokens(const JobTokens& tokens, const std::st
   if (!ec) std::filesystem::rename(tmp, link, ec);
   if (ec) {
     return absl::PermissionDeniedError(
-        absl::StrCat("cannot link '", link, "' to '", tokens.path, "': ", ec.message()));
+        absl::StrCat("cannot link '", link, "' to '", path, "': ", ec.message()));
   }
   return link;
 }

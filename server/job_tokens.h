@@ -66,4 +66,9 @@ absl::StatusOr<JobTokens> PrepareJobTokens(const JobTokensRequest& request,
 // content-addressed file has another name.
 absl::StatusOr<std::string> LinkJobTokens(const JobTokens& tokens, const std::string& job_id);
 
+// The same for any content-addressed file the daemon made for a job (token files, SFT sample
+// sets): the symlink <dir of path>/<job_id>.<extension> -> basename(path), replaced atomically.
+absl::StatusOr<std::string> LinkJobFile(const std::string& path, const std::string& job_id,
+                                        const std::string& extension);
+
 }  // namespace megatrain::server
