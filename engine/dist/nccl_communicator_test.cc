@@ -7,7 +7,6 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -18,11 +17,17 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "engine/dist/communicator.h"
+#include "engine/dist/nccl_test_values.h"
 #include "kernels/common/bf16.h"
 #include "kernels/cuda/cuda_test_util.h"
 
 namespace megatrain::engine::dist {
 namespace {
+
+using testing::Contribution;
+using testing::FirstMiss;
+using testing::Reference;
+using testing::SumOverRanks;
 
 // Odd sizes: one element, fewer than a warp, one past a page of floats, one past 4 MiB.
 constexpr size_t kSizes[] = {1, 7, 4097, (size_t{1} << 20) + 3};
@@ -38,17 +43,6 @@ std::vector<int> WorldSizes() {
   std::vector<int> sizes = {1};
   if (gpus >= 2) sizes.push_back(gpus);
   return sizes;
-}
-
-// Rank r's value i: full-mantissa floats in [-1, 1), different per rank and element.
-std::vector<float> Contribution(int rank, size_t n) {
-  std::vector<float> v(n);
-  uint32_t state = 2654435761u * static_cast<uint32_t>(rank + 1) + 977u;
-  for (float& x : v) {
-    state = state * 1664525u + 1013904223u;
-    x = static_cast<float>(state >> 8) / static_cast<float>(1u << 23) - 1.0f;
-  }
-  return v;
 }
 
 // Device memory of one GPU; every access first makes that GPU current.
@@ -156,38 +150,13 @@ class World {
   std::vector<std::unique_ptr<RankStream>> streams_;
 };
 
-// The double sum over ranks of element i, and the bound any fp32 summation order keeps to:
-// W - 1 additions, each rounding by at most 2^-24 of a partial sum no larger than sum |x_r|
-// (with W = 1 the bound is 0: the result must be the input, bit for bit).
-struct Reference {
-  std::vector<double> sum;
-  std::vector<double> bound;
-};
-
-Reference SumOverRanks(int world, size_t n) {
-  Reference ref{std::vector<double>(n, 0.0), std::vector<double>(n, 0.0)};
-  for (int r = 0; r < world; ++r) {
-    const std::vector<float> x = Contribution(r, n);
-    for (size_t i = 0; i < n; ++i) {
-      ref.sum[i] += x[i];
-      ref.bound[i] += std::fabs(double{x[i]});
-    }
-  }
-  const double additions = static_cast<double>(world - 1);
-  for (double& b : ref.bound) b *= additions * std::ldexp(1.0, -24) * (1.0 + 1e-6);
-  return ref;
-}
-
 void ExpectWithin(const std::vector<float>& got, const Reference& ref, size_t offset,
                   const std::string& what) {
-  int misses = 0;
-  for (size_t i = 0; i < got.size() && offset + i < ref.sum.size() && misses < 8; ++i) {
-    const double want = ref.sum[offset + i];
-    if (!(std::fabs(double{got[i]} - want) <= ref.bound[offset + i])) {
-      ADD_FAILURE() << what << "[" << offset + i << "] = " << got[i] << ", want " << want
-                    << " +- " << ref.bound[offset + i];
-      ++misses;
-    }
+  const int64_t miss = FirstMiss(got, ref, offset);
+  if (miss >= 0) {
+    const size_t i = offset + static_cast<size_t>(miss);
+    ADD_FAILURE() << what << "[" << i << "] = " << got[static_cast<size_t>(miss)] << ", want "
+                  << ref.sum[i] << " +- " << ref.bound[i];
   }
 }
 
