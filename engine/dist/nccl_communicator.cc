@@ -102,8 +102,9 @@ NcclCommunicator::~NcclCommunicator() { Abort(); }
 
 void NcclCommunicator::Abort() {
   if (comm_ == nullptr) return;
-  // Local and blocking whatever the config: it ends this rank's kernels and frees the
-  // communicator; there is nothing to report that the caller could act on.
+  // Sets NCCL's abort flags at once (this rank's kernels and proxy quit), then frees the
+  // communicator, in the background for a non-blocking one; there is nothing to report that the
+  // caller could act on.
   ncclCommAbort(comm_);
   comm_ = nullptr;
 }
@@ -383,9 +384,11 @@ absl::Status NcclClose(absl::Span<NcclCommunicator* const> ranks) {
       rank->Abort();
       continue;
     }
+    // Local once finalized; a non-blocking communicator may report ncclInProgress while NCCL
+    // frees it in the background (the handle is not ours to poll after this call).
     const ncclResult_t destroyed = ncclCommDestroy(rank->comm_);
     rank->comm_ = nullptr;
-    if (destroyed != ncclSuccess && status.ok()) {
+    if (destroyed != ncclSuccess && destroyed != ncclInProgress && status.ok()) {
       status = NcclStatus(destroyed, "ncclCommDestroy", rank->rank(), "");
     }
   }
