@@ -61,8 +61,9 @@ done
 find "$out/lib" -type f -size +1M -exec gzip -9 {} +
 for bin in "$out"/bin/*; do
   strip --strip-all "$bin"
-  # DT_RPATH (not RUNPATH): it outranks LD_LIBRARY_PATH and covers indirect loads too.
-  patchelf --force-rpath --set-rpath '$ORIGIN/../lib:/usr/local/cuda/lib64' "$bin"
+  # DT_RPATH (not RUNPATH): it outranks LD_LIBRARY_PATH and covers indirect loads too. CUDA 13's
+  # toolkit keeps libnccl.so.2 in lib/, the rest in lib64/.
+  patchelf --force-rpath --set-rpath '$ORIGIN/../lib:/usr/local/cuda/lib64:/usr/local/cuda/lib' "$bin"
 done
 
 for f in "${files[@]}"; do

@@ -22,7 +22,7 @@ for bin in "$kit"/bin/*; do
   dynamic="$(readelf -d "$bin")"
   grep -q 'RPATH.*\$ORIGIN/\.\./lib' <<<"$dynamic" || fail "$bin has no RPATH \$ORIGIN/../lib"
 done
-for want in ops_test gemm_test cuda_trainer_test train_local megatraind megatrain bandwidth_probe \
+for want in ops_test gemm_test cuda_trainer_test nccl_communicator_test train_local megatraind megatrain bandwidth_probe \
   seccomp_exec; do
   [[ -x "$kit/bin/$want" ]] || fail "bin/$want missing"
 done

@@ -6,10 +6,12 @@
 cuda_sonames=(libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2
   libcuda.so.1)
 
-# Folders of the system toolkit and driver, in the order searched.
+# Folders of the system toolkit and driver, in the order searched (CUDA 13's toolkit keeps
+# libnccl.so.2 in lib/, not lib64/).
 cuda_system_dirs() {
   local d
   for d in "${CUDA_HOME:-/usr/local/cuda}/lib64" /usr/local/cuda/lib64 \
+    "${CUDA_HOME:-/usr/local/cuda}/lib" /usr/local/cuda/lib \
     /usr/local/cuda/targets/x86_64-linux/lib /usr/local/nvidia/lib64 /usr/local/nvidia/lib \
     /usr/lib/x86_64-linux-gnu /usr/lib64 /lib/x86_64-linux-gnu; do
     [[ -d "$d" ]] && echo "$d"
