@@ -84,14 +84,17 @@ TEST(SftGenerateTest, SampleChatRepliesAsTransformersGenerate) {
   EXPECT_LT(ended_at_eos, static_cast<int>(golden["cases"].size()));
 }
 
-// A --context smaller than prompt + reply does not slide the window (which would drop the
-// conversation's start, as generate() never does): the reply is the same.
-TEST(SftGenerateTest, ASmallContextStillSeesTheWholeConversation) {
+// A --context that holds the prompt but not the reply does not slide the window (which would drop
+// the conversation's start, as generate() never does): the window widens and the reply is the
+// same. For this case a window that slid (the last prompt-length + 1 tokens) would reply
+// "... about Tokyo." instead of "... about the bridge." (transformers' forward on such windows).
+TEST(SftGenerateTest, AContextShorterThanPromptAndReplyStillSeesTheWholeConversation) {
   const nlohmann::json golden = ReadGolden();
   ASSERT_TRUE(golden.is_object()) << kExport << "/generate.json";
-  const nlohmann::json& golden_case = golden["cases"][1];
-  ASSERT_EQ(golden_case["name"], "system_multi_turn");
-  const nlohmann::json sampled = SampleChat(golden_case, {"--context=16"});
+  const nlohmann::json& golden_case = golden["cases"][0];
+  ASSERT_EQ(golden_case["name"], "single_turn");
+  const nlohmann::json sampled =
+      SampleChat(golden_case, {absl::StrCat("--context=", golden_case["prompt_ids"].size() + 1)});
   ASSERT_TRUE(sampled.is_object()) << sampled.dump();
   EXPECT_EQ(sampled["reply_ids"], golden_case["reply_ids"]);
 }
