@@ -86,7 +86,6 @@ def main():
     p.add_argument("--export", default=os.path.join(HERE, "sft_export_tiny"))
     args = p.parse_args()
     assert transformers.__version__.startswith("4."), transformers.__version__
-    torch.manual_seed(0)  # nothing here draws; set so a sampling default could not sneak in
     model, tokenizer = load(args.export)
     eos = model.generation_config.eos_token_id
     generation_eos = eos if isinstance(eos, list) else [eos]
