@@ -146,8 +146,9 @@ absl::StatusOr<std::string> RunChat(const ModelSource& source, const ModelConfig
       std::max<int64_t>(context, std::min(whole, config.max_position_embeddings)));
   if (prompt->ids.size() >= static_cast<size_t>(window)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the rendered prompt has ", prompt->ids.size(), " tokens, not fewer than the window of ",
-        window, " (--context, up to max_position_embeddings=", config.max_position_embeddings,
+        "the rendered prompt has ", prompt->ids.size(), " tokens, which leaves no room for a "
+        "reply in the model's max_position_embeddings=", config.max_position_embeddings,
+        " (--context=", absl::GetFlag(FLAGS_context), ", --tokens=", absl::GetFlag(FLAGS_tokens),
         ")"));
   }
   absl::StatusOr<std::unique_ptr<Device>> device = CpuDevice();

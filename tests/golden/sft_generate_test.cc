@@ -3,7 +3,7 @@
 // transformers: for each chat prompt of generate.json (make_generate_golden.py: from_pretrained,
 // apply_chat_template(add_generation_prompt=True), generate(do_sample=False)) the rendered prompt
 // ids, the greedy reply ids (ending at generation_config.json's eos, or cut by max_new_tokens)
-// and the decoded text are the same.
+// and the decoded text are the same; a conversation it cannot read is refused naming the flag.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -97,6 +97,36 @@ TEST(SftGenerateTest, AContextShorterThanPromptAndReplyStillSeesTheWholeConversa
       SampleChat(golden_case, {absl::StrCat("--context=", golden_case["prompt_ids"].size() + 1)});
   ASSERT_TRUE(sampled.is_object()) << sampled.dump();
   EXPECT_EQ(sampled["reply_ids"], golden_case["reply_ids"]);
+}
+
+// A conversation sample cannot read is refused naming the flag or the field.
+TEST(SftGenerateTest, BadConversationsAreNamed) {
+  auto run = [](const std::vector<std::string>& flags) {
+    std::vector<std::string> argv = {"engine/train/sample", absl::StrCat("--model=", kExport),
+                                     "--chat", "--chat_tool=tools/hf_chat/megatrain_chat_tokenize",
+                                     "--tokens=2"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    absl::StatusOr<server::ChildResult> r = server::RunChildProcess(argv, [] { return false; });
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : server::ChildResult{};
+  };
+  const server::ChildResult not_an_object = run({"--conversation=[1]"});
+  EXPECT_EQ(not_an_object.exit_code, 1);
+  EXPECT_NE(not_an_object.err.find("--conversation must be a JSON object"), std::string::npos)
+      << not_an_object.err;
+  const server::ChildResult bad_role =
+      run({R"(--conversation={"messages": [{"role": "bot", "content": "hi"}]})"});
+  EXPECT_EQ(bad_role.exit_code, 1);
+  EXPECT_NE(bad_role.err.find("field messages[0]"), std::string::npos) << bad_role.err;
+  const server::ChildResult both =
+      run({"--prompt=hi", R"(--conversation={"messages": [{"role": "user", "content": "hi"}]})"});
+  EXPECT_EQ(both.exit_code, 1);
+  EXPECT_NE(both.err.find("not both"), std::string::npos) << both.err;
+  absl::StatusOr<server::ChildResult> plain = server::RunChildProcess(
+      {"engine/train/sample", absl::StrCat("--model=", kExport), "--json"}, [] { return false; });
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->exit_code, 1);
+  EXPECT_NE(plain->err.find("need --chat"), std::string::npos) << plain->err;
 }
 
 }  // namespace
