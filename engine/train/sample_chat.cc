@@ -138,8 +138,10 @@ absl::StatusOr<ChatPrompt> RenderChatConversation(const std::string& tool,
                             !conversation.at("messages").empty();
   if (!has_messages) {
     return absl::InvalidArgumentError(absl::StrCat(
-        flag, " must be a JSON object {\"messages\": [{\"role\": ..., \"content\": ...}, ...]} "
-        "with at least one message, not '", conversation_json.substr(0, 120), "'"));
+        flag,
+        " must be a JSON object {\"messages\": [{\"role\": ..., \"content\": ...}, ...]} "
+        "with at least one message, not '",
+        conversation_json.substr(0, 120), "'"));
   }
   absl::StatusOr<nlohmann::json> value = RunForJson(
       {tool, "--model", model_dir, "--render", conversation.dump()});

@@ -140,16 +140,17 @@ absl::StatusOr<std::string> RunChat(const ModelSource& source, const ModelConfig
   if (!prompt.ok()) return prompt.status();
   // The window holds the prompt and the whole reply where the model allows it: a window that
   // slides would drop the conversation's start, which transformers' generate() never does.
-  const int64_t whole = static_cast<int64_t>(prompt->ids.size()) +
-                        std::max(0, absl::GetFlag(FLAGS_tokens));
-  const int window = static_cast<int>(
-      std::max<int64_t>(context, std::min(whole, config.max_position_embeddings)));
+  const int64_t whole =
+      static_cast<int64_t>(prompt->ids.size()) + std::max(0, absl::GetFlag(FLAGS_tokens));
+  const int window =
+      static_cast<int>(std::max<int64_t>(context, std::min(whole, config.max_position_embeddings)));
   if (prompt->ids.size() >= static_cast<size_t>(window)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the rendered prompt has ", prompt->ids.size(), " tokens, which leaves no room for a "
-        "reply in the model's max_position_embeddings=", config.max_position_embeddings,
-        " (--context=", absl::GetFlag(FLAGS_context), ", --tokens=", absl::GetFlag(FLAGS_tokens),
-        ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the rendered prompt has ", prompt->ids.size(),
+                     " tokens, which leaves no room for a "
+                     "reply in the model's max_position_embeddings=",
+                     config.max_position_embeddings, " (--context=", absl::GetFlag(FLAGS_context),
+                     ", --tokens=", absl::GetFlag(FLAGS_tokens), ")"));
   }
   absl::StatusOr<std::unique_ptr<Device>> device = CpuDevice();
   if (!device.ok()) return device.status();

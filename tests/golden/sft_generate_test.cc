@@ -30,7 +30,8 @@ nlohmann::json ReadGolden() {
 
 // `sample --chat --json` on the export for one case's conversation; its JSON line, or a
 // discarded value after a failed expectation.
-nlohmann::json SampleChat(const nlohmann::json& golden_case, const std::vector<std::string>& extra) {
+nlohmann::json SampleChat(const nlohmann::json& golden_case,
+                          const std::vector<std::string>& extra) {
   nlohmann::json conversation;
   conversation["messages"] = golden_case["messages"];
   std::vector<std::string> argv = {
