@@ -124,6 +124,25 @@ absl::StatusOr<ChatPrompt> RenderChatPrompt(const std::string& tool, const std::
                                             const std::string& user_prompt) {
   nlohmann::json conversation;
   conversation["messages"] = {{{"role", "user"}, {"content", user_prompt}}};
+  return RenderChatConversation(tool, model_dir, conversation.dump(), "--prompt");
+}
+
+absl::StatusOr<ChatPrompt> RenderChatConversation(const std::string& tool,
+                                                  const std::string& model_dir,
+                                                  const std::string& conversation_json,
+                                                  const std::string& flag) {
+  const nlohmann::json conversation =
+      nlohmann::json::parse(conversation_json, nullptr, /*allow_exceptions=*/false);
+  const bool has_messages = conversation.is_object() && conversation.contains("messages") &&
+                            conversation.at("messages").is_array() &&
+                            !conversation.at("messages").empty();
+  if (!has_messages) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag,
+        " must be a JSON object {\"messages\": [{\"role\": ..., \"content\": ...}, ...]} "
+        "with at least one message, not '",
+        conversation_json.substr(0, 120), "'"));
+  }
   absl::StatusOr<nlohmann::json> value = RunForJson(
       {tool, "--model", model_dir, "--render", conversation.dump()});
   if (!value.ok()) return value.status();

@@ -26,6 +26,15 @@ absl::StatusOr<std::string> RunChatTool(const std::vector<std::string>& argv);
 absl::StatusOr<ChatPrompt> RenderChatPrompt(const std::string& tool, const std::string& model_dir,
                                             const std::string& user_prompt);
 
+// A whole conversation, `conversation_json` = {"messages": [{"role", "content"}, ...]} (a chat
+// JSONL line's shape: an optional system message, earlier turns, the user turn to answer),
+// rendered with `model_dir`'s chat template through `tool`. Text that is not such an object is
+// an InvalidArgument error naming `flag`; the tool checks each message.
+absl::StatusOr<ChatPrompt> RenderChatConversation(const std::string& tool,
+                                                  const std::string& model_dir,
+                                                  const std::string& conversation_json,
+                                                  const std::string& flag);
+
 // `ids` as text (special tokens skipped) through `tool` and `model_dir`'s tokenizer.
 absl::StatusOr<std::string> DecodeChatIds(const std::string& tool, const std::string& model_dir,
                                           absl::Span<const int32_t> ids);

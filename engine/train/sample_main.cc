@@ -21,6 +21,7 @@
 #include "engine/train/sample_chat.h"
 #include "engine/train/sampler.h"
 #include "engine/train/trainer.h"
+#include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, model, "",
           "A checkpoint directory (manifest.json), a checkpoint root (its newest step-* is used) "
@@ -31,13 +32,27 @@ ABSL_FLAG(int, tokens, 200, "Tokens to generate.");
 ABSL_FLAG(double, temperature, 0.8, "Softmax temperature; 0 = greedy.");
 ABSL_FLAG(double, top_p, 0.95, "Nucleus mass kept when sampling.");
 ABSL_FLAG(uint64_t, seed, 1, "Sampling seed (same seed -> same text).");
-ABSL_FLAG(int, context, 128, "Context window in tokens (capped at max_position_embeddings).");
+ABSL_FLAG(int, context, 128,
+          "Context window in tokens (capped at max_position_embeddings). With --chat, at least "
+          "the rendered prompt plus --tokens (as far as max_position_embeddings allows), so the "
+          "reply attends to the whole conversation as transformers' generate() does.");
 ABSL_FLAG(bool, stop_at_end, true, "Stop at the end-of-document token.");
 ABSL_FLAG(bool, chat, false,
-          "Treat --prompt as a user turn: render it with the model directory's chat template "
-          "(tokenizer_config.json; a fine-tuning checkpoint carries it), generate the reply and "
-          "print only the reply, decoded by the directory's tokenizer.json; generation stops at "
-          "the template's eos / end-of-turn token. --tokenizer is not used.");
+          "Treat --prompt as a user turn (or take --conversation): render it with the model "
+          "directory's chat template (tokenizer_config.json; a fine-tuning checkpoint carries "
+          "it), generate the reply and print only the reply, decoded by the directory's "
+          "tokenizer.json; generation stops where transformers' generate() stops: at "
+          "generation_config.json's eos_token_id (else config.json's, else the tokenizer's eos "
+          "token). --tokenizer is not used.");
+ABSL_FLAG(std::string, conversation, "",
+          "With --chat, instead of --prompt: the whole conversation to reply to, as JSON "
+          "{\"messages\": [{\"role\": \"system\"|\"user\"|\"assistant\", \"content\": ...}, "
+          "...]} (a chat JSONL line's shape), e.g. a system message, earlier turns and the user "
+          "turn to answer.");
+ABSL_FLAG(bool, json, false,
+          "With --chat: print one JSON line {\"prompt_ids\", \"reply_ids\", \"text\"} (the "
+          "rendered prompt, the generated ids with the stop token when one ended the reply, as "
+          "generate() returns them, and the reply's text) instead of the text.");
 ABSL_FLAG(std::string, chat_tool, "",
           "With --chat: the HF chat tool, <checkout>/tools/hf_chat/megatrain_chat_tokenize "
           "(it needs scripts/setup's venv).");
@@ -103,6 +118,15 @@ SamplingOptions SamplingFromFlags() {
   return sampling;
 }
 
+absl::StatusOr<ChatPrompt> RenderChat(const std::string& tool, const std::string& model_dir) {
+  const std::string conversation = absl::GetFlag(FLAGS_conversation);
+  if (conversation.empty()) return RenderChatPrompt(tool, model_dir, absl::GetFlag(FLAGS_prompt));
+  if (!absl::GetFlag(FLAGS_prompt).empty()) {
+    return absl::InvalidArgumentError("give --prompt or --conversation, not both");
+  }
+  return RenderChatConversation(tool, model_dir, conversation, "--conversation");
+}
+
 // --chat: the prompt rendered by the chat tool, the reply decoded by it (ids never leave the
 // tool's tokenizer, so the text is what transformers' decode gives).
 absl::StatusOr<std::string> RunChat(const ModelSource& source, const ModelConfig& config,
@@ -112,29 +136,43 @@ absl::StatusOr<std::string> RunChat(const ModelSource& source, const ModelConfig
     return absl::InvalidArgumentError(
         "--chat needs --chat_tool=<checkout>/tools/hf_chat/megatrain_chat_tokenize");
   }
-  absl::StatusOr<ChatPrompt> prompt =
-      RenderChatPrompt(tool, source.dir, absl::GetFlag(FLAGS_prompt));
+  absl::StatusOr<ChatPrompt> prompt = RenderChat(tool, source.dir);
   if (!prompt.ok()) return prompt.status();
-  if (prompt->ids.size() >= static_cast<size_t>(context)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the rendered prompt has ", prompt->ids.size(), " tokens, not fewer than --context=",
-        context, ": raise --context (up to max_position_embeddings=",
-        config.max_position_embeddings, ")"));
+  // The window holds the prompt and the whole reply where the model allows it: a window that
+  // slides would drop the conversation's start, which transformers' generate() never does.
+  const int64_t whole =
+      static_cast<int64_t>(prompt->ids.size()) + std::max(0, absl::GetFlag(FLAGS_tokens));
+  const int window =
+      static_cast<int>(std::max<int64_t>(context, std::min(whole, config.max_position_embeddings)));
+  if (prompt->ids.size() >= static_cast<size_t>(window)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the rendered prompt has ", prompt->ids.size(),
+                     " tokens, which leaves no room for a "
+                     "reply in the model's max_position_embeddings=",
+                     config.max_position_embeddings, " (--context=", absl::GetFlag(FLAGS_context),
+                     ", --tokens=", absl::GetFlag(FLAGS_tokens), ")"));
   }
   absl::StatusOr<std::unique_ptr<Device>> device = CpuDevice();
   if (!device.ok()) return device.status();
-  absl::StatusOr<std::unique_ptr<Trainer>> trainer = LoadModel(**device, source, config, context);
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = LoadModel(**device, source, config, window);
   if (!trainer.ok()) return trainer.status();
   SamplingOptions sampling = SamplingFromFlags();
   if (absl::GetFlag(FLAGS_stop_at_end)) sampling.stop_tokens = prompt->stop_ids;
-  Sampler sampler(**trainer, context);
+  Sampler sampler(**trainer, window);
   absl::StatusOr<std::vector<int32_t>> reply = sampler.Generate(prompt->ids, sampling);
   if (!reply.ok()) return reply.status();
-  if (!reply->empty() && std::find(prompt->stop_ids.begin(), prompt->stop_ids.end(),
-                                   reply->back()) != prompt->stop_ids.end()) {
-    reply->pop_back();
+  std::vector<int32_t> text_ids = *reply;
+  if (!text_ids.empty() && std::find(prompt->stop_ids.begin(), prompt->stop_ids.end(),
+                                     text_ids.back()) != prompt->stop_ids.end()) {
+    text_ids.pop_back();
   }
-  return DecodeChatIds(tool, source.dir, *reply);
+  absl::StatusOr<std::string> text = DecodeChatIds(tool, source.dir, text_ids);
+  if (!text.ok() || !absl::GetFlag(FLAGS_json)) return text;
+  nlohmann::json out;
+  out["prompt_ids"] = prompt->ids;
+  out["reply_ids"] = *reply;
+  out["text"] = *text;
+  return out.dump();
 }
 
 absl::StatusOr<std::string> Run() {
@@ -145,6 +183,9 @@ absl::StatusOr<std::string> Run() {
   const int context = static_cast<int>(
       std::min<int64_t>(absl::GetFlag(FLAGS_context), config->max_position_embeddings));
   if (absl::GetFlag(FLAGS_chat)) return RunChat(*source, *config, context);
+  if (!absl::GetFlag(FLAGS_conversation).empty() || absl::GetFlag(FLAGS_json)) {
+    return absl::InvalidArgumentError("--conversation and --json need --chat");
+  }
   absl::StatusOr<std::unique_ptr<TextTokenizer>> tokenizer =
       CreateTextTokenizer(absl::GetFlag(FLAGS_tokenizer));
   if (!tokenizer.ok()) return tokenizer.status();
@@ -185,7 +226,10 @@ int main(int argc, char** argv) {
       "Generates text from a trained model on the CPU device.\n"
       "Example: sample --model=/tmp/ckpt --prompt='Q: ' --tokens=200 --temperature=0.8\n"
       "Chat: sample --model=CKPT --chat --chat_tool=tools/hf_chat/megatrain_chat_tokenize "
-      "--prompt='Hello' --temperature=0");
+      "--prompt='Hello' --temperature=0\n"
+      "A conversation, as ids and text: sample --model=CKPT --chat --chat_tool=... --json "
+      "--conversation='{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, "
+      "{\"role\": \"user\", \"content\": \"Hello\"}]}' --temperature=0");
   absl::ParseCommandLine(argc, argv);
   absl::StatusOr<std::string> text = megatrain::engine::Run();
   if (!text.ok()) {

@@ -614,17 +614,30 @@ def test_render_for_a_reply_equals_transformers_generation_prompt(models, family
     assert got["stop_ids"] == [hf.convert_tokens_to_ids(END_TOKEN[family])]
 
 
-def test_render_stop_ids_add_generation_configs_list(models, tmp_path):
-    # Llama 3 names <|eot_id|> in the config and both end tokens in generation_config.json.
+def test_render_stop_ids_are_where_generate_stops(models, tmp_path):
+    # transformers' generate() ends at its generation config's eos_token_id: generation_config.json
+    # (Llama 3 names both end tokens there), else config.json's, never the tokenizer's eos token
+    # (which only a directory naming neither falls back to).
     model = fixtures.make_llama3(str(tmp_path / "llama3"))
     hf = AutoTokenizer.from_pretrained(model)
     eot, end = hf.convert_tokens_to_ids("<|eot_id|>"), hf.convert_tokens_to_ids("<|end_of_text|>")
+    hi = json.dumps({"messages": [{"role": "user", "content": "Hi"}]})
+
+    def stop_ids():
+        done = run_chat_io(model, "--render", hi)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)["stop_ids"]
+
+    assert stop_ids() == [eot]
+    with open(os.path.join(model, "config.json"), "w") as f:
+        json.dump({"model_type": "llama", "eos_token_id": end}, f)
+    assert stop_ids() == [end]
     with open(os.path.join(model, "generation_config.json"), "w") as f:
-        json.dump({"eos_token_id": [end, eot]}, f)
-    done = run_chat_io(model, "--render", json.dumps({"messages": [{"role": "user",
-                                                                     "content": "Hi"}]}))
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["stop_ids"] == [eot, end]
+        json.dump({"eos_token_id": [end, eot, end]}, f)
+    assert stop_ids() == [end, eot]
+    with open(os.path.join(model, "generation_config.json"), "w") as f:
+        json.dump({"eos_token_id": eot, "do_sample": True}, f)
+    assert stop_ids() == [eot]
 
 
 @pytest.mark.parametrize("family", ["llama3", "qwen"])

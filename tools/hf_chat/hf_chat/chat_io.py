@@ -6,8 +6,8 @@ Python).
                  {"ids": [...], "stop_ids": [...]}: the conversation rendered with the directory's
                  chat template and add_generation_prompt=True, encoded without added special
                  tokens (as apply_chat_template(tokenize=True) does), and the ids that end the
-                 reply (the eos token of tokenizer_config.json and generation_config.json's
-                 eos_token_id, one or a list).
+                 reply as transformers' generate() ends it: generation_config.json's
+                 eos_token_id (one or a list), else config.json's, else the tokenizer's eos.
   --decode IDS   IDS is comma-separated token ids; prints {"text": ...}, decoded with special
                  tokens skipped (as tokenizer.decode(ids, skip_special_tokens=True)).
 
@@ -23,21 +23,34 @@ from .records import ROLES
 from .template import ChatTemplate
 
 
+def _json_file(directory, name):
+    path = os.path.join(directory, name)
+    if not os.path.isfile(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except ValueError as e:
+        raise ModelError(f"{path}: {e}") from None
+    return value if isinstance(value, dict) else {}
+
+
+def _token_ids(value):
+    """eos_token_id as a list: one id, a list of ids, or none."""
+    values = value if isinstance(value, list) else [value]
+    return [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+
+
 def _stop_ids(model, directory):
-    ids = [] if model.eos_id is None else [model.eos_id]
-    path = os.path.join(directory, "generation_config.json")
-    generation = {}
-    if os.path.isfile(path):
-        try:
-            with open(path, encoding="utf-8") as f:
-                generation = json.load(f)
-        except ValueError as e:
-            raise ModelError(f"{path}: {e}") from None
-    value = generation.get("eos_token_id") if isinstance(generation, dict) else None
-    for v in value if isinstance(value, list) else [value]:
-        if isinstance(v, int) and not isinstance(v, bool) and v not in ids:
-            ids.append(v)
-    return ids
+    """The ids where transformers' generate() ends a reply: its generation config's
+    eos_token_id, which from_pretrained reads from generation_config.json, else builds from
+    config.json. Only where neither names one, the tokenizer's eos token (generate() would not
+    stop at all; a chat reply should)."""
+    for name in ("generation_config.json", "config.json"):
+        ids = _token_ids(_json_file(directory, name).get("eos_token_id"))
+        if ids:
+            return list(dict.fromkeys(ids))
+    return [] if model.eos_id is None else [model.eos_id]
 
 
 def _messages(conversation_json):
