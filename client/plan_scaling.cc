@@ -17,13 +17,11 @@ absl::StatusOr<std::string> PlanScalingText(const v1::JobSpec& spec,
   if (json) {
     nlohmann::json j;
     j["hardware"] = s->hardware.name;
-    j["one_device"] = {{"parameters", s->plan.parameters},
-                       {"tokens_per_step", s->plan.tokens_per_step},
-                       {"step_seconds", t.step_seconds},
-                       {"tokens_per_second", t.tokens_per_second},
-                       {"model_tflops", t.model_tflops},
-                       {"bottleneck", t.bottleneck},
-                       {"fits_device", s->plan.fits_device}};
+    j["one_device"] = {
+        {"parameters", s->plan.parameters},  {"tokens_per_step", s->plan.tokens_per_step},
+        {"step_seconds", t.step_seconds},    {"tokens_per_second", t.tokens_per_second},
+        {"model_tflops", t.model_tflops},    {"bottleneck", t.bottleneck},
+        {"fits_device", s->plan.fits_device}};
     j["data_parallel"] = nlohmann::json::parse(engine::planner::ScalingJson(s->rows));
     return j.dump(2) + "\n";
   }

@@ -28,14 +28,16 @@ absl::Status CheckShape(const HardwareProfile& hw, const DataParallelShape& shap
     return absl::InvalidArgumentError(absl::StrCat("nodes=", shape.nodes, " must be >= 1"));
   }
   if (shape.devices_per_node > 1 && !(hw.peer_gbps > 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("hardware profile '", hw.name, "' gives no peer_gbps (device to device "
-                     "GB/s): cannot predict devices=", shape.devices_per_node));
+    return absl::InvalidArgumentError(absl::StrCat("hardware profile '", hw.name,
+                                                   "' gives no peer_gbps (device to device "
+                                                   "GB/s): cannot predict devices=",
+                                                   shape.devices_per_node));
   }
   if (shape.nodes > 1 && !(hw.network_gbps > 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("hardware profile '", hw.name, "' gives no network_gbps (node to node "
-                     "GB/s): cannot predict nodes=", shape.nodes));
+    return absl::InvalidArgumentError(absl::StrCat("hardware profile '", hw.name,
+                                                   "' gives no network_gbps (node to node "
+                                                   "GB/s): cannot predict nodes=",
+                                                   shape.nodes));
   }
   return absl::OkStatus();
 }
@@ -102,12 +104,12 @@ DataParallelPrediction Predict(const PlanResult& one, const HardwareProfile& hw,
   p.host_memory_bytes_per_node =
       n * (p.link_in_bytes_per_device + p.link_out_bytes_per_device +
            accumulate * kAccumulateBytesPerElement) +
-      parameters / m * (kAdamwHostBytesPerParam + kGradNormBytesPerParam) +
-      aggregate_nvme_read + aggregate_nvme_written;
+      parameters / m * (kAdamwHostBytesPerParam + kGradNormBytesPerParam) + aggregate_nvme_read +
+      aggregate_nvme_written;
   p.host_memory_seconds = Seconds(p.host_memory_bytes_per_node, hw.host_memory_gbps);
-  p.nvme_seconds = (aggregate_nvme_read > 0 ? Seconds(aggregate_nvme_read, hw.nvme_read_gbps) : 0) +
-                   (aggregate_nvme_written > 0 ? Seconds(aggregate_nvme_written, hw.nvme_write_gbps)
-                                               : 0);
+  p.nvme_seconds =
+      (aggregate_nvme_read > 0 ? Seconds(aggregate_nvme_read, hw.nvme_read_gbps) : 0) +
+      (aggregate_nvme_written > 0 ? Seconds(aggregate_nvme_written, hw.nvme_write_gbps) : 0);
   if (m > 1) {
     // Ring reduce-scatter of the fp32 gradients (beside the last micro-batch's backward), ring
     // all-gather of the updated compute copy (in the optimizer chain, entry_gather_seconds).

@@ -32,9 +32,9 @@ struct DataParallelShape {
 struct DataParallelPrediction {
   DataParallelShape shape;
   // Bytes per optimizer step.
-  double link_in_bytes_per_device = 0;   // host to device: weights, checkpoints, activations
-  double link_out_bytes_per_device = 0;  // device to host: 1/N of the gradients, checkpoints
-  double reduce_bytes_per_device = 0;    // sent to the node's peers: (N-1)/N of the gradients
+  double link_in_bytes_per_device = 0;    // host to device: weights, checkpoints, activations
+  double link_out_bytes_per_device = 0;   // device to host: 1/N of the gradients, checkpoints
+  double reduce_bytes_per_device = 0;     // sent to the node's peers: (N-1)/N of the gradients
   double host_memory_bytes_per_node = 0;  // every device's copies + host adds + optimizer pass
   double network_bytes_per_node = 0;      // sent: (M-1)/M of the gradients and the compute copy
   // Busy seconds per step of each resource (device ones per device, shared ones per node).
@@ -48,8 +48,8 @@ struct DataParallelPrediction {
   double network_seconds = 0;
   double pipeline_seconds = 0;  // the per-device replay (one-device step model)
   double step_seconds = 0;
-  std::string bottleneck;  // compute, copy-in, copy-out, peer reduction, host memory,
-                           // host optimizer, nvme, network
+  std::string bottleneck;      // compute, copy-in, copy-out, peer reduction, host memory,
+                               // host optimizer, nvme, network
   double tokens_per_step = 0;  // global: devices x micro-batch x seq x accumulation
   double tokens_per_second = 0;
   double model_tflops = 0;  // all devices together
