@@ -62,6 +62,7 @@ void ApplyOverrides(const JobSpecOverrides& o, v1::JobSpec& spec) {
   if (o.eval_every_steps) spec.mutable_data()->set_eval_every_steps(*o.eval_every_steps);
   if (o.output_dir) spec.set_output_dir(*o.output_dir);
   if (o.seed) spec.set_seed(*o.seed);
+  if (o.devices) spec.set_devices(*o.devices);
 }
 
 }  // namespace megatrain::client

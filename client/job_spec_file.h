@@ -38,6 +38,7 @@ struct JobSpecOverrides {
   std::optional<uint32_t> eval_every_steps;
   std::optional<std::string> output_dir;
   std::optional<uint64_t> seed;
+  std::optional<uint32_t> devices;  // JobSpec.devices (data parallel)
 };
 
 void ApplyOverrides(const JobSpecOverrides& overrides, v1::JobSpec& spec);

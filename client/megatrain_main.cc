@@ -20,6 +20,7 @@
 #include "client/connection.h"
 #include "client/exit_codes.h"
 #include "client/job_spec_file.h"
+#include "client/plan_scaling.h"
 #include "client/plan_wear.h"
 #include "client/render.h"
 #include "client/top_command.h"
@@ -103,6 +104,15 @@ ABSL_FLAG(double, nvme_rated_tbw, 0,
           "daemon's nvme_rated_tbw_bytes.");
 ABSL_FLAG(double, nvme_wear_warn_share, 0,
           "plan: share of the rated TBW one run may write before the plan warns; 0 = 0.1.");
+ABSL_FLAG(uint32_t, devices, 0,
+          "submit/plan: devices the job trains on, data parallel (JobSpec.devices; 0 = the "
+          "spec's, 1 = one). The daemon refuses more than it drives (one today).");
+ABSL_FLAG(bool, scaling, false,
+          "plan: in-process on the --hardware profile, predict tokens/s, TFLOP/s, scaling "
+          "efficiency and bottleneck at 1, 2, 4, 8 devices, 2 and 4 nodes of 8, and --devices.");
+ABSL_FLAG(std::string, hardware, "h100-sxm",
+          "plan --scaling: the planner's hardware profile (h100-sxm, h100-pcie, h200, gh200, "
+          "b200, a100-80gb, rtx4090, v100-32gb, h100-pcie-4nvme; docs/planning.md).");
 ABSL_FLAG(std::string, daemon_config, "",
           "plan in-process: megatraind's config textproto whose device, budgets, roots and "
           "limits apply; empty = the defaults with / as the only root.");
@@ -150,6 +160,10 @@ Commands:
                    planner runs in-process (--daemon_config: the daemon's config to plan under)
                    and the output says so (stderr with --json).
                                                    megatrain plan --spec=job.json --offline
+                   --scaling: the job on a --hardware profile (default h100-sxm) and its
+                   predicted tokens/s, TFLOP/s, efficiency and bottleneck at 1, 2, 4, 8 devices
+                   and over nodes (in-process; --devices=N adds a row).
+                                                   megatrain plan --spec=job.json --scaling
   top              All jobs and the daemon at a glance, redrawn every --interval_seconds (2)
                    until Ctrl-C on a terminal; once into a pipe (--iterations=N: N screens).
                                                    megatrain top
@@ -224,6 +238,7 @@ absl::StatusOr<v1::JobSpec> SpecFromFlags() {
   o.eval_every_steps = absl::GetFlag(FLAGS_eval_every);
   if (!absl::GetFlag(FLAGS_output_dir).empty()) o.output_dir = absl::GetFlag(FLAGS_output_dir);
   o.seed = absl::GetFlag(FLAGS_seed);
+  if (absl::GetFlag(FLAGS_devices) != 0) o.devices = absl::GetFlag(FLAGS_devices);
   client::ApplyOverrides(o, spec);
   if (absl::GetFlag(FLAGS_reuse_output_dir)) spec.set_reuse_output_dir(true);
   return spec;
@@ -317,6 +332,24 @@ int PlanInProcess(const std::string& why) {
   return kOk;
 }
 
+// `plan --scaling`: the job on a hardware profile and its data-parallel scaling, in-process.
+int PlanScaling() {
+  absl::StatusOr<v1::JobSpec> spec = SpecFromFlags();
+  if (!spec.ok()) {
+    std::fprintf(stderr, "megatrain: %s\n", std::string(spec.status().message()).c_str());
+    return kUsage;
+  }
+  absl::StatusOr<std::string> text =
+      client::PlanScalingText(*spec, absl::GetFlag(FLAGS_daemon_config),
+                              absl::GetFlag(FLAGS_hardware), absl::GetFlag(FLAGS_json));
+  if (!text.ok()) {
+    return ExitFor(grpc::Status(static_cast<grpc::StatusCode>(text.status().code()),
+                                std::string(text.status().message())));
+  }
+  Print(*text);
+  return kOk;
+}
+
 // Prints the audit log; exit 1 when its chain does not check.
 int PrintAudit(const v1::AuditLog& log) {
   Print(absl::GetFlag(FLAGS_json) ? client::ToJson(log) : client::AuditText(log));
@@ -346,6 +379,7 @@ int Run(const std::string& command, const std::vector<std::string>& args) {
     std::fprintf(stderr, "megatrain: '%s' takes no positional arguments\n", command.c_str());
     return kUsage;
   }
+  if (command == "plan" && absl::GetFlag(FLAGS_scaling)) return PlanScaling();
   if (command == "plan" && absl::GetFlag(FLAGS_offline)) return PlanInProcess("--offline");
   if (command == "audit" && !absl::GetFlag(FLAGS_db).empty()) {
     absl::StatusOr<std::vector<service::AuditRow>> rows =

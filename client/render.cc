@@ -101,6 +101,7 @@ std::string AuditText(const v1::AuditLog& log) {
 
 std::string PlanText(const v1::PlanResponse& plan) {
   std::string out = absl::StrFormat("parameters: %d\n", plan.parameters());
+  if (plan.devices() > 1) absl::StrAppend(&out, absl::StrFormat("devices: %d\n", plan.devices()));
   for (const v1::BufferPlacement& b : plan.placements()) {
     absl::StrAppend(
         &out, absl::StrFormat("buffer %-8s on %-7s %s\n", b.kind(), b.tier(), Bytes(b.bytes())));

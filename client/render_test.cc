@@ -1,4 +1,5 @@
-// The watch line: no "val" before the first evaluation, and a redraw fits one terminal row.
+// The watch line: no "val" before the first evaluation, and a redraw fits one terminal row; the
+// plan text names the devices of a data-parallel job.
 #include "client/render.h"
 
 #include <gtest/gtest.h>
@@ -39,6 +40,15 @@ TEST(RenderTest, FitToWidthCutsToOneRowWithoutSplittingCharacters) {
   EXPECT_EQ(FitToWidth("\xc3\xa9\xc3\xa9\xe2\x80\xa6x", 3), "\xc3\xa9\xc3\xa9\xe2\x80\xa6");
   const std::string line = ProgressLine(Event(1.0, std::string(500, 'm')), true);
   EXPECT_EQ(FitToWidth(line, 80).size(), 80u);
+}
+
+TEST(RenderTest, PlanTextNamesTheDevicesOnlyWhenMoreThanOne) {
+  v1::PlanResponse plan;
+  plan.set_parameters(1000);
+  plan.set_devices(1);
+  EXPECT_EQ(PlanText(plan).find("devices"), std::string::npos) << PlanText(plan);
+  plan.set_devices(4);
+  EXPECT_NE(PlanText(plan).find("devices: 4\n"), std::string::npos) << PlanText(plan);
 }
 
 }  // namespace

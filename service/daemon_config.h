@@ -33,6 +33,9 @@ struct DaemonSettings {
   std::vector<std::string> data_roots;
   std::vector<std::string> output_roots;
   engine::DeviceOptions device;
+  // Devices a job may train on (JobSpec.devices): the daemon drives one today, and a
+  // configuration field comes with multi-device runs.
+  uint32_t devices = 1;
   uint32_t max_queue_length = 64;
   uint32_t shutdown_timeout_seconds = 60;
   uint64_t max_steps = 10'000'000;

@@ -227,6 +227,11 @@ absl::StatusOr<ValidatedJob> ValidateJobSpec(const v1::JobSpec& spec,
   for (unsigned char c : spec.name()) {
     if (c < 0x20 || c == 0x7f) return Invalid("name", "contains a control character");
   }
+  if (spec.devices() > settings.devices) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("devices: ", spec.devices(), " is more than the ", settings.devices,
+                     " device(s) this daemon drives (0 and 1 = one)"));
+  }
   if (absl::Status s = ValidateModel(spec.model(), settings, paths, job); !s.ok()) return s;
   if (absl::Status s = ValidateData(spec.data(), paths, job); !s.ok()) return s;
   if (absl::Status s = ValidateHyper(spec.hyper(), spec.data(), settings, job); !s.ok()) return s;
@@ -253,6 +258,7 @@ absl::StatusOr<ValidatedJob> ValidateJobSpec(const v1::JobSpec& spec,
     return Invalid("reuse_output_dir", "true without output_dir");
   }
   job.options.seed = spec.seed();
+  job.plan.set_devices(std::max<uint32_t>(1, spec.devices()));
   job.data_roots = paths.data_roots();
   return job;
 }

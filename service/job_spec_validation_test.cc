@@ -104,5 +104,27 @@ TEST_F(JobSpecValidationTest, HeadBlockRowsReachesTheTrainerAndThePlan) {
   EXPECT_THAT(huge.status().message(), HasSubstr("executor.head_block_rows"));
 }
 
+// JobSpec.devices: 0 and 1 mean one device; more than the daemon drives is refused by name.
+TEST_F(JobSpecValidationTest, DevicesAboveTheDaemonsAreRefusedNamingTheField) {
+  v1::JobSpec spec = Spec();
+  for (uint32_t devices : {0u, 1u}) {
+    spec.set_devices(devices);
+    absl::StatusOr<ValidatedJob> job = Validate(spec);
+    ASSERT_TRUE(job.ok()) << devices << ": " << job.status();
+    EXPECT_EQ(job->plan.devices(), 1u);
+  }
+  EXPECT_EQ(settings_.devices, 1u);
+  spec.set_devices(2);
+  absl::StatusOr<ValidatedJob> two = Validate(spec);
+  ASSERT_FALSE(two.ok());
+  EXPECT_EQ(two.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(two.status().message(), HasSubstr("devices: 2 is more than the 1 device(s)"));
+  settings_.devices = 4;
+  spec.set_devices(4);
+  absl::StatusOr<ValidatedJob> four = Validate(spec);
+  ASSERT_TRUE(four.ok()) << four.status();
+  EXPECT_EQ(four->plan.devices(), 4u);
+}
+
 }  // namespace
 }  // namespace megatrain::service

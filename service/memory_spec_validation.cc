@@ -69,9 +69,10 @@ engine::planner::HardwareProfile DeviceProfile(const engine::DeviceOptions& devi
   return hw;
 }
 
-// Exact placement and device plan from the engine's planner; refuses plans that do not fit.
-absl::Status PlanWithEngine(const v1::MemoryBudgets& m, const DaemonSettings& settings,
-                            ValidatedJob& job) {
+}  // namespace
+
+engine::planner::PlanInputs PlanInputsFor(const ValidatedJob& job,
+                                          const DaemonSettings& settings) {
   engine::planner::PlanInputs in;
   in.micro_batch = job.options.trainer.micro_batch_size;
   in.seq = job.options.trainer.seq_len;
@@ -95,6 +96,15 @@ absl::Status PlanWithEngine(const v1::MemoryBudgets& m, const DaemonSettings& se
   in.nvme_chunk_bytes = budgets.nvme_chunk_bytes;
   in.steps = job.options.steps;
   in.drive_wear = settings.drive_wear;
+  return in;
+}
+
+namespace {
+
+// Exact placement and device plan from the engine's planner; refuses plans that do not fit.
+absl::Status PlanWithEngine(const v1::MemoryBudgets& m, const DaemonSettings& settings,
+                            ValidatedJob& job) {
+  const engine::planner::PlanInputs in = PlanInputsFor(job, settings);
   // A ring or an activation budget alone beyond the arena: name that field.
   for (const auto& [field, bytes] :
        {std::pair<const char*, uint64_t>{"executor.weight_ring_bytes", in.weight_ring_bytes},

@@ -1,15 +1,18 @@
-// PlanOffline (see offline_plan.h).
+// PlanOffline and PlanScalingOffline (see offline_plan.h).
 #include "service/offline_plan.h"
+
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "service/daemon_config.h"
 #include "service/job_spec_validation.h"
+#include "service/memory_spec_validation.h"
 #include "service/path_policy.h"
 
 namespace megatrain::service {
+namespace {
 
-absl::StatusOr<v1::PlanResponse> PlanOffline(const v1::JobSpec& spec,
-                                             const std::string& daemon_config_path) {
+absl::StatusOr<DaemonSettings> OfflineSettings(const std::string& daemon_config_path) {
   v1::DaemonConfig config;
   if (daemon_config_path.empty()) {
     config.set_config_version(kDaemonConfigVersion);
@@ -28,10 +31,59 @@ absl::StatusOr<v1::PlanResponse> PlanOffline(const v1::JobSpec& spec,
     return absl::Status(settings.status().code(),
                         absl::StrCat("daemon config: ", settings.status().message()));
   }
+  return settings;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::PlanResponse> PlanOffline(const v1::JobSpec& spec,
+                                             const std::string& daemon_config_path) {
+  absl::StatusOr<DaemonSettings> settings = OfflineSettings(daemon_config_path);
+  if (!settings.ok()) return settings.status();
   const PathPolicy paths(settings->data_roots, settings->output_roots);
   absl::StatusOr<ValidatedJob> job = ValidateJobSpec(spec, *settings, paths);
   if (!job.ok()) return job.status();
   return job->plan;
+}
+
+absl::StatusOr<OfflineScaling> PlanScalingOffline(const v1::JobSpec& spec,
+                                                  const std::string& daemon_config_path,
+                                                  const std::string& hardware) {
+  namespace planner = engine::planner;
+  absl::StatusOr<planner::HardwareProfile> hw =
+      planner::FindHardwareProfile(planner::BuiltinHardwareProfiles(), hardware);
+  if (!hw.ok()) return hw.status();
+  absl::StatusOr<DaemonSettings> settings = OfflineSettings(daemon_config_path);
+  if (!settings.ok()) return settings.status();
+  v1::JobSpec one_device = spec;
+  one_device.clear_devices();
+  const PathPolicy paths(settings->data_roots, settings->output_roots);
+  absl::StatusOr<ValidatedJob> job = ValidateJobSpec(one_device, *settings, paths);
+  if (!job.ok()) return job.status();
+  planner::PlanInputs in = PlanInputsFor(*job, *settings);
+  // The profile's device and host, not the daemon's: its arena unless the spec sets one, and the
+  // spec's budgets only where it gives them (the daemon's defaults describe its own machine).
+  in.device_arena_bytes = spec.memory().device_arena_bytes();
+  if (spec.memory().ram_bytes() == 0 && spec.memory().nvme_dir().empty()) {
+    in.budgets_enabled = false;
+  }
+  OfflineScaling out;
+  out.hardware = *hw;
+  absl::StatusOr<planner::PlanResult> plan = planner::Plan(job->model, in, *hw);
+  if (!plan.ok()) return plan.status();
+  out.plan = *std::move(plan);
+  std::vector<planner::DataParallelShape> shapes = planner::DefaultScalingShapes(*hw);
+  const int devices = static_cast<int>(std::max<uint32_t>(1, spec.devices()));
+  if (std::none_of(shapes.begin(), shapes.end(), [&](const planner::DataParallelShape& s) {
+        return s.nodes == 1 && s.devices_per_node == devices;
+      })) {
+    shapes.push_back({devices, 1});
+  }
+  absl::StatusOr<std::vector<planner::DataParallelPrediction>> rows =
+      planner::PredictScaling(out.plan, *hw, shapes);
+  if (!rows.ok()) return rows.status();
+  out.rows = *std::move(rows);
+  return out;
 }
 
 }  // namespace megatrain::service

@@ -43,6 +43,8 @@ absl::StatusOr<HardwareProfile> ProfileFromJson(const nlohmann::json& j, size_t 
       {"adamw_params_per_second", &p.adamw_params_per_second, false},
       {"nvme_read_gbps", &p.nvme_read_gbps, false},
       {"nvme_write_gbps", &p.nvme_write_gbps, false},
+      {"peer_gbps", &p.peer_gbps, false},
+      {"network_gbps", &p.network_gbps, false},
       {"weight_bytes", &weight_bytes, false},
       {"activation_bytes", &activation_bytes, false},
       {"grad_bytes", &grad_bytes, false},

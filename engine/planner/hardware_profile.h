@@ -30,6 +30,9 @@ struct HardwareProfile {
   double adamw_params_per_second = 0;  // 0 = host_memory_gbps * 0.5 / 28 bytes per parameter
   double nvme_read_gbps = 0;
   double nvme_write_gbps = 0;
+  // Data parallelism (data_parallel.h); 0 = not given, and plans of more devices are refused.
+  double peer_gbps = 0;     // device to device in one node, each direction (NVLink or PCIe)
+  double network_gbps = 0;  // node to node, each direction, per node (e.g. one 400 Gb/s HCA = 50)
   int weight_bytes = 2;      // bytes per streamed weight (bf16 compute copy; 4 on the CPU device)
   int activation_bytes = 2;  // bytes per activation element on the device (4 on the CPU device)
   int grad_bytes = 4;        // bytes per gradient element copied out (fp32 slabs)

@@ -26,6 +26,28 @@ TEST(HardwareProfileTest, BuiltinTableHasTheDocumentedGpus) {
   EXPECT_GT(gh200.h2d_gbps, 5 * FindHardwareProfile(p, "h100-pcie")->h2d_gbps);
 }
 
+// Every built-in profile states its peer and network links (data_parallel.h); on NVLink
+// the peers are faster than the host link, over PCIe they are not.
+TEST(HardwareProfileTest, BuiltinProfilesGiveTheirPeerAndNetworkLinks) {
+  const std::vector<HardwareProfile> p = BuiltinHardwareProfiles();
+  for (const HardwareProfile& h : p) {
+    EXPECT_GT(h.peer_gbps, 0) << h.name;
+    EXPECT_GT(h.network_gbps, 0) << h.name;
+  }
+  EXPECT_EQ(FindHardwareProfile(p, "h100-sxm")->peer_gbps, 450);
+  EXPECT_EQ(FindHardwareProfile(p, "h100-sxm")->network_gbps, 50);
+  EXPECT_GT(FindHardwareProfile(p, "h100-sxm")->peer_gbps,
+            FindHardwareProfile(p, "h100-sxm")->h2d_gbps);
+  EXPECT_EQ(FindHardwareProfile(p, "h100-pcie")->peer_gbps,
+            FindHardwareProfile(p, "h100-pcie")->h2d_gbps);
+  auto negative = ParseHardwareProfiles(
+      R"({"profiles": [{"name": "x", "device_memory_bytes": 1, "dense_tflops": 1,
+          "device_memory_gbps": 1, "h2d_gbps": 1, "d2h_gbps": 1, "host_memory_gbps": 1,
+          "peer_gbps": -1}]})");
+  ASSERT_FALSE(negative.ok());
+  EXPECT_NE(negative.status().message().find("peer_gbps"), std::string::npos);
+}
+
 TEST(HardwareProfileTest, UnknownNameListsTheKnownOnes) {
   absl::StatusOr<HardwareProfile> h = FindHardwareProfile(BuiltinHardwareProfiles(), "tpu-v9");
   ASSERT_EQ(h.status().code(), absl::StatusCode::kNotFound);

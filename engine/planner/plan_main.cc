@@ -1,13 +1,16 @@
 // plan: prints the planner's table (or --json) for a model (config.json or preset) on a
 // hardware profile (built-in, from --profiles, or `local` = probe this machine as the CPU
-// device). With --host_ram_gb it also prints the largest model of that shape that fits.
+// device). With --largest it also prints the largest model of that shape that fits; with
+// --devices/--nodes or --scaling the data-parallel prediction (data_parallel.h).
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/planner/data_parallel.h"
 #include "engine/planner/hardware_profile.h"
 #include "engine/planner/local_probe.h"
 #include "engine/planner/model_presets.h"
@@ -65,6 +68,16 @@ ABSL_FLAG(double, link_gbps, 0, "local: emulated link GB/s; 0 = unthrottled");
 ABSL_FLAG(double, link_latency_us, 0, "local: emulated link latency us");
 ABSL_FLAG(double, nvme_read_gbps, 2.0, "local: NVMe read GB/s (bench/nvme)");
 ABSL_FLAG(double, nvme_write_gbps, 2.5, "local: NVMe write GB/s (bench/nvme)");
+ABSL_FLAG(int, devices, 1,
+          "data parallel: devices per node, each running --micro_batch x --grad_accumulation "
+          "(the global batch is devices x nodes x that)");
+ABSL_FLAG(int, nodes, 1, "data parallel: nodes of --devices each (ZeRO-1 across nodes)");
+ABSL_FLAG(bool, scaling, false,
+          "print the data-parallel table: 1, 2, 4, 8 devices in a node, then 2 and 4 nodes of 8");
+ABSL_FLAG(double, peer_gbps, 0,
+          "override the profile's device-to-device GB/s each direction (0 = keep)");
+ABSL_FLAG(double, network_gbps, 0,
+          "override the profile's node-to-node GB/s each direction per node (0 = keep)");
 ABSL_FLAG(double, compute_efficiency, 0, "override the profile's compute efficiency (0 = keep)");
 
 namespace megatrain::engine::planner {
@@ -161,15 +174,33 @@ int Run() {
   if (absl::GetFlag(FLAGS_compute_efficiency) > 0) {
     hw->compute_efficiency = absl::GetFlag(FLAGS_compute_efficiency);
   }
+  if (absl::GetFlag(FLAGS_peer_gbps) > 0) hw->peer_gbps = absl::GetFlag(FLAGS_peer_gbps);
+  if (absl::GetFlag(FLAGS_network_gbps) > 0) hw->network_gbps = absl::GetFlag(FLAGS_network_gbps);
   absl::StatusOr<PlanResult> plan = Plan(*config, in, *hw);
   if (!plan.ok()) {
     fprintf(stderr, "plan: %s\n", std::string(plan.status().message()).c_str());
     return 1;
   }
+  std::vector<DataParallelShape> shapes;
+  if (absl::GetFlag(FLAGS_scaling)) shapes = DefaultScalingShapes(*hw);
+  if (absl::GetFlag(FLAGS_devices) != 1 || absl::GetFlag(FLAGS_nodes) != 1) {
+    shapes.push_back({absl::GetFlag(FLAGS_devices), absl::GetFlag(FLAGS_nodes)});
+  }
+  absl::StatusOr<std::vector<DataParallelPrediction>> scaling = PredictScaling(*plan, *hw, shapes);
+  if (!scaling.ok()) {
+    fprintf(stderr, "plan: %s\n", std::string(scaling.status().message()).c_str());
+    return 2;
+  }
   if (absl::GetFlag(FLAGS_json)) {
-    printf("%s\n", plan->ToJson().c_str());
+    if (shapes.empty()) {
+      printf("%s\n", plan->ToJson().c_str());
+    } else {
+      printf("{\"plan\": %s,\n\"data_parallel\": %s}\n", plan->ToJson().c_str(),
+             ScalingJson(*scaling).c_str());
+    }
   } else {
     printf("%s\n%s", hw->description.c_str(), plan->Table().c_str());
+    if (!shapes.empty()) printf("\n%s", ScalingTable(*scaling).c_str());
   }
   if (absl::GetFlag(FLAGS_largest)) {
     absl::StatusOr<LargestFit> fit = LargestModelThatFits(*config, in, *hw);

@@ -82,6 +82,10 @@ struct PlanResult {
   DriveWear drive_wear;  // per day at time.step_seconds; the warning when over the limit
   StepTimeEstimate time;
   double tokens_per_step = 0;
+  // What `time` replayed (NVMe traffic included) and the optimizer pass's NVMe bytes per entry:
+  // the input of derived predictions (PredictDataParallel).
+  StepWork work;
+  NvmeEntryIo nvme_io;
   // The predicted per-block activation modes (from the profile's link and
   // compute); executor.block_modes holds them and the step time uses them.
   ActivationDecision activation;

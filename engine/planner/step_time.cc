@@ -187,7 +187,8 @@ StepWork BuildStepWork(const ExecutorGeometry& g, const ExecutorOptions& options
         ++o.copies;
       }
       if (op.produces_gradients) {
-        o.copy_out_bytes += stage * hw.grad_bytes;
+        o.gradient_bytes = stage * hw.grad_bytes;
+        o.copy_out_bytes += o.gradient_bytes;
         for (int e : op.entries) {
           if (contributed[e]) o.accumulate_elements += g.entry_elements[e];
           contributed[e] = true;
@@ -255,9 +256,10 @@ StepTimeEstimate EstimateStepTime(const StepWork& w, const HardwareProfile& hw,
     }
     t.optimizer_seconds += adamw;
     t.nvme_optimizer_seconds += io;
+    const double gather = e < w.entry_gather_seconds.size() ? w.entry_gather_seconds[e] : 0;
     clock_cpu += adamw;
-    clock_io += io;
-    clock_both += std::max(adamw, io);
+    clock_io += io + gather;
+    clock_both += std::max(adamw, io) + gather;
     // CPU device: AdamW's time is charged in full below, so only I/O gates the forward.
     update_done[e] = hw.cpu_device ? clock_io : clock_both;
   }
@@ -284,7 +286,7 @@ StepTimeEstimate EstimateStepTime(const StepWork& w, const HardwareProfile& hw,
     const double copy_out =
         std::max(CopySeconds(o.copy_out_bytes, hw.d2h_gbps, hw, o.copy_out_bytes > 0 ? 1 : 0),
                  nvme_write) +
-        nvme_read + o.accumulate_elements * 12 / host_bw;
+        nvme_read + o.accumulate_elements * 12 / host_bw + o.reduce_seconds;
     t.compute_seconds += compute;
     t.copy_in_seconds += copy_in;
     t.copy_out_seconds += copy_out;

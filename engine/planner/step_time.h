@@ -17,7 +17,8 @@
 //     this is double buffering; with one layer, copies run at most one layer ahead.
 //  2. compute: op j starts when op j-1 finished, its weights (and host checkpoint) arrived and
 //     its gradient buffer (2, alternating) was drained by copy_out.
-//  3. copy_out: gradients leave after the op's compute, in order. Gradients on NVMe: the
+//  3. copy_out: gradients leave after the op's compute, in order (data parallel: after the
+//     devices' reduce-scatter of them, OpWork::reduce_seconds). Gradients on NVMe: the
 //     copy-out stream also writes them to the NVMe tier (the first micro-batch of the step) or
 //     reads the running sum back and writes it again (each later one); the write-back is
 //     asynchronous (overlaps the next chunk's device-to-host copy), the read-back is not:
@@ -26,7 +27,8 @@
 //     start of the step, each entry taking max(AdamW, its NVMe I/O: m, v, master read + written,
 //     gradient read) (read-ahead pipelines the two). On a GPU it overlaps the forward; on the CPU
 //     device compute and AdamW share the cores, so AdamW's time is added and only NVMe I/O
-//     overlaps.
+//     overlaps. Across nodes (ZeRO-1) each entry's update is followed by the network all-gather
+//     of its compute copy (StepWork::entry_gather_seconds) before its copy-in may start.
 //  5. The gradient-norm pass (4 bytes/param read on the host) is serial after backward.
 #pragma once
 
@@ -48,6 +50,10 @@ struct OpWork {
   double copy_in_bytes = 0;        // weights (0 when the slot already holds them) + checkpoint
   double weight_bytes = 0;         // of copy_in_bytes: the op's weights
   double copy_out_bytes = 0;       // gradients + checkpoint
+  double gradient_bytes = 0;       // of copy_out_bytes: the op's layer/head gradients (reducible)
+  // Data parallel (data_parallel.h): the devices' reduce-scatter of this op's gradients before
+  // its copy-out, on the copy-out stream.
+  double reduce_seconds = 0;
   double accumulate_elements = 0;  // gradients added into a slab on the host (accumulation)
   double nvme_read_bytes = 0;      // copy-out: gradient sums read back from NVMe
   double nvme_write_bytes = 0;     // copy-out: gradients written to NVMe
@@ -60,6 +66,9 @@ struct StepWork {
   double parameters = 0;
   double optimizer_elements = 0;  // padded floats AdamW passes over
   std::vector<double> entry_elements;
+  // ZeRO-1 across nodes (data_parallel.h): seconds of entry e's network all-gather of its updated
+  // compute copy, after its update and before its next copy-in (empty = one node).
+  std::vector<double> entry_gather_seconds;
   double model_flops = 0;     // 6 * P_flop * tokens + causal attention (see docs/planning.md)
   double hardware_flops = 0;  // everything the schedule runs, recompute included
   double tokens = 0;
