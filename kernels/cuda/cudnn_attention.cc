@@ -44,7 +44,8 @@ absl::Status CudnnStatus(cudnnStatus_t status, absl::string_view context) {
   }
 }
 
-absl::Status CheckStream(cudaStream_t stream, absl::string_view op) {
+// [[maybe_unused]]: only the cudnn-frontend build (MEGATRAIN_HAVE_CUDNN_FRONTEND) calls it.
+[[maybe_unused]] absl::Status CheckStream(cudaStream_t stream, absl::string_view op) {
   if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": stream is a default stream; pass a created stream"));
@@ -96,7 +97,8 @@ namespace {
 // The cache key: everything a graph depends on.
 using ShapeKey = std::tuple<int, int, int, int, int, bool, float>;
 
-ShapeKey KeyOf(const AttentionShape& s) {
+// [[maybe_unused]]: only the cudnn-frontend build keys its graph cache with it.
+[[maybe_unused]] ShapeKey KeyOf(const AttentionShape& s) {
   return ShapeKey{s.batch,    s.q_heads,       s.kv_heads,     s.seq,
                   s.head_dim, /*causal=*/true, s.softmax_scale};
 }
