@@ -5,7 +5,7 @@
 # accumulation W. The sharded checkpoints resume on any world size: on 2 ZeRO-1 ranks, in one
 # process, and (accumulation 6) on 3 ranks; a one-process checkpoint resumes on 2 ZeRO-1 ranks. A
 # ZeRO-1 job whose rank 1 is killed with kill -9 after its first checkpoint ends non-zero, and
-# relaunched with --resume ends at the uninterrupted run's bits.
+# relaunched with --resume ends at the uninterrupted run's bits. --zero1 alone is refused.
 set -euo pipefail
 launch="$1"
 train="$2"
@@ -111,4 +111,11 @@ grep -Eq "resumed from .*step-00000000000[246] at step [246]" "${dir}/relaunched
 grep "resumed from" "${dir}/relaunched.log"
 same_state "$(step "${dir}/alone8" 8)" "$(step "${dir}/killed" 8)" \
   "ZeRO-1 job killed (kill -9 rank 1) and relaunched"
+
+# --zero1 outside a data-parallel job is refused, naming what it needs.
+if "${train}" "${common[@]}" --steps=4 --zero1 >"${dir}/alone_zero1.log" 2>&1; then
+  echo "FAIL: --zero1 without --data_parallel was accepted"; exit 1
+fi
+grep -q "error: --zero1 needs --data_parallel" "${dir}/alone_zero1.log" ||
+  { cat "${dir}/alone_zero1.log"; echo "FAIL: no reason given"; exit 1; }
 echo PASS
