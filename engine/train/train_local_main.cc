@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -75,7 +76,8 @@ ABSL_FLAG(int64_t, pinned_ram_mb, 0,
           "Pinned RAM for the copy endpoints (master, gradients).");
 ABSL_FLAG(int64_t, ram_mb, 0, "Pageable RAM budget (MiB).");
 ABSL_FLAG(std::string, nvme_dir, "",
-          "Directory on a block-backed filesystem (O_DIRECT) for the NVMe tier.");
+          "Directory on a block-backed filesystem (O_DIRECT) for the NVMe tier (data-parallel "
+          "rank R uses its subdirectory rank-R).");
 ABSL_FLAG(int64_t, nvme_mb, 0, "Bytes the NVMe tier may use (MiB).");
 ABSL_FLAG(bool, states_on_nvme, false, "Put AdamW m and v on the NVMe tier even if RAM fits.");
 ABSL_FLAG(bool, grad_on_nvme, false,
@@ -285,6 +287,19 @@ int main(int argc, char** argv) {
     }
     mpi = *std::move(c);
     t.communicator = mpi.get();
+    if (!t.memory.budgets.nvme_dir.empty()) {
+      // The NVMe tier's files have fixed names: ranks sharing a machine (and a --nvme_dir) each
+      // get a directory of their own.
+      t.memory.budgets.nvme_dir += "/rank-" + std::to_string(mpi->rank());
+      std::error_code ec;
+      std::filesystem::create_directories(t.memory.budgets.nvme_dir, ec);
+      if (ec) {
+        fprintf(stderr, "error: rank %d: --nvme_dir: cannot create %s: %s\n", mpi->rank(),
+                t.memory.budgets.nvme_dir.c_str(), ec.message().c_str());
+        fflush(stderr);
+        mpi->Abort(2);
+      }
+    }
   }
   const bool quiet = mpi != nullptr && mpi->rank() != 0;  // rank 0 speaks for the job
   const bool tty = isatty(fileno(stderr));

@@ -233,8 +233,12 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
     comm->NoteStep(first_step);
     // ZeRO-1 is not in the job JSON (its checkpoints resume without it and the other way round),
     // but every rank must agree on it: the two run different collectives.
-    MT_RETURN_IF_ERROR(CheckSameJob(*comm, absl::StrCat(TrainingJobJson(options), " from step ",
-                                                        first_step, zero1 ? " zero1" : "")));
+    // Nor is where the gradients live (RAM or NVMe chunks): ranks must reduce them in the same
+    // pieces.
+    MT_RETURN_IF_ERROR(CheckSameJob(
+        *comm, absl::StrCat(TrainingJobJson(options), " from step ", first_step,
+                            zero1 ? " zero1" : "", " gradients ",
+                            GradientLayoutFingerprint((*trainer)->store()))));
   }
   result.parameters = (*trainer)->layout().parameter_count();
   result.unigram_entropy_nats = data->unigram_entropy_nats;
