@@ -5,8 +5,9 @@
 
 namespace megatrain::engine::dist {
 
-CollectiveWatchdog::CollectiveWatchdog(std::chrono::seconds timeout, OnOverdue on_overdue)
-    : timeout_(timeout), on_overdue_(std::move(on_overdue)) {
+CollectiveWatchdog::CollectiveWatchdog(std::chrono::seconds timeout, OnOverdue on_overdue,
+                                       Clock clock)
+    : timeout_(timeout), on_overdue_(std::move(on_overdue)), clock_(std::move(clock)) {
   if (enabled()) thread_ = std::thread([this] { Watch(); });
 }
 
@@ -26,7 +27,7 @@ void CollectiveWatchdog::Begin(std::string collective) {
     std::lock_guard<std::mutex> lock(mu_);
     in_call_ = true;
     ++call_;
-    started_ = std::chrono::steady_clock::now();
+    started_ = clock_();
     collective_ = std::move(collective);
   }
   changed_.notify_all();
@@ -55,11 +56,28 @@ void CollectiveWatchdog::Watch() {
     }
     const uint64_t call = call_;
     auto call_over = [this, call] { return stopping_ || !in_call_ || call_ != call; };
-    // Waits on the steady clock: a wall-clock jump neither fires nor postpones the deadline.
-    if (changed_.wait_until(lock, started_ + timeout_, call_over)) continue;
-    const Overdue overdue{collective_, step_, timeout_};
+    std::chrono::steady_clock::time_point deadline = started_ + timeout_;
+    std::chrono::steady_clock::time_point last_wake = clock_();
+    std::chrono::steady_clock::duration not_running{0};
+    bool overdue = false;
+    // Steady-clock waits: a wall-clock jump neither fires nor postpones the deadline.
+    while (!changed_.wait_for(lock, kTick, call_over)) {
+      const std::chrono::steady_clock::time_point now = clock_();
+      if (now - last_wake > kTick + kStallSlack) {
+        not_running += now - last_wake;
+        deadline = now + timeout_;  // this process was not running: not the others' fault
+      }
+      last_wake = now;
+      if (now >= deadline) {
+        overdue = true;
+        break;
+      }
+    }
+    if (!overdue) continue;
+    const Overdue report{collective_, step_, timeout_,
+                         std::chrono::duration_cast<std::chrono::seconds>(not_running)};
     lock.unlock();
-    on_overdue_(overdue);
+    on_overdue_(report);
     lock.lock();
     changed_.wait(lock, call_over);  // one report per call
   }

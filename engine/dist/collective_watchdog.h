@@ -4,6 +4,13 @@
 // reports a call that has not completed within the timeout once, to a callback that ends the job
 // (MpiCommunicator: a message naming this rank, its host, the collective and the step, then
 // MPI_Abort). docs/scale_out.md, "Failures".
+//
+// Only time this process runs counts: the thread wakes every kTick, and a wake-up that comes more
+// than kTick + kStallSlack after the last one means the process itself was not running (stopped
+// with SIGSTOP, a suspended job, starved); the other ranks are not to blame for that, so the call
+// gets a whole new deadline from then. A job suspended and continued as a whole (every rank
+// stopped) therefore goes on, and a stopped rank that is continued does not report the ranks that
+// waited for it.
 #pragma once
 
 #include <chrono>
@@ -24,12 +31,19 @@ class CollectiveWatchdog {
     std::string collective;       // the name Begin was given
     std::optional<uint64_t> step;  // the last NoteStep, if any
     std::chrono::seconds timeout;
+    // Time during the call when this process was noticed not running (not counted).
+    std::chrono::seconds not_running{0};
   };
   using OnOverdue = std::function<void(const Overdue&)>;
+  using Clock = std::function<std::chrono::steady_clock::time_point()>;
+  static constexpr std::chrono::seconds kTick{1};
+  static constexpr std::chrono::seconds kStallSlack{4};
 
   // timeout <= 0 turns the watchdog off (no thread; Begin and End do nothing). `on_overdue` runs
-  // on the watchdog's thread, at most once per Begin; it may end the process.
-  CollectiveWatchdog(std::chrono::seconds timeout, OnOverdue on_overdue);
+  // on the watchdog's thread, at most once per Begin; it may end the process. `clock` is the
+  // steady clock; tests pass one that jumps, as it does for a process that was stopped.
+  CollectiveWatchdog(std::chrono::seconds timeout, OnOverdue on_overdue,
+                     Clock clock = std::chrono::steady_clock::now);
   ~CollectiveWatchdog();  // stops and joins the thread (without reporting the call in flight)
   CollectiveWatchdog(const CollectiveWatchdog&) = delete;
   CollectiveWatchdog& operator=(const CollectiveWatchdog&) = delete;
@@ -47,6 +61,7 @@ class CollectiveWatchdog {
 
   const std::chrono::seconds timeout_;
   const OnOverdue on_overdue_;
+  const Clock clock_;
   std::mutex mu_;
   std::condition_variable changed_;  // a call began or ended, or the watchdog stops
   bool stopping_ = false;            // guarded by mu_

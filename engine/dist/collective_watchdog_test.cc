@@ -1,9 +1,11 @@
-// CollectiveWatchdog: an overdue collective is reported once, with its name and step; calls that
-// end, a watchdog destroyed mid-call and a disabled watchdog report nothing.
+// CollectiveWatchdog: an overdue collective is reported once, with its name and step; time the
+// process did not run is named and not counted; calls that end, a watchdog destroyed mid-call and
+// a disabled watchdog report nothing.
 #include "engine/dist/collective_watchdog.h"
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <future>
 #include <vector>
 
@@ -77,6 +79,27 @@ TEST(CollectiveWatchdogTest, CallsThatEndAndAWatchdogDestroyedMidCallReportNothi
     watchdog.Begin("MPI_Barrier");  // still in flight when the watchdog goes
   }
   EXPECT_TRUE(reports.seen().empty());
+}
+
+TEST(CollectiveWatchdogTest, TimeThisProcessDidNotRunIsNotCounted) {
+  // The clock jumps 1000 s at its third reading: Begin reads it (1), the watchdog when it starts
+  // watching the call (2), and at its first tick (3), as if the process had been stopped then.
+  std::atomic<int> readings{0};
+  auto clock = [&readings] {
+    const auto now = std::chrono::steady_clock::now();
+    return readings.fetch_add(1) >= 2 ? now + seconds(1000) : now;
+  };
+  Reports reports(1);
+  CollectiveWatchdog watchdog(seconds(2), reports.Callback(), clock);
+  watchdog.Begin("MPI_Allgather(doubles)");
+  reports.WaitFor(1);
+  watchdog.End();
+  const std::vector<CollectiveWatchdog::Overdue> seen = reports.seen();
+  ASSERT_EQ(seen.size(), 1u);
+  // Reported (the call still did not complete within 2 s of running time after the stop), and
+  // the 1000 s it did not run are named, not counted.
+  EXPECT_GE(seen[0].not_running, seconds(1000));
+  EXPECT_LT(seen[0].not_running, seconds(1100));
 }
 
 TEST(CollectiveWatchdogTest, ATimeoutOfZeroTurnsItOff) {

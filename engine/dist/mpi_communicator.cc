@@ -82,12 +82,17 @@ void MpiCommunicator::AbortOverdue(const CollectiveWatchdog::Overdue& overdue) {
   // A blocking collective cannot say which rank it waits for; this rank can say where it is.
   const std::string step = overdue.step.has_value() ? absl::StrCat(" at step ", *overdue.step)
                                                     : std::string(" before the first step");
+  const std::string not_running =
+      overdue.not_running.count() > 0
+          ? absl::StrCat(" (after this rank itself did not run for ", overdue.not_running.count(),
+                         " s, not counted)")
+          : std::string();
   std::fprintf(stderr,
-               "\nerror: rank %d of %d on host %s: collective %s%s did not complete within %lld s; "
-               "waiting for another rank (stopped, hung, or slower than the collective timeout "
-               "allows); aborting the job\n",
+               "\nerror: rank %d of %d on host %s: collective %s%s did not complete within %lld "
+               "s%s; waiting for another rank (stopped, hung, or slower than the collective "
+               "timeout allows); aborting the job\n",
                rank_, size_, host_.c_str(), overdue.collective.c_str(), step.c_str(),
-               static_cast<long long>(overdue.timeout.count()));
+               static_cast<long long>(overdue.timeout.count()), not_running.c_str());
   std::fflush(stderr);
   // From the watchdog's thread while the main thread is inside MPI: Open MPI's abort goes
   // through the launcher's out-of-band channel, which kills every rank.
