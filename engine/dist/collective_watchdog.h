@@ -28,7 +28,7 @@ class CollectiveWatchdog {
  public:
   // What the callback learns of an overdue call.
   struct Overdue {
-    std::string collective;       // the name Begin was given
+    std::string collective;        // the name Begin was given
     std::optional<uint64_t> step;  // the last NoteStep, if any
     std::chrono::seconds timeout;
     // Time during the call when this process was noticed not running (not counted).
@@ -63,14 +63,14 @@ class CollectiveWatchdog {
   const OnOverdue on_overdue_;
   const Clock clock_;
   std::mutex mu_;
-  std::condition_variable changed_;  // a call began or ended, or the watchdog stops
-  bool stopping_ = false;            // guarded by mu_
-  bool in_call_ = false;             // guarded by mu_
-  uint64_t call_ = 0;                // guarded by mu_: counts Begin calls
+  std::condition_variable changed_;                // a call began or ended, or the watchdog stops
+  bool stopping_ = false;                          // guarded by mu_
+  bool in_call_ = false;                           // guarded by mu_
+  uint64_t call_ = 0;                              // guarded by mu_: counts Begin calls
   std::chrono::steady_clock::time_point started_;  // guarded by mu_
   std::string collective_;                         // guarded by mu_
   std::optional<uint64_t> step_;                   // guarded by mu_
-  std::thread thread_;  // last: started once the members above exist
+  std::thread thread_;                             // last: started once the members above exist
 };
 
 // RAII: Begin on construction, End on destruction.

@@ -66,7 +66,8 @@ class MpiCommunicator final : public Communicator {
   static constexpr size_t kRootPieceFloats = size_t{1} << 20;
 
  private:
-  MpiCommunicator(int rank, int size, std::string host) : rank_(rank), size_(size), host_(std::move(host)) {}
+  MpiCommunicator(int rank, int size, std::string host)
+      : rank_(rank), size_(size), host_(std::move(host)) {}
   absl::Status Check(int code, const char* call) const;
   // Prints which rank, host, collective and step waited too long, and aborts the job.
   [[noreturn]] void AbortOverdue(const CollectiveWatchdog::Overdue& overdue);

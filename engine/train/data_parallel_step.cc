@@ -78,7 +78,9 @@ std::string GradientLayoutFingerprint(const ParameterStore& store) {
     }
     const NvmeGradients& grads = *store.nvme_gradients();
     absl::StrAppend(&layout, "nvme");
-    for (int c = 0; c < grads.num_chunks(e); ++c) absl::StrAppend(&layout, ":", grads.chunk(e, c).count);
+    for (int c = 0; c < grads.num_chunks(e); ++c) {
+      absl::StrAppend(&layout, ":", grads.chunk(e, c).count);
+    }
     absl::StrAppend(&layout, " ");
   }
   return layout;

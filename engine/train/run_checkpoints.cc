@@ -175,7 +175,8 @@ absl::Status RunCheckpoints::WriteSharded(Trainer& trainer, uint64_t data_cursor
                                           dist::Communicator& comm, TrainingObserver& observer) {
   if (absl::Status s = Collect(observer); !s.ok()) return s;
   const ShardedCheckpointRanks ranks{
-      comm.rank(), comm.size(), [&comm](const absl::Status& mine) { return AllRanksOk(comm, mine); }};
+      comm.rank(), comm.size(),
+      [&comm](const absl::Status& mine) { return AllRanksOk(comm, mine); }};
   absl::StatusOr<std::string> written = WriteShardedCheckpoint(
       trainer, options_.checkpoint_dir, RunInfo(data_cursor), WriteOptions(), ranks);
   if (!written.ok()) return written.status();

@@ -278,7 +278,8 @@ int main(int argc, char** argv) {
   t.zero1 = absl::GetFlag(FLAGS_zero1);
   if (data_parallel) {
     megatrain::engine::dist::MpiCommunicatorOptions mpi_options;
-    mpi_options.collective_timeout = std::chrono::seconds(absl::GetFlag(FLAGS_collective_timeout_s));
+    mpi_options.collective_timeout =
+        std::chrono::seconds(absl::GetFlag(FLAGS_collective_timeout_s));
     absl::StatusOr<std::unique_ptr<megatrain::engine::dist::MpiCommunicator>> c =
         megatrain::engine::dist::MpiCommunicator::Create(mpi_options);
     if (!c.ok()) {
