@@ -44,6 +44,9 @@ class Communicator {
   virtual absl::Status Barrier() = 0;
 
   virtual CommunicatorStats stats() const = 0;
+  // The optimizer step the following collectives belong to: only for diagnostics (an overdue
+  // collective's report names it; MpiCommunicator's collective deadline).
+  virtual void NoteStep(uint64_t step) { (void)step; }
 };
 
 // The world of one process: every collective is the identity.

@@ -2,9 +2,11 @@
 #include "engine/dist/mpi_communicator.h"
 
 #include <mpi.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -13,19 +15,27 @@
 namespace megatrain::engine::dist {
 namespace {
 
-// Seconds spent in one collective, added to the stats when it ends.
+// One collective call: under the watchdog's deadline, and its seconds added to the stats when it
+// ends.
 class CallTimer {
  public:
-  explicit CallTimer(CommunicatorStats& stats)
-      : stats_(stats), t0_(std::chrono::steady_clock::now()) {}
+  CallTimer(CommunicatorStats& stats, CollectiveWatchdog& watchdog, const char* collective)
+      : stats_(stats), watched_(watchdog, collective), t0_(std::chrono::steady_clock::now()) {}
   ~CallTimer() {
     stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
   }
 
  private:
   CommunicatorStats& stats_;
+  WatchedCollective watched_;
   std::chrono::steady_clock::time_point t0_;
 };
+
+std::string HostName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "(unknown host)";
+  return name;
+}
 
 }  // namespace
 
@@ -33,7 +43,13 @@ bool LaunchedByMpi() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr;
 }
 
-absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create() {
+absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(
+    const MpiCommunicatorOptions& options) {
+  if (options.collective_timeout.count() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("collective_timeout=",
+                                                   options.collective_timeout.count(),
+                                                   " s must be >= 0 (0 = no deadline)"));
+  }
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (initialized) {
@@ -49,10 +65,39 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create() {
   int rank = 0, size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return std::unique_ptr<MpiCommunicator>(new MpiCommunicator(rank, size));
+  std::unique_ptr<MpiCommunicator> comm(new MpiCommunicator(rank, size, HostName()));
+  MpiCommunicator* self = comm.get();
+  comm->watchdog_ = std::make_unique<CollectiveWatchdog>(
+      options.collective_timeout,
+      [self](const CollectiveWatchdog::Overdue& overdue) { self->AbortOverdue(overdue); });
+  return comm;
 }
 
-MpiCommunicator::~MpiCommunicator() { MPI_Finalize(); }
+MpiCommunicator::~MpiCommunicator() {
+  watchdog_.reset();  // no report may race MPI_Finalize
+  MPI_Finalize();
+}
+
+void MpiCommunicator::AbortOverdue(const CollectiveWatchdog::Overdue& overdue) {
+  // A blocking collective cannot say which rank it waits for; this rank can say where it is.
+  const std::string step = overdue.step.has_value() ? absl::StrCat(" at step ", *overdue.step)
+                                                    : std::string(" before the first step");
+  const std::string not_running =
+      overdue.not_running.count() > 0
+          ? absl::StrCat(" (after this rank itself did not run for ", overdue.not_running.count(),
+                         " s, not counted)")
+          : std::string();
+  std::fprintf(stderr,
+               "\nerror: rank %d of %d on host %s: collective %s%s did not complete within %lld "
+               "s%s; waiting for another rank (stopped, hung, or slower than the collective "
+               "timeout allows); aborting the job\n",
+               rank_, size_, host_.c_str(), overdue.collective.c_str(), step.c_str(),
+               static_cast<long long>(overdue.timeout.count()), not_running.c_str());
+  std::fflush(stderr);
+  // From the watchdog's thread while the main thread is inside MPI: Open MPI's abort goes
+  // through the launcher's out-of-band channel, which kills every rank.
+  Abort(1);
+}
 
 void MpiCommunicator::Abort(int exit_code) {
   MPI_Abort(MPI_COMM_WORLD, exit_code);
@@ -69,7 +114,7 @@ absl::Status MpiCommunicator::Check(int code, const char* call) const {
 }
 
 absl::StatusOr<int64_t> MpiCommunicator::SumInt64(int64_t value) {
-  CallTimer timer(stats_);
+  CallTimer timer(stats_, *watchdog_, "MPI_Allreduce(int64 sum)");
   long long in = value, out = 0;
   if (absl::Status s = Check(MPI_Allreduce(&in, &out, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD),
                              "MPI_Allreduce(int64 sum)");
@@ -82,7 +127,7 @@ absl::StatusOr<int64_t> MpiCommunicator::SumInt64(int64_t value) {
 
 absl::StatusOr<std::vector<double>> MpiCommunicator::AllGatherDoubles(
     absl::Span<const double> values) {
-  CallTimer timer(stats_);
+  CallTimer timer(stats_, *watchdog_, "MPI_Allgather(doubles)");
   if (values.size() > static_cast<size_t>(INT_MAX)) {
     return absl::InvalidArgumentError(absl::StrCat("AllGatherDoubles: ", values.size(),
                                                    " values per rank is over MPI's int count"));
@@ -100,7 +145,7 @@ absl::StatusOr<std::vector<double>> MpiCommunicator::AllGatherDoubles(
 }
 
 absl::Status MpiCommunicator::ReduceFloatsInRankOrder(float* data, size_t n) {
-  CallTimer timer(stats_);
+  CallTimer timer(stats_, *watchdog_, "MPI_Alltoallv/MPI_Allgatherv(gradient reduction)");
   const int world = size_;
   std::vector<int> send_counts(world), send_displs(world), receive_counts(world),
       receive_displs(world);
@@ -146,7 +191,7 @@ absl::Status MpiCommunicator::ReduceFloatsInRankOrder(float* data, size_t n) {
 }
 
 absl::Status MpiCommunicator::ReduceFloatsInRankOrderTo(float* data, size_t n, int root) {
-  CallTimer timer(stats_);
+  CallTimer timer(stats_, *watchdog_, "MPI_Gather(gradient contributions)");
   if (root < 0 || root >= size_) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank_, ": reduce root ", root, " outside a world of ", size_));
@@ -173,7 +218,7 @@ absl::Status MpiCommunicator::ReduceFloatsInRankOrderTo(float* data, size_t n, i
 }
 
 absl::Status MpiCommunicator::Broadcast(void* data, size_t bytes, int root) {
-  CallTimer timer(stats_);
+  CallTimer timer(stats_, *watchdog_, "MPI_Bcast");
   if (root < 0 || root >= size_) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank_, ": broadcast root ", root, " outside a world of ", size_));
@@ -193,7 +238,7 @@ absl::Status MpiCommunicator::Broadcast(void* data, size_t bytes, int root) {
 }
 
 absl::Status MpiCommunicator::Barrier() {
-  CallTimer timer(stats_);
+  CallTimer timer(stats_, *watchdog_, "MPI_Barrier");
   return Check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
 }
 

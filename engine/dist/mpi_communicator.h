@@ -1,10 +1,17 @@
 // MpiCommunicator: the Communicator over Open MPI's MPI_COMM_WORLD, for ranks launched by mpirun
 // (docs/scale_out.md). Owns MPI's lifetime: Create initializes MPI, the destructor finalizes it;
 // at most one per process. Errors come back as absl::Status naming the rank and the MPI call.
+// Every collective has a deadline (MpiCommunicatorOptions::collective_timeout): a call that has
+// not completed by then (a rank stopped or hung) prints which rank, host, collective and step
+// waited, and ends the whole job with MPI_Abort.
 #pragma once
 
+#include <chrono>
 #include <memory>
+#include <string>
+#include <utility>
 
+#include "engine/dist/collective_watchdog.h"
 #include "engine/dist/communicator.h"
 
 namespace megatrain::engine::dist {
@@ -13,11 +20,21 @@ namespace megatrain::engine::dist {
 // launchers such as srun PMIX_RANK).
 bool LaunchedByMpi();
 
+struct MpiCommunicatorOptions {
+  // How long one collective call may wait for the other ranks before this rank ends the job
+  // (MPI_Abort, every rank exits, mpirun non-zero). It must exceed the longest gap between ranks
+  // arriving at a collective: a step's compute imbalance, rank 0 writing a checkpoint's model
+  // and manifest while the others wait. 0 = wait forever.
+  std::chrono::seconds collective_timeout{300};
+};
+
 class MpiCommunicator final : public Communicator {
  public:
-  // Initializes MPI (MPI_THREAD_FUNNELED: only the thread that made it calls it).
-  // FAILED_PRECONDITION when MPI is already initialized in this process.
-  static absl::StatusOr<std::unique_ptr<MpiCommunicator>> Create();
+  // Initializes MPI (MPI_THREAD_FUNNELED: only the thread that made it calls it; the watchdog's
+  // thread calls nothing but MPI_Abort). FAILED_PRECONDITION when MPI is already initialized in
+  // this process; INVALID_ARGUMENT for a negative timeout.
+  static absl::StatusOr<std::unique_ptr<MpiCommunicator>> Create(
+      const MpiCommunicatorOptions& options = {});
   ~MpiCommunicator() override;
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;
@@ -36,6 +53,8 @@ class MpiCommunicator final : public Communicator {
   absl::Status Broadcast(void* data, size_t bytes, int root) override;
   absl::Status Barrier() override;
   CommunicatorStats stats() const override { return stats_; }
+  void NoteStep(uint64_t step) override { watchdog_->NoteStep(step); }
+  const std::string& host() const { return host_; }
   // Ends every rank of the job with `exit_code` (MPI_Abort): for a rank that fails while the
   // others wait in a collective, where returning would leave them blocked.
   [[noreturn]] void Abort(int exit_code);
@@ -47,10 +66,16 @@ class MpiCommunicator final : public Communicator {
   static constexpr size_t kRootPieceFloats = size_t{1} << 20;
 
  private:
-  MpiCommunicator(int rank, int size) : rank_(rank), size_(size) {}
+  MpiCommunicator(int rank, int size, std::string host)
+      : rank_(rank), size_(size), host_(std::move(host)) {}
   absl::Status Check(int code, const char* call) const;
+  // Prints which rank, host, collective and step waited too long, and aborts the job.
+  [[noreturn]] void AbortOverdue(const CollectiveWatchdog::Overdue& overdue);
   int rank_;
   int size_;
+  std::string host_;
+  // Reports with the members above; the destructor joins its thread before MPI_Finalize.
+  std::unique_ptr<CollectiveWatchdog> watchdog_;
   CommunicatorStats stats_;
   std::vector<float> receive_;  // one piece of every rank's contributions to the owned range
 };

@@ -2,9 +2,11 @@
 #include "engine/train/data_parallel_step.h"
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/exec/nvme_gradients.h"
 
 namespace megatrain::engine {
 
@@ -48,13 +50,52 @@ absl::StatusOr<double> GlobalLossSum(dist::Communicator& comm, double local_loss
   return total;
 }
 
+namespace {
+
+// Entry e's gradient on NVMe, chunk by chunk: each chunk is staged (read back), reduced in place,
+// and ended, which records the reduced chunk's norm partials and writes it back. Every chunk is
+// ended even when the reduction fails, so no staging slot stays taken.
+absl::Status ReduceNvmeGradientInRankOrder(dist::Communicator& comm, NvmeGradients& grads, int e) {
+  for (int c = 0; c < grads.num_chunks(e); ++c) {
+    absl::StatusOr<float*> staged = grads.BeginChunk(e, c, /*overwrite=*/false);
+    if (!staged.ok()) return staged.status();
+    absl::Status reduced = comm.ReduceFloatsInRankOrder(*staged, grads.chunk(e, c).count);
+    absl::Status ended = grads.EndChunk(e, c);
+    if (!reduced.ok()) return reduced;
+    if (!ended.ok()) return ended;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string GradientLayoutFingerprint(const ParameterStore& store) {
+  std::string layout;
+  for (int e = 0; e < store.num_entries(); ++e) {
+    if (!store.grad_on_nvme(e)) {
+      absl::StrAppend(&layout, store.entry(e).elements, " ");
+      continue;
+    }
+    const NvmeGradients& grads = *store.nvme_gradients();
+    absl::StrAppend(&layout, "nvme");
+    for (int c = 0; c < grads.num_chunks(e); ++c) {
+      absl::StrAppend(&layout, ":", grads.chunk(e, c).count);
+    }
+    absl::StrAppend(&layout, " ");
+  }
+  return layout;
+}
+
 absl::Status ReduceGradientsInRankOrder(dist::Communicator& comm, ParameterStore& store) {
   for (int e = 0; e < store.num_entries(); ++e) {
     const EntryBuffers b = store.entry(e);
     if (b.grad == nullptr) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("data parallelism needs gradients in RAM; entry ", e,
-                       "'s gradient is on NVMe (grad_on_nvme or a RAM budget that overflows)"));
+      if (absl::Status s = ReduceNvmeGradientInRankOrder(comm, *store.nvme_gradients(), e);
+          !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("reducing entry ", e,
+                                                   "'s gradient on NVMe: ", s.message()));
+      }
+      continue;
     }
     if (absl::Status s = comm.ReduceFloatsInRankOrder(b.grad, b.elements); !s.ok()) {
       return absl::Status(s.code(),

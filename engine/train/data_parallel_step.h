@@ -43,9 +43,15 @@ absl::StatusOr<double> GlobalLossSum(dist::Communicator& comm, double local_loss
 
 // Every entry's gradient slab becomes the rank-ordered sum of the ranks' slabs (entry order,
 // dist::Communicator::ReduceFloatsInRankOrder): the executor adds a step's micro-batch
-// contributions into the slab in the same order, so the result is accumulation's. Gradients on
-// NVMe are refused (FAILED_PRECONDITION naming the entry): not done yet.
+// contributions into the slab in the same order, so the result is accumulation's. A gradient on
+// NVMe is reduced chunk by chunk (staged, reduced, written back with its norm partials), so every
+// rank's store must place and chunk its gradients alike (GradientLayoutFingerprint).
 absl::Status ReduceGradientsInRankOrder(dist::Communicator& comm, ParameterStore& store);
+
+// Where the store keeps each entry's gradient and in what pieces ReduceGradientsInRankOrder
+// reduces it (the whole entry in RAM, or its NVMe chunks): ranks whose fingerprints differ would
+// call the collectives with different counts, so it belongs to what CheckSameJob compares.
+std::string GradientLayoutFingerprint(const ParameterStore& store);
 
 // OK on every rank when `mine` is OK on every rank (an all-gather of one flag per rank), else an
 // error on every rank: this rank's own, or ABORTED naming the first rank that failed. For steps

@@ -12,6 +12,7 @@
 #include "engine/device/device_options.h"
 #include "engine/model/hf_companion_files.h"
 #include "engine/model/hf_loader.h"
+#include "engine/train/data_parallel_step.h"
 
 namespace megatrain::engine {
 namespace {
@@ -145,8 +146,7 @@ absl::StatusOr<std::optional<ResumePoint>> RunCheckpoints::Resume(Trainer& train
   return ResumePoint{path, loaded->state.progress.step, loaded->state.data_cursor};
 }
 
-absl::Status RunCheckpoints::Start(Trainer& trainer, uint64_t data_cursor,
-                                   TrainingObserver& observer) {
+CheckpointRunInfo RunCheckpoints::RunInfo(uint64_t data_cursor) const {
   CheckpointRunInfo run;
   run.data_cursor = data_cursor;
   run.seed = options_.seed;
@@ -154,12 +154,35 @@ absl::Status RunCheckpoints::Start(Trainer& trainer, uint64_t data_cursor,
   run.data_files = data_files_;
   run.provenance = provenance_;
   run.hf_companion_files = hf_companion_files_;
+  return run;
+}
+
+CheckpointOptions RunCheckpoints::WriteOptions() const {
   CheckpointOptions checkpoint_options;
   checkpoint_options.keep_last = options_.keep_last;
   checkpoint_options.model_dtype = model_dtype_;
+  return checkpoint_options;
+}
+
+absl::Status RunCheckpoints::Start(Trainer& trainer, uint64_t data_cursor,
+                                   TrainingObserver& observer) {
   if (absl::Status s = Collect(observer); !s.ok()) return s;
   pending_step_ = trainer.steps_done();
-  return writer_.Start(trainer, options_.checkpoint_dir, run, checkpoint_options);
+  return writer_.Start(trainer, options_.checkpoint_dir, RunInfo(data_cursor), WriteOptions());
+}
+
+absl::Status RunCheckpoints::WriteSharded(Trainer& trainer, uint64_t data_cursor,
+                                          dist::Communicator& comm, TrainingObserver& observer) {
+  if (absl::Status s = Collect(observer); !s.ok()) return s;
+  const ShardedCheckpointRanks ranks{
+      comm.rank(), comm.size(),
+      [&comm](const absl::Status& mine) { return AllRanksOk(comm, mine); }};
+  absl::StatusOr<std::string> written = WriteShardedCheckpoint(
+      trainer, options_.checkpoint_dir, RunInfo(data_cursor), WriteOptions(), ranks);
+  if (!written.ok()) return written.status();
+  last_checkpoint_ = *written;
+  observer.OnCheckpoint(trainer.steps_done(), last_checkpoint_);
+  return absl::OkStatus();
 }
 
 absl::Status RunCheckpoints::Collect(TrainingObserver& observer) {

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "engine/checkpoint/async_checkpoint_writer.h"
 #include "engine/checkpoint/manifest.h"
+#include "engine/dist/communicator.h"
 #include "engine/model/safetensors_dtype.h"
 #include "engine/provenance/record.h"
 #include "engine/train/training_run.h"
@@ -50,11 +51,18 @@ class RunCheckpoints {
   // Waits for the write in flight and reports it to `observer` when it committed one.
   absl::Status Collect(TrainingObserver& observer);
   bool Idle() const { return writer_.Idle(); }
+  // ZeRO-1 (docs/scale_out.md): every rank of `comm` writes the trainer's current step together,
+  // synchronously (WriteShardedCheckpoint, a collective: every rank calls it at the same step),
+  // then reports it to `observer`. A failure on any rank fails it on every rank.
+  absl::Status WriteSharded(Trainer& trainer, uint64_t data_cursor, dist::Communicator& comm,
+                            TrainingObserver& observer);
   const std::string& last_checkpoint() const { return last_checkpoint_; }
 
  private:
   RunCheckpoints(const TrainingRunOptions& options, SafetensorsDtype model_dtype)
       : options_(options), model_dtype_(model_dtype), job_json_(TrainingJobJson(options)) {}
+  CheckpointRunInfo RunInfo(uint64_t data_cursor) const;
+  CheckpointOptions WriteOptions() const;
 
   const TrainingRunOptions& options_;
   SafetensorsDtype model_dtype_;

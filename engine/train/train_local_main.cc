@@ -2,7 +2,9 @@
 // and prints progress; the engine's end-to-end demo (scripts/demo).
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -74,7 +76,8 @@ ABSL_FLAG(int64_t, pinned_ram_mb, 0,
           "Pinned RAM for the copy endpoints (master, gradients).");
 ABSL_FLAG(int64_t, ram_mb, 0, "Pageable RAM budget (MiB).");
 ABSL_FLAG(std::string, nvme_dir, "",
-          "Directory on a block-backed filesystem (O_DIRECT) for the NVMe tier.");
+          "Directory on a block-backed filesystem (O_DIRECT) for the NVMe tier (data-parallel "
+          "rank R uses its subdirectory rank-R).");
 ABSL_FLAG(int64_t, nvme_mb, 0, "Bytes the NVMe tier may use (MiB).");
 ABSL_FLAG(bool, states_on_nvme, false, "Put AdamW m and v on the NVMe tier even if RAM fits.");
 ABSL_FLAG(bool, grad_on_nvme, false,
@@ -115,6 +118,15 @@ ABSL_FLAG(bool, data_parallel, false,
           "each rank runs --accumulation / ranks micro-batches of every step; gradients are "
           "reduced in rank order; rank 0 prints and writes checkpoints. Implied when mpirun "
           "launched this process.");
+ABSL_FLAG(bool, zero1, false,
+          "With --data_parallel: shard the AdamW state across the ranks (ZeRO-1, "
+          "docs/scale_out.md): each rank keeps m and v of its own layers only; every rank writes "
+          "its shard of each checkpoint at the same step. Results equal the replicated run's.");
+ABSL_FLAG(int, collective_timeout_s, 300,
+          "With --data_parallel: seconds a rank waits in one collective for the others before it "
+          "ends the whole job naming itself, its host, the collective and the step (a rank that "
+          "is stopped or hung); 0 = wait forever. Must exceed the longest gap between ranks "
+          "(rank 0 writing a checkpoint's model while the others wait).");
 ABSL_FLAG(bool, resume, false,
           "Continue from the newest checkpoint in --checkpoint_dir when one exists.");
 
@@ -252,15 +264,43 @@ int main(int argc, char** argv) {
   o.device.link_latency_us = absl::GetFlag(FLAGS_link_latency_us);
 
   std::unique_ptr<megatrain::engine::dist::MpiCommunicator> mpi;
-  if (absl::GetFlag(FLAGS_data_parallel) || megatrain::engine::dist::LaunchedByMpi()) {
+  const bool data_parallel =
+      absl::GetFlag(FLAGS_data_parallel) || megatrain::engine::dist::LaunchedByMpi();
+  if (absl::GetFlag(FLAGS_zero1) && !data_parallel) {
+    fprintf(stderr, "error: --zero1 needs --data_parallel (ranks launched by mpirun)\n");
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_collective_timeout_s) < 0) {
+    fprintf(stderr, "error: --collective_timeout_s=%d must be >= 0 (0 = no deadline)\n",
+            absl::GetFlag(FLAGS_collective_timeout_s));
+    return 2;
+  }
+  t.zero1 = absl::GetFlag(FLAGS_zero1);
+  if (data_parallel) {
+    megatrain::engine::dist::MpiCommunicatorOptions mpi_options;
+    mpi_options.collective_timeout =
+        std::chrono::seconds(absl::GetFlag(FLAGS_collective_timeout_s));
     absl::StatusOr<std::unique_ptr<megatrain::engine::dist::MpiCommunicator>> c =
-        megatrain::engine::dist::MpiCommunicator::Create();
+        megatrain::engine::dist::MpiCommunicator::Create(mpi_options);
     if (!c.ok()) {
       fprintf(stderr, "error: --data_parallel: %s\n", std::string(c.status().message()).c_str());
       return 2;
     }
     mpi = *std::move(c);
     t.communicator = mpi.get();
+    if (!t.memory.budgets.nvme_dir.empty()) {
+      // The NVMe tier's files have fixed names: ranks sharing a machine (and a --nvme_dir) each
+      // get a directory of their own.
+      t.memory.budgets.nvme_dir += "/rank-" + std::to_string(mpi->rank());
+      std::error_code ec;
+      std::filesystem::create_directories(t.memory.budgets.nvme_dir, ec);
+      if (ec) {
+        fprintf(stderr, "error: rank %d: --nvme_dir: cannot create %s: %s\n", mpi->rank(),
+                t.memory.budgets.nvme_dir.c_str(), ec.message().c_str());
+        fflush(stderr);
+        mpi->Abort(2);
+      }
+    }
   }
   const bool quiet = mpi != nullptr && mpi->rank() != 0;  // rank 0 speaks for the job
   const bool tty = isatty(fileno(stderr));

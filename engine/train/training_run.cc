@@ -191,13 +191,16 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
         absl::StrCat("grad_accumulation=", options.grad_accumulation, " must be >= 1"));
   }
   const int micro = options.trainer.micro_batch_size;
-  // Data parallelism: this rank's micro-batch slots of each step; rank 0 writes the checkpoints.
+  // Data parallelism: this rank's micro-batch slots of each step. Replicated, rank 0 writes the
+  // checkpoints in the background; ZeRO-1, every rank writes its shard of each one together,
+  // synchronously at the same step (a collective).
   dist::Communicator* comm = options.trainer.communicator;
   absl::StatusOr<RankSlots> slots =
       comm != nullptr ? RankSlotsOf(options.grad_accumulation, comm->rank(), comm->size())
                       : RankSlots{0, options.grad_accumulation};
   if (!slots.ok()) return slots.status();
-  const bool writes_checkpoints = comm == nullptr || comm->rank() == 0;
+  const bool zero1 = comm != nullptr && options.trainer.zero1;
+  const bool writes_checkpoints = comm == nullptr || comm->rank() == 0 || zero1;
   absl::StatusOr<TrainingData> data = PrepareTrainingData(config, options);
   if (!data.ok()) return data.status();
   BatchSource& windows = *data->batches;
@@ -227,8 +230,15 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
              true);
   }
   if (comm != nullptr) {
-    MT_RETURN_IF_ERROR(
-        CheckSameJob(*comm, absl::StrCat(TrainingJobJson(options), " from step ", first_step)));
+    comm->NoteStep(first_step);
+    // ZeRO-1 is not in the job JSON (its checkpoints resume without it and the other way round),
+    // but every rank must agree on it: the two run different collectives.
+    // Nor is where the gradients live (RAM or NVMe chunks): ranks must reduce them in the same
+    // pieces.
+    MT_RETURN_IF_ERROR(CheckSameJob(
+        *comm, absl::StrCat(TrainingJobJson(options), " from step ", first_step,
+                            zero1 ? " zero1" : "", " gradients ",
+                            GradientLayoutFingerprint((*trainer)->store()))));
   }
   result.parameters = (*trainer)->layout().parameter_count();
   result.unigram_entropy_nats = data->unigram_entropy_nats;
@@ -258,15 +268,20 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
   RunCheckpoints& run_checkpoints = **checkpoints;
   std::vector<double> speeds;
   double elapsed = 0;
+  // Writes a checkpoint of the step just taken: ZeRO-1 on every rank together, else in the
+  // background.
+  auto checkpoint = [&]() -> absl::Status {
+    return zero1 ? run_checkpoints.WriteSharded(**trainer, windows.cursor(), *comm, observer)
+                 : run_checkpoints.Start(**trainer, windows.cursor(), observer);
+  };
   for (uint64_t step = first_step; step <= options.steps; ++step) {
+    if (comm != nullptr) comm->NoteStep(step);
     if (observer.ShouldStop()) {
-      const bool keep = run_checkpoints.enabled() && writes_checkpoints && step > first_step &&
-                        observer.CheckpointBeforeStop();
-      if (keep) {
-        if (absl::Status s = run_checkpoints.Start(**trainer, windows.cursor(), observer); !s.ok()) {
-          return s;
-        }
-      }
+      // An observer's stop is this rank's own; a ZeRO-1 checkpoint needs every rank, so none is
+      // written for it.
+      const bool keep = run_checkpoints.enabled() && writes_checkpoints && !zero1 &&
+                        step > first_step && observer.CheckpointBeforeStop();
+      if (keep) MT_RETURN_IF_ERROR(checkpoint());
       if (absl::Status s = run_checkpoints.Collect(observer); !s.ok()) return s;
       return absl::CancelledError(
           absl::StrCat("stopped before step ", step, keep ? " (checkpoint written)" : ""));
@@ -300,15 +315,14 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
       if (!v.ok()) return v.status();
       validation_loss = *v;
     }
+    // Every ZeRO-1 rank must decide alike: only the schedule, not an observer's request.
     const bool checkpoint_now =
         run_checkpoints.enabled() && writes_checkpoints &&
         (step == options.steps ||
          (options.checkpoint_every > 0 && step % options.checkpoint_every == 0) ||
-         observer.ShouldCheckpoint());
+         (!zero1 && observer.ShouldCheckpoint()));
     if (checkpoint_now) {
-      if (absl::Status s = run_checkpoints.Start(**trainer, windows.cursor(), observer); !s.ok()) {
-        return s;
-      }
+      MT_RETURN_IF_ERROR(checkpoint());
       if (step == options.steps) {
         if (absl::Status s = run_checkpoints.Collect(observer); !s.ok()) return s;
       }
@@ -328,7 +342,9 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
                              report->skipped              ? "  (skipped: non-finite)"
                              : report->no_counted_targets ? "  (no counted target: no update)"
                                                           : "",
-                             checkpoint_now ? "  (checkpoint started)" : ""),
+                             !checkpoint_now ? ""
+                             : zero1         ? "  (checkpoint written)"
+                                             : "  (checkpoint started)"),
              evaluate_now || checkpoint_now);
     if (!checkpoint_now && run_checkpoints.Idle()) {
       // Report a checkpoint that finished beside this step.

@@ -2,7 +2,7 @@
 # train_local as a data-parallel job (docs/scale_out.md): 2 ranks under mpirun with accumulation 2
 # write the same checkpoint, bit for bit (model and optimizer state), as one process with
 # accumulation 2; rank 0 alone writes checkpoints, and a 2-rank job resumed from one of them (and
-# one process resumed from it) ends at the same bits again.
+# one process resumed from it) ends at the same bits again. Gradients on NVMe too.
 set -euo pipefail
 launch="$1"
 train="$2"
@@ -61,4 +61,36 @@ if timeout 300 "${launch}" 2 "${dir}/per_rank.sh" >"${dir}/mismatch.log" 2>&1; t
 fi
 grep -q "rank 1 runs a different job from rank 0" "${dir}/mismatch.log" ||
   { cat "${dir}/mismatch.log"; echo "FAIL: the differing rank was not named"; exit 1; }
+
+# Gradients on NVMe: each rank reduces its gradient file chunk by chunk (the built-in ~10M model,
+# whose layers span several 1 MiB chunks), in a directory of its own under --nvme_dir, and ends at
+# the bits of one process with every gradient in RAM. A rank that places its gradients otherwise
+# would reduce them in other pieces: refused before the first step, naming it.
+builtin=(--steps=2 --micro_batch=1 --seq_len=32 --accumulation=2 --eval_every=0 --warmup=1
+  --threads=1 --optimizer_threads=1 --arena_mb=256)
+nvme=(--nvme_mb=1000 --pinned_ram_mb=1000 --ram_mb=1000 --grad_on_nvme --nvme_chunk_mb=1)
+"${train}" "${builtin[@]}" --checkpoint_dir="${dir}/builtin_alone" 2>"${dir}/builtin_alone.log"
+mkdir -p "${dir}/nvme"
+timeout 300 "${launch}" 2 "${train}" "${builtin[@]}" "${nvme[@]}" --nvme_dir="${dir}/nvme" \
+  --checkpoint_dir="${dir}/nvme_dp" 2>"${dir}/nvme_dp.log" ||
+  { cat "${dir}/nvme_dp.log"; echo "FAIL: 2 ranks with gradients on NVMe"; exit 1; }
+grep -q "^grad .*nvme" "${dir}/nvme_dp.log" ||
+  { cat "${dir}/nvme_dp.log"; echo "FAIL: the gradients were not placed on NVMe"; exit 1; }
+for r in 0 1; do
+  [[ -f "${dir}/nvme/rank-${r}/gradients.bin" ]] || { echo "FAIL: no rank-${r}/gradients.bin"; exit 1; }
+done
+same_state "${dir}/builtin_alone/step-000000000002" "${dir}/nvme_dp/step-000000000002" \
+  "2 ranks with gradients on NVMe vs accumulation 2 in RAM"
+cat >"${dir}/nvme_rank1.sh" <<EOS
+#!/usr/bin/env bash
+extra=()
+[[ "\${OMPI_COMM_WORLD_RANK}" == 1 ]] && extra=(${nvme[*]} --nvme_dir="${dir}/nvme")
+exec "${train}" ${builtin[*]} "\${extra[@]}"
+EOS
+chmod +x "${dir}/nvme_rank1.sh"
+if timeout 300 "${launch}" 2 "${dir}/nvme_rank1.sh" >"${dir}/nvme_mismatch.log" 2>&1; then
+  echo "FAIL: ranks with gradients in RAM and on NVMe were accepted"; exit 1
+fi
+grep -q "rank 1 runs a different job from rank 0" "${dir}/nvme_mismatch.log" ||
+  { cat "${dir}/nvme_mismatch.log"; echo "FAIL: the differing rank was not named"; exit 1; }
 echo PASS

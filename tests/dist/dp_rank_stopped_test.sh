@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# A rank that hangs (SIGSTOP) makes the whole job fail within a bounded time (docs/scale_out.md,
+# "Failures"): the rank left waiting in a collective past --collective_timeout_s prints its rank,
+# host, the collective and the step, and ends the job with MPI_Abort; mpirun exits non-zero and
+# the stopped rank is gone. Relaunched with --resume, the job continues from the last checkpoint
+# and ends at the uninterrupted run's bits. Twice: rank 0 stopped in a replicated job (rank 1
+# reports; rank 0 wrote the checkpoints) and rank 1 stopped in a ZeRO-1 job (rank 0 reports).
+#
+# Nothing depends on the machine's speed: the rank is stopped once its job has committed its
+# first checkpoint, and every step is slowed to about a second (an emulated link latency, which
+# changes no result), so the job cannot have finished before the stop lands. The bound (120 s
+# after the stop) is far above what it takes (the 20 s timeout and a second).
+set -uo pipefail
+launch="$1"
+train="$2"
+config="$3"
+same_optimizer="$4"
+dir="${TEST_TMPDIR:-$(mktemp -d)}"
+host="$(cat /proc/sys/kernel/hostname)"
+job=(--config="${config}" --steps=8 --micro_batch=1 --seq_len=32 --accumulation=2 --eval_every=0
+  --warmup=1 --threads=1 --optimizer_threads=1 --arena_mb=64 --checkpoint_every=2)
+step() { printf '%s/step-%012d' "$1" "$2"; }
+
+"${train}" "${job[@]}" --checkpoint_dir="${dir}/alone" 2>"${dir}/alone.log" ||
+  { cat "${dir}/alone.log"; echo "FAIL: the one-process run failed"; exit 1; }
+cat >"${dir}/rank.sh" <<EOS
+#!/usr/bin/env bash
+echo \$\$ >"\${RANK_PID_PREFIX}\${OMPI_COMM_WORLD_RANK}.pid"
+exec "${train}" "\$@"
+EOS
+chmod +x "${dir}/rank.sh"
+
+stop_and_resume() {  # stop_and_resume NAME STOPPED_RANK REPORTING_RANK [FLAGS...]
+  local name="$1" stopped="$2" reporting="$3"
+  shift 3
+  local run="${dir}/${name}"
+  RANK_PID_PREFIX="${run}.rank" timeout 300 "${launch}" 2 "${dir}/rank.sh" "${job[@]}" "$@" \
+    --checkpoint_dir="${run}" --link_latency_us=50000 --collective_timeout_s=20 \
+    >"${run}.log" 2>&1 &
+  local mpirun=$!
+  for ((i = 0; i < 3000; ++i)); do
+    [[ -d "$(step "${run}" 2)" ]] && break
+    sleep 0.1
+  done
+  [[ -d "$(step "${run}" 2)" ]] || { cat "${run}.log"; echo "FAIL: ${name}: no checkpoint"; exit 1; }
+  local pid
+  pid="$(cat "${run}.rank${stopped}.pid")"
+  kill -STOP "${pid}"
+  SECONDS=0
+  wait "${mpirun}"
+  local rc=$?
+  local took=${SECONDS}
+  cat "${run}.log"
+  echo "${name}: mpirun exited ${rc} ${took} s after rank ${stopped} was stopped"
+  [[ ${rc} -ne 0 && ${rc} -ne 124 ]] || { echo "FAIL: ${name}: mpirun exited ${rc}"; exit 1; }
+  ((took <= 120)) || { echo "FAIL: ${name}: the job took ${took} s to end"; exit 1; }
+  grep -Eq "error: rank ${reporting} of 2 on host ${host}: collective .* at step [0-9]+ did not complete within 20 s" \
+    "${run}.log" || { echo "FAIL: ${name}: no report naming rank ${reporting} and ${host}"; exit 1; }
+  # The stopped rank, continued by mpirun before it is killed, does not blame the others: the time
+  # it did not run does not count against its own deadline.
+  if grep -Eq "error: rank ${stopped} of 2 on host .* did not complete within 20 s;" "${run}.log"; then
+    echo "FAIL: ${name}: the stopped rank reported the ranks that waited for it"; exit 1
+  fi
+  [[ ! -e "$(step "${run}" 8)" ]] || { echo "FAIL: ${name}: the stopped job finished"; exit 1; }
+  # The stopped rank is gone (a zombie at most, where nobody reaps it), not left stopped.
+  local state
+  state="$(awk '{print $3}' "/proc/${pid}/stat" 2>/dev/null || echo gone)"
+  [[ "${state}" == gone || "${state}" == Z ]] ||
+    { echo "FAIL: ${name}: the stopped rank is still there (state ${state})"; kill -9 "${pid}"; exit 1; }
+
+  timeout 300 "${launch}" 2 "${train}" "${job[@]}" "$@" --resume --checkpoint_dir="${run}" \
+    2>"${run}.relaunched.log"
+  grep -Eq "resumed from .*step-00000000000[246] at step [246]" "${run}.relaunched.log" ||
+    { cat "${run}.relaunched.log"; echo "FAIL: ${name}: the relaunched job did not resume"; exit 1; }
+  grep "resumed from" "${run}.relaunched.log"
+  local f
+  for f in model.safetensors trainer_state.json; do
+    cmp "$(step "${dir}/alone" 8)/${f}" "$(step "${run}" 8)/${f}" ||
+      { echo "FAIL: ${name}: the relaunched job's ${f} differs"; exit 1; }
+  done
+  python3 "${same_optimizer}" "$(step "${dir}/alone" 8)" "$(step "${run}" 8)" ||
+    { echo "FAIL: ${name}: the relaunched job's optimizer state differs"; exit 1; }
+  echo "${name}: relaunched from its last checkpoint, it ends at the uninterrupted run's bits"
+}
+
+stop_and_resume replicated 0 1 --data_parallel
+stop_and_resume zero1 1 0 --data_parallel --zero1
+
+# A negative timeout is refused, naming the flag.
+if "${train}" "${job[@]}" --collective_timeout_s=-1 >"${dir}/negative.log" 2>&1; then
+  echo "FAIL: --collective_timeout_s=-1 was accepted"; exit 1
+fi
+grep -q "collective_timeout_s=-1 must be >= 0" "${dir}/negative.log" ||
+  { cat "${dir}/negative.log"; echo "FAIL: no reason given"; exit 1; }
+echo PASS
