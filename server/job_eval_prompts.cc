@@ -158,7 +158,8 @@ absl::Status DecodeEvalReplies(const EvalPromptTool& tool,
                                const std::function<bool()>& should_stop) {
   nlohmann::json lists = nlohmann::json::array();
   for (const engine::EvalReplyReport& r : replies) lists.push_back(r.ids);
-  absl::StatusOr<nlohmann::json> value = RunTool(tool, {"--decode_lists", lists.dump()}, should_stop);
+  absl::StatusOr<nlohmann::json> value =
+      RunTool(tool, {"--decode_lists", lists.dump()}, should_stop);
   if (!value.ok()) return value.status();
   const auto texts = value->find("texts");
   if (texts == value->end() || !texts->is_array() || texts->size() != replies.size()) {

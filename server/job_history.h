@@ -1,8 +1,9 @@
 // JobHistories: each job's step history for the dashboard (loss, validation loss, learning rate,
 // gradient norm, tokens/s over time; the latest step's per-layer timings; NVMe totals; the latest
 // replies to the eval prompts), fed by the runner's step observer. Memory is constant per job
-// whatever the run's length: each series is a BoundedSeries of at most kHistorySamples samples. Kept in memory only (a restarted daemon
-// starts each job's history afresh); thread-safe under its own mutex, never the runner's.
+// whatever the run's length: each series is a BoundedSeries of at most kHistorySamples samples.
+// Kept in memory only (a restarted daemon starts each job's history afresh); thread-safe under its
+// own mutex, never the runner's.
 #pragma once
 
 #include <cstdint>

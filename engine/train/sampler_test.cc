@@ -205,7 +205,8 @@ TEST(SamplerTest, GreedyRepliesPerRowEqualEachPromptAlone) {
 
   EXPECT_EQ(sampler.GenerateGreedy({kPrompt, {}}, greedy).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(Sampler(*m.trainer, kContext, kRows + 1).GenerateGreedy(prompts, greedy).status().code(),
+  Sampler wrong_rows(*m.trainer, kContext, kRows + 1);
+  EXPECT_EQ(wrong_rows.GenerateGreedy(prompts, greedy).status().code(),
             absl::StatusCode::kFailedPrecondition);
   absl::StatusOr<std::vector<GreedyReply>> none = sampler.GenerateGreedy({}, greedy);
   ASSERT_TRUE(none.ok());
