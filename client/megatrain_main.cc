@@ -269,6 +269,10 @@ int Watch(v1::Trainer::Stub& stub, const std::string& id) {
     last = event.state();
     if (absl::GetFlag(FLAGS_json)) {
       Print(client::ToJson(event));
+    } else if (event.has_eval_reply()) {
+      // A reply to an eval prompt stays on screen: its own line, above the redrawn progress.
+      if (tty) std::printf("\r\033[K");
+      Print(event.message());
     } else if (tty) {
       std::printf("\r\033[K%s",
                   client::FitToWidth(client::ProgressLine(event, true), TerminalColumns()).c_str());

@@ -3,13 +3,17 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "engine/common/safe_files.h"
 #include "engine/data/tokenize_version.h"
 #include "engine/device/device_factory.h"
 #include "nlohmann/json.hpp"
 #include "server/job_chat_samples.h"
+#include "server/job_eval_prompts.h"
 #include "server/job_lineage.h"
 
 namespace megatrain::server {
@@ -35,11 +39,14 @@ std::string JobTokensDir(const std::string& state_dir, const std::string& job_id
 }
 
 // Forwards everything to the runner's observer; counts steps and faults the CPU device once the
-// test hook's count is reached, so the next step fails inside the real executor.
+// test hook's count is reached, so the next step fails inside the real executor; decodes the
+// eval prompts' replies with the chat tool first (a failure is reported and the reply's text
+// says it was not decoded: the replies are a look at the model, never a reason to stop).
 class DeviceJobEngine::FaultHookObserver final : public engine::TrainingObserver {
  public:
   FaultHookObserver(DeviceJobEngine& engine, engine::TrainingObserver& inner)
       : engine_(engine), inner_(inner) {}
+  void set_eval_prompt_tool(const EvalPromptTool* tool) { eval_prompt_tool_ = tool; }
   void OnLine(const std::string& line, bool keep) override { inner_.OnLine(line, keep); }
   void OnStep(const engine::StepReport& report, double validation_loss) override {
     inner_.OnStep(report, validation_loss);
@@ -55,10 +62,26 @@ class DeviceJobEngine::FaultHookObserver final : public engine::TrainingObserver
   void OnCheckpoint(uint64_t step, const std::string& path) override {
     inner_.OnCheckpoint(step, path);
   }
+  void OnEvalReplies(uint64_t step, std::vector<engine::EvalReplyReport>& replies) override {
+    if (eval_prompt_tool_ != nullptr) {
+      absl::Status decoded = DecodeEvalReplies(*eval_prompt_tool_, replies,
+                                               [this] { return inner_.ShouldStop(); });
+      if (!decoded.ok()) {
+        inner_.OnLine(absl::StrCat("eval prompts: the replies of step ", step,
+                                   " were not decoded: ", decoded.message()),
+                      true);
+        for (engine::EvalReplyReport& r : replies) {
+          r.text = absl::StrCat("[not decoded: ids ", absl::StrJoin(r.ids, ","), "]");
+        }
+      }
+    }
+    inner_.OnEvalReplies(step, replies);
+  }
 
  private:
   DeviceJobEngine& engine_;
   engine::TrainingObserver& inner_;
+  const EvalPromptTool* eval_prompt_tool_ = nullptr;
 };
 
 absl::StatusOr<std::unique_ptr<DeviceJobEngine>> DeviceJobEngine::Create(
@@ -129,6 +152,27 @@ absl::Status DeviceJobEngine::Run(const std::string& job_id, const service::Vali
       with_tokens = *std::move(held);
       options.inputs = &with_tokens;
     }
+  }
+  EvalPromptTool eval_prompt_tool;
+  if (!job.eval_prompts.empty()) {
+    eval_prompt_tool.tool = options_.chat_tokenize_binary.empty() ? DefaultChatTokenizeBinary()
+                                                                  : options_.chat_tokenize_binary;
+    eval_prompt_tool.model_dir = job.options.init_from_hf_dir;
+    eval_prompt_tool.inputs = job.options.inputs;
+    absl::StatusOr<RenderedEvalPrompts> rendered = RenderEvalPrompts(
+        eval_prompt_tool, job.eval_prompts, [&observer] { return observer.ShouldStop(); });
+    if (!rendered.ok()) return rendered.status();
+    size_t longest = 0;
+    for (const engine::EvalPrompt& p : rendered->prompts) longest = std::max(longest, p.ids.size());
+    observer.OnLine(absl::StrCat("eval prompts: ", rendered->prompts.size(),
+                                 " rendered (the longest ", longest, " tokens); replies of up to ",
+                                 job.eval_reply_tokens, " tokens at every evaluation"),
+                    true);
+    options.eval_prompts = std::move(rendered->prompts);
+    options.eval_stop_ids = std::move(rendered->stop_ids);
+    options.eval_vocab_limit = rendered->vocab_size;
+    options.eval_reply_tokens = job.eval_reply_tokens;
+    observer.set_eval_prompt_tool(&eval_prompt_tool);
   }
   options.shared_device = device_.get();
   options.checkpoint_dir = JobCheckpointDir(options_.state_dir, job_id, job);

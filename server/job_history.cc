@@ -49,6 +49,14 @@ void JobHistories::Record(const std::string& id, const engine::StepReport& repor
   latest.set_nvme_bytes_written(latest.nvme_bytes_written() + report.nvme_bytes_written);
 }
 
+void JobHistories::RecordEvalReplies(const std::string& id,
+                                     const std::vector<v1::EvalReply>& replies) {
+  std::lock_guard<std::mutex> lock(mu_);
+  v1::JobHistory& latest = jobs_.try_emplace(id, samples_).first->second.latest;
+  latest.clear_eval_replies();
+  for (const v1::EvalReply& r : replies) *latest.add_eval_replies() = r;
+}
+
 std::optional<v1::JobHistory> JobHistories::Get(const std::string& id) const {
   std::lock_guard<std::mutex> lock(mu_);
   const auto it = jobs_.find(id);

@@ -643,6 +643,21 @@ absl::StatusOr<bool> JobRunner::WaitForChange(const std::string& id, uint64_t* v
   return true;
 }
 
+std::vector<v1::ProgressEvent> JobRunner::EvalReplyEventsSince(const std::string& id,
+                                                               uint64_t* cursor) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Entry* e = FindLocked(id);
+  if (e == nullptr) return {};
+  const uint64_t total = e->eval_reply_events_total;
+  const uint64_t held = e->eval_reply_events.size();
+  const uint64_t from = std::max(*cursor, total - held);
+  std::vector<v1::ProgressEvent> events(
+      e->eval_reply_events.begin() + static_cast<int64_t>(from - (total - held)),
+      e->eval_reply_events.end());
+  *cursor = total;
+  return events;
+}
+
 absl::StatusOr<bool> JobRunner::WaitForAnyChange(uint64_t* generation,
                                                  absl::Duration timeout) const {
   std::unique_lock<std::mutex> lock(mu_);

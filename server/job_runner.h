@@ -84,6 +84,9 @@ struct JobProvenanceOptions {
 };
 
 // Limits and test hooks of the runner (daemon settings).
+// Eval-reply events a job holds for watchers that connect later (two rounds of eight prompts).
+inline constexpr size_t kHeldEvalReplyEvents = 16;
+
 struct RunnerLimits {
   // A job during whose runs megatraind stopped without a clean shutdown (crash, OOM kill,
   // SIGBUS, SIGKILL) this many times since its last checkpoint or resume is FAILED at the next
@@ -158,6 +161,13 @@ class JobRunner {
                                      absl::Duration timeout, v1::Job* job,
                                      std::string* message) const;
 
+  // The job's eval-reply events (data.eval_prompts) after `*cursor` (0: every one still held,
+  // the latest kHeldEvalReplyEvents), oldest first; `*cursor` then counts those delivered. A
+  // watcher calls it after each WaitForChange, so replies that come in a burst between two
+  // wakes are each seen, not only the latest message. Empty for an unknown job.
+  std::vector<v1::ProgressEvent> EvalReplyEventsSince(const std::string& id,
+                                                      uint64_t* cursor) const;
+
   // Blocks until any job changed (a step, a state, a message, a submit, a purge) since
   // `*generation` (0 = return at once) or the timeout passed; `*generation` is then the runner's
   // current one. True on a change, false on timeout; UNAVAILABLE once the runner is stopping.
@@ -180,6 +190,9 @@ class JobRunner {
     v1::CheckpointRecord last_checkpoint;
     std::optional<provenance::Lineage> lineage;  // set by the first run's provenance phase
     bool allow_data_change = false;              // ResumeJob's allowance, for the next run
+    // The latest eval-reply events (at most kHeldEvalReplyEvents) and how many there were.
+    std::deque<v1::ProgressEvent> eval_reply_events;
+    uint64_t eval_reply_events_total = 0;
   };
   class StepObserver;
 

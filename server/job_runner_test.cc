@@ -1,5 +1,5 @@
 // Tests of the job runner with a fake engine: FIFO order, cancel, device fault, restart, shutdown,
-// lineage, the data check before a continued run and the audit log.
+// lineage, the data check before a continued run, the audit log and held eval-reply events.
 #include "server/job_runner.h"
 
 #include <condition_variable>
@@ -49,6 +49,17 @@ class FakeEngine final : public JobEngine {
       report.tokens = 10;
       report.layers.resize(2);
       if (observer.ShouldCheckpoint()) checkpoint(step);
+      if (eval_replies_per_step_ > 0) {
+        std::vector<engine::EvalReplyReport> replies(static_cast<size_t>(eval_replies_per_step_));
+        for (int i = 0; i < eval_replies_per_step_; ++i) {
+          replies[static_cast<size_t>(i)].index = i;
+          replies[static_cast<size_t>(i)].prompt = "prompt " + std::to_string(i);
+          replies[static_cast<size_t>(i)].text = "reply " + std::to_string(step);
+          replies[static_cast<size_t>(i)].ids = {1, 2};
+          replies[static_cast<size_t>(i)].stopped = true;
+        }
+        observer.OnEvalReplies(step, replies);
+      }
       observer.OnStep(report, 4.0);
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -80,6 +91,7 @@ class FakeEngine final : public JobEngine {
   }
   bool blocking_ = false;
   uint64_t fault_at_ = 0;
+  int eval_replies_per_step_ = 0;  // eval replies reported before each step's OnStep
   absl::Status device_health_;  // what the engine's device reports after a run
 
  private:
@@ -188,6 +200,42 @@ TEST_F(JobRunnerTest, RunsJobsInSubmissionOrderWithProgress) {
   EXPECT_EQ(history->layers_size(), 2);
   EXPECT_EQ(history->validation_size(), 1);
   EXPECT_EQ(runner->History("job-unknown").status().code(), absl::StatusCode::kNotFound);
+}
+
+// Eval replies (data.eval_prompts): each an event with its line and EvalReply; the job holds the
+// latest kHeldEvalReplyEvents for watchers (a cursor from 0 gets those, oldest first, and then
+// only newer ones); the history holds the last round.
+TEST_F(JobRunnerTest, EvalReplyEventsAreHeldForWatchersAndTheHistoryKeepsTheLastRound) {
+  engine_.eval_replies_per_step_ = 8;
+  std::unique_ptr<JobRunner> runner = MakeRunner(TempDb("eval_replies.db"));
+  absl::StatusOr<v1::Job> a = runner->Submit(Spec(3), Job(3));
+  ASSERT_TRUE(a.ok());
+  runner->Start();
+  AwaitState(*runner, a->id(), v1::SUCCEEDED);
+  uint64_t cursor = 0;
+  const std::vector<v1::ProgressEvent> held = runner->EvalReplyEventsSince(a->id(), &cursor);
+  EXPECT_EQ(cursor, 24u);
+  ASSERT_EQ(held.size(), kHeldEvalReplyEvents);
+  for (size_t i = 0; i < held.size(); ++i) {
+    const uint64_t step = 2 + i / 8;  // the last two rounds
+    EXPECT_EQ(held[i].job_id(), a->id());
+    EXPECT_EQ(held[i].eval_reply().step(), step);
+    EXPECT_EQ(held[i].eval_reply().index(), i % 8);
+    EXPECT_EQ(held[i].message(), "eval step " + std::to_string(step) + " [" +
+                                     std::to_string(i % 8 + 1) + "] \"prompt " +
+                                     std::to_string(i % 8) + "\" -> \"reply " +
+                                     std::to_string(step) + "\"");
+  }
+  EXPECT_TRUE(runner->EvalReplyEventsSince(a->id(), &cursor).empty());
+  uint64_t late = 20;  // a watcher that saw 20 gets the 4 after them
+  EXPECT_EQ(runner->EvalReplyEventsSince(a->id(), &late).size(), 4u);
+  absl::StatusOr<v1::JobHistory> history = runner->History(a->id());
+  ASSERT_TRUE(history.ok()) << history.status();
+  ASSERT_EQ(history->eval_replies_size(), 8);
+  EXPECT_EQ(history->eval_replies(7).step(), 3u);
+  EXPECT_EQ(history->eval_replies(7).reply(), "reply 3");
+  uint64_t unknown = 0;
+  EXPECT_TRUE(runner->EvalReplyEventsSince("job-unknown", &unknown).empty());
 }
 
 // Issue 16, point 11: request threads run at SCHED_IDLE; what List, Audit and Checkpoints copy

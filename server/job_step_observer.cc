@@ -10,6 +10,7 @@
 #include "engine/checkpoint/manifest.h"
 #include "engine/provenance/record.h"
 #include "engine/provenance/sha256.h"
+#include "server/job_eval_prompts.h"
 
 namespace megatrain::server {
 namespace {
@@ -164,6 +165,36 @@ void JobRunner::StepObserver::OnCheckpoint(uint64_t step, const std::string& pat
                        ? absl::StrCat(" (provenance.json sha256 ", *provenance_sha, ")")
                        : ""),
       "checkpoint");
+}
+
+void JobRunner::StepObserver::OnEvalReplies(uint64_t step,
+                                            std::vector<engine::EvalReplyReport>& replies) {
+  std::vector<v1::EvalReply> round;
+  for (const engine::EvalReplyReport& r : replies) round.push_back(ToEvalReply(step, r));
+  runner_.histories_.RecordEvalReplies(id_, round);  // its own lock, not mu_
+  std::lock_guard<std::mutex> lock(runner_.mu_);
+  Entry& e = runner_.jobs_.at(id_);
+  for (const v1::EvalReply& reply : round) {
+    v1::ProgressEvent event;
+    event.set_job_id(id_);
+    event.set_state(e.job->state());
+    *event.mutable_progress() = e.job->progress();
+    event.set_message(EvalReplyLine(reply));
+    *event.mutable_eval_reply() = reply;
+    event.set_unix_ms(NowMs());
+    (void)runner_.writer_.AppendEvent(event);  // a failure: StoreFailedLocked
+    runner_.log_.JobEvent("eval_reply", id_,
+                          {{"step", absl::StrCat(step)},
+                           {"index", absl::StrCat(reply.index())},
+                           {"tokens", absl::StrCat(reply.tokens())},
+                           {"stopped", reply.stopped() ? "true" : "false"},
+                           {"line", event.message()}});
+    e.eval_reply_events.push_back(std::move(event));
+    if (e.eval_reply_events.size() > kHeldEvalReplyEvents) e.eval_reply_events.pop_front();
+    ++e.eval_reply_events_total;
+  }
+  ++e.version;
+  runner_.NotifyChangedLocked();
 }
 
 v1::TierUsage JobRunner::StepObserver::MakeTier(const char* tier, uint64_t bytes) {

@@ -23,6 +23,9 @@ class JobRunner::StepObserver final : public engine::TrainingObserver {
   bool CheckpointBeforeStop() override;
   bool ShouldCheckpoint() override;
   void OnCheckpoint(uint64_t step, const std::string& path) override;
+  // Each reply becomes an event of its own (stored, held for watchers, logged) and the
+  // history's latest round.
+  void OnEvalReplies(uint64_t step, std::vector<engine::EvalReplyReport>& replies) override;
 
  private:
   // Adaptive recomputation: a job event with each block's mode and reason whenever the modes

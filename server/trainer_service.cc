@@ -166,6 +166,7 @@ grpc::Status TrainerService::WatchJob(grpc::ServerContext* context,
   DeprioritizeHandlerThread();
   if (absl::Status s = ValidateJobId(request->id()); !s.ok()) return Finish("WatchJob", s);
   uint64_t version = 0;
+  uint64_t eval_replies_seen = 0;
   while (!context->IsCancelled()) {
     v1::Job job;
     std::string message;
@@ -173,6 +174,13 @@ grpc::Status TrainerService::WatchJob(grpc::ServerContext* context,
         runner_.WaitForChange(request->id(), &version, absl::Milliseconds(500), &job, &message);
     if (!changed.ok()) return Finish("WatchJob", changed.status());
     if (!*changed) continue;
+    // Each eval reply as its own event, before the job's latest state: several come at once.
+    bool written = true;
+    for (const v1::ProgressEvent& reply :
+         runner_.EvalReplyEventsSince(request->id(), &eval_replies_seen)) {
+      written = written && writer->Write(reply);
+    }
+    if (!written) break;
     v1::ProgressEvent event;
     event.set_job_id(job.id());
     event.set_state(job.state());

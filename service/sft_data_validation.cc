@@ -16,6 +16,11 @@ namespace {
 constexpr int kMaxSftFiles = 1024;                       // as text_files
 constexpr uint64_t kMaxChatBytes = uint64_t{2} << 30;    // as text_files: 2 GiB a job may load
 constexpr uint64_t kMaxTokenizerConfigBytes = 64 << 20;  // engine's companion-file cap
+// data.eval_prompts: each evaluation generates a reply to every prompt, so few and short ones
+// keep it a look at the model, not a second job; a reply re-runs the model once per token.
+constexpr int kMaxEvalPrompts = 8;
+constexpr size_t kMaxEvalPromptBytes = 1024;
+constexpr uint32_t kMaxEvalReplyTokens = 512;
 
 // The named files under the data roots, each a regular file; returns their resolved paths.
 absl::StatusOr<std::vector<std::string>> ResolveFiles(
@@ -121,6 +126,57 @@ absl::Status ValidateSampleFiles(const v1::DataSource& data, const PathPolicy& p
   return absl::OkStatus();
 }
 
+// data.eval_prompts / eval_reply_tokens: rendered with the model directory's chat template at
+// run time, so they need the directory's tokenizer.json and a template.
+absl::Status ValidateEvalPrompts(const v1::DataSource& data, ValidatedJob& job) {
+  if (data.eval_prompts_size() == 0) {
+    if (data.has_eval_reply_tokens()) {
+      return Invalid("data.eval_reply_tokens", "applies with data.eval_prompts only");
+    }
+    return absl::OkStatus();
+  }
+  if (data.eval_prompts_size() > kMaxEvalPrompts) {
+    return Invalid("data.eval_prompts", absl::StrCat(data.eval_prompts_size(),
+                                                     " prompts exceed ", kMaxEvalPrompts));
+  }
+  for (int i = 0; i < data.eval_prompts_size(); ++i) {
+    const std::string& prompt = data.eval_prompts(i);
+    if (prompt.empty() || prompt.size() > kMaxEvalPromptBytes) {
+      return Invalid(absl::StrCat("data.eval_prompts[", i, "]"),
+                     absl::StrCat(prompt.size(), " bytes: a prompt holds 1 to ",
+                                  kMaxEvalPromptBytes));
+    }
+  }
+  const uint32_t reply_tokens =
+      data.has_eval_reply_tokens() ? data.eval_reply_tokens() : kDefaultEvalReplyTokens;
+  if (absl::Status s =
+          CheckRange("data.eval_reply_tokens", reply_tokens, 1, kMaxEvalReplyTokens);
+      !s.ok()) {
+    return s;
+  }
+  const std::string& dir = job.options.init_from_hf_dir;
+  if (dir.empty()) {
+    return Invalid("data.eval_prompts",
+                   "needs model.hf_directory: the prompts are rendered with its chat template");
+  }
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(dir + "/tokenizer.json", ec)) {
+    return Invalid("data.eval_prompts",
+                   absl::StrCat("needs a tokenizer.json in model.hf_directory '", dir, "'"));
+  }
+  absl::StatusOr<bool> has_template = HasChatTemplate(dir);
+  if (!has_template.ok()) return has_template.status();
+  if (!*has_template) {
+    return Invalid("data.eval_prompts",
+                   absl::StrCat("needs a chat template, and model.hf_directory '", dir,
+                                "' has none (no chat_template in tokenizer_config.json, no "
+                                "chat_template.jinja)"));
+  }
+  job.eval_prompts.assign(data.eval_prompts().begin(), data.eval_prompts().end());
+  job.eval_reply_tokens = static_cast<int>(reply_tokens);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 bool IsSftData(const v1::DataSource& data) {
@@ -151,8 +207,10 @@ absl::Status ValidateSftData(const v1::DataSource& data, const PathPolicy& paths
   job.options.overlong = overlong;
   job.options.pack = data.has_pack() ? data.pack() : true;
   job.options.train_on_prompt = data.train_on_prompt();
-  return data.chat_files_size() > 0 ? ValidateChatFiles(data, paths, job)
-                                    : ValidateSampleFiles(data, paths, job);
+  absl::Status files = data.chat_files_size() > 0 ? ValidateChatFiles(data, paths, job)
+                                                  : ValidateSampleFiles(data, paths, job);
+  if (!files.ok()) return files;
+  return ValidateEvalPrompts(data, job);
 }
 
 absl::Status RefuseSftOptions(const v1::DataSource& data) {
@@ -167,6 +225,12 @@ absl::Status RefuseSftOptions(const v1::DataSource& data) {
   }
   if (!data.overlong().empty()) {
     return Invalid("data.overlong", "applies to data.chat_files / sample_files only");
+  }
+  if (data.eval_prompts_size() > 0) {
+    return Invalid("data.eval_prompts", "applies to data.chat_files / sample_files only");
+  }
+  if (data.has_eval_reply_tokens()) {
+    return Invalid("data.eval_reply_tokens", "applies to data.chat_files / sample_files only");
   }
   return absl::OkStatus();
 }

@@ -1,6 +1,6 @@
 // Job-spec validation of fine-tuning data: data.chat_files (JSONL tokenized at run time with the
 // model directory's HF tokenizer and chat template) or data.sample_files (pre-made MTSFT files),
-// and the options train_on_prompt, pack and overlong.
+// and the options train_on_prompt, pack, overlong and eval_prompts.
 #pragma once
 
 #include "absl/status/status.h"
@@ -14,7 +14,8 @@ namespace megatrain::service {
 bool IsSftData(const v1::DataSource& data);
 
 // Fills job.chat_paths / chat_format or job.options.sft_sample_paths, and pack, train_on_prompt,
-// overlong. Needs job.model and job.options.init_from_hf_dir. Errors name the field.
+// overlong, and job.eval_prompts / eval_reply_tokens. Needs job.model and
+// job.options.init_from_hf_dir. Errors name the field.
 absl::Status ValidateSftData(const v1::DataSource& data, const PathPolicy& paths,
                              ValidatedJob& job);
 

@@ -25,6 +25,7 @@ inline constexpr double kDefaultValidationFraction = 0.05;
 inline constexpr double kDefaultAdamBeta1 = 0.9;
 inline constexpr double kDefaultAdamBeta2 = 0.95;
 inline constexpr double kDefaultAdamEps = 1e-8;
+inline constexpr uint32_t kDefaultEvalReplyTokens = 48;  // data.eval_reply_tokens
 
 struct ValidatedJob {
   engine::ModelConfig model;
@@ -42,6 +43,10 @@ struct ValidatedJob {
   // by the chat tokenizer process into options.sft_sample_paths (server/job_chat_samples.h).
   std::vector<std::string> chat_paths;
   std::string chat_format;
+  // data.eval_prompts (user messages) and the longest reply in tokens: rendered at run time by
+  // the chat tool (server/job_eval_prompts.h) into options.eval_prompts.
+  std::vector<std::string> eval_prompts;
+  int eval_reply_tokens = kDefaultEvalReplyTokens;
 };
 
 }  // namespace megatrain::service

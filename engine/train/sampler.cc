@@ -47,49 +47,113 @@ int32_t ChooseToken(absl::Span<const float> logits, double temperature, double t
   return order[kept - 1];
 }
 
-absl::StatusOr<std::vector<int32_t>> Sampler::Generate(absl::Span<const int32_t> prompt,
-                                                       const SamplingOptions& options) {
-  if (context_ < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("context=", context_, " must be >= 1"));
+bool IsStopToken(const SamplingOptions& options, int32_t token) {
+  if (options.stop_token.has_value() && token == *options.stop_token) return true;
+  return std::find(options.stop_tokens.begin(), options.stop_tokens.end(), token) !=
+         options.stop_tokens.end();
+}
+
+absl::Status Sampler::CheckPrompt(absl::Span<const int32_t> prompt,
+                                  const std::string& which) const {
+  if (context_ < 1 || rows_ < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("context=", context_, " and rows=", rows_, " must be >= 1"));
   }
   if (prompt.empty()) {
-    return absl::InvalidArgumentError("prompt is empty: give at least one token");
+    return absl::InvalidArgumentError(absl::StrCat(which, " is empty: give at least one token"));
   }
   const int64_t vocab = trainer_.config().vocab_size;
   for (size_t i = 0; i < prompt.size(); ++i) {
     if (prompt[i] < 0 || prompt[i] >= vocab) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("prompt token ", i, " is id ", prompt[i], ", outside vocab_size=", vocab));
+      return absl::InvalidArgumentError(absl::StrCat(which, " token ", i, " is id ", prompt[i],
+                                                     ", outside vocab_size=", vocab));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> Sampler::Forward(
+    const std::vector<const std::vector<int32_t>*>& sequences, std::vector<size_t>* last) {
+  const size_t context = static_cast<size_t>(context_);
+  const size_t vocab = static_cast<size_t>(trainer_.config().vocab_size);
+  std::vector<int32_t> window(context * static_cast<size_t>(rows_), 0);
+  last->clear();
+  for (size_t r = 0; r < sequences.size(); ++r) {
+    const std::vector<int32_t>& sequence = *sequences[r];
+    const size_t used = std::min(sequence.size(), context);
+    std::copy(sequence.end() - static_cast<int64_t>(used), sequence.end(),
+              window.begin() + static_cast<int64_t>(r * context));
+    last->push_back((r * context + used - 1) * vocab);
+  }
+  absl::StatusOr<std::vector<float>> logits = trainer_.Logits(window.data());
+  if (!logits.ok()) return logits.status();
+  if (logits->size() != window.size() * vocab) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the trainer returned ", logits->size(), " logits for ", rows_,
+                     " rows of ", context_, " tokens: it needs micro_batch_size=", rows_,
+                     " and seq_len=", context_));
+  }
+  return logits;
+}
+
+absl::StatusOr<std::vector<int32_t>> Sampler::Generate(absl::Span<const int32_t> prompt,
+                                                       const SamplingOptions& options) {
+  if (absl::Status s = CheckPrompt(prompt, "prompt"); !s.ok()) return s;
+  const int64_t vocab = trainer_.config().vocab_size;
   const int64_t choosable = options.vocab_limit > 0 ? std::min(options.vocab_limit, vocab) : vocab;
   std::mt19937_64 rng(options.seed);
   std::vector<int32_t> sequence(prompt.begin(), prompt.end());
   std::vector<int32_t> generated;
-  std::vector<int32_t> window(static_cast<size_t>(context_));
+  std::vector<size_t> last;
   for (int n = 0; n < options.max_new_tokens; ++n) {
-    const size_t used = std::min(sequence.size(), window.size());
-    std::fill(window.begin(), window.end(), 0);
-    std::copy(sequence.end() - static_cast<int64_t>(used), sequence.end(), window.begin());
-    absl::StatusOr<std::vector<float>> logits = trainer_.Logits(window.data());
+    absl::StatusOr<std::vector<float>> logits = Forward({&sequence}, &last);
     if (!logits.ok()) return logits.status();
-    if (logits->size() != window.size() * static_cast<size_t>(vocab)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("the trainer returned ", logits->size(), " logits for a window of ",
-                       context_, " tokens: it needs micro_batch_size=1 and seq_len=", context_));
-    }
     const absl::Span<const float> row =
-        absl::MakeConstSpan(*logits).subspan((used - 1) * static_cast<size_t>(vocab), choosable);
+        absl::MakeConstSpan(*logits).subspan(last[0], static_cast<size_t>(choosable));
     const int32_t next = ChooseToken(row, options.temperature, options.top_p, rng);
     sequence.push_back(next);
     generated.push_back(next);
-    if (options.stop_token.has_value() && next == *options.stop_token) break;
-    if (std::find(options.stop_tokens.begin(), options.stop_tokens.end(), next) !=
-        options.stop_tokens.end()) {
-      break;
-    }
+    if (IsStopToken(options, next)) break;
   }
   return generated;
+}
+
+absl::StatusOr<std::vector<GreedyReply>> Sampler::GenerateGreedy(
+    const std::vector<std::vector<int32_t>>& prompts, const SamplingOptions& options) {
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (absl::Status s = CheckPrompt(prompts[i], absl::StrCat("prompt ", i)); !s.ok()) return s;
+  }
+  const int64_t vocab = trainer_.config().vocab_size;
+  const size_t choosable = static_cast<size_t>(
+      options.vocab_limit > 0 ? std::min(options.vocab_limit, vocab) : vocab);
+  std::mt19937_64 unused_rng(options.seed);  // greedy never draws
+  std::vector<GreedyReply> replies(prompts.size());
+  std::vector<size_t> last;
+  for (size_t first = 0; first < prompts.size(); first += static_cast<size_t>(rows_)) {
+    const size_t count = std::min(prompts.size() - first, static_cast<size_t>(rows_));
+    std::vector<std::vector<int32_t>> sequences(prompts.begin() + static_cast<int64_t>(first),
+                                                prompts.begin() +
+                                                    static_cast<int64_t>(first + count));
+    std::vector<const std::vector<int32_t>*> rows;
+    for (const std::vector<int32_t>& s : sequences) rows.push_back(&s);
+    for (int n = 0; n < options.max_new_tokens; ++n) {
+      bool open = false;
+      for (size_t r = 0; r < count; ++r) open = open || !replies[first + r].stopped;
+      if (!open) break;
+      absl::StatusOr<std::vector<float>> logits = Forward(rows, &last);
+      if (!logits.ok()) return logits.status();
+      for (size_t r = 0; r < count; ++r) {
+        GreedyReply& reply = replies[first + r];
+        if (reply.stopped) continue;  // its row still runs; its logits are not read
+        const int32_t next = ChooseToken(
+            absl::MakeConstSpan(*logits).subspan(last[r], choosable), 0, 1, unused_rng);
+        sequences[r].push_back(next);
+        reply.ids.push_back(next);
+        reply.stopped = IsStopToken(options, next);
+      }
+    }
+  }
+  return replies;
 }
 
 }  // namespace megatrain::engine

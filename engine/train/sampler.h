@@ -1,6 +1,8 @@
 // Text generation from a trainer's current weights: greedy or temperature +
 // top-p (nucleus) sampling from a seeded generator, re-running the whole
-// context window for every token (simple and O(n^2); fine for demos).
+// context window for every token (simple and O(n^2); fine for demos), and greedy
+// replies to several prompts at once, one per row of the trainer's micro-batch
+// (a fine-tuning job's eval prompts, between its steps).
 #pragma once
 
 #include <cstdint>
@@ -34,21 +36,48 @@ struct SamplingOptions {
 int32_t ChooseToken(absl::Span<const float> logits, double temperature, double top_p,
                     std::mt19937_64& rng);
 
+// One greedy reply: the generated ids (the stop token included when it ended one).
+struct GreedyReply {
+  std::vector<int32_t> ids;
+  bool stopped = false;  // ended at a stop token, not at max_new_tokens
+};
+
 class Sampler {
  public:
-  // `trainer` must have been created with micro_batch_size 1 and seq_len =
-  // `context` (checked at the first Generate).
-  Sampler(Trainer& trainer, int context) : trainer_(trainer), context_(context) {}
+  // `trainer` must have been created with micro_batch_size = `rows` and
+  // seq_len = `context` (checked at each forward).
+  Sampler(Trainer& trainer, int context, int rows = 1)
+      : trainer_(trainer), context_(context), rows_(rows) {}
 
-  // The generated tokens (without the prompt). Each step runs the last
-  // `context` tokens, padded after the end (causal attention makes the pad
-  // invisible), and chooses from the logits of the last real position.
+  // The generated tokens (without the prompt), in the micro-batch's first row.
+  // Each step runs the last `context` tokens, padded after the end (causal
+  // attention makes the pad invisible), and chooses from the logits of the
+  // last real position.
   absl::StatusOr<std::vector<int32_t>> Generate(absl::Span<const int32_t> prompt,
                                                 const SamplingOptions& options);
 
+  // Greedy replies (argmax, whatever options.temperature says) to every prompt,
+  // as Generate would give each, `rows` prompts per forward: a group runs until
+  // each of its replies has met a stop token (stop_token, stop_tokens) or
+  // max_new_tokens. Reads the weights only: the trainer's steps are unchanged.
+  absl::StatusOr<std::vector<GreedyReply>> GenerateGreedy(
+      const std::vector<std::vector<int32_t>>& prompts, const SamplingOptions& options);
+
  private:
+  // Checks the shape and `prompt`'s ids (`which` names it in errors).
+  absl::Status CheckPrompt(absl::Span<const int32_t> prompt, const std::string& which) const;
+  // One forward of a micro-batch whose row r holds the last `context` tokens of
+  // *sequences[r], padded after the end (rows without a sequence are all pad).
+  // Returns the logits; (*last)[r] is where sequence r's last position's row starts.
+  absl::StatusOr<std::vector<float>> Forward(
+      const std::vector<const std::vector<int32_t>*>& sequences, std::vector<size_t>* last);
+
   Trainer& trainer_;
   int context_;
+  int rows_;
 };
+
+// Whether `token` ends a reply under `options` (stop_token or one of stop_tokens).
+bool IsStopToken(const SamplingOptions& options, int32_t token);
 
 }  // namespace megatrain::engine

@@ -1,6 +1,7 @@
 // Tests for the sampler: greedy generation from the llama_tiny golden fixture
 // equals an argmax over Trainer::Logits computed here, top-p -> 0 is greedy,
-// and a seed fixes the sampled tokens.
+// a seed fixes the sampled tokens, and greedy replies to several prompts, one
+// per micro-batch row, are each prompt's own greedy reply, cut at its stop token.
 #include "engine/train/sampler.h"
 
 #include <gtest/gtest.h>
@@ -22,7 +23,7 @@ struct TinyModel {
   std::unique_ptr<Trainer> trainer;
 };
 
-TinyModel LoadLlamaTiny() {
+TinyModel LoadLlamaTiny(int rows = 1) {
   TinyModel m;
   const std::string dir = "tests/golden/llama_tiny";
   absl::StatusOr<ModelConfig> config = LoadModelConfig(dir + "/config.json");
@@ -34,7 +35,7 @@ TinyModel LoadLlamaTiny() {
   EXPECT_TRUE(device.ok()) << device.status();
   m.device = std::move(*device);
   TrainerOptions o;
-  o.micro_batch_size = 1;
+  o.micro_batch_size = rows;
   o.seq_len = kContext;
   o.collect_timeline = false;
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*m.device, *config, o);
@@ -145,6 +146,71 @@ TEST(SamplerTest, StopsAtTheStopTokenAndRefusesBadInput) {
   Sampler wrong_window(*m.trainer, kContext + 2);
   EXPECT_EQ(wrong_window.Generate(kPrompt, greedy).status().code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+// Three rows, four prompts (a second group with two spare rows), one longer than the window:
+// each reply equals the prompt's reply alone in the first row, computed here by argmax over
+// Trainer::Logits; a stop token ends only the replies that emit it (at its first), the others
+// run to the length limit.
+TEST(SamplerTest, GreedyRepliesPerRowEqualEachPromptAlone) {
+  constexpr int kRows = 3;
+  TinyModel m = LoadLlamaTiny(kRows);
+  ASSERT_NE(m.trainer, nullptr);
+  const int vocab = static_cast<int>(m.trainer->config().vocab_size);
+  const std::vector<std::vector<int32_t>> prompts = {
+      kPrompt, {7}, {90, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, {33, 44}};
+  constexpr int kTokens = 6;
+  std::vector<std::vector<int32_t>> alone;
+  for (const std::vector<int32_t>& prompt : prompts) {
+    std::vector<int32_t> sequence = prompt;
+    std::vector<int32_t> reply;
+    for (int n = 0; n < kTokens; ++n) {
+      const size_t used = std::min<size_t>(sequence.size(), kContext);
+      std::vector<int32_t> window(static_cast<size_t>(kRows * kContext), 61);
+      std::copy(sequence.end() - static_cast<int64_t>(used), sequence.end(), window.begin());
+      absl::StatusOr<std::vector<float>> logits = m.trainer->Logits(window.data());
+      ASSERT_TRUE(logits.ok()) << logits.status();
+      const float* row = logits->data() + (used - 1) * vocab;
+      const int32_t best = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+      reply.push_back(best);
+      sequence.push_back(best);
+    }
+    alone.push_back(reply);
+  }
+  Sampler sampler(*m.trainer, kContext, kRows);
+  SamplingOptions greedy;
+  greedy.max_new_tokens = kTokens;
+  greedy.temperature = 1.0;  // ignored: always argmax
+  absl::StatusOr<std::vector<GreedyReply>> got = sampler.GenerateGreedy(prompts, greedy);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ((*got)[i].ids, alone[i]) << "prompt " << i;
+    EXPECT_FALSE((*got)[i].stopped) << "prompt " << i;
+  }
+
+  SamplingOptions stopping = greedy;
+  stopping.stop_tokens = {alone[0][2]};
+  absl::StatusOr<std::vector<GreedyReply>> stopped = sampler.GenerateGreedy(prompts, stopping);
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto stop = std::find(alone[i].begin(), alone[i].end(), alone[0][2]);
+    const bool has_stop = stop != alone[i].end();
+    EXPECT_EQ((*stopped)[i].ids,
+              std::vector<int32_t>(alone[i].begin(), has_stop ? stop + 1 : alone[i].end()))
+        << "prompt " << i;
+    EXPECT_EQ((*stopped)[i].stopped, has_stop) << "prompt " << i;
+  }
+  EXPECT_TRUE((*stopped)[0].stopped);
+
+  EXPECT_EQ(sampler.GenerateGreedy({kPrompt, {}}, greedy).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  Sampler wrong_rows(*m.trainer, kContext, kRows + 1);
+  EXPECT_EQ(wrong_rows.GenerateGreedy(prompts, greedy).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  absl::StatusOr<std::vector<GreedyReply>> none = sampler.GenerateGreedy({}, greedy);
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
 }
 
 TEST(ChooseTokenTest, GreedyTiesAndNucleus) {

@@ -1,13 +1,16 @@
 // Supervised fine-tuning end to end on the CPU device: packed rows (segment-id attention,
 // per-sample positions) train exactly like the same samples one per row (losses within fp32
 // tolerance at every step), only assistant tokens count unless train_on_prompt, a resumed run
-// continues the sample cursor bit for bit, and steps or micro-batches with no counted target
-// contribute nothing.
+// continues the sample cursor bit for bit, steps or micro-batches with no counted target
+// contribute nothing, and eval prompts' greedy replies at every evaluation leave the losses and
+// the weights bitwise as they are without them.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <vector>
 
 #include "engine/data/sample_set_file.h"
@@ -171,6 +174,86 @@ TEST_F(SftTrainingTest, ResumedRunContinuesTheSampleCursorBitwise) {
     EXPECT_EQ(first.reports[i].loss, straight[i].loss) << "step " << i + 1;
     EXPECT_EQ(rest[i].loss, straight[i + 3].loss) << "step " << i + 4;  // bitwise
     EXPECT_EQ(rest[i].grad_norm, straight[i + 3].grad_norm) << "step " << i + 4;
+  }
+}
+
+// Eval prompts (three, so the second forward group of two rows has a spare one) at the start, at
+// every 2nd step and at the last: the replies come in prompt order after each evaluation, each at
+// most eval_reply_tokens long and cut at a stop id; the losses, the validation losses and the
+// checkpoint's weights are those of the run without them, bit for bit.
+TEST_F(SftTrainingTest, EvalPromptRepliesLeaveTrainingBitwiseUnchanged) {
+  class Recorder : public StepLosses {
+   public:
+    void OnStep(const StepReport& report, double validation_loss) override {
+      StepLosses::OnStep(report, validation_loss);
+      validation.push_back(validation_loss);
+    }
+    void OnEvalReplies(uint64_t step, std::vector<EvalReplyReport>& replies) override {
+      rounds.emplace_back(step, replies);
+    }
+    std::vector<double> validation;
+    std::vector<std::pair<uint64_t, std::vector<EvalReplyReport>>> rounds;
+  };
+  auto run = [&](bool with_prompts, const std::string& checkpoints, Recorder& recorder) {
+    TrainingRunOptions o = Options(true);
+    o.validation_fraction = 0.25;
+    o.eval_every = 2;
+    o.eval_batches = 2;
+    o.steps = 5;
+    o.checkpoint_dir = dir_ + "/" + checkpoints;
+    if (with_prompts) {
+      o.eval_prompts = {{"first", {1, 2, 3}}, {"second", {7, 7}}, {"third", {9, 8, 7, 6}}};
+      o.eval_stop_ids = {4, 11};
+      o.eval_reply_tokens = 5;
+      o.eval_vocab_limit = kVocab - 1;
+    }
+    absl::StatusOr<TrainingRunResult> r = RunTraining(Config(), o, recorder);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->last_checkpoint : std::string();
+  };
+  Recorder plain, prompted;
+  const std::string plain_checkpoint = run(false, "plain", plain);
+  const std::string prompted_checkpoint = run(true, "prompted", prompted);
+  ASSERT_EQ(plain.reports.size(), 5u);
+  ASSERT_EQ(prompted.reports.size(), 5u);
+  for (size_t i = 0; i < plain.reports.size(); ++i) {
+    EXPECT_EQ(prompted.reports[i].loss, plain.reports[i].loss) << "step " << i + 1;
+    EXPECT_EQ(prompted.reports[i].grad_norm, plain.reports[i].grad_norm) << "step " << i + 1;
+    EXPECT_EQ(prompted.validation[i], plain.validation[i]) << "step " << i + 1;
+  }
+  auto bytes = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream out;
+    out << in.rdbuf();
+    return out.str();
+  };
+  ASSERT_FALSE(plain_checkpoint.empty());
+  ASSERT_FALSE(prompted_checkpoint.empty());
+  const std::string weights = bytes(plain_checkpoint + "/model.safetensors");
+  EXPECT_GT(weights.size(), 1000u);
+  EXPECT_TRUE(weights == bytes(prompted_checkpoint + "/model.safetensors"));
+
+  EXPECT_TRUE(plain.rounds.empty());
+  ASSERT_EQ(prompted.rounds.size(), 4u);  // before step 1, after steps 2, 4 and 5
+  const std::vector<uint64_t> steps = {0, 2, 4, 5};
+  for (size_t k = 0; k < prompted.rounds.size(); ++k) {
+    const auto& [step, replies] = prompted.rounds[k];
+    EXPECT_EQ(step, steps[k]);
+    ASSERT_EQ(replies.size(), 3u);
+    for (int i = 0; i < 3; ++i) {
+      const EvalReplyReport& r = replies[static_cast<size_t>(i)];
+      EXPECT_EQ(r.index, i);
+      EXPECT_EQ(r.prompt, std::vector<std::string>({"first", "second", "third"})[i]);
+      ASSERT_FALSE(r.ids.empty());
+      EXPECT_LE(r.ids.size(), 5u);
+      for (size_t t = 0; t < r.ids.size(); ++t) {
+        EXPECT_LT(r.ids[t], kVocab - 1);
+        const bool is_stop = r.ids[t] == 4 || r.ids[t] == 11;
+        EXPECT_EQ(is_stop, r.stopped && t + 1 == r.ids.size()) << "round " << k << " reply " << i;
+      }
+      EXPECT_TRUE(r.stopped || r.ids.size() == 5u);
+      EXPECT_TRUE(r.text.empty());
+    }
   }
 }
 

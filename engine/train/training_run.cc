@@ -18,6 +18,7 @@
 #include "engine/exec/executor_geometry.h"
 #include "engine/train/data_parallel_step.h"
 #include "engine/train/run_checkpoints.h"
+#include "engine/train/sampler.h"
 #include "engine/train/training_data.h"
 
 namespace megatrain::engine {
@@ -92,6 +93,30 @@ std::string DescribeData(const TrainingData& data, const BatchSource& batches, i
   return absl::StrFormat("%d documents, %d tokens (%d train / %d validation windows of %d)",
                          data.documents, data.source->size(), batches.train_windows(),
                          batches.validation_windows(), seq_len);
+}
+
+// Replies to the run's eval prompts with the weights after the last step (see
+// TrainingRunOptions::eval_prompts).
+absl::StatusOr<std::vector<EvalReplyReport>> EvalReplies(Trainer& trainer,
+                                                         const TrainingRunOptions& options) {
+  std::vector<std::vector<int32_t>> prompts;
+  for (const EvalPrompt& p : options.eval_prompts) prompts.push_back(p.ids);
+  SamplingOptions greedy;
+  greedy.max_new_tokens = options.eval_reply_tokens;
+  greedy.stop_tokens = options.eval_stop_ids;
+  greedy.vocab_limit = options.eval_vocab_limit;
+  Sampler sampler(trainer, options.trainer.seq_len, options.trainer.micro_batch_size);
+  absl::StatusOr<std::vector<GreedyReply>> replies = sampler.GenerateGreedy(prompts, greedy);
+  if (!replies.ok()) return replies.status();
+  std::vector<EvalReplyReport> reports;
+  for (size_t i = 0; i < replies->size(); ++i) {
+    EvalReplyReport& r = reports.emplace_back();
+    r.index = static_cast<int>(i);
+    r.prompt = options.eval_prompts[i].text;
+    r.ids = std::move((*replies)[i].ids);
+    r.stopped = (*replies)[i].stopped;
+  }
+  return reports;
 }
 
 double Median(std::vector<double> values) {
@@ -265,6 +290,23 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
                : absl::StrFormat("step 0/%d  validation loss %.4f", options.steps, *initial),
            true);
 
+  // The eval prompts' replies, on the rank that writes checkpoints. A failure (no device memory
+  // for the logits, a prompt id outside the model) is reported once and ends them for this run:
+  // they are a look at the model, never a reason to stop training.
+  bool eval_prompts_on = !options.eval_prompts.empty() && writes_checkpoints;
+  auto reply_to_eval_prompts = [&](uint64_t after_step) {
+    if (!eval_prompts_on) return;
+    absl::StatusOr<std::vector<EvalReplyReport>> replies = EvalReplies(**trainer, options);
+    if (!replies.ok()) {
+      eval_prompts_on = false;
+      progress(absl::StrCat("eval prompts: no replies in this run: ", replies.status().message()),
+               true);
+      return;
+    }
+    observer.OnEvalReplies(after_step, *replies);
+  };
+  reply_to_eval_prompts(first_step - 1);
+
   RunCheckpoints& run_checkpoints = **checkpoints;
   std::vector<double> speeds;
   double elapsed = 0;
@@ -314,6 +356,7 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
       absl::StatusOr<double> v = Evaluate(**trainer, validation, segment_ids);
       if (!v.ok()) return v.status();
       validation_loss = *v;
+      reply_to_eval_prompts(step);
     }
     // Every ZeRO-1 rank must decide alike: only the schedule, not an observer's request.
     const bool checkpoint_now =

@@ -23,6 +23,12 @@
 
 namespace megatrain::engine {
 
+// A user message rendered for a reply (the chat template with the generation prompt).
+struct EvalPrompt {
+  std::string text;
+  std::vector<int32_t> ids;
+};
+
 struct TrainingRunOptions {
   // Fortune-format or plain text files, *.jsonl files ({"text": ...} per
   // line), or directories of them.
@@ -58,6 +64,15 @@ struct TrainingRunOptions {
   double validation_fraction = 0.05;
   int eval_every = 50;   // steps; 0 = only at the end
   int eval_batches = 8;  // micro-batches of validation windows
+  // A look at the model while it trains (a daemon job's data.eval_prompts): at the run's start
+  // and at every evaluation, the greedy reply to each prompt (Sampler::GenerateGreedy,
+  // micro_batch_size prompts per forward), ending after one of eval_stop_ids or
+  // eval_reply_tokens ids, goes to TrainingObserver::OnEvalReplies. The weights are only read,
+  // so training is unchanged; not part of the job's identity (TrainingJobJson).
+  std::vector<EvalPrompt> eval_prompts;
+  std::vector<int32_t> eval_stop_ids;
+  int eval_reply_tokens = 48;
+  int64_t eval_vocab_limit = 0;  // ids a reply may use (the tokenizer's size); 0 = all
   uint64_t seed = 1;
   DeviceOptions device;
   // A device the caller owns and shares between runs one at a time (a daemon's); when set, the
@@ -118,6 +133,15 @@ struct TrainingRunResult {
   uint64_t steps_run = 0;
 };
 
+// The greedy reply to one of TrainingRunOptions::eval_prompts at an evaluation.
+struct EvalReplyReport {
+  int index = 0;             // into eval_prompts
+  std::string prompt;        // its text
+  std::vector<int32_t> ids;  // generated; the stop id included when one ended the reply
+  bool stopped = false;      // ended at a stop id (false: eval_reply_tokens reached)
+  std::string text;          // empty from the engine; filled by an observer that decodes
+};
+
 // What a caller sees of a run while it goes (a daemon's job runner, a CLI).
 class TrainingObserver {
  public:
@@ -139,6 +163,11 @@ class TrainingObserver {
   virtual bool ShouldCheckpoint() { return false; }
   // A checkpoint of `step` is committed at `path`.
   virtual void OnCheckpoint(uint64_t step, const std::string& path) { (void)step, (void)path; }
+  // The replies to the eval prompts after `step` (the run's first step - 1: before it), in
+  // prompt order; between steps, after the step's evaluation and before its OnStep.
+  virtual void OnEvalReplies(uint64_t step, std::vector<EvalReplyReport>& replies) {
+    (void)step, (void)replies;
+  }
 };
 
 absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,

@@ -669,3 +669,52 @@ def test_render_without_a_template_is_refused(models):
                        '{"messages": [{"role": "user", "content": "x"}]}')
     assert done.returncode == 2
     assert "has no chat_template" in done.stderr
+
+
+# --render_prompts / --decode_lists: a daemon job's data.eval_prompts (server/job_eval_prompts.cc),
+# through held descriptors as megatraind passes them.
+@pytest.mark.parametrize("family", ["llama3", "qwen"])
+def test_render_prompts_and_decode_lists_equal_transformers_through_held_files(models, family,
+                                                                               tmp_path):
+    model = models[family]
+    hf = AutoTokenizer.from_pretrained(model)
+    prompts = ["Tell me a fortune.", "日本の首都は? 🗼", "  spaces, \"quotes\"\nand a newline "]
+    names = [n for n in sorted(os.listdir(model)) if n != "config.json"]
+    fds = {n: os.open(os.path.join(model, n), os.O_RDONLY) for n in names}
+    model_fds = ",".join(f"{n}={fd}" for n, fd in fds.items())
+    try:
+        def run(*flags):
+            return subprocess.run([sys.executable, TOOL, f"--model={tmp_path}/nowhere",
+                                   f"--model_fds={model_fds}", *flags], capture_output=True,
+                                  text=True, timeout=600, pass_fds=list(fds.values()))
+        done = run("--render_prompts", json.dumps(prompts))
+        assert done.returncode == 0, done.stderr
+        got = json.loads(done.stdout)
+        assert got["prompts"] == [
+            list(hf.apply_chat_template([{"role": "user", "content": p}],
+                                        add_generation_prompt=True, tokenize=True))
+            for p in prompts]
+        assert got["stop_ids"] == [hf.convert_tokens_to_ids(END_TOKEN[family])]
+        assert got["vocab_size"] == len(hf)
+        lists = [hf.apply_chat_template(CONVERSATIONS[name], tokenize=True)
+                 for name in ("cjk", "emoji_accents")] + [[]]
+        done = run("--decode_lists", json.dumps(lists))
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["texts"] == [hf.decode(ids, skip_special_tokens=True)
+                                                    for ids in lists]
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--render_prompts", '"one"'], "--render_prompts: must be a list of strings"),
+    (["--render_prompts", "[1]"], "--render_prompts: must be a list of strings"),
+    (["--decode_lists", "[1, 2]"], "--decode_lists: must be a list of lists of token ids"),
+    (["--decode_lists", "[[99999]]"], "token id 99999 is outside the tokenizer's"),
+    (["--render_prompts", "[]", "--model_fds=x"], "--model_fds: "),
+])
+def test_list_modes_bad_arguments_exit_2_with_one_line(models, flags, message):
+    done = run_chat_io(models["llama3"], *flags)
+    assert done.returncode == 2
+    assert message in done.stderr and done.stderr.count("\n") == 1 and not done.stdout

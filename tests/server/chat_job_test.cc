@@ -7,7 +7,9 @@
 // file and ends with the losses of a straight run, bitwise; the CLI's flags submit and plan such
 // jobs, inputs swapped after the run-time check are never read, and cancelling kills the tool;
 // `sample --chat` on a fine-tuned checkpoint replies as a greedy decode from transformers'
-// rendering of the prompt does.
+// rendering of the prompt does; a job's data.eval_prompts come back as WatchJob events, in the
+// job's history and in `megatrain watch`, equal to a greedy decode of the final checkpoint, and
+// leave its losses bitwise as they are without them; bad eval_prompts are refused naming them.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -643,6 +645,203 @@ TEST(ChatJobTest, SampleChatReplyEqualsGreedyDecodeOfTheTransformersPrompt) {
     EXPECT_EQ(sampled->exit_code, 0) << sampled->err;
     EXPECT_EQ(sampled->out, text["text"].get<std::string>() + "\n");
   }
+}
+
+// Issue 17, point 7: two eval prompts on a 6-step chat job evaluated every 3 steps. WatchJob
+// delivers one event per reply (before step 1, after steps 3 and 6; a watcher that connects late
+// gets the held ones), each with its line and its EvalReply; the history holds the last round;
+// `megatrain watch` prints the lines; the last round's replies equal Sampler::GenerateGreedy on
+// the final checkpoint from transformers' rendering of the prompts, decoded by transformers; the
+// job's losses equal those of the same job without prompts, bitwise.
+TEST(ChatJobTest, EvalPromptRepliesAreJobEventsAndLeaveTrainingUnchanged) {
+  TestDaemon daemon("chat_eval");
+  std::unique_ptr<DeviceJobEngine> engine = MakeEngine(daemon, ChatTool());
+  ASSERT_NE(engine, nullptr);
+  daemon.Start(engine.get());
+  const std::string hf = MakeHfModel(daemon);
+  ASSERT_FALSE(hf.empty());
+  const std::vector<std::string> prompts = {
+      "Summarize the following text in one sentence, please.", "Say \"hi\"\tin 日本語!"};
+  constexpr int kReplyTokens = 12;
+  v1::JobSpec spec = ChatSpec(daemon, hf, 6);
+  spec.mutable_hyper()->set_micro_batch_size(2);
+  spec.mutable_data()->set_eval_every_steps(3);
+  for (const std::string& p : prompts) spec.mutable_data()->add_eval_prompts(p);
+  spec.mutable_data()->set_eval_reply_tokens(kReplyTokens);
+  const std::string id = Submit(daemon, spec);
+
+  std::vector<v1::ProgressEvent> replies;
+  v1::JobState last_state = v1::JOB_STATE_UNSPECIFIED;
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(240));
+    v1::WatchJobRequest request;
+    request.set_id(id);
+    auto reader = daemon.stub().WatchJob(&context, request);
+    v1::ProgressEvent event;
+    while (reader->Read(&event)) {
+      last_state = event.state();
+      if (event.has_eval_reply()) replies.push_back(event);
+    }
+    EXPECT_TRUE(reader->Finish().ok());
+  }
+  ASSERT_EQ(last_state, v1::SUCCEEDED) << daemon.AwaitState(id, v1::SUCCEEDED).failure_reason();
+  ASSERT_EQ(replies.size(), 6u);
+  for (size_t i = 0; i < replies.size(); ++i) {
+    const v1::EvalReply& r = replies[i].eval_reply();
+    EXPECT_EQ(r.step(), std::vector<uint64_t>({0, 0, 3, 3, 6, 6})[i]);
+    EXPECT_EQ(r.index(), i % 2);
+    EXPECT_EQ(r.prompt(), prompts[i % 2]);
+    EXPECT_GE(r.tokens(), 1u);
+    EXPECT_LE(r.tokens(), static_cast<uint32_t>(kReplyTokens));
+    EXPECT_TRUE(r.stopped() || r.tokens() == static_cast<uint32_t>(kReplyTokens));
+    EXPECT_THAT(replies[i].message(),
+                ::testing::StartsWith(absl::StrCat("eval step ", r.step(), " [", i % 2 + 1,
+                                                   "] \"", i % 2 ? "Say \\\"hi\\\"\\tin 日本語!"
+                                                                  : prompts[0],
+                                                   "\" -> \"")));
+  }
+  // The history's latest round, as the dashboard and the Python client read it.
+  {
+    grpc::ClientContext context;
+    v1::JobRef ref;
+    ref.set_id(id);
+    v1::JobHistory history;
+    ASSERT_TRUE(daemon.stub().GetJobHistory(&context, ref, &history).ok());
+    ASSERT_EQ(history.eval_replies_size(), 2);
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_EQ(history.eval_replies(i).SerializeAsString(),
+                replies[4 + static_cast<size_t>(i)].eval_reply().SerializeAsString());
+    }
+  }
+  // `megatrain watch` of the finished job prints the held replies, one line each.
+  absl::StatusOr<ChildResult> watched = RunChildProcess(
+      {Runfile("client/megatrain"), "watch", id, "--socket=" + daemon.settings().socket_path},
+      [] { return false; });
+  ASSERT_TRUE(watched.ok()) << watched.status();
+  EXPECT_EQ(watched->exit_code, 0) << watched->err;
+  for (const v1::ProgressEvent& e : replies) {
+    EXPECT_THAT(watched->out, HasSubstr(e.message() + "\n"));
+  }
+
+  // The last round against a greedy decode of the final checkpoint (same micro-batch shape),
+  // from transformers' rendering, stopping at its eos, decoded by transformers.
+  const v1::Job done = daemon.AwaitState(id, v1::SUCCEEDED, 6, 30);
+  const std::string checkpoint = done.progress().last_checkpoint();
+  ASSERT_FALSE(checkpoint.empty());
+  const nlohmann::json rendered = VenvPython(
+      "import json, os, sys\n"
+      "os.environ['HF_HUB_OFFLINE'] = os.environ['TRANSFORMERS_OFFLINE'] = '1'\n"
+      "from transformers import AutoTokenizer\n"
+      "t = AutoTokenizer.from_pretrained(sys.argv[1])\n"
+      "ids = [list(t.apply_chat_template([{'role': 'user', 'content': p}],\n"
+      "                                  add_generation_prompt=True, tokenize=True))\n"
+      "       for p in sys.argv[2:]]\n"
+      "print(json.dumps({'ids': ids, 'eos': t.eos_token_id, 'vocab': len(t)}))\n",
+      {checkpoint, prompts[0], prompts[1]});
+  ASSERT_TRUE(rendered.contains("ids")) << rendered.dump();
+  absl::StatusOr<ModelConfig> config = LoadModelConfig(checkpoint + "/config.json");
+  ASSERT_TRUE(config.ok()) << config.status();
+  DeviceOptions device_options;
+  device_options.arena_bytes = 64 << 20;
+  device_options.pinned_budget_bytes = 256 << 20;
+  absl::StatusOr<std::unique_ptr<CpuDevice>> device = CpuDevice::Create(device_options);
+  ASSERT_TRUE(device.ok()) << device.status();
+  TrainerOptions options;
+  options.micro_batch_size = 2;
+  options.seq_len = 128;
+  options.collect_timeline = false;
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(**device, *config, options);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  absl::StatusOr<LoadedCheckpoint> loaded = LoadCheckpoint(checkpoint, **trainer);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  SamplingOptions greedy;
+  greedy.max_new_tokens = kReplyTokens;
+  greedy.stop_tokens = {rendered["eos"].get<int32_t>()};
+  greedy.vocab_limit = rendered["vocab"].get<int64_t>();
+  absl::StatusOr<std::vector<engine::GreedyReply>> expected =
+      Sampler(**trainer, 128, 2)
+          .GenerateGreedy(rendered["ids"].get<std::vector<std::vector<int32_t>>>(), greedy);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  for (size_t i = 0; i < 2; ++i) {
+    const v1::EvalReply& got = replies[4 + i].eval_reply();
+    EXPECT_EQ(got.tokens(), (*expected)[i].ids.size()) << "prompt " << i;
+    EXPECT_EQ(got.stopped(), (*expected)[i].stopped) << "prompt " << i;
+    const nlohmann::json text = VenvPython(
+        "import json, os, sys\n"
+        "os.environ['HF_HUB_OFFLINE'] = os.environ['TRANSFORMERS_OFFLINE'] = '1'\n"
+        "from transformers import AutoTokenizer\n"
+        "t = AutoTokenizer.from_pretrained(sys.argv[1])\n"
+        "ids = [int(i) for i in sys.argv[2].split(',') if i]\n"
+        "print(json.dumps({'text': t.decode(ids, skip_special_tokens=True)}))\n",
+        {checkpoint, absl::StrJoin((*expected)[i].ids, ",")});
+    ASSERT_TRUE(text.contains("text")) << text.dump();
+    EXPECT_EQ(got.reply(), text["text"].get<std::string>()) << "prompt " << i;
+  }
+
+  // The same job without eval prompts: the same losses, bit for bit.
+  v1::JobSpec plain = ChatSpec(daemon, hf, 6);
+  plain.mutable_hyper()->set_micro_batch_size(2);
+  plain.mutable_data()->set_eval_every_steps(3);
+  daemon.AwaitState(Submit(daemon, plain), v1::SUCCEEDED, 6, 180);
+  const nlohmann::json with_prompts = Result(spec);
+  const nlohmann::json without = Result(plain);
+  ASSERT_TRUE(with_prompts.is_object() && without.is_object());
+  for (const char* key : {"initial_validation_loss", "final_validation_loss", "final_train_loss"}) {
+    EXPECT_EQ(with_prompts[key].get<double>(), without[key].get<double>()) << key;
+  }
+}
+
+// data.eval_prompts and eval_reply_tokens are refused at submit, naming the field.
+TEST(ChatJobTest, BadEvalPromptsAreRefusedNamingTheField) {
+  TestDaemon daemon("chat_eval_bad");
+  std::unique_ptr<DeviceJobEngine> engine = MakeEngine(daemon, ChatTool());
+  ASSERT_NE(engine, nullptr);
+  daemon.Start(engine.get());
+  const std::string hf = MakeHfModel(daemon);
+  ASSERT_FALSE(hf.empty());
+  auto refused = [&](const v1::JobSpec& s, const std::string& field, const std::string& what) {
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = s;
+    v1::Job job;
+    grpc::ClientContext context;
+    const grpc::Status status = daemon.stub().SubmitJob(&context, request, &job);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << field;
+    EXPECT_THAT(status.error_message(), HasSubstr(field + ": "));
+    EXPECT_THAT(status.error_message(), HasSubstr(what));
+  };
+  auto with_prompts = [&](const std::vector<std::string>& prompts) {
+    v1::JobSpec s = ChatSpec(daemon, hf, 2);
+    for (const std::string& p : prompts) s.mutable_data()->add_eval_prompts(p);
+    return s;
+  };
+  refused(with_prompts(std::vector<std::string>(9, "hi")), "data.eval_prompts", "9 prompts exceed 8");
+  refused(with_prompts({"fine", ""}), "data.eval_prompts[1]", "0 bytes");
+  refused(with_prompts({std::string(1025, 'x')}), "data.eval_prompts[0]", "1025 bytes");
+  v1::JobSpec zero = with_prompts({"hi"});
+  zero.mutable_data()->set_eval_reply_tokens(0);
+  refused(zero, "data.eval_reply_tokens", "0");
+  v1::JobSpec long_reply = with_prompts({"hi"});
+  long_reply.mutable_data()->set_eval_reply_tokens(513);
+  refused(long_reply, "data.eval_reply_tokens", "513");
+  v1::JobSpec alone = ChatSpec(daemon, hf, 2);
+  alone.mutable_data()->set_eval_reply_tokens(10);
+  refused(alone, "data.eval_reply_tokens", "data.eval_prompts only");
+  v1::JobSpec text = daemon.ValidSpec(2);
+  text.mutable_data()->add_eval_prompts("hi");
+  refused(text, "data.eval_prompts", "chat_files / sample_files only");
+
+  // A model directory without a chat template: prompt/completion data trains, prompts cannot be
+  // rendered.
+  const std::string base = daemon.root() + "/data/base";
+  std::filesystem::create_directories(base);
+  for (const char* name : {"config.json", "model.safetensors", "tokenizer.json"}) {
+    std::filesystem::copy_file(hf + "/" + name, base + "/" + name);
+  }
+  std::ofstream(base + "/tokenizer_config.json") << R"({"eos_token": "<|eot_id|>"})";
+  v1::JobSpec no_template = ChatSpec(daemon, base, 2);
+  no_template.mutable_data()->add_eval_prompts("hi");
+  refused(no_template, "data.eval_prompts", "chat template");
 }
 
 TEST(ChatJobTest, SampleChatNamesAMissingToolAndAModelWithoutTemplate) {

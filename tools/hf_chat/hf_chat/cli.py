@@ -82,14 +82,7 @@ def run(argv):
     if input_fds is not None and len(input_fds) != len(args.inputs):
         raise _Usage(f"--input_fds lists {len(input_fds)} descriptors for {len(args.inputs)} "
                      "inputs")
-    model_fds = None
-    if args.model_fds is not None:
-        model_fds = {}
-        for item in filter(None, args.model_fds.split(",")):
-            name, _, fd = item.partition("=")
-            if not name or "/" in name:
-                raise _Usage(f"--model_fds: '{item}' is not NAME=FD")
-            model_fds[name] = _descriptors(fd, "--model_fds")[0]
+    model_fds = _held_files(args.model_fds)
     for path in args.inputs:
         if input_fds is None and not os.path.isfile(path):
             raise _Usage(f"{path}: not a regular file")
@@ -164,20 +157,44 @@ def run(argv):
     return EXIT_OK
 
 
+def _held_files(text):
+    """--model_fds NAME=FD,...: {name: descriptor}, or None when the flag is absent."""
+    if text is None:
+        return None
+    held = {}
+    for item in filter(None, text.split(",")):
+        name, _, fd = item.partition("=")
+        if not name or "/" in name:
+            raise _Usage(f"--model_fds: '{item}' is not NAME=FD")
+        held[name] = _descriptors(fd, "--model_fds")[0]
+    return held
+
+
 def _chat_io(argv):
-    """--render / --decode (hf_chat/chat_io.py): `sample --chat`'s template and decoder."""
+    """--render / --decode and their list forms (hf_chat/chat_io.py): `sample --chat`'s and a
+    daemon job's eval prompts' template and decoder."""
     p = _Parser(prog="megatrain_chat_tokenize", description=chat_io.__doc__.split("\n")[0])
     p.add_argument("--model", required=True, help="HF model or checkpoint directory")
     p.add_argument("--template_name", default=None)
+    p.add_argument("--model_fds", default=None,
+                   help="NAME=FD,... inherited descriptors of the directory's files")
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--render", help='{"messages": [...]}: rendered for a reply, as ids')
     mode.add_argument("--decode", help="comma-separated token ids to text")
+    mode.add_argument("--render_prompts", help='["user message", ...]: each rendered for a reply')
+    mode.add_argument("--decode_lists", help="[[ids], ...]: each decoded to text")
     args = p.parse_args(argv)
+    held = _held_files(args.model_fds)
     try:
         if args.render is not None:
-            chat_io.print_json(chat_io.render(args.model, args.render, args.template_name))
+            chat_io.print_json(chat_io.render(args.model, args.render, args.template_name, held))
+        elif args.render_prompts is not None:
+            chat_io.print_json(chat_io.render_prompts(args.model, args.render_prompts,
+                                                      args.template_name, held))
+        elif args.decode_lists is not None:
+            chat_io.print_json(chat_io.decode_lists(args.model, args.decode_lists, held))
         else:
-            chat_io.print_json(chat_io.decode(args.model, args.decode))
+            chat_io.print_json(chat_io.decode(args.model, args.decode, held))
     except ValueError as e:  # a bad conversation or id list (jinja2's errors are not these)
         raise _Usage(str(e)) from None
     except jinja2.TemplateError as e:
@@ -188,7 +205,8 @@ def _chat_io(argv):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     try:
-        if any(a.split("=")[0] in ("--render", "--decode") for a in argv):
+        if any(a.split("=")[0] in ("--render", "--decode", "--render_prompts", "--decode_lists")
+               for a in argv):
             return _chat_io(argv)
         return run(argv)
     except _Usage as e:

@@ -39,7 +39,7 @@ class ModelText:
     special_ids: set = field(default_factory=set)  # ids of added tokens marked special
 
 
-class _Files:
+class Files:
     """The directory's files by name: opened by path, or read from held descriptors."""
 
     def __init__(self, directory, held):
@@ -201,7 +201,7 @@ def _adjust_like_transformers(tokenizer, config, config_path, special):
 def load(directory, template_name=None, held=None):
     """Reads the directory (or its `held` descriptors, {file name: fd}); raises ModelError naming
     the file and field at fault."""
-    files = _Files(directory, held)
+    files = Files(directory, held)
     if held is None and not os.path.isdir(directory):
         raise ModelError(f"{directory}: not a directory")
     tokenizer_path = files.path("tokenizer.json")
