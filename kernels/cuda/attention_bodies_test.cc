@@ -51,7 +51,7 @@ using testing::ReferenceAttention;
 using testing::RunEmulatedGrid;
 
 struct Tolerance {
-  double abs;  // times the largest |reference| of the tensor
+  double abs;  // times the largest |reference| of the tensor (at least 1)
   double rel;  // times |reference| of the element
 };
 constexpr Tolerance kOutTol{2e-6, 1e-5};
@@ -231,12 +231,14 @@ absl::StatusOr<BackwardResult> Backward(const Case& c, const Inputs& in, const F
   return absl::InvalidArgumentError(absl::StrCat("head_dim = ", c.head_dim));
 }
 
-// Every element within tol.abs * max|want| + tol.rel * |want|; reports the worst one.
+// Every element within tol.abs * max(1, max|want|) + tol.rel * |want|; reports the worst one.
 template <class Want>
 void ExpectClose(const std::vector<float>& got, const std::vector<Want>& want, Tolerance tol,
                  const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
-  double scale = 0.0;
+  // At least 1: the inputs are O(1), so rounding errors are too even where a result cancels
+  // to ~0 (seq 1: dq = dk = 0 exactly in exact arithmetic).
+  double scale = 1.0;
   for (const Want w : want) scale = std::max(scale, std::fabs(static_cast<double>(w)));
   double worst_ratio = 0.0;
   size_t worst = 0;
@@ -296,15 +298,16 @@ CpuResult RunCpuKernel(const Case& c, const Inputs& in) {
   return r;
 }
 
-// Sequences of 37, 50 and 67 tokens end inside a 16-row block and a 32-key tile and span two or
-// three key tiles; group sizes 2 and 3, kv_heads 1 and 2. Packed rows put sample starts inside
-// blocks, on a block boundary (16), on a tile boundary (32), and hold one-token samples. (Every
-// emulated shuffle is a barrier of 128 host threads, so the shapes are kept small.)
+// Sequences of 1, 37, 50, 67 and 70 tokens: a lone token, ends inside a 16-row block and a
+// 32-key tile, two and three key tiles; group sizes 2 and 3, kv_heads 1 and 2. Packed rows put
+// sample starts inside blocks, on a block boundary (16), on a tile boundary (32), and hold
+// one-token samples.
 const std::vector<Case>& Cases() {
   static const std::vector<Case> cases = {
-      {"gqa2_d64", 1, 37, 4, 2, 64, {}},
-      {"gqa3_d128", 1, 50, 3, 1, 128, {}},
-      {"packed_gqa2_d64", 2, 67, 2, 1, 64, {{20, 1, 30, 16}, {16, 16, 35}}},
+      {"one_token", 2, 1, 2, 1, 64, {}},
+      {"gqa2_d64", 2, 37, 4, 2, 64, {}},
+      {"gqa3_d128", 1, 70, 3, 1, 128, {}},
+      {"packed_gqa2_d64", 2, 67, 4, 2, 64, {{20, 1, 30, 16}, {16, 16, 35}}},
       {"packed_gqa2_d128", 2, 50, 2, 1, 128, {{32, 1, 17}, {7, 43}}},
   };
   return cases;
@@ -374,6 +377,116 @@ TEST_P(AttentionBodiesTest, MatchReferenceAndCpuKernelAndRoundOnlyOnStoreInBf16)
   ExpectBitwise(runs.bwd16.dk, RoundedToBf16(runs.bwd32_from_16.dk), c.name + " bf16 dk");
   ExpectBitwise(runs.bwd16.dv, RoundedToBf16(runs.bwd32_from_16.dv), c.name + " bf16 dv");
 }
+
+// Float forward and backward of one case (the runs the segment tests compare bitwise).
+struct FloatRun {
+  ForwardResult fwd;
+  BackwardResult bwd;
+};
+
+FloatRun RunFloat(const Case& c, const Inputs& in) {
+  absl::StatusOr<ForwardResult> fwd = Forward<FloatStorage>(c, in);
+  EXPECT_TRUE(fwd.ok()) << fwd.status();
+  if (!fwd.ok()) return {};
+  absl::StatusOr<BackwardResult> bwd = Backward<FloatStorage>(c, in, *fwd);
+  EXPECT_TRUE(bwd.ok()) << bwd.status();
+  if (!bwd.ok()) return {};
+  return FloatRun{*std::move(fwd), *std::move(bwd)};
+}
+
+// Packed samples never see each other: new values for every token of the odd-numbered samples
+// leave every result of the even-numbered samples' tokens bitwise unchanged.
+class AttentionBodiesPackedTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(AttentionBodiesPackedTest, OtherSamplesNeverChangeASamplesResults) {
+  const Case& c = GetParam();
+  const Inputs in = MakeInputs(c, 31);
+  Inputs changed = in;
+  const Inputs other = MakeInputs(c, 97);
+  const size_t q_row = static_cast<size_t>(c.q_heads) * c.head_dim;
+  const size_t kv_row = static_cast<size_t>(c.kv_heads) * c.head_dim;
+  auto odd = [&](size_t token) { return in.segments[token] % 2 == 1; };
+  const size_t tokens = static_cast<size_t>(c.batch) * c.seq;
+  for (size_t t = 0; t < tokens; ++t) {
+    if (!odd(t)) continue;
+    for (size_t i = t * q_row; i < (t + 1) * q_row; ++i) {
+      changed.q[i] = other.q[i];
+      changed.dout[i] = other.dout[i];
+    }
+    for (size_t i = t * kv_row; i < (t + 1) * kv_row; ++i) {
+      changed.k[i] = other.k[i];
+      changed.v[i] = other.v[i];
+    }
+  }
+  FloatRun a, b;
+  auto run_b = std::async(std::launch::async, [&] { b = RunFloat(c, changed); });
+  a = RunFloat(c, in);
+  run_b.get();
+  if (HasFailure()) return;
+  int differing_odd = 0;
+  for (size_t t = 0; t < tokens; ++t) {
+    const size_t batch = t / static_cast<size_t>(c.seq), s = t % static_cast<size_t>(c.seq);
+    auto same = [&](const std::vector<float>& x, const std::vector<float>& y, size_t first,
+                    size_t n) {
+      for (size_t i = first; i < first + n; ++i) {
+        if (FloatBits(x[i]) != FloatBits(y[i])) return false;
+      }
+      return true;
+    };
+    bool unchanged = same(a.fwd.out, b.fwd.out, t * q_row, q_row) &&
+                     same(a.bwd.dq, b.bwd.dq, t * q_row, q_row) &&
+                     same(a.bwd.dk, b.bwd.dk, t * kv_row, kv_row) &&
+                     same(a.bwd.dv, b.bwd.dv, t * kv_row, kv_row);
+    for (int h = 0; h < c.q_heads; ++h) {
+      const size_t stat = (batch * static_cast<size_t>(c.q_heads) + static_cast<size_t>(h)) *
+                              static_cast<size_t>(c.seq) +
+                          s;
+      unchanged = unchanged && same(a.fwd.lse, b.fwd.lse, stat, 1) &&
+                  same(a.bwd.delta, b.bwd.delta, stat, 1);
+    }
+    if (odd(t)) {
+      differing_odd += unchanged ? 0 : 1;
+    } else {
+      EXPECT_TRUE(unchanged) << c.name << ": token " << s << " of sequence " << batch
+                             << " (segment " << in.segments[t]
+                             << ") changed with other samples' values";
+    }
+  }
+  EXPECT_GT(differing_odd, 0) << "the perturbation changed nothing";
+}
+
+// With one segment per sequence the segment rules reduce to the causal ones bit for bit.
+TEST(AttentionBodiesSegmentsTest, OneSegmentPerSequenceIsBitwiseNoSegments) {
+  const Case plain{"gqa2_d64", 2, 37, 4, 2, 64, {}};
+  Case one_segment = plain;
+  one_segment.samples = {{37}, {37}};
+  const Inputs in = MakeInputs(plain, 41);
+  Inputs with_ids = in;
+  with_ids.segments = SegmentIds(one_segment);
+  FloatRun a, b;
+  auto run_b = std::async(std::launch::async, [&] { b = RunFloat(one_segment, with_ids); });
+  a = RunFloat(plain, in);
+  run_b.get();
+  if (HasFailure()) return;
+  ExpectBitwise(b.fwd.out, a.fwd.out, "out");
+  ExpectBitwise(b.fwd.lse, a.fwd.lse, "lse");
+  ExpectBitwise(b.bwd.dq, a.bwd.dq, "dq");
+  ExpectBitwise(b.bwd.dk, a.bwd.dk, "dk");
+  ExpectBitwise(b.bwd.dv, a.bwd.dv, "dv");
+}
+
+std::vector<Case> PackedCases() {
+  std::vector<Case> packed;
+  for (const Case& c : Cases()) {
+    if (!c.samples.empty()) packed.push_back(c);
+  }
+  return packed;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionBodiesPackedTest, ::testing::ValuesIn(PackedCases()),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return info.param.name;
+                         });
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionBodiesTest, ::testing::ValuesIn(Cases()),
                          [](const ::testing::TestParamInfo<Case>& info) {
