@@ -66,17 +66,19 @@ struct Case {
   // Per sequence, the lengths of the samples packed into it (summing to seq); empty: no
   // segment ids.
   std::vector<std::vector<int>> samples;
+  int first_id = 0;  // the id of each sequence's first sample (ids need only be non-decreasing)
 };
 
 float Scale(const Case& c) { return 1.0f / std::sqrt(static_cast<float>(c.head_dim)); }
 
-// [batch, seq] ids: sample k of a sequence has id k.
+// [batch, seq] ids: sample k of a sequence has id first_id + k.
 std::vector<int32_t> SegmentIds(const Case& c) {
   std::vector<int32_t> ids;
   for (const std::vector<int>& lengths : c.samples) {
     int total = 0;
     for (size_t k = 0; k < lengths.size(); ++k) {
-      ids.insert(ids.end(), static_cast<size_t>(lengths[k]), static_cast<int32_t>(k));
+      ids.insert(ids.end(), static_cast<size_t>(lengths[k]),
+                 static_cast<int32_t>(c.first_id + static_cast<int>(k)));
       total += lengths[k];
     }
     EXPECT_EQ(total, c.seq) << c.name << ": sample lengths must add up to seq";
@@ -298,17 +300,19 @@ CpuResult RunCpuKernel(const Case& c, const Inputs& in) {
   return r;
 }
 
-// Sequences of 1, 37, 50, 67 and 70 tokens: a lone token, ends inside a 16-row block and a
-// 32-key tile, two and three key tiles; group sizes 2 and 3, kv_heads 1 and 2. Packed rows put
-// sample starts inside blocks, on a block boundary (16), on a tile boundary (32), and hold
-// one-token samples.
+// Sequences of 1, 37, 50, 64, 67 and 70 tokens: a lone token, ends inside a 16-row block and a
+// 32-key tile, ends on a tile boundary, two and three key tiles; group sizes 1 (plain multi-head),
+// 2 and 3, kv_heads 1 and 2. Packed rows put sample starts inside blocks, on a block boundary
+// (16), on a tile boundary (32), hold one-token samples, and start their ids at 0 or at -1 (the
+// value the bodies use for slots past the sequence end).
 const std::vector<Case>& Cases() {
   static const std::vector<Case> cases = {
       {"one_token", 2, 1, 2, 1, 64, {}},
       {"gqa2_d64", 2, 37, 4, 2, 64, {}},
       {"gqa3_d128", 1, 70, 3, 1, 128, {}},
+      {"mha_d64_seq64", 1, 64, 2, 2, 64, {}},
       {"packed_gqa2_d64", 2, 67, 4, 2, 64, {{20, 1, 30, 16}, {16, 16, 35}}},
-      {"packed_gqa2_d128", 2, 50, 2, 1, 128, {{32, 1, 17}, {7, 43}}},
+      {"packed_gqa2_d128_ids_from_minus1", 2, 50, 2, 1, 128, {{32, 1, 17}, {7, 43}}, -1},
   };
   return cases;
 }
@@ -405,7 +409,7 @@ TEST_P(AttentionBodiesPackedTest, OtherSamplesNeverChangeASamplesResults) {
   const Inputs other = MakeInputs(c, 97);
   const size_t q_row = static_cast<size_t>(c.q_heads) * c.head_dim;
   const size_t kv_row = static_cast<size_t>(c.kv_heads) * c.head_dim;
-  auto odd = [&](size_t token) { return in.segments[token] % 2 == 1; };
+  auto odd = [&](size_t token) { return (in.segments[token] & 1) != 0; };
   const size_t tokens = static_cast<size_t>(c.batch) * c.seq;
   for (size_t t = 0; t < tokens; ++t) {
     if (!odd(t)) continue;
