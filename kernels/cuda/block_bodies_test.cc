@@ -29,6 +29,7 @@
 #include "kernels/cuda/launch_geometry.h"
 #include "kernels/cuda/rmsnorm_bodies.h"
 #include "kernels/cuda/testing/block_emulator.h"
+#include "kernels/cuda/testing/host_storage.h"
 #include "kernels/cuda/thread_bodies.h"
 
 namespace megatrain::kernels::cuda {
@@ -38,21 +39,8 @@ using testing::EmulatedGrid;
 using testing::EmulatedThread;
 using testing::RunEmulatedGrid;
 
-struct FloatStorage {
-  using T = float;
-  static constexpr double kOutputRounding = 0.0;
-  static float Load(float v) { return v; }
-  static float Make(float v) { return v; }
-};
-
-// bf16 in memory as raw bits, the host twin of bf16_storage.h (both round
-// to nearest even; bf16_storage_test compares the two bitwise).
-struct Bf16BitsStorage {
-  using T = uint16_t;
-  static constexpr double kOutputRounding = 1.0 / 256.0;
-  static float Load(uint16_t v) { return Bf16BitsToFloat32(v); }
-  static uint16_t Make(float v) { return Float32ToBf16Bits(v); }
-};
+using testing::Bf16BitsStorage;
+using testing::FloatStorage;
 
 constexpr double kFloatRel = 2e-5;
 constexpr double kFloatAbs = 1e-6;

@@ -28,6 +28,7 @@
 #include "kernels/cuda/attention_select.h"
 #include "kernels/cuda/cuda_test_util.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/testing/attention_reference.h"
 
 namespace megatrain::kernels::cuda {
 namespace {
@@ -38,65 +39,17 @@ using testing::RandomBf16Values;
 using testing::TestStream;
 using testing::ToBf16;
 
-// Naive causal GQA attention in double (layouts as ops.h).
-struct Reference {
-  std::vector<double> out, lse, dq, dk, dv;
-};
-
-Reference ReferenceAttention(const AttentionShape& s, const std::vector<float>& q,
-                             const std::vector<float>& k, const std::vector<float>& v,
-                             const std::vector<float>& dout) {
-  const int dim = s.head_dim, group = s.q_heads / s.kv_heads;
-  Reference r;
-  r.out.assign(q.size(), 0.0);
-  r.dq.assign(q.size(), 0.0);
-  r.dk.assign(k.size(), 0.0);
-  r.dv.assign(v.size(), 0.0);
-  r.lse.assign(size_t(s.batch) * s.q_heads * s.seq, 0.0);
-  auto at_q = [&](int b, int t, int h) { return ((int64_t{b} * s.seq + t) * s.q_heads + h) * dim; };
-  auto at_k = [&](int b, int t, int h) {
-    return ((int64_t{b} * s.seq + t) * s.kv_heads + h) * dim;
-  };
-  for (int b = 0; b < s.batch; ++b) {
-    for (int h = 0; h < s.q_heads; ++h) {
-      const int hk = h / group;
-      for (int i = 0; i < s.seq; ++i) {
-        const int64_t qi = at_q(b, i, h);
-        std::vector<double> p(i + 1);
-        double max_score = -INFINITY;
-        for (int j = 0; j <= i; ++j) {
-          double dot = 0.0;
-          for (int d = 0; d < dim; ++d) dot += double{q[qi + d]} * k[at_k(b, j, hk) + d];
-          p[j] = dot * s.softmax_scale;
-          max_score = std::max(max_score, p[j]);
-        }
-        double sum = 0.0;
-        for (int j = 0; j <= i; ++j) sum += std::exp(p[j] - max_score);
-        const double lse = max_score + std::log(sum);
-        r.lse[(int64_t{b} * s.q_heads + h) * s.seq + i] = lse;
-        for (int j = 0; j <= i; ++j) p[j] = std::exp(p[j] - lse);
-        double delta = 0.0;
-        for (int d = 0; d < dim; ++d) {
-          double acc = 0.0;
-          for (int j = 0; j <= i; ++j) acc += p[j] * v[at_k(b, j, hk) + d];
-          r.out[qi + d] = acc;
-          delta += double{dout[qi + d]} * acc;
-        }
-        for (int j = 0; j <= i; ++j) {
-          const int64_t kj = at_k(b, j, hk);
-          double dp = 0.0;
-          for (int d = 0; d < dim; ++d) dp += double{dout[qi + d]} * v[kj + d];
-          const double ds = p[j] * (dp - delta) * s.softmax_scale;
-          for (int d = 0; d < dim; ++d) {
-            r.dv[kj + d] += p[j] * dout[qi + d];
-            r.dq[qi + d] += ds * k[kj + d];
-            r.dk[kj + d] += ds * q[qi + d];
-          }
-        }
-      }
-    }
-  }
-  return r;
+// The double-precision reference (kernels/cuda/testing/attention_reference.h) of an ops.h
+// shape.
+testing::AttentionReferenceResult ReferenceAttention(const AttentionShape& s,
+                                                     const std::vector<float>& q,
+                                                     const std::vector<float>& k,
+                                                     const std::vector<float>& v,
+                                                     const std::vector<float>& dout) {
+  return testing::ReferenceAttention(
+      testing::AttentionReferenceShape{s.batch, s.seq, s.q_heads, s.kv_heads, s.head_dim,
+                                       s.softmax_scale},
+      q, k, v, dout);
 }
 
 std::vector<double> ToDouble(const std::vector<float>& v) { return {v.begin(), v.end()}; }
@@ -203,7 +156,7 @@ TEST_P(CudnnAttentionTest, MatchesOwnKernelAndReference) {
   }
   EXPECT_EQ(runs[0], runs[1]) << "cuDNN attention backward is not bitwise reproducible";
 
-  const Reference ref = ReferenceAttention(s, q, k, v, dout);
+  const testing::AttentionReferenceResult ref = ReferenceAttention(s, q, k, v, dout);
   using testing::ExpectClose;
   using testing::ExpectCloseToMax;
   ExpectClose(FromBf16(out.Download()), ref.out, 1e-2, 1e-2, "cudnn out vs reference");

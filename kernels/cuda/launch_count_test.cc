@@ -13,6 +13,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cuda/attention_bodies.h"
 #include "kernels/cuda/launch_geometry.h"
 #include "kernels/cuda/ops.h"
 
@@ -344,29 +345,83 @@ TEST_F(LaunchCountTest, HeadBlockPathLaunchesInOrder) {
   EXPECT_EQ(Arg<void*>(grad, 7), Fake(8));  // dlogits
 }
 
+void ExpectAttentionDims(const RecordedLaunch& launch, const AttentionShape& shape) {
+  const AttentionKernelDims dims = Arg<AttentionKernelDims>(launch, 0);
+  EXPECT_EQ(dims.batch, shape.batch);
+  EXPECT_EQ(dims.seq, shape.seq);
+  EXPECT_EQ(dims.q_heads, shape.q_heads);
+  EXPECT_EQ(dims.kv_heads, shape.kv_heads);
+  EXPECT_EQ(dims.scale, shape.softmax_scale);
+  EXPECT_EQ(dims.segments, shape.segments);
+}
+
+// The grids are AttentionLaunchOf's, the shapes attention_bodies_test replays on the CPU.
 TEST_F(LaunchCountTest, AttentionIsOneLaunchForwardAndThreeBackward) {
   AttentionShape shape;
-  shape.batch = 1;
-  shape.seq = 1024;
+  shape.batch = 2;
+  shape.seq = 1000;
   shape.q_heads = 32;
   shape.kv_heads = 8;
   shape.head_dim = 128;
   shape.softmax_scale = 0.088f;
+  shape.segments = Fake<const int32_t>(11);
+  const AttentionKernelDims dims{2, 1000, 32, 8, 0.088f, Fake<const int32_t>(11)};
+  constexpr size_t kDims = sizeof(AttentionKernelDims);
+  recorder_.arg_sizes = {{kDims, 8, 8, 8, 8, 8}};
   ASSERT_TRUE(
       AttentionForward(shape, Fake(1), Fake(2), Fake(3), Fake(4), Fake<float>(5), kStream).ok());
   ASSERT_EQ(recorder_.launches.size(), 1u);
-  const LaunchShape q_tiles = AttentionGrid(1024, 1, 32);
-  ExpectShape(recorder_.launches[0], q_tiles.blocks_x, q_tiles.blocks_y, kAttnThreads);
+  const RecordedLaunch& forward = recorder_.launches[0];
+  const LaunchShape q_tiles = AttentionLaunchOf<128>(AttentionPass::kForward, dims).shape;
+  ExpectShape(forward, q_tiles.blocks_x, q_tiles.blocks_y, kAttnThreads);
+  EXPECT_EQ(q_tiles.blocks_x, 63);  // ceil(1000 / 16) query blocks
+  EXPECT_EQ(q_tiles.blocks_y, 64);  // batch * q_heads
+  ExpectAttentionDims(forward, shape);
+  EXPECT_EQ(Arg<void*>(forward, 1), Fake(1));  // q
+  EXPECT_EQ(Arg<void*>(forward, 2), Fake(2));  // k
+  EXPECT_EQ(Arg<void*>(forward, 3), Fake(3));  // v
+  EXPECT_EQ(Arg<void*>(forward, 4), Fake(4));  // out
+  EXPECT_EQ(Arg<void*>(forward, 5), Fake(5));  // lse
+
   recorder_.launches.clear();
+  recorder_.arg_sizes = {
+      {kDims, 8, 8, 8}, {kDims, 8, 8, 8, 8, 8, 8, 8, 8}, {kDims, 8, 8, 8, 8, 8, 8, 8}};
   ASSERT_TRUE(AttentionBackward(shape, Fake(1), Fake(2), Fake(3), Fake(4), Fake(6), Fake<float>(5),
                                 Fake(7), Fake(8), Fake(9), Fake(10),
                                 AttentionBackwardWorkspaceBytes(shape), kStream)
                   .ok());
   ASSERT_EQ(recorder_.launches.size(), 3u);  // delta, dK/dV, dQ
-  const LaunchShape kv_tiles = AttentionGrid(1024, 1, 8);
-  ExpectShape(recorder_.launches[0], q_tiles.blocks_x, q_tiles.blocks_y, kAttnThreads);
-  ExpectShape(recorder_.launches[1], kv_tiles.blocks_x, kv_tiles.blocks_y, kAttnThreads);
-  ExpectShape(recorder_.launches[2], q_tiles.blocks_x, q_tiles.blocks_y, kAttnThreads);
+  const RecordedLaunch& delta = recorder_.launches[0];
+  const LaunchShape delta_tiles = AttentionLaunchOf<128>(AttentionPass::kDelta, dims).shape;
+  ExpectShape(delta, delta_tiles.blocks_x, delta_tiles.blocks_y, kAttnThreads);
+  ExpectAttentionDims(delta, shape);
+  EXPECT_EQ(Arg<void*>(delta, 1), Fake(4));   // out
+  EXPECT_EQ(Arg<void*>(delta, 2), Fake(6));   // dout
+  EXPECT_EQ(Arg<void*>(delta, 3), Fake(10));  // delta = the workspace
+  const RecordedLaunch& dkdv = recorder_.launches[1];
+  const LaunchShape kv_tiles = AttentionLaunchOf<128>(AttentionPass::kDkDv, dims).shape;
+  ExpectShape(dkdv, kv_tiles.blocks_x, kv_tiles.blocks_y, kAttnThreads);
+  EXPECT_EQ(kv_tiles.blocks_y, 16);  // batch * kv_heads
+  ExpectAttentionDims(dkdv, shape);
+  EXPECT_EQ(Arg<void*>(dkdv, 1), Fake(1));   // q
+  EXPECT_EQ(Arg<void*>(dkdv, 2), Fake(2));   // k
+  EXPECT_EQ(Arg<void*>(dkdv, 3), Fake(3));   // v
+  EXPECT_EQ(Arg<void*>(dkdv, 4), Fake(6));   // dout
+  EXPECT_EQ(Arg<void*>(dkdv, 5), Fake(5));   // lse
+  EXPECT_EQ(Arg<void*>(dkdv, 6), Fake(10));  // delta
+  EXPECT_EQ(Arg<void*>(dkdv, 7), Fake(8));   // dk
+  EXPECT_EQ(Arg<void*>(dkdv, 8), Fake(9));   // dv
+  const RecordedLaunch& dq = recorder_.launches[2];
+  const LaunchShape dq_tiles = AttentionLaunchOf<128>(AttentionPass::kDq, dims).shape;
+  ExpectShape(dq, dq_tiles.blocks_x, dq_tiles.blocks_y, kAttnThreads);
+  ExpectAttentionDims(dq, shape);
+  EXPECT_EQ(Arg<void*>(dq, 1), Fake(1));   // q
+  EXPECT_EQ(Arg<void*>(dq, 2), Fake(2));   // k
+  EXPECT_EQ(Arg<void*>(dq, 3), Fake(3));   // v
+  EXPECT_EQ(Arg<void*>(dq, 4), Fake(6));   // dout
+  EXPECT_EQ(Arg<void*>(dq, 5), Fake(5));   // lse
+  EXPECT_EQ(Arg<void*>(dq, 6), Fake(10));  // delta
+  EXPECT_EQ(Arg<void*>(dq, 7), Fake(7));   // dq
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "kernels/common/rope.h"
 #include "kernels/cuda/cuda_test_util.h"
 #include "kernels/cuda/embedding_grad_index.h"
+#include "kernels/cuda/testing/attention_reference.h"
 
 namespace megatrain::kernels::cuda {
 namespace {
@@ -402,68 +403,19 @@ void CheckRoundToBf16(const OpShape& shape, TestStream& stream) {
   EXPECT_EQ(out.Download(), ToBf16(in)) << n;
 }
 
-// Naive causal GQA attention in double: out, lse, and the gradients; with segment ids [batch,
-// seq] (empty = none) a key is visible only in the query's segment.
-struct AttentionReference {
-  std::vector<double> out, lse, dq, dk, dv;
-};
-
-AttentionReference ReferenceAttention(const AttentionShape& s, const std::vector<float>& q,
-                                      const std::vector<float>& k, const std::vector<float>& v,
-                                      const std::vector<float>& dout,
-                                      const std::vector<int32_t>& segments = {}) {
-  const int D = s.head_dim, group = s.q_heads / s.kv_heads;
-  AttentionReference r;
-  r.out.assign(q.size(), 0.0);
-  r.dq.assign(q.size(), 0.0);
-  r.dk.assign(k.size(), 0.0);
-  r.dv.assign(v.size(), 0.0);
-  r.lse.assign(static_cast<size_t>(s.batch) * s.q_heads * s.seq, 0.0);
-  auto qi = [&](int b, int t, int h) { return ((int64_t{b} * s.seq + t) * s.q_heads + h) * D; };
-  auto ki = [&](int b, int t, int h) { return ((int64_t{b} * s.seq + t) * s.kv_heads + h) * D; };
-  for (int b = 0; b < s.batch; ++b) {
-    for (int h = 0; h < s.q_heads; ++h) {
-      const int hk = h / group;
-      for (int i = 0; i < s.seq; ++i) {
-        std::vector<double> p(i + 1);
-        double mx = -INFINITY;
-        for (int j = 0; j <= i; ++j) {
-          const size_t row = size_t(b) * s.seq;
-          if (!segments.empty() && segments[row + j] != segments[row + i]) {
-            p[j] = -INFINITY;  // another sample: exp gives 0 below
-            continue;
-          }
-          double dot = 0.0;
-          for (int d = 0; d < D; ++d) dot += double{q[qi(b, i, h) + d]} * k[ki(b, j, hk) + d];
-          p[j] = dot * s.softmax_scale;
-          mx = std::max(mx, p[j]);
-        }
-        double se = 0.0;
-        for (int j = 0; j <= i; ++j) se += std::exp(p[j] - mx);
-        const double lse = mx + std::log(se);
-        r.lse[(int64_t{b} * s.q_heads + h) * s.seq + i] = lse;
-        for (int j = 0; j <= i; ++j) p[j] = std::exp(p[j] - lse);
-        for (int d = 0; d < D; ++d) {
-          double acc = 0.0;
-          for (int j = 0; j <= i; ++j) acc += p[j] * v[ki(b, j, hk) + d];
-          r.out[qi(b, i, h) + d] = acc;
-        }
-        double delta = 0.0;
-        for (int d = 0; d < D; ++d) delta += double{dout[qi(b, i, h) + d]} * r.out[qi(b, i, h) + d];
-        for (int j = 0; j <= i; ++j) {
-          double dp = 0.0;
-          for (int d = 0; d < D; ++d) dp += double{dout[qi(b, i, h) + d]} * v[ki(b, j, hk) + d];
-          const double ds = p[j] * (dp - delta) * s.softmax_scale;
-          for (int d = 0; d < D; ++d) {
-            r.dv[ki(b, j, hk) + d] += p[j] * dout[qi(b, i, h) + d];
-            r.dq[qi(b, i, h) + d] += ds * k[ki(b, j, hk) + d];
-            r.dk[ki(b, j, hk) + d] += ds * q[qi(b, i, h) + d];
-          }
-        }
-      }
-    }
-  }
-  return r;
+// The double-precision reference (kernels/cuda/testing/attention_reference.h) of an ops.h
+// shape; with segment ids [batch, seq] (empty = none) a key is visible only in the query's
+// segment.
+testing::AttentionReferenceResult ReferenceAttention(const AttentionShape& s,
+                                                     const std::vector<float>& q,
+                                                     const std::vector<float>& k,
+                                                     const std::vector<float>& v,
+                                                     const std::vector<float>& dout,
+                                                     const std::vector<int32_t>& segments = {}) {
+  return testing::ReferenceAttention(
+      testing::AttentionReferenceShape{s.batch, s.seq, s.q_heads, s.kv_heads, s.head_dim,
+                                       s.softmax_scale},
+      q, k, v, dout, segments);
 }
 
 void CheckAttention(const OpShape& shape, TestStream& stream) {
@@ -494,7 +446,7 @@ void CheckAttention(const OpShape& shape, TestStream& stream) {
     dk_runs.push_back(dk.Download());
   }
   EXPECT_EQ(dk_runs[0], dk_runs[1]) << "attention dk is not bitwise reproducible";
-  const AttentionReference ref = ReferenceAttention(s, q, k, v, dout);
+  const testing::AttentionReferenceResult ref = ReferenceAttention(s, q, k, v, dout);
   ExpectClose(FromBf16(out.Download()), ref.out, kBf16Rel, 1e-2, "attention out");
   ExpectClose(lse.Download(), ref.lse, 1e-5, 1e-4, "attention lse");
   // Gradients accumulate over up to seq * group terms from bf16 inputs (and
@@ -552,7 +504,7 @@ void CheckAttentionWithSegments(const OpShape& shape, TestStream& stream) {
                FromBf16(dk.Download()), FromBf16(dv.Download())};
   };
   const Run packed = run(s, q, k, v, dout, segments);
-  const AttentionReference ref = ReferenceAttention(s, q, k, v, dout, segments);
+  const testing::AttentionReferenceResult ref = ReferenceAttention(s, q, k, v, dout, segments);
   ExpectClose(packed.out, ref.out, kBf16Rel, 1e-2, "segment attention out");
   ExpectClose(packed.lse, ref.lse, 1e-5, 1e-4, "segment attention lse");
   ExpectClose(packed.dq, ref.dq, 2e-2, 2e-2, "segment attention dq");

@@ -1,14 +1,16 @@
-// The block emulator: one std::thread per thread of a block, a checking
-// barrier for __syncthreads and shuffles, blocks in order.
+// The block emulator: one fiber (ucontext) per thread of a block, all on the
+// calling thread, a checking barrier for __syncthreads and shuffles, blocks in
+// order.
 #include "kernels/cuda/testing/block_emulator.h"
 
-#include <atomic>
-#include <barrier>
+#include <ucontext.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
-#include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -43,11 +45,15 @@ struct Arrival {
 // Thrown out of a barrier once the run failed, to unwind every thread.
 struct RunAborted {};
 
-// State shared by the threads of one launch. The barrier is a std::barrier
-// (futex-based, far cheaper than a condition variable with hundreds of
-// waiters); its completion step, run once all threads arrived, compares what
-// each thread arrived at. Every failure goes through a barrier, so all
-// threads of the block see it at once and unwind together.
+// State shared by the threads of one launch. Each emulated thread is a fiber
+// with its own stack, and a barrier is a switch back to the scheduler
+// (RunFibers): it resumes the fibers in thread order (in reverse in every
+// other block), and once every one has arrived again it compares what each
+// arrived at. Two switches per thread and
+// barrier, where a std::thread per emulated thread cost a futex wake-up of
+// every thread per barrier (a hundred times slower on a few cores). Every
+// failure goes through a barrier, so all threads of the block see it at once
+// and unwind together.
 class LaunchState {
  public:
   explicit LaunchState(const EmulatedGrid& grid)
@@ -56,12 +62,12 @@ class LaunchState {
         exchange_(2 * static_cast<size_t>(grid.threads)),
         arrivals_(static_cast<size_t>(grid.threads)),
         problems_(static_cast<size_t>(grid.threads)),
-        barrier_(grid.threads, Completion{this}) {}
+        fibers_(static_cast<size_t>(grid.threads)) {}
 
   const EmulatedGrid& grid() const { return grid_; }
   void* shared() { return shared_.data(); }
   // Two exchange arrays, used by alternate shuffles: a thread writing one
-  // cannot disturb a slower thread still reading the other, and reusing one
+  // cannot disturb a later thread still to read the other, and reusing one
   // needs the barrier of the shuffle in between, which every reader passed.
   uint32_t* exchange(int64_t shuffle) {
     return exchange_.data() + (shuffle % 2) * static_cast<size_t>(grid_.threads);
@@ -75,21 +81,77 @@ class LaunchState {
     problems_[static_cast<size_t>(thread)] = std::move(problem);
     block_x_ = block_x;  // the same value from every thread of the block
     block_y_ = block_y;
-    barrier_.arrive_and_wait();
-    if (failed_.load(std::memory_order_acquire)) throw RunAborted{};
+    swapcontext(&fibers_[static_cast<size_t>(thread)].context, &scheduler_);
+    if (failed_) throw RunAborted{};
+  }
+
+  // Runs `thread_main(thread)` as one fiber per thread until all return.
+  void RunFibers(std::function<void(int)> thread_main) {
+    thread_main_ = std::move(thread_main);
+    for (int t = 0; t < grid_.threads; ++t) {
+      Fiber& fiber = fibers_[static_cast<size_t>(t)];
+      // Default-initialised: the pages are only touched as the stack grows.
+      fiber.stack.reset(new char[kStackBytes]);
+      getcontext(&fiber.context);
+      fiber.context.uc_stack.ss_sp = fiber.stack.get();
+      fiber.context.uc_stack.ss_size = kStackBytes;
+      fiber.context.uc_link = &scheduler_;  // where a fiber goes when thread_main returns
+      makecontext(&fiber.context, &FiberEntry, 0);
+    }
+    bool descending = false;  // this block's order (see the header)
+    int64_t blocks_started = 0;
+    for (;;) {
+      int finished = 0;
+      for (int i = 0; i < grid_.threads; ++i) {
+        const int t = descending ? grid_.threads - 1 - i : i;
+        Fiber& fiber = fibers_[static_cast<size_t>(t)];
+        if (fiber.finished) {
+          ++finished;
+          continue;
+        }
+        starting_launch = this;
+        starting_thread = t;
+        swapcontext(&scheduler_, &fiber.context);
+        if (fiber.finished) ++finished;
+      }
+      if (finished == grid_.threads) return;
+      // The threads leave together (after the last block's end, or unwinding
+      // from a failure), so a round where only some finished cannot happen.
+      if (finished != 0) {
+        std::fprintf(stderr, "block_emulator: %d of %d threads finished early\n", finished,
+                     grid_.threads);
+        std::abort();
+      }
+      Check();
+      if (arrivals_[0].kind == BarrierKind::kBlockStart) descending = blocks_started++ % 2 == 1;
+    }
   }
 
   std::string error() const { return error_; }
 
  private:
-  struct Completion {
-    LaunchState* state;
-    void operator()() noexcept { state->Check(); }
+  static constexpr size_t kStackBytes = 512 * 1024;
+
+  struct Fiber {
+    ucontext_t context;
+    std::unique_ptr<char[]> stack;
+    bool finished = false;
   };
 
+  // Which fiber FiberEntry starts (makecontext passes no pointer portably);
+  // read before the fiber first yields.
+  static thread_local LaunchState* starting_launch;
+  static thread_local int starting_thread;
+
+  static void FiberEntry() {
+    LaunchState* launch = starting_launch;
+    const int thread = starting_thread;
+    launch->thread_main_(thread);
+    launch->fibers_[static_cast<size_t>(thread)].finished = true;
+  }  // returns to uc_link: the scheduler
+
   void Check() {
-    const std::string where =
-        absl::StrCat("block (", block_x_.load(), ", ", block_y_.load(), "): ");
+    const std::string where = absl::StrCat("block (", block_x_, ", ", block_y_, "): ");
     for (int t = 0; t < grid_.threads && error_.empty(); ++t) {
       if (!problems_[static_cast<size_t>(t)].empty()) {
         error_ = absl::StrCat(where, "thread ", t, ": ", problems_[static_cast<size_t>(t)]);
@@ -100,7 +162,7 @@ class LaunchState {
                               " as its barrier #", arrivals_[static_cast<size_t>(t)].sequence);
       }
     }
-    if (!error_.empty()) failed_.store(true, std::memory_order_release);
+    if (!error_.empty()) failed_ = true;
   }
 
   const EmulatedGrid grid_;
@@ -108,11 +170,16 @@ class LaunchState {
   std::vector<uint32_t> exchange_;
   std::vector<Arrival> arrivals_;      // written by each thread before it arrives
   std::vector<std::string> problems_;  // likewise
-  std::atomic<int64_t> block_x_{0}, block_y_{0};
-  std::string error_;  // written only by the completion step
-  std::atomic<bool> failed_{false};
-  std::barrier<Completion> barrier_;
+  std::vector<Fiber> fibers_;
+  ucontext_t scheduler_;
+  std::function<void(int)> thread_main_;
+  int64_t block_x_ = 0, block_y_ = 0;
+  std::string error_;
+  bool failed_ = false;
 };
+
+thread_local LaunchState* LaunchState::starting_launch = nullptr;
+thread_local int LaunchState::starting_thread = 0;
 
 struct ThreadContext {
   LaunchState* launch = nullptr;
@@ -135,6 +202,7 @@ ThreadContext& Current() {
 void Barrier(ThreadContext& ctx, BarrierKind kind, std::string problem = "") {
   ctx.launch->Wait(ctx.position.thread, Arrival{kind, ctx.barriers_passed}, ctx.position.block_x,
                    ctx.position.block_y, std::move(problem));
+  current = &ctx;  // other fibers ran meanwhile
   ++ctx.barriers_passed;
 }
 
@@ -212,10 +280,7 @@ absl::Status RunEmulatedGrid(const EmulatedGrid& grid,
                                                    " threads is not a CUDA launch"));
   }
   LaunchState launch(grid);
-  std::vector<std::thread> threads;
-  threads.reserve(static_cast<size_t>(grid.threads));
-  for (int t = 0; t < grid.threads; ++t) threads.emplace_back(RunThread, &launch, t, &body);
-  for (std::thread& t : threads) t.join();
+  launch.RunFibers([&](int thread) { RunThread(&launch, thread, &body); });
   const std::string error = launch.error();
   if (!error.empty()) return absl::FailedPreconditionError(error);
   return absl::OkStatus();

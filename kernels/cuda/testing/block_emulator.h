@@ -1,13 +1,19 @@
 // A host-only CUDA block emulator for tests: runs a kernel body for every
-// (block, thread) of a grid, one std::thread per thread of a block, with real
-// __syncthreads semantics (a barrier that checks every thread reached the same
-// barrier), per-block shared memory, and warp shuffles through a per-block
-// exchange array. Blocks run one after another, so results are deterministic.
+// (block, thread) of a grid, one fiber (its own stack, ucontext) per thread of
+// a block, all on the calling thread, with real __syncthreads semantics (a
+// barrier that checks every thread reached the same barrier), per-block shared
+// memory, and warp shuffles through a per-block exchange array. Blocks run one
+// after another and, between two barriers, the threads of a block run one after
+// another, in thread order in even blocks and in reverse in odd ones, so
+// results are deterministic and a missing barrier shows (as a read of the
+// poison or of a value overwritten too early) whichever way round the two
+// threads of the race are, as soon as the grid has two blocks.
 //
 // The bodies reach the emulator through kernels/cuda/device_shim.h, whose host
-// side calls the Emulated* functions below; they act on the calling thread's
+// side calls the Emulated* functions below; they act on the running fiber's
 // emulated context (a thread_local set only while a Run is in progress: the
-// CUDA builtins it stands for are implicit per-thread state too).
+// CUDA builtins it stands for are implicit per-thread state too). Separate
+// host threads may run grids concurrently.
 //
 // Limits (stricter than CUDA, so a body that passes here is also legal there):
 // a shuffle is a block-wide step, so every thread of the block must shuffle

@@ -78,6 +78,34 @@ TEST(BlockEmulatorTest, EveryBlockAndThreadRunsOnceInBlockOrder) {
   for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(block_order[static_cast<size_t>(i)], i);
 }
 
+// Between two barriers the threads run one after another: in thread order in even blocks, in
+// reverse in odd ones, so a read that a missing barrier leaves unordered sees the poison in one
+// of them whichever thread writes.
+TEST(BlockEmulatorTest, ThreadsRunInOrderInEvenBlocksAndInReverseInOddOnes) {
+  constexpr int kThreads = 64;
+  std::vector<std::vector<int>> order(3);
+  std::vector<int> unordered_reads_poisoned(3, 0);
+  const absl::Status status = RunEmulatedGrid(
+      EmulatedGrid{3, 1, kThreads, kThreads * sizeof(float)}, [&](const EmulatedThread& t) {
+        order[static_cast<size_t>(t.block_x)].push_back(t.thread);
+        float* slots = static_cast<float*>(t.shared);
+        slots[t.thread] = 1.0f;
+        // No barrier: thread 0 reads thread 1's slot.
+        if (t.thread == 0 && std::isnan(slots[1])) ++unordered_reads_poisoned[t.block_x];
+        MT_SYNC_THREADS();
+      });
+  ASSERT_TRUE(status.ok()) << status;
+  for (int b = 0; b < 3; ++b) {
+    ASSERT_EQ(order[static_cast<size_t>(b)].size(), static_cast<size_t>(kThreads));
+    for (int i = 0; i < kThreads; ++i) {
+      EXPECT_EQ(order[static_cast<size_t>(b)][static_cast<size_t>(i)],
+                b % 2 == 0 ? i : kThreads - 1 - i)
+          << "block " << b << " position " << i;
+    }
+  }
+  EXPECT_EQ(unordered_reads_poisoned, (std::vector<int>{1, 0, 1}));
+}
+
 TEST(BlockEmulatorTest, SharedMemoryStartsPoisonedInEveryBlock) {
   std::atomic<int> poisoned{0};
   const absl::Status status =
