@@ -15,10 +15,7 @@
 namespace megatrain::engine {
 namespace {
 
-std::string TempPath(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  return std::string(tmp ? tmp : "/tmp") + "/" + name;
-}
+std::string TempPath(const std::string& name) { return ::testing::TempDir() + "/" + name; }
 
 TEST(CheckedInputFileTest, OpensARegularFileWithItsSize) {
   const std::string path = TempPath("plain.bin");
