@@ -1,16 +1,13 @@
 // Sample-set files: header checks, on-demand reads, and the writer (see sample_set_file.h).
 #include "engine/data/sample_set_file.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "engine/common/file_io.h"
-#include "engine/common/safe_files.h"
+#include "engine/data/checked_input_file.h"
 
 namespace megatrain::engine {
 namespace {
@@ -41,24 +38,12 @@ absl::StatusOr<SampleSetFile> SampleSetFile::Open(const std::string& path,
                                                   const InputFiles* inputs) {
   // Read on demand, never mapped: a file truncated under the run fails a read (DATA_LOSS)
   // instead of raising SIGBUS; a regular file only, so a FIFO cannot block the caller.
-  absl::StatusOr<UniqueFd> fd =
-      inputs != nullptr ? inputs->Duplicate(path) : OpenRegularFileForRead(path);
-  if (!fd.ok()) {
-    if (fd.status().code() == absl::StatusCode::kInvalidArgument) return fd.status();
-    return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", fd.status().message()));
-  }
-  struct stat st;
-  if (::fstat(fd->get(), &st) != 0) {
-    return absl::NotFoundError(absl::StrCat(path, ": cannot stat: ", std::strerror(errno)));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", path, "' is ", FileTypeName(st.st_mode), ", not a regular file"));
-  }
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  absl::StatusOr<CheckedInputFile> file = OpenCheckedInputFile(path, inputs);
+  if (!file.ok()) return file.status();
+  const uint64_t size = file->size;
   SampleSetFile f;
   f.path_ = path;
-  f.fd_ = *std::move(fd);
+  f.fd_ = std::move(file->fd);
   uint8_t header[kSampleSetHeaderBytes];
   if (size < kSampleSetHeaderBytes) {
     return absl::DataLossError(absl::StrCat(path, ": ", size, " bytes: truncated at offset ", size,

@@ -1,15 +1,12 @@
 // Token files, read on demand (see token_file.h).
 #include "engine/data/token_file.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "engine/common/file_io.h"
-#include "engine/common/safe_files.h"
+#include "engine/data/checked_input_file.h"
 
 namespace megatrain::engine {
 
@@ -38,24 +35,12 @@ absl::StatusOr<TokenFile> TokenFile::Open(const std::string& path, TokenFileForm
   // Read on demand, not mapped: a file truncated by its owner while a job uses it would turn a
   // mapped access into SIGBUS and take the daemon down (issue 16, point 4). A regular file only:
   // a FIFO would block the caller (the request thread at submit, the runner at run).
-  absl::StatusOr<UniqueFd> fd =
-      inputs != nullptr ? inputs->Duplicate(path) : OpenRegularFileForRead(path);
-  if (!fd.ok()) {
-    if (fd.status().code() == absl::StatusCode::kInvalidArgument) return fd.status();
-    return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", fd.status().message()));
-  }
-  struct stat st;
-  if (::fstat(fd->get(), &st) != 0) {
-    return absl::NotFoundError(absl::StrCat(path, ": cannot stat: ", std::strerror(errno)));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat("'", path, "' is ", FileTypeName(st.st_mode),
-                                                   ", not a regular file"));
-  }
+  absl::StatusOr<CheckedInputFile> file = OpenCheckedInputFile(path, inputs);
+  if (!file.ok()) return file.status();
   TokenFile f;
   f.path_ = path;
-  f.fd_ = *std::move(fd);
-  const size_t size = static_cast<size_t>(st.st_size);
+  f.fd_ = std::move(file->fd);
+  const size_t size = static_cast<size_t>(file->size);
   size_t header = 0;
   if (format == TokenFileFormat::kLlmc) {
     header = kLlmcHeaderInts * sizeof(int32_t);

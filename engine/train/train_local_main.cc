@@ -12,6 +12,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "engine/data/text_tokenizer.h"
 #include "engine/dist/mpi_communicator.h"
@@ -326,11 +327,15 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (quiet) return 0;
-  printf(
-      "trained %ld parameters for %lu steps: validation loss %.4f -> %.4f nats/token "
-      "(unigram entropy %.4f), median %.0f tokens/s\n",
-      static_cast<long>(result->parameters), static_cast<unsigned long>(o.steps),
-      result->initial_validation_loss, result->final_validation_loss, result->unigram_entropy_nats,
-      result->tokens_per_second);
+  // The unigram entropy is the bar to beat for text only (it is not computed for token files,
+  // and a sample set's loss counts only its masked targets).
+  const std::string entropy =
+      RunDataIsText(o) ? absl::StrFormat(" (unigram entropy %.4f)", result->unigram_entropy_nats)
+                       : "";
+  printf("trained %ld parameters for %lu steps: validation loss %.4f -> %.4f nats/token%s, "
+         "median %.0f tokens/s\n",
+         static_cast<long>(result->parameters), static_cast<unsigned long>(o.steps),
+         result->initial_validation_loss, result->final_validation_loss, entropy.c_str(),
+         result->tokens_per_second);
   return 0;
 }

@@ -270,10 +270,12 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
   progress(absl::StrFormat("model: %d parameters, %d layers, d=%d; data: %s%s",
                            result.parameters, config.num_hidden_layers, config.hidden_size,
                            DescribeData(*data, windows, options.trainer.seq_len),
-                           data->samples != nullptr
-                               ? ""
-                               : absl::StrFormat("; unigram entropy %.3f nats",
-                                                 result.unigram_entropy_nats)),
+                           // Computed for text only: token files carry no corpus, and a
+                           // sample set's loss counts only masked targets.
+                           RunDataIsText(options)
+                               ? absl::StrFormat("; unigram entropy %.3f nats",
+                                                 result.unigram_entropy_nats)
+                               : ""),
            true);
 
   absl::StatusOr<std::vector<WindowBatch>> validation_batches =

@@ -38,7 +38,7 @@ struct TrainingRunOptions {
   // model's eos id otherwise).
   std::string tokenizer = "bytes";
   // Pre-tokenized data instead of text (engine/data/token_file.h): files read
-  // as one stream, memory-mapped; token_format is "u16", "u32" or "llmc".
+  // as one stream, on demand with pread; token_format is "u16", "u32" or "llmc".
   std::vector<std::string> token_files;
   std::string token_format = "u16";
   // Set when a daemon's tokenizer process turned text_paths (byte tokenizer) into token_files
@@ -120,7 +120,7 @@ std::string TrainingJobJson(const TrainingRunOptions& options);
 ModelConfig TinyTextModelConfig();
 
 struct TrainingRunResult {
-  double unigram_entropy_nats = 0;  // of the training tokens: the bar to beat
+  double unigram_entropy_nats = 0;  // of a text run's training tokens (the bar to beat); else 0
   double initial_validation_loss = 0;
   double final_validation_loss = 0;
   double final_train_loss = 0;

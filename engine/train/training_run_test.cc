@@ -104,6 +104,29 @@ TEST_F(TextTrainingTest, ValidationFractionZeroTrainsWithoutEvaluating) {
   EXPECT_TRUE(std::isnan(r->final_validation_loss));
   EXPECT_TRUE(std::isfinite(r->final_train_loss));
   EXPECT_THAT(lines, ::testing::Contains(HasSubstr("no validation windows")));
+  // Text is a corpus: its unigram entropy is the bar the loss should beat.
+  EXPECT_THAT(lines, ::testing::Contains(HasSubstr("; unigram entropy ")));
+}
+
+// Raw token files carry no corpus statistic (the entropy is not computed), so none is printed
+// (it used to be "unigram entropy 0.000").
+TEST_F(TextTrainingTest, TokenFilesPrintNoUnigramEntropy) {
+  std::vector<uint16_t> tokens;
+  for (int i = 0; i < 400; ++i) tokens.push_back(static_cast<uint16_t>(1 + (i * 7) % 40));
+  const std::string path = dir_ + "/tokens.u16";
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(tokens.data()),
+             static_cast<std::streamsize>(tokens.size() * sizeof(uint16_t)));
+  TrainingRunOptions o = Options();
+  o.text_paths.clear();
+  o.token_files = {path};
+  o.token_format = "u16";
+  std::vector<std::string> lines;
+  absl::StatusOr<TrainingRunResult> r = RunTraining(
+      Config(41), o, [&lines](const std::string& line, bool) { lines.push_back(line); });
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(lines, ::testing::Contains(HasSubstr("400 tokens")));
+  EXPECT_THAT(lines, ::testing::Not(::testing::Contains(HasSubstr("unigram entropy"))));
 }
 
 TEST_F(TextTrainingTest, RefusesBadJsonlAndSmallVocabularies) {

@@ -6,18 +6,12 @@
 # (train_local, unreadable data on rank 1 only) aborts the job through MPI_Abort, naming itself.
 # The bound (120 s) is far above what each takes (seconds); it only catches a hang.
 set -uo pipefail
+source "$(dirname "$0")/dist_test_lib.sh"
 launch="$1"
 worker="$2"
 train="$3"
 config="$4"
 dir="${TEST_TMPDIR:-$(mktemp -d)}"
-
-expect_aborted() {  # expect_aborted NAME RC LOG
-  cat "$3"
-  echo "$1: mpirun exited $2"
-  [[ $2 -ne 0 ]] || { echo "FAIL: $1: the job exited 0"; exit 1; }
-  [[ $2 -ne 124 ]] || { echo "FAIL: $1: the job did not end within 120 s"; exit 1; }
-}
 
 timeout 120 "${launch}" 3 "${worker}" "${dir}/self" 3 1000 0 1 2 >"${dir}/self.log" 2>&1
 expect_aborted "self-kill" $? "${dir}/self.log"
@@ -28,11 +22,8 @@ grep -Eq "rank 1 .*(signal 9|Killed)" "${dir}/self.log" ||
 
 timeout 120 "${launch}" 3 "${worker}" "${dir}/outside" 3 1000 0 2 -1 >"${dir}/outside.log" 2>&1 &
 job=$!
-for ((i = 0; i < 1200; ++i)); do
-  [[ -s "${dir}/outside.pid" ]] && break
-  sleep 0.1
-done
-[[ -s "${dir}/outside.pid" ]] || { cat "${dir}/outside.log"; echo "FAIL: rank 2 never trained"; exit 1; }
+wait_for_path -s "${dir}/outside.pid" 1200 ||
+  { cat "${dir}/outside.log"; echo "FAIL: rank 2 never trained"; exit 1; }
 kill -9 "$(cat "${dir}/outside.pid")"
 wait "${job}"
 expect_aborted "kill -9 from outside" $? "${dir}/outside.log"

@@ -11,6 +11,7 @@
 # changes no result), so the job cannot have finished before the stop lands. The bound (120 s
 # after the stop) is far above what it takes (the 20 s timeout and a second).
 set -uo pipefail
+source "$(dirname "$0")/dist_test_lib.sh"
 launch="$1"
 train="$2"
 config="$3"
@@ -19,16 +20,10 @@ dir="${TEST_TMPDIR:-$(mktemp -d)}"
 host="$(cat /proc/sys/kernel/hostname)"
 job=(--config="${config}" --steps=8 --micro_batch=1 --seq_len=32 --accumulation=2 --eval_every=0
   --warmup=1 --threads=1 --optimizer_threads=1 --arena_mb=64 --checkpoint_every=2)
-step() { printf '%s/step-%012d' "$1" "$2"; }
 
 "${train}" "${job[@]}" --checkpoint_dir="${dir}/alone" 2>"${dir}/alone.log" ||
   { cat "${dir}/alone.log"; echo "FAIL: the one-process run failed"; exit 1; }
-cat >"${dir}/rank.sh" <<EOS
-#!/usr/bin/env bash
-echo \$\$ >"\${RANK_PID_PREFIX}\${OMPI_COMM_WORLD_RANK}.pid"
-exec "${train}" "\$@"
-EOS
-chmod +x "${dir}/rank.sh"
+write_pid_rank_script "${dir}/rank.sh" "${train}"
 
 stop_and_resume() {  # stop_and_resume NAME STOPPED_RANK REPORTING_RANK [FLAGS...]
   local name="$1" stopped="$2" reporting="$3"
@@ -38,11 +33,7 @@ stop_and_resume() {  # stop_and_resume NAME STOPPED_RANK REPORTING_RANK [FLAGS..
     --checkpoint_dir="${run}" --link_latency_us=50000 --collective_timeout_s=20 \
     >"${run}.log" 2>&1 &
   local mpirun=$!
-  for ((i = 0; i < 3000; ++i)); do
-    [[ -d "$(step "${run}" 2)" ]] && break
-    sleep 0.1
-  done
-  [[ -d "$(step "${run}" 2)" ]] || { cat "${run}.log"; echo "FAIL: ${name}: no checkpoint"; exit 1; }
+  wait_for_checkpoint "${run}" 2 "${run}.log" "${name}"
   local pid
   pid="$(cat "${run}.rank${stopped}.pid")"
   kill -STOP "${pid}"
@@ -50,9 +41,8 @@ stop_and_resume() {  # stop_and_resume NAME STOPPED_RANK REPORTING_RANK [FLAGS..
   wait "${mpirun}"
   local rc=$?
   local took=${SECONDS}
-  cat "${run}.log"
-  echo "${name}: mpirun exited ${rc} ${took} s after rank ${stopped} was stopped"
-  [[ ${rc} -ne 0 && ${rc} -ne 124 ]] || { echo "FAIL: ${name}: mpirun exited ${rc}"; exit 1; }
+  expect_aborted "${name}" "${rc}" "${run}.log"
+  echo "${name}: mpirun ended ${took} s after rank ${stopped} was stopped"
   ((took <= 120)) || { echo "FAIL: ${name}: the job took ${took} s to end"; exit 1; }
   grep -Eq "error: rank ${reporting} of 2 on host ${host}: collective .* at step [0-9]+ did not complete within 20 s" \
     "${run}.log" || { echo "FAIL: ${name}: no report naming rank ${reporting} and ${host}"; exit 1; }
@@ -70,26 +60,15 @@ stop_and_resume() {  # stop_and_resume NAME STOPPED_RANK REPORTING_RANK [FLAGS..
 
   timeout 300 "${launch}" 2 "${train}" "${job[@]}" "$@" --resume --checkpoint_dir="${run}" \
     2>"${run}.relaunched.log"
-  grep -Eq "resumed from .*step-00000000000[246] at step [246]" "${run}.relaunched.log" ||
-    { cat "${run}.relaunched.log"; echo "FAIL: ${name}: the relaunched job did not resume"; exit 1; }
-  grep "resumed from" "${run}.relaunched.log"
-  local f
-  for f in model.safetensors trainer_state.json; do
-    cmp "$(step "${dir}/alone" 8)/${f}" "$(step "${run}" 8)/${f}" ||
-      { echo "FAIL: ${name}: the relaunched job's ${f} differs"; exit 1; }
-  done
-  python3 "${same_optimizer}" "$(step "${dir}/alone" 8)" "$(step "${run}" 8)" ||
-    { echo "FAIL: ${name}: the relaunched job's optimizer state differs"; exit 1; }
-  echo "${name}: relaunched from its last checkpoint, it ends at the uninterrupted run's bits"
+  expect_resumed "${run}.relaunched.log" "${name}"
+  same_state "$(step "${dir}/alone" 8)" "$(step "${run}" 8)" \
+    "${name}: relaunched from its last checkpoint vs the uninterrupted run" "${same_optimizer}"
 }
 
 stop_and_resume replicated 0 1 --data_parallel
 stop_and_resume zero1 1 0 --data_parallel --zero1
 
 # A negative timeout is refused, naming the flag.
-if "${train}" "${job[@]}" --collective_timeout_s=-1 >"${dir}/negative.log" 2>&1; then
-  echo "FAIL: --collective_timeout_s=-1 was accepted"; exit 1
-fi
-grep -q "collective_timeout_s=-1 must be >= 0" "${dir}/negative.log" ||
-  { cat "${dir}/negative.log"; echo "FAIL: no reason given"; exit 1; }
+expect_refused "--collective_timeout_s=-1" "${dir}/negative.log" \
+  "collective_timeout_s=-1 must be >= 0" "${train}" "${job[@]}" --collective_timeout_s=-1
 echo PASS

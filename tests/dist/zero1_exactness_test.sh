@@ -4,27 +4,12 @@
 # losses, gradient norms and final weights of one process with accumulation W — for W = 2 and 3 —
 # on every rank.
 set -euo pipefail
+source "$(dirname "$0")/dist_test_lib.sh"
 launch="$1"
 worker="$2"
 dir="${TEST_TMPDIR:-$(mktemp -d)}"
 steps=4
-for world in 2 3; do
-  prefix="${dir}/w${world}"
-  "${worker}" "${prefix}" "${world}" "${steps}" 0
-  timeout 300 "${launch}" "${world}" "${worker}" "${prefix}" "${world}" "${steps}" zero1
-  [[ "$(wc -l <"${prefix}.accum.losses")" == "${steps}" ]] ||
-    { echo "FAIL: ${prefix}.accum.losses has not ${steps} steps"; exit 1; }
-  for ((r = 0; r < world; ++r)); do
-    for what in losses weights; do
-      cmp "${prefix}.accum.${what}" "${prefix}.rank${r}.${what}" || {
-        echo "FAIL: ZeRO-1 W=${world}: rank ${r}'s ${what} differ from accumulation ${world}"
-        diff "${prefix}.accum.losses" "${prefix}.rank${r}.losses" || true
-        exit 1
-      }
-    done
-  done
-  echo "ZeRO-1 W=${world}: every rank's losses and weights equal accumulation ${world} bit for bit"
-done
+ranks_equal_accumulation "${launch}" "${worker}" "${dir}" "${steps}" zero1 "ZeRO-1 "
 # A ZeRO-1 rank holds a shard of m and v: writing a checkpoint is refused, naming why, before
 # anything is written (per-shard checkpoints are not implemented yet).
 for ((r = 0; r < 3; ++r)); do
@@ -87,19 +72,14 @@ step_dir="$(ls -d "${dir}/zckpt2"/step-*)"
 # A sharded checkpoint missing a shard is refused, naming the file.
 cp -r "${step_dir}" "${dir}/broken"
 rm "${dir}/broken/optimizer-rank-00001-of-00002.safetensors"
-if DP_RESUME_FROM="${dir}/broken" "${worker}" "${dir}/broken_run" 2 "${steps}" 0 2>"${dir}/broken.err"; then
-  echo "FAIL: a checkpoint missing a shard loaded"; exit 1
-fi
-grep -q "optimizer-rank-00001-of-00002.safetensors" "${dir}/broken.err" ||
-  { echo "FAIL: the error does not name the missing shard: $(cat "${dir}/broken.err")"; exit 1; }
+expect_refused "a checkpoint missing a shard" "${dir}/broken.err" \
+  "optimizer-rank-00001-of-00002\.safetensors" \
+  env DP_RESUME_FROM="${dir}/broken" "${worker}" "${dir}/broken_run" 2 "${steps}" 0
 echo "a sharded checkpoint missing a shard is refused: $(cat "${dir}/broken.err")"
 DP_RESUME_FROM="${step_dir}" "${worker}" "${dir}/z2to3" 3 "${steps}" 0
 DP_RESUME_FROM="${step_dir}" timeout 300 "${launch}" 3 "${worker}" "${dir}/z2to3" 3 "${steps}" zero1
 for ((r = 0; r < 3; ++r)); do
-  for what in losses weights; do
-    cmp "${dir}/z2to3.accum.${what}" "${dir}/z2to3.rank${r}.${what}" ||
-      { echo "FAIL: 2 shards -> 3 ZeRO-1 ranks: rank ${r}'s ${what} differ"; exit 1; }
-  done
+  same_run "${dir}/z2to3.accum" "${dir}/z2to3.rank${r}" "2 shards -> 3 ZeRO-1 ranks: rank ${r}"
 done
 echo "sharded checkpoint of 2 ZeRO-1 ranks resumed on 3: bit for bit as one process"
 # Tied embeddings: replicated data parallelism is not accumulation's bits there (two contributions
@@ -108,16 +88,11 @@ echo "sharded checkpoint of 2 ZeRO-1 ranks resumed on 3: bit for bit as one proc
 timeout 300 "${launch}" 3 "${worker}" "${dir}/tied" 3 "${steps}" 1
 timeout 300 "${launch}" 3 "${worker}" "${dir}/tiedzero1" 3 "${steps}" tiedzero1
 for ((r = 0; r < 3; ++r)); do
-  for what in losses weights; do
-    cmp "${dir}/tied.rank${r}.${what}" "${dir}/tiedzero1.rank${r}.${what}" ||
-      { echo "FAIL: tied W=3: ZeRO-1 rank ${r}'s ${what} differ from replicated"; exit 1; }
-  done
+  same_run "${dir}/tied.rank${r}" "${dir}/tiedzero1.rank${r}" \
+    "tied W=3: ZeRO-1 rank ${r} vs replicated"
 done
 echo "tied W=3: ZeRO-1 equals replicated data parallelism bit for bit"
 # The check is not vacuous: the weights moved from one step to the next, so a rank that missed an
 # owner's broadcast would differ (accumulation 1 and 2 differ too).
-"${worker}" "${dir}/w1" 1 "${steps}" 0
-if cmp -s "${dir}/w1.accum.weights" "${dir}/w2.accum.weights"; then
-  echo "FAIL: accumulation 1 and 2 gave the same weights"; exit 1
-fi
+accumulation_changes_weights "${worker}" "${dir}" "${steps}"
 echo PASS
