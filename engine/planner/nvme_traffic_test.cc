@@ -25,7 +25,8 @@ constexpr uint64_t kGradOnNvme = kArray - kEmbeddingGrad;  // 5,241,362,432 (gra
 // parameters = 187,191,296 bytes. RAM holds the master 6,174,857,216 + the embedding's gradient
 // 933,494,784 + staging 5 slots x 3 kinds (m, v, grad) x 64 MiB = 1,006,632,960, i.e.
 // 8,114,984,960 of 10,737,418,240: 2,622,433,280 left hold 14 layers (2,620,678,144; 15 would
-// be 2,807,869,440). On NVMe: layers 15-28 and the final norm (1536*4 bytes).
+// be 2,807,869,440): entries 1-14. On NVMe: entries 15-28 (layers 14-27) and the final norm
+// (1536*4 bytes).
 constexpr uint64_t kLayerGrad = 187191296;
 constexpr uint64_t kGradOnNvmeUnderTenGib = 14 * kLayerGrad + 1536 * 4;  // 2,620,684,288
 static_assert(kGradOnNvme == 28 * kLayerGrad + 1536 * 4, "the layer's size by hand");
@@ -67,7 +68,7 @@ TEST(NvmeTrafficTest, QwenOnePointFiveBOnTheCpuDeviceUnderTenGib) {
   ASSERT_TRUE(p.ok()) << p.status();
   ASSERT_EQ(p->parameters, 1543714304);
   // The placement of the measured run: m, v and the gradients (but the embedding's and
-  // layers 1-14's) on NVMe.
+  // entries 1-14's) on NVMe.
   EXPECT_EQ(p->placement.tier(BufferKind::kMaster), Tier::kRam);
   EXPECT_EQ(p->placement.tier(BufferKind::kM), Tier::kNvme);
   EXPECT_EQ(p->placement.tier(BufferKind::kGrad), Tier::kNvme);

@@ -68,11 +68,19 @@ TEST(PlanPlacement, SevenBillionWith32GiBRamNeedsTheMasterOnNvmeToo) {
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->tier(BufferKind::kMaster), Tier::kNvme);
   EXPECT_EQ(p->tier(BufferKind::kGrad), Tier::kRam);
-  // With 24 GiB the gradients go too, but the embedding's (a scatter-add on the host).
+  // With 24 GiB the gradients go too; the RAM left over keeps whole entries' in forward order.
+  // By hand: staging 5 slots x 4 kinds x 64 MiB = 1342177280 B; the embedding's gradient
+  // 32000 x 4096 x 4 = 524288000 B; a layer's 202383360 x 4 = 809533440 B; 24 GiB -
+  // 1866465280 B = 23903338496 B hold 29 layers (23476469760 B), not 30.
   p = PlanPlacement(entries, {16 * kGiB, 24 * kGiB, "/nvme/megatrain", 1024 * kGiB});
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->tier(BufferKind::kGrad), Tier::kNvme);
   EXPECT_EQ(p->tier(BufferKind::kComputeCopy), Tier::kPinned);
+  ASSERT_EQ(entries[1][BufferKind::kGrad], 809533440u);
+  EXPECT_EQ(p->grad_kept_entries.size(), 30u);  // entry 0 (the embedding) and entries 1-29
+  EXPECT_EQ(p->grad_ram_entries, p->grad_kept_entries);
+  EXPECT_EQ(p->ram_used, uint64_t{1342177280} + 524288000 + 29 * uint64_t{809533440});
+  EXPECT_THAT(p->Table(), HasSubstr("of it in RAM: entries 0-29's)"));
   // With 1 GiB even the staging does not fit: the message says how much is missing and for what.
   absl::StatusOr<Placement> refused =
       PlanPlacement(entries, {16 * kGiB, 1 * kGiB, "/nvme/megatrain", 1024 * kGiB});
@@ -216,7 +224,8 @@ TEST(PlanPlacement, StagingIsChunksNotTheLargestEntry) {
   const uint64_t layer = entries[1][BufferKind::kGrad];
   ASSERT_EQ(layer, 187191296u);
   ASSERT_EQ(Total(entries, BufferKind::kMaster), 6174857216u);
-  EXPECT_EQ(p->grad_kept_entries, (std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}));
+  EXPECT_EQ(p->grad_kept_entries,
+            (std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}));
   EXPECT_EQ(p->of(BufferKind::kGrad).ram_resident, embedding + 14 * layer);
   EXPECT_EQ(p->ram_used, 6174857216u + 933494784u + 1006632960u + 2620678144u);
   EXPECT_EQ(p->nvme_used, 2 * Total(entries, BufferKind::kM) + Total(entries, BufferKind::kGrad) -
