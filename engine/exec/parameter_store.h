@@ -58,8 +58,10 @@ struct StorePlacement {
   // Needs states_on_nvme and a compute copy (bf16 or fp32).
   bool master_on_nvme = false;
   // The fp32 gradients in an NVMe file too (written by backward's copy-out,
-  // read back by the optimizer), but for grad_ram_entries (the embedding,
-  // whose gradient is a scatter-add of rows on the host).
+  // read back by the optimizer), but for grad_ram_entries, kept in RAM
+  // (grad_pinned says which kind): the embedding, whose gradient is a
+  // scatter-add of rows on the host, and the entries the placement keeps in
+  // the RAM left over (tiers::Placement::grad_ram_entries).
   bool grad_on_nvme = false;
   std::vector<int> grad_ram_entries;
   // The compute copy (bf16 or fp32, which must be enabled) in an NVMe file

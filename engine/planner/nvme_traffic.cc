@@ -66,7 +66,7 @@ NvmeEntryIo NvmeIoPerEntry(const std::vector<tiers::EntryBytes>& entries,
       io.optimizer_read[e] += static_cast<double>(entries[e][k]);
       io.optimizer_written[e] += static_cast<double>(entries[e][k]);
     }
-    if (p.tier(BufferKind::kGrad) == Tier::kNvme && !entries[e].grad_stays_in_ram) {
+    if (p.grad_on_nvme(static_cast<int>(e))) {
       io.gradient_bytes[e] = static_cast<double>(entries[e][BufferKind::kGrad]);
       io.optimizer_read[e] += io.gradient_bytes[e];
     }

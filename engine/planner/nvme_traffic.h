@@ -13,9 +13,10 @@ namespace megatrain::engine::planner {
 
 // What the engine moves per optimizer step of `micro_batches` micro-batches:
 //  - m, v and the master (when on NVMe): read once and written once by the optimizer pass;
-//  - the fp32 gradients on NVMe (all entries but the embedding's, which stays in RAM): written by
-//    backward's copy-out every micro-batch (the first overwrites; each later one reads the sum
-//    back and writes it again), then read once by the optimizer pass.
+//  - the fp32 gradients on NVMe (the entries Placement::grad_on_nvme names: not the embedding's,
+//    nor those the RAM left over keeps): written by backward's copy-out every micro-batch (the
+//    first overwrites; each later one reads the sum back and writes it again), then read once
+//    by the optimizer pass.
 //  - the compute copy on NVMe (all entries but the embedding's): written once by the optimizer
 //    pass, read by the weight copies `copy_reads_per_micro_batch` times per micro-batch
 //    (forward, backward, and the recompute of the layers below the top block: 3 with

@@ -70,7 +70,80 @@ void Recount(Placement& p, const PlacementOptions& options) {
   p.ram_used += p.staging_bytes;
 }
 
+// Step 3 of the policy (placement.h): with the gradient kind on NVMe, keeps whole entries'
+// gradients in RAM in forward order while the RAM budget holds them (staging shrinks with the
+// largest entry left on NVMe, so each candidate is tried with a full recount).
+void KeepWholeGradientsInRam(absl::Span<const EntryBytes> entries, uint64_t ram_budget,
+                             const PlacementOptions& options, Placement& p) {
+  KindPlacement& grad = p.kinds[static_cast<int>(BufferKind::kGrad)];
+  std::vector<bool> in_ram(entries.size());
+  for (size_t e = 0; e < entries.size(); ++e) in_ram[e] = entries[e].grad_stays_in_ram;
+  const auto apply = [&] {
+    grad.ram_resident = grad.largest_entry = 0;
+    for (size_t e = 0; e < entries.size(); ++e) {
+      const uint64_t bytes = entries[e][BufferKind::kGrad];
+      if (in_ram[e]) {
+        grad.ram_resident += bytes;
+      } else {
+        grad.largest_entry = std::max(grad.largest_entry, bytes);
+      }
+    }
+    Recount(p, options);
+  };
+  for (size_t e = 0; e < entries.size(); ++e) {
+    if (in_ram[e]) continue;
+    in_ram[e] = true;
+    apply();
+    if (p.ram_used > ram_budget) {
+      in_ram[e] = false;
+      apply();
+      break;
+    }
+    p.grad_kept_entries.push_back(static_cast<int>(e));
+  }
+  if (grad.ram_resident == grad.bytes) {
+    // Every gradient fits: the kind is back in (pageable) RAM, with no file and no staging.
+    grad.tier = Tier::kRam;
+    grad.ram_resident = 0;
+    p.grad_kept_entries.clear();
+    Recount(p, options);
+    return;
+  }
+  for (size_t e = 0; e < entries.size(); ++e) {
+    if (in_ram[e]) p.grad_ram_entries.push_back(static_cast<int>(e));
+  }
+}
+
+// "entries 1-12, 14's", "entry 3's".
+std::string DescribeEntries(const std::vector<int>& sorted) {
+  std::vector<std::string> runs;
+  for (size_t i = 0; i < sorted.size();) {
+    size_t j = i;
+    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
+    runs.push_back(i == j ? absl::StrCat(sorted[i]) : absl::StrCat(sorted[i], "-", sorted[j]));
+    i = j + 1;
+  }
+  return absl::StrCat(sorted.size() == 1 ? "entry " : "entries ", absl::StrJoin(runs, ", "),
+                      "'s");
+}
+
+// Whose bytes a kind on NVMe keeps in RAM, for the table: "the embedding's and entries 1-12's".
+std::string RamResidentWhose(const Placement& p, int kind) {
+  // Only the embedding's entry is marked to stay in RAM (its rows are used on the host).
+  if (static_cast<BufferKind>(kind) != BufferKind::kGrad || p.grad_kept_entries.empty()) {
+    return "the embedding's";
+  }
+  const bool embedding = p.grad_ram_entries.size() > p.grad_kept_entries.size();
+  return absl::StrCat(embedding ? "the embedding's and " : "",
+                      DescribeEntries(p.grad_kept_entries));
+}
+
 }  // namespace
+
+bool Placement::grad_on_nvme(int entry) const {
+  return tier(BufferKind::kGrad) == Tier::kNvme &&
+         !std::binary_search(grad_ram_entries.begin(), grad_ram_entries.end(), entry);
+}
 
 absl::StatusOr<Placement> PlanPlacement(absl::Span<const EntryBytes> entries,
                                         const TierBudgets& budgets,
@@ -184,8 +257,17 @@ absl::StatusOr<Placement> PlanPlacement(absl::Span<const EntryBytes> entries,
       }
       Recount(p, options);
     }
+    // 3. The RAM left over keeps whole entries' gradients.
+    const bool grad_asked = options.grad_on_nvme || options.compute_copy_on_nvme;
+    if (kind(BufferKind::kGrad).tier == Tier::kNvme && !grad_asked) {
+      KeepWholeGradientsInRam(entries, budgets.ram, options, p);
+    } else if (kind(BufferKind::kGrad).tier == Tier::kNvme) {
+      for (size_t e = 0; e < entries.size(); ++e) {
+        if (entries[e].grad_stays_in_ram) p.grad_ram_entries.push_back(static_cast<int>(e));
+      }
+    }
   }
-  // 3. Refuse what does not fit, saying how much is missing and for what.
+  // 4. Refuse what does not fit, saying how much is missing and for what.
   std::vector<std::string> missing;
   if (p.ram_used > budgets.ram) {
     std::vector<BufferKind> in_ram;
@@ -241,7 +323,7 @@ std::string Placement::Table() const {
                               fp32_copy ? "  (fp32: the master is on NVMe)" : "",
                               kp.tier == Tier::kNvme && kp.ram_resident > 0
                                   ? absl::StrCat("  (", FormatBytes(kp.ram_resident),
-                                                 " of it in RAM: the embedding's)")
+                                                 " of it in RAM: ", RamResidentWhose(*this, k), ")")
                                   : "",
                               kp.wanted_pinned ? "  (pageable: pinned budget full)" : ""));
   }

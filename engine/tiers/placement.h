@@ -55,7 +55,8 @@ struct PlacementOptions {
   // NvmeStateStoreOptions and StorePlacement::nvme_chunk_bytes.
   int staging_slots = 5;
   uint64_t chunk_bytes = kDefaultNvmeChunkBytes;
-  // The fp32 gradients on NVMe too (with m and v), even when RAM could hold them.
+  // Every fp32 gradient on NVMe (with m and v) but the grad_stays_in_ram entries', even when
+  // RAM could hold them (no RAM left over keeps whole entries' gradients, see PlanPlacement).
   bool grad_on_nvme = false;
   // The compute copy on NVMe too (implies master_on_nvme: on the CPU device the fp32 copy exists
   // only then), even when RAM could hold it.
@@ -71,7 +72,8 @@ struct KindPlacement {
   Tier tier = Tier::kAbsent;
   uint64_t bytes = 0;          // sum over entries
   uint64_t largest_entry = 0;  // bytes of the largest entry (of those that can go to NVMe)
-  // Bytes that stay in RAM when the kind is on NVMe (the embedding's gradient).
+  // Bytes that stay in RAM when the kind is on NVMe (the embedding's gradient and the
+  // gradients of Placement::grad_kept_entries).
   uint64_t ram_resident = 0;
   bool wanted_pinned = false;  // a copy endpoint that did not fit the pinned budget
 };
@@ -85,9 +87,17 @@ struct Placement {
   // The compute copy is an fp32 copy of the master added for master_on_nvme on the CPU device.
   bool compute_copy_fp32 = false;
   TierBudgets budgets;
+  // When the gradient kind is on NVMe, the entries whose gradient stays in RAM, ascending: the
+  // grad_stays_in_ram ones and grad_kept_entries. Empty otherwise.
+  std::vector<int> grad_ram_entries;
+  // Of those, the ones the RAM left over holds (whole entries in forward order).
+  std::vector<int> grad_kept_entries;
 
   const KindPlacement& of(BufferKind k) const { return kinds[static_cast<int>(k)]; }
   Tier tier(BufferKind k) const { return of(k).tier; }
+  // The per-entry answer for the gradients: on NVMe unless the kind is elsewhere or the entry
+  // is one of grad_ram_entries.
+  bool grad_on_nvme(int entry) const;
   bool any_on_nvme() const { return nvme_used > 0; }
   // One row per buffer kind (tier, bytes), the staging row and the use of each budget.
   std::string Table() const;
@@ -104,7 +114,12 @@ struct Placement {
 //     copy, read every micro-batch, stays in RAM. NVMe-resident kinds need staging_slots chunks
 //     of RAM each. master_on_nvme on the CPU device first adds the fp32 compute copy (see
 //     PlacementOptions).
-//  3. A plan that still does not fit fails with RESOURCE_EXHAUSTED: "needs X more bytes of <tier>
+//  3. When the gradients went to NVMe because RAM overflowed (not asked by grad_on_nvme or
+//     compute_copy_on_nvme), the RAM budget left after everything else (staging included) keeps
+//     the gradients of whole entries in forward order (entry 0, 1, ...: the optimizer pass reads
+//     them first, backward writes them last), stopping at the first entry that does not fit:
+//     grad_kept_entries. If every entry fits, the kind is back in pageable RAM.
+//  4. A plan that still does not fit fails with RESOURCE_EXHAUSTED: "needs X more bytes of <tier>
 //     for <kinds>". Bad budgets fail with INVALID_ARGUMENT naming the field.
 absl::StatusOr<Placement> PlanPlacement(absl::Span<const EntryBytes> entries,
                                         const TierBudgets& budgets,

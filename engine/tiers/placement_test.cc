@@ -68,11 +68,19 @@ TEST(PlanPlacement, SevenBillionWith32GiBRamNeedsTheMasterOnNvmeToo) {
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->tier(BufferKind::kMaster), Tier::kNvme);
   EXPECT_EQ(p->tier(BufferKind::kGrad), Tier::kRam);
-  // With 24 GiB the gradients go too, but the embedding's (a scatter-add on the host).
+  // With 24 GiB the gradients go too; the RAM left over keeps whole entries' in forward order.
+  // By hand: staging 5 slots x 4 kinds x 64 MiB = 1342177280 B; the embedding's gradient
+  // 32000 x 4096 x 4 = 524288000 B; a layer's 202383360 x 4 = 809533440 B; 24 GiB -
+  // 1866465280 B = 23903338496 B hold 29 layers (23476469760 B), not 30.
   p = PlanPlacement(entries, {16 * kGiB, 24 * kGiB, "/nvme/megatrain", 1024 * kGiB});
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->tier(BufferKind::kGrad), Tier::kNvme);
   EXPECT_EQ(p->tier(BufferKind::kComputeCopy), Tier::kPinned);
+  ASSERT_EQ(entries[1][BufferKind::kGrad], 809533440u);
+  EXPECT_EQ(p->grad_kept_entries.size(), 30u);  // entry 0 (the embedding) and entries 1-29
+  EXPECT_EQ(p->grad_ram_entries, p->grad_kept_entries);
+  EXPECT_EQ(p->ram_used, uint64_t{1342177280} + 524288000 + 29 * uint64_t{809533440});
+  EXPECT_THAT(p->Table(), HasSubstr("of it in RAM: entries 0-29's)"));
   // With 1 GiB even the staging does not fit: the message says how much is missing and for what.
   absl::StatusOr<Placement> refused =
       PlanPlacement(entries, {16 * kGiB, 1 * kGiB, "/nvme/megatrain", 1024 * kGiB});
@@ -209,12 +217,25 @@ TEST(PlanPlacement, StagingIsChunksNotTheLargestEntry) {
   EXPECT_EQ(p->tier(BufferKind::kM), Tier::kNvme);
   EXPECT_EQ(p->tier(BufferKind::kGrad), Tier::kNvme);
   EXPECT_EQ(p->tier(BufferKind::kMaster), Tier::kRam);
-  EXPECT_EQ(p->of(BufferKind::kGrad).ram_resident, embedding);
   EXPECT_EQ(p->staging_bytes, 5ull * 3 * (64ull << 20));
-  EXPECT_EQ(p->ram_used, Total(entries, BufferKind::kMaster) + embedding + p->staging_bytes);
+  // By hand: a layer is 46797824 params = 187191296 B; the master is 6174857216 B, the
+  // embedding's gradient 933494784 B, staging 1006632960 B, so 10 GiB - 8114984960 B =
+  // 2622433280 B are left, which hold 14 layers' gradients (2620678144 B), not 15.
+  const uint64_t layer = entries[1][BufferKind::kGrad];
+  ASSERT_EQ(layer, 187191296u);
+  ASSERT_EQ(Total(entries, BufferKind::kMaster), 6174857216u);
+  EXPECT_EQ(p->grad_kept_entries,
+            (std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}));
+  EXPECT_EQ(p->of(BufferKind::kGrad).ram_resident, embedding + 14 * layer);
+  EXPECT_EQ(p->ram_used, 6174857216u + 933494784u + 1006632960u + 2620678144u);
   EXPECT_EQ(p->nvme_used, 2 * Total(entries, BufferKind::kM) + Total(entries, BufferKind::kGrad) -
-                              embedding);
-  EXPECT_THAT(p->Table(), HasSubstr("of it in RAM: the embedding's"));
+                              embedding - 14 * layer);
+  EXPECT_FALSE(p->grad_on_nvme(0));
+  EXPECT_FALSE(p->grad_on_nvme(14));
+  EXPECT_TRUE(p->grad_on_nvme(15));
+  EXPECT_TRUE(p->grad_on_nvme(29));
+  EXPECT_THAT(p->Table(), HasSubstr("(3554172928 B (3.31 GiB) of it in RAM: the embedding's and "
+                                    "entries 1-14's)"));
   // Smaller chunks, smaller staging; asked for, the gradients move with RAM to spare.
   p = PlanPlacement(entries, {0, 64 * kGiB, "/nvme/megatrain", 60 * kGiB},
                     {.chunk_bytes = 1 << 20, .grad_on_nvme = true});
@@ -222,9 +243,65 @@ TEST(PlanPlacement, StagingIsChunksNotTheLargestEntry) {
   EXPECT_EQ(p->tier(BufferKind::kGrad), Tier::kNvme);
   EXPECT_EQ(p->tier(BufferKind::kM), Tier::kNvme);
   EXPECT_EQ(p->staging_bytes, 5ull * 3 * (1 << 20));
+  // Asked for, only the embedding's gradient stays in RAM, however much RAM is left.
+  EXPECT_EQ(p->grad_ram_entries, std::vector<int>{0});
+  EXPECT_TRUE(p->grad_kept_entries.empty());
+  EXPECT_EQ(p->of(BufferKind::kGrad).ram_resident, embedding);
+  EXPECT_THAT(p->Table(), HasSubstr("of it in RAM: the embedding's)"));
   // A chunk that is not a multiple of the gradient norm's 256 KiB chunk is refused by name.
   EXPECT_THAT(PlanPlacement(entries, budgets, {.chunk_bytes = 1000}).status().message(),
               HasSubstr("nvme_chunk_bytes=1000"));
+}
+
+// Four entries of 100 B per kind, none marked to stay in RAM, one staging slot of whole entries.
+std::vector<EntryBytes> FourEntries() {
+  std::vector<EntryBytes> entries(4);
+  for (EntryBytes& e : entries) {
+    e[BufferKind::kMaster] = e[BufferKind::kM] = e[BufferKind::kV] = e[BufferKind::kGrad] = 100;
+  }
+  return entries;
+}
+
+TEST(PlanPlacement, LeftOverRamKeepsWholeEntriesGradientsInForwardOrder) {
+  const auto entries = FourEntries();
+  const PlacementOptions one_slot{.staging_slots = 1};
+  // master 400 + staging of m, v, grad 300 = 700: 1 entry's gradient fits 820, 2 do not (900).
+  // (Every gradient in RAM with m and v moved needs 400 + 400 + 200 = 1000, over budget.)
+  absl::StatusOr<Placement> p = PlanPlacement(entries, {0, 820, "/nvme", 4000}, one_slot);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->tier(BufferKind::kGrad), Tier::kNvme);
+  EXPECT_EQ(p->grad_kept_entries, std::vector<int>{0});
+  EXPECT_EQ(p->grad_ram_entries, std::vector<int>{0});
+  EXPECT_EQ(p->of(BufferKind::kGrad).ram_resident, 100u);
+  EXPECT_EQ(p->ram_used, 800u);
+  EXPECT_EQ(p->nvme_used, 400u + 400u + 300u);
+  EXPECT_FALSE(p->grad_on_nvme(0));
+  EXPECT_TRUE(p->grad_on_nvme(1));
+  EXPECT_THAT(p->Table(), HasSubstr("(100 B (0.00 GiB) of it in RAM: entry 0's)"));
+  // With m and v moved, 1000 B would hold every gradient: 999 B moves them and keeps 2 (900).
+  p = PlanPlacement(entries, {0, 999, "/nvme", 4000}, one_slot);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->grad_kept_entries, (std::vector<int>{0, 1}));
+  EXPECT_THAT(p->Table(), HasSubstr("of it in RAM: entries 0-1's)"));
+  // A compute copy of 300 B per entry moves after the gradients (RAM: staging 3 x 100 + 300 +
+  // the gradients' 100 = 700); then 3 gradients fit (1000), and the 4th too once the gradients'
+  // staging goes (400 + 600 = 1000): the kind is back in RAM, pageable, with no file.
+  std::vector<EntryBytes> with_copy = entries;
+  for (EntryBytes& e : with_copy) e[BufferKind::kComputeCopy] = 300;
+  p = PlanPlacement(with_copy, {0, 1000, "/nvme", 4000}, one_slot);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->tier(BufferKind::kComputeCopy), Tier::kNvme);
+  EXPECT_EQ(p->tier(BufferKind::kGrad), Tier::kRam);
+  EXPECT_TRUE(p->grad_ram_entries.empty());
+  EXPECT_FALSE(p->grad_on_nvme(3));
+  EXPECT_EQ(p->ram_used, 400u + 3 * 100u + 300u) << p->Table();
+  EXPECT_EQ(p->nvme_used, 400u * 3 + 1200u);
+  // Nothing left over: every gradient on NVMe.
+  p = PlanPlacement(entries, {0, 700, "/nvme", 4000}, one_slot);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->grad_ram_entries.empty());
+  EXPECT_TRUE(p->grad_on_nvme(0));
+  EXPECT_EQ(p->of(BufferKind::kGrad).ram_resident, 0u);
 }
 
 TEST(PlanPlacement, BadBudgetsNameTheField) {

@@ -4,7 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <string>
+#include <vector>
+
 #include "engine/device/cpu_device.h"
+#include "engine/tiers/test_dir.h"
 #include "engine/train/trainer.h"
 
 namespace megatrain::engine {
@@ -100,6 +105,38 @@ TEST(Zero1StoreTest, OptimizerStateOnlyForOwnedEntries) {
   const absl::StatusOr<ParameterStore> bad = ParameterStore::Create(**device, specs, wrong);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("1 flags for 2 entries"), std::string::npos);
+}
+
+// Ranks whose placements keep different entries' gradients in RAM (budgets that differ) reduce
+// in different pieces: the fingerprint CheckSameJob compares tells them apart, entry by entry.
+TEST(GradientLayoutFingerprintTest, SaysWhichEntriesGradientsAreOnNvme) {
+  absl::Status usable;
+  const std::string dir = tiers::FreshTestDir("grad_fingerprint", &usable);
+  if (!usable.ok()) GTEST_SKIP() << "no O_DIRECT scratch directory: " << usable;
+  DeviceOptions options;
+  options.kind = DeviceKind::kCpu;
+  options.arena_bytes = size_t{1} << 20;
+  options.pinned_budget_bytes = size_t{4} << 20;
+  absl::StatusOr<std::unique_ptr<CpuDevice>> device = CpuDevice::Create(options);
+  ASSERT_TRUE(device.ok()) << device.status();
+  std::vector<EntrySpec> specs(3);
+  for (EntrySpec& s : specs) s.elements = 70000;  // two 64 Ki-element chunks, the last short
+  const auto fingerprint = [&](const std::string& name, std::vector<int> ram_entries) {
+    StorePlacement p;
+    p.grad_on_nvme = true;
+    p.grad_ram_entries = std::move(ram_entries);
+    p.nvme_chunk_bytes = size_t{256} << 10;
+    p.nvme_dir = dir + "/" + name;
+    std::filesystem::create_directories(p.nvme_dir);
+    absl::StatusOr<ParameterStore> store = ParameterStore::Create(**device, specs, p);
+    EXPECT_TRUE(store.ok()) << store.status();
+    return store.ok() ? GradientLayoutFingerprint(*store) : std::string();
+  };
+  const std::string embedding_only = fingerprint("a", {0});
+  EXPECT_EQ(embedding_only, "70000 nvme:65536:4464 nvme:65536:4464 ");
+  const std::string kept_one_more = fingerprint("b", {0, 1});
+  EXPECT_EQ(kept_one_more, "70000 70000 nvme:65536:4464 ");
+  EXPECT_EQ(fingerprint("c", {0, 1}), kept_one_more);
 }
 
 TEST(Zero1TrainerTest, NeedsACommunicator) {

@@ -153,7 +153,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(Device& device, ModelCo
         placement->tier(tiers::BufferKind::kMaster) == tiers::Tier::kNvme;
     store_placement.compute_copy_fp32 = placement->compute_copy_fp32;
     store_placement.grad_on_nvme = placement->tier(tiers::BufferKind::kGrad) == tiers::Tier::kNvme;
-    store_placement.grad_ram_entries = {layout->embedding_entry()};
+    // The placement's per-entry answer: the embedding's and the entries the RAM left over holds.
+    store_placement.grad_ram_entries = placement->grad_ram_entries;
     store_placement.compute_copy_on_nvme =
         placement->tier(tiers::BufferKind::kComputeCopy) == tiers::Tier::kNvme;
     store_placement.compute_copy_ram_entries = {layout->embedding_entry()};

@@ -213,6 +213,67 @@ TEST(EverythingOnNvmeTest, GradientsAloneOnNvmeAreBitwiseIdentical) {
   ExpectBitwise(in_ram, TrainFiveSteps(o));
 }
 
+// Budgets under which the gradients spill to NVMe (RAM cannot hold them all once m and v moved)
+// and the RAM left over keeps the embedding's and layers 0-5's (entries 1-6): pageable RAM for
+// the master, 5 staging slots of one chunk for each of m, v and the gradients, those 7 entries'
+// gradients and half a layer's more. The pinned budget holds neither copy endpoint.
+TrainerOptions SomeGradientsInRam(const std::string& dir, size_t chunk_bytes) {
+  TrainerOptions o = BaseOptions();
+  auto device = MakeCpuDevice(size_t{32} << 20);
+  auto trainer = Trainer::Create(*device, TinyConfig(DeepNarrow()), o);
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  if (!trainer.ok()) return o;
+  const ParameterStore& store = (*trainer)->store();
+  const size_t master = store.total_elements() * sizeof(float);
+  size_t kept = 0;
+  for (int e = 0; e <= 6; ++e) kept += store.spec(e).elements * sizeof(float);
+  const size_t layer = store.spec((*trainer)->layout().layer_entry(6)).elements * sizeof(float);
+  EXPECT_GT(layer, chunk_bytes);  // staging is whole chunks
+  o.memory.enabled = true;
+  o.memory.nvme_chunk_bytes = chunk_bytes;
+  o.memory.budgets.pinned_ram = size_t{4} << 20;
+  o.memory.budgets.ram = master + 3 * 5 * chunk_bytes + kept + layer / 2;
+  o.memory.budgets.nvme_dir = dir;
+  o.memory.budgets.nvme_bytes = 4 * master;
+  return o;
+}
+
+TEST(EverythingOnNvmeTest, GradientsPartlyInRamPartlyOnNvmeAreBitwiseIdentical) {
+  absl::Status usable;
+  const std::string dir = tiers::FreshTestDir("grad_partly_in_ram", &usable);
+  if (!usable.ok()) GTEST_SKIP() << "no O_DIRECT scratch directory: " << usable;
+  const Outcome in_ram = TrainFiveSteps(BaseOptions());
+  ASSERT_EQ(in_ram.losses.size(), 5u);
+  const TrainerOptions partly = SomeGradientsInRam(dir, 2 * kSmallChunk);
+  {
+    auto device = MakeCpuDevice(size_t{32} << 20);
+    auto trainer = Trainer::Create(*device, TinyConfig(DeepNarrow()), partly);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    const ParameterStore& store = (*trainer)->store();
+    const ParameterLayout& layout = (*trainer)->layout();
+    ASSERT_NE(store.nvme_gradients(), nullptr);
+    EXPECT_FALSE(store.grad_on_nvme(layout.embedding_entry()));
+    for (int layer = 0; layer < 6; ++layer) {
+      EXPECT_FALSE(store.grad_on_nvme(layout.layer_entry(layer))) << layer;
+      EXPECT_NE(store.entry(layout.layer_entry(layer)).grad, nullptr) << layer;
+    }
+    for (int layer = 6; layer < DeepNarrow().layers; ++layer) {
+      EXPECT_TRUE(store.grad_on_nvme(layout.layer_entry(layer))) << layer;
+      EXPECT_EQ(store.entry(layout.layer_entry(layer)).grad, nullptr) << layer;
+    }
+    const std::string& table = (*trainer)->placement_table();
+    EXPECT_NE(table.find("of it in RAM: the embedding's and entries 1-6's)"), std::string::npos)
+        << table;
+  }
+  const Outcome tiered = TrainFiveSteps(partly);
+  ExpectBitwise(in_ram, tiered);
+  EXPECT_LE(tiered.pageable_bytes, partly.memory.budgets.ram);
+  // The same budgets with every gradient on NVMe (asked): the same bits again.
+  TrainerOptions all_on_nvme = partly;
+  all_on_nvme.memory.grad_on_nvme = true;
+  ExpectBitwise(tiered, TrainFiveSteps(all_on_nvme));
+}
+
 TEST(EverythingOnNvmeTest, ResumeFromACheckpointTakenWithEverythingOnNvmeIsBitwise) {
   absl::Status usable;
   const std::string dir = tiers::FreshTestDir("everything_on_nvme_resume", &usable);
