@@ -194,11 +194,15 @@ absl::Status DeviceJobEngine::Run(const std::string& job_id, const service::Vali
       {"initial_validation_loss", result->initial_validation_loss},
       {"final_validation_loss", result->final_validation_loss},
       {"final_train_loss", result->final_train_loss},
-      {"unigram_entropy_nats", result->unigram_entropy_nats},
       {"median_tokens_per_second", result->tokens_per_second},
       {"resumed_from_step", result->resumed_from_step},
       {"last_checkpoint", result->last_checkpoint},
   };
+  // Computed for text only (engine::RunDataIsText): a token file carries no corpus and a sample
+  // set's loss counts only masked targets, so there a 0 would read as a measured entropy.
+  if (engine::RunDataIsText(options)) {
+    summary["unigram_entropy_nats"] = result->unigram_entropy_nats;
+  }
   // Never through a symlink planted in the output directory (issue 16, point 1).
   if (absl::Status s =
           engine::WriteFileInDirectory(job.output_dir, "result.json", summary.dump(2) + "\n");

@@ -14,6 +14,14 @@ namespace {
 // is implementation-defined, which would make samples depend on the library.
 double UniformUnit(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
 
+// CANCELLED when options.interrupted asks to stop before generated token `n`.
+absl::Status CheckInterrupted(const SamplingOptions& options, int n) {
+  if (options.interrupted && options.interrupted()) {
+    return absl::CancelledError(absl::StrCat("generation interrupted before token ", n + 1));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int32_t ChooseToken(absl::Span<const float> logits, double temperature, double top_p,
@@ -106,6 +114,7 @@ absl::StatusOr<std::vector<int32_t>> Sampler::Generate(absl::Span<const int32_t>
   std::vector<int32_t> generated;
   std::vector<size_t> last;
   for (int n = 0; n < options.max_new_tokens; ++n) {
+    if (absl::Status s = CheckInterrupted(options, n); !s.ok()) return s;
     absl::StatusOr<std::vector<float>> logits = Forward({&sequence}, &last);
     if (!logits.ok()) return logits.status();
     const absl::Span<const float> row =
@@ -140,6 +149,7 @@ absl::StatusOr<std::vector<GreedyReply>> Sampler::GenerateGreedy(
       bool open = false;
       for (size_t r = 0; r < count; ++r) open = open || !replies[first + r].stopped;
       if (!open) break;
+      if (absl::Status s = CheckInterrupted(options, n); !s.ok()) return s;
       absl::StatusOr<std::vector<float>> logits = Forward(rows, &last);
       if (!logits.ok()) return logits.status();
       for (size_t r = 0; r < count; ++r) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <random>
 #include <vector>
@@ -27,6 +28,10 @@ struct SamplingOptions {
   // Only ids below this are chosen (a tokenizer smaller than the model's
   // vocabulary); 0 = every id.
   int64_t vocab_limit = 0;
+  // Polled before every forward, i.e. between generated tokens: true ends the generation with
+  // CANCELLED, so a long reply (a fine-tuning job's eval round: up to 8 prompts x 512 tokens)
+  // never delays a job's cancel or pause by more than one forward. Null: never asked.
+  std::function<bool()> interrupted;
 };
 
 // The next token from one row of logits. Greedy: the largest logit (lowest

@@ -1,7 +1,8 @@
 // Tests for the sampler: greedy generation from the llama_tiny golden fixture
 // equals an argmax over Trainer::Logits computed here, top-p -> 0 is greedy,
 // a seed fixes the sampled tokens, and greedy replies to several prompts, one
-// per micro-batch row, are each prompt's own greedy reply, cut at its stop token.
+// per micro-batch row, are each prompt's own greedy reply, cut at its stop token; a
+// generation asked to stop (SamplingOptions::interrupted) ends before its next forward.
 #include "engine/train/sampler.h"
 
 #include <gtest/gtest.h>
@@ -211,6 +212,37 @@ TEST(SamplerTest, GreedyRepliesPerRowEqualEachPromptAlone) {
   absl::StatusOr<std::vector<GreedyReply>> none = sampler.GenerateGreedy({}, greedy);
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(none->empty());
+}
+
+// The interruption is polled once per forward (not per prompt): asked to stop at its k-th poll,
+// a generation has run exactly k - 1 forwards and ends CANCELLED, in the middle of a reply.
+TEST(SamplerTest, InterruptedGenerationEndsBeforeItsNextForward) {
+  constexpr int kRows = 2;
+  TinyModel m = LoadLlamaTiny(kRows);
+  ASSERT_NE(m.trainer, nullptr);
+  Sampler sampler(*m.trainer, kContext, kRows);
+  SamplingOptions greedy;
+  greedy.max_new_tokens = 8;  // 3 prompts in 2 groups: up to 16 forwards
+  int polls = 0;
+  greedy.interrupted = [&polls] { return ++polls == 3; };
+  absl::StatusOr<std::vector<GreedyReply>> got =
+      sampler.GenerateGreedy({kPrompt, {7}, {33, 44}}, greedy);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kCancelled) << got.status();
+  EXPECT_EQ(polls, 3);
+
+  // Generate (one prompt) polls the same way.
+  polls = 0;
+  greedy.interrupted = [&polls] { return ++polls == 5; };
+  EXPECT_EQ(sampler.Generate(kPrompt, greedy).status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(polls, 5);
+
+  // Never asked to stop: the whole replies, each poll answered once per forward.
+  polls = 0;
+  greedy.interrupted = [&polls] { return ++polls == 0; };
+  absl::StatusOr<std::vector<GreedyReply>> whole =
+      sampler.GenerateGreedy({kPrompt, {7}, {33, 44}}, greedy);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(polls, 16);
 }
 
 TEST(ChooseTokenTest, GreedyTiesAndNucleus) {

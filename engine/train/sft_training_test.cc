@@ -259,6 +259,46 @@ TEST_F(SftTrainingTest, EvalPromptRepliesLeaveTrainingBitwiseUnchanged) {
   }
 }
 
+// A stop (a pause, a cancel) asked for in the middle of an eval round is noticed before the
+// round's next forward: the observer asks for it at its 3rd poll after step 1 (the poll before
+// step 2, then the first two forwards of the round after step 2). The round ends unreported and
+// the run stops before step 3 with step 2 kept. Counted in polls, never in time.
+TEST_F(SftTrainingTest, AStopDuringAnEvalRoundEndsTheRoundBeforeItsNextToken) {
+  class StopMidRound : public StepLosses {
+   public:
+    bool ShouldStop() override {
+      if (reports.size() == 1 && !stop) stop = ++polls_after_step_1 == 3;
+      return stop;
+    }
+    void OnLine(const std::string& line, bool) override { lines.push_back(line); }
+    void OnEvalReplies(uint64_t step, std::vector<EvalReplyReport>&) override {
+      rounds.push_back(step);
+    }
+    bool stop = false;
+    int polls_after_step_1 = 0;
+    std::vector<uint64_t> rounds;
+    std::vector<std::string> lines;
+  } observer;
+  TrainingRunOptions o = Options(true);
+  o.eval_every = 2;
+  o.steps = 5;
+  o.checkpoint_dir = dir_ + "/stop_mid_round";
+  // No stop ids: each reply runs its 5 tokens, so the round has 2 groups x 5 forwards to cut.
+  o.eval_prompts = {{"first", {1, 2, 3}}, {"second", {7, 7}}, {"third", {9, 8, 7, 6}}};
+  o.eval_reply_tokens = 5;
+  o.eval_vocab_limit = kVocab - 1;
+  absl::StatusOr<TrainingRunResult> r = RunTraining(Config(), o, observer);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled) << r.status();
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("stopped before step 3"));
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("checkpoint written"));
+  EXPECT_EQ(observer.polls_after_step_1, 3);
+  EXPECT_EQ(observer.rounds, std::vector<uint64_t>({0}));  // the round after step 2 unreported
+  EXPECT_EQ(observer.reports.size(), 2u);
+  EXPECT_THAT(
+      observer.lines,
+      ::testing::Contains(HasSubstr("the round after step 2 ended early: a stop was requested")));
+}
+
 TEST_F(SftTrainingTest, OverlongSamplesAreRefusedOrTruncatedAndReported) {
   std::vector<Sample> samples = MakeSamples(8, 3);
   Sample& long_one = samples[5];

@@ -96,15 +96,18 @@ std::string DescribeData(const TrainingData& data, const BatchSource& batches, i
 }
 
 // Replies to the run's eval prompts with the weights after the last step (see
-// TrainingRunOptions::eval_prompts).
+// TrainingRunOptions::eval_prompts); CANCELLED as soon as the observer asks to stop (polled
+// between generated tokens).
 absl::StatusOr<std::vector<EvalReplyReport>> EvalReplies(Trainer& trainer,
-                                                         const TrainingRunOptions& options) {
+                                                         const TrainingRunOptions& options,
+                                                         TrainingObserver& observer) {
   std::vector<std::vector<int32_t>> prompts;
   for (const EvalPrompt& p : options.eval_prompts) prompts.push_back(p.ids);
   SamplingOptions greedy;
   greedy.max_new_tokens = options.eval_reply_tokens;
   greedy.stop_tokens = options.eval_stop_ids;
   greedy.vocab_limit = options.eval_vocab_limit;
+  greedy.interrupted = [&observer] { return observer.ShouldStop(); };
   Sampler sampler(trainer, options.trainer.seq_len, options.trainer.micro_batch_size);
   absl::StatusOr<std::vector<GreedyReply>> replies = sampler.GenerateGreedy(prompts, greedy);
   if (!replies.ok()) return replies.status();
@@ -298,7 +301,16 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
   bool eval_prompts_on = !options.eval_prompts.empty() && writes_checkpoints;
   auto reply_to_eval_prompts = [&](uint64_t after_step) {
     if (!eval_prompts_on) return;
-    absl::StatusOr<std::vector<EvalReplyReport>> replies = EvalReplies(**trainer, options);
+    absl::StatusOr<std::vector<EvalReplyReport>> replies =
+        EvalReplies(**trainer, options, observer);
+    if (absl::IsCancelled(replies.status())) {
+      // A stop (cancel, pause, shutdown) asked for during the round: the round ends unreported
+      // and the loop's next ShouldStop ends the run; the next run's rounds are unaffected.
+      progress(absl::StrCat("eval prompts: the round after step ", after_step,
+                            " ended early: a stop was requested"),
+               true);
+      return;
+    }
     if (!replies.ok()) {
       eval_prompts_on = false;
       progress(absl::StrCat("eval prompts: no replies in this run: ", replies.status().message()),

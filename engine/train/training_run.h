@@ -153,7 +153,8 @@ class TrainingObserver {
   virtual void OnStep(const StepReport& report, double validation_loss) {
     (void)report, (void)validation_loss;
   }
-  // Polled between steps: true stops the run early with CANCELLED.
+  // Polled between steps and between the generated tokens of an eval round (eval_prompts):
+  // true stops the run early with CANCELLED (an eval round asked to stop ends unreported).
   virtual bool ShouldStop() { return false; }
   // Polled when stopping early: true = write a checkpoint of the last
   // completed step first (a pause or a daemon shutdown, not a cancel).

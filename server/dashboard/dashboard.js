@@ -2,8 +2,9 @@
 // step; server/dashboard_api.h) and, when the stream fails (an old browser, the stream cap, the
 // daemon gone), polls its JSON API every second instead, trying the stream again after 30 s of
 // successful polls. Draws the job list, the selected job's curves and layer bars (plain SVG),
-// memory per tier, checkpoints and the daemon's health; says "daemon unreachable" while fetches
-// fail. body[data-live] says which ("events" or "polling").
+// its latest eval replies (a fine-tuning job's data.eval_prompts), memory per tier, checkpoints
+// and the daemon's health; says "daemon unreachable" while fetches fail. body[data-live] says
+// which ("events" or "polling").
 "use strict";
 
 const POLL_MS = 1000;
@@ -207,6 +208,32 @@ function showCheckpoints(records, checks) {
   });
 }
 
+// The latest round of replies to the job's data.eval_prompts (a fine-tuning job), each prompt and
+// reply as text: job data never goes through innerHTML. Hidden when the job has none.
+function showEvalReplies(replies) {
+  $("eval").hidden = replies.length === 0;
+  const list = $("eval-replies");
+  list.replaceChildren();
+  if (!replies.length) return;
+  // One round, after its step's update (step 0: the model before any step).
+  const step = num(replies[0].step);
+  $("eval").dataset.step = String(step);
+  $("eval-step").textContent = step > 0 ? `after step ${step}` : "before training";
+  for (const r of replies) {
+    const li = document.createElement("li");
+    li.className = "eval-reply";
+    li.dataset.index = String(num(r.index) || 0);
+    const prompt = Object.assign(document.createElement("div"), { className: "prompt", textContent: r.prompt });
+    const reply = Object.assign(document.createElement("div"), { className: "reply", textContent: r.reply });
+    const meta = Object.assign(document.createElement("div"), {
+      className: "meta muted",
+      textContent: `${num(r.tokens) || 0} tokens${r.stopped ? "" : " (cut at eval_reply_tokens)"}`,
+    });
+    li.append(prompt, reply, meta);
+    list.append(li);
+  }
+}
+
 function showJob(detail, daemon) {
   const { job, history } = detail;
   const p = job.progress || {};
@@ -235,6 +262,7 @@ function showJob(detail, daemon) {
   showMemory(tiers, history, job.spec && job.spec.memory && job.spec.memory.nvme_bytes);
   showCheckpoints((detail.checkpoints && detail.checkpoints.checkpoints) || [],
     detail.checkpoint_checks || []);
+  showEvalReplies(history.eval_replies || []);
 }
 
 function unreachable(error) {

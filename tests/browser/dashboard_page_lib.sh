@@ -2,7 +2,10 @@
 # address, a training job long enough to watch (the tests end it), and `probe MODE`, which runs
 # dashboard_probe.py in headless Chromium (Debian's `chromium`) against the page. With
 # DASHBOARD_EXPOSED=1 set before sourcing, the daemon serves it exposed (TLS with a self-signed
-# certificate, a token, the login form) on 127.0.0.1 (--metrics_exposed).
+# certificate, a token, the login form) on 127.0.0.1 (--metrics_exposed). A test may set
+# DASHBOARD_DAEMON_FLAGS (more daemon flags) and define submit_dashboard_job (prints the id of
+# the job to watch, submitted its own way; it must run at least until the test ends it) before
+# sourcing.
 source "${TEST_SRCDIR:-$PWD/..}/megatrain/tests/server/daemon_test_lib.sh"
 command -v "${CHROMIUM:=chromium}" > /dev/null \
   || fail "chromium is not installed (Debian package 'chromium'; scripts/setup installs it)"
@@ -29,10 +32,15 @@ else
   PAGE_CURL=()
   BASE_URL="http://127.0.0.1:$PORT"
 fi
+DASHBOARD_FLAGS+=(${DASHBOARD_DAEMON_FLAGS[@]+"${DASHBOARD_DAEMON_FLAGS[@]}"})
 start_daemon "${DASHBOARD_FLAGS[@]}"
 curl -sf "${PAGE_CURL[@]}" "$BASE_URL/" | grep '<script src="dashboard.js">' > /dev/null || fail "no dashboard page"
-JOB=$(cli submit --model_config="$WORK/data/config.json" --text="$WORK/data/corpus.txt" \
-  --steps=1000000 --batch_size=2 --seq_len=32 --lr=1e-3)
+if declare -F submit_dashboard_job > /dev/null; then
+  JOB=$(submit_dashboard_job) || fail "submit the job to watch"
+else
+  JOB=$(cli submit --model_config="$WORK/data/config.json" --text="$WORK/data/corpus.txt" \
+    --steps=1000000 --batch_size=2 --seq_len=32 --lr=1e-3)
+fi
 await 120 "job $JOB running" state_is "$JOB" RUNNING
 await 120 "job $JOB's first step" step_at_least "$JOB" 1
 

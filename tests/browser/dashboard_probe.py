@@ -1,6 +1,6 @@
 """Drives the dashboard page of a running megatraind in headless Chromium (cdp.py) and checks
 its DOM. Every wait is on the page's state, with a bound.
-Usage: dashboard_probe.py live|unreachable|exposed URL JOB_ID LAYERS DAEMON_PID OUT_DIR
+Usage: dashboard_probe.py live|unreachable|exposed|eval_replies URL JOB_ID LAYERS DAEMON_PID OUT_DIR
   live:        the job is listed as RUNNING, its loss curve has points and grows, each layer has
                its four bars, the memory tiers and a healthy daemon are shown, a checkpoint's
                manifest matches its recorded hash; screenshots at a laptop's and a phone's
@@ -12,6 +12,12 @@ Usage: dashboard_probe.py live|unreachable|exposed URL JOB_ID LAYERS DAEMON_PID 
                runs with --ignore-certificate-errors): the token ($DASHBOARD_TOKEN) typed into the
                form logs in, the page shows the running job, follows the event stream, and its
                scripts cannot read the HttpOnly session cookie.
+  eval_replies: the job is a fine-tuning job with $EVAL_PROMPTS_JSON as its data.eval_prompts:
+               the job's detail shows a round of replies, one per prompt in order and as text (no
+               element made from a prompt's HTML, none of its handlers run), then a later round
+               without a reload (screenshot); then OUT_DIR/seen_live is written, the test pauses
+               the job and writes OUT_DIR/expected.json ({"step", "replies": [[prompt, reply]...]},
+               the daemon's last round), which the page must then show exactly.
 In every mode the page must follow the daemon's event stream (body[data-live] "events")."""
 
 import json
@@ -103,6 +109,46 @@ try:
             'document.getElementById("chart-loss").getAttribute("viewBox").split(" ")[2] <= 390 && '
             'document.documentElement.scrollWidth', 30)
         browser.screenshot(os.path.join(out_dir, "dashboard-phone.png"))
+    elif mode == "eval_replies":
+        browser.wait_for("the job's detail",
+                         f'document.getElementById("job").dataset.jobId === "{job_id}"', 60)
+        prompts = json.loads(os.environ["EVAL_PROMPTS_JSON"])
+        box = 'document.getElementById("eval")'
+        shown = ('JSON.stringify([...document.querySelectorAll("#eval-replies li.eval-reply")]'
+                 '.map(li => [li.querySelector(".prompt").textContent, '
+                 'li.querySelector(".reply").textContent]))')
+        report["first_round_step"] = int(browser.wait_for(
+            "a round of eval replies",
+            f'!{box}.hidden && document.querySelectorAll("#eval-replies li.eval-reply").length '
+            f'=== {len(prompts)} && {box}.dataset.step', 120))
+        first = json.loads(browser.evaluate(shown))
+        if [p for p, _ in first] != prompts:
+            raise AssertionError(f"prompts shown {[p for p, _ in first]}, expected {prompts}")
+        report["later_round_step"] = int(browser.wait_for(
+            "a later round of eval replies while the job trains",
+            f'Number({box}.dataset.step) > {report["first_round_step"]} && {box}.dataset.step',
+            180))
+        injected = browser.evaluate(
+            '!!document.getElementById("injected") || !!document.body.dataset.pwned || '
+            'document.querySelectorAll("#eval img").length > 0')
+        if injected:
+            raise AssertionError("a prompt's HTML became elements on the page")
+        browser.screenshot(os.path.join(out_dir, "dashboard-eval-replies.png"))
+        open(os.path.join(out_dir, "seen_live"), "w").close()
+        expected_path = os.path.join(out_dir, "expected.json")
+        deadline = time.monotonic() + 180
+        while not os.path.exists(expected_path):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no {expected_path} from the test within 180 s")
+            time.sleep(0.2)
+        with open(expected_path) as f:
+            expected = json.load(f)
+        # Both sides through the page's JSON.stringify: the same text compares equal.
+        want = f'JSON.stringify({json.dumps(expected["replies"])})'
+        browser.wait_for(
+            f"the daemon's last round (after step {expected['step']}) on the page",
+            f'{box}.dataset.step === "{int(expected["step"])}" && {shown} === {want}', 60)
+        report["final_round"] = expected
     elif mode == "unreachable":
         os.kill(int(daemon_pid), signal.SIGKILL)
         browser.wait_for("the page to say the daemon is unreachable",

@@ -102,6 +102,8 @@ TEST_F(DataSourcesTest, TokenFilesInU16AndLlmcFormats) {
   ASSERT_TRUE(result.is_object());
   EXPECT_LT(result["final_validation_loss"].get<double>(),
             result["initial_validation_loss"].get<double>());
+  // Token files carry no corpus: no unigram entropy is computed, so none is written (not a 0).
+  EXPECT_FALSE(result.contains("unigram_entropy_nats")) << result.dump();
 }
 
 TEST_F(DataSourcesTest, JsonlCorpusWithTheByteTokenizer) {
@@ -121,6 +123,9 @@ TEST_F(DataSourcesTest, JsonlCorpusWithTheByteTokenizer) {
   const nlohmann::json result = ReadResult(done.spec().output_dir());
   ASSERT_TRUE(result.is_object());
   EXPECT_GT(result["final_train_loss"].get<double>(), 0.0);
+  // Text: the unigram entropy of its training tokens, the bar its loss should beat.
+  ASSERT_TRUE(result.contains("unigram_entropy_nats")) << result.dump();
+  EXPECT_GT(result["unigram_entropy_nats"].get<double>(), 1.0);
 }
 
 TEST_F(DataSourcesTest, NvmeTierOnADiskDirectoryMatchesTheRamRun) {
