@@ -139,8 +139,9 @@ absl::StatusOr<std::string> RunTool(const ChatSamplesRequest& request, const std
   if (access(request.tool.c_str(), X_OK) != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "chat_tokenize_binary '", request.tool, "' cannot be run (", std::strerror(errno),
-        "): give megatraind --chat_tokenize_binary=<checkout>/tools/hf_chat/"
-        "megatrain_chat_tokenize after scripts/setup (docs/daemon.md)"));
+        "): scripts/install puts it beside megatraind (<prefix>/bin/megatrain_chat_tokenize, "
+        "the default); from a checkout give megatraind --chat_tokenize_binary=<checkout>/"
+        "tools/hf_chat/megatrain_chat_tokenize after scripts/setup (docs/daemon.md)"));
   }
   std::vector<std::string> argv = {request.tool, absl::StrCat("--model=", request.model_dir),
                                    absl::StrCat("--out=", stem, ".mtsft"),

@@ -19,6 +19,40 @@ extern char** environ;
 namespace megatrain::engine {
 namespace {
 
+// The offset of the first byte that does not belong to a well-formed UTF-8 sequence (RFC 3629:
+// no overlong forms, no surrogates, nothing above U+10FFFF), or npos.
+size_t FirstInvalidUtf8(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+    const unsigned char lead = byte(i);
+    size_t length = 0;
+    unsigned char low = 0x80, high = 0xBF;  // the allowed range of the second byte
+    if (lead < 0x80) {
+      length = 1;
+    } else if (lead >= 0xC2 && lead <= 0xDF) {
+      length = 2;
+    } else if (lead >= 0xE0 && lead <= 0xEF) {
+      length = 3;
+      if (lead == 0xE0) low = 0xA0;
+      if (lead == 0xED) high = 0x9F;
+    } else if (lead >= 0xF0 && lead <= 0xF4) {
+      length = 4;
+      if (lead == 0xF0) low = 0x90;
+      if (lead == 0xF4) high = 0x8F;
+    } else {
+      return i;
+    }
+    if (i + length > text.size()) return i;
+    for (size_t k = 1; k < length; ++k) {
+      const unsigned char c = byte(i + k);
+      if (k == 1 ? (c < low || c > high) : (c < 0x80 || c > 0xBF)) return i;
+    }
+    i += length;
+  }
+  return std::string::npos;
+}
+
 // Bounds what is kept of the tool's output: a reply's ids and text are far smaller.
 constexpr size_t kMaxOutputBytes = 16 << 20;
 
@@ -122,6 +156,11 @@ absl::StatusOr<std::string> RunChatTool(const std::vector<std::string>& argv) {
 
 absl::StatusOr<ChatPrompt> RenderChatPrompt(const std::string& tool, const std::string& model_dir,
                                             const std::string& user_prompt) {
+  // nlohmann::json::dump throws on invalid UTF-8; the user gets the byte instead.
+  if (const size_t bad = FirstInvalidUtf8(user_prompt); bad != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--prompt is not valid UTF-8 (byte ", bad, " of ", user_prompt.size(), ")"));
+  }
   nlohmann::json conversation;
   conversation["messages"] = {{{"role", "user"}, {"content", user_prompt}}};
   return RenderChatConversation(tool, model_dir, conversation.dump(), "--prompt");

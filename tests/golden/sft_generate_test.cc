@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -123,6 +124,18 @@ TEST(SftGenerateTest, BadConversationsAreNamed) {
       run({"--prompt=hi", R"(--conversation={"messages": [{"role": "user", "content": "hi"}]})"});
   EXPECT_EQ(both.exit_code, 1);
   EXPECT_NE(both.err.find("not both"), std::string::npos) << both.err;
+  // A lone continuation byte, then an overlong "/" and a surrogate: each refused at its byte,
+  // never a crash in the JSON encoder.
+  for (const auto& [prompt, offset] : std::vector<std::pair<std::string, int>>{
+           {"ok \x80", 3}, {"\xC0\xAF", 0}, {"ab\xED\xA0\x80", 2}}) {
+    const server::ChildResult invalid = run({absl::StrCat("--prompt=", prompt)});
+    EXPECT_EQ(invalid.exit_code, 1) << invalid.err;
+    EXPECT_NE(invalid.err.find(absl::StrCat("--prompt is not valid UTF-8 (byte ", offset)),
+              std::string::npos)
+        << invalid.err;
+  }
+  const server::ChildResult valid = run({"--prompt=caf\xC3\xA9 \xF0\x9F\x98\x80"});
+  EXPECT_EQ(valid.exit_code, 0) << valid.err;
   absl::StatusOr<server::ChildResult> plain = server::RunChildProcess(
       {"engine/train/sample", absl::StrCat("--model=", kExport), "--json"}, [] { return false; });
   ASSERT_TRUE(plain.ok()) << plain.status();
