@@ -565,6 +565,45 @@ nlohmann::json VenvPython(const std::string& program, const std::vector<std::str
   return nlohmann::json::parse(ran->out, nullptr, false);
 }
 
+// `ids` decoded by transformers' tokenizer of `checkpoint` (special tokens skipped), as the
+// JSON {"text": ...}; {} after a failed expectation.
+nlohmann::json TransformersDecode(const std::string& checkpoint, const std::vector<int32_t>& ids) {
+  return VenvPython(
+      "import json, os, sys\n"
+      "os.environ['HF_HUB_OFFLINE'] = os.environ['TRANSFORMERS_OFFLINE'] = '1'\n"
+      "from transformers import AutoTokenizer\n"
+      "t = AutoTokenizer.from_pretrained(sys.argv[1])\n"
+      "ids = [int(i) for i in sys.argv[2].split(',') if i]\n"
+      "print(json.dumps({'text': t.decode(ids, skip_special_tokens=True)}))\n",
+      {checkpoint, absl::StrJoin(ids, ",")});
+}
+
+// A trainer on a CPU device holding `checkpoint`'s weights (the trainer is destroyed first).
+struct CheckpointTrainer {
+  std::unique_ptr<CpuDevice> device;
+  std::unique_ptr<Trainer> trainer;
+};
+
+absl::StatusOr<CheckpointTrainer> LoadTrainer(const std::string& checkpoint, int micro_batch_size,
+                                              int seq_len) {
+  absl::StatusOr<ModelConfig> config = LoadModelConfig(checkpoint + "/config.json");
+  if (!config.ok()) return config.status();
+  DeviceOptions device_options;
+  device_options.arena_bytes = 64 << 20;
+  device_options.pinned_budget_bytes = 256 << 20;
+  absl::StatusOr<std::unique_ptr<CpuDevice>> device = CpuDevice::Create(device_options);
+  if (!device.ok()) return device.status();
+  TrainerOptions options;
+  options.micro_batch_size = micro_batch_size;
+  options.seq_len = seq_len;
+  options.collect_timeline = false;
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(**device, *config, options);
+  if (!trainer.ok()) return trainer.status();
+  absl::StatusOr<LoadedCheckpoint> loaded = LoadCheckpoint(checkpoint, **trainer);
+  if (!loaded.ok()) return loaded.status();
+  return CheckpointTrainer{*std::move(device), *std::move(trainer)};
+}
+
 // `sample --chat` on a fine-tuned checkpoint prints the reply that a greedy decode through our
 // own Logits path (engine Sampler on the checkpoint) gives from the prompt ids of transformers'
 // apply_chat_template(add_generation_prompt=True), decoded by transformers' tokenizer: the
@@ -598,22 +637,9 @@ TEST(ChatJobTest, SampleChatReplyEqualsGreedyDecodeOfTheTransformersPrompt) {
   const int32_t eos = rendered["eos"].get<int32_t>();
 
   constexpr int kContext = 128;
-  absl::StatusOr<ModelConfig> config = LoadModelConfig(checkpoint + "/config.json");
-  ASSERT_TRUE(config.ok()) << config.status();
-  DeviceOptions device_options;
-  device_options.arena_bytes = 64 << 20;
-  device_options.pinned_budget_bytes = 256 << 20;
-  absl::StatusOr<std::unique_ptr<CpuDevice>> device = CpuDevice::Create(device_options);
-  ASSERT_TRUE(device.ok()) << device.status();
-  TrainerOptions options;
-  options.micro_batch_size = 1;
-  options.seq_len = kContext;
-  options.collect_timeline = false;
-  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(**device, *config, options);
-  ASSERT_TRUE(trainer.ok()) << trainer.status();
-  absl::StatusOr<LoadedCheckpoint> loaded = LoadCheckpoint(checkpoint, **trainer);
+  absl::StatusOr<CheckpointTrainer> loaded = LoadTrainer(checkpoint, 1, kContext);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  Sampler sampler(**trainer, kContext);
+  Sampler sampler(*loaded->trainer, kContext);
 
   // With the stop at eos, and without it (so that a reply of exactly 16 tokens is compared even
   // when this briefly trained model ends its turn early).
@@ -628,14 +654,7 @@ TEST(ChatJobTest, SampleChatReplyEqualsGreedyDecodeOfTheTransformersPrompt) {
       EXPECT_EQ(reply->size(), 16u);
     }
     if (stop && !reply->empty() && reply->back() == eos) reply->pop_back();
-    const nlohmann::json text = VenvPython(
-        "import json, os, sys\n"
-        "os.environ['HF_HUB_OFFLINE'] = os.environ['TRANSFORMERS_OFFLINE'] = '1'\n"
-        "from transformers import AutoTokenizer\n"
-        "t = AutoTokenizer.from_pretrained(sys.argv[1])\n"
-        "ids = [int(i) for i in sys.argv[2].split(',') if i]\n"
-        "print(json.dumps({'text': t.decode(ids, skip_special_tokens=True)}))\n",
-        {checkpoint, absl::StrJoin(*reply, ",")});
+    const nlohmann::json text = TransformersDecode(checkpoint, *reply);
     ASSERT_TRUE(text.contains("text")) << text.dump();
 
     absl::StatusOr<ChildResult> sampled = RunChildProcess(
@@ -742,41 +761,21 @@ TEST(ChatJobTest, EvalPromptRepliesAreJobEventsAndLeaveTrainingUnchanged) {
       "print(json.dumps({'ids': ids, 'eos': t.eos_token_id, 'vocab': len(t)}))\n",
       {checkpoint, prompts[0], prompts[1]});
   ASSERT_TRUE(rendered.contains("ids")) << rendered.dump();
-  absl::StatusOr<ModelConfig> config = LoadModelConfig(checkpoint + "/config.json");
-  ASSERT_TRUE(config.ok()) << config.status();
-  DeviceOptions device_options;
-  device_options.arena_bytes = 64 << 20;
-  device_options.pinned_budget_bytes = 256 << 20;
-  absl::StatusOr<std::unique_ptr<CpuDevice>> device = CpuDevice::Create(device_options);
-  ASSERT_TRUE(device.ok()) << device.status();
-  TrainerOptions options;
-  options.micro_batch_size = 2;
-  options.seq_len = 128;
-  options.collect_timeline = false;
-  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(**device, *config, options);
-  ASSERT_TRUE(trainer.ok()) << trainer.status();
-  absl::StatusOr<LoadedCheckpoint> loaded = LoadCheckpoint(checkpoint, **trainer);
+  absl::StatusOr<CheckpointTrainer> loaded = LoadTrainer(checkpoint, 2, 128);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   SamplingOptions greedy;
   greedy.max_new_tokens = kReplyTokens;
   greedy.stop_tokens = {rendered["eos"].get<int32_t>()};
   greedy.vocab_limit = rendered["vocab"].get<int64_t>();
   absl::StatusOr<std::vector<engine::GreedyReply>> expected =
-      Sampler(**trainer, 128, 2)
+      Sampler(*loaded->trainer, 128, 2)
           .GenerateGreedy(rendered["ids"].get<std::vector<std::vector<int32_t>>>(), greedy);
   ASSERT_TRUE(expected.ok()) << expected.status();
   for (size_t i = 0; i < 2; ++i) {
     const v1::EvalReply& got = replies[4 + i].eval_reply();
     EXPECT_EQ(got.tokens(), (*expected)[i].ids.size()) << "prompt " << i;
     EXPECT_EQ(got.stopped(), (*expected)[i].stopped) << "prompt " << i;
-    const nlohmann::json text = VenvPython(
-        "import json, os, sys\n"
-        "os.environ['HF_HUB_OFFLINE'] = os.environ['TRANSFORMERS_OFFLINE'] = '1'\n"
-        "from transformers import AutoTokenizer\n"
-        "t = AutoTokenizer.from_pretrained(sys.argv[1])\n"
-        "ids = [int(i) for i in sys.argv[2].split(',') if i]\n"
-        "print(json.dumps({'text': t.decode(ids, skip_special_tokens=True)}))\n",
-        {checkpoint, absl::StrJoin((*expected)[i].ids, ",")});
+    const nlohmann::json text = TransformersDecode(checkpoint, (*expected)[i].ids);
     ASSERT_TRUE(text.contains("text")) << text.dump();
     EXPECT_EQ(got.reply(), text["text"].get<std::string>()) << "prompt " << i;
   }
