@@ -38,6 +38,7 @@
 #include "nlohmann/json.hpp"
 #include "server/child_process.h"
 #include "server/job_engine.h"
+#include "tests/server/engine_jobs.h"
 #include "tests/server/test_daemon.h"
 #include "tests/server/test_files.h"
 
@@ -55,48 +56,14 @@ using ::megatrain::engine::SamplingOptions;
 using ::megatrain::engine::Trainer;
 using ::megatrain::engine::TrainerOptions;
 using ::testing::HasSubstr;
-using ::testing::MatchesRegex;
 
 constexpr int kConversations = 48;
 
-std::unique_ptr<DeviceJobEngine> MakeEngine(TestDaemon& daemon, const std::string& chat_tool) {
-  DeviceJobEngineOptions options;
-  options.state_dir = daemon.settings().state_dir;
-  options.device = daemon.settings().device;
-  options.tokenize_binary = Runfile("engine/data/megatrain_tokenize");
-  options.chat_tokenize_binary = chat_tool;
-  absl::StatusOr<std::unique_ptr<DeviceJobEngine>> engine = DeviceJobEngine::Create(options);
-  EXPECT_TRUE(engine.ok()) << engine.status();
-  return engine.ok() ? std::move(*engine) : nullptr;
-}
-
 std::string ChatTool() { return Runfile("tools/hf_chat/megatrain_chat_tokenize"); }
 
-std::string Submit(TestDaemon& daemon, const v1::JobSpec& spec) {
-  v1::SubmitJobRequest request;
-  *request.mutable_spec() = spec;
-  v1::Job job;
-  grpc::ClientContext context;
-  const grpc::Status s = daemon.stub().SubmitJob(&context, request, &job);
-  EXPECT_TRUE(s.ok()) << s.error_message();
-  return job.id();
-}
-
-grpc::Status Control(TestDaemon& daemon, const std::string& id, bool pause) {
-  grpc::ClientContext context;
-  v1::Job job;
-  if (pause) {
-    v1::JobRef r;
-    r.set_id(id);
-    return daemon.stub().PauseJob(&context, r, &job);
-  }
-  v1::ResumeJobRequest r;
-  r.set_id(id);
-  return daemon.stub().ResumeJob(&context, r, &job);
-}
-
-nlohmann::json Result(const v1::JobSpec& spec) {
-  return nlohmann::json::parse(ReadAll(spec.output_dir() + "/result.json"), nullptr, false);
+// A real engine with the real megatrain_tokenize and `chat_tool` as its chat tokenizer.
+std::unique_ptr<DeviceJobEngine> MakeEngine(TestDaemon& daemon, const std::string& chat_tool) {
+  return MakeDeviceEngine(daemon, Runfile("engine/data/megatrain_tokenize"), chat_tool);
 }
 
 // Conversations whose replies follow a pattern a tiny model learns in a few steps.
@@ -156,6 +123,17 @@ std::string MakeHfModel(TestDaemon& daemon) {
   return hf;
 }
 
+// Starts `daemon` on a real engine with `chat_tool` (kept in `engine`) and makes its HF model
+// directory (the daemon's first job) into `hf`. Use under ASSERT_NO_FATAL_FAILURE.
+void StartWithHfModel(TestDaemon& daemon, const std::string& chat_tool,
+                      std::unique_ptr<DeviceJobEngine>& engine, std::string& hf) {
+  engine = MakeEngine(daemon, chat_tool);
+  ASSERT_NE(engine, nullptr);
+  daemon.Start(engine.get());
+  hf = MakeHfModel(daemon);
+  ASSERT_FALSE(hf.empty());
+}
+
 v1::JobSpec ChatSpec(TestDaemon& daemon, const std::string& hf, uint64_t steps) {
   v1::JobSpec spec = daemon.ValidSpec(steps);
   spec.mutable_model()->clear_config_json_path();
@@ -172,25 +150,19 @@ v1::JobSpec ChatSpec(TestDaemon& daemon, const std::string& hf, uint64_t steps) 
 
 TEST(ChatJobTest, ChatJobSucceedsWithFallingLossAndCarriesTheTokenizer) {
   TestDaemon daemon("chat_job");
-  std::unique_ptr<DeviceJobEngine> engine = MakeEngine(daemon, ChatTool());
-  ASSERT_NE(engine, nullptr);
-  daemon.Start(engine.get());
-  const std::string hf = MakeHfModel(daemon);
-  ASSERT_FALSE(hf.empty());
+  std::unique_ptr<DeviceJobEngine> engine;
+  std::string hf;
+  ASSERT_NO_FATAL_FAILURE(StartWithHfModel(daemon, ChatTool(), engine, hf));
 
   const v1::JobSpec spec = ChatSpec(daemon, hf, 12);
   const std::string id = Submit(daemon, spec);
   const v1::Job done = daemon.AwaitState(id, v1::SUCCEEDED, 12, 180);
   // <key>.json (the tool's summary), <key>.mtsft, and the job's link to it.
   const std::string tokens_dir = spec.output_dir() + "/tokens";
-  const std::vector<std::string> names = DirEntries(tokens_dir);
-  ASSERT_EQ(names.size(), 3u) << ::testing::PrintToString(names);
-  EXPECT_THAT(names[0], MatchesRegex("[0-9a-f]{64}\\.json"));
-  EXPECT_THAT(names[1], MatchesRegex("[0-9a-f]{64}\\.mtsft"));
-  EXPECT_EQ(names[2], id + ".mtsft");
+  std::vector<std::string> names;
+  ASSERT_NO_FATAL_FAILURE(ExpectTokenFiles(tokens_dir, id, ".mtsft", names));
   EXPECT_EQ(std::filesystem::read_symlink(tokens_dir + "/" + names[2]).string(), names[1]);
-  const nlohmann::json summary =
-      nlohmann::json::parse(ReadAll(tokens_dir + "/" + names[0]), nullptr, false);
+  const nlohmann::json summary = ReadJson(tokens_dir + "/" + names[0]);
   EXPECT_EQ(summary.value("samples", 0), kConversations);
   EXPECT_GT(summary.value("counted_tokens", 0), 0);
   EXPECT_LT(summary.value("counted_tokens", 0), summary.value("tokens", 0));
@@ -229,22 +201,16 @@ TEST(ChatJobTest, ChatJobSucceedsWithFallingLossAndCarriesTheTokenizer) {
     EXPECT_TRUE(chat_planned.ok()) << chat_planned.error_message();
   }
   daemon.AwaitState(Submit(daemon, samples), v1::SUCCEEDED, 12, 180);
-  const nlohmann::json from_file = Result(samples);
-  ASSERT_TRUE(from_file.is_object());
-  EXPECT_EQ(from_file["final_train_loss"].get<double>(), result["final_train_loss"].get<double>());
-  EXPECT_EQ(from_file["final_validation_loss"].get<double>(),
-            result["final_validation_loss"].get<double>());
+  ExpectSameResults(Result(samples), result, {"final_train_loss", "final_validation_loss"});
 }
 
 // `megatrain plan` / `submit` with the fine-tuning flags against the same daemon: the flags
 // land in the spec the daemon keeps, a bad value is refused naming the field (exit 4).
 TEST(ChatJobTest, TheCliFlagsSubmitAndPlanFineTuningJobs) {
   TestDaemon daemon("chat_cli");
-  std::unique_ptr<DeviceJobEngine> engine = MakeEngine(daemon, ChatTool());
-  ASSERT_NE(engine, nullptr);
-  daemon.Start(engine.get());
-  const std::string hf = MakeHfModel(daemon);
-  ASSERT_FALSE(hf.empty());
+  std::unique_ptr<DeviceJobEngine> engine;
+  std::string hf;
+  ASSERT_NO_FATAL_FAILURE(StartWithHfModel(daemon, ChatTool(), engine, hf));
   auto cli = [&](const std::string& command, const std::vector<std::string>& extra) {
     std::vector<std::string> argv = {Runfile("client/megatrain"), command,
                                      "--socket=" + daemon.settings().socket_path,
@@ -283,11 +249,9 @@ TEST(ChatJobTest, TheCliFlagsSubmitAndPlanFineTuningJobs) {
 
 TEST(ChatJobTest, BadLinesAndMissingPiecesAreNamed) {
   TestDaemon daemon("chat_bad");
-  std::unique_ptr<DeviceJobEngine> engine = MakeEngine(daemon, ChatTool());
-  ASSERT_NE(engine, nullptr);
-  daemon.Start(engine.get());
-  const std::string hf = MakeHfModel(daemon);
-  ASSERT_FALSE(hf.empty());
+  std::unique_ptr<DeviceJobEngine> engine;
+  std::string hf;
+  ASSERT_NO_FATAL_FAILURE(StartWithHfModel(daemon, ChatTool(), engine, hf));
 
   // A line without an assistant reply: the job fails with the tool's FILE:LINE message.
   const std::string bad = daemon.root() + "/data/bad.jsonl";
@@ -305,13 +269,7 @@ TEST(ChatJobTest, BadLinesAndMissingPiecesAreNamed) {
   EXPECT_TRUE(DirEntries(spec.output_dir() + "/tokens").empty());
 
   // Refused at submit, naming the field.
-  auto submit_error = [&](const v1::JobSpec& s) {
-    v1::SubmitJobRequest request;
-    *request.mutable_spec() = s;
-    v1::Job job;
-    grpc::ClientContext context;
-    return daemon.stub().SubmitJob(&context, request, &job);
-  };
+  auto submit_error = [&](const v1::JobSpec& s) { return TrySubmit(daemon, s); };
   v1::JobSpec no_model = ChatSpec(daemon, hf, 2);
   no_model.mutable_model()->clear_hf_directory();
   no_model.mutable_model()->set_config_json_path(daemon.root() + "/data/chat_model.json");
@@ -414,11 +372,9 @@ TEST(ChatJobTest, ChatAndTokenizerFilesSwappedAfterTheCheckAreNotRead) {
     std::filesystem::rename(data + "/hf/tokenizer.swap", data + "/hf/tokenizer.json");
     swapped = true;
   };
-  std::unique_ptr<DeviceJobEngine> engine = MakeEngine(daemon, ChatTool());
-  ASSERT_NE(engine, nullptr);
-  daemon.Start(engine.get());
-  const std::string hf = MakeHfModel(daemon);
-  ASSERT_FALSE(hf.empty());
+  std::unique_ptr<DeviceJobEngine> engine;
+  std::string hf;
+  ASSERT_NO_FATAL_FAILURE(StartWithHfModel(daemon, ChatTool(), engine, hf));
   const v1::JobSpec spec = ChatSpec(daemon, hf, 2);
   const v1::Job done = daemon.AwaitState(Submit(daemon, spec), v1::SUCCEEDED, 2, 180);
   EXPECT_EQ(done.id(), "job-000002");
@@ -427,8 +383,7 @@ TEST(ChatJobTest, ChatAndTokenizerFilesSwappedAfterTheCheckAreNotRead) {
   EXPECT_EQ(ReadAll(data + "/hf/tokenizer.json"), "not a tokenizer");
   const std::vector<std::string> names = DirEntries(spec.output_dir() + "/tokens");
   ASSERT_EQ(names.size(), 3u) << ::testing::PrintToString(names);
-  const nlohmann::json summary =
-      nlohmann::json::parse(ReadAll(spec.output_dir() + "/tokens/" + names[0]), nullptr, false);
+  const nlohmann::json summary = ReadJson(spec.output_dir() + "/tokens/" + names[0]);
   EXPECT_EQ(summary.value("samples", 0), kConversations);
 }
 
@@ -443,11 +398,9 @@ TEST(ChatJobTest, CancelKillsTheChatTokenizer) {
   const std::string script = daemon.root() + "/stuck_chat_tokenize";
   std::ofstream(script) << "#!/bin/sh\necho $$ > " << fifo << "\nexec sleep 600\n";
   std::filesystem::permissions(script, std::filesystem::perms::owner_all);
-  std::unique_ptr<DeviceJobEngine> engine = MakeEngine(daemon, script);
-  ASSERT_NE(engine, nullptr);
-  daemon.Start(engine.get());
-  const std::string hf = MakeHfModel(daemon);
-  ASSERT_FALSE(hf.empty());
+  std::unique_ptr<DeviceJobEngine> engine;
+  std::string hf;
+  ASSERT_NO_FATAL_FAILURE(StartWithHfModel(daemon, script, engine, hf));
   const std::string id = Submit(daemon, ChatSpec(daemon, hf, 2));
   std::string text;  // bounded: 60 polls of a second
   for (int i = 0; i < 60 && text.find('\n') == std::string::npos; ++i) {
@@ -460,13 +413,7 @@ TEST(ChatJobTest, CancelKillsTheChatTokenizer) {
   close(reader);
   const pid_t pid = static_cast<pid_t>(std::atol(text.c_str()));
   ASSERT_GT(pid, 0) << "the chat tokenizer did not start";
-  {
-    grpc::ClientContext context;
-    v1::JobRef r;
-    r.set_id(id);
-    v1::Job job;
-    ASSERT_TRUE(daemon.stub().CancelJob(&context, r, &job).ok());
-  }
+  ASSERT_TRUE(Cancel(daemon, id).ok());
   daemon.AwaitState(id, v1::CANCELLED, 0, 60);
   EXPECT_EQ(kill(pid, 0), -1) << "chat tokenizer " << pid << " survived";
   EXPECT_EQ(errno, ESRCH);
@@ -474,11 +421,9 @@ TEST(ChatJobTest, CancelKillsTheChatTokenizer) {
 
 TEST(ChatJobTest, TrainOnPromptChangesTheLosses) {
   TestDaemon daemon("chat_prompt");
-  std::unique_ptr<DeviceJobEngine> engine = MakeEngine(daemon, ChatTool());
-  ASSERT_NE(engine, nullptr);
-  daemon.Start(engine.get());
-  const std::string hf = MakeHfModel(daemon);
-  ASSERT_FALSE(hf.empty());
+  std::unique_ptr<DeviceJobEngine> engine;
+  std::string hf;
+  ASSERT_NO_FATAL_FAILURE(StartWithHfModel(daemon, ChatTool(), engine, hf));
   const v1::JobSpec assistant_only = ChatSpec(daemon, hf, 4);
   v1::JobSpec with_prompt = ChatSpec(daemon, hf, 4);
   with_prompt.mutable_data()->set_train_on_prompt(true);
@@ -495,21 +440,17 @@ TEST(ChatJobTest, TrainOnPromptChangesTheLosses) {
 TEST(ChatJobTest, PausedRestartedAndResumedReusesTheSampleFileAndMatchesAStraightRun) {
   // The reference: the same job straight through, on its own daemon.
   TestDaemon reference("chat_straight");
-  std::unique_ptr<DeviceJobEngine> reference_engine = MakeEngine(reference, ChatTool());
-  ASSERT_NE(reference_engine, nullptr);
-  reference.Start(reference_engine.get());
-  const std::string reference_hf = MakeHfModel(reference);
-  ASSERT_FALSE(reference_hf.empty());
+  std::unique_ptr<DeviceJobEngine> reference_engine;
+  std::string reference_hf;
+  ASSERT_NO_FATAL_FAILURE(StartWithHfModel(reference, ChatTool(), reference_engine, reference_hf));
 
   // Held after step 3 (the runner's test hook: on state, whatever the machine's speed), paused,
   // the daemon restarted, and the job resumed from its checkpoint.
   TestDaemon daemon("chat_resume");
   daemon.settings().test_hold_after_step = 3;  // the one-step model job is not held
-  std::unique_ptr<DeviceJobEngine> engine = MakeEngine(daemon, ChatTool());
-  ASSERT_NE(engine, nullptr);
-  daemon.Start(engine.get());
-  const std::string hf = MakeHfModel(daemon);
-  ASSERT_FALSE(hf.empty());
+  std::unique_ptr<DeviceJobEngine> engine;
+  std::string hf;
+  ASSERT_NO_FATAL_FAILURE(StartWithHfModel(daemon, ChatTool(), engine, hf));
   // The same model bytes in both: copy the reference's directory over this one's.
   for (const char* name : {"config.json", "model.safetensors", "tokenizer.json",
                            "tokenizer_config.json"}) {
@@ -521,9 +462,7 @@ TEST(ChatJobTest, PausedRestartedAndResumedReusesTheSampleFileAndMatchesAStraigh
 
   const v1::JobSpec spec = ChatSpec(daemon, hf, 10);
   const std::string id = Submit(daemon, spec);
-  daemon.AwaitState(id, v1::RUNNING, 3, 180);
-  ASSERT_TRUE(Control(daemon, id, /*pause=*/true).ok());
-  const v1::Job paused = daemon.AwaitState(id, v1::PAUSED, 0, 120);
+  const v1::Job paused = PauseWhenHeld(daemon, id, 3, 180);
   ASSERT_EQ(paused.progress().step(), 3u);
   ASSERT_FALSE(paused.progress().last_checkpoint().empty());
   const std::string tokens_dir = spec.output_dir() + "/tokens";
@@ -534,7 +473,7 @@ TEST(ChatJobTest, PausedRestartedAndResumedReusesTheSampleFileAndMatchesAStraigh
 
   daemon.settings().test_hold_after_step = 0;
   daemon.Restart(engine.get());
-  ASSERT_TRUE(Control(daemon, id, /*pause=*/false).ok());
+  ASSERT_TRUE(Resume(daemon, id).ok());
   daemon.AwaitState(id, v1::SUCCEEDED, 10, 180);
   struct stat after {};
   ASSERT_EQ(stat((tokens_dir + "/" + names[1]).c_str(), &after), 0);
@@ -542,12 +481,9 @@ TEST(ChatJobTest, PausedRestartedAndResumedReusesTheSampleFileAndMatchesAStraigh
   EXPECT_EQ(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec);
   EXPECT_EQ(DirEntries(tokens_dir), names);
   const nlohmann::json resumed = Result(spec);
-  const nlohmann::json whole = Result(straight);
-  ASSERT_TRUE(resumed.is_object() && whole.is_object());
+  ASSERT_NO_FATAL_FAILURE(ExpectSameResults(resumed, Result(straight),
+                                            {"final_train_loss", "final_validation_loss"}));
   EXPECT_EQ(resumed["resumed_from_step"].get<uint64_t>(), 3u);
-  EXPECT_EQ(resumed["final_train_loss"].get<double>(), whole["final_train_loss"].get<double>());
-  EXPECT_EQ(resumed["final_validation_loss"].get<double>(),
-            whole["final_validation_loss"].get<double>());
 }
 
 // `python -c PROGRAM ARGS...` in scripts/setup's venv (transformers, no torch): its stdout as
@@ -612,11 +548,9 @@ absl::StatusOr<CheckpointTrainer> LoadTrainer(const std::string& checkpoint, int
 // checkpoint is run by hand, docs/fine_tuning.md.)
 TEST(ChatJobTest, SampleChatReplyEqualsGreedyDecodeOfTheTransformersPrompt) {
   TestDaemon daemon("chat_sample");
-  std::unique_ptr<DeviceJobEngine> engine = MakeEngine(daemon, ChatTool());
-  ASSERT_NE(engine, nullptr);
-  daemon.Start(engine.get());
-  const std::string hf = MakeHfModel(daemon);
-  ASSERT_FALSE(hf.empty());
+  std::unique_ptr<DeviceJobEngine> engine;
+  std::string hf;
+  ASSERT_NO_FATAL_FAILURE(StartWithHfModel(daemon, ChatTool(), engine, hf));
   const v1::Job done = daemon.AwaitState(Submit(daemon, ChatSpec(daemon, hf, 12)), v1::SUCCEEDED,
                                          12, 180);
   const std::string checkpoint = done.progress().last_checkpoint();
@@ -676,11 +610,9 @@ TEST(ChatJobTest, SampleChatReplyEqualsGreedyDecodeOfTheTransformersPrompt) {
 // job's losses equal those of the same job without prompts, bitwise.
 TEST(ChatJobTest, EvalPromptRepliesAreJobEventsAndLeaveTrainingUnchanged) {
   TestDaemon daemon("chat_eval");
-  std::unique_ptr<DeviceJobEngine> engine = MakeEngine(daemon, ChatTool());
-  ASSERT_NE(engine, nullptr);
-  daemon.Start(engine.get());
-  const std::string hf = MakeHfModel(daemon);
-  ASSERT_FALSE(hf.empty());
+  std::unique_ptr<DeviceJobEngine> engine;
+  std::string hf;
+  ASSERT_NO_FATAL_FAILURE(StartWithHfModel(daemon, ChatTool(), engine, hf));
   const std::vector<std::string> prompts = {
       "Summarize the following text in one sentence, please.", "Say \"hi\"\tin 日本語!"};
   constexpr int kReplyTokens = 12;
@@ -785,28 +717,18 @@ TEST(ChatJobTest, EvalPromptRepliesAreJobEventsAndLeaveTrainingUnchanged) {
   plain.mutable_hyper()->set_micro_batch_size(2);
   plain.mutable_data()->set_eval_every_steps(3);
   daemon.AwaitState(Submit(daemon, plain), v1::SUCCEEDED, 6, 180);
-  const nlohmann::json with_prompts = Result(spec);
-  const nlohmann::json without = Result(plain);
-  ASSERT_TRUE(with_prompts.is_object() && without.is_object());
-  for (const char* key : {"initial_validation_loss", "final_validation_loss", "final_train_loss"}) {
-    EXPECT_EQ(with_prompts[key].get<double>(), without[key].get<double>()) << key;
-  }
+  ExpectSameResults(Result(spec), Result(plain),
+                    {"initial_validation_loss", "final_validation_loss", "final_train_loss"});
 }
 
 // data.eval_prompts and eval_reply_tokens are refused at submit, naming the field.
 TEST(ChatJobTest, BadEvalPromptsAreRefusedNamingTheField) {
   TestDaemon daemon("chat_eval_bad");
-  std::unique_ptr<DeviceJobEngine> engine = MakeEngine(daemon, ChatTool());
-  ASSERT_NE(engine, nullptr);
-  daemon.Start(engine.get());
-  const std::string hf = MakeHfModel(daemon);
-  ASSERT_FALSE(hf.empty());
+  std::unique_ptr<DeviceJobEngine> engine;
+  std::string hf;
+  ASSERT_NO_FATAL_FAILURE(StartWithHfModel(daemon, ChatTool(), engine, hf));
   auto refused = [&](const v1::JobSpec& s, const std::string& field, const std::string& what) {
-    v1::SubmitJobRequest request;
-    *request.mutable_spec() = s;
-    v1::Job job;
-    grpc::ClientContext context;
-    const grpc::Status status = daemon.stub().SubmitJob(&context, request, &job);
+    const grpc::Status status = TrySubmit(daemon, s);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << field;
     EXPECT_THAT(status.error_message(), HasSubstr(field + ": "));
     EXPECT_THAT(status.error_message(), HasSubstr(what));

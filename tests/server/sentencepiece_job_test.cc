@@ -23,6 +23,7 @@
 #include "nlohmann/json.hpp"
 #include "server/child_process.h"
 #include "server/job_engine.h"
+#include "tests/server/engine_jobs.h"
 #include "tests/server/test_daemon.h"
 #include "tests/server/test_files.h"
 
@@ -39,13 +40,8 @@ class SentencePieceJobTest : public ::testing::Test {
     const std::string data = daemon_.root() + "/data";
     std::filesystem::copy_file(Runfile("tests/server/sp_fixture_corpus.txt"), data + "/sp.txt");
     std::filesystem::copy_file(Runfile("tests/server/sp_fixture.model"), data + "/sp.model");
-    DeviceJobEngineOptions options;
-    options.state_dir = daemon_.settings().state_dir;
-    options.device = daemon_.settings().device;
-    options.tokenize_binary = tokenize_binary;
-    absl::StatusOr<std::unique_ptr<DeviceJobEngine>> engine = DeviceJobEngine::Create(options);
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    engine_ = std::move(*engine);
+    engine_ = MakeDeviceEngine(daemon_, tokenize_binary);
+    ASSERT_NE(engine_, nullptr);
     daemon_.Start(engine_.get());
   }
 
@@ -59,38 +55,6 @@ class SentencePieceJobTest : public ::testing::Test {
     return spec;
   }
 
-  std::string Submit(const v1::JobSpec& spec) {
-    v1::SubmitJobRequest request;
-    *request.mutable_spec() = spec;
-    v1::Job job;
-    grpc::ClientContext context;
-    const grpc::Status s = daemon_.stub().SubmitJob(&context, request, &job);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return job.id();
-  }
-
-  grpc::Status Call(const std::string& method, const std::string& id) {
-    grpc::ClientContext context;
-    v1::Job job;
-    if (method == "cancel") {
-      v1::JobRef r;
-      r.set_id(id);
-      return daemon_.stub().CancelJob(&context, r, &job);
-    }
-    if (method == "pause") {
-      v1::JobRef r;
-      r.set_id(id);
-      return daemon_.stub().PauseJob(&context, r, &job);
-    }
-    v1::ResumeJobRequest r;
-    r.set_id(id);
-    return daemon_.stub().ResumeJob(&context, r, &job);
-  }
-
-  nlohmann::json Result(const v1::JobSpec& spec) {
-    return nlohmann::json::parse(ReadAll(spec.output_dir() + "/result.json"), nullptr, false);
-  }
-
   TestDaemon daemon_{"sentencepiece_job"};
   std::unique_ptr<DeviceJobEngine> engine_;
 };
@@ -98,19 +62,15 @@ class SentencePieceJobTest : public ::testing::Test {
 TEST_F(SentencePieceJobTest, EndsWithTheLossesOfTheToolsTokenFile) {
   StartDaemon();
   const v1::JobSpec spec = Spec(4);
-  const std::string id = Submit(spec);
+  const std::string id = Submit(daemon_, spec);
   const v1::Job done = daemon_.AwaitState(id, v1::SUCCEEDED, 4, 120);
   EXPECT_EQ(done.progress().tokens(), 4u * 2 * 32);
   // <key>.json (the tool's report), <key>.u16, and the job's link to it.
   const std::string tokens_dir = spec.output_dir() + "/tokens";
-  const std::vector<std::string> names = DirEntries(tokens_dir);
-  ASSERT_EQ(names.size(), 3u) << ::testing::PrintToString(names);
-  EXPECT_THAT(names[0], MatchesRegex("[0-9a-f]{64}\\.json"));
-  EXPECT_THAT(names[1], MatchesRegex("[0-9a-f]{64}\\.u16"));
-  EXPECT_EQ(names[2], id + ".u16");
+  std::vector<std::string> names;
+  ASSERT_NO_FATAL_FAILURE(ExpectTokenFiles(tokens_dir, id, ".u16", names));
   EXPECT_EQ(std::filesystem::read_symlink(tokens_dir + "/" + names[2]).string(), names[1]);
-  const nlohmann::json report =
-      nlohmann::json::parse(ReadAll(tokens_dir + "/" + names[0]), nullptr, false);
+  const nlohmann::json report = ReadJson(tokens_dir + "/" + names[0]);
   EXPECT_EQ(report.value("vocab_size", 0), 120);
   EXPECT_EQ(report.value("out", ""), tokens_dir + "/" + names[1]);
 
@@ -127,14 +87,11 @@ TEST_F(SentencePieceJobTest, EndsWithTheLossesOfTheToolsTokenFile) {
   by_hand.mutable_data()->clear_text_files();
   by_hand.mutable_data()->clear_tokenizer();
   by_hand.mutable_data()->add_token_files(direct);
-  daemon_.AwaitState(Submit(by_hand), v1::SUCCEEDED, 4, 120);
+  daemon_.AwaitState(Submit(daemon_, by_hand), v1::SUCCEEDED, 4, 120);
 
   const nlohmann::json a = Result(spec);
-  const nlohmann::json b = Result(by_hand);
-  ASSERT_TRUE(a.is_object() && b.is_object());
-  EXPECT_EQ(a["initial_validation_loss"].get<double>(), b["initial_validation_loss"].get<double>());
-  EXPECT_EQ(a["final_train_loss"].get<double>(), b["final_train_loss"].get<double>());
-  EXPECT_EQ(a["final_validation_loss"].get<double>(), b["final_validation_loss"].get<double>());
+  ASSERT_NO_FATAL_FAILURE(ExpectSameResults(
+      a, Result(by_hand), {"initial_validation_loss", "final_train_loss", "final_validation_loss"}));
   // Training did something on SentencePiece ids (the model sees 120 of its 256 ids).
   EXPECT_LT(a["final_train_loss"].get<double>(), a["initial_validation_loss"].get<double>());
 }
@@ -143,7 +100,7 @@ TEST_F(SentencePieceJobTest, ResumeReusesTheTokenFileAndAllowedDataChangesGetANe
   StartDaemon();
   v1::JobSpec spec = Spec(5000);
   spec.mutable_checkpoints()->set_keep_last(1);
-  const std::string id = Submit(spec);
+  const std::string id = Submit(daemon_, spec);
   const std::string tokens_dir = spec.output_dir() + "/tokens";
   daemon_.AwaitState(id, v1::RUNNING, 1, 120);
   const std::vector<std::string> names = DirEntries(tokens_dir);
@@ -153,10 +110,10 @@ TEST_F(SentencePieceJobTest, ResumeReusesTheTokenFileAndAllowedDataChangesGetANe
   ASSERT_EQ(stat(token_file.c_str(), &before), 0);
 
   // Paused and resumed: the runner's data check passes and the token file is reused as is.
-  ASSERT_TRUE(Call("pause", id).ok());
+  ASSERT_TRUE(Pause(daemon_, id).ok());
   const v1::Job paused = daemon_.AwaitState(id, v1::PAUSED, 0, 120);
   ASSERT_FALSE(paused.progress().last_checkpoint().empty());
-  ASSERT_TRUE(Call("resume", id).ok());
+  ASSERT_TRUE(Resume(daemon_, id).ok());
   const v1::Job resumed = daemon_.AwaitState(id, v1::RUNNING, paused.progress().step() + 1, 120);
   EXPECT_GT(resumed.progress().step(), paused.progress().step());
   struct stat after {};
@@ -167,10 +124,10 @@ TEST_F(SentencePieceJobTest, ResumeReusesTheTokenFileAndAllowedDataChangesGetANe
 
   // The text changes while paused; resumed with the change allowed, the run tokenizes the new
   // text into another file, and the job's link (the path its checkpoints know) follows it.
-  ASSERT_TRUE(Call("pause", id).ok());
+  ASSERT_TRUE(Pause(daemon_, id).ok());
   const v1::Job paused_again = daemon_.AwaitState(id, v1::PAUSED, 0, 120);
   std::ofstream(spec.data().text_files(0), std::ios::app) << "One more fortune: the end.\n%\n";
-  EXPECT_EQ(Call("resume", id).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(Resume(daemon_, id).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   {
     grpc::ClientContext context;
     v1::ResumeJobRequest r;
@@ -186,7 +143,7 @@ TEST_F(SentencePieceJobTest, ResumeReusesTheTokenFileAndAllowedDataChangesGetANe
   const std::string target = std::filesystem::read_symlink(tokens_dir + "/" + id + ".u16");
   EXPECT_NE(target, names[1]);
   EXPECT_THAT(target, MatchesRegex("[0-9a-f]{64}\\.u16"));
-  ASSERT_TRUE(Call("cancel", id).ok());
+  ASSERT_TRUE(Cancel(daemon_, id).ok());
   daemon_.AwaitState(id, v1::CANCELLED, 0, 120);
 }
 
@@ -198,7 +155,7 @@ TEST_F(SentencePieceJobTest, VocabularyLargerThanTheModelsFailsNamingBoth) {
             "num_key_value_heads": 2, "max_position_embeddings": 256})";
   v1::JobSpec spec = Spec(4);
   spec.mutable_model()->set_config_json_path(daemon_.root() + "/data/small_vocab.json");
-  const v1::Job failed = daemon_.AwaitState(Submit(spec), v1::FAILED, 0, 120);
+  const v1::Job failed = daemon_.AwaitState(Submit(daemon_, spec), v1::FAILED, 0, 120);
   EXPECT_THAT(failed.failure_reason(), HasSubstr("data.tokenizer"));
   EXPECT_THAT(failed.failure_reason(), HasSubstr("vocab_size 120"));
   EXPECT_THAT(failed.failure_reason(), HasSubstr("model's vocab_size 100"));
@@ -256,26 +213,26 @@ class StuckTokenizerTest : public SentencePieceJobTest {
 };
 
 TEST_F(StuckTokenizerTest, CancelKillsTheTokenizer) {
-  const std::string id = Submit(Spec(4));
+  const std::string id = Submit(daemon_, Spec(4));
   const pid_t pid = AwaitTokenizerPid();
   ASSERT_GT(pid, 0) << "the tokenizer did not start";
-  ASSERT_TRUE(Call("cancel", id).ok());
+  ASSERT_TRUE(Cancel(daemon_, id).ok());
   daemon_.AwaitState(id, v1::CANCELLED, 0, 30);
   ExpectGone(pid);
 }
 
 TEST_F(StuckTokenizerTest, PauseKillsTheTokenizer) {
-  const std::string id = Submit(Spec(4));
+  const std::string id = Submit(daemon_, Spec(4));
   const pid_t pid = AwaitTokenizerPid();
   ASSERT_GT(pid, 0) << "the tokenizer did not start";
-  ASSERT_TRUE(Call("pause", id).ok());
+  ASSERT_TRUE(Pause(daemon_, id).ok());
   const v1::Job paused = daemon_.AwaitState(id, v1::PAUSED, 0, 30);
   EXPECT_EQ(paused.progress().step(), 0u);
   ExpectGone(pid);
 }
 
 TEST_F(StuckTokenizerTest, ShutdownKillsTheTokenizerAndRequeuesTheJob) {
-  const std::string id = Submit(Spec(4));
+  const std::string id = Submit(daemon_, Spec(4));
   const pid_t pid = AwaitTokenizerPid();
   ASSERT_GT(pid, 0) << "the tokenizer did not start";
   ASSERT_TRUE(daemon_.daemon().Shutdown());
