@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -82,6 +83,22 @@ class RankBuffer {
   void* ptr_ = nullptr;
 };
 
+template <class T>
+using RankBuffers = std::vector<std::unique_ptr<RankBuffer<T>>>;
+
+// One buffer of `count` elements on each rank of a world of `w`; rank r's holds `contents(r)`
+// when `contents` is given.
+template <class T>
+RankBuffers<T> PerRankBuffers(int w, size_t count,
+                              const std::function<std::vector<T>(int)>& contents = nullptr) {
+  RankBuffers<T> buffers;
+  for (int r = 0; r < w; ++r) {
+    buffers.push_back(std::make_unique<RankBuffer<T>>(r, count));
+    if (contents) buffers.back()->Upload(contents(r));
+  }
+  return buffers;
+}
+
 class RankStream {
  public:
   explicit RankStream(int device) : device_(device) {
@@ -150,6 +167,21 @@ class World {
   std::vector<std::unique_ptr<RankStream>> streams_;
 };
 
+// `body(world, n)` for each world of WorldSizes() and each n of kSizes, under a trace naming
+// both; stops at the first fatal failure.
+template <class Body>
+void ForEachWorldAndSize(Body body) {
+  for (const int w : WorldSizes()) {
+    std::unique_ptr<World> world = World::Make(w);
+    ASSERT_NE(world, nullptr);
+    for (const size_t n : kSizes) {
+      SCOPED_TRACE(absl::StrCat("world ", w, ", n ", n));
+      body(*world, n);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
 void ExpectWithin(const std::vector<float>& got, const Reference& ref, size_t offset,
                   const std::string& what) {
   const int64_t miss = FirstMiss(got, ref, offset);
@@ -191,154 +223,124 @@ TEST(NcclCommunicatorTest, BadDevicesAreNamed) {
 
 TEST(NcclCommunicatorTest, ReduceScatterGivesEachRankItsShardOfTheSum) {
   MT_SKIP_WITHOUT_CUDA();
-  for (const int w : WorldSizes()) {
-    std::unique_ptr<World> world = World::Make(w);
-    ASSERT_NE(world, nullptr);
-    for (const size_t n : kSizes) {
-      SCOPED_TRACE(absl::StrCat("world ", w, ", n ", n));
-      const size_t shard = NcclShardElements(n, w);
-      const size_t padded = shard * static_cast<size_t>(w);
-      std::vector<std::unique_ptr<RankBuffer<float>>> send, recv;
-      for (int r = 0; r < w; ++r) {
-        std::vector<float> x = Contribution(r, n);
-        x.resize(padded, 0.0f);  // the padding's sums are ignored
-        send.push_back(std::make_unique<RankBuffer<float>>(r, padded));
-        send.back()->Upload(x);
-        recv.push_back(std::make_unique<RankBuffer<float>>(r, shard));
-      }
-      ASSERT_TRUE(world
-                      ->Run([&](int r) {
-                        return world->rank(r).ReduceScatterSum(send[r]->get(), recv[r]->get(),
-                                                               shard, world->stream(r));
-                      })
-                      .ok());
-      const Reference ref = SumOverRanks(w, n);
-      for (int r = 0; r < w; ++r) {
-        ExpectWithin(recv[r]->Download(), ref, static_cast<size_t>(r) * shard,
-                     absl::StrCat("rank ", r, " shard"));
-      }
+  ForEachWorldAndSize([](World& world, size_t n) {
+    const int w = world.size();
+    const size_t shard = NcclShardElements(n, w);
+    const size_t padded = shard * static_cast<size_t>(w);
+    const RankBuffers<float> send = PerRankBuffers<float>(w, padded, [&](int r) {
+      std::vector<float> x = Contribution(r, n);
+      x.resize(padded, 0.0f);  // the padding's sums are ignored
+      return x;
+    });
+    const RankBuffers<float> recv = PerRankBuffers<float>(w, shard);
+    ASSERT_TRUE(world
+                    .Run([&](int r) {
+                      return world.rank(r).ReduceScatterSum(send[r]->get(), recv[r]->get(), shard,
+                                                            world.stream(r));
+                    })
+                    .ok());
+    const Reference ref = SumOverRanks(w, n);
+    for (int r = 0; r < w; ++r) {
+      ExpectWithin(recv[r]->Download(), ref, static_cast<size_t>(r) * shard,
+                   absl::StrCat("rank ", r, " shard"));
     }
-  }
+  });
 }
 
 TEST(NcclCommunicatorTest, AllReduceIsTheSumOnEveryRankAndRepeatsBitForBit) {
   MT_SKIP_WITHOUT_CUDA();
-  for (const int w : WorldSizes()) {
-    std::unique_ptr<World> world = World::Make(w);
-    ASSERT_NE(world, nullptr);
-    for (const size_t n : kSizes) {
-      SCOPED_TRACE(absl::StrCat("world ", w, ", n ", n));
-      std::vector<std::unique_ptr<RankBuffer<float>>> send, recv;
-      for (int r = 0; r < w; ++r) {
-        send.push_back(std::make_unique<RankBuffer<float>>(r, n));
-        send.back()->Upload(Contribution(r, n));
-        recv.push_back(std::make_unique<RankBuffer<float>>(r, n));
-      }
-      auto all_reduce = [&](int r) {
-        return world->rank(r).AllReduceSum(send[r]->get(), recv[r]->get(), n, world->stream(r));
-      };
-      ASSERT_TRUE(world->Run(all_reduce).ok());
-      const Reference ref = SumOverRanks(w, n);
-      std::vector<std::vector<float>> first;
-      for (int r = 0; r < w; ++r) {
-        first.push_back(recv[r]->Download());
-        ExpectWithin(first.back(), ref, 0, absl::StrCat("rank ", r));
-        // Every rank holds the same bits (the data-parallel replicas stay identical).
-        EXPECT_EQ(std::memcmp(first.back().data(), first[0].data(), n * sizeof(float)), 0)
-            << "rank " << r << " differs from rank 0";
-      }
-      // The same call on the same data gives the same bits (fixed world, size and config).
-      ASSERT_TRUE(world->Run(all_reduce).ok());
-      for (int r = 0; r < w; ++r) {
-        EXPECT_EQ(std::memcmp(recv[r]->Download().data(), first[r].data(), n * sizeof(float)), 0)
-            << "rank " << r << ": a second all-reduce gave other bits";
-      }
+  ForEachWorldAndSize([](World& world, size_t n) {
+    const int w = world.size();
+    const RankBuffers<float> send =
+        PerRankBuffers<float>(w, n, [&](int r) { return Contribution(r, n); });
+    const RankBuffers<float> recv = PerRankBuffers<float>(w, n);
+    auto all_reduce = [&](int r) {
+      return world.rank(r).AllReduceSum(send[r]->get(), recv[r]->get(), n, world.stream(r));
+    };
+    ASSERT_TRUE(world.Run(all_reduce).ok());
+    const Reference ref = SumOverRanks(w, n);
+    std::vector<std::vector<float>> first;
+    for (int r = 0; r < w; ++r) {
+      first.push_back(recv[r]->Download());
+      ExpectWithin(first.back(), ref, 0, absl::StrCat("rank ", r));
+      // Every rank holds the same bits (the data-parallel replicas stay identical).
+      EXPECT_EQ(std::memcmp(first.back().data(), first[0].data(), n * sizeof(float)), 0)
+          << "rank " << r << " differs from rank 0";
     }
+    // The same call on the same data gives the same bits (fixed world, size and config).
+    ASSERT_TRUE(world.Run(all_reduce).ok());
+    for (int r = 0; r < w; ++r) {
+      EXPECT_EQ(std::memcmp(recv[r]->Download().data(), first[r].data(), n * sizeof(float)), 0)
+          << "rank " << r << ": a second all-reduce gave other bits";
+    }
+  });
+}
+
+// Each rank's shard of `shard` elements gathered in rank order on every rank, bitwise, for
+// element type T (`element`); `to_t` turns a rank's fp32 contribution into T.
+template <class T, class ToT>
+void ExpectAllGatherInRankOrder(World& world, size_t shard, NcclElement element, ToT to_t,
+                                const std::string& what) {
+  const int w = world.size();
+  const size_t total = shard * static_cast<size_t>(w);
+  const RankBuffers<T> send =
+      PerRankBuffers<T>(w, shard, [&](int r) { return to_t(Contribution(r, shard)); });
+  const RankBuffers<T> recv = PerRankBuffers<T>(w, total);
+  ASSERT_TRUE(world
+                  .Run([&](int r) {
+                    return world.rank(r).AllGather(send[r]->get(), recv[r]->get(), shard, element,
+                                                   world.stream(r));
+                  })
+                  .ok());
+  std::vector<T> want;
+  for (int r = 0; r < w; ++r) {
+    const std::vector<T> x = to_t(Contribution(r, shard));
+    want.insert(want.end(), x.begin(), x.end());
+  }
+  for (int r = 0; r < w; ++r) {
+    EXPECT_EQ(std::memcmp(recv[r]->Download().data(), want.data(), total * sizeof(T)), 0)
+        << "rank " << r << ": " << what << " gather differs";
   }
 }
 
 TEST(NcclCommunicatorTest, AllGatherConcatenatesShardsInRankOrderBitwise) {
   MT_SKIP_WITHOUT_CUDA();
-  for (const int w : WorldSizes()) {
-    std::unique_ptr<World> world = World::Make(w);
-    ASSERT_NE(world, nullptr);
-    for (const size_t shard : kSizes) {
-      SCOPED_TRACE(absl::StrCat("world ", w, ", shard ", shard));
-      const size_t total = shard * static_cast<size_t>(w);
-      // fp32 shards
-      std::vector<std::unique_ptr<RankBuffer<float>>> send, recv;
-      for (int r = 0; r < w; ++r) {
-        send.push_back(std::make_unique<RankBuffer<float>>(r, shard));
-        send.back()->Upload(Contribution(r, shard));
-        recv.push_back(std::make_unique<RankBuffer<float>>(r, total));
-      }
-      ASSERT_TRUE(world
-                      ->Run([&](int r) {
-                        return world->rank(r).AllGather(send[r]->get(), recv[r]->get(), shard,
-                                                        NcclElement::kFloat32, world->stream(r));
-                      })
-                      .ok());
-      // bf16 shards (the compute copy)
-      std::vector<std::unique_ptr<RankBuffer<uint16_t>>> send16, recv16;
-      for (int r = 0; r < w; ++r) {
-        send16.push_back(std::make_unique<RankBuffer<uint16_t>>(r, shard));
-        send16.back()->Upload(kernels::cuda::testing::ToBf16(Contribution(r, shard)));
-        recv16.push_back(std::make_unique<RankBuffer<uint16_t>>(r, total));
-      }
-      ASSERT_TRUE(world
-                      ->Run([&](int r) {
-                        return world->rank(r).AllGather(send16[r]->get(), recv16[r]->get(), shard,
-                                                        NcclElement::kBfloat16, world->stream(r));
-                      })
-                      .ok());
-      std::vector<float> want;
-      std::vector<uint16_t> want16;
-      for (int r = 0; r < w; ++r) {
-        const std::vector<float> x = Contribution(r, shard);
-        const std::vector<uint16_t> x16 = kernels::cuda::testing::ToBf16(x);
-        want.insert(want.end(), x.begin(), x.end());
-        want16.insert(want16.end(), x16.begin(), x16.end());
-      }
-      for (int r = 0; r < w; ++r) {
-        EXPECT_EQ(std::memcmp(recv[r]->Download().data(), want.data(), total * sizeof(float)), 0)
-            << "rank " << r << ": fp32 gather differs";
-        EXPECT_EQ(recv16[r]->Download(), want16) << "rank " << r << ": bf16 gather differs";
-      }
-    }
-  }
+  ForEachWorldAndSize([](World& world, size_t shard) {
+    ExpectAllGatherInRankOrder<float>(
+        world, shard, NcclElement::kFloat32, [](std::vector<float> x) { return x; }, "fp32");
+    // bf16 shards (the compute copy)
+    ExpectAllGatherInRankOrder<uint16_t>(
+        world, shard, NcclElement::kBfloat16,
+        [](const std::vector<float>& x) { return kernels::cuda::testing::ToBf16(x); }, "bf16");
+  });
 }
 
 TEST(NcclCommunicatorTest, BroadcastCopiesRootsBytesToEveryRank) {
   MT_SKIP_WITHOUT_CUDA();
-  for (const int w : WorldSizes()) {
-    std::unique_ptr<World> world = World::Make(w);
-    ASSERT_NE(world, nullptr);
+  ForEachWorldAndSize([](World& world, size_t n) {
+    const int w = world.size();
     const int root = w - 1;
-    for (const size_t n : kSizes) {
-      const size_t bytes = n * sizeof(float) - (n > 1 ? 1 : 0);  // an odd byte count too
-      SCOPED_TRACE(absl::StrCat("world ", w, ", bytes ", bytes));
-      std::vector<std::unique_ptr<RankBuffer<uint8_t>>> buffers;
-      for (int r = 0; r < w; ++r) {
-        const std::vector<float> x = Contribution(r, n);
-        std::vector<uint8_t> raw(bytes);
-        std::memcpy(raw.data(), x.data(), bytes);
-        buffers.push_back(std::make_unique<RankBuffer<uint8_t>>(r, bytes));
-        buffers.back()->Upload(raw);
-      }
-      ASSERT_TRUE(world
-                      ->Run([&](int r) {
-                        return world->rank(r).Broadcast(buffers[r]->get(), buffers[r]->get(),
-                                                        bytes, root, world->stream(r));
-                      })
-                      .ok());
-      const std::vector<uint8_t> want = buffers[root]->Download();
-      for (int r = 0; r < w; ++r) {
-        EXPECT_EQ(buffers[r]->Download(), want) << "rank " << r;
-      }
-      const std::vector<float> root_values = Contribution(root, n);
-      EXPECT_EQ(std::memcmp(want.data(), root_values.data(), bytes), 0) << "root's bytes changed";
+    const size_t bytes = n * sizeof(float) - (n > 1 ? 1 : 0);  // an odd byte count too
+    SCOPED_TRACE(absl::StrCat("bytes ", bytes));
+    const RankBuffers<uint8_t> buffers = PerRankBuffers<uint8_t>(w, bytes, [&](int r) {
+      const std::vector<float> x = Contribution(r, n);
+      std::vector<uint8_t> raw(bytes);
+      std::memcpy(raw.data(), x.data(), bytes);
+      return raw;
+    });
+    ASSERT_TRUE(world
+                    .Run([&](int r) {
+                      return world.rank(r).Broadcast(buffers[r]->get(), buffers[r]->get(), bytes,
+                                                     root, world.stream(r));
+                    })
+                    .ok());
+    const std::vector<uint8_t> want = buffers[root]->Download();
+    for (int r = 0; r < w; ++r) {
+      EXPECT_EQ(buffers[r]->Download(), want) << "rank " << r;
     }
-  }
+    const std::vector<float> root_values = Contribution(root, n);
+    EXPECT_EQ(std::memcmp(want.data(), root_values.data(), bytes), 0) << "root's bytes changed";
+  });
 }
 
 TEST(NcclCommunicatorTest, WorldOfOneOverAHostCommunicator) {
