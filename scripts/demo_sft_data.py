@@ -5,8 +5,8 @@ Run with scripts/setup's venv Python (it needs `tokenizers`). Writes into OUT:
                    fortune, the assistant answers "About <word>: <the fortune>" (shuffled, fixed
                    seed; the daemon holds out the last lines as the validation set)
   hf/              tokenizer.json (a byte-level BPE trained here on the same fortunes, with
-                   Llama-3-style special tokens), tokenizer_config.json (a Llama-3-style chat
-                   template written for this demo) and generation_config.json
+                   Llama-3-style special tokens), tokenizer_config.json (tools/byte_bpe's
+                   Llama-3-style chat template) and generation_config.json
   model.json       a small Llama config whose vocabulary covers the tokenizer (the demo starts it
                    from random weights made by a one-step job)
   init.txt         a little plain text for that one-step job
@@ -19,29 +19,14 @@ import json
 import os
 import random
 import re
+import sys
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-
-# The split pattern of Llama 3 / Qwen 2 style tokenizers (contractions, letters, 1-3 digits,
-# punctuation runs, newlines, spaces), as in tests/python/hf_chat_fixtures.py.
-SPLIT_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-                 r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-
-SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
-            "<|eot_id|>"]
-
-# Llama-3 style: BOS, a header per turn, each turn ended by <|eot_id|> (also the eos token, so
-# generation stops there).
-TEMPLATE = (
-    "{{- bos_token }}\n"
-    "{%- for message in messages %}\n"
-    "    {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' }}\n"
-    "    {{- message['content'] | trim + '<|eot_id|>' }}\n"
-    "{%- endfor %}\n"
-    "{%- if add_generation_prompt %}\n"
-    "    {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}\n"
-    "{%- endif %}\n"
-)
+# The byte-level BPE, the Llama 3 style special tokens and chat template, and the tokenizer files:
+# tools/byte_bpe, shared with the tests' fixtures.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools",
+                                "byte_bpe"))
+import byte_bpe  # noqa: E402
+from byte_bpe import LLAMA3_SPECIALS, LLAMA3_TEMPLATE  # noqa: E402
 
 # Several phrasings so the model learns the request, not one string.
 ASKS = ["Tell me a fortune about {}.", "Give me a saying about {}.",
@@ -99,39 +84,14 @@ def make_conversations(fortunes, count, max_chars, seed):
     return conversations[:count]
 
 
-def train_tokenizer(texts, vocab_size):
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(SPLIT_PATTERN), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
-    tokenizer.train_from_iterator(texts, trainer=trainer)
-    return tokenizer
-
-
 def write_model_dir(directory, tokenizer):
-    os.makedirs(directory, exist_ok=True)
-    tokenizer.save(os.path.join(directory, "tokenizer.json"))
-    ids = {t: tokenizer.token_to_id(t) for t in SPECIALS}
-    config = {
+    ids = {t: tokenizer.token_to_id(t) for t in LLAMA3_SPECIALS}
+    byte_bpe.write_dir(directory, tokenizer, {
         "bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>",
-        "added_tokens_decoder": {str(ids[t]): {"content": t, "lstrip": False,
-                                               "normalized": False, "rstrip": False,
-                                               "single_word": False, "special": True}
-                                 for t in SPECIALS},
-        "chat_template": TEMPLATE,
-        "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 1 << 20,
-        "clean_up_tokenization_spaces": False,
-    }
-    with open(os.path.join(directory, "tokenizer_config.json"), "w", encoding="utf-8") as f:
-        json.dump(config, f, indent=2)
-    with open(os.path.join(directory, "generation_config.json"), "w") as f:
-        json.dump({"bos_token_id": ids["<|begin_of_text|>"], "eos_token_id": ids["<|eot_id|>"],
-                   "do_sample": False}, f, indent=2)
+        "added_tokens_decoder": byte_bpe.added_tokens_decoder(tokenizer, LLAMA3_SPECIALS),
+        "chat_template": LLAMA3_TEMPLATE,
+    }, generation={"bos_token_id": ids["<|begin_of_text|>"], "eos_token_id": ids["<|eot_id|>"],
+                   "do_sample": False})
 
 
 def main():
@@ -157,7 +117,7 @@ def main():
             f.write(json.dumps(c) + "\n")
 
     texts = [m["content"] for c in conversations for m in c["messages"]]
-    tokenizer = train_tokenizer(texts, args.vocab_size)
+    tokenizer = byte_bpe.train(texts, LLAMA3_SPECIALS, args.vocab_size)
     write_model_dir(os.path.join(args.out, "hf"), tokenizer)
     vocab = tokenizer.get_vocab_size(with_added_tokens=True)
     with open(os.path.join(args.out, "model.json"), "w") as f:

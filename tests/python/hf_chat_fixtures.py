@@ -1,17 +1,18 @@
 """Tiny HF model directories for tests/python:hf_chat_test: a byte-level BPE trained here on a
 few KB of mixed-script text, with each family's special tokens, and chat templates written for
 these tests in the style of Llama 3 (header tokens + <|eot_id|>) and Qwen (<|im_start|> /
-<|im_end|>, a default system prompt). Nothing comes from a hub."""
+<|im_end|>, a default system prompt). Nothing comes from a hub. The BPE, the Llama 3 template and
+the file writing are tools/byte_bpe's (found beside this file's tests/ folder)."""
 
-import json
 import os
+import sys
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-# The split pattern of Llama 3 / Qwen 2 style tokenizers (contractions, letters, 1-3 digits,
-# punctuation runs, newlines, spaces).
-SPLIT_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-                 r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools",
+                                "byte_bpe"))
+import byte_bpe  # noqa: E402
+from byte_bpe import LLAMA3_SPECIALS, LLAMA3_TEMPLATE  # noqa: E402
 
 _SENTENCES = [
     "The quick brown fox jumps over the lazy dog.",
@@ -38,43 +39,8 @@ def corpus_text():
 
 
 def _train(special_tokens, vocab_size=600):
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(SPLIT_PATTERN), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special_tokens,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
-    tokenizer.train_from_iterator([corpus_text()], trainer=trainer)
-    return tokenizer
+    return byte_bpe.train([corpus_text()], special_tokens, vocab_size)
 
-
-LLAMA3_TEMPLATE = (
-    "{{- bos_token }}\n"
-    "{%- if messages[0]['role'] == 'system' %}\n"
-    "    {%- set system_message = messages[0]['content'] | trim %}\n"
-    "    {%- set loop_messages = messages[1:] %}\n"
-    "{%- else %}\n"
-    "    {%- set system_message = '' %}\n"
-    "    {%- set loop_messages = messages %}\n"
-    "{%- endif %}\n"
-    "{%- if system_message %}\n"
-    "    {{- '<|start_header_id|>system<|end_header_id|>\\n\\n' + system_message"
-    " + '<|eot_id|>' }}\n"
-    "{%- endif %}\n"
-    "{%- for message in loop_messages %}\n"
-    "    {%- if message['role'] not in ['user', 'assistant'] %}\n"
-    "        {{- raise_exception('Only user and assistant turns follow the system') }}\n"
-    "    {%- endif %}\n"
-    "    {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' }}\n"
-    "    {{- message['content'] | trim + '<|eot_id|>' }}\n"
-    "{%- endfor %}\n"
-    "{%- if add_generation_prompt %}\n"
-    "    {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}\n"
-    "{%- endif %}\n"
-)
 
 QWEN_TEMPLATE = (
     "{%- for message in messages %}\n"
@@ -103,28 +69,7 @@ TAGGED_TEMPLATE = (
     "{%- endfor %}\n"
 )
 
-LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
-                   "<|end_header_id|>", "<|eot_id|>"]
 QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-
-
-def _added_tokens_decoder(tokenizer, specials):
-    return {str(tokenizer.token_to_id(t)): {"content": t, "lstrip": False, "normalized": False,
-                                            "rstrip": False, "single_word": False,
-                                            "special": True} for t in specials}
-
-
-def _write(directory, tokenizer, config, generation=None):
-    os.makedirs(directory, exist_ok=True)
-    tokenizer.save(os.path.join(directory, "tokenizer.json"))
-    config = dict(config, tokenizer_class="PreTrainedTokenizerFast", model_max_length=1 << 20,
-                  clean_up_tokenization_spaces=False)
-    with open(os.path.join(directory, "tokenizer_config.json"), "w", encoding="utf-8") as f:
-        json.dump(config, f, ensure_ascii=False, indent=2)
-    if generation is not None:
-        with open(os.path.join(directory, "generation_config.json"), "w") as f:
-            json.dump(generation, f)
-    return directory
 
 
 def make_llama3(directory):
@@ -140,18 +85,18 @@ def make_llama3(directory):
     tokenizer.enable_truncation(max_length=8)
     tokenizer.enable_padding(length=4096, pad_id=tokenizer.token_to_id("<|end_of_text|>"),
                              pad_token="<|end_of_text|>")
-    return _write(directory, tokenizer, {
+    return byte_bpe.write_dir(directory, tokenizer, {
         "bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>",
-        "added_tokens_decoder": _added_tokens_decoder(tokenizer, LLAMA3_SPECIALS),
+        "added_tokens_decoder": byte_bpe.added_tokens_decoder(tokenizer, LLAMA3_SPECIALS),
         "chat_template": LLAMA3_TEMPLATE,
     })
 
 
 def make_qwen(directory, template=QWEN_TEMPLATE):
     tokenizer = _train(QWEN_SPECIALS)
-    return _write(directory, tokenizer, {
+    return byte_bpe.write_dir(directory, tokenizer, {
         "bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
-        "added_tokens_decoder": _added_tokens_decoder(tokenizer, QWEN_SPECIALS),
+        "added_tokens_decoder": byte_bpe.added_tokens_decoder(tokenizer, QWEN_SPECIALS),
         "chat_template": template,
     })
 
@@ -159,9 +104,9 @@ def make_qwen(directory, template=QWEN_TEMPLATE):
 def make_base(directory):
     """No chat template; EOS only in generation_config.json; add_bos_token."""
     tokenizer = _train(["<s>", "</s>"])
-    return _write(directory, tokenizer, {
+    return byte_bpe.write_dir(directory, tokenizer, {
         "bos_token": "<s>", "add_bos_token": True,
-        "added_tokens_decoder": _added_tokens_decoder(tokenizer, ["<s>", "</s>"]),
+        "added_tokens_decoder": byte_bpe.added_tokens_decoder(tokenizer, ["<s>", "</s>"]),
     }, generation={"eos_token_id": [tokenizer.token_to_id("</s>")]})
 
 
@@ -175,5 +120,6 @@ def make_gpt2_style(directory, extra_config):
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
     tokenizer.train_from_iterator([corpus_text()], trainer=trainer)
-    return _write(directory, tokenizer, dict({"eos_token": "<|im_end|>",
-                                              "chat_template": QWEN_TEMPLATE}, **extra_config))
+    return byte_bpe.write_dir(directory, tokenizer, dict({"eos_token": "<|im_end|>",
+                                                          "chat_template": QWEN_TEMPLATE},
+                                                         **extra_config))
