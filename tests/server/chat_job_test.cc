@@ -123,6 +123,18 @@ std::string MakeHfModel(TestDaemon& daemon) {
   return hf;
 }
 
+// <data>/base: `hf`'s config, weights and tokenizer.json with a tokenizer_config.json that has
+// no chat template.
+std::string MakeTemplatelessCopy(TestDaemon& daemon, const std::string& hf) {
+  const std::string base = daemon.root() + "/data/base";
+  std::filesystem::create_directories(base);
+  for (const char* name : {"config.json", "model.safetensors", "tokenizer.json"}) {
+    std::filesystem::copy_file(hf + "/" + name, base + "/" + name);
+  }
+  std::ofstream(base + "/tokenizer_config.json") << R"({"eos_token": "<|eot_id|>"})";
+  return base;
+}
+
 // Starts `daemon` on a real engine with `chat_tool` (kept in `engine`) and makes its HF model
 // directory (the daemon's first job) into `hf`. Use under ASSERT_NO_FATAL_FAILURE.
 void StartWithHfModel(TestDaemon& daemon, const std::string& chat_tool,
@@ -322,12 +334,7 @@ TEST(ChatJobTest, BadLinesAndMissingPiecesAreNamed) {
 
   // A directory without a chat template: chat_format=chat is refused at submit; auto passes and
   // the chat lines fail the job naming the line.
-  const std::string base = daemon.root() + "/data/base";
-  std::filesystem::create_directories(base);
-  for (const char* name : {"config.json", "model.safetensors", "tokenizer.json"}) {
-    std::filesystem::copy_file(hf + "/" + name, base + "/" + name);
-  }
-  std::ofstream(base + "/tokenizer_config.json") << R"({"eos_token": "<|eot_id|>"})";
+  const std::string base = MakeTemplatelessCopy(daemon, hf);
   v1::JobSpec chat_no_template = ChatSpec(daemon, base, 2);
   chat_no_template.mutable_data()->set_chat_format("chat");
   s = submit_error(chat_no_template);
@@ -756,12 +763,7 @@ TEST(ChatJobTest, BadEvalPromptsAreRefusedNamingTheField) {
 
   // A model directory without a chat template: prompt/completion data trains, prompts cannot be
   // rendered.
-  const std::string base = daemon.root() + "/data/base";
-  std::filesystem::create_directories(base);
-  for (const char* name : {"config.json", "model.safetensors", "tokenizer.json"}) {
-    std::filesystem::copy_file(hf + "/" + name, base + "/" + name);
-  }
-  std::ofstream(base + "/tokenizer_config.json") << R"({"eos_token": "<|eot_id|>"})";
+  const std::string base = MakeTemplatelessCopy(daemon, hf);
   v1::JobSpec no_template = ChatSpec(daemon, base, 2);
   no_template.mutable_data()->add_eval_prompts("hi");
   refused(no_template, "data.eval_prompts", "chat template");
