@@ -111,13 +111,10 @@ absl::Status CheckTrainerDevices(const std::vector<Device*>& devices,
 
 absl::Status CheckMultiDevicePlacement(int devices, const StorePlacement& placement) {
   if (devices <= 1) return absl::OkStatus();
-  if (placement.grad_on_nvme) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "devices=", devices,
-        " needs the gradients in RAM, but the placement puts them on NVMe (memory.grad_on_nvme, "
-        "or a RAM budget too small to hold them): several devices add their gradients in turn "
-        "into RAM slabs only"));
-  }
+  // NVMe gradients are fine: an entry's chunks are begun, added to and ended within one
+  // contribution, so its turn orders them as it orders RAM slabs. The compute copy's read-ahead is
+  // not: a device waiting for a held chunk could wait on one whose copy another device holds back
+  // behind a gradient turn of this one's earlier micro-batch.
   if (placement.compute_copy_on_nvme) {
     return absl::InvalidArgumentError(absl::StrCat(
         "devices=", devices,

@@ -55,9 +55,9 @@ absl::StatusOr<MicroBatchesResult> RunMicroBatchesOnLanes(
 // `devices`.
 absl::Status CheckTrainerDevices(const std::vector<Device*>& devices,
                                  const dist::Communicator* communicator);
-// Several devices take turns only on RAM gradient slabs and read the compute
-// copy from RAM: the NVMe gradient and compute-copy tiers (their staging and
-// read-ahead follow one executor's order) are refused naming the field.
+// Several devices read the compute copy from RAM: its NVMe tier (whose
+// read-ahead follows one executor's order) is refused naming the field.
+// Gradients may be on NVMe: their turns order the chunks as they order slabs.
 absl::Status CheckMultiDevicePlacement(int devices, const StorePlacement& placement);
 
 // A device's figures of the step from its timeline spans: compute stalls,

@@ -3,7 +3,8 @@
 // losses, gradient norms, gradients, masters and AdamW moments of one device
 // with accumulation A -- whole-stage slots, the fragmented ring, a tied
 // embedding, links of different speeds. A failed micro-batch fails the step
-// without leaving a device waiting, and the NVMe gradient tier is refused.
+// without leaving a device waiting; the NVMe compute copy is refused
+// (NVMe gradients: tests/tiers/multi_device_tiers_test.cc).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -186,7 +187,7 @@ TEST(MultiDeviceTest, FailedMicroBatchFailsTheStepAndTheNextStepRuns) {
   EXPECT_EQ(next->devices.size(), 2u);
 }
 
-TEST(MultiDeviceTest, NvmeGradientsAreRefusedNamingTheField) {
+TEST(MultiDeviceTest, ComputeCopyOnNvmeIsRefusedNamingTheField) {
   auto d0 = MakeCpuDevice(size_t{64} << 20);
   auto d1 = MakeCpuDevice(size_t{64} << 20);
   RunConfig rc{.name = "nvme", .devices = 2, .accumulation = 2};
@@ -196,11 +197,12 @@ TEST(MultiDeviceTest, NvmeGradientsAreRefusedNamingTheField) {
   o.memory.budgets.nvme_bytes = uint64_t{1} << 30;
   o.memory.budgets.ram = uint64_t{1} << 30;
   o.memory.budgets.pinned_ram = uint64_t{1} << 30;
-  o.memory.grad_on_nvme = true;
+  o.memory.master_on_nvme = true;
+  o.memory.compute_copy_on_nvme = true;
   auto trainer = Trainer::Create({d0.get(), d1.get()}, TinyConfig(Shape(false)), o);
   ASSERT_FALSE(trainer.ok());
   EXPECT_EQ(trainer.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(trainer.status().message().find("memory.grad_on_nvme"), std::string::npos)
+  EXPECT_NE(trainer.status().message().find("memory.compute_copy_on_nvme"), std::string::npos)
       << trainer.status();
   EXPECT_NE(trainer.status().message().find("devices=2"), std::string::npos) << trainer.status();
 }
