@@ -115,8 +115,8 @@ absl::StatusOr<std::unique_ptr<DeviceJobEngine>> DeviceJobEngine::Create(
     }
     more_devices.push_back(*std::move(created));
   }
-  return std::unique_ptr<DeviceJobEngine>(new DeviceJobEngine(
-      std::move(options), std::move(device), cpu_device, std::move(more_devices)));
+  return std::unique_ptr<DeviceJobEngine>(new DeviceJobEngine(std::move(options), std::move(device),
+                                                              cpu_device, std::move(more_devices)));
 }
 
 absl::Status DeviceJobEngine::DeviceHealth() const {

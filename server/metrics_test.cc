@@ -45,7 +45,8 @@ TEST(DaemonMetricsTest, PerDeviceFiguresCarryARankLabelUntilTheJobEnds) {
   DaemonMetrics metrics(registry);
   auto text = [&] { return prometheus::TextSerializer().Serialize(registry.Collect()); };
   engine::StepReport report = Report(2, 0);
-  report.devices = {{.stall_seconds = 0.5, .link_bytes = 1000}, {.stall_seconds = 2, .link_bytes = 3000}};
+  report.devices = {{.stall_seconds = 0.5, .link_bytes = 1000},
+                    {.stall_seconds = 2, .link_bytes = 3000}};
   metrics.RecordStep(report, 1.0);
   metrics.RecordStep(report, 1.0);
   EXPECT_THAT(text(), HasSubstr("megatrain_device_stall_seconds_sum{rank=\"0\"} 1"));

@@ -82,8 +82,9 @@ void StreamingExecutor::Impl::BeginTurns(const std::vector<ScheduledOp>& ops,
 
 void StreamingExecutor::Impl::EnqueueTurnWait(int e, int layer) {
   if (turns.turns == nullptr) return;
-  const uint64_t turn = static_cast<uint64_t>(turns.micro_batch) * contributions_per_micro_batch[e] +
-                        contributions_enqueued[e];
+  const uint64_t turn =
+      static_cast<uint64_t>(turns.micro_batch) * contributions_per_micro_batch[e] +
+      contributions_enqueued[e];
   GradientTurns* gate = turns.turns;
   // Aborted (another micro-batch failed): the step fails, so what lands no longer matters.
   copy_out->EnqueueHostTask([gate, e, turn] { gate->WaitForTurn(e, turn); },
@@ -92,8 +93,9 @@ void StreamingExecutor::Impl::EnqueueTurnWait(int e, int layer) {
 
 void StreamingExecutor::Impl::EnqueueTurnLanded(int e, int layer) {
   if (turns.turns == nullptr) return;
-  const uint64_t turn = static_cast<uint64_t>(turns.micro_batch) * contributions_per_micro_batch[e] +
-                        contributions_enqueued[e];
+  const uint64_t turn =
+      static_cast<uint64_t>(turns.micro_batch) * contributions_per_micro_batch[e] +
+      contributions_enqueued[e];
   ++contributions_enqueued[e];
   GradientTurns* gate = turns.turns;
   copy_out->EnqueueHostTask([gate, e, turn] { gate->Landed(e, turn); },

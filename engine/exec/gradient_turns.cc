@@ -14,9 +14,8 @@ void GradientTurns::Reset() {
 
 bool GradientTurns::WaitForTurn(int entry, uint64_t turn) {
   absl::MutexLock lock(&mu_);
-  auto ready = [this, entry, turn]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return aborted_ || landed_[entry] >= turn;
-  };
+  auto ready = [this, entry, turn]()
+                   ABSL_SHARED_LOCKS_REQUIRED(mu_) { return aborted_ || landed_[entry] >= turn; };
   mu_.Await(absl::Condition(&ready));
   return !aborted_;
 }

@@ -223,16 +223,13 @@ void StreamingExecutor::InvalidateWeights() {
   impl_->slot_policy = std::make_unique<WeightSlotPolicy>(impl_->slot_policy->num_slots());
 }
 
-absl::StatusOr<MicroBatchResult> StreamingExecutor::RunMicroBatch(const int32_t* inputs,
-                                                                  const int32_t* targets,
-                                                                  float inv_total_valid,
-                                                                  bool first_micro_batch,
-                                                                  uint64_t weights_version,
-                                                                  TokenLayout layout,
-                                                                  MicroBatchTurns turns) {
+absl::StatusOr<MicroBatchResult> StreamingExecutor::RunMicroBatch(
+    const int32_t* inputs, const int32_t* targets, float inv_total_valid, bool first_micro_batch,
+    uint64_t weights_version, TokenLayout layout, MicroBatchTurns turns) {
   impl_->BeginTurns(impl_->schedule, turns);
-  absl::StatusOr<MicroBatchResult> result = impl_->Run(
-      impl_->schedule, inputs, targets, inv_total_valid, first_micro_batch, weights_version, layout);
+  absl::StatusOr<MicroBatchResult> result =
+      impl_->Run(impl_->schedule, inputs, targets, inv_total_valid, first_micro_batch,
+                 weights_version, layout);
   impl_->turns = {};
   return result;
 }

@@ -180,8 +180,7 @@ class StreamingExecutor {
   // its turn (gradient_turns.h) so the slabs add up in micro-batch order.
   absl::StatusOr<MicroBatchResult> RunMicroBatch(const int32_t* inputs, const int32_t* targets,
                                                  float inv_total_valid, bool first_micro_batch,
-                                                 uint64_t weights_version,
-                                                 TokenLayout layout = {},
+                                                 uint64_t weights_version, TokenLayout layout = {},
                                                  MicroBatchTurns turns = {});
 
   // Forward only: the summed loss of one micro-batch (nothing is written to

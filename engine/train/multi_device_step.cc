@@ -18,9 +18,9 @@ struct LaneOutcome {
 };
 
 void RunLane(const DeviceLane& lane, size_t lane_index, size_t lane_count, GradientTurns* turns,
-             const std::vector<const int32_t*>& inputs,
-             const std::vector<const int32_t*>& targets, const std::vector<TokenLayout>& layouts,
-             const MicroBatchStepArgs& args, LaneOutcome& outcome) {
+             const std::vector<const int32_t*>& inputs, const std::vector<const int32_t*>& targets,
+             const std::vector<TokenLayout>& layouts, const MicroBatchStepArgs& args,
+             LaneOutcome& outcome) {
   outcome.loss_sums.assign(inputs.size(), 0.0);
   for (size_t mb = lane_index; mb < inputs.size(); mb += lane_count) {
     MicroBatchTurns mb_turns;
@@ -70,16 +70,15 @@ absl::StatusOr<MicroBatchesResult> RunMicroBatchesOnLanes(
   }
   if (first_failure != nullptr) {
     if (n == 1) return first_failure->status;
-    return absl::Status(first_failure->status.code(),
-                        absl::StrCat("micro-batch ", first_failure->failed_micro_batch,
-                                     " on device ", first_failure->failed_micro_batch % n, ": ",
-                                     first_failure->status.message()));
+    return absl::Status(
+        first_failure->status.code(),
+        absl::StrCat("micro-batch ", first_failure->failed_micro_batch, " on device ",
+                     first_failure->failed_micro_batch % n, ": ", first_failure->status.message()));
   }
   MicroBatchesResult result;
   for (size_t mb = 0; mb < inputs.size(); ++mb) result.loss_sum += outcomes[mb % n].loss_sums[mb];
   for (size_t d = 0; d < n; ++d) {
-    result.micro_batches_per_lane.push_back(
-        static_cast<int>((inputs.size() + n - 1 - d) / n));
+    result.micro_batches_per_lane.push_back(static_cast<int>((inputs.size() + n - 1 - d) / n));
   }
   return result;
 }
@@ -94,17 +93,17 @@ absl::Status CheckTrainerDevices(const std::vector<Device*>& devices,
       return absl::InvalidArgumentError(absl::StrCat("devices[", d, "] is null"));
     }
     if (devices[d]->kind() != devices[0]->kind()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "devices[", d, "] is ", std::string(DeviceKindName(devices[d]->kind())), " but devices[0] is ",
-          std::string(DeviceKindName(devices[0]->kind())),
-          ": the devices of one job must be of one kind"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("devices[", d, "] is ", std::string(DeviceKindName(devices[d]->kind())),
+                       " but devices[0] is ", std::string(DeviceKindName(devices[0]->kind())),
+                       ": the devices of one job must be of one kind"));
     }
   }
   if (devices.size() > 1 && communicator != nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "devices=", devices.size(),
-        " with a communicator is not supported: data parallelism runs either across "
-        "processes (one device each) or across the devices of one process"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("devices=", devices.size(),
+                     " with a communicator is not supported: data parallelism runs either across "
+                     "processes (one device each) or across the devices of one process"));
   }
   return absl::OkStatus();
 }

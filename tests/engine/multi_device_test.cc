@@ -31,7 +31,7 @@ struct RunConfig {
   int devices = 1;
   int accumulation = 1;
   bool tied = false;
-  size_t weight_ring_bytes = 0;  // > 0: fragment mode
+  size_t weight_ring_bytes = 0;         // > 0: fragment mode
   bool throttle_later_devices = false;  // devices 1.. behind slower links than device 0
 };
 
@@ -138,30 +138,41 @@ TEST(MultiDeviceTest, TwoDevicesEqualOneWithAccumulationTwo) {
 }
 
 TEST(MultiDeviceTest, TwoDevicesWithTwoMicroBatchesEach) {
-  ExpectSameAsOneDevice(
-      {.name = "2 devices, A=4, slow links", .devices = 2, .accumulation = 4,
-       .throttle_later_devices = true});
+  ExpectSameAsOneDevice({.name = "2 devices, A=4, slow links",
+                         .devices = 2,
+                         .accumulation = 4,
+                         .throttle_later_devices = true});
 }
 
 TEST(MultiDeviceTest, ThreeDevicesEqualOneWithAccumulationThreeAndSix) {
   ExpectSameAsOneDevice({.name = "3 devices, A=3", .devices = 3, .accumulation = 3});
-  ExpectSameAsOneDevice({.name = "3 devices, A=6, slow links", .devices = 3, .accumulation = 6,
+  ExpectSameAsOneDevice({.name = "3 devices, A=6, slow links",
+                         .devices = 3,
+                         .accumulation = 6,
                          .throttle_later_devices = true});
 }
 
 TEST(MultiDeviceTest, TiedEmbeddingTakesTwoTurnsPerMicroBatch) {
   ExpectSameAsOneDevice(
       {.name = "tied, 2 devices, A=4", .devices = 2, .accumulation = 4, .tied = true});
-  ExpectSameAsOneDevice({.name = "tied, 3 devices, A=3, slow links", .devices = 3,
-                         .accumulation = 3, .tied = true, .throttle_later_devices = true});
+  ExpectSameAsOneDevice({.name = "tied, 3 devices, A=3, slow links",
+                         .devices = 3,
+                         .accumulation = 3,
+                         .tied = true,
+                         .throttle_later_devices = true});
 }
 
 TEST(MultiDeviceTest, FragmentedHeadTakesOneTurnForAllItsBlocks) {
   // A ring of a little over one layer: every op streams as fragments, the head in blocks.
-  ExpectSameAsOneDevice({.name = "ring, 2 devices, A=2", .devices = 2, .accumulation = 2,
+  ExpectSameAsOneDevice({.name = "ring, 2 devices, A=2",
+                         .devices = 2,
+                         .accumulation = 2,
                          .weight_ring_bytes = 96 * 1024});
-  ExpectSameAsOneDevice({.name = "ring, tied, 3 devices, A=3", .devices = 3, .accumulation = 3,
-                         .tied = true, .weight_ring_bytes = 96 * 1024,
+  ExpectSameAsOneDevice({.name = "ring, tied, 3 devices, A=3",
+                         .devices = 3,
+                         .accumulation = 3,
+                         .tied = true,
+                         .weight_ring_bytes = 96 * 1024,
                          .throttle_later_devices = true});
 }
 
@@ -208,7 +219,8 @@ TEST(MultiDeviceTest, ComputeCopyOnNvmeIsRefusedNamingTheField) {
 }
 
 TEST(MultiDeviceTest, NoDevicesIsRefused) {
-  auto trainer = Trainer::Create(std::vector<Device*>{}, TinyConfig(Shape(false)), TrainerOptions{});
+  auto trainer =
+      Trainer::Create(std::vector<Device*>{}, TinyConfig(Shape(false)), TrainerOptions{});
   ASSERT_FALSE(trainer.ok());
   EXPECT_NE(trainer.status().message().find("devices"), std::string::npos) << trainer.status();
 }
