@@ -22,6 +22,13 @@ void RunLane(const DeviceLane& lane, size_t lane_index, size_t lane_count, Gradi
              const std::vector<TokenLayout>& layouts, const MicroBatchStepArgs& args,
              LaneOutcome& outcome) {
   outcome.loss_sums.assign(inputs.size(), 0.0);
+  // On CUDA this thread launches the device's kernels: it must be current here.
+  if (absl::Status current = lane.device->MakeCurrent(); !current.ok()) {
+    outcome.status = current;
+    outcome.failed_micro_batch = static_cast<int>(lane_index);
+    if (turns != nullptr) turns->Abort();
+    return;
+  }
   for (size_t mb = lane_index; mb < inputs.size(); mb += lane_count) {
     MicroBatchTurns mb_turns;
     mb_turns.turns = turns;

@@ -75,6 +75,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
                                                          const TrainerOptions& options) {
   if (absl::Status s = CheckTrainerDevices(devices, options.communicator); !s.ok()) return s;
   Device& device = *devices[0];
+  // Creating several CUDA devices leaves the last one current; the store and executor 0 are 0's.
+  if (absl::Status s = device.MakeCurrent(); !s.ok()) return s;
   if (options.micro_batch_size < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("micro_batch_size=", options.micro_batch_size, " must be >= 1"));
@@ -218,6 +220,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
   trainer->executor_ = std::move(*executor);
   trainer->devices_ = devices;
   for (size_t d = 1; d < devices.size(); ++d) {
+    // CUDA: the executor's streams, cuBLAS handles and buffers belong to the current device.
+    if (absl::Status s = devices[d]->MakeCurrent(); !s.ok()) return s;
     trainer->lane_compute_pools_.push_back(
         std::make_unique<ThreadPool>(static_cast<size_t>(std::max(1, options.blas_threads))));
     absl::StatusOr<std::unique_ptr<StreamingExecutor>> lane = StreamingExecutor::Create(
@@ -229,6 +233,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
     }
     trainer->lane_executors_.push_back(std::move(*lane));
   }
+  // Evaluation, logits and sampling run on device 0 from the caller's thread.
+  if (absl::Status s = devices[0]->MakeCurrent(); !s.ok()) return s;
   trainer->placement_table_ = std::move(placement_table);
   return trainer;
 }
