@@ -50,6 +50,14 @@ absl::StatusOr<std::vector<Device*>> RunDevices(const TrainingRunOptions& option
     }
     return std::vector<Device*>{options.shared_device};
   }
+  if (wanted > 1 && options.device.kind == DeviceKind::kCuda &&
+      !options.device.cuda_host_task_threads) {
+    // A gradient turn waits in a host task: on the driver's one callback thread it would hold
+    // back every other device's host tasks, the ones it waits for included.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "devices=", options.devices, " on cuda needs cuda_host_task_threads (a host-task thread "
+        "per stream)"));
+  }
   std::vector<Device*> devices;
   for (size_t d = 0; d < wanted; ++d) {
     DeviceOptions device_options = options.device;
