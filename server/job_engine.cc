@@ -104,13 +104,32 @@ absl::StatusOr<std::unique_ptr<DeviceJobEngine>> DeviceJobEngine::Create(
     if (!created.ok()) return created.status();
     device = std::move(*created);
   }
-  return std::unique_ptr<DeviceJobEngine>(
-      new DeviceJobEngine(std::move(options), std::move(device), cpu_device));
+  std::vector<std::unique_ptr<engine::Device>> more_devices;
+  for (uint32_t d = 1; d < options.devices; ++d) {
+    engine::DeviceOptions device_options = options.device;
+    device_options.cuda_device_ordinal += static_cast<int>(d);
+    absl::StatusOr<std::unique_ptr<engine::Device>> created = engine::CreateDevice(device_options);
+    if (!created.ok()) {
+      return absl::Status(created.status().code(),
+                          absl::StrCat("device ", d, ": ", created.status().message()));
+    }
+    more_devices.push_back(*std::move(created));
+  }
+  return std::unique_ptr<DeviceJobEngine>(new DeviceJobEngine(std::move(options), std::move(device),
+                                                              cpu_device, std::move(more_devices)));
+}
+
+absl::Status DeviceJobEngine::DeviceHealth() const {
+  if (absl::Status health = device_->health(); !health.ok()) return health;
+  for (const std::unique_ptr<engine::Device>& device : more_devices_) {
+    if (absl::Status health = device->health(); !health.ok()) return health;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status DeviceJobEngine::Run(const std::string& job_id, const service::ValidatedJob& job,
                                   engine::TrainingObserver& runner_observer) {
-  if (absl::Status health = device_->health(); !health.ok()) return health;
+  if (absl::Status health = DeviceHealth(); !health.ok()) return health;
   FaultHookObserver observer(*this, runner_observer);
   engine::TrainingRunOptions options = job.options;
   engine::InputFiles with_tokens;  // the checked inputs and the token file written for this run
@@ -175,6 +194,10 @@ absl::Status DeviceJobEngine::Run(const std::string& job_id, const service::Vali
     observer.set_eval_prompt_tool(&eval_prompt_tool);
   }
   options.shared_device = device_.get();
+  options.shared_devices = {device_.get()};
+  for (const std::unique_ptr<engine::Device>& device : more_devices_) {
+    options.shared_devices.push_back(device.get());
+  }
   options.checkpoint_dir = JobCheckpointDir(options_.state_dir, job_id, job);
   options.resume = true;
   if (absl::Status s = engine::MakeDirectories(options.checkpoint_dir); !s.ok()) {

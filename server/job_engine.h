@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -44,7 +45,10 @@ std::string JobTokensDir(const std::string& state_dir, const std::string& job_id
 
 struct DeviceJobEngineOptions {
   std::string state_dir;
-  engine::DeviceOptions device;  // the daemon's one device, created once
+  engine::DeviceOptions device;  // the daemon's devices' options, each created once
+  // Devices the daemon drives (DaemonSettings::devices): the CPU device that many times, CUDA
+  // ordinals device.cuda_device_ordinal onwards. A job trains on the first JobSpec.devices.
+  uint32_t devices = 1;
   // Test hook, CPU device only: CpuDevice::InjectFault after this many training steps of the
   // engine's lifetime (over all jobs); 0 = never. megatraind's --inject_device_fault_after_steps.
   uint64_t inject_device_fault_after_steps = 0;
@@ -73,7 +77,8 @@ class DeviceJobEngine final : public JobEngine {
 
   absl::Status Run(const std::string& job_id, const service::ValidatedJob& job,
                    engine::TrainingObserver& observer) override;
-  absl::Status DeviceHealth() const override { return device_->health(); }
+  // The first unhealthy device's fault (OK when all are healthy).
+  absl::Status DeviceHealth() const override;
   engine::Device& device() { return *device_; }
 
  private:
@@ -88,11 +93,17 @@ class DeviceJobEngine final : public JobEngine {
                                engine::TrainingObserver& observer,
                                engine::TrainingRunOptions& options, engine::InputFiles& held);
   DeviceJobEngine(DeviceJobEngineOptions options, std::unique_ptr<engine::Device> device,
-                  engine::CpuDevice* cpu_device)
-      : options_(std::move(options)), device_(std::move(device)), cpu_device_(cpu_device) {}
+                  engine::CpuDevice* cpu_device,
+                  std::vector<std::unique_ptr<engine::Device>> more_devices)
+      : options_(std::move(options)),
+        device_(std::move(device)),
+        more_devices_(std::move(more_devices)),
+        cpu_device_(cpu_device) {}
 
   const DeviceJobEngineOptions options_;
   const std::unique_ptr<engine::Device> device_;
+  // Devices 1.. of options_.devices (several devices in one process, docs/scale_out.md).
+  const std::vector<std::unique_ptr<engine::Device>> more_devices_;
   engine::CpuDevice* const cpu_device_;  // device_ when it is the CPU device, else null
   uint64_t steps_run_ = 0;               // runner thread only
 };

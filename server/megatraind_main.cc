@@ -56,6 +56,9 @@ ABSL_FLAG(uint64_t, max_steps, 0, "Overrides max_steps.");
 ABSL_FLAG(uint32_t, max_seq_len, 0, "Overrides max_seq_len.");
 ABSL_FLAG(uint64_t, max_parameters, 0, "Overrides max_parameters.");
 ABSL_FLAG(uint32_t, threads, 0, "Overrides threads.");
+ABSL_FLAG(uint32_t, devices, 0,
+          "Overrides devices (the devices the daemon drives: the CPU device instantiated that "
+          "many times).");
 ABSL_FLAG(uint64_t, nvme_rated_tbw_bytes, 0, "Overrides nvme_rated_tbw_bytes.");
 ABSL_FLAG(double, nvme_wear_warn_share, 0, "Overrides nvme_wear_warn_share.");
 ABSL_FLAG(bool, init_signing_key, false,
@@ -175,6 +178,7 @@ bool ApplyFlags(megatrain::v1::DaemonConfig& c) {
   if (Given("max_seq_len")) c.set_max_seq_len(absl::GetFlag(FLAGS_max_seq_len));
   if (Given("max_parameters")) c.set_max_parameters(absl::GetFlag(FLAGS_max_parameters));
   if (Given("threads")) c.set_threads(absl::GetFlag(FLAGS_threads));
+  if (Given("devices")) c.set_devices(absl::GetFlag(FLAGS_devices));
   if (Given("nvme_rated_tbw_bytes"))
     c.set_nvme_rated_tbw_bytes(absl::GetFlag(FLAGS_nvme_rated_tbw_bytes));
   if (Given("nvme_wear_warn_share"))
@@ -264,6 +268,7 @@ int main(int argc, char** argv) {
   DeviceJobEngineOptions engine_options;
   engine_options.state_dir = settings->state_dir;
   engine_options.device = settings->device;
+  engine_options.devices = settings->devices;
   engine_options.inject_device_fault_after_steps =
       absl::GetFlag(FLAGS_inject_device_fault_after_steps);
   engine_options.tokenize_binary = absl::GetFlag(FLAGS_tokenize_binary).empty()

@@ -43,6 +43,20 @@ DaemonMetrics::DaemonMetrics(prometheus::Registry& r)
                          .Name("megatrain_layer_overlap_ratio")
                          .Help("1 - stall/copy_in of a decoder layer in the last step")
                          .Register(r)),
+      device_stall_(BuildHistogram()
+                        .Name("megatrain_device_stall_seconds")
+                        .Help("Time a device's compute waited for its transfers per step "
+                              "(label rank: the device's index in the job)")
+                        .Register(r)),
+      device_compute_(BuildHistogram()
+                          .Name("megatrain_device_compute_seconds")
+                          .Help("Compute time of a device per step (label rank)")
+                          .Register(r)),
+      device_link_bytes_(BuildCounter()
+                             .Name("megatrain_device_link_bytes_total")
+                             .Help("Bytes a device's host link carried for decoder layers "
+                                   "(weights, gradients, activations; label rank)")
+                             .Register(r)),
       overlap_ratio_(BuildGauge()
                          .Name("megatrain_train_overlap_ratio")
                          .Help("1 - stall/copy_in over the whole last step")
@@ -146,6 +160,15 @@ DaemonMetrics::LayerSeries& DaemonMetrics::Layer(int layer) {
   return layers_.emplace(layer, s).first->second;
 }
 
+DaemonMetrics::DeviceSeries& DaemonMetrics::DeviceRank(int rank) {
+  auto it = devices_.find(rank);
+  if (it != devices_.end()) return it->second;
+  const prometheus::Labels labels{{"rank", std::to_string(rank)}};
+  DeviceSeries s{&device_stall_.Add(labels, SecondsBuckets()),
+                 &device_compute_.Add(labels, SecondsBuckets()), &device_link_bytes_.Add(labels)};
+  return devices_.emplace(rank, s).first->second;
+}
+
 void DaemonMetrics::RecordStep(const engine::StepReport& report, double validation_loss) {
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < report.layers.size(); ++i) {
@@ -157,6 +180,13 @@ void DaemonMetrics::RecordStep(const engine::StepReport& report, double validati
     s.stall->Observe(t.stall_seconds);
     s.optimizer->Observe(t.optimizer_seconds);
     s.overlap->Set(t.overlap_ratio());
+  }
+  for (size_t d = 0; d < report.devices.size(); ++d) {
+    const engine::DeviceStepFigures& f = report.devices[d];
+    DeviceSeries& s = DeviceRank(static_cast<int>(d));
+    s.stall->Observe(f.stall_seconds);
+    s.compute->Observe(f.compute_seconds);
+    s.link_bytes->Increment(static_cast<double>(f.link_bytes));
   }
   // Whole-step stall also counts waits that are not weight copies, so clamp into [0, 1].
   overlap_ratio_.Set(
@@ -200,6 +230,12 @@ void DaemonMetrics::EndJob() {
     layer_overlap_.Remove(s.overlap);
   }
   layers_.clear();
+  for (const auto& [rank, s] : devices_) {
+    device_stall_.Remove(s.stall);
+    device_compute_.Remove(s.compute);
+    device_link_bytes_.Remove(s.link_bytes);
+  }
+  devices_.clear();
   for (prometheus::Gauge* g : block_modes_) activation_block_mode_.Remove(g);
   block_modes_.clear();
 }

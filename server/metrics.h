@@ -23,8 +23,9 @@ class DaemonMetrics {
 
   // One optimizer step of the running job.
   void RecordStep(const engine::StepReport& report, double validation_loss);
-  // The running job ended: its per-layer and per-block label sets are removed, so a daemon that
-  // runs many jobs of different shapes does not export (and keep) every shape's series.
+  // The running job ended: its per-layer, per-device and per-block label sets are removed, so a
+  // daemon that runs many jobs of different shapes does not export (and keep) every shape's
+  // series.
   void EndJob();
   void SetQueueLength(int queued);
   // Jobs per state name (all states present, zeros included).
@@ -42,6 +43,13 @@ class DaemonMetrics {
     prometheus::Gauge* overlap;
   };
   LayerSeries& Layer(int layer);
+  // Per device of the job (several devices in one process), labelled rank = device index.
+  struct DeviceSeries {
+    prometheus::Histogram* stall;
+    prometheus::Histogram* compute;
+    prometheus::Counter* link_bytes;
+  };
+  DeviceSeries& DeviceRank(int rank);
 
   std::mutex mu_;  // guards the lazily added label sets
   prometheus::Family<prometheus::Histogram>& layer_copy_in_;
@@ -50,6 +58,9 @@ class DaemonMetrics {
   prometheus::Family<prometheus::Histogram>& layer_stall_;
   prometheus::Family<prometheus::Histogram>& layer_optimizer_;
   prometheus::Family<prometheus::Gauge>& layer_overlap_;
+  prometheus::Family<prometheus::Histogram>& device_stall_;
+  prometheus::Family<prometheus::Histogram>& device_compute_;
+  prometheus::Family<prometheus::Counter>& device_link_bytes_;
   prometheus::Gauge& overlap_ratio_;
   prometheus::Gauge& tokens_per_second_;
   prometheus::Gauge& loss_;
@@ -69,6 +80,7 @@ class DaemonMetrics {
   prometheus::Gauge& healthy_;
   prometheus::Family<prometheus::Counter>& rpcs_;
   std::map<int, LayerSeries> layers_;
+  std::map<int, DeviceSeries> devices_;
   std::vector<prometheus::Gauge*> block_modes_;  // activation_block_mode_ label sets
   std::map<std::string, prometheus::Gauge*> job_states_;
   std::map<std::pair<std::string, std::string>, prometheus::Counter*> rpc_series_;

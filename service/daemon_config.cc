@@ -189,6 +189,8 @@ absl::StatusOr<DaemonSettings> ValidateDaemonConfig(const v1::DaemonConfig& c) {
   if (c.max_seq_len() != 0) s.max_seq_len = c.max_seq_len();
   if (c.max_parameters() != 0) s.max_parameters = c.max_parameters();
   if (c.threads() != 0) s.threads = static_cast<int>(c.threads());
+  if (c.devices() != 0) s.devices = c.devices();
+  if (s.devices > 64) return Invalid("devices", absl::StrCat(s.devices, " is more than 64"));
   if (s.threads > 256) return Invalid("threads", absl::StrCat(s.threads, " is more than 256"));
   // Drive wear: off unless the drive's rated TBW is given; a share alone is a mistake.
   s.drive_wear.rated_tbw_bytes = c.nvme_rated_tbw_bytes();

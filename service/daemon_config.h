@@ -33,8 +33,8 @@ struct DaemonSettings {
   std::vector<std::string> data_roots;
   std::vector<std::string> output_roots;
   engine::DeviceOptions device;
-  // Devices a job may train on (JobSpec.devices): the daemon drives one today, and a
-  // configuration field comes with multi-device runs.
+  // Devices the daemon drives and a job may train on (JobSpec.devices): the CPU device
+  // instantiated that many times (CUDA: ordinals 0..N-1), each with `device`'s options.
   uint32_t devices = 1;
   uint32_t max_queue_length = 64;
   uint32_t shutdown_timeout_seconds = 60;

@@ -235,8 +235,18 @@ absl::StatusOr<ValidatedJob> ValidateJobSpec(const v1::JobSpec& spec,
   if (absl::Status s = ValidateModel(spec.model(), settings, paths, job); !s.ok()) return s;
   if (absl::Status s = ValidateData(spec.data(), paths, job); !s.ok()) return s;
   if (absl::Status s = ValidateHyper(spec.hyper(), spec.data(), settings, job); !s.ok()) return s;
+  // Several devices each run the spec's batch (docs/scale_out.md "Several devices in one
+  // process"): micro-batch m of a step on device m % devices, results those of one device with
+  // devices x the accumulation.
+  job.options.devices = static_cast<int>(std::max<uint32_t>(1, spec.devices()));
+  job.options.grad_accumulation *= job.options.devices;
   if (absl::Status s = ValidateExecutor(spec.executor(), job); !s.ok()) return s;
   if (absl::Status s = ValidateMemory(spec.memory(), settings, paths, job); !s.ok()) return s;
+  if (job.options.devices > 1 && job.options.trainer.memory.compute_copy_on_nvme) {
+    return Invalid("memory.compute_copy_on_nvme",
+                   absl::StrCat("true with devices ", job.options.devices,
+                                ": several devices read the compute copy from RAM only"));
+  }
   if (spec.checkpoints().keep_last() > 10000) {
     return Invalid("checkpoints.keep_last",
                    absl::StrCat(spec.checkpoints().keep_last(), " is more than 10000"));

@@ -124,6 +124,13 @@ TEST_F(JobSpecValidationTest, DevicesAboveTheDaemonsAreRefusedNamingTheField) {
   absl::StatusOr<ValidatedJob> four = Validate(spec);
   ASSERT_TRUE(four.ok()) << four.status();
   EXPECT_EQ(four->plan.devices(), 4u);
+  // Each device runs the spec's batch: the run's accumulation is devices x the spec's.
+  spec.set_devices(1);
+  absl::StatusOr<ValidatedJob> one = Validate(spec);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->options.devices, 1);
+  EXPECT_EQ(four->options.devices, 4);
+  EXPECT_EQ(four->options.grad_accumulation, 4 * one->options.grad_accumulation);
 }
 
 }  // namespace

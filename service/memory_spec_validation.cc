@@ -4,6 +4,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "absl/strings/match.h"
@@ -131,12 +132,14 @@ absl::Status PlanWithEngine(const v1::MemoryBudgets& m, const DaemonSettings& se
   }
   // Never past the machine (issue 16, point 6): whatever the budgets say, the host bytes of the
   // plan (pinned + RAM + staging) must fit the physical RAM, or the daemon's max_ram_bytes.
-  const uint64_t host_need =
-      plan->placement.pinned_used + plan->placement.ram_used + plan->host_pinned_staging;
+  // Every device's executor has its own pinned staging beside the one store.
+  const uint64_t staging =
+      plan->host_pinned_staging * static_cast<uint64_t>(std::max(1, job.options.devices));
+  const uint64_t host_need = plan->placement.pinned_used + plan->placement.ram_used + staging;
   if (host_need > MachineRamLimit(settings)) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "memory: the plan needs ", host_need, " bytes of host memory (pinned ",
-        plan->placement.pinned_used, ", RAM ", plan->placement.ram_used + plan->host_pinned_staging,
+        plan->placement.pinned_used, ", RAM ", plan->placement.ram_used + staging,
         "); this machine allows ", MachineRamLimit(settings), " (", MachineRamLimitName(settings),
         "); put buffers on NVMe (memory.nvme_dir) or use a smaller model or batch"));
   }
@@ -153,7 +156,7 @@ absl::Status PlanWithEngine(const v1::MemoryBudgets& m, const DaemonSettings& se
                      " pinned bytes (master, gradients); the budget is ",
                      job.options.device.pinned_budget_bytes));
   }
-  const uint64_t ram_need = placement.ram_used + plan->host_pinned_staging;
+  const uint64_t ram_need = placement.ram_used + staging;
   // With the NVMe tier the placement above already fitted the store into ram_bytes.
   if (m.ram_bytes() != 0 && m.nvme_dir().empty() && ram_need > m.ram_bytes()) {
     return absl::ResourceExhaustedError(absl::StrCat("memory.ram_bytes: the plan needs ", ram_need,

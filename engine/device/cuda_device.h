@@ -45,6 +45,7 @@ class CudaDevice final : public Device {
   PinnedStats pinned_stats() const override { return pinned_.stats(); }
   absl::Status health() const override { return state_->fault(); }
   Timeline& timeline() override { return state_->timeline(); }
+  absl::Status MakeCurrent() override { return state_->MakeCurrent(); }
 
   int ordinal() const { return state_->ordinal(); }
   // OK when host waits block (DeviceOptions::cuda_blocking_sync); else why they may spin.

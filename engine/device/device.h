@@ -97,6 +97,11 @@ class Device {
 
   // Spans of every stream of this device; recording is toggled with timeline().set_enabled().
   virtual Timeline& timeline() = 0;
+
+  // Makes this the calling thread's current device, for work the thread launches outside this
+  // interface (kernels, cuBLAS): CUDA keeps one current device per thread, so a process driving
+  // several GPUs calls this on each thread before it enqueues for a device. A no-op elsewhere.
+  virtual absl::Status MakeCurrent() { return absl::OkStatus(); }
 };
 
 }  // namespace megatrain::engine

@@ -65,9 +65,56 @@ absl::Status StreamingExecutor::Impl::EnqueueHead(const ScheduledOp& op, HeadArg
   return backend->HeadForwardBackward(*compute, args, tag);
 }
 
+void StreamingExecutor::Impl::BeginTurns(const std::vector<ScheduledOp>& ops,
+                                         MicroBatchTurns micro_batch_turns) {
+  turns = micro_batch_turns;
+  if (turns.turns == nullptr) return;
+  contributions_per_micro_batch.assign(static_cast<size_t>(store.num_entries()), 0);
+  contributions_enqueued.assign(static_cast<size_t>(store.num_entries()), 0);
+  for (const ScheduledOp& op : ops) {
+    if (op.kind == StageKind::kEmbedBackward) {
+      ++contributions_per_micro_batch[op.host_entry];
+    } else if (op.produces_gradients) {
+      for (int e : op.entries) ++contributions_per_micro_batch[e];
+    }
+  }
+}
+
+void StreamingExecutor::Impl::EnqueueTurnWait(int e, int layer) {
+  if (turns.turns == nullptr) return;
+  const uint64_t turn =
+      static_cast<uint64_t>(turns.micro_batch) * contributions_per_micro_batch[e] +
+      contributions_enqueued[e];
+  GradientTurns* gate = turns.turns;
+  // Aborted (another micro-batch failed): the step fails, so what lands no longer matters.
+  copy_out->EnqueueHostTask([gate, e, turn] { gate->WaitForTurn(e, turn); },
+                            {SpanKind::kWait, "gradient turn", layer});
+}
+
+void StreamingExecutor::Impl::EnqueueTurnLanded(int e, int layer) {
+  if (turns.turns == nullptr) return;
+  const uint64_t turn =
+      static_cast<uint64_t>(turns.micro_batch) * contributions_per_micro_batch[e] +
+      contributions_enqueued[e];
+  ++contributions_enqueued[e];
+  GradientTurns* gate = turns.turns;
+  copy_out->EnqueueHostTask([gate, e, turn] { gate->Landed(e, turn); },
+                            {SpanKind::kCopyOut, "gradient landed", layer});
+}
+
 void StreamingExecutor::Impl::EnqueueGradientCopyOut(int e, const float* src, size_t first,
                                                      size_t count, bool overwrite,
                                                      const TimelineTag& tag) {
+  // An entry's contribution may go out in ranges (the fragmented head's
+  // blocks), in increasing order: its turn spans the first to the last.
+  if (first == 0) EnqueueTurnWait(e, tag.layer);
+  EnqueueGradientRanges(e, src, first, count, overwrite, tag);
+  if (first + count == store.spec(e).elements) EnqueueTurnLanded(e, tag.layer);
+}
+
+void StreamingExecutor::Impl::EnqueueGradientRanges(int e, const float* src, size_t first,
+                                                    size_t count, bool overwrite,
+                                                    const TimelineTag& tag) {
   if (store.grad_on_nvme(e)) {
     EnqueueNvmeGradientOffload(*copy_out, *store.nvme_gradients(), e, src, first, count, overwrite,
                                gradient_staging.data_as<float>(),
@@ -127,12 +174,14 @@ void StreamingExecutor::Impl::EnqueueEmbeddingBackward(const ScheduledOp& op, co
   copy_out->CopyDeviceToHost(rows, dx_out, activation_bytes(),
                              {SpanKind::kCopyOut, DescribeOp(op), -1});
   Impl* self = this;
+  EnqueueTurnWait(e, -1);
   copy_out->EnqueueHostTask(
       [self, rows, slab, first_contribution] {
         self->backend->ScatterEmbeddingGradients(rows, self->host_ids.data(), first_contribution,
                                                  slab);
       },
       {SpanKind::kCopyOut, "embed.scatter", -1});
+  EnqueueTurnLanded(e, -1);
   copy_out->RecordEvent(*copy_out_done);
 }
 

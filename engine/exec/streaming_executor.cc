@@ -211,6 +211,10 @@ int StreamingExecutor::weight_slots() const { return impl_->slot_policy->num_slo
 
 bool StreamingExecutor::fragment_mode() const { return impl_->fragment_mode(); }
 
+double StreamingExecutor::layer_link_bytes() const {
+  return impl_->traffic.copy_in_bytes + impl_->traffic.copy_out_bytes;
+}
+
 int StreamingExecutor::step_fragment_count() const {
   return static_cast<int>(impl_->step_fragments.fragments.size());
 }
@@ -219,14 +223,15 @@ void StreamingExecutor::InvalidateWeights() {
   impl_->slot_policy = std::make_unique<WeightSlotPolicy>(impl_->slot_policy->num_slots());
 }
 
-absl::StatusOr<MicroBatchResult> StreamingExecutor::RunMicroBatch(const int32_t* inputs,
-                                                                  const int32_t* targets,
-                                                                  float inv_total_valid,
-                                                                  bool first_micro_batch,
-                                                                  uint64_t weights_version,
-                                                                  TokenLayout layout) {
-  return impl_->Run(impl_->schedule, inputs, targets, inv_total_valid, first_micro_batch,
-                    weights_version, layout);
+absl::StatusOr<MicroBatchResult> StreamingExecutor::RunMicroBatch(
+    const int32_t* inputs, const int32_t* targets, float inv_total_valid, bool first_micro_batch,
+    uint64_t weights_version, TokenLayout layout, MicroBatchTurns turns) {
+  impl_->BeginTurns(impl_->schedule, turns);
+  absl::StatusOr<MicroBatchResult> result =
+      impl_->Run(impl_->schedule, inputs, targets, inv_total_valid, first_micro_batch,
+                 weights_version, layout);
+  impl_->turns = {};
+  return result;
 }
 
 absl::StatusOr<MicroBatchResult> StreamingExecutor::EvaluateMicroBatch(const int32_t* inputs,

@@ -52,6 +52,7 @@
 #include "engine/exec/activation_policy.h"
 #include "engine/exec/activation_sets.h"
 #include "engine/exec/cpu_layer_math.h"
+#include "engine/exec/gradient_turns.h"
 #include "engine/exec/model_dims.h"
 #include "engine/exec/parameter_store.h"
 #include "engine/exec/stage_backend.h"
@@ -175,10 +176,12 @@ class StreamingExecutor {
   // first contribution of each entry overwrite instead (a new step).
   // `weights_version` is the UpdateGate version the weights must have.
   // inv_total_valid = 1 / valid target tokens over all micro-batches of the step.
+  // `turns`: with several executors on one store, each gradient copy-out takes
+  // its turn (gradient_turns.h) so the slabs add up in micro-batch order.
   absl::StatusOr<MicroBatchResult> RunMicroBatch(const int32_t* inputs, const int32_t* targets,
                                                  float inv_total_valid, bool first_micro_batch,
-                                                 uint64_t weights_version,
-                                                 TokenLayout layout = {});
+                                                 uint64_t weights_version, TokenLayout layout = {},
+                                                 MicroBatchTurns turns = {});
 
   // Forward only: the summed loss of one micro-batch (nothing is written to
   // the gradient slabs). Same weights_version rule as RunMicroBatch.
@@ -205,6 +208,10 @@ class StreamingExecutor {
   // Fragment copies per RunMicroBatch (fragment mode; 0 otherwise).
   int step_fragment_count() const;
   const std::vector<ScheduledOp>& schedule() const { return schedule_; }
+  // Bytes the training micro-batches moved over the host link for decoder
+  // layers (weights in, gradients out, activation sets both ways) since the
+  // last ObserveTimeline: a device's share of the step's link traffic.
+  double layer_link_bytes() const;
 
   // Saved-activation sets Create allocates: k working sets plus k for each
   // block below the top that activation_budget_bytes can keep. A budget below

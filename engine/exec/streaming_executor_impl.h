@@ -67,6 +67,12 @@ struct StreamingExecutor::Impl {
 
   float* logits_output = nullptr;  // device buffer; when set, the eval head writes logits
 
+  // Several devices on one store (gradient_turns.h): the turns of the
+  // micro-batch being run (none outside RunMicroBatch), and per entry how many
+  // contributions one micro-batch makes and how many this one has enqueued.
+  MicroBatchTurns turns;
+  std::vector<uint64_t> contributions_per_micro_batch, contributions_enqueued;
+
   // Adaptive recomputation: the block modes the schedule was built with, the
   // policy choosing them (null when forced), and per working set the events
   // of its offload copy (written, out), of its fetch (gate, in).
@@ -140,6 +146,15 @@ struct StreamingExecutor::Impl {
   // contribution) or added to it, in RAM or on NVMe.
   void EnqueueGradientCopyOut(int e, const float* src, size_t first, size_t count, bool overwrite,
                               const TimelineTag& tag);
+  // EnqueueGradientCopyOut without the turns.
+  void EnqueueGradientRanges(int e, const float* src, size_t first, size_t count, bool overwrite,
+                             const TimelineTag& tag);
+  // Counts each entry's contributions in `ops` and starts this micro-batch's turns.
+  void BeginTurns(const std::vector<ScheduledOp>& ops, MicroBatchTurns micro_batch_turns);
+  // copy_out: waits until every earlier contribution to entry e has landed
+  // (no-op without turns); TurnLanded then says this one has.
+  void EnqueueTurnWait(int e, int layer);
+  void EnqueueTurnLanded(int e, int layer);
 
   // Fragment mode. Copies run in plan order; `next_copy` is the first fragment
   // not yet enqueued and `parts_enqueued` the parts whose frees are recorded.

@@ -30,6 +30,16 @@ struct ActivationBlockReport {
   std::string reason;
 };
 
+// Several devices in one process (docs/scale_out.md): what one device did in
+// the step. Seconds from its timeline (zero when the timeline is not collected).
+struct DeviceStepFigures {
+  double stall_seconds = 0;  // its compute stream waited (exposed transfer)
+  double copy_in_seconds = 0;
+  double compute_seconds = 0;
+  uint64_t link_bytes = 0;  // decoder layers' bytes over its host link, both directions
+  int micro_batches = 0;
+};
+
 struct StepReport {
   uint64_t step = 0;  // 1-based
   double loss = 0;    // mean over valid target tokens of the step
@@ -65,6 +75,9 @@ struct StepReport {
   double communication_seconds = 0;
   uint64_t communication_bytes = 0;
   std::vector<ActivationBlockReport> activation_blocks;  // bottom-up, the top block last
+  // One per device the step ran on, by device index (the metrics' rank); the
+  // totals and per-layer figures above sum every device's timeline.
+  std::vector<DeviceStepFigures> devices;
 };
 
 }  // namespace megatrain::engine

@@ -51,6 +51,10 @@ ABSL_FLAG(std::string, checkpoint_dtype, "",
 ABSL_FLAG(int, steps, 300, "Optimizer steps.");
 ABSL_FLAG(int, micro_batch, 8, "Sequences per forward/backward.");
 ABSL_FLAG(int, accumulation, 1, "Micro-batches per optimizer step.");
+ABSL_FLAG(int, devices, 1,
+          "Devices of this process to train on (docs/scale_out.md): the CPU device that many "
+          "times, or CUDA ordinals 0..N-1; micro-batch m of a step runs on device m % N, so "
+          "--accumulation must be a multiple. Results equal one device's bit for bit.");
 ABSL_FLAG(int, seq_len, 128, "Tokens per sequence.");
 ABSL_FLAG(double, lr, 2e-3, "Peak learning rate.");
 ABSL_FLAG(int, warmup, 30, "Linear warmup steps.");
@@ -180,6 +184,12 @@ int main(int argc, char** argv) {
   o.tokenizer = absl::GetFlag(FLAGS_tokenizer);
   o.steps = static_cast<uint64_t>(std::max(1, absl::GetFlag(FLAGS_steps)));
   o.grad_accumulation = absl::GetFlag(FLAGS_accumulation);
+  o.devices = absl::GetFlag(FLAGS_devices);
+  if (o.devices < 1 || o.grad_accumulation % o.devices != 0) {
+    fprintf(stderr, "error: --accumulation=%d must be a multiple of --devices=%d (>= 1)\n",
+            o.grad_accumulation, o.devices);
+    return 1;
+  }
   o.eval_every = absl::GetFlag(FLAGS_eval_every);
   o.seed = absl::GetFlag(FLAGS_seed);
   o.chrome_trace_path = absl::GetFlag(FLAGS_trace);

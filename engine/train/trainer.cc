@@ -60,12 +60,23 @@ Trainer::Trainer(Device& device, ModelConfig config, ParameterLayout layout, Par
       optimizer_pool_(static_cast<size_t>(ThreadCountOrCores(options.optimizer_threads))),
       compute_pool_(static_cast<size_t>(std::max(1, options.blas_threads))),
       adamw_(&optimizer_pool_),
+      turns_(layout_.num_entries()),
       update_seconds_(layout_.num_entries(), 0.0) {}
 
 Trainer::~Trainer() { WaitForUpdates(); }
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(Device& device, ModelConfig config,
                                                          const TrainerOptions& options) {
+  return Create(std::vector<Device*>{&device}, std::move(config), options);
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Device*>& devices,
+                                                         ModelConfig config,
+                                                         const TrainerOptions& options) {
+  if (absl::Status s = CheckTrainerDevices(devices, options.communicator); !s.ok()) return s;
+  Device& device = *devices[0];
+  // Creating several CUDA devices leaves the last one current; the store and executor 0 are 0's.
+  if (absl::Status s = device.MakeCurrent(); !s.ok()) return s;
   if (options.micro_batch_size < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("micro_batch_size=", options.micro_batch_size, " must be >= 1"));
@@ -166,6 +177,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(Device& device, ModelCo
     store_placement.block_io = options.memory.block_io_for_tests;
     placement_table = placement->Table();
   }
+  if (absl::Status s = CheckMultiDevicePlacement(static_cast<int>(devices.size()), store_placement);
+      !s.ok()) {
+    return s;
+  }
   std::vector<int> zero1_owners;
   if (options.zero1) {
     if (options.communicator == nullptr) {
@@ -203,13 +218,30 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(Device& device, ModelCo
       options.executor, &trainer->compute_pool_);
   if (!executor.ok()) return executor.status();
   trainer->executor_ = std::move(*executor);
+  trainer->devices_ = devices;
+  for (size_t d = 1; d < devices.size(); ++d) {
+    // CUDA: the executor's streams, cuBLAS handles and buffers belong to the current device.
+    if (absl::Status s = devices[d]->MakeCurrent(); !s.ok()) return s;
+    trainer->lane_compute_pools_.push_back(
+        std::make_unique<ThreadPool>(static_cast<size_t>(std::max(1, options.blas_threads))));
+    absl::StatusOr<std::unique_ptr<StreamingExecutor>> lane = StreamingExecutor::Create(
+        *devices[d], geometry->dims, geometry->layout, trainer->store_, trainer->gate_,
+        trainer->rope_, options.executor, trainer->lane_compute_pools_.back().get());
+    if (!lane.ok()) {
+      return absl::Status(lane.status().code(),
+                          absl::StrCat("device ", d, ": ", lane.status().message()));
+    }
+    trainer->lane_executors_.push_back(std::move(*lane));
+  }
+  // Evaluation, logits and sampling run on device 0 from the caller's thread.
+  if (absl::Status s = devices[0]->MakeCurrent(); !s.ok()) return s;
   trainer->placement_table_ = std::move(placement_table);
   return trainer;
 }
 
 void Trainer::InitializeRandom(uint64_t seed) {
   WaitForUpdates();
-  executor_->InvalidateWeights();
+  for (const DeviceLane& lane : Lanes()) lane.executor->InvalidateWeights();
   bool every_entry_has_scratch = true;
   for (int e = 0; e < store_.num_entries(); ++e) {
     every_entry_has_scratch = every_entry_has_scratch && store_.MasterScratch(e) != nullptr;
@@ -297,7 +329,7 @@ absl::Status Trainer::WriteMasters() {
 
 absl::Status Trainer::LoadHfWeights(const std::string& dir, const InputFiles* inputs) {
   WaitForUpdates();
-  executor_->InvalidateWeights();
+  for (const DeviceLane& lane : Lanes()) lane.executor->InvalidateWeights();
   std::vector<int> without_scratch;
   for (int e = 0; e < store_.num_entries(); ++e) {
     if (store_.MasterScratch(e) == nullptr) without_scratch.push_back(e);
@@ -342,7 +374,7 @@ void Trainer::RestoreProgress(const TrainerProgress& p) {
   gate_.ResetAll(step_);
   // The masters were just loaded; a failure here shows at the next Step.
   if (absl::Status s = store_.RefreshComputeCopy(); !s.ok()) init_status_ = s;
-  executor_->InvalidateWeights();
+  for (const DeviceLane& lane : Lanes()) lane.executor->InvalidateWeights();
 }
 
 void Trainer::BeginSnapshot() {
@@ -521,6 +553,14 @@ absl::StatusOr<std::vector<float>> Trainer::Logits(const int32_t* inputs) {
   return executor_->ComputeLogits(inputs, step_);
 }
 
+std::vector<DeviceLane> Trainer::Lanes() const {
+  std::vector<DeviceLane> lanes = {{devices_[0], executor_.get()}};
+  for (size_t d = 1; d < devices_.size(); ++d) {
+    lanes.push_back({devices_[d], lane_executors_[d - 1].get()});
+  }
+  return lanes;
+}
+
 absl::StatusOr<StepReport> Trainer::EmptyStep(int64_t tokens) {
   // Nothing counts (SFT rows whose assistant parts were all truncated away, say): the mean loss
   // has no terms, so there is no gradient to follow. Running AdamW on zero gradients would
@@ -573,11 +613,16 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
                                                           init_status_.message()));
   }
 
-  if (options_.collect_timeline) {
-    device_.timeline().Clear();
-    device_.timeline().set_enabled(true);
+  const std::vector<DeviceLane> lanes = Lanes();
+  std::vector<double> link_bytes_before;
+  for (const DeviceLane& lane : lanes) {
+    if (options_.collect_timeline) {
+      lane.device->timeline().Clear();
+      lane.device->timeline().set_enabled(true);
+    }
+    lane.device->ResetPeak();
+    link_bytes_before.push_back(lane.executor->layer_link_bytes());
   }
-  device_.ResetPeak();
   // The activation modes this step runs with (re-decided after it).
   std::vector<ActivationBlockReport> activation_blocks;
   for (const BlockDecision& b : executor_->activation_decision().blocks) {
@@ -585,17 +630,13 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
         {b.first_layer, b.num_layers, ActivationModeName(b.mode), b.reason});
   }
   const auto t0 = std::chrono::steady_clock::now();
-  double loss_sum = 0;
-  for (size_t mb = 0; mb < inputs.size(); ++mb) {
-    absl::StatusOr<MicroBatchResult> r = executor_->RunMicroBatch(
-        inputs[mb], targets[mb], inv_total_valid, mb == 0, weights_version,
-        layouts.empty() ? TokenLayout{} : layouts[mb]);
-    if (!r.ok()) {
-      WaitForUpdates();
-      return r.status();
-    }
-    loss_sum += r->loss_sum;
+  absl::StatusOr<MicroBatchesResult> ran = RunMicroBatchesOnLanes(
+      lanes, turns_, inputs, targets, layouts, {inv_total_valid, weights_version});
+  if (!ran.ok()) {
+    WaitForUpdates();
+    return ran.status();
   }
+  double loss_sum = ran->loss_sum;
   const double step_seconds = SecondsSince(t0);
   const auto wait_t0 = std::chrono::steady_clock::now();
   WaitForUpdates();
@@ -708,14 +749,28 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
   report.skipped_total = skipped_steps_;
   report.activation_blocks = std::move(activation_blocks);
 
+  for (size_t d = 0; d < lanes.size(); ++d) {
+    DeviceStepFigures figures;
+    if (options_.collect_timeline) {
+      figures = DeviceFiguresFromSpans(lanes[d].device->timeline().Spans());
+    }
+    figures.link_bytes =
+        static_cast<uint64_t>(lanes[d].executor->layer_link_bytes() - link_bytes_before[d]);
+    figures.micro_batches = ran->micro_batches_per_lane[d];
+    report.devices.push_back(figures);
+  }
   if (options_.collect_timeline) {
-    device_.timeline().set_enabled(false);
     report.layers.assign(static_cast<size_t>(dims_.num_layers), LayerTiming{});
     for (int i = 0; i < dims_.num_layers; ++i) {
       report.layers[i].optimizer_seconds = previous_update_seconds[layout_.layer_entry(i)];
     }
-    const std::vector<TimelineSpan> spans = device_.timeline().Spans();
-    executor_->ObserveTimeline(spans);
+    std::vector<TimelineSpan> spans;
+    for (const DeviceLane& lane : lanes) {
+      lane.device->timeline().set_enabled(false);
+      std::vector<TimelineSpan> lane_spans = lane.device->timeline().Spans();
+      lane.executor->ObserveTimeline(lane_spans);
+      spans.insert(spans.end(), lane_spans.begin(), lane_spans.end());
+    }
     for (const TimelineSpan& span : spans) {
       const double seconds = static_cast<double>(span.end_ns - span.begin_ns) * 1e-9;
       const bool on_compute = span.stream == "compute";

@@ -25,6 +25,7 @@
 #include "engine/optimizer/host_adamw.h"
 #include "engine/tiers/placement.h"
 #include "engine/train/lr_schedule.h"
+#include "engine/train/multi_device_step.h"
 #include "engine/train/step_report.h"
 #include "kernels/cpu/rope.h"
 
@@ -93,6 +94,13 @@ class Trainer : public Checkpointable {
  public:
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(Device& device, ModelConfig config,
                                                          const TrainerOptions& options);
+  // Several devices of one process (docs/scale_out.md "Several devices in one
+  // process"): one executor per device over the one store; micro-batch m of a
+  // step runs on devices[m % N], with results bitwise those of one device.
+  // Evaluate, Logits and sampling use devices[0]. Not owned; same kind each.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const std::vector<Device*>& devices,
+                                                         ModelConfig config,
+                                                         const TrainerOptions& options);
   ~Trainer();
 
   // Parameters: normal(0, 0.02) for weight matrices, 1 for norms, 0 for biases,
@@ -132,7 +140,8 @@ class Trainer : public Checkpointable {
   const ParameterLayout& layout() const { return layout_; }
   const ParameterStore& store() const { return store_; }
   ParameterStore& mutable_store() { return store_; }
-  const StreamingExecutor& executor() const { return *executor_; }
+  const StreamingExecutor& executor() const { return *executor_; }  // device 0's
+  int device_count() const { return static_cast<int>(devices_.size()); }
   // The tier table of the placement (empty without budgets).
   const std::string& placement_table() const { return placement_table_; }
   uint64_t steps_done() const { return step_; }
@@ -192,7 +201,15 @@ class Trainer : public Checkpointable {
   ThreadPool optimizer_pool_;
   ThreadPool compute_pool_;  // parallel loops of the compute stream (attention)
   HostAdamw adamw_;
-  std::unique_ptr<StreamingExecutor> executor_;
+  std::unique_ptr<StreamingExecutor> executor_;  // device 0's
+  // Every device (device_ first), and for the others their compute pools and
+  // executors (multi_device_step.h); the pools outlive the executors.
+  std::vector<Device*> devices_;
+  std::vector<std::unique_ptr<ThreadPool>> lane_compute_pools_;
+  std::vector<std::unique_ptr<StreamingExecutor>> lane_executors_;
+  GradientTurns turns_;
+  // Each device with its executor, device 0 first.
+  std::vector<DeviceLane> Lanes() const;
   std::thread update_thread_;
   absl::Status update_status_;  // written by the update thread, read after joining it
   absl::Status init_status_;    // of the last InitializeRandom (NVMe master writes)

@@ -29,26 +29,65 @@ std::string FormatDuration(double seconds) {
   return s >= 60 ? absl::StrFormat("%dm%02ds", s / 60, s % 60) : absl::StrFormat("%ds", s);
 }
 
-// The run's device: the caller's shared one, or one created from options.device.
-absl::StatusOr<Device*> RunDevice(const TrainingRunOptions& options,
-                                  std::unique_ptr<Device>& owned) {
-  if (options.shared_device != nullptr) return options.shared_device;
-  absl::StatusOr<std::unique_ptr<Device>> created = CreateDevice(options.device);
-  if (!created.ok()) return created.status();
-  owned = *std::move(created);
-  return owned.get();
+// The run's devices: the caller's shared ones, or options.devices created from options.device
+// (CUDA ordinals counted from cuda_device_ordinal).
+absl::StatusOr<std::vector<Device*>> RunDevices(const TrainingRunOptions& options,
+                                                std::vector<std::unique_ptr<Device>>& owned) {
+  const size_t wanted = static_cast<size_t>(options.devices);
+  if (!options.shared_devices.empty()) {
+    if (options.shared_devices.size() < wanted) {
+      return absl::InvalidArgumentError(absl::StrCat("devices=", options.devices, " but only ",
+                                                     options.shared_devices.size(),
+                                                     " devices are available"));
+    }
+    return std::vector<Device*>(options.shared_devices.begin(),
+                                options.shared_devices.begin() + options.devices);
+  }
+  if (options.shared_device != nullptr) {
+    if (wanted != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("devices=", options.devices, " but the run was given one shared device"));
+    }
+    return std::vector<Device*>{options.shared_device};
+  }
+  if (wanted > 1 && options.device.kind == DeviceKind::kCuda &&
+      !options.device.cuda_host_task_threads) {
+    // A gradient turn waits in a host task: on the driver's one callback thread it would hold
+    // back every other device's host tasks, the ones it waits for included.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "devices=", options.devices, " on cuda needs cuda_host_task_threads (a host-task thread "
+        "per stream)"));
+  }
+  std::vector<Device*> devices;
+  for (size_t d = 0; d < wanted; ++d) {
+    DeviceOptions device_options = options.device;
+    device_options.cuda_device_ordinal += static_cast<int>(d);
+    absl::StatusOr<std::unique_ptr<Device>> created = CreateDevice(device_options);
+    if (!created.ok()) {
+      if (wanted == 1) return created.status();
+      return absl::Status(created.status().code(),
+                          absl::StrCat("device ", d, ": ", created.status().message()));
+    }
+    owned.push_back(*std::move(created));
+    devices.push_back(owned.back().get());
+  }
+  return devices;
 }
 
-// A trainer on `device` with its starting weights: the Hugging Face model's, or random.
-absl::StatusOr<std::unique_ptr<Trainer>> StartingTrainer(Device& device, const ModelConfig& config,
+// A trainer on `devices` with its starting weights: the Hugging Face model's, or random.
+absl::StatusOr<std::unique_ptr<Trainer>> StartingTrainer(const std::vector<Device*>& devices,
+                                                         const ModelConfig& config,
                                                          const TrainingRunOptions& options,
                                                          TrainingObserver& observer) {
-  if (absl::Status health = device.health(); !health.ok()) return health;
+  for (Device* device : devices) {
+    if (absl::Status health = device->health(); !health.ok()) return health;
+  }
   TrainerOptions trainer_options = options.trainer;
   // Packed sample rows carry segment ids; the executor reads them only when asked to (on CUDA
   // they rule out cuDNN's attention).
   trainer_options.executor.segment_ids = RunUsesSegmentIds(options);
-  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(device, config, trainer_options);
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer =
+      Trainer::Create(devices, config, trainer_options);
   if (!trainer.ok()) return trainer.status();
   if (!(*trainer)->placement_table().empty()) {
     observer.OnLine("memory placement:\n" + (*trainer)->placement_table(), true);
@@ -120,6 +159,16 @@ absl::StatusOr<std::vector<EvalReplyReport>> EvalReplies(Trainer& trainer,
     r.stopped = (*replies)[i].stopped;
   }
   return reports;
+}
+
+// Several devices: each one's exposed transfer in the step ("  stall 0.012/0.020 s"), by device.
+std::string DescribeDeviceStalls(const StepReport& report) {
+  if (report.devices.size() < 2) return "";
+  std::string stalls;
+  for (const DeviceStepFigures& d : report.devices) {
+    absl::StrAppend(&stalls, stalls.empty() ? "" : "/", absl::StrFormat("%.3f", d.stall_seconds));
+  }
+  return absl::StrCat("  stall ", stalls, " s");
 }
 
 double Median(std::vector<double> values) {
@@ -218,6 +267,11 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
     return absl::InvalidArgumentError(
         absl::StrCat("grad_accumulation=", options.grad_accumulation, " must be >= 1"));
   }
+  if (options.devices < 1 || options.grad_accumulation % options.devices != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "grad_accumulation=", options.grad_accumulation, " must be a multiple of devices=",
+        options.devices, " (micro-batch m of a step runs on device m % devices)"));
+  }
   const int micro = options.trainer.micro_batch_size;
   // Data parallelism: this rank's micro-batch slots of each step. Replicated, rank 0 writes the
   // checkpoints in the background; ZeRO-1, every rank writes its shard of each one together,
@@ -234,11 +288,11 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
   BatchSource& windows = *data->batches;
   const bool segment_ids = RunUsesSegmentIds(options);
 
-  std::unique_ptr<Device> owned_device;
-  absl::StatusOr<Device*> device = RunDevice(options, owned_device);
-  if (!device.ok()) return device.status();
+  std::vector<std::unique_ptr<Device>> owned_devices;
+  absl::StatusOr<std::vector<Device*>> devices = RunDevices(options, owned_devices);
+  if (!devices.ok()) return devices.status();
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
-      StartingTrainer(**device, config, options, observer);
+      StartingTrainer(*devices, config, options, observer);
   if (!trainer.ok()) return trainer.status();
   absl::StatusOr<SafetensorsDtype> checkpoint_dtype = RunCheckpointDtype(options);
   if (!checkpoint_dtype.ok()) return checkpoint_dtype.status();
@@ -391,11 +445,11 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
         comm != nullptr ? absl::StrFormat("  comm %.4f s %d B", report->communication_seconds,
                                           report->communication_bytes)
                         : std::string();
-    progress(absl::StrFormat("step %d/%d  loss %.4f  val %.4f  lr %.2e  |g| %.3f  %.0f tok/s%s  "
+    progress(absl::StrFormat("step %d/%d  loss %.4f  val %.4f  lr %.2e  |g| %.3f  %.0f tok/s%s%s  "
                              "eta %s%s%s",
                              step, options.steps, report->loss, validation_loss,
                              report->learning_rate, report->grad_norm, report->tokens_per_second,
-                             communication, FormatDuration(eta),
+                             communication, DescribeDeviceStalls(*report), FormatDuration(eta),
                              report->skipped              ? "  (skipped: non-finite)"
                              : report->no_counted_targets ? "  (no counted target: no update)"
                                                           : "",
@@ -415,7 +469,7 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
   result.tokens_per_second = Median(std::move(speeds));
   if (!options.chrome_trace_path.empty()) {
     std::ofstream out(options.chrome_trace_path);
-    out << (*device)->timeline().ToChromeTraceJson();
+    out << devices->front()->timeline().ToChromeTraceJson();
     if (!out) {
       return absl::PermissionDeniedError(
           absl::StrCat("cannot write chrome trace to '", options.chrome_trace_path, "'"));

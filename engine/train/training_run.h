@@ -78,6 +78,13 @@ struct TrainingRunOptions {
   // A device the caller owns and shares between runs one at a time (a daemon's); when set, the
   // run uses it instead of creating one from `device`.
   Device* shared_device = nullptr;
+  // Devices of this process the run trains on (docs/scale_out.md "Several devices in one
+  // process"): micro-batch m of a step on device m % devices, so grad_accumulation must be a
+  // multiple. Created from `device` (the CPU device that many times; CUDA ordinals
+  // cuda_device_ordinal onwards), or the first `devices` of shared_devices when given (a
+  // daemon's; then shared_device is unused). Results do not depend on it.
+  int devices = 1;
+  std::vector<Device*> shared_devices;
   std::string chrome_trace_path;  // written after the last step when set
   // Checkpoints (engine/checkpoint): written under checkpoint_dir every
   // checkpoint_every steps and after the last step; empty = none.

@@ -129,6 +129,29 @@ TEST_F(TextTrainingTest, TokenFilesPrintNoUnigramEntropy) {
   EXPECT_THAT(lines, ::testing::Not(::testing::Contains(HasSubstr("unigram entropy"))));
 }
 
+// Several devices (docs/scale_out.md): an accumulation the devices cannot split, and CUDA without
+// host-task threads (a turn wait would block the other devices' host tasks), are refused.
+TEST_F(TextTrainingTest, RefusesDevicesThatCannotSplitTheStep) {
+  absl::StatusOr<std::unique_ptr<TextTokenizer>> tok = CreateTextTokenizer(model_);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const int vocab = (*tok)->vocab_size();
+  TrainingRunOptions o = Options();
+  o.devices = 2;
+  o.grad_accumulation = 3;
+  absl::StatusOr<TrainingRunResult> odd =
+      RunTraining(Config(vocab), o, [](const std::string&, bool) {});
+  ASSERT_FALSE(odd.ok());
+  EXPECT_THAT(odd.status().message(),
+              HasSubstr("grad_accumulation=3 must be a multiple of devices=2"));
+  o.grad_accumulation = 2;
+  o.device.kind = DeviceKind::kCuda;
+  o.device.cuda_host_task_threads = false;
+  absl::StatusOr<TrainingRunResult> cuda =
+      RunTraining(Config(vocab), o, [](const std::string&, bool) {});
+  ASSERT_FALSE(cuda.ok());
+  EXPECT_THAT(cuda.status().message(), HasSubstr("needs cuda_host_task_threads"));
+}
+
 TEST_F(TextTrainingTest, RefusesBadJsonlAndSmallVocabularies) {
   absl::StatusOr<std::unique_ptr<TextTokenizer>> tok = CreateTextTokenizer(model_);
   ASSERT_TRUE(tok.ok()) << tok.status();

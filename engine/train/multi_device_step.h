@@ -1,0 +1,67 @@
+// Several devices of one process training one job (docs/scale_out.md "Several
+// devices in one process"): micro-batch m of a step runs on device m % N, each
+// device running its micro-batches in order on a thread of its own, every
+// executor sharing the trainer's one ParameterStore, UpdateGate and rope
+// table. GradientTurns make the host slabs receive the contributions in
+// micro-batch order, so N devices give bitwise the results of one device with
+// the same accumulation.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/device/device.h"
+#include "engine/dist/communicator.h"
+#include "engine/exec/gradient_turns.h"
+#include "engine/exec/parameter_store.h"
+#include "engine/exec/streaming_executor.h"
+#include "engine/train/step_report.h"
+
+namespace megatrain::engine {
+
+// One device and the executor that streams the model through it.
+struct DeviceLane {
+  Device* device = nullptr;
+  StreamingExecutor* executor = nullptr;
+};
+
+// What a step's micro-batches need besides their tokens.
+struct MicroBatchStepArgs {
+  float inv_total_valid = 0;
+  uint64_t weights_version = 0;
+};
+
+struct MicroBatchesResult {
+  double loss_sum = 0;  // summed in micro-batch order
+  // Micro-batches each lane ran.
+  std::vector<int> micro_batches_per_lane;
+};
+
+// Runs forward and backward of every micro-batch, micro-batch m on lanes[m %
+// lanes.size()]. One lane runs on the calling thread without turns (the
+// executor's stream order alone fixes the sums); several take turns through
+// `turns` (Reset here). A failed micro-batch aborts the turns so no lane waits
+// for it; the error of the first failed micro-batch is returned once every
+// lane has stopped.
+absl::StatusOr<MicroBatchesResult> RunMicroBatchesOnLanes(
+    const std::vector<DeviceLane>& lanes, GradientTurns& turns,
+    const std::vector<const int32_t*>& inputs, const std::vector<const int32_t*>& targets,
+    const std::vector<TokenLayout>& layouts, const MicroBatchStepArgs& args);
+
+// The devices a trainer is created with: at least one, none null, all of one
+// kind, and several only without a communicator (data parallelism across
+// processes is the other way to use several devices). INVALID_ARGUMENT naming
+// `devices`.
+absl::Status CheckTrainerDevices(const std::vector<Device*>& devices,
+                                 const dist::Communicator* communicator);
+// Several devices read the compute copy from RAM: its NVMe tier (whose
+// read-ahead follows one executor's order) is refused naming the field.
+// Gradients may be on NVMe: their turns order the chunks as they order slabs.
+absl::Status CheckMultiDevicePlacement(int devices, const StorePlacement& placement);
+
+// A device's figures of the step from its timeline spans: compute stalls,
+// copy-in and compute time.
+DeviceStepFigures DeviceFiguresFromSpans(const std::vector<TimelineSpan>& spans);
+
+}  // namespace megatrain::engine

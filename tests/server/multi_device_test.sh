@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Several devices in one daemon (docs/scale_out.md "Several devices in one process"): megatraind
+# started with --devices=2 (the CPU device twice) trains a job with devices=2 -- each device runs
+# the spec's batch -- and its final checkpoint equals, byte for byte, that of a devices=1 job
+# with the accumulation doubled (batch_size 8 in micro-batches of 4), both paused at step 2 and
+# resumed. /metrics carries the
+# per-device figures with a rank label, Plan echoes the devices, `watch` follows the job as one,
+# and devices=3 is refused naming the field and both numbers.
+source "$(dirname "$0")/daemon_test_lib.sh"
+
+# spec <name> <devices> <batch_size>: a job of micro-batches of 4 sequences.
+spec() {
+  cat > "$WORK/$1.json" <<JSON
+{"name": "$1", "model": {"config_json_path": "$WORK/data/config.json"},
+ "data": {"text_files": ["$WORK/data/corpus.txt"], "eval_every_steps": 3},
+ "hyper": {"steps": 6, "batch_size": $3, "micro_batch_size": 4, "seq_len": 32,
+           "lr": {"peak_lr": 0.001}},
+ "devices": $2, "output_dir": "$WORK/out/$1", "seed": 5}
+JSON
+  echo "$WORK/$1.json"
+}
+
+# finish_through_hold <id>: the daemon holds every job at step 2; a pause (a checkpoint at step 2)
+# ends the hold, and the resumed job runs past it to the end.
+finish_through_hold() {
+  await 120 "job $1 to reach its hold at step 2" step_at_least "$1" 2
+  cli pause "$1" > /dev/null || fail "pause of $1"
+  await 120 "job $1 to pause" state_is "$1" PAUSED
+  cli resume "$1" > /dev/null || fail "resume of $1"
+}
+
+final_checkpoint() { ls -d "$WORK/out/$1/checkpoints"/step-* | tail -n 1; }
+
+metrics_port=$(free_port)
+start_daemon --devices=2 --threads=1 --metrics_address="127.0.0.1:$metrics_port" \
+  --test_hold_after_step=2
+
+plan=$(cli plan --spec="$(spec planned 2 4)" --json) || fail "plan of a devices=2 job"
+[ "$(json_field "$plan" .devices)" = 2 ] || fail "Plan does not echo devices 2: $plan"
+
+two=$(cli submit --spec="$(spec two 2 4)") || fail "submit devices=2"
+await 120 "job $two to reach its hold at step 2" step_at_least "$two" 2
+exposition=$(curl -sf "http://127.0.0.1:$metrics_port/metrics") || fail "no /metrics"
+for rank in 0 1; do
+  grep -q "^megatrain_device_stall_seconds_count{rank=\"$rank\"} [1-9]" <<< "$exposition" ||
+    fail "no megatrain_device_stall_seconds for rank $rank in /metrics"
+  grep -q "^megatrain_device_link_bytes_total{rank=\"$rank\"} [1-9]" <<< "$exposition" ||
+    fail "no megatrain_device_link_bytes_total for rank $rank in /metrics"
+done
+grep -q "rank=\"2\"" <<< "$exposition" && fail "a rank 2 series for a 2-device job"
+# Per-layer series stay job-wide.
+grep -q '^megatrain_layer_stall_seconds_count{layer="0"}' <<< "$exposition" ||
+  fail "no job-wide per-layer stall"
+finish_through_hold "$two"
+timeout 600 "$MEGATRAIN" --socket="$SOCKET" watch "$two" > "$WORK/watch.txt" ||
+  fail "watch of the devices=2 job: $(cat "$WORK/watch.txt")"
+state_is "$two" SUCCEEDED || fail "devices=2 job ended $(job_state "$two")"
+
+one=$(cli submit --spec="$(spec one 1 8)") || fail "submit devices=1"
+finish_through_hold "$one"
+timeout 600 "$MEGATRAIN" --socket="$SOCKET" watch "$one" > /dev/null || fail "watch devices=1"
+state_is "$one" SUCCEEDED || fail "devices=1 job ended $(job_state "$one")"
+
+a=$(final_checkpoint two)
+b=$(final_checkpoint one)
+[ "$(basename "$a")" = "$(basename "$b")" ] || fail "final checkpoints $a and $b differ in step"
+for f in model.safetensors optimizer.safetensors trainer_state.json; do
+  cmp "$a/$f" "$b/$f" || fail "$f of devices=2 differs from devices=1 with accumulation doubled"
+done
+
+expect_refused "devices: 3 is more than the 2 device(s)" submit --spec="$(spec three 3 4)"
+stop_daemon
+echo PASS
