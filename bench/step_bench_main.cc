@@ -35,7 +35,9 @@ ABSL_FLAG(int, micro_batches, 1, "micro-batches per optimizer step");
 ABSL_FLAG(int, k, 4, "checkpoint interval (ignored with --keep_all)");
 ABSL_FLAG(bool, keep_all, false, "keep every activation, recompute nothing");
 ABSL_FLAG(int, weight_slots, 0, "device weight slots: 0 = auto (all resident if the arena fits)");
-ABSL_FLAG(int, device_checkpoints, -1, "checkpoints kept on the device; -1 = all");
+ABSL_FLAG(int, device_checkpoints, -1,
+          "activation checkpoints kept on the device (the rest in pinned host memory); -1 = as "
+          "many as fit the arena");
 ABSL_FLAG(double, weight_ring_layers, 0,
           "fragmented weight streaming: a weight ring of this many layers' tensors (0 = off)");
 ABSL_FLAG(int64_t, weight_ring_bytes, 0,

@@ -78,19 +78,29 @@ void* StreamingExecutor::Impl::CheckpointPointer(int c) const {
 
 absl::StatusOr<std::unique_ptr<StreamingExecutor>> StreamingExecutor::Create(
     Device& device, const ModelDims& dims, const ExecutorLayout& layout, ParameterStore& store,
-    UpdateGate& gate, const kernels::cpu::RopeTable& rope, const ExecutorOptions& options,
+    UpdateGate& gate, const kernels::cpu::RopeTable& rope, const ExecutorOptions& given_options,
     ThreadPool* compute_pool) {
-  if (options.checkpoint_interval < 1) {
+  if (given_options.checkpoint_interval < 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint_interval=", options.checkpoint_interval, " must be >= 1"));
+        absl::StrCat("checkpoint_interval=", given_options.checkpoint_interval, " must be >= 1"));
   }
   if (dims.head_chunk < 1) {
     return absl::InvalidArgumentError(absl::StrCat("head_chunk=", dims.head_chunk));
   }
-  if (options.weight_slots == 1 || options.weight_slots < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("weight_slots=", options.weight_slots,
+  if (given_options.weight_slots == 1 || given_options.weight_slots < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("weight_slots=", given_options.weight_slots,
                                                    " must be 0 (auto) or >= 2 (double buffering)"));
   }
+  if (given_options.device_checkpoints < kAutoDeviceCheckpoints) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device_checkpoints=", given_options.device_checkpoints,
+                     " must be -1 (as many as fit the arena) or >= 0"));
+  }
+  // Auto device checkpoints resolved once: everything below plans and runs that count.
+  ExecutorOptions options = given_options;
+  options.device_checkpoints =
+      ChooseDeviceCheckpoints(dims, layout, EntryElements(store), given_options,
+                              device.arena_stats().capacity, device.kind());
   absl::StatusOr<std::unique_ptr<StageBackend>> backend =
       MakeStageBackend(device, dims, layout.layer_offsets, rope, compute_pool);
   if (!backend.ok()) return backend.status();

@@ -70,12 +70,17 @@ struct TokenLayout {
   const int32_t* segments = nullptr;
 };
 
+// ExecutorOptions::device_checkpoints: as many checkpoints on the device as fit its arena.
+inline constexpr int kAutoDeviceCheckpoints = -1;
+
 struct ExecutorOptions {
   int checkpoint_interval = 4;  // k: keep the input of every k-th layer
   bool keep_all = false;        // keep every activation, recompute nothing
-  // How many activation checkpoints stay in device memory; the rest live in
-  // pinned host memory. -1 = all on the device.
-  int device_checkpoints = -1;
+  // How many activation checkpoints stay in device memory (the first ones);
+  // the rest live in pinned host memory. kAutoDeviceCheckpoints (-1) = as many
+  // as the arena holds beside the minimum plan (ChooseDeviceCheckpoints); n >= 0
+  // = the first n (n >= the count = all). Never changes what is computed.
+  int device_checkpoints = kAutoDeviceCheckpoints;
   bool serial = false;  // no overlap (baseline for benchmarks)
   // Micro-batches may carry segment ids (packed samples, TokenLayout): attention then reads them
   // (on CUDA our kernel, never cuDNN's). Off, a TokenLayout with segments is refused.
@@ -119,6 +124,8 @@ struct DeviceMemoryPlan {
   size_t activations = 0;  // saved activation sets (the budget's, when set)
   size_t checkpoints = 0;  // device-resident activation checkpoints
   size_t scratch = 0;      // residual streams, backward scratch, head, attention, tokens
+  int device_checkpoints = 0;  // how many checkpoints the `checkpoints` bytes hold
+  int host_checkpoints = 0;    // the rest, in pinned host memory
   size_t total() const {
     return weight_slots + gradient_buffers + activations + checkpoints + scratch;
   }
@@ -136,7 +143,9 @@ class StreamingExecutor {
   // with) for parameter entries of `entry_elements` padded floats each; the
   // options' checkpointing overrides the layout's. What Create allocates.
   // With options.weight_ring_bytes > 0 the weight line is the ring and
-  // `weight_slots` is ignored.
+  // `weight_slots` is ignored. options.device_checkpoints must be resolved
+  // (ChooseDeviceCheckpoints): here and in PinnedStagingBytes an unresolved
+  // auto counts every checkpoint on the device.
   static DeviceMemoryPlan PlanDeviceMemory(const ModelDims& dims, const ExecutorLayout& layout,
                                            absl::Span<const size_t> entry_elements,
                                            const ExecutorOptions& options, int weight_slots = 2,
@@ -148,13 +157,28 @@ class StreamingExecutor {
                                    absl::Span<const size_t> entry_elements,
                                    const ExecutorOptions& options,
                                    DeviceKind kind = DeviceKind::kCpu);
+  // The device checkpoint count Create uses: options.device_checkpoints
+  // (clamped to the count), or with auto the most that fit an arena of
+  // `arena_capacity` bytes beside the minimum plan (two weight slots or the
+  // ring, gradient buffers, the activation sets of the budget, scratch and,
+  // when some stay on the host, their staging buffer). Every checkpoint when
+  // they all fit (the plan Create checked before auto existed); 0 when not even
+  // the minimum plan fits (Create then fails naming the bytes). Checkpoints
+  // come before extra weight slots: a host checkpoint costs a copy out and
+  // back every micro-batch, an extra slot saves weight copies only once
+  // every stage stays resident.
+  static int ChooseDeviceCheckpoints(const ModelDims& dims, const ExecutorLayout& layout,
+                                     absl::Span<const size_t> entry_elements,
+                                     const ExecutorOptions& options, size_t arena_capacity,
+                                     DeviceKind kind = DeviceKind::kCpu);
   // Floats of a weight slot holding these entries (packed at the executor's
   // alignment).
   static size_t StageFloats(absl::Span<const size_t> entry_elements,
                             const std::vector<int>& entries);
   // The slot count Create uses: options.weight_slots, or with 0 as many as
-  // fit an arena of `arena_capacity` bytes beside the rest of the plan; 0 in
-  // fragment mode (no slots).
+  // fit an arena of `arena_capacity` bytes beside the rest of the plan (its
+  // device checkpoints chosen first, ChooseDeviceCheckpoints); 0 in fragment
+  // mode (no slots).
   static int ChooseWeightSlots(const ModelDims& dims, const ExecutorLayout& layout,
                                absl::Span<const size_t> entry_elements,
                                const ExecutorOptions& options, size_t arena_capacity,

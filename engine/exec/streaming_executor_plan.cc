@@ -16,9 +16,9 @@ using namespace executor_internal;  // NOLINT: the executor's own shapes
 std::string DeviceMemoryPlan::Describe() const {
   return absl::StrFormat(
       "%d bytes = %s %d + gradient buffers %d + saved activations %d + "
-      "checkpoints %d + scratch %d",
+      "checkpoints %d + scratch %d (%d checkpoints on the device, %d in pinned host memory)",
       total(), weight_ring ? "weight ring" : "weight slots", weight_slots, gradient_buffers,
-      activations, checkpoints, scratch);
+      activations, checkpoints, scratch, device_checkpoints, host_checkpoints);
 }
 
 DeviceMemoryPlan StreamingExecutor::PlanDeviceMemory(const ModelDims& dims,
@@ -43,6 +43,8 @@ DeviceMemoryPlan StreamingExecutor::PlanDeviceMemory(const ModelDims& dims,
   const absl::StatusOr<int> sets = ActivationSetsFor(dims, given_layout, options, kind);
   plan.activations = (sets.ok() ? *sets : p.activation_sets) * Round256(sizes.activation_set_bytes);
   plan.checkpoints = p.device_checkpoints * x_bytes;
+  plan.device_checkpoints = p.device_checkpoints;
+  plan.host_checkpoints = p.checkpoints - p.device_checkpoints;
   plan.scratch = 4 * x_bytes + Round256(sizes.scratch_bytes) + 4 * Round256(n * sizeof(int32_t));
   if (p.device_checkpoints < p.checkpoints) plan.scratch += x_bytes;  // staging for host ones
   return plan;
@@ -85,12 +87,40 @@ size_t StreamingExecutor::StageFloats(absl::Span<const size_t> entry_elements,
   return floats;
 }
 
+int StreamingExecutor::ChooseDeviceCheckpoints(const ModelDims& dims,
+                                               const ExecutorLayout& given_layout,
+                                               absl::Span<const size_t> entry_elements,
+                                               const ExecutorOptions& options,
+                                               size_t arena_capacity, DeviceKind kind) {
+  const ExecutorLayout layout = WithOptions(given_layout, options);
+  const int count = CheckpointCount(layout.schedule);
+  if (options.device_checkpoints >= 0) return std::min(options.device_checkpoints, count);
+  // The minimum plan: two slots with auto slots (its extra slots come after
+  // the checkpoints), the slots asked for otherwise, or the ring.
+  const int slots = options.weight_slots > 0 ? options.weight_slots : 2;
+  ExecutorOptions probe = options;
+  probe.device_checkpoints = count;
+  if (PlanDeviceMemory(dims, layout, entry_elements, probe, slots, kind).total() <=
+      arena_capacity) {
+    return count;
+  }
+  probe.device_checkpoints = 0;  // every one on the host: the staging buffer joins the plan
+  const size_t base = PlanDeviceMemory(dims, layout, entry_elements, probe, slots, kind).total();
+  if (base >= arena_capacity) return 0;
+  const size_t x_bytes = Round256(ActivationBytes(dims, SizesFor(kind, dims)));
+  // Fewer than count - 1: all but one would not fit without the staging buffer either.
+  return std::min<int>(count, static_cast<int>((arena_capacity - base) / x_bytes));
+}
+
 int StreamingExecutor::ChooseWeightSlots(const ModelDims& dims, const ExecutorLayout& given_layout,
                                          absl::Span<const size_t> entry_elements,
-                                         const ExecutorOptions& options, size_t arena_capacity,
-                                         DeviceKind kind) {
-  if (options.weight_ring_bytes > 0) return 0;
-  if (options.weight_slots > 0) return options.weight_slots;
+                                         const ExecutorOptions& given_options,
+                                         size_t arena_capacity, DeviceKind kind) {
+  if (given_options.weight_ring_bytes > 0) return 0;
+  if (given_options.weight_slots > 0) return given_options.weight_slots;
+  ExecutorOptions options = given_options;
+  options.device_checkpoints = ChooseDeviceCheckpoints(dims, given_layout, entry_elements,
+                                                       given_options, arena_capacity, kind);
   const ExecutorLayout layout = WithOptions(given_layout, options);
   const std::vector<ScheduledOp> schedule = BuildStepSchedule(layout.schedule);
   std::vector<std::vector<int>> stages;

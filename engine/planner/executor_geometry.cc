@@ -24,6 +24,12 @@ DeviceMemoryPlan DeviceMemoryPlanFor(const ExecutorGeometry& g, const ExecutorOp
                                              weight_slots, kind);
 }
 
+int DeviceCheckpointsFor(const ExecutorGeometry& g, const ExecutorOptions& options,
+                         size_t arena_bytes, DeviceKind kind) {
+  return StreamingExecutor::ChooseDeviceCheckpoints(g.dims, g.layout, g.entry_elements, options,
+                                                    arena_bytes, kind);
+}
+
 int WeightSlotsFor(const ExecutorGeometry& g, const ExecutorOptions& options, size_t arena_bytes,
                    DeviceKind kind) {
   return StreamingExecutor::ChooseWeightSlots(g.dims, g.layout, g.entry_elements, options,

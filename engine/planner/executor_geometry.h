@@ -28,6 +28,10 @@ absl::StatusOr<ExecutorGeometry> MakeExecutorGeometry(const ModelConfig& config,
 DeviceMemoryPlan DeviceMemoryPlanFor(const ExecutorGeometry& g, const ExecutorOptions& options,
                                      int weight_slots, DeviceKind kind);
 
+// StreamingExecutor::ChooseDeviceCheckpoints within an arena of `arena_bytes`.
+int DeviceCheckpointsFor(const ExecutorGeometry& g, const ExecutorOptions& options,
+                         size_t arena_bytes, DeviceKind kind);
+
 // StreamingExecutor::ChooseWeightSlots within an arena of `arena_bytes`.
 int WeightSlotsFor(const ExecutorGeometry& g, const ExecutorOptions& options, size_t arena_bytes,
                    DeviceKind kind);

@@ -35,7 +35,9 @@ ABSL_FLAG(uint64_t, weight_ring_bytes, 0,
           "fragmented weight streaming through a device ring of this many bytes (or use "
           "--weight_ring_layers)");
 ABSL_FLAG(uint64_t, fragment_bytes, 0, "largest weight fragment in bytes; 0 = 4 MiB");
-ABSL_FLAG(int, device_checkpoints, -1, "checkpoints kept on the device; -1 = all");
+ABSL_FLAG(int, device_checkpoints, -1,
+          "activation checkpoints kept on the device (the rest in pinned host memory); -1 = as "
+          "many as fit the arena");
 ABSL_FLAG(double, activation_budget_gb, 0,
           "device GB (1e9) for saved activation sets; 0 = the k working sets");
 ABSL_FLAG(std::string, activation_policy, "recompute",

@@ -161,6 +161,10 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
     if (!fragments.ok()) return fragments.status();
     r.step_fragments = static_cast<int>(fragments->fragments.size());
   }
+  // Auto checkpoints resolved as Create resolves them; everything below (slots, pinned staging,
+  // the step's checkpoint copies) uses that count.
+  r.executor.device_checkpoints =
+      DeviceCheckpointsFor(*g, r.executor, r.device_arena_capacity, kind);
   r.weight_slots = WeightSlotsFor(*g, r.executor, r.device_arena_capacity, kind);
   r.device = DeviceMemoryPlanFor(*g, r.executor, r.weight_slots, kind);
   absl::StatusOr<int> activation_sets =
@@ -179,6 +183,8 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
   r.host_arena_bytes = hw.cpu_device ? r.device_arena_peak : 0;
   r.host_peak_bytes =
       r.host_store_bytes + r.host_pinned_staging + r.host_fixed_overhead + r.host_arena_bytes;
+  r.fits_host = !in.budgets_enabled || r.host_store_bytes + r.host_pinned_staging <=
+                                           in.budgets.pinned_ram + in.budgets.ram;
 
   // Time. FLOP parameters: everything but the input embedding (a gather) unless it is tied.
   double flop_parameters = static_cast<double>(r.parameters);
@@ -223,6 +229,11 @@ absl::StatusOr<LargestFit> LargestModelThatFits(const ModelConfig& family_templa
       return absl::ResourceExhaustedError(absl::StrCat("device plan ", p->device_arena_peak,
                                                        " bytes > ", p->device_arena_capacity));
     }
+    if (!p->fits_host) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("host store ", p->host_store_bytes, " + pinned staging ",
+                       p->host_pinned_staging, " bytes > the pinned + RAM budgets"));
+    }
     return p;
   };
   absl::StatusOr<PlanResult> one = fits(1);
@@ -260,11 +271,13 @@ std::string PlanResult::Table() const {
       &out,
       absl::StrFormat("\ndevice arena (%s, k=%d%s)\n"
                       "  %-17s %s\n  gradient buffers  %s\n"
-                      "  activations       %s\n  checkpoints       %s\n"
+                      "  activations       %s\n  checkpoints       %s (%d on the device, %d in "
+                      "pinned host memory)\n"
                       "  scratch           %s\n  peak              %s of %s%s\n",
                       weights, executor.checkpoint_interval, executor.keep_all ? ", keep_all" : "",
                       device.weight_ring ? "weight ring" : "weight slots", gb(device.weight_slots),
                       gb(device.gradient_buffers), gb(device.activations), gb(device.checkpoints),
+                      device.device_checkpoints, device.host_checkpoints,
                       gb(device.scratch), gb(device_arena_peak), gb(device_arena_capacity),
                       fits_device ? "" : "  DOES NOT FIT"));
   absl::StrAppend(
@@ -345,6 +358,8 @@ std::string PlanResult::ToJson() const {
                  {"gradient_buffers", device.gradient_buffers},
                  {"activations", device.activations},
                  {"checkpoints", device.checkpoints},
+                 {"device_checkpoints", device.device_checkpoints},
+                 {"host_checkpoints", device.host_checkpoints},
                  {"scratch", device.scratch},
                  {"arena_peak", device_arena_peak},
                  {"arena_capacity", device_arena_capacity},

@@ -35,7 +35,9 @@ struct PlanInputs {
   uint64_t weight_ring_bytes = 0;
   double weight_ring_layers = 0;
   uint64_t fragment_bytes = 0;  // largest fragment; 0 = the executor's default
-  int device_checkpoints = -1;
+  // Activation checkpoints on the device; the rest in pinned host memory.
+  // kAutoDeviceCheckpoints (-1) = as many as the arena holds (the executor's rule).
+  int device_checkpoints = kAutoDeviceCheckpoints;
   int head_chunk = 0;  // 0 = min(tokens, kDefaultHeadChunk = 2048)
   int head_block_rows = 0;  // LM-head vocabulary rows per block; 0 = kDefaultHeadBlockRows (8192)
   // Adaptive recomputation: device bytes for saved activation sets (0 = the
@@ -73,6 +75,9 @@ struct PlanResult {
   bool fits_device = false;
   uint64_t host_store_bytes = 0;     // placement: pinned + RAM (NVMe staging included)
   uint64_t host_pinned_staging = 0;  // executor: gradient staging + host checkpoints
+  // With budgets: the store and the executor's pinned staging (host checkpoints included) fit
+  // pinned + RAM; true without budgets.
+  bool fits_host = true;
   uint64_t host_fixed_overhead = 0;
   uint64_t host_arena_bytes = 0;  // CPU device: the emulated device memory is host RAM
   uint64_t host_peak_bytes = 0;   // predicted VmHWM growth of a training process
