@@ -92,6 +92,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> StartingTrainer(const std::vector<Devic
   if (!(*trainer)->placement_table().empty()) {
     observer.OnLine("memory placement:\n" + (*trainer)->placement_table(), true);
   }
+  // Checkpoints the arena could not hold (auto device_checkpoints) live in pinned host memory and
+  // cost a copy out and back every micro-batch: say so.
+  if (const DeviceMemoryPlan& plan = (*trainer)->executor().plan(); plan.host_checkpoints > 0) {
+    observer.OnLine(absl::StrCat("activation checkpoints: ", plan.device_checkpoints,
+                                 " on the device, ", plan.host_checkpoints,
+                                 " in pinned host memory (device memory: ", plan.Describe(), ")"),
+                    true);
+  }
   if (options.init_from_hf_dir.empty()) {
     (*trainer)->InitializeRandom(options.seed);
   } else if (absl::Status s = (*trainer)->LoadHfWeights(options.init_from_hf_dir, options.inputs);
