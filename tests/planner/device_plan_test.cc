@@ -3,6 +3,8 @@
 // shapes, k, keep_all, host checkpoints and tied embeddings.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "engine/exec/streaming_executor.h"
 #include "engine/model/parameter_layout.h"
 #include "engine/planner/executor_geometry.h"
@@ -149,6 +151,80 @@ TEST(DevicePlanTest, WeightRingPlanEqualsTheMeasuredArenaPeak) {
     measured = std::max<uint64_t>(measured, device->arena_stats().peak);
     EXPECT_EQ(plan->device_arena_peak, measured) << plan->device.Describe();
     EXPECT_EQ(plan->device.total(), (*trainer)->executor().plan().total());
+  }
+}
+
+double CopyOutBytes(const PlanResult& plan) {
+  double bytes = 0;
+  for (const OpWork& op : plan.work.ops) bytes += op.copy_out_bytes;
+  return bytes;
+}
+
+// Auto device checkpoints: for arenas holding all, some and none of them, Plan() picks the
+// executor's count, slots, arena plan and pinned staging, and its step charges the host ones'
+// copies out.
+TEST(DevicePlanTest, AutoDeviceCheckpointsMatchTheTrainer) {
+  testing::TinyShape shape;
+  shape.layers = 10;
+  const ModelConfig config = testing::TinyConfig(shape);
+  PlanInputs in;
+  in.micro_batch = 2;
+  in.seq = 21;
+  in.checkpoint_interval = 1;  // ten checkpoints
+  in.weight_slots = 0;
+  in.device_checkpoints = kAutoDeviceCheckpoints;
+  auto layout = ParameterLayout::Create(config);
+  ASSERT_TRUE(layout.ok());
+  ExecutorOptions options;
+  options.checkpoint_interval = 1;
+  auto g = MakeExecutorGeometry(config, *layout, in.micro_batch, in.seq, 0, options);
+  ASSERT_TRUE(g.ok()) << g.status();
+  options.device_checkpoints = 0;
+  const size_t none = DeviceMemoryPlanFor(*g, options, 2, DeviceKind::kCpu).total();
+  options.device_checkpoints = 1;
+  const size_t x_bytes = DeviceMemoryPlanFor(*g, options, 2, DeviceKind::kCpu).checkpoints;
+  const size_t big = size_t{64} << 20;
+
+  absl::StatusOr<PlanResult> all = Plan(config, [&] {
+    PlanInputs i = in;
+    i.device_arena_bytes = big;
+    return i;
+  }(), CpuProfile(big));
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->device.device_checkpoints, 10);
+  for (const auto& [arena, on_device] :
+       {std::pair<size_t, int>{big, 10}, {none + 4 * x_bytes + 100, 4}, {none, 0}}) {
+    SCOPED_TRACE(arena);
+    in.device_arena_bytes = arena;
+    absl::StatusOr<PlanResult> plan = Plan(config, in, CpuProfile(arena));
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_TRUE(plan->fits_device);
+    EXPECT_EQ(plan->device.device_checkpoints, on_device);
+    EXPECT_EQ(plan->executor.device_checkpoints, on_device);
+
+    TrainerOptions o;
+    o.micro_batch_size = in.micro_batch;
+    o.seq_len = in.seq;
+    o.executor.checkpoint_interval = 1;
+    auto device = testing::MakeCpuDevice(arena);
+    auto trainer = Trainer::Create(*device, config, o);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    const DeviceMemoryPlan& executor_plan = (*trainer)->executor().plan();
+    EXPECT_EQ(plan->device.device_checkpoints, executor_plan.device_checkpoints);
+    EXPECT_EQ(plan->device.host_checkpoints, executor_plan.host_checkpoints);
+    EXPECT_EQ(plan->weight_slots, (*trainer)->executor().weight_slots());
+    EXPECT_EQ(plan->device.total(), executor_plan.total());
+    EXPECT_EQ(device->arena_stats().in_use, executor_plan.total());
+    ExecutorOptions resolved = o.executor;
+    resolved.device_checkpoints = executor_plan.device_checkpoints;
+    EXPECT_EQ(plan->host_pinned_staging,
+              StreamingExecutor::PinnedStagingBytes(g->dims, g->layout, g->entry_elements,
+                                                    resolved, DeviceKind::kCpu));
+    // Each host checkpoint goes out once per micro-batch (and back before its recompute); the
+    // top block keeps its activations, so the last checkpoint is never written.
+    const double host_bytes = static_cast<double>(std::max(0, 9 - on_device)) * in.micro_batch *
+                              in.seq * shape.hidden * sizeof(float);
+    EXPECT_EQ(CopyOutBytes(*plan) - CopyOutBytes(*all), host_bytes);
   }
 }
 
