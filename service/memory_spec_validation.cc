@@ -150,11 +150,14 @@ absl::Status PlanWithEngine(const v1::MemoryBudgets& m, const DaemonSettings& se
                      job.options.device.arena_bytes, " (", plan->device.Describe(), ")"));
   }
   const engine::tiers::Placement& placement = plan->placement;
-  if (placement.pinned_used > job.options.device.pinned_budget_bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("memory.pinned_ram_bytes: the plan needs ", placement.pinned_used,
-                     " pinned bytes (master, gradients); the budget is ",
-                     job.options.device.pinned_budget_bytes));
+  // The executor's pinned staging (host activation checkpoints the arena cannot hold included)
+  // is allocated from the same pinned budget as the store's pinned buffers.
+  if (placement.pinned_used + plan->host_pinned_staging > job.options.device.pinned_budget_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "memory.pinned_ram_bytes: the plan needs ", placement.pinned_used + plan->host_pinned_staging,
+        " pinned bytes (master, gradients ", placement.pinned_used,
+        "; executor staging and host activation checkpoints ", plan->host_pinned_staging,
+        "); the budget is ", job.options.device.pinned_budget_bytes));
   }
   const uint64_t ram_need = placement.ram_used + staging;
   // With the NVMe tier the placement above already fitted the store into ram_bytes.
