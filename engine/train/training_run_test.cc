@@ -10,6 +10,9 @@
 
 #include "engine/data/sentencepiece_test_model.h"
 #include "engine/data/text_tokenizer.h"
+#include "engine/exec/executor_geometry.h"
+#include "engine/exec/streaming_executor.h"
+#include "engine/model/parameter_layout.h"
 #include "engine/model/safetensors_reader.h"
 
 namespace megatrain::engine {
@@ -150,6 +153,41 @@ TEST_F(TextTrainingTest, RefusesDevicesThatCannotSplitTheStep) {
       RunTraining(Config(vocab), o, [](const std::string&, bool) {});
   ASSERT_FALSE(cuda.ok());
   EXPECT_THAT(cuda.status().message(), HasSubstr("needs cuda_host_task_threads"));
+}
+
+// An arena too small for every activation checkpoint (it failed before device_checkpoints
+// chose): the run keeps what fits on the device, the rest in pinned host memory, says so, and
+// trains bitwise as with an arena holding them all.
+TEST_F(TextTrainingTest, AnArenaShortOfCheckpointsTrainsLikeALargeOne) {
+  absl::StatusOr<std::unique_ptr<TextTokenizer>> tok = CreateTextTokenizer(model_);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  ModelConfig config = Config((*tok)->vocab_size());
+  config.num_hidden_layers = 8;
+  TrainingRunOptions o = Options();
+  o.trainer.executor.checkpoint_interval = 1;  // eight checkpoints
+  absl::StatusOr<ParameterLayout> layout = ParameterLayout::Create(config);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  absl::StatusOr<ExecutorGeometry> g =
+      MakeExecutorGeometry(config, *layout, o.trainer.micro_batch_size, o.trainer.seq_len,
+                           o.trainer.head_chunk, o.trainer.head_block_rows);
+  ASSERT_TRUE(g.ok()) << g.status();
+  ExecutorOptions all = o.trainer.executor;
+  all.device_checkpoints = 8;
+  const size_t all_bytes =
+      StreamingExecutor::PlanDeviceMemory(g->dims, g->layout, g->entry_elements, all, 2).total();
+
+  absl::StatusOr<TrainingRunResult> large = RunTraining(config, o, [](const std::string&, bool) {});
+  ASSERT_TRUE(large.ok()) << large.status();
+  o.device.arena_bytes = all_bytes - 1;  // all but the last two fit beside the staging buffer
+  std::vector<std::string> lines;
+  absl::StatusOr<TrainingRunResult> small =
+      RunTraining(config, o, [&lines](const std::string& line, bool) { lines.push_back(line); });
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_THAT(lines, ::testing::Contains(HasSubstr(
+                         "activation checkpoints: 6 on the device, 2 in pinned host memory")));
+  EXPECT_EQ(small->steps_run, large->steps_run);
+  EXPECT_EQ(small->final_train_loss, large->final_train_loss);  // bitwise
+  EXPECT_EQ(small->final_validation_loss, large->final_validation_loss);
 }
 
 TEST_F(TextTrainingTest, RefusesBadJsonlAndSmallVocabularies) {
