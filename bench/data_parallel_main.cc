@@ -3,8 +3,8 @@
 // batch m on device m % N, gradient turns; docs/scale_out.md "Several devices in one process") or
 // as one rank of an mpirun job (each rank runs accumulation / ranks of them; gradients reduced in
 // rank order). Rank 0 prints one JSON line per step (wall seconds of Trainer::Step, communication
-// seconds and bytes this rank sent; with several devices each device's compute stall, gradient
-// turn wait and link bytes) and a summary with the medians; then the planner's predicted scaling of
+// seconds and bytes this rank sent, and each of its devices' compute stall, gradient turn wait and
+// link bytes) and a summary with the medians; then the planner's predicted scaling of
 // Qwen2.5-7B on H100s next to the 4xH100 figure MegaTrain's code reports (docs/planning.md "Data
 // parallelism"). Driven by bench/data_parallel.
 #include <algorithm>
@@ -133,8 +133,9 @@ absl::Status Run() {
   o.lr.total_steps = absl::GetFlag(FLAGS_steps);
   o.blas_threads = absl::GetFlag(FLAGS_threads);
   o.optimizer_threads = 1;
-  // Several devices: their stalls and turn waits come from the timeline (two clock reads per op).
-  o.collect_timeline = devices > 1;
+  // Each device's stall and turn wait come from its timeline (two clock reads per op), in every
+  // run alike so the three ways compare.
+  o.collect_timeline = true;
   o.communicator = mpi.get();
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(device_list, *config, o);
   if (!trainer.ok()) return trainer.status();
@@ -168,8 +169,8 @@ absl::Status Run() {
       comm_seconds.push_back(r->communication_seconds);
     }
     bytes = r->communication_bytes;
-    std::string per_device;  // several devices: [stall, turn wait, link bytes] of each
-    for (size_t d = 0; devices > 1 && d < r->devices.size(); ++d) {
+    std::string per_device;  // [stall, turn wait, link bytes] of each of this process's devices
+    for (size_t d = 0; d < r->devices.size(); ++d) {
       const DeviceStepFigures& f = r->devices[d];
       if (step > 0) {
         stall_seconds[d].push_back(f.stall_seconds);
@@ -194,7 +195,7 @@ absl::Status Run() {
   if (absl::Status s = (*trainer)->UpdateStatus(); !s.ok()) return s;
   if (rank == 0) {
     std::string per_device;
-    for (size_t d = 0; devices > 1 && d < link_bytes.size(); ++d) {
+    for (size_t d = 0; d < link_bytes.size(); ++d) {
       absl::StrAppend(&per_device, d == 0 ? ", \"devices\": [" : ", ",
                       absl::StrFormat("{\"median_stall_seconds\": %.4f, "
                                       "\"median_turn_wait_seconds\": %.4f, "
