@@ -2,8 +2,8 @@
 # A device fault through the real device and executor: megatraind's test hook faults its one CPU
 # device after 402 training steps (over all jobs). The first job (400 steps) succeeds on that
 # device; the second fails at its third step with the device error; the daemon then reports
-# itself unhealthy (daemon-status, its device's entry and the health metric), refuses new jobs, keeps the queued job
-# queued and keeps serving until SIGTERM, after which it exits cleanly.
+# itself unhealthy (daemon-status, its device's entry and the health metric), refuses new jobs,
+# keeps the queued job queued and keeps serving until SIGTERM, after which it exits cleanly.
 #
 # No step of this test depends on how fast the machine is (issue 16, point 16): every check
 # waits for a state. The second and third jobs are queued behind a "gate" job whose run waits in
