@@ -1,19 +1,23 @@
 // data_parallel_bench: optimizer steps of a Llama-shaped model on the CPU device, alone (one
-// process, --accumulation micro-batches a step) or as one rank of an mpirun job (each rank runs
-// accumulation / ranks of them; gradients reduced in rank order). Rank 0 prints one JSON line per
-// step (wall seconds of Trainer::Step, communication seconds and bytes this rank sent) and a
-// summary with the medians; then the planner's predicted scaling of Qwen2.5-7B on H100s next to
-// the 4xH100 figure MegaTrain's code reports (docs/planning.md "Data parallelism"). Driven by
-// bench/data_parallel.
+// process, --accumulation micro-batches a step), on --devices CPU devices of one process (micro-
+// batch m on device m % N, gradient turns; docs/scale_out.md "Several devices in one process") or
+// as one rank of an mpirun job (each rank runs accumulation / ranks of them; gradients reduced in
+// rank order). Rank 0 prints one JSON line per step (wall seconds of Trainer::Step, communication
+// seconds and bytes this rank sent, and each of its devices' compute stall, gradient turn wait and
+// link bytes) and a summary with the medians; then the planner's predicted scaling of
+// Qwen2.5-7B on H100s next to the 4xH100 figure MegaTrain's code reports (docs/planning.md "Data
+// parallelism"). Driven by bench/data_parallel.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "engine/device/cpu_device.h"
 #include "engine/dist/mpi_communicator.h"
 #include "engine/model/model_config.h"
@@ -33,6 +37,8 @@ ABSL_FLAG(int, micro_batch, 2, "Sequences per micro-batch.");
 ABSL_FLAG(int, accumulation, 2, "Micro-batches per optimizer step over all ranks.");
 ABSL_FLAG(int, steps, 6, "Optimizer steps (the first is not in the medians).");
 ABSL_FLAG(int, threads, 1, "BLAS threads per process.");
+ABSL_FLAG(int, devices, 1,
+          "CPU devices of this process (not under mpirun): --accumulation is split over them.");
 ABSL_FLAG(bool, planner_scaling, true,
           "Also print the planner's predicted H100 scaling next to MegaTrain's 4xH100 figure.");
 
@@ -83,6 +89,16 @@ absl::Status Run() {
     if (!c.ok()) return c.status();
     mpi = *std::move(c);
   }
+  const int devices = absl::GetFlag(FLAGS_devices);
+  if (devices < 1 || (devices > 1 && mpi != nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--devices=", devices, ": at least 1, and several only in one process (not under mpirun)"));
+  }
+  if (absl::GetFlag(FLAGS_accumulation) % devices != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--accumulation=", absl::GetFlag(FLAGS_accumulation),
+                     " is not a multiple of --devices=", devices));
+  }
   const int world = mpi != nullptr ? mpi->size() : 1;
   const int rank = mpi != nullptr ? mpi->rank() : 0;
   const int accumulation = absl::GetFlag(FLAGS_accumulation);
@@ -103,17 +119,25 @@ absl::Status Run() {
   DeviceOptions device_options;
   device_options.arena_bytes = size_t{1} << 30;
   device_options.pinned_budget_bytes = size_t{8} << 30;
-  absl::StatusOr<std::unique_ptr<CpuDevice>> device = CpuDevice::Create(device_options);
-  if (!device.ok()) return device.status();
+  std::vector<std::unique_ptr<CpuDevice>> owned_devices;
+  std::vector<Device*> device_list;
+  for (int d = 0; d < devices; ++d) {
+    absl::StatusOr<std::unique_ptr<CpuDevice>> device = CpuDevice::Create(device_options);
+    if (!device.ok()) return device.status();
+    owned_devices.push_back(*std::move(device));
+    device_list.push_back(owned_devices.back().get());
+  }
   TrainerOptions o;
   o.micro_batch_size = absl::GetFlag(FLAGS_micro_batch);
   o.seq_len = absl::GetFlag(FLAGS_seq);
   o.lr.total_steps = absl::GetFlag(FLAGS_steps);
   o.blas_threads = absl::GetFlag(FLAGS_threads);
   o.optimizer_threads = 1;
-  o.collect_timeline = false;
+  // Each device's stall and turn wait come from its timeline (two clock reads per op), in every
+  // run alike so the three ways compare.
+  o.collect_timeline = true;
   o.communicator = mpi.get();
-  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(**device, *config, o);
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(device_list, *config, o);
   if (!trainer.ok()) return trainer.status();
   (*trainer)->InitializeRandom(1);
 
@@ -121,6 +145,9 @@ absl::Status Run() {
   std::vector<std::vector<int32_t>> data(static_cast<size_t>(per_rank),
                                          std::vector<int32_t>(tokens));
   std::vector<double> step_seconds, comm_seconds;
+  std::vector<std::vector<double>> stall_seconds(static_cast<size_t>(devices)),
+      turn_wait_seconds(static_cast<size_t>(devices));
+  std::vector<uint64_t> link_bytes(static_cast<size_t>(devices), 0);
   uint64_t bytes = 0;
   for (int step = 0; step < absl::GetFlag(FLAGS_steps); ++step) {
     std::vector<const int32_t*> in, tg;
@@ -142,22 +169,48 @@ absl::Status Run() {
       comm_seconds.push_back(r->communication_seconds);
     }
     bytes = r->communication_bytes;
+    std::string per_device;  // [stall, turn wait, link bytes] of each of this process's devices
+    for (size_t d = 0; d < r->devices.size(); ++d) {
+      const DeviceStepFigures& f = r->devices[d];
+      if (step > 0) {
+        stall_seconds[d].push_back(f.stall_seconds);
+        turn_wait_seconds[d].push_back(f.turn_wait_seconds);
+      }
+      link_bytes[d] = f.link_bytes;
+      absl::StrAppend(&per_device, d == 0 ? ", \"devices\": [" : ", ",
+                      absl::StrFormat("{\"stall_seconds\": %.4f, \"turn_wait_seconds\": %.4f, "
+                                      "\"link_bytes\": %llu}",
+                                      f.stall_seconds, f.turn_wait_seconds,
+                                      static_cast<unsigned long long>(f.link_bytes)),
+                      d + 1 == r->devices.size() ? "]" : "");
+    }
     if (rank == 0) {
       std::printf(
           "{\"step\": %d, \"step_seconds\": %.4f, \"comm_seconds\": %.4f, "
-          "\"comm_bytes\": %llu, \"loss\": %.6f}\n",
+          "\"comm_bytes\": %llu, \"loss\": %.6f%s}\n",
           step + 1, seconds, r->communication_seconds,
-          static_cast<unsigned long long>(r->communication_bytes), r->loss);
+          static_cast<unsigned long long>(r->communication_bytes), r->loss, per_device.c_str());
     }
   }
   if (absl::Status s = (*trainer)->UpdateStatus(); !s.ok()) return s;
   if (rank == 0) {
+    std::string per_device;
+    for (size_t d = 0; d < link_bytes.size(); ++d) {
+      absl::StrAppend(&per_device, d == 0 ? ", \"devices\": [" : ", ",
+                      absl::StrFormat("{\"median_stall_seconds\": %.4f, "
+                                      "\"median_turn_wait_seconds\": %.4f, "
+                                      "\"link_bytes_per_step\": %llu}",
+                                      Median(stall_seconds[d]), Median(turn_wait_seconds[d]),
+                                      static_cast<unsigned long long>(link_bytes[d])),
+                      d + 1 == link_bytes.size() ? "]" : "");
+    }
     std::printf(
-        "{\"ranks\": %d, \"accumulation\": %d, \"parameters\": %lld, "
+        "{\"ranks\": %d, \"devices\": %d, \"accumulation\": %d, \"parameters\": %lld, "
         "\"median_step_seconds\": %.4f, \"median_comm_seconds\": %.4f, "
-        "\"comm_bytes_per_step\": %llu}\n",
-        world, accumulation, static_cast<long long>((*trainer)->layout().parameter_count()),
-        Median(step_seconds), Median(comm_seconds), static_cast<unsigned long long>(bytes));
+        "\"comm_bytes_per_step\": %llu%s}\n",
+        world, devices, accumulation,
+        static_cast<long long>((*trainer)->layout().parameter_count()), Median(step_seconds),
+        Median(comm_seconds), static_cast<unsigned long long>(bytes), per_device.c_str());
     if (absl::GetFlag(FLAGS_planner_scaling)) return PrintPlannerScaling();
   }
   return absl::OkStatus();

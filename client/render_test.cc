@@ -1,5 +1,5 @@
 // The watch line: no "val" before the first evaluation, and a redraw fits one terminal row; the
-// plan text names the devices of a data-parallel job.
+// plan text names the devices of a data-parallel job; the daemon's status lists every device.
 #include "client/render.h"
 
 #include <gtest/gtest.h>
@@ -49,6 +49,30 @@ TEST(RenderTest, PlanTextNamesTheDevicesOnlyWhenMoreThanOne) {
   EXPECT_EQ(PlanText(plan).find("devices"), std::string::npos) << PlanText(plan);
   plan.set_devices(4);
   EXPECT_NE(PlanText(plan).find("devices: 4\n"), std::string::npos) << PlanText(plan);
+}
+
+TEST(RenderTest, DaemonStatusListsEveryDeviceWithItsArenaAndHealth) {
+  v1::DaemonStatus status;
+  status.set_device("cpu");
+  status.set_healthy(false);
+  for (uint32_t d = 0; d < 2; ++d) {
+    v1::DeviceStatus* device = status.add_devices();
+    device->set_index(d);
+    device->set_name("cpu");
+    device->set_arena_capacity_bytes(uint64_t{1} << 30);
+    device->set_arena_in_use_bytes(d == 0 ? uint64_t{3} << 20 : 0);
+    device->set_healthy(d == 0);
+    if (d == 1) device->set_unhealthy_reason("injected fault");
+  }
+  const std::string text = DaemonStatusText(status);
+  EXPECT_NE(text.find("device 0:      cpu  arena 3.0 MiB of 1.00 GiB  healthy\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("device 1:      cpu  arena 0 B of 1.00 GiB  UNHEALTHY (injected fault)\n"),
+            std::string::npos)
+      << text;
+  // An older daemon (no devices field): only the one `device` line.
+  EXPECT_EQ(DaemonStatusText(v1::DaemonStatus()).find("device 0:"), std::string::npos);
 }
 
 }  // namespace

@@ -30,6 +30,16 @@ v1::DaemonStatus BuildDaemonStatus(const service::DaemonSettings& settings, cons
       }
     }
   }
+  for (size_t d = 0; d < status.devices.size(); ++d) {
+    const DeviceState& state = status.devices[d];
+    v1::DeviceStatus* device_status = response.add_devices();
+    device_status->set_index(static_cast<uint32_t>(d));
+    device_status->set_name(state.name);
+    device_status->set_arena_capacity_bytes(state.arena.capacity);
+    device_status->set_arena_in_use_bytes(state.arena.in_use);
+    device_status->set_healthy(state.health.ok());
+    device_status->set_unhealthy_reason(std::string(state.health.message()));
+  }
   return response;
 }
 

@@ -12,7 +12,8 @@ namespace megatrain::server {
 
 inline constexpr char kDaemonVersion[] = "megatraind 0.1.0";
 
-// Reads the runner's status and the running job's memory (device and pinned tiers).
+// Reads the runner's status, each device (arena and health) and the running job's memory
+// (device and pinned tiers).
 v1::DaemonStatus BuildDaemonStatus(const service::DaemonSettings& settings, const JobRunner& runner,
                                    const std::string& public_key_hex);
 

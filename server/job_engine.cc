@@ -127,6 +127,16 @@ absl::Status DeviceJobEngine::DeviceHealth() const {
   return absl::OkStatus();
 }
 
+std::vector<DeviceState> DeviceJobEngine::Devices() const {
+  std::vector<DeviceState> states;
+  auto add = [&](const engine::Device& device) {
+    states.push_back({std::string(device.name()), device.arena_stats(), device.health()});
+  };
+  add(*device_);
+  for (const std::unique_ptr<engine::Device>& device : more_devices_) add(*device);
+  return states;
+}
+
 absl::Status DeviceJobEngine::Run(const std::string& job_id, const service::ValidatedJob& job,
                                   engine::TrainingObserver& runner_observer) {
   if (absl::Status health = DeviceHealth(); !health.ok()) return health;

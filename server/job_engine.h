@@ -17,6 +17,13 @@
 
 namespace megatrain::server {
 
+// One device as the daemon's status reports it (v1::DeviceStatus).
+struct DeviceState {
+  std::string name;
+  engine::ArenaStats arena;
+  absl::Status health;  // OK, or the device's sticky fault
+};
+
 class JobEngine {
  public:
   virtual ~JobEngine() = default;
@@ -27,6 +34,9 @@ class JobEngine {
   // The health of the device the engine runs jobs on: OK, or its sticky fault (the daemon then
   // stops taking jobs until it is restarted).
   virtual absl::Status DeviceHealth() const { return absl::OkStatus(); }
+  // Each device the engine drives, in index order (empty for an engine without devices, e.g. a
+  // test's fake). Safe to call from any thread while a job runs.
+  virtual std::vector<DeviceState> Devices() const { return {}; }
 };
 
 // A device fault (CUDA sticky error, injected CPU fault): the device is unusable until restart.
@@ -79,6 +89,7 @@ class DeviceJobEngine final : public JobEngine {
                    engine::TrainingObserver& observer) override;
   // The first unhealthy device's fault (OK when all are healthy).
   absl::Status DeviceHealth() const override;
+  std::vector<DeviceState> Devices() const override;
   engine::Device& device() { return *device_; }
 
  private:

@@ -612,8 +612,17 @@ absl::StatusOr<std::vector<v1::CheckpointRecord>> JobRunner::Checkpoints(
 }
 
 RunnerStatus JobRunner::Status() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return RunnerStatus{healthy_, unhealthy_reason_, static_cast<int>(queue_.size()), running_};
+  RunnerStatus status;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    status.healthy = healthy_;
+    status.unhealthy_reason = unhealthy_reason_;
+    status.queued = static_cast<int>(queue_.size());
+    status.running_job_id = running_;
+  }
+  // Outside mu_: the devices answer from their own locks, never the runner's.
+  status.devices = engine_.Devices();
+  return status;
 }
 
 absl::StatusOr<bool> JobRunner::WaitForChange(const std::string& id, uint64_t* version,

@@ -76,6 +76,7 @@ struct RunnerStatus {
   std::string unhealthy_reason;
   int queued = 0;
   std::string running_job_id;
+  std::vector<DeviceState> devices;  // the engine's devices (JobEngine::Devices)
 };
 
 struct JobProvenanceOptions {

@@ -138,6 +138,9 @@ DeviceStepFigures DeviceFiguresFromSpans(const std::vector<TimelineSpan>& spans)
     if (span.kind == SpanKind::kWait && on_compute) f.stall_seconds += seconds;
     if (span.kind == SpanKind::kCopyIn) f.copy_in_seconds += seconds;
     if (span.kind == SpanKind::kCompute) f.compute_seconds += seconds;
+    if (span.kind == SpanKind::kWait && span.label == kGradientTurnWaitLabel) {
+      f.turn_wait_seconds += seconds;
+    }
   }
   return f;
 }

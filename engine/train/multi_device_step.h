@@ -60,8 +60,11 @@ absl::Status CheckTrainerDevices(const std::vector<Device*>& devices,
 // Gradients may be on NVMe: their turns order the chunks as they order slabs.
 absl::Status CheckMultiDevicePlacement(int devices, const StorePlacement& placement);
 
+// The label of the executor's turn-wait span (a kWait host task on copy_out).
+inline constexpr char kGradientTurnWaitLabel[] = "gradient turn";
+
 // A device's figures of the step from its timeline spans: compute stalls,
-// copy-in and compute time.
+// copy-in and compute time, and the time its gradient turns waited.
 DeviceStepFigures DeviceFiguresFromSpans(const std::vector<TimelineSpan>& spans);
 
 }  // namespace megatrain::engine

@@ -36,6 +36,9 @@ struct DeviceStepFigures {
   double stall_seconds = 0;  // its compute stream waited (exposed transfer)
   double copy_in_seconds = 0;
   double compute_seconds = 0;
+  // Its copy_out stream waited for gradient turns (earlier micro-batches' contributions on other
+  // devices): the "gradient turn" waits of engine/exec/gradient_turns.h. 0 with one device.
+  double turn_wait_seconds = 0;
   uint64_t link_bytes = 0;  // decoder layers' bytes over its host link, both directions
   int micro_batches = 0;
 };

@@ -2,8 +2,8 @@
 // step; server/dashboard_api.h) and, when the stream fails (an old browser, the stream cap, the
 // daemon gone), polls its JSON API every second instead, trying the stream again after 30 s of
 // successful polls. Draws the job list, the selected job's curves and layer bars (plain SVG),
-// its latest eval replies (a fine-tuning job's data.eval_prompts), memory per tier, checkpoints
-// and the daemon's health; says "daemon unreachable" while fetches fail. body[data-live] says
+// its latest eval replies (a fine-tuning job's data.eval_prompts), memory per tier, checkpoints,
+// the daemon's health and each of its devices; says "daemon unreachable" while fetches fail. body[data-live] says
 // which ("events" or "polling").
 "use strict";
 
@@ -62,6 +62,32 @@ function showDaemon(status) {
   $("daemon-info").textContent =
     `${status.version} · ${status.device} · queue ${status.queue_length}` +
     (status.running_job_id ? ` · running ${status.running_job_id}` : "");
+  showDevices(status.devices || []);
+}
+
+// Every device the daemon drives (megatraind --devices): its arena in use of its capacity and its
+// health. An older daemon sends no devices; its one device is in the header line.
+function showDevices(devices) {
+  const box = $("devices");
+  box.replaceChildren();
+  $("devices-section").hidden = devices.length === 0;
+  for (const d of devices) {
+    const used = num(d.arena_in_use_bytes || 0), capacity = num(d.arena_capacity_bytes || 0);
+    const div = document.createElement("div");
+    div.className = d.healthy ? "device tier" : "device tier bad";
+    div.dataset.index = d.index || 0;
+    div.dataset.healthy = d.healthy ? "yes" : "no";
+    div.textContent = `${d.index || 0} ${d.name}: arena ${bytes(used)} of ${bytes(capacity)} · ` +
+      (d.healthy ? "healthy" : `unhealthy: ${d.unhealthy_reason}`);
+    const track = document.createElement("div");
+    track.className = "track";
+    const fill = document.createElement("div");
+    fill.className = "fill";
+    fill.style.width = `${capacity > 0 ? Math.min(100, (100 * used) / capacity) : 0}%`;
+    track.append(fill);
+    div.append(track);
+    box.append(div);
+  }
 }
 
 function showJobs(jobs, running) {

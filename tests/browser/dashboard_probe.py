@@ -1,6 +1,6 @@
 """Drives the dashboard page of a running megatraind in headless Chromium (cdp.py) and checks
 its DOM. Every wait is on the page's state, with a bound.
-Usage: dashboard_probe.py live|unreachable|exposed|eval_replies URL JOB_ID LAYERS DAEMON_PID OUT_DIR
+Usage: dashboard_probe.py live|unreachable|exposed|eval_replies|devices URL JOB_ID LAYERS DAEMON_PID OUT_DIR
   live:        the job is listed as RUNNING, its loss curve has points and grows, each layer has
                its four bars, the memory tiers and a healthy daemon are shown, a checkpoint's
                manifest matches its recorded hash; screenshots at a laptop's and a phone's
@@ -18,7 +18,10 @@ Usage: dashboard_probe.py live|unreachable|exposed|eval_replies URL JOB_ID LAYER
                without a reload (screenshot); then OUT_DIR/seen_live is written, the test pauses
                the job and writes OUT_DIR/expected.json ({"step", "replies": [[prompt, reply]...]},
                the daemon's last round), which the page must then show exactly.
-In every mode the page must follow the daemon's event stream (body[data-live] "events")."""
+  devices:     the devices panel (below) with a screenshot.
+In every mode the page must follow the daemon's event stream (body[data-live] "events") and show
+the daemon's devices ($EXPECT_DEVICES of them, 1 by default; with $EXPECT_ARENA_IN_USE=1 each
+holding arena bytes)."""
 
 import json
 import os
@@ -68,6 +71,20 @@ try:
     browser.wait_for("a healthy daemon", f'{status} === "healthy"', 60)
     browser.wait_for("the page to follow the event stream",
                      'document.body.dataset.live === "events"', 60)
+    # The devices panel: every device the daemon drives ($EXPECT_DEVICES, one by default), each
+    # healthy with its arena; with $EXPECT_ARENA_IN_USE=1 each holds arena bytes (a job trains on
+    # every one of them).
+    devices = int(os.environ.get("EXPECT_DEVICES", "1"))
+    in_use = os.environ.get("EXPECT_ARENA_IN_USE") == "1"
+    rows = '[...document.querySelectorAll("#devices .device")]'
+    report["devices"] = browser.wait_for(
+        f"{devices} healthy device(s) in the devices panel"
+        + (", each with arena in use" if in_use else ""),
+        f'{rows}.length === {devices} && '
+        f'{rows}.every((d, i) => d.dataset.index === String(i) && d.dataset.healthy === "yes" && '
+        f'd.textContent.includes("arena") && '
+        f'(!{str(in_use).lower()} || !d.textContent.includes("arena 0 B"))) && '
+        f'{rows}.map(d => d.textContent)', 60)
     if mode in ("live", "exposed"):
         browser.wait_for("the job's detail",
                          f'document.getElementById("job").dataset.jobId === "{job_id}"', 60)
@@ -109,6 +126,8 @@ try:
             'document.getElementById("chart-loss").getAttribute("viewBox").split(" ")[2] <= 390 && '
             'document.documentElement.scrollWidth', 30)
         browser.screenshot(os.path.join(out_dir, "dashboard-phone.png"))
+    elif mode == "devices":  # the devices panel checked above; a picture of it
+        browser.screenshot(os.path.join(out_dir, "dashboard_devices.png"))
     elif mode == "eval_replies":
         browser.wait_for("the job's detail",
                          f'document.getElementById("job").dataset.jobId === "{job_id}"', 60)

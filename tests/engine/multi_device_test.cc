@@ -92,6 +92,19 @@ RunResult Train(const RunConfig& rc) {
     result.norms.push_back(report->grad_norm);
     result.reports.push_back(*report);
   }
+  // Every device's copy-outs took their turns as kWait spans of the label the step's
+  // turn_wait_seconds sums (DeviceFiguresFromSpans); one device takes none.
+  for (int d = 0; d < rc.devices; ++d) {
+    int turn_waits = 0;
+    for (const TimelineSpan& span : devices[d]->timeline().Spans()) {
+      if (span.kind == SpanKind::kWait && span.label == kGradientTurnWaitLabel) ++turn_waits;
+    }
+    if (rc.devices > 1) {
+      EXPECT_GT(turn_waits, 0) << rc.name << " device " << d;
+    } else {
+      EXPECT_EQ(turn_waits, 0) << rc.name;
+    }
+  }
   t.WaitForUpdates();
   const ParameterStore& store = t.store();
   for (int e = 0; e < store.num_entries(); ++e) {

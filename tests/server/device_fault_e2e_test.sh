@@ -2,8 +2,8 @@
 # A device fault through the real device and executor: megatraind's test hook faults its one CPU
 # device after 402 training steps (over all jobs). The first job (400 steps) succeeds on that
 # device; the second fails at its third step with the device error; the daemon then reports
-# itself unhealthy (daemon-status and the health metric), refuses new jobs, keeps the queued job
-# queued and keeps serving until SIGTERM, after which it exits cleanly.
+# itself unhealthy (daemon-status, its device's entry and the health metric), refuses new jobs,
+# keeps the queued job queued and keeps serving until SIGTERM, after which it exits cleanly.
 #
 # No step of this test depends on how fast the machine is (issue 16, point 16): every check
 # waits for a state. The second and third jobs are queued behind a "gate" job whose run waits in
@@ -59,6 +59,11 @@ json_field "$job" .failure_reason | grep -q "device fault: injected by --inject_
 status=$(cli daemon-status --json)
 [ "$(json_field "$status" .healthy)" = false ] || fail "daemon still healthy: $status"
 json_field "$status" .unhealthy_reason | grep -q "device fault" || fail "reason: $status"
+# The device itself says so in DaemonStatus.devices (its sticky fault).
+[ "$(jq '.devices | length' <<< "$status")" = 1 ] || fail "one device expected: $status"
+[ "$(jq -r '.devices[0].healthy' <<< "$status")" = false ] || fail "device 0 healthy: $status"
+jq -r '.devices[0].unhealthy_reason' <<< "$status" | grep -q "injected by" ||
+  fail "device 0's fault: $status"
 [ "$(cli status "$queued" --json | jq -r .state)" = QUEUED ] || fail "queued job did not stay queued"
 set +e
 cli submit --spec="$WORK/job.json" --output_dir="$WORK/out/refused" 2> "$WORK/refused.txt"; rc=$?

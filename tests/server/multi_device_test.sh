@@ -3,9 +3,11 @@
 # started with --devices=2 (the CPU device twice) trains a job with devices=2 -- each device runs
 # the spec's batch -- and its final checkpoint equals, byte for byte, that of a devices=1 job
 # with the accumulation doubled (batch_size 8 in micro-batches of 4), both paused at step 2 and
-# resumed. /metrics carries the
-# per-device figures with a rank label, Plan echoes the devices, `watch` follows the job as one,
-# and devices=3 is refused naming the field and both numbers.
+# resumed. `megatrain daemon-status` lists both devices. /metrics carries the per-device figures
+# with a rank label until the job ends (then none are left, nor for device 1 during a devices=1
+# job),
+# Plan echoes the devices, `watch` follows the job as one, and devices=3 is refused naming the
+# field and both numbers.
 source "$(dirname "$0")/daemon_test_lib.sh"
 
 # spec <name> <devices> <batch_size>: a job of micro-batches of 4 sequences.
@@ -35,6 +37,16 @@ metrics_port=$(free_port)
 start_daemon --devices=2 --threads=1 --metrics_address="127.0.0.1:$metrics_port" \
   --test_hold_after_step=2
 
+# `megatrain daemon-status` lists both devices (index, name, arena, health), JSON too.
+status=$(cli daemon-status) || fail "megatrain daemon-status"
+for d in 0 1; do
+  grep -q "^device $d: .* arena .* of .*  healthy$" <<< "$status" ||
+    fail "megatrain daemon-status does not list device $d: $status"
+done
+status_json=$(cli daemon-status --json) || fail "megatrain daemon-status --json"
+[ "$(jq '.devices | length' <<< "$status_json")" = 2 ] || fail "status JSON devices: $status_json"
+[ "$(jq -r '.devices[1].index' <<< "$status_json")" = 1 ] || fail "device 1's index: $status_json"
+
 plan=$(cli plan --spec="$(spec planned 2 4)" --json) || fail "plan of a devices=2 job"
 [ "$(json_field "$plan" .devices)" = 2 ] || fail "Plan does not echo devices 2: $plan"
 
@@ -55,8 +67,16 @@ finish_through_hold "$two"
 timeout 600 "$MEGATRAIN" --socket="$SOCKET" watch "$two" > "$WORK/watch.txt" ||
   fail "watch of the devices=2 job: $(cat "$WORK/watch.txt")"
 state_is "$two" SUCCEEDED || fail "devices=2 job ended $(job_state "$two")"
+# The job's per-rank series end with it (as its per-layer ones do), before it is seen to end.
+exposition=$(curl -sf "http://127.0.0.1:$metrics_port/metrics") || fail "no /metrics"
+grep -q 'rank="' <<< "$exposition" && fail "per-rank series left after the devices=2 job ended"
+grep -q 'layer="' <<< "$exposition" && fail "per-layer series left after the devices=2 job ended"
 
 one=$(cli submit --spec="$(spec one 1 8)") || fail "submit devices=1"
+await 120 "job $one to reach its hold at step 2" step_at_least "$one" 2
+# The next job, on one device, exports no series for the device it does not use.
+exposition=$(curl -sf "http://127.0.0.1:$metrics_port/metrics") || fail "no /metrics"
+grep -q 'rank="1"' <<< "$exposition" && fail "a rank 1 series during a devices=1 job"
 finish_through_hold "$one"
 timeout 600 "$MEGATRAIN" --socket="$SOCKET" watch "$one" > /dev/null || fail "watch devices=1"
 state_is "$one" SUCCEEDED || fail "devices=1 job ended $(job_state "$one")"
