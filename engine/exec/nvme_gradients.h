@@ -51,7 +51,9 @@ class NvmeGradients {
   double SumOfSquares(int entry) const;
 
   // 2. Read back for the optimizer, with read-ahead in unit order.
-  absl::StatusOr<const float*> AcquireForUpdate(int entry, int c);
+  // `within_entry`: read ahead only the entry's next chunk (an update in another order than
+  // the units', such as the speculative update's, which follows the backward).
+  absl::StatusOr<const float*> AcquireForUpdate(int entry, int c, bool within_entry = false);
   absl::Status ReleaseAfterUpdate(int entry, int c);
 
   // The whole entry's gradient into out (entry elements floats); not during a step.

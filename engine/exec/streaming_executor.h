@@ -42,6 +42,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -175,10 +176,14 @@ class StreamingExecutor {
   // first contribution of each entry overwrite instead (a new step).
   // `weights_version` is the UpdateGate version the weights must have.
   // inv_total_valid = 1 / valid target tokens over all micro-batches of the step.
-  absl::StatusOr<MicroBatchResult> RunMicroBatch(const int32_t* inputs, const int32_t* targets,
-                                                 float inv_total_valid, bool first_micro_batch,
-                                                 uint64_t weights_version,
-                                                 TokenLayout layout = {});
+  // `on_gradient_final` (optional): called with entry e by a host task on copy_out once e's last
+  // gradient contribution of this micro-batch is in its host slab or NVMe file (after it in
+  // stream order), so on the last micro-batch of a step a caller may read e's final gradient
+  // while backward goes on (the trainer's speculative update). It must not block.
+  absl::StatusOr<MicroBatchResult> RunMicroBatch(
+      const int32_t* inputs, const int32_t* targets, float inv_total_valid,
+      bool first_micro_batch, uint64_t weights_version, TokenLayout layout = {},
+      const std::function<void(int entry)>& on_gradient_final = nullptr);
 
   // Forward only: the summed loss of one micro-batch (nothing is written to
   // the gradient slabs). Same weights_version rule as RunMicroBatch.
