@@ -6,7 +6,7 @@
 namespace megatrain::engine {
 
 void SpeculativeUpdate::Begin(std::function<void()> prepare,
-                              std::function<absl::Status(int entry)> update) {
+                              std::function<absl::StatusOr<bool>(int entry)> update) {
   (void)Finish();
   {
     absl::MutexLock lock(&mu_);
@@ -26,7 +26,7 @@ void SpeculativeUpdate::EntryFinal(int entry) {
 }
 
 void SpeculativeUpdate::Run(std::function<void()> prepare,
-                            std::function<absl::Status(int)> update) {
+                            std::function<absl::StatusOr<bool>(int)> update) {
   prepare();
   while (true) {
     int entry = -1;
@@ -40,10 +40,15 @@ void SpeculativeUpdate::Run(std::function<void()> prepare,
       entry = queue_.front();
       queue_.pop_front();
     }
-    // After an error the rest is only drained: the step fails with the first error.
-    if (!outcome_.status.ok()) continue;
-    outcome_.status = update(entry);
-    if (outcome_.status.ok()) {
+    // After an error or a stop the rest is only drained: the step fails with the first error,
+    // or the speculation is discarded.
+    if (!outcome_.status.ok() || outcome_.stopped) continue;
+    absl::StatusOr<bool> updated = update(entry);
+    if (!updated.ok()) {
+      outcome_.status = updated.status();
+    } else if (!*updated) {
+      outcome_.stopped = true;
+    } else {
       outcome_.updated[entry] = true;
       ++outcome_.count;
     }

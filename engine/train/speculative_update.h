@@ -8,7 +8,9 @@
 // Protocol, per step: Begin(prepare, update), then EntryFinal(e) from any thread (the executor's
 // copy_out host tasks; it never blocks), then Finish() once no EntryFinal can follow. The thread
 // runs `prepare` once (it waits until the store is the thread's alone), then update(e) for each
-// entry in the order they were reported. The first error stops it; Finish returns it.
+// entry in the order they were reported. update(e) returns whether it updated e; false means the
+// speculation cannot be committed any more (the trainer saw the clip coefficient fall below 1),
+// so the rest is not updated. The first error stops it too; Finish returns it.
 #pragma once
 
 #include <deque>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 
 namespace megatrain::engine {
@@ -26,6 +29,7 @@ class SpeculativeUpdate {
   struct Outcome {
     std::vector<bool> updated;  // per entry: written whole to the alternate regions
     int count = 0;              // entries updated
+    bool stopped = false;       // update returned false: the rest was left alone
     absl::Status status;        // the first error (an NVMe read or write, naming file and offset)
   };
 
@@ -34,7 +38,7 @@ class SpeculativeUpdate {
   SpeculativeUpdate(const SpeculativeUpdate&) = delete;
   SpeculativeUpdate& operator=(const SpeculativeUpdate&) = delete;
 
-  void Begin(std::function<void()> prepare, std::function<absl::Status(int entry)> update);
+  void Begin(std::function<void()> prepare, std::function<absl::StatusOr<bool>(int entry)> update);
   void EntryFinal(int entry);
   // Waits for every reported entry's update (or the first error). Idempotent: without a Begin
   // since the last Finish it returns an empty outcome.
@@ -42,7 +46,7 @@ class SpeculativeUpdate {
   bool running() const { return thread_.joinable(); }
 
  private:
-  void Run(std::function<void()> prepare, std::function<absl::Status(int)> update);
+  void Run(std::function<void()> prepare, std::function<absl::StatusOr<bool>(int)> update);
 
   const int num_entries_;
   std::thread thread_;

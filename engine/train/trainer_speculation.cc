@@ -1,7 +1,10 @@
 // The trainer's speculative update (TrainerOptions::speculative_update): starting, committing and
 // discarding the AdamW update that runs during the last micro-batch's backward.
 #include <chrono>
+#include <memory>
+#include <vector>
 
+#include "engine/optimizer/grad_norm.h"
 #include "engine/train/trainer.h"
 #include "kernels/common/adamw.h"
 
@@ -17,6 +20,12 @@ void Trainer::BeginSpeculation(uint64_t weights_version) {
   const auto no_decay = kernels::MakeAdamwStepScalars(lr, options_.beta1, options_.beta2,
                                                       options_.eps, 0.0, t, 1.0);
   speculation_seconds_ = 0;
+  // Sums of squares of the gradients final so far (the others count 0): their norm is a lower
+  // bound of the step's (sums of non-negative terms in a fixed order only grow, and so do the
+  // rounded ones), so once it clips the step's coefficient cannot be 1 and the rest of the
+  // speculation would be discarded work. A non-finite bound does not stop it: such steps are
+  // rare (and counted), and their speculation is discarded whole (DiscardSpeculation).
+  auto partial_sums = std::make_shared<std::vector<double>>(store_.num_entries(), 0.0);
   speculation_->Begin(
       [this, weights_version] {
         // The previous step's update pass uses the state file until it publishes its last
@@ -28,12 +37,19 @@ void Trainer::BeginSpeculation(uint64_t weights_version) {
         };
         snapshot_mu_.Await(absl::Condition(&no_snapshot));
       },
-      [this, decay, no_decay](int e) {
+      [this, decay, no_decay, partial_sums](int e) -> absl::StatusOr<bool> {
         const auto t0 = std::chrono::steady_clock::now();
+        (*partial_sums)[e] = store_.GradSumOfSquares(e, &optimizer_pool_);
+        const double lower_bound = GlobalGradNorm(*partial_sums);
+        if (options_.grad_clip > 0 && GradNormIsFinite(lower_bound) &&
+            ClipCoefficient(lower_bound, options_.grad_clip) != 1.0) {
+          return false;
+        }
         absl::Status s = UpdateEntry(e, decay, no_decay, /*speculative=*/true);
         speculation_seconds_ +=
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        return s;
+        if (!s.ok()) return s;
+        return true;
       });
 }
 

@@ -1,10 +1,10 @@
 // The speculative update (TrainerOptions::speculative_update) against the normal one: losses,
 // gradient norms, masters, m and v are bitwise the same whether clipping never triggers (every
 // speculation committed), triggers on some steps only (committed and discarded steps), or a step
-// is non-finite (discarded, nothing updated); a checkpoint taken after committed speculations
-// resumes bitwise; placements that mix RAM and NVMe agree; a placement that cannot speculate
-// says why and trains as before; an I/O error in a speculative write fails the step naming the
-// state file and an offset.
+// is non-finite (discarded, nothing updated), and one that can no longer commit stops early; a
+// checkpoint taken after committed speculations resumes bitwise; placements that mix RAM and
+// NVMe agree; a placement that cannot speculate says why and trains as before; an I/O error in a
+// speculative write fails the step naming the state file and an offset.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -142,12 +142,33 @@ TEST(SpeculativeUpdateTest, ClippingOnSomeStepsCommitsTheOthersAndDiscardsThose)
   ASSERT_EQ(speculative.reports.size(), 5u);
   int committed = 0, discarded = 0;
   for (const StepReport& r : speculative.reports) {
-    EXPECT_EQ(r.speculated_entries, speculative.num_entries) << r.step;
     EXPECT_EQ(r.speculation_committed, r.clip_coefficient == 1.0) << r.step;
+    // A clipped step's speculation stops once the norm of the gradients final so far clips.
+    if (r.speculation_committed) {
+      EXPECT_EQ(r.speculated_entries, speculative.num_entries) << r.step;
+    } else {
+      EXPECT_LT(r.speculated_entries, speculative.num_entries) << r.step;
+    }
     (r.speculation_committed ? committed : discarded) += 1;
   }
   EXPECT_GT(committed, 0) << "clip " << clip;
   EXPECT_GT(discarded, 0) << "clip " << clip;
+  ExpectBitwise(normal, speculative);
+}
+
+TEST(SpeculativeUpdateTest, ASpeculationThatCannotCommitStopsEarly) {
+  const std::string dir = FreshDir("speculative_stop");
+  if (dir.empty()) GTEST_SKIP() << "no O_DIRECT scratch directory";
+  // A clip below any single entry's gradient norm: every step clips, and its speculation stops
+  // at the first entry whose gradient is final, before updating it.
+  const TrainedRun normal = Train(MasterOnNvme(dir, 1e-9, false), 3);
+  const TrainedRun speculative = Train(MasterOnNvme(dir, 1e-9, true), 3);
+  ASSERT_EQ(speculative.reports.size(), 3u);
+  for (const StepReport& r : speculative.reports) {
+    EXPECT_LT(r.clip_coefficient, 1.0) << r.step;
+    EXPECT_EQ(r.speculated_entries, 0) << r.step;
+    EXPECT_FALSE(r.speculation_committed) << r.step;
+  }
   ExpectBitwise(normal, speculative);
 }
 
