@@ -161,11 +161,11 @@ absl::StatusOr<NvmeStateStore::Slot*> NvmeStateStore::TakeSlot(bool may_wait) {
 void NvmeStateStore::Transfer(Slot& slot, IoOp op) {
   const EntryLayout& e = entries_[slot.entry];
   const uint64_t bytes = e.array_bytes * static_cast<uint64_t>(options_.arrays_per_entry);
+  const uint64_t base = e.offset + static_cast<uint64_t>(slot.region) * region_bytes_;
   for (uint64_t done = 0; done < bytes; done += options_.request_bytes) {
     const uint64_t chunk = std::min<uint64_t>(options_.request_bytes, bytes - done);
     slot.pending.push_back(
-        io_.Submit({op, &file_, e.offset + static_cast<uint64_t>(slot.region) * region_bytes_ + done,
-                    slot.buffer.data_as<char>() + done, chunk}));
+        io_.Submit({op, &file_, base + done, slot.buffer.data_as<char>() + done, chunk}));
   }
   (op == IoOp::kRead ? stats_.bytes_read : stats_.bytes_written) += bytes;
 }
