@@ -11,10 +11,13 @@
 //     accumulated gradient's, so the global norm never re-reads the file.
 //  2. The optimizer pass, after the norm is known, reads chunks back in unit
 //     order with read-ahead (AcquireForUpdate / ReleaseAfterUpdate).
-//  3. The two never overlap in time (every update of a step is published
-//     before the next backward), but they run on different threads, so every
-//     call takes the mutex. The first I/O error is sticky and names the file
-//     and offset.
+//  3. The normal pass never overlaps the copy-out (every update of a step is
+//     published before the next backward); the trainer's speculative update
+//     does, reading each entry once its gradient is final while the copy-out
+//     writes the entries below (the one store keeps a read behind a pending
+//     write of the same chunk). They run on different threads, so every call
+//     takes the mutex. The first I/O error is sticky and names the file and
+//     offset.
 #pragma once
 
 #include <memory>
