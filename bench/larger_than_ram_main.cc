@@ -35,6 +35,9 @@ ABSL_FLAG(bool, master_on_nvme, false, "the fp32 master on NVMe too");
 ABSL_FLAG(bool, grad_on_nvme, false, "the gradients on NVMe even if RAM could hold them");
 ABSL_FLAG(bool, compute_copy_on_nvme, false, "the compute copy on NVMe too (with the master)");
 ABSL_FLAG(int, threads, 2, "BLAS and optimizer threads");
+ABSL_FLAG(double, grad_clip, 1.0, "global-norm clip (0 = off)");
+ABSL_FLAG(bool, speculative_update, false,
+          "update during the last backward with clip coefficient 1 (TrainerOptions)");
 
 namespace megatrain::bench {
 namespace {
@@ -90,6 +93,8 @@ int Run() {
   o.memory.master_on_nvme = absl::GetFlag(FLAGS_master_on_nvme);
   o.memory.grad_on_nvme = absl::GetFlag(FLAGS_grad_on_nvme);
   o.memory.compute_copy_on_nvme = absl::GetFlag(FLAGS_compute_copy_on_nvme);
+  o.grad_clip = absl::GetFlag(FLAGS_grad_clip);
+  o.speculative_update = absl::GetFlag(FLAGS_speculative_update);
 
   const size_t rss_before = ProcStatusBytes("VmRSS");
   absl::StatusOr<std::unique_ptr<engine::Trainer>> trainer =
@@ -150,6 +155,12 @@ int Run() {
     j["step"] = r->step;
     j["loss"] = r->loss;
     j["grad_norm"] = r->grad_norm;
+    j["clip_coefficient"] = r->clip_coefficient;
+    // The speculative update of this step: entries updated during the backward, its time, and
+    // whether it became the step's update (clip coefficient exactly 1).
+    j["speculated_entries"] = r->speculated_entries;
+    j["speculation_seconds"] = r->speculation_seconds;
+    j["speculation_committed"] = r->speculation_committed;
     j["wall_seconds"] = std::chrono::duration<double>(now - last).count();
     j["forward_backward_seconds"] = r->step_seconds;
     const std::vector<engine::TimelineSpan> spans = (*device)->timeline().Spans();

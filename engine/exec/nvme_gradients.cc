@@ -84,10 +84,15 @@ double NvmeGradients::SumOfSquares(int entry) const {
   return SumPartials(partials_[entry]);
 }
 
-absl::StatusOr<const float*> NvmeGradients::AcquireForUpdate(int entry, int c) {
+absl::StatusOr<const float*> NvmeGradients::AcquireForUpdate(int entry, int c, bool within_entry) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<tiers::StagedEntry> staged = store_->Acquire(chunks_.chunk(entry, c).unit);
+  const int unit = chunks_.chunk(entry, c).unit;
+  absl::StatusOr<tiers::StagedEntry> staged =
+      within_entry ? store_->Acquire(unit, /*read_ahead=*/0) : store_->Acquire(unit);
   if (!staged.ok()) return staged.status();
+  if (within_entry && c + 1 < chunks_.num_chunks(entry)) {
+    if (absl::Status s = store_->Prefetch(unit + 1); !s.ok()) return s;
+  }
   return static_cast<const float*>(staged->array(0));
 }
 

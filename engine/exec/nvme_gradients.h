@@ -11,10 +11,13 @@
 //     accumulated gradient's, so the global norm never re-reads the file.
 //  2. The optimizer pass, after the norm is known, reads chunks back in unit
 //     order with read-ahead (AcquireForUpdate / ReleaseAfterUpdate).
-//  3. The two never overlap in time (every update of a step is published
-//     before the next backward), but they run on different threads, so every
-//     call takes the mutex. The first I/O error is sticky and names the file
-//     and offset.
+//  3. The normal pass never overlaps the copy-out (every update of a step is
+//     published before the next backward); the trainer's speculative update
+//     does, reading each entry once its gradient is final while the copy-out
+//     writes the entries below (the one store keeps a read behind a pending
+//     write of the same chunk). They run on different threads, so every call
+//     takes the mutex. The first I/O error is sticky and names the file and
+//     offset.
 #pragma once
 
 #include <memory>
@@ -51,7 +54,9 @@ class NvmeGradients {
   double SumOfSquares(int entry) const;
 
   // 2. Read back for the optimizer, with read-ahead in unit order.
-  absl::StatusOr<const float*> AcquireForUpdate(int entry, int c);
+  // `within_entry`: read ahead only the entry's next chunk (an update in another order than
+  // the units', such as the speculative update's, which follows the backward).
+  absl::StatusOr<const float*> AcquireForUpdate(int entry, int c, bool within_entry = false);
   absl::Status ReleaseAfterUpdate(int entry, int c);
 
   // The whole entry's gradient into out (entry elements floats); not during a step.

@@ -161,6 +161,7 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
   options.request_bytes = placement.nvme_request_bytes;
   if (placement.states_on_nvme) {
     options.arrays_per_entry = placement.master_on_nvme ? 3 : 2;
+    options.alternate_regions = placement.alternate_state_regions;
     absl::StatusOr<std::unique_ptr<tiers::NvmeStateStore>> state =
         tiers::NvmeStateStore::Create(*io, options, store.chunks_.unit_elements());
     if (!state.ok()) return state.status();
@@ -173,6 +174,7 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
       if (grad_in_ram[e]) on_file[e] = 0;
     }
     options.file_name = "gradients.bin";
+    options.alternate_regions = false;
     std::vector<bool> on_nvme(grad_in_ram.size());
     for (size_t e = 0; e < on_nvme.size(); ++e) on_nvme[e] = !grad_in_ram[e];
     absl::StatusOr<std::unique_ptr<NvmeGradients>> grads = NvmeGradients::Create(
@@ -345,6 +347,35 @@ absl::Status ParameterStore::WriteComputeCopy(int e, const float* master) {
   }
   if (compute_[e].data() == master) return absl::OkStatus();  // assembled in place
   ConvertToComputeCopy(master, specs_[e].elements, bf16, compute_[e].data());
+  return absl::OkStatus();
+}
+
+absl::Status ParameterStore::RestoreComputeCopyFromNvmeMaster(int e) {
+  if ((compute_.empty() && !compute_on_nvme(e)) || !placement_.master_on_nvme) {
+    return absl::OkStatus();
+  }
+  const bool bf16 = placement_.compute_copy_bf16;
+  const size_t element_bytes = bf16 ? sizeof(uint16_t) : sizeof(float);
+  for (int k = 0; k < chunks_.num_chunks(e); ++k) {
+    const EntryChunk c = chunks_.chunk(e, k);
+    absl::StatusOr<tiers::StagedEntry> staged = state_store_->Acquire(c.unit, /*read_ahead=*/0);
+    if (!staged.ok()) return staged.status();
+    const float* master = staged->array(kMasterArray);
+    absl::Status s;
+    if (compute_on_nvme(e)) {
+      absl::StatusOr<char*> out = nvme_compute_copy_->BeginWrite(e, k);
+      s = out.status();
+      if (s.ok()) {
+        ConvertToComputeCopy(master, c.count, bf16, *out);
+        s = nvme_compute_copy_->EndWrite(e, k);
+      }
+    } else {
+      ConvertToComputeCopy(master, c.count, bf16,
+                           reinterpret_cast<char*>(compute_[e].data()) + c.first * element_bytes);
+    }
+    s.Update(state_store_->Release(c.unit, /*dirty=*/false));
+    if (!s.ok()) return s;
+  }
   return absl::OkStatus();
 }
 

@@ -85,6 +85,9 @@ struct StorePlacement {
   int read_ahead = 2;    // entries of m/v (and master) read ahead of the one being updated
   int max_writes_in_flight = 2;
   size_t nvme_request_bytes = tiers::kDefaultBlockBytes;  // I/O request size of the NVMe file
+  // The state file gets alternate regions (NvmeStateStoreOptions::alternate_regions) for the
+  // trainer's speculative update; with states_on_nvme only.
+  bool alternate_state_regions = false;
   // The block I/O of the NVMe tier; null = the store's own io_uring. Tests
   // pass a fault-injecting one. Not owned; must outlive the store.
   tiers::BlockIo* block_io = nullptr;
@@ -161,6 +164,10 @@ class ParameterStore {
   // masters were written in place, outside the optimizer); nothing without a
   // compute copy or with the master on NVMe (WriteMaster keeps that current).
   absl::Status RefreshComputeCopy();
+  // Rewrites entry e's compute copy from its current master on NVMe (chunk by chunk): what a
+  // discarded speculative update (engine/train/speculative_update.h), which wrote the copy, is
+  // undone with when no update pass follows. OK at once without a compute copy.
+  absl::Status RestoreComputeCopyFromNvmeMaster(int entry);
 
   // Waits for NVMe write-backs (and syncs the file); OK at once in RAM.
   absl::Status Flush();

@@ -235,11 +235,12 @@ void StreamingExecutor::InvalidateWeights() {
 
 absl::StatusOr<MicroBatchResult> StreamingExecutor::RunMicroBatch(
     const int32_t* inputs, const int32_t* targets, float inv_total_valid, bool first_micro_batch,
-    uint64_t weights_version, TokenLayout layout, MicroBatchTurns turns) {
+    uint64_t weights_version, TokenLayout layout, MicroBatchTurns turns,
+    const std::function<void(int)>& on_gradient_final) {
   impl_->BeginTurns(impl_->schedule, turns);
   absl::StatusOr<MicroBatchResult> result =
       impl_->Run(impl_->schedule, inputs, targets, inv_total_valid, first_micro_batch,
-                 weights_version, layout);
+                 weights_version, layout, on_gradient_final);
   impl_->turns = {};
   return result;
 }
@@ -429,8 +430,35 @@ void StreamingExecutor::Impl::EnqueueStageGradientsOut(const ScheduledOp& op,
 
 absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
     const std::vector<ScheduledOp>& ops, const int32_t* inputs, const int32_t* targets,
-    float inv_total_valid, bool first_micro_batch, uint64_t weights_version, TokenLayout layout) {
+    float inv_total_valid, bool first_micro_batch, uint64_t weights_version, TokenLayout layout,
+    const std::function<void(int)>& on_gradient_final) {
   Impl& s = *this;
+  // Per entry, the op whose gradient copy-out is the entry's last of the micro-batch.
+  std::vector<int> last_gradient_op;
+  if (on_gradient_final) {
+    last_gradient_op.assign(static_cast<size_t>(s.store.num_entries()), -1);
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].kind == StageKind::kEmbedBackward) {
+        last_gradient_op[ops[i].host_entry] = static_cast<int>(i);
+      } else if (ops[i].produces_gradients) {
+        for (int e : ops[i].entries) last_gradient_op[e] = static_cast<int>(i);
+      }
+    }
+  }
+  // After op `index`'s copy-out tasks in copy_out order: the entries it finished.
+  auto signal_final_gradients = [&](int index) {
+    if (!on_gradient_final) return;
+    std::vector<int> finished;
+    for (int e = 0; e < static_cast<int>(last_gradient_op.size()); ++e) {
+      if (last_gradient_op[e] == index) finished.push_back(e);
+    }
+    if (finished.empty()) return;
+    s.copy_out->EnqueueHostTask(
+        [callback = on_gradient_final, finished] {
+          for (int e : finished) callback(e);
+        },
+        {SpanKind::kCopyOut, "gradients final", -1});
+  };
   if (absl::Status h = s.device.health(); !h.ok()) return h;
   if (absl::Status t = s.UploadTokens(inputs, targets, layout); !t.ok()) return t;
 
@@ -460,6 +488,7 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
       const int e = op.host_entry;
       s.EnqueueEmbeddingBackward(op, s.dx[dxi].data(), !contributed[e]);
       contributed[e] = true;
+      signal_final_gradients(op_index);
       continue;
     }
     size_t stage_floats = 0;
@@ -535,6 +564,8 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
       s.EnqueueStageGradientsOut(op, offsets, grad, contributed, training);
       grad ^= 1;
     }
+    // A fragmented head enqueued its copy-outs part by part above.
+    if (op.produces_gradients) signal_final_gradients(op_index);
 
     // Advance the residual streams.
     if (op.kind == StageKind::kLayerForward) xi ^= 1;

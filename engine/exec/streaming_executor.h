@@ -42,6 +42,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -202,10 +203,16 @@ class StreamingExecutor {
   // inv_total_valid = 1 / valid target tokens over all micro-batches of the step.
   // `turns`: with several executors on one store, each gradient copy-out takes
   // its turn (gradient_turns.h) so the slabs add up in micro-batch order.
-  absl::StatusOr<MicroBatchResult> RunMicroBatch(const int32_t* inputs, const int32_t* targets,
-                                                 float inv_total_valid, bool first_micro_batch,
-                                                 uint64_t weights_version, TokenLayout layout = {},
-                                                 MicroBatchTurns turns = {});
+  // `on_gradient_final` (optional): called with entry e by a host task on copy_out once e's last
+  // gradient contribution of this micro-batch is in its host slab or NVMe file (after it in
+  // stream order, and after its turn), so on the last micro-batch of a step a caller may read
+  // e's final gradient while backward goes on (the trainer's speculative update). It must not
+  // block.
+  absl::StatusOr<MicroBatchResult> RunMicroBatch(
+      const int32_t* inputs, const int32_t* targets, float inv_total_valid,
+      bool first_micro_batch, uint64_t weights_version, TokenLayout layout = {},
+      MicroBatchTurns turns = {},
+      const std::function<void(int entry)>& on_gradient_final = nullptr);
 
   // Forward only: the summed loss of one micro-batch (nothing is written to
   // the gradient slabs). Same weights_version rule as RunMicroBatch.

@@ -116,7 +116,8 @@ struct StreamingExecutor::Impl {
   absl::StatusOr<MicroBatchResult> Run(const std::vector<ScheduledOp>& ops, const int32_t* inputs,
                                        const int32_t* targets, float inv_total_valid,
                                        bool first_micro_batch, uint64_t weights_version,
-                                       TokenLayout layout = {});
+                                       TokenLayout layout = {},
+                                       const std::function<void(int)>& on_gradient_final = nullptr);
   bool CheckpointOnHost(int c) const { return c >= shape.device_checkpoints; }
   // Run's steps (streaming_executor.cc). Checks the ids and targets against
   // the vocabulary, the layout against seq, and copies them in.

@@ -130,6 +130,7 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
   absl::StatusOr<tiers::Placement> placement =
       tiers::PlanPlacement(bytes, budgets, placement_options);
   if (!placement.ok()) return placement.status();
+  if (in.speculative_update) (void)tiers::ReserveAlternateStateRegions(*placement);
   r.placement = *placement;
   if (!in.budgets_enabled) r.placement.budgets.ram = 0;  // "unset" in the table
 

@@ -52,6 +52,10 @@ struct PlanInputs {
   bool master_on_nvme = false;  // with m and v (tiers::PlacementOptions)
   bool grad_on_nvme = false;    // the gradients too, but the embedding's
   bool compute_copy_on_nvme = false;  // and the compute copy (implies the master)
+  // TrainerOptions::speculative_update: the NVMe bytes of the alternate master/m/v regions are
+  // counted (tiers::ReserveAlternateStateRegions) and the placement table says whether it is on.
+  // The step-time model does not model its overlap yet.
+  bool speculative_update = false;
   uint64_t nvme_chunk_bytes = tiers::kDefaultNvmeChunkBytes;  // per array
   uint64_t fixed_overhead_bytes = kDefaultFixedOverheadBytes;
   // Drive wear: optimizer steps of the run (0 = open-ended: judged per day of continuous

@@ -46,7 +46,8 @@ absl::StatusOr<std::unique_ptr<NvmeStateStore>> NvmeStateStore::Create(
     largest = std::max(largest, e.array_bytes);
     entries.push_back(e);
   }
-  const uint64_t file_bytes = offset;
+  // With alternate regions the second copy of every entry follows the first.
+  const uint64_t file_bytes = options.alternate_regions ? 2 * offset : offset;
   const std::string path = absl::StrCat(options.dir, "/", options.file_name);
   absl::StatusOr<DirectFile> file =
       DirectFile::Open(path, init == Init::kZero ? DirectFile::Mode::kCreateTruncate
@@ -65,6 +66,10 @@ absl::StatusOr<std::unique_ptr<NvmeStateStore>> NvmeStateStore::Create(
   }
   auto store = std::unique_ptr<NvmeStateStore>(
       new NvmeStateStore(io, options, *std::move(file), std::move(entries), file_bytes));
+  if (options.alternate_regions) {
+    store->region_bytes_ = offset;
+    store->parity_.assign(store->entries_.size(), 0);
+  }
   for (Slot& slot : store->slots_) {
     absl::StatusOr<AlignedBuffer> b =
         AlignedBuffer::Allocate(largest * static_cast<uint64_t>(options.arrays_per_entry));
@@ -103,9 +108,10 @@ absl::Status NvmeStateStore::CheckEntry(int entry) const {
   return absl::OkStatus();
 }
 
-NvmeStateStore::Slot* NvmeStateStore::FindSlot(int entry) {
+NvmeStateStore::Slot* NvmeStateStore::FindSlot(int entry, int region) {
+  if (region < 0) region = current_region(entry);
   for (Slot& s : slots_) {
-    if (s.entry == entry) return &s;
+    if (s.entry == entry && s.region == region) return &s;
   }
   return nullptr;
 }
@@ -155,10 +161,11 @@ absl::StatusOr<NvmeStateStore::Slot*> NvmeStateStore::TakeSlot(bool may_wait) {
 void NvmeStateStore::Transfer(Slot& slot, IoOp op) {
   const EntryLayout& e = entries_[slot.entry];
   const uint64_t bytes = e.array_bytes * static_cast<uint64_t>(options_.arrays_per_entry);
+  const uint64_t base = e.offset + static_cast<uint64_t>(slot.region) * region_bytes_;
   for (uint64_t done = 0; done < bytes; done += options_.request_bytes) {
     const uint64_t chunk = std::min<uint64_t>(options_.request_bytes, bytes - done);
     slot.pending.push_back(
-        io_.Submit({op, &file_, e.offset + done, slot.buffer.data_as<char>() + done, chunk}));
+        io_.Submit({op, &file_, base + done, slot.buffer.data_as<char>() + done, chunk}));
   }
   (op == IoOp::kRead ? stats_.bytes_read : stats_.bytes_written) += bytes;
 }
@@ -169,6 +176,7 @@ absl::Status NvmeStateStore::StartRead(int entry, bool may_wait) {
   if (!slot.ok()) return slot.status();
   if (*slot == nullptr) return absl::OkStatus();  // no free slot: read-ahead waits for later
   (*slot)->entry = entry;
+  (*slot)->region = current_region(entry);
   (*slot)->state = SlotState::kReading;
   (*slot)->last_use = ++clock_;
   Transfer(**slot, IoOp::kRead);
@@ -230,6 +238,7 @@ absl::StatusOr<StagedEntry> NvmeStateStore::AcquireForOverwrite(int entry) {
     if (!taken.ok()) return taken.status();
     slot = *taken;
     slot->entry = entry;
+    slot->region = current_region(entry);
   }
   slot->state = SlotState::kAcquired;
   return Staged(*slot, entry);
@@ -260,7 +269,41 @@ absl::Status NvmeStateStore::Release(int entry, bool dirty) {
     slot->state = SlotState::kFree;
     return absl::OkStatus();
   }
-  const EntryLayout& e = entries_[entry];
+  return WriteBack(*slot);
+}
+
+absl::Status NvmeStateStore::ReleaseToAlternate(int entry) {
+  if (absl::Status s = CheckEntry(entry); !s.ok()) return s;
+  if (parity_.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "ReleaseToAlternate(", entry, ") on ", path(), ", a file without alternate regions"));
+  }
+  Slot* slot = FindSlot(entry);
+  if (slot == nullptr || slot->state != SlotState::kAcquired) {
+    return absl::FailedPreconditionError(absl::StrCat("entry ", entry, " is not acquired"));
+  }
+  if (!status_.ok()) {
+    slot->state = SlotState::kFree;
+    slot->entry = -1;
+    return status_;
+  }
+  const int alternate = 1 - parity_[entry];
+  // An older copy of the alternate region (a discarded speculation) must neither serve a later
+  // Commit's reads nor land after this write.
+  for (Slot& other : slots_) {
+    if (&other == slot || other.entry != entry || other.region != alternate) continue;
+    if (absl::Status s = Await(other); !s.ok()) return s;
+    other.entry = -1;
+  }
+  slot->region = alternate;
+  return WriteBack(*slot);
+}
+
+void NvmeStateStore::Commit(int entry) { parity_[entry] ^= 1; }
+
+absl::Status NvmeStateStore::WriteBack(Slot& slot_ref) {
+  Slot* slot = &slot_ref;
+  const EntryLayout& e = entries_[slot->entry];
   const size_t used = e.elements * sizeof(float);
   for (int a = 0; a < options_.arrays_per_entry; ++a) {
     std::memset(slot->buffer.data_as<char>() + a * e.array_bytes + used, 0, e.array_bytes - used);

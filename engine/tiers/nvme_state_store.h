@@ -11,6 +11,12 @@
 //  3. A slot whose entry is asked for again before it was reused serves it from RAM (after its
 //     write-back completes), so a read never overtakes a pending write of the same entry.
 //  4. The first I/O error is sticky: every later call returns it (it names file and offset).
+//  5. With alternate_regions (the trainer's speculative update) the file holds two regions and a
+//     parity bit per entry says which one is current: Acquire reads the current region, Release
+//     writes it; ReleaseToAlternate writes the other one instead, leaving the current state
+//     intact, and Commit(entry) makes that write the current state. A staging slot remembers
+//     the region its data belongs to, so a speculative copy never serves a read of the current
+//     state.
 #pragma once
 
 #include <cstddef>
@@ -37,6 +43,7 @@ struct NvmeStateStoreOptions {
   int max_writes_in_flight = 2;                   // entries whose write-back may be pending
   bool read_ahead_wraps = true;                   // after the last entry, read 0, 1, ...
   size_t request_bytes = kDefaultBlockBytes;      // split transfers into requests of this size
+  bool alternate_regions = false;                 // two regions per entry (protocol, 5.)
 
   int staging_slots() const { return read_ahead + 1 + max_writes_in_flight; }
 };
@@ -85,6 +92,14 @@ class NvmeStateStore {
   absl::StatusOr<StagedEntry> AcquireForOverwrite(int entry);
   // Hands the entry back; when `dirty`, its arrays are written back asynchronously.
   absl::Status Release(int entry, bool dirty = true);
+  // Alternate regions only: writes the acquired entry's arrays to the region that is not current
+  // (the current state stays as it was) and hands the entry back.
+  absl::Status ReleaseToAlternate(int entry);
+  // Alternate regions only: the region last written by ReleaseToAlternate becomes the current
+  // one. Call it only after such a write and before the entry is acquired again.
+  void Commit(int entry);
+  // Which region holds the entry's current state (0 without alternate regions).
+  int current_region(int entry) const { return parity_.empty() ? 0 : parity_[entry]; }
   // Waits for every pending read and write; returns the first error. Then fdatasync.
   absl::Status Flush();
 
@@ -108,6 +123,7 @@ class NvmeStateStore {
     AlignedBuffer buffer;
     SlotState state = SlotState::kFree;
     int entry = -1;  // the entry whose data the slot holds or is reading (-1: none)
+    int region = 0;  // which of the entry's regions that data belongs to
     std::vector<IoFuture> pending;
     uint64_t last_use = 0;
   };
@@ -120,13 +136,16 @@ class NvmeStateStore {
   NvmeStateStore(BlockIo& io, NvmeStateStoreOptions options, DirectFile file,
                  std::vector<EntryLayout> entries, uint64_t file_bytes);
   absl::Status CheckEntry(int entry) const;
-  Slot* FindSlot(int entry);
+  // The slot holding or moving the entry's data of `region`; -1 = the current region.
+  Slot* FindSlot(int entry, int region = -1);
   // A slot to stage a new entry in: a free one (least recently used first), else, when
   // `may_wait`, the oldest write-back or read-ahead after waiting for it. Null when none.
   absl::StatusOr<Slot*> TakeSlot(bool may_wait);
   absl::Status Await(Slot& slot);  // waits for the slot's I/O; records the first error
   void Transfer(Slot& slot, IoOp op);
   absl::Status StartRead(int entry, bool may_wait);
+  // Zeroes the block padding of an acquired slot and submits its write (to slot.region).
+  absl::Status WriteBack(Slot& slot);
   StagedEntry Staged(Slot& slot, int entry);
 
   BlockIo& io_;
@@ -137,6 +156,8 @@ class NvmeStateStore {
   std::vector<Slot> slots_;
   std::deque<Slot*> writes_;  // slots being written back, oldest first
   uint64_t clock_ = 0;
+  uint64_t region_bytes_ = 0;     // offset of region 1 (alternate_regions)
+  std::vector<uint8_t> parity_;  // per entry, the current region (alternate_regions)
   absl::Status status_;
   NvmeStateStoreStats stats_;
 };

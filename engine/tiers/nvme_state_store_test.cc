@@ -109,6 +109,59 @@ TEST_F(NvmeStateStoreTest, FewerEntriesThanSlotsNeverReadOverAPendingWrite) {
   }
 }
 
+// Alternate regions (the speculative update): a write to the alternate region leaves the current
+// state readable as it was, even with the speculative copy still staged; Commit makes it current;
+// a discarded speculation followed by a normal update and a new speculation never lets the older
+// alternate copy resurface.
+TEST_F(NvmeStateStoreTest, AlternateRegionsKeepTheCurrentStateUntilCommit) {
+  NvmeStateStoreOptions o = Options();
+  o.alternate_regions = true;
+  const std::vector<size_t> sizes = {1000, 3000, 17, 2048};
+  auto store = NvmeStateStore::Create(*io_, o, sizes);
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE(RunAndCompare(**store, sizes, 2).ok());  // ram_m_/ram_v_: the current state
+  const uint64_t plain_bytes = [&] {
+    NvmeStateStoreOptions p = Options();
+    p.file_name = "plain.bin";
+    auto plain = NvmeStateStore::Create(*io_, p, sizes);
+    return plain.ok() ? (*plain)->file_bytes() : 0;
+  }();
+  EXPECT_EQ((*store)->file_bytes(), 2 * plain_bytes);
+  auto speculate = [&](int e, int pass) -> absl::Status {
+    absl::StatusOr<StagedEntry> staged = (*store)->Acquire(e);
+    if (!staged.ok()) return staged.status();
+    Update(pass, e, sizes[e], staged->array(0), staged->array(1));
+    return (*store)->ReleaseToAlternate(e);
+  };
+  // Discarded: entry 1 speculated, never committed; the current state is untouched.
+  ASSERT_TRUE(speculate(1, 7).ok());
+  ExpectStoreEqualsRam(**store, sizes);
+  ASSERT_TRUE((*store)->Flush().ok());
+  ExpectStoreEqualsRam(**store, sizes);
+  // A normal pass, then speculation of every entry, committed for 0 and 1 only.
+  ASSERT_TRUE(RunAndCompare(**store, sizes, 1, /*first_pass=*/2).ok());
+  for (int e = 0; e < 4; ++e) ASSERT_TRUE(speculate(e, 3).ok());
+  for (int e = 0; e < 2; ++e) {
+    (*store)->Commit(e);
+    Update(3, e, sizes[e], ram_m_[e].data(), ram_v_[e].data());
+  }
+  EXPECT_EQ((*store)->current_region(0), 1);
+  EXPECT_EQ((*store)->current_region(2), 0);
+  ExpectStoreEqualsRam(**store, sizes);
+  // Further normal passes write the committed entries' new region.
+  ASSERT_TRUE(RunAndCompare(**store, sizes, 2, /*first_pass=*/4).ok());
+  ExpectStoreEqualsRam(**store, sizes);
+  // Without alternate regions, ReleaseToAlternate is refused.
+  auto plain = NvmeStateStore::Create(*io_, [&] {
+    NvmeStateStoreOptions p = Options();
+    p.file_name = "plain.bin";
+    return p;
+  }(), sizes);
+  ASSERT_TRUE(plain.ok());
+  ASSERT_TRUE((*plain)->Acquire(0).ok());
+  EXPECT_THAT((*plain)->ReleaseToAlternate(0).message(), HasSubstr("without alternate regions"));
+}
+
 TEST_F(NvmeStateStoreTest, ReopenedFileResumesBitwise) {
   const std::vector<size_t> sizes = {5, 40000, 1031, 77777, 3};
   {

@@ -310,6 +310,30 @@ absl::StatusOr<Placement> PlanPlacement(absl::Span<const EntryBytes> entries,
   return p;
 }
 
+bool ReserveAlternateStateRegions(Placement& p) {
+  const bool all_on_nvme = p.tier(BufferKind::kMaster) == Tier::kNvme &&
+                           p.tier(BufferKind::kM) == Tier::kNvme &&
+                           p.tier(BufferKind::kV) == Tier::kNvme;
+  if (!all_on_nvme) {
+    p.speculation_note = "speculative update off: the master, m and v are not all on NVMe";
+    return false;
+  }
+  const uint64_t extra = p.of(BufferKind::kMaster).bytes + p.of(BufferKind::kM).bytes +
+                         p.of(BufferKind::kV).bytes;
+  if (p.nvme_used + extra > p.budgets.nvme_bytes) {
+    p.speculation_note = absl::StrCat(
+        "speculative update off: its alternate master/m/v regions need ", FormatBytes(extra),
+        " more of NVMe (", FormatBytes(p.budgets.nvme_bytes - p.nvme_used), " left)");
+    return false;
+  }
+  p.alternate_state_bytes = extra;
+  p.nvme_used += extra;
+  p.speculation_note =
+      absl::StrCat("speculative update on: alternate master/m/v regions ", FormatBytes(extra),
+                   " on NVMe");
+  return true;
+}
+
 std::string Placement::Table() const {
   std::string out = absl::StrFormat("%-13s %-7s %s\n", "buffer", "tier", "bytes");
   for (int k = 0; k < kNumBufferKinds; ++k) {
@@ -331,6 +355,7 @@ std::string Placement::Table() const {
     absl::StrAppend(&out, absl::StrFormat("%-13s %-7s %s\n", "nvme_staging", "ram",
                                           FormatBytes(staging_bytes)));
   }
+  if (!speculation_note.empty()) absl::StrAppend(&out, speculation_note, "\n");
   absl::StrAppend(&out, absl::StrFormat("budget use: pinned %d/%d, ram %d/%d, nvme %d/%d%s\n",
                                         pinned_used, budgets.pinned_ram, ram_used, budgets.ram,
                                         nvme_used, budgets.nvme_bytes,

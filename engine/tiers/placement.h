@@ -87,6 +87,10 @@ struct Placement {
   // The compute copy is an fp32 copy of the master added for master_on_nvme on the CPU device.
   bool compute_copy_fp32 = false;
   TierBudgets budgets;
+  // Bytes of the NVMe state file's alternate regions (ReserveAlternateStateRegions), counted in
+  // nvme_used; and the Table line saying whether the speculative update has them.
+  uint64_t alternate_state_bytes = 0;
+  std::string speculation_note;
   // When the gradient kind is on NVMe, the entries whose gradient stays in RAM, ascending: the
   // grad_stays_in_ram ones and grad_kept_entries. Empty otherwise.
   std::vector<int> grad_ram_entries;
@@ -102,6 +106,12 @@ struct Placement {
   // One row per buffer kind (tier, bytes), the staging row and the use of each budget.
   std::string Table() const;
 };
+
+// The speculative update (TrainerOptions::speculative_update) writes the master, m and v into a
+// second region of the NVMe state file: when the master, m and v are all on NVMe and the NVMe
+// budget holds another copy of them, counts it in nvme_used and returns true; else returns false.
+// Either way placement.Table() then says so (speculation_note).
+bool ReserveAlternateStateRegions(Placement& placement);
 
 // Deterministic policy (docs/operations.md):
 //  1. Copy endpoints (gradient slabs, then the compute copy, which is the master on the CPU

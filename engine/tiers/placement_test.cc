@@ -167,6 +167,32 @@ TEST(PlanPlacement, GpuMasterGoesToNvmeOnlyAfterTheStatesOrWhenAsked) {
   EXPECT_EQ(p->nvme_used, 3 * Total(entries, BufferKind::kMaster));
 }
 
+// The speculative update's alternate regions: a second copy of master, m and v counted in
+// nvme_used when the budget holds it; else off, and the table says why either way.
+TEST(PlanPlacement, AlternateStateRegionsAreCountedOrRefusedWithAReason) {
+  const auto entries = Llama7b(/*gpu=*/true);
+  const uint64_t state = 3 * Total(entries, BufferKind::kMaster);
+  TierBudgets budgets{16 * kGiB, 512 * kGiB, "/nvme/megatrain", 2 * state};
+  absl::StatusOr<Placement> p = PlanPlacement(entries, budgets, {.master_on_nvme = true});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(ReserveAlternateStateRegions(*p));
+  EXPECT_EQ(p->alternate_state_bytes, state);
+  EXPECT_EQ(p->nvme_used, 2 * state);
+  EXPECT_THAT(p->Table(), HasSubstr("speculative update on: alternate master/m/v regions"));
+  budgets.nvme_bytes = 2 * state - 1;
+  p = PlanPlacement(entries, budgets, {.master_on_nvme = true});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(ReserveAlternateStateRegions(*p));
+  EXPECT_EQ(p->nvme_used, state);
+  EXPECT_THAT(p->Table(), HasSubstr("speculative update off: its alternate master/m/v regions "
+                                    "need"));
+  // m and v on NVMe, the master in RAM: nothing to speculate into.
+  p = PlanPlacement(entries, budgets, {.states_on_nvme = true});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(ReserveAlternateStateRegions(*p));
+  EXPECT_THAT(p->Table(), HasSubstr("speculative update off: the master, m and v are not all"));
+}
+
 TEST(PlanPlacement, EverythingInRamWhenItFitsAndNoNvmeMeansAClearRefusal) {
   std::vector<EntryBytes> entries(3);
   for (int i = 0; i < 3; ++i) {

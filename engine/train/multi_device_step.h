@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -30,6 +31,9 @@ struct DeviceLane {
 struct MicroBatchStepArgs {
   float inv_total_valid = 0;
   uint64_t weights_version = 0;
+  // Optional: given to the step's last micro-batch as its executor's on_gradient_final
+  // (streaming_executor.h); its turns come last, so each call means the entry is final.
+  std::function<void(int entry)> on_last_gradient_final;
 };
 
 struct MicroBatchesResult {

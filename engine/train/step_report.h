@@ -52,6 +52,12 @@ struct StepReport {
   double clip_coefficient = 1;
   double learning_rate = 0;
   bool skipped = false;  // non-finite gradient norm: no update
+  // Speculative update (TrainerOptions::speculative_update): entries updated during the last
+  // micro-batch's backward with clip coefficient 1, and whether that became the step's update
+  // (committed: the coefficient was exactly 1) or was discarded (clipping, a skipped step).
+  int speculated_entries = 0;
+  bool speculation_committed = false;
+  double speculation_seconds = 0;  // the speculation thread's update time, all entries
   // Every target of the step was ignored (loss masks): nothing ran, no update, loss 0.
   bool no_counted_targets = false;
   uint64_t skipped_total = 0;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "engine/common/host_cores.h"
@@ -156,6 +157,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
     absl::StatusOr<tiers::Placement> placement =
         tiers::PlanPlacement(bytes, options.memory.budgets, placement_options);
     if (!placement.ok()) return placement.status();
+    if (options.speculative_update) {
+      if (options.communicator != nullptr || options.zero1) {
+        placement->speculation_note =
+            "speculative update off: data parallelism reduces gradients after all micro-batches";
+      } else {
+        store_placement.alternate_state_regions = tiers::ReserveAlternateStateRegions(*placement);
+      }
+    }
     store_placement.master_pinned =
         placement->tier(tiers::BufferKind::kMaster) == tiers::Tier::kPinned;
     store_placement.grad_pinned = placement->tier(tiers::BufferKind::kGrad) == tiers::Tier::kPinned;
@@ -236,6 +245,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
   // Evaluation, logits and sampling run on device 0 from the caller's thread.
   if (absl::Status s = devices[0]->MakeCurrent(); !s.ok()) return s;
   trainer->placement_table_ = std::move(placement_table);
+  if (store_placement.alternate_state_regions) {
+    trainer->speculation_ = std::make_unique<SpeculativeUpdate>(trainer->store_.num_entries());
+  }
   return trainer;
 }
 
@@ -403,7 +415,8 @@ absl::Status Trainer::UpdateStatus() {
   return update_status_.ok() ? init_status_ : update_status_;
 }
 
-void Trainer::LaunchUpdate(uint64_t version, double clip_coefficient, double lr) {
+void Trainer::LaunchUpdate(uint64_t version, double clip_coefficient, double lr,
+                           std::vector<bool> committed) {
   ++applied_updates_;
   const auto decay = kernels::MakeAdamwStepScalars(
       lr, options_.beta1, options_.beta2, options_.eps, options_.weight_decay,
@@ -413,7 +426,8 @@ void Trainer::LaunchUpdate(uint64_t version, double clip_coefficient, double lr)
                                     static_cast<long long>(applied_updates_), clip_coefficient);
   // Entries in forward order: the next step's forward needs the embedding and
   // layer 0 first, so it can start while later layers are still updated.
-  update_thread_ = std::thread([this, version, decay, no_decay] {
+  update_thread_ = std::thread([this, version, decay, no_decay,
+                                committed = std::move(committed)] {
     for (int e = 0; e < store_.num_entries(); ++e) {
       {
         // A checkpoint being written still reads this entry: wait for it.
@@ -426,7 +440,11 @@ void Trainer::LaunchUpdate(uint64_t version, double clip_coefficient, double lr)
       const auto t0 = std::chrono::steady_clock::now();
       // ZeRO-1: only the owner updates; the others get its master by broadcast.
       const bool mine = zero1_owners_.empty() || zero1_owners_[e] == options_.communicator->rank();
-      if (update_status_.ok() && mine) update_status_ = UpdateEntry(e, decay, no_decay);
+      if (update_status_.ok() && !committed.empty() && committed[e]) {
+        CommitSpeculated(e);  // updated during the backward with this very coefficient
+      } else if (update_status_.ok() && mine) {
+        update_status_ = UpdateEntry(e, decay, no_decay);
+      }
       update_seconds_[e] = SecondsSince(t0);
       // Published even after a failure so no weight copy waits forever; the
       // next Step reports the failure and discards its results.
@@ -436,7 +454,7 @@ void Trainer::LaunchUpdate(uint64_t version, double clip_coefficient, double lr)
 }
 
 absl::Status Trainer::UpdateEntry(int e, const kernels::AdamwStepScalars& decay,
-                                  const kernels::AdamwStepScalars& no_decay) {
+                                  const kernels::AdamwStepScalars& no_decay, bool speculative) {
   const EntryBuffers b = store_.entry(e);
   tiers::NvmeStateStore* states = store_.state_store();
   NvmeGradients* grads = store_.grad_on_nvme(e) ? store_.nvme_gradients() : nullptr;
@@ -458,15 +476,21 @@ absl::Status Trainer::UpdateEntry(int e, const kernels::AdamwStepScalars& decay,
     float* m = b.m != nullptr ? b.m + chunk.first : nullptr;
     float* v = b.v != nullptr ? b.v + chunk.first : nullptr;
     if (states != nullptr) {
-      absl::StatusOr<tiers::StagedEntry> staged = states->Acquire(chunk.unit);
+      // A speculative update follows the backward, not the unit order: it reads ahead within
+      // the entry only.
+      absl::StatusOr<tiers::StagedEntry> staged =
+          speculative ? states->Acquire(chunk.unit, /*read_ahead=*/0) : states->Acquire(chunk.unit);
       if (!staged.ok()) return staged.status();
+      if (speculative && c + 1 < chunks.num_chunks(e)) {
+        if (absl::Status s = states->Prefetch(chunk.unit + 1); !s.ok()) return s;
+      }
       m = staged->array(0);
       v = staged->array(1);
       if (store_.master_on_nvme()) master = staged->array(ParameterStore::kMasterArray);
     }
     const float* grad = b.grad != nullptr ? b.grad + chunk.first : nullptr;
     if (grads != nullptr) {
-      absl::StatusOr<const float*> staged = grads->AcquireForUpdate(e, c);
+      absl::StatusOr<const float*> staged = grads->AcquireForUpdate(e, c, speculative);
       if (!staged.ok()) return staged.status();
       grad = *staged;
     }
@@ -494,8 +518,14 @@ absl::Status Trainer::UpdateEntry(int e, const kernels::AdamwStepScalars& decay,
       if (absl::Status s = grads->ReleaseAfterUpdate(e, c); !s.ok()) return s;
     }
     if (states != nullptr) {
-      if (absl::Status s = states->Release(chunk.unit); !s.ok()) return s;
+      absl::Status s =
+          speculative ? states->ReleaseToAlternate(chunk.unit) : states->Release(chunk.unit);
+      if (!s.ok()) return s;
     }
+  }
+  // The backward reaches the entry below next: its state can stream in meanwhile.
+  if (speculative && states != nullptr && e > 0) {
+    if (absl::Status s = states->Prefetch(chunks.chunk(e - 1, 0).unit); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -630,13 +660,32 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
         {b.first_layer, b.num_layers, ActivationModeName(b.mode), b.reason});
   }
   const auto t0 = std::chrono::steady_clock::now();
-  absl::StatusOr<MicroBatchesResult> ran = RunMicroBatchesOnLanes(
-      lanes, turns_, inputs, targets, layouts, {inv_total_valid, weights_version});
+  // Speculative update: the last micro-batch's final gradients feed it (trainer_speculation.cc).
+  // With several devices the last micro-batch's copy-outs take the last turns, so an entry is
+  // final there once every earlier micro-batch's contribution has landed.
+  const bool speculate = speculation_ != nullptr && comm == nullptr;
+  if (speculate) BeginSpeculation(weights_version);
+  MicroBatchStepArgs step_args{inv_total_valid, weights_version};
+  if (speculate) step_args.on_last_gradient_final = [this](int e) { speculation_->EntryFinal(e); };
+  absl::StatusOr<MicroBatchesResult> ran =
+      RunMicroBatchesOnLanes(lanes, turns_, inputs, targets, layouts, step_args);
   if (!ran.ok()) {
+    const SpeculativeUpdate::Outcome dropped =
+        speculate ? speculation_->Finish() : SpeculativeUpdate::Outcome{};
     WaitForUpdates();
+    (void)DiscardSpeculation(dropped);  // the step's error is what the caller needs
     return ran.status();
   }
   double loss_sum = ran->loss_sum;
+  const SpeculativeUpdate::Outcome speculation =
+      speculate ? speculation_->Finish() : SpeculativeUpdate::Outcome{};
+  if (!speculation.status.ok()) {
+    WaitForUpdates();
+    (void)DiscardSpeculation(speculation);  // the speculation's own error is reported
+    return absl::Status(speculation.status.code(),
+                        absl::StrCat("speculative optimizer update of step ", step_ + 1,
+                                     " failed: ", speculation.status.message()));
+  }
   const double step_seconds = SecondsSince(t0);
   const auto wait_t0 = std::chrono::steady_clock::now();
   WaitForUpdates();
@@ -704,9 +753,13 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
   }
   report.grad_norm = GlobalGradNorm(sums);
   report.learning_rate = LearningRateAt(options_.lr, step_ + 1);
+  report.speculated_entries = speculation.count;
+  report.speculation_seconds = speculation_seconds_;
 
   if (!GradNormIsFinite(report.grad_norm)) {
     report.skipped = true;
+    // No update pass follows to rewrite what the speculation wrote in place.
+    if (absl::Status s = DiscardSpeculation(speculation); !s.ok()) return s;
     ++skipped_steps_;
     ++consecutive_skips_;
     int first_bad = 0;
@@ -728,7 +781,11 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
     report.clip_coefficient =
         options_.grad_clip > 0 ? ClipCoefficient(report.grad_norm, options_.grad_clip) : 1.0;
     ++step_;
-    LaunchUpdate(step_, report.clip_coefficient, report.learning_rate);
+    // Exactly 1.0 (no clipping): the speculation ran with this coefficient and is the update;
+    // otherwise the pass below redoes every entry from the current state.
+    report.speculation_committed = speculation.count > 0 && report.clip_coefficient == 1.0;
+    LaunchUpdate(step_, report.clip_coefficient, report.learning_rate,
+                 report.speculation_committed ? speculation.updated : std::vector<bool>{});
     if (!zero1_owners_.empty()) {
       // The owners' new masters must reach every rank before the next forward reads them.
       WaitForUpdates();

@@ -26,6 +26,7 @@
 #include "engine/tiers/placement.h"
 #include "engine/train/lr_schedule.h"
 #include "engine/train/multi_device_step.h"
+#include "engine/train/speculative_update.h"
 #include "engine/train/step_report.h"
 #include "kernels/cpu/rope.h"
 
@@ -86,6 +87,12 @@ struct TrainerOptions {
   // shard); loading any checkpoint restores the owned entries' m and v and every master, so
   // checkpoints resume on any world size.
   bool zero1 = false;
+  // Speculative update (docs/operations.md): during the last micro-batch's backward, each entry
+  // whose gradient is final is updated with clip coefficient 1 into alternate NVMe regions;
+  // committed when the step's clip coefficient is exactly 1 (bitwise the normal update),
+  // discarded otherwise. Needs the master, m and v on NVMe and NVMe room for a second copy of
+  // them (else off, said in placement_table()); off under a communicator or ZeRO-1.
+  bool speculative_update = false;
 };
 
 // The optimizer's position (TrainerProgress) and what a checkpoint needs of a trainer
@@ -184,9 +191,20 @@ class Trainer : public Checkpointable {
   std::vector<float*> master_destinations_;
   tiers::NvmeStateStoreStats nvme_reported_;  // NVMe totals at the last StepReport
   // AdamW over entry e (chunk by chunk where the state or gradient is on NVMe).
+  // `speculative`: read the current state, write the new master, m and v to the alternate
+  // regions (the compute copy as usual).
   absl::Status UpdateEntry(int e, const kernels::AdamwStepScalars& decay,
-                           const kernels::AdamwStepScalars& no_decay);
-  void LaunchUpdate(uint64_t version, double clip_coefficient, double lr);
+                           const kernels::AdamwStepScalars& no_decay, bool speculative = false);
+  // `committed`: per entry, a speculative update that is this step's (empty = none): the
+  // pass commits those and updates the others.
+  void LaunchUpdate(uint64_t version, double clip_coefficient, double lr,
+                    std::vector<bool> committed = {});
+  // Speculative update (trainer_speculation.cc). Begin: before the step's micro-batches.
+  // Discard: undoes what a speculation wrote outside the alternate regions (the compute copy)
+  // when no update pass follows. Commit: the alternate regions of entry e become current.
+  void BeginSpeculation(uint64_t weights_version);
+  absl::Status DiscardSpeculation(const SpeculativeUpdate::Outcome& outcome);
+  void CommitSpeculated(int e);
   // A step whose targets are all ignored (`tokens` inputs): no compute, no update.
   absl::StatusOr<StepReport> EmptyStep(int64_t tokens);
 
@@ -224,6 +242,9 @@ class Trainer : public Checkpointable {
   uint64_t applied_updates_ = 0;        // steps whose update ran (AdamW's t)
   int consecutive_skips_ = 0;
   uint64_t skipped_steps_ = 0;
+  double speculation_seconds_ = 0;  // of the running speculation, written by its thread
+  // Null when the speculative update is off. Last: its thread uses the members above.
+  std::unique_ptr<SpeculativeUpdate> speculation_;
 };
 
 }  // namespace megatrain::engine

@@ -1,0 +1,74 @@
+// The trainer's speculative update (TrainerOptions::speculative_update): starting, committing and
+// discarding the AdamW update that runs during the last micro-batch's backward.
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "engine/optimizer/grad_norm.h"
+#include "engine/train/trainer.h"
+#include "kernels/common/adamw.h"
+
+namespace megatrain::engine {
+
+void Trainer::BeginSpeculation(uint64_t weights_version) {
+  // Exactly the scalars LaunchUpdate makes for this step when its clip coefficient is 1.0: the
+  // same function of the same values, so a committed speculation is the update bit for bit.
+  const long long t = static_cast<long long>(applied_updates_ + 1);
+  const double lr = LearningRateAt(options_.lr, step_ + 1);
+  const auto decay = kernels::MakeAdamwStepScalars(lr, options_.beta1, options_.beta2,
+                                                   options_.eps, options_.weight_decay, t, 1.0);
+  const auto no_decay = kernels::MakeAdamwStepScalars(lr, options_.beta1, options_.beta2,
+                                                      options_.eps, 0.0, t, 1.0);
+  speculation_seconds_ = 0;
+  // Sums of squares of the gradients final so far (the others count 0): their norm is a lower
+  // bound of the step's (sums of non-negative terms in a fixed order only grow, and so do the
+  // rounded ones), so once it clips the step's coefficient cannot be 1 and the rest of the
+  // speculation would be discarded work. A non-finite bound does not stop it: such steps are
+  // rare (and counted), and their speculation is discarded whole (DiscardSpeculation).
+  auto partial_sums = std::make_shared<std::vector<double>>(store_.num_entries(), 0.0);
+  speculation_->Begin(
+      [this, weights_version] {
+        // The previous step's update pass uses the state file until it publishes its last
+        // entry, and a checkpoint being written reads it: the file must be this thread's alone.
+        for (int e = 0; e < store_.num_entries(); ++e) gate_.WaitFor(e, weights_version);
+        absl::MutexLock lock(&snapshot_mu_);
+        auto no_snapshot = [this]() ABSL_SHARED_LOCKS_REQUIRED(snapshot_mu_) {
+          return !snapshot_active_;
+        };
+        snapshot_mu_.Await(absl::Condition(&no_snapshot));
+      },
+      [this, decay, no_decay, partial_sums](int e) -> absl::StatusOr<bool> {
+        const auto t0 = std::chrono::steady_clock::now();
+        (*partial_sums)[e] = store_.GradSumOfSquares(e, &optimizer_pool_);
+        const double lower_bound = GlobalGradNorm(*partial_sums);
+        if (options_.grad_clip > 0 && GradNormIsFinite(lower_bound) &&
+            ClipCoefficient(lower_bound, options_.grad_clip) != 1.0) {
+          return false;
+        }
+        absl::Status s = UpdateEntry(e, decay, no_decay, /*speculative=*/true);
+        speculation_seconds_ +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (!s.ok()) return s;
+        return true;
+      });
+}
+
+absl::Status Trainer::DiscardSpeculation(const SpeculativeUpdate::Outcome& outcome) {
+  // The alternate regions are simply never committed; the compute copy was written in place.
+  absl::Status status;
+  for (int e = 0; e < store_.num_entries(); ++e) {
+    if (e < static_cast<int>(outcome.updated.size()) && outcome.updated[e]) {
+      status.Update(store_.RestoreComputeCopyFromNvmeMaster(e));
+    }
+  }
+  return status;
+}
+
+void Trainer::CommitSpeculated(int e) {
+  tiers::NvmeStateStore* states = store_.state_store();
+  for (int c = 0; c < store_.chunks().num_chunks(e); ++c) {
+    states->Commit(store_.chunks().chunk(e, c).unit);
+  }
+}
+
+}  // namespace megatrain::engine

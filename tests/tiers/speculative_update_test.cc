@@ -1,0 +1,347 @@
+// The speculative update (TrainerOptions::speculative_update) against the normal one: losses,
+// gradient norms, masters, m and v are bitwise the same whether clipping never triggers (every
+// speculation committed), triggers on some steps only (committed and discarded steps), or a step
+// is non-finite (discarded, nothing updated), and one that can no longer commit stops early; a
+// checkpoint taken after committed speculations resumes bitwise; placements that mix RAM and
+// NVMe agree; a placement that cannot speculate says why and trains as before; an I/O error in a
+// speculative write fails the step naming the state file and an offset.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "engine/checkpoint/checkpoint_reader.h"
+#include "engine/checkpoint/checkpoint_writer.h"
+#include "engine/tiers/fault_injecting_block_io.h"
+#include "engine/tiers/test_dir.h"
+#include "engine/tiers/uring_block_io.h"
+#include "engine/train/trainer.h"
+#include "tests/tiers/tiered_training.h"
+
+namespace megatrain::engine {
+namespace {
+
+using namespace tiered_training;  // NOLINT: the shared fixtures of this folder
+
+// Three chunks per decoder layer of DeepNarrow (about 185 Ki elements), the last one short.
+constexpr size_t kSmallChunk = size_t{256} << 10;
+
+// The master, m and v on NVMe (the CPU device computes from a pinned fp32 copy), gradients in
+// pinned RAM, and NVMe room for the alternate regions.
+TrainerOptions MasterOnNvme(const std::string& dir, double grad_clip, bool speculate) {
+  TrainerOptions o = TieredOptions(1);
+  o.memory.master_on_nvme = true;
+  o.memory.nvme_chunk_bytes = kSmallChunk;
+  o.memory.budgets.nvme_dir = dir;
+  o.memory.budgets.nvme_bytes *= 4;  // master, m, v (1.5x m and v) twice
+  o.grad_clip = grad_clip;
+  o.speculative_update = speculate;
+  return o;
+}
+
+struct TrainedRun {
+  Outcome outcome;
+  std::vector<StepReport> reports;
+  std::string placement_table;
+  int num_entries = 0;
+};
+
+// `steps` steps of two micro-batches; before_step(trainer, s) runs before step s (0-based).
+TrainedRun Train(const TrainerOptions& o, int steps,
+          const std::function<void(Trainer&, int)>& before_step = nullptr) {
+  TrainedRun run;
+  if (!o.memory.budgets.nvme_dir.empty()) {
+    std::filesystem::create_directories(o.memory.budgets.nvme_dir);
+  }
+  auto device = MakeCpuDevice(size_t{32} << 20);
+  auto trainer = Trainer::Create(*device, TinyConfig(DeepNarrow()), o);
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  if (!trainer.ok()) return run;
+  run.placement_table = (*trainer)->placement_table();
+  run.num_entries = (*trainer)->store().num_entries();
+  (*trainer)->InitializeRandom(3);
+  const auto batches = MakeTokenBatches(10, 48, DeepNarrow().vocab, 17);
+  for (int step = 0; step < steps; ++step) {
+    if (before_step) before_step(**trainer, step);
+    auto r =
+        (*trainer)->Step(batches.InputPointers(2 * step, 2), batches.TargetPointers(2 * step, 2));
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return run;
+    run.outcome.losses.push_back(r->loss);
+    run.reports.push_back(*r);
+  }
+  EXPECT_TRUE((*trainer)->UpdateStatus().ok());
+  ReadStore((*trainer)->store(), &run.outcome);
+  return run;
+}
+
+// Losses, gradient norms, clip coefficients, skips, masters, m and v: bit for bit.
+void ExpectBitwise(const TrainedRun& normal, const TrainedRun& speculative) {
+  ASSERT_EQ(normal.reports.size(), speculative.reports.size());
+  for (size_t s = 0; s < normal.reports.size(); ++s) {
+    const StepReport& a = normal.reports[s];
+    const StepReport& b = speculative.reports[s];
+    EXPECT_EQ(std::memcmp(&a.loss, &b.loss, sizeof(double)), 0) << "step " << s;
+    EXPECT_EQ(std::memcmp(&a.grad_norm, &b.grad_norm, sizeof(double)), 0) << "step " << s;
+    EXPECT_EQ(std::memcmp(&a.clip_coefficient, &b.clip_coefficient, sizeof(double)), 0) << s;
+    EXPECT_EQ(a.skipped, b.skipped) << "step " << s;
+  }
+  ExpectSameState(normal.outcome, speculative.outcome);
+}
+
+std::string FreshDir(const std::string& name) {
+  absl::Status usable;
+  const std::string dir = tiers::FreshTestDir(name, &usable);
+  return usable.ok() ? dir : "";
+}
+
+TEST(SpeculativeUpdateTest, WithoutClippingEverySpeculationCommitsBitwise) {
+  const std::string dir = FreshDir("speculative_no_clip");
+  if (dir.empty()) GTEST_SKIP() << "no O_DIRECT scratch directory";
+  // grad_clip 0 (off), and a clip no norm of this run reaches: the coefficient is exactly 1.
+  for (double clip : {0.0, 1e6}) {
+    SCOPED_TRACE(clip);
+    const TrainedRun normal = Train(MasterOnNvme(dir, clip, false), 5);
+    const TrainedRun speculative = Train(MasterOnNvme(dir, clip, true), 5);
+    ASSERT_EQ(speculative.reports.size(), 5u);
+    EXPECT_NE(speculative.placement_table.find("speculative update on"), std::string::npos)
+        << speculative.placement_table;
+    for (const StepReport& r : speculative.reports) {
+      EXPECT_EQ(r.clip_coefficient, 1.0) << r.step;
+      EXPECT_TRUE(r.speculation_committed) << r.step;
+      EXPECT_EQ(r.speculated_entries, speculative.num_entries) << r.step;
+    }
+    for (const StepReport& r : normal.reports) {
+      EXPECT_EQ(r.speculated_entries, 0);
+      EXPECT_FALSE(r.speculation_committed);
+    }
+    ExpectBitwise(normal, speculative);
+  }
+}
+
+TEST(SpeculativeUpdateTest, ClippingOnSomeStepsCommitsTheOthersAndDiscardsThose) {
+  const std::string dir = FreshDir("speculative_some_clip");
+  if (dir.empty()) GTEST_SKIP() << "no O_DIRECT scratch directory";
+  // A clip between the run's smallest and largest unclipped norms.
+  const TrainedRun unclipped = Train(MasterOnNvme(dir, 0.0, false), 5);
+  ASSERT_EQ(unclipped.reports.size(), 5u);
+  double low = unclipped.reports[0].grad_norm, high = low;
+  for (const StepReport& r : unclipped.reports) {
+    low = std::min(low, r.grad_norm);
+    high = std::max(high, r.grad_norm);
+  }
+  ASSERT_LT(low, high);
+  const double clip = std::sqrt(low * high);
+  const TrainedRun normal = Train(MasterOnNvme(dir, clip, false), 5);
+  const TrainedRun speculative = Train(MasterOnNvme(dir, clip, true), 5);
+  ASSERT_EQ(speculative.reports.size(), 5u);
+  int committed = 0, discarded = 0;
+  for (const StepReport& r : speculative.reports) {
+    EXPECT_EQ(r.speculation_committed, r.clip_coefficient == 1.0) << r.step;
+    // A clipped step's speculation stops once the norm of the gradients final so far clips.
+    if (r.speculation_committed) {
+      EXPECT_EQ(r.speculated_entries, speculative.num_entries) << r.step;
+    } else {
+      EXPECT_LT(r.speculated_entries, speculative.num_entries) << r.step;
+    }
+    (r.speculation_committed ? committed : discarded) += 1;
+  }
+  EXPECT_GT(committed, 0) << "clip " << clip;
+  EXPECT_GT(discarded, 0) << "clip " << clip;
+  ExpectBitwise(normal, speculative);
+}
+
+TEST(SpeculativeUpdateTest, ASpeculationThatCannotCommitStopsEarly) {
+  const std::string dir = FreshDir("speculative_stop");
+  if (dir.empty()) GTEST_SKIP() << "no O_DIRECT scratch directory";
+  // A clip below any single entry's gradient norm: every step clips, and its speculation stops
+  // at the first entry whose gradient is final, before updating it.
+  const TrainedRun normal = Train(MasterOnNvme(dir, 1e-9, false), 3);
+  const TrainedRun speculative = Train(MasterOnNvme(dir, 1e-9, true), 3);
+  ASSERT_EQ(speculative.reports.size(), 3u);
+  for (const StepReport& r : speculative.reports) {
+    EXPECT_LT(r.clip_coefficient, 1.0) << r.step;
+    EXPECT_EQ(r.speculated_entries, 0) << r.step;
+    EXPECT_FALSE(r.speculation_committed) << r.step;
+  }
+  ExpectBitwise(normal, speculative);
+}
+
+TEST(SpeculativeUpdateTest, ANonFiniteStepDiscardsTheSpeculationAndUpdatesNothing) {
+  const std::string dir = FreshDir("speculative_non_finite");
+  if (dir.empty()) GTEST_SKIP() << "no O_DIRECT scratch directory";
+  // Before step 3 one weight of layer 5 becomes +inf (its gradients turn non-finite: the step
+  // is skipped); before step 4 it is put back. The speculation of step 3 wrote the compute copy
+  // of every entry it updated: discarding it must restore those.
+  std::vector<float> saved;
+  const auto poison = [&saved](Trainer& t, int step) {
+    const int e = t.layout().layer_entry(5);
+    ASSERT_TRUE(t.UpdateStatus().ok());
+    if (step == 2) {
+      saved.assign(t.store().spec(e).elements, 0.0f);
+      ASSERT_TRUE(t.store().ReadMaster(e, saved.data()).ok());
+      std::vector<float> bad = saved;
+      bad[7] = std::numeric_limits<float>::infinity();
+      ASSERT_TRUE(t.mutable_store().WriteMaster(e, bad.data()).ok());
+    } else if (step == 3) {
+      ASSERT_TRUE(t.mutable_store().WriteMaster(e, saved.data()).ok());
+    }
+  };
+  const TrainedRun normal = Train(MasterOnNvme(dir, 0.0, false), 5, poison);
+  const TrainedRun speculative = Train(MasterOnNvme(dir, 0.0, true), 5, poison);
+  ASSERT_EQ(speculative.reports.size(), 5u);
+  EXPECT_TRUE(speculative.reports[2].skipped);
+  EXPECT_GT(speculative.reports[2].speculated_entries, 0);
+  EXPECT_FALSE(speculative.reports[2].speculation_committed);
+  for (int s : {0, 1, 3, 4}) {
+    EXPECT_FALSE(speculative.reports[s].skipped) << s;
+    EXPECT_TRUE(speculative.reports[s].speculation_committed) << s;
+  }
+  ExpectBitwise(normal, speculative);
+}
+
+TEST(SpeculativeUpdateTest, ACheckpointAfterCommittedSpeculationsResumesBitwise) {
+  const std::string dir = FreshDir("speculative_resume");
+  if (dir.empty()) GTEST_SKIP() << "no O_DIRECT scratch directory";
+  const TrainedRun uninterrupted = Train(MasterOnNvme(dir + "/whole", 0.0, false), 5);
+  ASSERT_EQ(uninterrupted.reports.size(), 5u);
+  // Three committed steps: every unit's current state is in its alternate region now, which
+  // the checkpoint must read.
+  std::string checkpoint;
+  {
+    const TrainerOptions o = MasterOnNvme(dir + "/first", 0.0, true);
+    std::filesystem::create_directories(o.memory.budgets.nvme_dir);
+    auto device = MakeCpuDevice(size_t{32} << 20);
+    auto trainer = Trainer::Create(*device, TinyConfig(DeepNarrow()), o);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    (*trainer)->InitializeRandom(3);
+    const auto batches = MakeTokenBatches(10, 48, DeepNarrow().vocab, 17);
+    for (int step = 0; step < 3; ++step) {
+      auto r =
+          (*trainer)->Step(batches.InputPointers(2 * step, 2), batches.TargetPointers(2 * step, 2));
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_TRUE(r->speculation_committed);
+      EXPECT_EQ(std::memcmp(&r->loss, &uninterrupted.reports[step].loss, sizeof(double)), 0);
+    }
+    ASSERT_TRUE((*trainer)->UpdateStatus().ok());
+    EXPECT_EQ((*trainer)->store().state_store()->current_region(0), 1);
+    auto written = WriteCheckpoint(**trainer, dir + "/checkpoints", CheckpointRunInfo{});
+    ASSERT_TRUE(written.ok()) << written.status();
+    checkpoint = *written;
+  }
+  // Resumed with and without speculation: the same bits as the uninterrupted run.
+  for (bool speculate : {true, false}) {
+    SCOPED_TRACE(speculate);
+    const TrainerOptions o = MasterOnNvme(dir + "/second", 0.0, speculate);
+    std::filesystem::create_directories(o.memory.budgets.nvme_dir);
+    auto device = MakeCpuDevice(size_t{32} << 20);
+    auto trainer = Trainer::Create(*device, TinyConfig(DeepNarrow()), o);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    auto loaded = LoadCheckpoint(checkpoint, **trainer);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    const auto batches = MakeTokenBatches(10, 48, DeepNarrow().vocab, 17);
+    for (int step = 3; step < 5; ++step) {
+      auto r =
+          (*trainer)->Step(batches.InputPointers(2 * step, 2), batches.TargetPointers(2 * step, 2));
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_EQ(std::memcmp(&r->loss, &uninterrupted.reports[step].loss, sizeof(double)), 0)
+          << "step " << step;
+      EXPECT_EQ(r->speculation_committed, speculate);
+    }
+    ASSERT_TRUE((*trainer)->UpdateStatus().ok());
+    Outcome resumed;
+    ReadStore((*trainer)->store(), &resumed);
+    ExpectSameState(uninterrupted.outcome, resumed);
+  }
+}
+
+TEST(SpeculativeUpdateTest, MixedPlacementsAreBitwise) {
+  const std::string dir = FreshDir("speculative_mixed");
+  if (dir.empty()) GTEST_SKIP() << "no O_DIRECT scratch directory";
+  // Gradients and the compute copy on NVMe too, but the embedding's (in RAM), in chunks of two
+  // sizes; the master in RAM with m and v on NVMe, where speculation stays off and says so; and
+  // the master on NVMe with weights through a fragment ring smaller than a layer (the head's
+  // gradient goes out block by block).
+  for (int variant = 0; variant < 4; ++variant) {
+    SCOPED_TRACE(variant);
+    TrainerOptions normal = MasterOnNvme(dir, 0.0, false);
+    if (variant == 3) {
+      normal.executor.weight_ring_bytes = size_t{600} << 10;
+      normal.executor.fragment_bytes = size_t{40} << 10;
+    } else if (variant < 2) {
+      normal.memory.grad_on_nvme = true;
+      normal.memory.compute_copy_on_nvme = true;
+      normal.memory.budgets.nvme_bytes *= 2;
+      normal.memory.nvme_chunk_bytes = variant == 0 ? kSmallChunk : 3 * kSmallChunk;
+    } else {
+      normal.memory.master_on_nvme = false;
+      normal.memory.states_on_nvme = true;
+    }
+    TrainerOptions speculative = normal;
+    speculative.speculative_update = true;
+    const TrainedRun a = Train(normal, 4);
+    const TrainedRun b = Train(speculative, 4);
+    ASSERT_EQ(b.reports.size(), 4u);
+    for (const StepReport& r : b.reports) {
+      EXPECT_EQ(r.speculation_committed, variant != 2) << r.step;
+    }
+    if (variant == 2) {
+      EXPECT_NE(b.placement_table.find("speculative update off: the master, m and v are not all "
+                                       "on NVMe"),
+                std::string::npos)
+          << b.placement_table;
+    }
+    ExpectBitwise(a, b);
+  }
+}
+
+TEST(SpeculativeUpdateTest, WithoutNvmeRoomForTheAlternateRegionsItIsOffAndSaysSo) {
+  const std::string dir = FreshDir("speculative_no_room");
+  if (dir.empty()) GTEST_SKIP() << "no O_DIRECT scratch directory";
+  TrainerOptions o = MasterOnNvme(dir, 0.0, true);
+  o.memory.budgets.nvme_bytes /= 4;  // m and v twice: the master fits, a second copy does not
+  const TrainedRun run = Train(o, 2);
+  ASSERT_EQ(run.reports.size(), 2u);
+  EXPECT_NE(run.placement_table.find("speculative update off: its alternate master/m/v regions "
+                                     "need"),
+            std::string::npos)
+      << run.placement_table;
+  for (const StepReport& r : run.reports) EXPECT_EQ(r.speculated_entries, 0);
+}
+
+TEST(SpeculativeUpdateTest, AWriteErrorInTheSpeculationFailsTheStepNamingFileAndOffset) {
+  const std::string dir = FreshDir("speculative_fault");
+  if (dir.empty()) GTEST_SKIP() << "no O_DIRECT scratch directory";
+  auto io = tiers::UringBlockIo::Create();
+  if (!io.ok()) GTEST_SKIP() << "io_uring unavailable: " << io.status();
+  tiers::FaultInjectingBlockIo faults(**io);
+  TrainerOptions o = MasterOnNvme(dir, 0.0, true);
+  o.memory.block_io_for_tests = &faults;
+  auto device = MakeCpuDevice(size_t{32} << 20);
+  auto trainer = Trainer::Create(*device, TinyConfig(DeepNarrow()), o);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  (*trainer)->InitializeRandom(3);
+  const auto batches = MakeTokenBatches(10, 48, DeepNarrow().vocab, 17);
+  auto first = (*trainer)->Step(batches.InputPointers(0, 2), batches.TargetPointers(0, 2));
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE((*trainer)->UpdateStatus().ok());
+  // Step 1 committed, so its pass wrote nothing: the next writes of the state file are step 2's
+  // speculative ones.
+  const std::string state_file = (*trainer)->store().state_store()->path();
+  faults.FailNthOfFile(tiers::IoOp::kWrite, state_file, 3, tiers::InjectedFault::kEio);
+  auto second = (*trainer)->Step(batches.InputPointers(2, 2), batches.TargetPointers(2, 2));
+  ASSERT_FALSE(second.ok());
+  const std::string message(second.status().message());
+  EXPECT_NE(message.find("speculative optimizer update of step 2 failed"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find(state_file), std::string::npos) << message;
+  EXPECT_NE(OffsetIn(message), UINT64_MAX) << message;
+}
+
+}  // namespace
+}  // namespace megatrain::engine
