@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -51,15 +52,22 @@ struct TrainedRun {
   int num_entries = 0;
 };
 
-// `steps` steps of two micro-batches; before_step(trainer, s) runs before step s (0-based).
+// `steps` steps of two micro-batches on `devices` CPU devices (micro-batch m on device m %
+// devices); before_step(trainer, s) runs before step s (0-based).
 TrainedRun Train(const TrainerOptions& o, int steps,
-          const std::function<void(Trainer&, int)>& before_step = nullptr) {
+                 const std::function<void(Trainer&, int)>& before_step = nullptr,
+                 int devices = 1) {
   TrainedRun run;
   if (!o.memory.budgets.nvme_dir.empty()) {
     std::filesystem::create_directories(o.memory.budgets.nvme_dir);
   }
-  auto device = MakeCpuDevice(size_t{32} << 20);
-  auto trainer = Trainer::Create(*device, TinyConfig(DeepNarrow()), o);
+  std::vector<std::unique_ptr<Device>> owned;
+  std::vector<Device*> pointers;
+  for (int d = 0; d < devices; ++d) {
+    owned.push_back(MakeCpuDevice(size_t{32} << 20));
+    pointers.push_back(owned.back().get());
+  }
+  auto trainer = Trainer::Create(pointers, TinyConfig(DeepNarrow()), o);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   if (!trainer.ok()) return run;
   run.placement_table = (*trainer)->placement_table();
@@ -100,6 +108,21 @@ std::string FreshDir(const std::string& name) {
   return usable.ok() ? dir : "";
 }
 
+// A clip between the smallest and largest gradient norms of 5 unclipped steps, so clipping
+// triggers on some steps only; 0 (after a failed expectation) when the norms are all equal.
+double ClipBetweenUnclippedNorms(const std::string& dir) {
+  const TrainedRun unclipped = Train(MasterOnNvme(dir, 0.0, false), 5);
+  EXPECT_EQ(unclipped.reports.size(), 5u);
+  if (unclipped.reports.empty()) return 0.0;
+  double low = unclipped.reports[0].grad_norm, high = low;
+  for (const StepReport& r : unclipped.reports) {
+    low = std::min(low, r.grad_norm);
+    high = std::max(high, r.grad_norm);
+  }
+  EXPECT_LT(low, high);
+  return low < high ? std::sqrt(low * high) : 0.0;
+}
+
 TEST(SpeculativeUpdateTest, WithoutClippingEverySpeculationCommitsBitwise) {
   const std::string dir = FreshDir("speculative_no_clip");
   if (dir.empty()) GTEST_SKIP() << "no O_DIRECT scratch directory";
@@ -128,15 +151,8 @@ TEST(SpeculativeUpdateTest, ClippingOnSomeStepsCommitsTheOthersAndDiscardsThose)
   const std::string dir = FreshDir("speculative_some_clip");
   if (dir.empty()) GTEST_SKIP() << "no O_DIRECT scratch directory";
   // A clip between the run's smallest and largest unclipped norms.
-  const TrainedRun unclipped = Train(MasterOnNvme(dir, 0.0, false), 5);
-  ASSERT_EQ(unclipped.reports.size(), 5u);
-  double low = unclipped.reports[0].grad_norm, high = low;
-  for (const StepReport& r : unclipped.reports) {
-    low = std::min(low, r.grad_norm);
-    high = std::max(high, r.grad_norm);
-  }
-  ASSERT_LT(low, high);
-  const double clip = std::sqrt(low * high);
+  const double clip = ClipBetweenUnclippedNorms(dir);
+  ASSERT_GT(clip, 0.0);
   const TrainedRun normal = Train(MasterOnNvme(dir, clip, false), 5);
   const TrainedRun speculative = Train(MasterOnNvme(dir, clip, true), 5);
   ASSERT_EQ(speculative.reports.size(), 5u);
@@ -154,6 +170,26 @@ TEST(SpeculativeUpdateTest, ClippingOnSomeStepsCommitsTheOthersAndDiscardsThose)
   EXPECT_GT(committed, 0) << "clip " << clip;
   EXPECT_GT(discarded, 0) << "clip " << clip;
   ExpectBitwise(normal, speculative);
+}
+
+// Two devices (one micro-batch each): the last micro-batch's gradients are final once its turn
+// has landed, after the other device's; both commits and discards match one device without it.
+TEST(SpeculativeUpdateTest, TwoDevicesSpeculateBitwiseLikeOneDeviceWithout) {
+  const std::string dir = FreshDir("speculative_two_devices");
+  if (dir.empty()) GTEST_SKIP() << "no O_DIRECT scratch directory";
+  const double clip = ClipBetweenUnclippedNorms(dir);
+  ASSERT_GT(clip, 0.0);
+  const TrainedRun normal = Train(MasterOnNvme(dir, clip, false), 5);
+  const TrainedRun two = Train(MasterOnNvme(dir, clip, true), 5, nullptr, /*devices=*/2);
+  ASSERT_EQ(two.reports.size(), 5u);
+  int committed = 0, discarded = 0;
+  for (const StepReport& r : two.reports) {
+    EXPECT_EQ(r.speculation_committed, r.clip_coefficient == 1.0) << r.step;
+    (r.speculation_committed ? committed : discarded) += 1;
+  }
+  EXPECT_GT(committed, 0) << "clip " << clip;
+  EXPECT_GT(discarded, 0) << "clip " << clip;
+  ExpectBitwise(normal, two);
 }
 
 TEST(SpeculativeUpdateTest, ASpeculationThatCannotCommitStopsEarly) {
