@@ -155,11 +155,11 @@ absl::Status PlanWithEngine(const v1::MemoryBudgets& m, const DaemonSettings& se
   // The placement set it aside first (the store's pinned buffers yield to it), so this refuses
   // only staging beyond the whole budget.
   if (placement.pinned_used + staging > job.options.device.pinned_budget_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "memory.pinned_ram_bytes: the plan needs ", placement.pinned_used + staging,
-        " pinned bytes (master, gradients ", placement.pinned_used,
-        "; executor staging and host activation checkpoints ", staging,
-        "); the budget is ", job.options.device.pinned_budget_bytes));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("memory.pinned_ram_bytes: the plan needs ", placement.pinned_used + staging,
+                     " pinned bytes (master, gradients ", placement.pinned_used,
+                     "; executor staging and host activation checkpoints ", staging,
+                     "); the budget is ", job.options.device.pinned_budget_bytes));
   }
   const uint64_t ram_need = placement.ram_used + staging;
   // With the NVMe tier the placement above already fitted the store into ram_bytes.

@@ -192,8 +192,8 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
   r.host_arena_bytes = hw.cpu_device ? r.device_arena_peak : 0;
   r.host_peak_bytes =
       r.host_store_bytes + r.pinned_reserved + r.host_fixed_overhead + r.host_arena_bytes;
-  r.fits_host = !in.budgets_enabled || r.host_store_bytes + r.pinned_reserved <=
-                                           in.budgets.pinned_ram + in.budgets.ram;
+  r.fits_host = !in.budgets_enabled ||
+                r.host_store_bytes + r.pinned_reserved <= in.budgets.pinned_ram + in.budgets.ram;
 
   // Time. FLOP parameters: everything but the input embedding (a gather) unless it is tied.
   double flop_parameters = static_cast<double>(r.parameters);

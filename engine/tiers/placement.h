@@ -85,7 +85,7 @@ struct KindPlacement {
 struct Placement {
   std::array<KindPlacement, kNumBufferKinds> kinds;
   uint64_t staging_bytes = 0;  // pageable RAM for NVMe staging slots
-  uint64_t pinned_used = 0;      // by the store
+  uint64_t pinned_used = 0;    // by the store
   uint64_t pinned_reserved = 0;  // PlacementOptions::pinned_reserved (not in pinned_used)
   uint64_t ram_used = 0;         // including staging
   uint64_t nvme_used = 0;
@@ -110,8 +110,9 @@ struct Placement {
 
 // Deterministic policy (docs/operations.md):
 //  1. Copy endpoints (gradient slabs, then the compute copy, which is the master on the CPU
-//     device) go to pinned RAM while the pinned budget less options.pinned_reserved lasts, else to pageable RAM (staging
-//     through pageable memory: slower copies, never a pinned allocation beyond the budget).
+//     device) go to pinned RAM while the pinned budget less options.pinned_reserved lasts, else to
+//     pageable RAM (staging through pageable memory: slower copies, never a pinned allocation
+//     beyond the budget).
 //  2. Other buffers go to pageable RAM; while RAM overflows (or when asked) kinds move to NVMe
 //     least-moved first, so the fastest tier keeps what moves most per step: m and v, then the
 //     master if it is not a copy endpoint (never before m and v: it streams with them), then the

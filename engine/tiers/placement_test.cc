@@ -332,10 +332,10 @@ TEST(PlanPlacement, PinnedReservedComesOutOfThePinnedBudget) {
   EXPECT_TRUE(p->of(BufferKind::kComputeCopy).wanted_pinned);
   EXPECT_EQ(p->pinned_used, 0u);
   EXPECT_EQ(p->pinned_reserved, 1u);
-  EXPECT_THAT(p->Table(), AllOf(HasSubstr("exec_staging  pinned  1 B"),
-                                HasSubstr("(pageable: pinned budget full)"),
-                                HasSubstr("budget use: pinned 0/" + std::to_string(copy) +
-                                          " (+1 executor staging)")));
+  EXPECT_THAT(
+      p->Table(),
+      AllOf(HasSubstr("exec_staging  pinned  1 B"), HasSubstr("(pageable: pinned budget full)"),
+            HasSubstr("budget use: pinned 0/" + std::to_string(copy) + " (+1 executor staging)")));
   // A reserve beyond the budget leaves the store no pinned bytes at all.
   options.pinned_reserved = 2 * copy;
   p = PlanPlacement(entries, budgets, options);

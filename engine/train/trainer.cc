@@ -128,9 +128,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
                                       : "memory.compute_copy_on_nvme",
         " needs memory budgets with an nvme_dir (memory.enabled)"));
   }
-  absl::StatusOr<ExecutorGeometry> geometry = MakeExecutorGeometry(
-      config, *layout, options.micro_batch_size, options.seq_len, options.head_chunk,
-      options.head_block_rows);
+  absl::StatusOr<ExecutorGeometry> geometry =
+      MakeExecutorGeometry(config, *layout, options.micro_batch_size, options.seq_len,
+                           options.head_chunk, options.head_block_rows);
   if (!geometry.ok()) return geometry.status();
   std::string placement_table;
   if (options.memory.enabled) {
