@@ -73,15 +73,15 @@ std::string DaemonStatusText(const v1::DaemonStatus& s) {
                                           Bytes(t.bytes()), Bytes(t.budget_bytes())));
   }
   // Every device the daemon drives (an older daemon sends none: `device` above says it all).
-  for (const v1::DeviceStatus& d : s.devices()) {
-    absl::StrAppend(
-        &out,
-        absl::StrFormat(
-            "device %-6s  %s  arena %s of %s  %s\n", absl::StrCat(d.index(), ":"), d.name(),
-            Bytes(d.arena_in_use_bytes()), Bytes(d.arena_capacity_bytes()),
-            d.healthy() ? "healthy" : absl::StrCat("UNHEALTHY (", d.unhealthy_reason(), ")")));
-  }
+  for (const v1::DeviceStatus& d : s.devices()) absl::StrAppend(&out, DeviceStatusLine(d), "\n");
   return out;
+}
+
+std::string DeviceStatusLine(const v1::DeviceStatus& d) {
+  return absl::StrFormat(
+      "device %-6s  %s  arena %s of %s  %s", absl::StrCat(d.index(), ":"), d.name(),
+      Bytes(d.arena_in_use_bytes()), Bytes(d.arena_capacity_bytes()),
+      d.healthy() ? "healthy" : absl::StrCat("UNHEALTHY (", d.unhealthy_reason(), ")"));
 }
 
 std::string AuditText(const v1::AuditLog& log) {

@@ -15,6 +15,9 @@ std::string JobLine(const v1::Job& job);
 // Several lines: state, progress, memory, failure reason.
 std::string JobDetails(const v1::Job& job);
 std::string DaemonStatusText(const v1::DaemonStatus& status);
+// One device of the daemon: "device 0:      cpu  arena 3.0 MiB of 1.00 GiB  healthy" (no newline),
+// as daemon-status and top list them.
+std::string DeviceStatusLine(const v1::DeviceStatus& device);
 std::string PlanText(const v1::PlanResponse& plan);
 // One line per audit row (the first bad one marked BAD), then the chain's verdict.
 std::string AuditText(const v1::AuditLog& log);

@@ -59,6 +59,9 @@ std::string TopScreen(const v1::DaemonStatus& status, const std::vector<v1::Job>
                       t.budget_bytes() > 0 ? absl::StrCat("/", Gib(t.budget_bytes())) : "");
     }
     lines.push_back(memory);
+    // Every device the daemon drives, as daemon-status lists them (an older daemon sends none:
+    // the `device` above says it all).
+    for (const v1::DeviceStatus& d : status.devices()) lines.push_back(DeviceStatusLine(d));
     lines.push_back("");
     lines.push_back(absl::StrFormat("%-12s %-9s %-22s %8s %8s %9s %7s  %s", "JOB", "STATE",
                                     "PROGRESS", "LOSS", "VAL", "TOK/S", "ETA", "NAME"));

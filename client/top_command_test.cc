@@ -72,6 +72,28 @@ TEST(TopScreenTest, ActiveJobsComeFirstWithTheirProgress) {
   EXPECT_THAT(lines[7], HasSubstr("job-000001   SUCCEEDED [################] 100%"));
 }
 
+TEST(TopScreenTest, ListsEveryDeviceOfTheDaemon) {
+  v1::DaemonStatus status = Status();
+  for (uint32_t d = 0; d < 2; ++d) {
+    v1::DeviceStatus* device = status.add_devices();
+    device->set_index(d);
+    device->set_name("cpu");
+    device->set_arena_capacity_bytes(uint64_t{1} << 30);
+    device->set_arena_in_use_bytes(d == 0 ? uint64_t{3} << 20 : 0);
+    device->set_healthy(d == 0);
+    if (d == 1) device->set_unhealthy_reason("injected fault");
+  }
+  const std::vector<v1::Job> jobs = {MakeJob("job-000003", v1::RUNNING, 10, 40)};
+  const std::string screen = TopScreen(status, jobs, absl::UnixEpoch(), 0, 0);
+  const std::vector<std::string> lines = Lines(screen);
+  ASSERT_EQ(lines.size(), 7u) << screen;
+  EXPECT_EQ(lines[3], "device 0:      cpu  arena 3.0 MiB of 1.00 GiB  healthy");
+  EXPECT_EQ(lines[4], "device 1:      cpu  arena 0 B of 1.00 GiB  UNHEALTHY (injected fault)");
+  EXPECT_THAT(lines[6], HasSubstr("job-000003   RUNNING"));
+  // An older daemon (no devices field): no device lines.
+  EXPECT_THAT(TopScreen(Status(), jobs, absl::UnixEpoch(), 0, 0), Not(HasSubstr("device 0:")));
+}
+
 TEST(TopScreenTest, FitsTheTerminal) {
   std::vector<v1::Job> jobs;
   for (int i = 0; i < 30; ++i) jobs.push_back(MakeJob("job-0000" + std::to_string(10 + i), v1::QUEUED, 0, 5));

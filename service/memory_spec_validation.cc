@@ -86,6 +86,7 @@ engine::planner::PlanInputs PlanInputsFor(const ValidatedJob& job,
   in.activation_budget_bytes = job.options.trainer.executor.activation_budget_bytes;
   in.activation_policy = job.options.trainer.executor.activation_policy;
   in.device_arena_bytes = job.options.device.arena_bytes;
+  in.devices = std::max(1, job.options.devices);
   in.fixed_overhead_bytes = 0;
   const engine::HostMemoryBudgets& budgets = job.options.trainer.memory;
   in.budgets_enabled = budgets.enabled;
@@ -133,8 +134,7 @@ absl::Status PlanWithEngine(const v1::MemoryBudgets& m, const DaemonSettings& se
   // Never past the machine (issue 16, point 6): whatever the budgets say, the host bytes of the
   // plan (pinned + RAM + staging) must fit the physical RAM, or the daemon's max_ram_bytes.
   // Every device's executor has its own pinned staging beside the one store.
-  const uint64_t staging =
-      plan->host_pinned_staging * static_cast<uint64_t>(std::max(1, job.options.devices));
+  const uint64_t staging = plan->pinned_reserved;
   const uint64_t host_need = plan->placement.pinned_used + plan->placement.ram_used + staging;
   if (host_need > MachineRamLimit(settings)) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -152,12 +152,14 @@ absl::Status PlanWithEngine(const v1::MemoryBudgets& m, const DaemonSettings& se
   const engine::tiers::Placement& placement = plan->placement;
   // The executor's pinned staging (host activation checkpoints the arena cannot hold included)
   // is allocated from the same pinned budget as the store's pinned buffers.
-  if (placement.pinned_used + plan->host_pinned_staging > job.options.device.pinned_budget_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "memory.pinned_ram_bytes: the plan needs ", placement.pinned_used + plan->host_pinned_staging,
-        " pinned bytes (master, gradients ", placement.pinned_used,
-        "; executor staging and host activation checkpoints ", plan->host_pinned_staging,
-        "); the budget is ", job.options.device.pinned_budget_bytes));
+  // The placement set it aside first (the store's pinned buffers yield to it), so this refuses
+  // only staging beyond the whole budget.
+  if (placement.pinned_used + staging > job.options.device.pinned_budget_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("memory.pinned_ram_bytes: the plan needs ", placement.pinned_used + staging,
+                     " pinned bytes (master, gradients ", placement.pinned_used,
+                     "; executor staging and host activation checkpoints ", staging,
+                     "); the budget is ", job.options.device.pinned_budget_bytes));
   }
   const uint64_t ram_need = placement.ram_used + staging;
   // With the NVMe tier the placement above already fitted the store into ram_bytes.

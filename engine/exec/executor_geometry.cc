@@ -72,4 +72,18 @@ absl::StatusOr<ExecutorGeometry> MakeExecutorGeometry(const ModelConfig& c,
   return g;
 }
 
+uint64_t ExecutorPinnedStagingBytes(const ExecutorGeometry& geometry,
+                                    const ExecutorOptions& options, size_t arena_capacity,
+                                    DeviceKind kind, int devices) {
+  // Create refuses these options naming the field; nothing to set aside for them.
+  if (options.checkpoint_interval < 1 || geometry.dims.head_chunk < 1) return 0;
+  // The checkpoint count depends on the arena, not on the pinned budget: resolve it first.
+  ExecutorOptions resolved = options;
+  resolved.device_checkpoints = StreamingExecutor::ChooseDeviceCheckpoints(
+      geometry.dims, geometry.layout, geometry.entry_elements, options, arena_capacity, kind);
+  const size_t per_device = StreamingExecutor::PinnedStagingBytes(
+      geometry.dims, geometry.layout, geometry.entry_elements, resolved, kind);
+  return static_cast<uint64_t>(per_device) * static_cast<uint64_t>(std::max(1, devices));
+}
+
 }  // namespace megatrain::engine

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -36,5 +37,15 @@ absl::StatusOr<ExecutorGeometry> MakeExecutorGeometry(const ModelConfig& config,
                                                       const ParameterLayout& layout,
                                                       int micro_batch, int seq, int head_chunk,
                                                       int head_block_rows = 0);
+
+// The pinned host bytes the executors of `devices` devices allocate beside the parameter
+// store: StreamingExecutor::PinnedStagingBytes (gradient staging, host activation checkpoints,
+// host copies of offloaded activation sets) with auto device_checkpoints resolved for an arena
+// of `arena_capacity` bytes as Create resolves them, once per device. What the store's
+// placement sets aside from the pinned budget (tiers::PlacementOptions::pinned_reserved): the
+// trainer, the planner and the daemon's validation all ask this function.
+uint64_t ExecutorPinnedStagingBytes(const ExecutorGeometry& geometry,
+                                    const ExecutorOptions& options, size_t arena_capacity,
+                                    DeviceKind kind, int devices);
 
 }  // namespace megatrain::engine

@@ -54,7 +54,9 @@ int ActivationSetCount(const ScheduleShape& s) {
 
 int CheckpointCount(const ScheduleShape& s) {
   if (s.keep_all) return 0;
-  return (s.num_layers + s.checkpoint_interval - 1) / s.checkpoint_interval;
+  // Every block but the top one: the top block keeps its activations (BlockMode), so its input
+  // is never written as a checkpoint nor read back.
+  return (s.num_layers - 1) / s.checkpoint_interval;
 }
 
 namespace {

@@ -99,9 +99,10 @@ int BlocksWithMode(const ScheduleShape& shape, ActivationMode mode);
 // Number of activation sets the device needs: k working sets (the top block,
 // each recomputed or offloaded block) + k per kept block, or L with keep_all.
 int ActivationSetCount(const ScheduleShape& shape);
-// Number of checkpoints (inputs of layers 0, k, 2k, ...); 0 with keep_all.
-// Indexed by block whatever the modes (kept and offloaded blocks leave theirs
-// unused), so modes can change without reallocating.
+// Number of checkpoints (inputs of layers 0, k, 2k, ... below the top block,
+// which keeps its activations and needs none); 0 with keep_all. Indexed by
+// block whatever the modes (kept and offloaded blocks leave theirs unused), so
+// modes can change without reallocating.
 int CheckpointCount(const ScheduleShape& shape);
 
 std::vector<ScheduledOp> BuildStepSchedule(const ScheduleShape& shape);

@@ -115,24 +115,6 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
     for (uint64_t x : b.bytes) total_bytes += x;
     bytes.push_back(b);
   }
-  tiers::TierBudgets budgets = in.budgets;
-  if (!in.budgets_enabled) {
-    budgets = tiers::TierBudgets{};
-    budgets.pinned_ram = endpoint_bytes;
-    budgets.ram = kUnlimited;
-  }
-  tiers::PlacementOptions placement_options;  // staging_slots = read_ahead 2 + 1 + writes 2
-  placement_options.states_on_nvme = in.states_on_nvme;
-  placement_options.master_on_nvme = in.master_on_nvme;
-  placement_options.grad_on_nvme = in.grad_on_nvme;
-  placement_options.compute_copy_on_nvme = in.compute_copy_on_nvme;
-  placement_options.chunk_bytes = in.nvme_chunk_bytes;
-  absl::StatusOr<tiers::Placement> placement =
-      tiers::PlanPlacement(bytes, budgets, placement_options);
-  if (!placement.ok()) return placement.status();
-  if (in.speculative_update) (void)tiers::ReserveAlternateStateRegions(*placement);
-  r.placement = *placement;
-  if (!in.budgets_enabled) r.placement.budgets.ram = 0;  // "unset" in the table
 
   // Device.
   r.executor.checkpoint_interval = in.checkpoint_interval;
@@ -175,17 +157,44 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
   r.fits_device = r.device_arena_peak <= r.device_arena_capacity;
 
   // Host peak.
-  // The executor's own pinned staging, in the backend's element sizes.
-  r.host_pinned_staging = StreamingExecutor::PinnedStagingBytes(
-      g->dims, g->layout, g->entry_elements, r.executor, kind);
+  // The executor's own pinned staging, in the backend's element sizes: per device, and what
+  // all the devices' executors take from the pinned budget.
+  r.host_pinned_staging =
+      ExecutorPinnedStagingBytes(*g, r.executor, r.device_arena_capacity, kind, /*devices=*/1);
+  r.pinned_reserved =
+      ExecutorPinnedStagingBytes(*g, r.executor, r.device_arena_capacity, kind, in.devices);
+
+  // Tiers, after the executor's staging (the store's pinned buffers yield to it).
+  tiers::TierBudgets budgets = in.budgets;
+  if (!in.budgets_enabled) {
+    budgets = tiers::TierBudgets{};
+    budgets.pinned_ram = endpoint_bytes;
+    budgets.ram = kUnlimited;
+  }
+  tiers::PlacementOptions placement_options;  // staging_slots = read_ahead 2 + 1 + writes 2
+  placement_options.states_on_nvme = in.states_on_nvme;
+  placement_options.master_on_nvme = in.master_on_nvme;
+  placement_options.grad_on_nvme = in.grad_on_nvme;
+  placement_options.compute_copy_on_nvme = in.compute_copy_on_nvme;
+  placement_options.chunk_bytes = in.nvme_chunk_bytes;
+  // As the Trainer: with budgets, every device's executor staging is set aside from the pinned
+  // budget before the store is placed (the auto checkpoint count, above, depends on the arena).
+  if (in.budgets_enabled) placement_options.pinned_reserved = r.pinned_reserved;
+  absl::StatusOr<tiers::Placement> placement =
+      tiers::PlanPlacement(bytes, budgets, placement_options);
+  if (!placement.ok()) return placement.status();
+  if (in.speculative_update) (void)tiers::ReserveAlternateStateRegions(*placement);
+  r.placement = *placement;
+  if (!in.budgets_enabled) r.placement.budgets.ram = 0;  // "unset" in the table
+
   r.host_store_bytes = r.placement.pinned_used + r.placement.ram_used;
   r.nvme_bytes = r.placement.nvme_used;
   r.host_fixed_overhead = in.fixed_overhead_bytes;
   r.host_arena_bytes = hw.cpu_device ? r.device_arena_peak : 0;
   r.host_peak_bytes =
-      r.host_store_bytes + r.host_pinned_staging + r.host_fixed_overhead + r.host_arena_bytes;
-  r.fits_host = !in.budgets_enabled || r.host_store_bytes + r.host_pinned_staging <=
-                                           in.budgets.pinned_ram + in.budgets.ram;
+      r.host_store_bytes + r.pinned_reserved + r.host_fixed_overhead + r.host_arena_bytes;
+  r.fits_host = !in.budgets_enabled ||
+                r.host_store_bytes + r.pinned_reserved <= in.budgets.pinned_ram + in.budgets.ram;
 
   // Time. FLOP parameters: everything but the input embedding (a gather) unless it is tied.
   double flop_parameters = static_cast<double>(r.parameters);

@@ -45,6 +45,9 @@ struct PlanInputs {
   uint64_t activation_budget_bytes = 0;
   ActivationPolicyKind activation_policy = ActivationPolicyKind::kRecompute;
   uint64_t device_arena_bytes = 0;  // 0 = the hardware's device memory
+  // Devices of one process training the job (--devices): each has its executor's pinned
+  // staging, all taken from the one pinned budget.
+  int devices = 1;
   // Host budgets; unset = everything in RAM, copy endpoints pinned (the Trainer's default).
   bool budgets_enabled = false;
   tiers::TierBudgets budgets;
@@ -78,7 +81,10 @@ struct PlanResult {
   uint64_t device_arena_capacity = 0;
   bool fits_device = false;
   uint64_t host_store_bytes = 0;     // placement: pinned + RAM (NVMe staging included)
-  uint64_t host_pinned_staging = 0;  // executor: gradient staging + host checkpoints
+  uint64_t host_pinned_staging = 0;  // executor: gradient staging + host checkpoints (one device)
+  // host_pinned_staging x devices (ExecutorPinnedStagingBytes): set aside from the pinned budget
+  // before the store is placed, when budgets are given (placement.pinned_reserved then).
+  uint64_t pinned_reserved = 0;
   // With budgets: the store and the executor's pinned staging (host checkpoints included) fit
   // pinned + RAM; true without budgets.
   bool fits_host = true;

@@ -208,7 +208,11 @@ absl::StatusOr<Placement> PlanPlacement(absl::Span<const EntryBytes> entries,
   // 1. Copy endpoints: pinned while it lasts, pageable staging otherwise.
   std::vector<BufferKind> endpoints = {
       BufferKind::kGrad, master_is_copy_source ? BufferKind::kMaster : BufferKind::kComputeCopy};
-  uint64_t pinned_left = budgets.pinned_ram;
+  // The executors' staging is allocated from the same budget: the store takes what is left.
+  p.pinned_reserved = options.pinned_reserved;
+  uint64_t pinned_left = budgets.pinned_ram > options.pinned_reserved
+                             ? budgets.pinned_ram - options.pinned_reserved
+                             : 0;
   for (BufferKind k : endpoints) {
     KindPlacement& kp = kind(k);
     if (kp.bytes == 0) continue;
@@ -283,8 +287,10 @@ absl::StatusOr<Placement> PlanPlacement(absl::Span<const EntryBytes> entries,
                                    " more of RAM (ram=", budgets.ram, ") for ", needed_for);
     for (BufferKind k : in_ram) {
       if (kind(k).wanted_pinned) {
-        absl::StrAppend(&msg, "; ", BufferKindName(k),
-                        " did not fit pinned_ram=", budgets.pinned_ram);
+        absl::StrAppend(
+            &msg, "; ", BufferKindName(k), " did not fit pinned_ram=", budgets.pinned_ram,
+            p.pinned_reserved > 0 ? absl::StrCat(" less the executor staging ", p.pinned_reserved)
+                                  : "");
       }
     }
     absl::StrAppend(&msg, have_nvme ? "" : "; no nvme_dir is set, so nothing can move to NVMe");
@@ -356,10 +362,17 @@ std::string Placement::Table() const {
                                           FormatBytes(staging_bytes)));
   }
   if (!speculation_note.empty()) absl::StrAppend(&out, speculation_note, "\n");
-  absl::StrAppend(&out, absl::StrFormat("budget use: pinned %d/%d, ram %d/%d, nvme %d/%d%s\n",
-                                        pinned_used, budgets.pinned_ram, ram_used, budgets.ram,
-                                        nvme_used, budgets.nvme_bytes,
-                                        budgets.nvme_dir.empty() ? "" : " in " + budgets.nvme_dir));
+  if (pinned_reserved > 0) {
+    absl::StrAppend(&out, absl::StrFormat("%-13s %-7s %s\n", "exec_staging", "pinned",
+                                          FormatBytes(pinned_reserved)));
+  }
+  absl::StrAppend(
+      &out,
+      absl::StrFormat(
+          "budget use: pinned %d/%d%s, ram %d/%d, nvme %d/%d%s\n", pinned_used, budgets.pinned_ram,
+          pinned_reserved > 0 ? absl::StrCat(" (+", pinned_reserved, " executor staging)") : "",
+          ram_used, budgets.ram, nvme_used, budgets.nvme_bytes,
+          budgets.nvme_dir.empty() ? "" : " in " + budgets.nvme_dir));
   return out;
 }
 

@@ -66,6 +66,10 @@ struct PlacementOptions {
   // the CPU device), a separate fp32 compute copy of the master's size is added as the copy
   // endpoint, so the master can leave RAM; it costs as much RAM as the master saves.
   bool master_on_nvme = false;
+  // Pinned bytes set aside before the store is placed: the executors' own pinned staging
+  // (StreamingExecutor::PinnedStagingBytes per device), allocated from the same budget. The
+  // store's copy endpoints get what is left and fall back to pageable RAM when it is full.
+  uint64_t pinned_reserved = 0;
 };
 
 struct KindPlacement {
@@ -81,8 +85,9 @@ struct KindPlacement {
 struct Placement {
   std::array<KindPlacement, kNumBufferKinds> kinds;
   uint64_t staging_bytes = 0;  // pageable RAM for NVMe staging slots
-  uint64_t pinned_used = 0;
-  uint64_t ram_used = 0;  // including staging
+  uint64_t pinned_used = 0;    // by the store
+  uint64_t pinned_reserved = 0;  // PlacementOptions::pinned_reserved (not in pinned_used)
+  uint64_t ram_used = 0;         // including staging
   uint64_t nvme_used = 0;
   // The compute copy is an fp32 copy of the master added for master_on_nvme on the CPU device.
   bool compute_copy_fp32 = false;
@@ -115,8 +120,9 @@ bool ReserveAlternateStateRegions(Placement& placement);
 
 // Deterministic policy (docs/operations.md):
 //  1. Copy endpoints (gradient slabs, then the compute copy, which is the master on the CPU
-//     device) go to pinned RAM while the pinned budget lasts, else to pageable RAM (staging
-//     through pageable memory: slower copies, never a pinned allocation beyond the budget).
+//     device) go to pinned RAM while the pinned budget less options.pinned_reserved lasts, else to
+//     pageable RAM (staging through pageable memory: slower copies, never a pinned allocation
+//     beyond the budget).
 //  2. Other buffers go to pageable RAM; while RAM overflows (or when asked) kinds move to NVMe
 //     least-moved first, so the fastest tier keeps what moves most per step: m and v, then the
 //     master if it is not a copy endpoint (never before m and v: it streams with them), then the

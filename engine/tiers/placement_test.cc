@@ -1,6 +1,7 @@
 // Tests of the placement planner with realistic (Llama-2 7B) and odd sizes.
 #include "engine/tiers/placement.h"
 
+#include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -338,6 +339,34 @@ TEST(PlanPlacement, BadBudgetsNameTheField) {
               HasSubstr("nvme_bytes=5 without an nvme_dir"));
   EXPECT_THAT(PlanPlacement(entries, {}, {.staging_slots = 0}).status().message(),
               HasSubstr("staging_slots=0"));
+}
+
+// The executors' pinned staging is set aside before the store: copy endpoints that fit the
+// whole budget but not what is left go pageable, and the table says both.
+TEST(PlanPlacement, PinnedReservedComesOutOfThePinnedBudget) {
+  const auto entries = Llama7b(/*gpu=*/true);
+  const uint64_t copy = Total(entries, BufferKind::kComputeCopy);
+  const TierBudgets budgets{copy, 256 * kGiB, "", 0};
+  absl::StatusOr<Placement> whole = PlanPlacement(entries, budgets);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(whole->tier(BufferKind::kComputeCopy), Tier::kPinned);
+  PlacementOptions options;
+  options.pinned_reserved = 1;
+  absl::StatusOr<Placement> p = PlanPlacement(entries, budgets, options);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->tier(BufferKind::kComputeCopy), Tier::kRam);
+  EXPECT_TRUE(p->of(BufferKind::kComputeCopy).wanted_pinned);
+  EXPECT_EQ(p->pinned_used, 0u);
+  EXPECT_EQ(p->pinned_reserved, 1u);
+  EXPECT_THAT(
+      p->Table(),
+      AllOf(HasSubstr("exec_staging  pinned  1 B"), HasSubstr("(pageable: pinned budget full)"),
+            HasSubstr("budget use: pinned 0/" + std::to_string(copy) + " (+1 executor staging)")));
+  // A reserve beyond the budget leaves the store no pinned bytes at all.
+  options.pinned_reserved = 2 * copy;
+  p = PlanPlacement(entries, budgets, options);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->pinned_used, 0u);
 }
 
 }  // namespace

@@ -129,6 +129,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
                                       : "memory.compute_copy_on_nvme",
         " needs memory budgets with an nvme_dir (memory.enabled)"));
   }
+  absl::StatusOr<ExecutorGeometry> geometry =
+      MakeExecutorGeometry(config, *layout, options.micro_batch_size, options.seq_len,
+                           options.head_chunk, options.head_block_rows);
+  if (!geometry.ok()) return geometry.status();
   std::string placement_table;
   if (options.memory.enabled) {
     std::vector<tiers::EntryBytes> bytes;
@@ -154,6 +158,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
     placement_options.chunk_bytes = options.memory.nvme_chunk_bytes;
     placement_options.staging_slots =
         store_placement.read_ahead + 1 + store_placement.max_writes_in_flight;
+    // Every device's executor allocates its pinned staging from the same budget: set it aside
+    // first (its checkpoint count depends on the arena only), so the store yields to it.
+    placement_options.pinned_reserved =
+        ExecutorPinnedStagingBytes(*geometry, options.executor, device.arena_stats().capacity,
+                                   device.kind(), static_cast<int>(devices.size()));
     absl::StatusOr<tiers::Placement> placement =
         tiers::PlanPlacement(bytes, options.memory.budgets, placement_options);
     if (!placement.ok()) return placement.status();
@@ -212,11 +221,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
   if (!rope.ok()) return rope.status();
 
   openblas_set_num_threads(std::max(1, options.blas_threads));
-
-  absl::StatusOr<ExecutorGeometry> geometry = MakeExecutorGeometry(
-      config, *layout, options.micro_batch_size, options.seq_len, options.head_chunk,
-      options.head_block_rows);
-  if (!geometry.ok()) return geometry.status();
 
   auto trainer = std::unique_ptr<Trainer>(new Trainer(
       device, std::move(config), std::move(*layout), std::move(*store), options, std::move(*rope)));

@@ -162,9 +162,9 @@ TEST_F(TextTrainingTest, AnArenaShortOfCheckpointsTrainsLikeALargeOne) {
   absl::StatusOr<std::unique_ptr<TextTokenizer>> tok = CreateTextTokenizer(model_);
   ASSERT_TRUE(tok.ok()) << tok.status();
   ModelConfig config = Config((*tok)->vocab_size());
-  config.num_hidden_layers = 8;
+  config.num_hidden_layers = 9;
   TrainingRunOptions o = Options();
-  o.trainer.executor.checkpoint_interval = 1;  // eight checkpoints
+  o.trainer.executor.checkpoint_interval = 1;  // eight checkpoints (none for the top layer)
   absl::StatusOr<ParameterLayout> layout = ParameterLayout::Create(config);
   ASSERT_TRUE(layout.ok()) << layout.status();
   absl::StatusOr<ExecutorGeometry> g =

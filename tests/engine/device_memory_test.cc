@@ -1,5 +1,7 @@
 // Device memory contract: with activation checkpoints on the host and two
-// weight slots, the arena peak does not grow with depth (4 vs 32 layers), and
+// weight slots, the arena peak does not grow with depth (8 vs 32 layers: both
+// have host checkpoints, so both have the staging buffer; 4 layers at k = 4
+// are one top block with no checkpoint at all), and
 // an arena too small for the plan fails up front saying how much it needs.
 #include <gtest/gtest.h>
 
@@ -47,11 +49,11 @@ uint64_t MeasuredPeak(int layers) {
 }
 
 TEST(DeviceMemoryTest, PeakDoesNotDependOnDepth) {
-  const uint64_t shallow = MeasuredPeak(4);
+  const uint64_t shallow = MeasuredPeak(8);
   const uint64_t deep = MeasuredPeak(32);
   ASSERT_GT(shallow, 0u);
   EXPECT_LE(static_cast<double>(deep), 1.01 * static_cast<double>(shallow))
-      << "4 layers: " << shallow << " bytes, 32 layers: " << deep << " bytes";
+      << "8 layers: " << shallow << " bytes, 32 layers: " << deep << " bytes";
   EXPECT_GE(static_cast<double>(deep), 0.99 * static_cast<double>(shallow));
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "engine/exec/streaming_executor.h"
 #include "engine/model/parameter_layout.h"
 #include "engine/planner/executor_geometry.h"
@@ -170,7 +171,7 @@ TEST(DevicePlanTest, AutoDeviceCheckpointsMatchTheTrainer) {
   PlanInputs in;
   in.micro_batch = 2;
   in.seq = 21;
-  in.checkpoint_interval = 1;  // ten checkpoints
+  in.checkpoint_interval = 1;  // nine checkpoints: the top layer keeps its activations
   in.weight_slots = 0;
   in.device_checkpoints = kAutoDeviceCheckpoints;
   auto layout = ParameterLayout::Create(config);
@@ -191,9 +192,9 @@ TEST(DevicePlanTest, AutoDeviceCheckpointsMatchTheTrainer) {
     return i;
   }(), CpuProfile(big));
   ASSERT_TRUE(all.ok()) << all.status();
-  EXPECT_EQ(all->device.device_checkpoints, 10);
+  EXPECT_EQ(all->device.device_checkpoints, 9);
   for (const auto& [arena, on_device] :
-       {std::pair<size_t, int>{big, 10}, {none + 4 * x_bytes + 100, 4}, {none, 0}}) {
+       {std::pair<size_t, int>{big, 9}, {none + 4 * x_bytes + 100, 4}, {none, 0}}) {
     SCOPED_TRACE(arena);
     in.device_arena_bytes = arena;
     absl::StatusOr<PlanResult> plan = Plan(config, in, CpuProfile(arena));
@@ -221,10 +222,83 @@ TEST(DevicePlanTest, AutoDeviceCheckpointsMatchTheTrainer) {
               StreamingExecutor::PinnedStagingBytes(g->dims, g->layout, g->entry_elements,
                                                     resolved, DeviceKind::kCpu));
     // Each host checkpoint goes out once per micro-batch (and back before its recompute); the
-    // top block keeps its activations, so the last checkpoint is never written.
+    // top block keeps its activations and has no checkpoint.
     const double host_bytes = static_cast<double>(std::max(0, 9 - on_device)) * in.micro_batch *
                               in.seq * shape.hidden * sizeof(float);
     EXPECT_EQ(CopyOutBytes(*plan) - CopyOutBytes(*all), host_bytes);
+  }
+}
+
+// A pinned budget the store's copy endpoints fill exactly: the executors' pinned staging (one
+// per device) is set aside first, so the master yields to it and goes pageable (the Trainer
+// failed at its executor's pinned allocation before). The run trains, and the planner's
+// placement is the Trainer's, for one device and two.
+TEST(DevicePlanTest, ExecutorStagingComesOutOfThePinnedBudgetFirst) {
+  testing::TinyShape shape;
+  const ModelConfig config = testing::TinyConfig(shape);
+  const size_t arena = size_t{64} << 20;
+  auto layout = ParameterLayout::Create(config);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  uint64_t store_floats = 0;
+  for (const LayoutEntry& e : layout->entries()) store_floats += e.num_elements;
+  const uint64_t endpoints = 2 * store_floats * sizeof(float);  // gradients + master
+  for (int devices : {1, 2}) {
+    SCOPED_TRACE(devices);
+    TrainerOptions o;
+    o.micro_batch_size = 2;
+    o.seq_len = 11;
+    o.lr.total_steps = 1;
+    o.memory.enabled = true;
+    o.memory.budgets.pinned_ram = endpoints;
+    o.memory.budgets.ram = uint64_t{1} << 30;
+    auto g = MakeExecutorGeometry(config, *layout, o.micro_batch_size, o.seq_len, 0, o.executor);
+    ASSERT_TRUE(g.ok()) << g.status();
+    const uint64_t staging =
+        ExecutorPinnedStagingBytes(*g, o.executor, arena, DeviceKind::kCpu, devices);
+    ASSERT_GT(staging, 0u);
+    ASSERT_LE(staging, endpoints / 2);  // the gradients still fit beside it
+
+    std::vector<std::unique_ptr<CpuDevice>> owned;
+    std::vector<Device*> pointers;
+    for (int d = 0; d < devices; ++d) {
+      DeviceOptions device_options;
+      device_options.arena_bytes = arena;
+      device_options.pinned_budget_bytes = endpoints;  // the user's pinned budget, per device
+      auto created = CpuDevice::Create(device_options);
+      ASSERT_TRUE(created.ok()) << created.status();
+      owned.push_back(std::move(*created));
+      pointers.push_back(owned.back().get());
+    }
+    auto trainer = Trainer::Create(pointers, config, o);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    const std::string table = (*trainer)->placement_table();
+    EXPECT_NE(table.find("master        ram     "), std::string::npos) << table;
+    EXPECT_NE(table.find("(pageable: pinned budget full)"), std::string::npos) << table;
+    EXPECT_NE(table.find("grad          pinned  "), std::string::npos) << table;
+    EXPECT_NE(table.find(absl::StrCat("(+", staging, " executor staging)")), std::string::npos)
+        << table;
+    EXPECT_LE(owned[0]->pinned_stats().in_use, endpoints);
+
+    (*trainer)->InitializeRandom(3);
+    const auto batches = testing::MakeTokenBatches(2, 2 * 11, shape.vocab, 7);
+    absl::StatusOr<StepReport> step =
+        (*trainer)->Step(batches.InputPointers(0, 2), batches.TargetPointers(0, 2));
+    ASSERT_TRUE(step.ok()) << step.status();
+    EXPECT_GT(step->loss, 0);
+
+    PlanInputs in;
+    in.micro_batch = o.micro_batch_size;
+    in.seq = o.seq_len;
+    in.checkpoint_interval = o.executor.checkpoint_interval;
+    in.weight_slots = o.executor.weight_slots;
+    in.device_arena_bytes = arena;
+    in.devices = devices;
+    in.budgets_enabled = true;
+    in.budgets = o.memory.budgets;
+    absl::StatusOr<PlanResult> plan = Plan(config, in, CpuProfile(arena));
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->pinned_reserved, staging);
+    EXPECT_EQ(plan->placement.Table(), table);
   }
 }
 
