@@ -669,7 +669,9 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
   // final there once every earlier micro-batch's contribution has landed.
   const bool speculate = speculation_ != nullptr && comm == nullptr;
   if (speculate) BeginSpeculation(weights_version);
-  MicroBatchStepArgs step_args{inv_total_valid, weights_version};
+  MicroBatchStepArgs step_args;
+  step_args.inv_total_valid = inv_total_valid;
+  step_args.weights_version = weights_version;
   if (speculate) step_args.on_last_gradient_final = [this](int e) { speculation_->EntryFinal(e); };
   absl::StatusOr<MicroBatchesResult> ran =
       RunMicroBatchesOnLanes(lanes, turns_, inputs, targets, layouts, step_args);
