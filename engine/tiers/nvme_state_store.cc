@@ -254,7 +254,7 @@ StagedEntry NvmeStateStore::Staged(Slot& slot, int entry) {
   return staged;
 }
 
-absl::Status NvmeStateStore::Release(int entry, bool dirty) {
+absl::StatusOr<NvmeStateStore::Slot*> NvmeStateStore::SlotToRelease(int entry) {
   if (absl::Status s = CheckEntry(entry); !s.ok()) return s;
   Slot* slot = FindSlot(entry);
   if (slot == nullptr || slot->state != SlotState::kAcquired) {
@@ -265,6 +265,13 @@ absl::Status NvmeStateStore::Release(int entry, bool dirty) {
     slot->entry = -1;
     return status_;
   }
+  return slot;
+}
+
+absl::Status NvmeStateStore::Release(int entry, bool dirty) {
+  absl::StatusOr<Slot*> acquired = SlotToRelease(entry);
+  if (!acquired.ok()) return acquired.status();
+  Slot* slot = *acquired;
   if (!dirty) {
     slot->state = SlotState::kFree;
     return absl::OkStatus();
@@ -278,15 +285,9 @@ absl::Status NvmeStateStore::ReleaseToAlternate(int entry) {
     return absl::FailedPreconditionError(absl::StrCat(
         "ReleaseToAlternate(", entry, ") on ", path(), ", a file without alternate regions"));
   }
-  Slot* slot = FindSlot(entry);
-  if (slot == nullptr || slot->state != SlotState::kAcquired) {
-    return absl::FailedPreconditionError(absl::StrCat("entry ", entry, " is not acquired"));
-  }
-  if (!status_.ok()) {
-    slot->state = SlotState::kFree;
-    slot->entry = -1;
-    return status_;
-  }
+  absl::StatusOr<Slot*> acquired = SlotToRelease(entry);
+  if (!acquired.ok()) return acquired.status();
+  Slot* slot = *acquired;
   const int alternate = 1 - parity_[entry];
   // An older copy of the alternate region (a discarded speculation) must neither serve a later
   // Commit's reads nor land after this write.

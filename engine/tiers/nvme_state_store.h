@@ -138,6 +138,9 @@ class NvmeStateStore {
   absl::Status CheckEntry(int entry) const;
   // The slot holding or moving the entry's data of `region`; -1 = the current region.
   Slot* FindSlot(int entry, int region = -1);
+  // The acquired slot of `entry` for Release/ReleaseToAlternate; after an earlier I/O error the
+  // slot is freed and that error returned.
+  absl::StatusOr<Slot*> SlotToRelease(int entry);
   // A slot to stage a new entry in: a free one (least recently used first), else, when
   // `may_wait`, the oldest write-back or read-ahead after waiting for it. Null when none.
   absl::StatusOr<Slot*> TakeSlot(bool may_wait);

@@ -29,13 +29,8 @@ struct DeviceRun {
 
 DeviceRun Train(int devices, int accumulation, const TrainerOptions& o) {
   DeviceRun run;
-  std::vector<std::unique_ptr<CpuDevice>> owned;
-  std::vector<Device*> pointers;
-  for (int d = 0; d < devices; ++d) {
-    owned.push_back(MakeCpuDevice(size_t{32} << 20));
-    pointers.push_back(owned.back().get());
-  }
-  auto trainer = Trainer::Create(pointers, TinyConfig(DeepNarrow()), o);
+  const CpuDevices owned = MakeCpuDevices(devices);
+  auto trainer = Trainer::Create(owned.pointers, TinyConfig(DeepNarrow()), o);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   if (!trainer.ok()) return run;
   (*trainer)->InitializeRandom(3);

@@ -61,13 +61,8 @@ TrainedRun Train(const TrainerOptions& o, int steps,
   if (!o.memory.budgets.nvme_dir.empty()) {
     std::filesystem::create_directories(o.memory.budgets.nvme_dir);
   }
-  std::vector<std::unique_ptr<Device>> owned;
-  std::vector<Device*> pointers;
-  for (int d = 0; d < devices; ++d) {
-    owned.push_back(MakeCpuDevice(size_t{32} << 20));
-    pointers.push_back(owned.back().get());
-  }
-  auto trainer = Trainer::Create(pointers, TinyConfig(DeepNarrow()), o);
+  const CpuDevices owned = MakeCpuDevices(devices);
+  auto trainer = Trainer::Create(owned.pointers, TinyConfig(DeepNarrow()), o);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   if (!trainer.ok()) return run;
   run.placement_table = (*trainer)->placement_table();

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,20 @@ inline TinyShape DeepNarrow() {
   s.kv_heads = 2;
   s.vocab = 97;
   return s;
+}
+
+// `n` CPU devices of `arena_bytes` each, and the pointers Trainer::Create takes.
+struct CpuDevices {
+  std::vector<std::unique_ptr<Device>> owned;
+  std::vector<Device*> pointers;
+};
+inline CpuDevices MakeCpuDevices(int n, size_t arena_bytes = size_t{32} << 20) {
+  CpuDevices devices;
+  for (int d = 0; d < n; ++d) {
+    devices.owned.push_back(MakeCpuDevice(arena_bytes));
+    devices.pointers.push_back(devices.owned.back().get());
+  }
+  return devices;
 }
 
 inline TrainerOptions BaseOptions() {
