@@ -50,5 +50,21 @@ TEST(HostEmbeddingTest, ScatterMatchesZeroedScatterThenCopyOrAdd) {
   EXPECT_EQ(std::memcmp(added.data(), expected.data(), added.size() * sizeof(float)), 0);
 }
 
+// A table over 64 MiB is cleared in parallel chunks: every row but the
+// tokens' becomes zero, the last chunk's tail included.
+TEST(HostEmbeddingTest, FirstContributionClearsALargeTable) {
+  const int64_t vocab = 4099, dim = 4099, tokens = 5;  // 67.2 MB, odd: uneven chunks
+  const std::vector<int32_t> ids = {0, 4098, 17, 4098, 2050};
+  std::vector<float> d_rows(tokens * dim);
+  for (size_t i = 0; i < d_rows.size(); ++i) d_rows[i] = static_cast<float>(i % 97) + 1.0f;
+  std::vector<float> zeroed(vocab * dim, 0.0f);
+  kernels::cpu::EmbeddingBackward(d_rows.data(), ids.data(), tokens, vocab, dim, zeroed.data());
+  std::vector<float> first(vocab * dim, 42.0f);
+  ScatterAddEmbeddingRows(d_rows.data(), ids.data(), tokens, vocab, dim, true, first.data());
+  EXPECT_EQ(std::memcmp(first.data(), zeroed.data(), first.size() * sizeof(float)), 0);
+  EXPECT_EQ(first.back(), zeroed.back());
+  EXPECT_EQ(first[1 * dim], 0.0f);
+}
+
 }  // namespace
 }  // namespace megatrain::engine

@@ -52,9 +52,16 @@ stop_and_resume() {  # stop_and_resume NAME STOPPED_RANK REPORTING_RANK [FLAGS..
     echo "FAIL: ${name}: the stopped rank reported the ranks that waited for it"; exit 1
   fi
   [[ ! -e "$(step "${run}" 8)" ]] || { echo "FAIL: ${name}: the stopped job finished"; exit 1; }
-  # The stopped rank is gone (a zombie at most, where nobody reaps it), not left stopped.
-  local state
-  state="$(awk '{print $3}' "/proc/${pid}/stat" 2>/dev/null || echo gone)"
+  # The stopped rank is gone (a zombie at most, where nobody reaps it), not left stopped. A rank
+  # that was killed can still be exiting (state D while the kernel releases its memory and files:
+  # seen once in CI), so wait for the exit to finish, bounded.
+  local state tries=0
+  while :; do
+    state="$(awk '{print $3}' "/proc/${pid}/stat" 2>/dev/null || echo gone)"
+    [[ "${state}" == gone || "${state}" == Z ]] && break
+    ((++tries > 600)) && break
+    sleep 0.1
+  done
   [[ "${state}" == gone || "${state}" == Z ]] ||
     { echo "FAIL: ${name}: the stopped rank is still there (state ${state})"; kill -9 "${pid}"; exit 1; }
 

@@ -1,6 +1,6 @@
 // The whole streaming step on a GPU: a tiny model trained for five steps on
-// the CUDA device follows the CPU device's losses within bf16 tolerance,
-// learns, and is bitwise identical whether every stage stays resident or
+// one batch on the CUDA device follows the CPU device's losses within bf16
+// tolerance, learns (its loss on that batch falls), and is bitwise identical whether every stage stays resident or
 // only two weight slots stream (the determinism contract holds on the GPU
 // too), for a Llama and a Qwen3 shape (per-head q/k norms, head_dim apart
 // from hidden / heads). Skipped with "no CUDA device: ..." where there is none.
@@ -65,10 +65,12 @@ TrainedRun Train(Device& device, const TinyShape& shape, int weight_slots) {
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   if (!trainer.ok()) return run;
   (*trainer)->InitializeRandom(11);
-  const auto batches = MakeTokenBatches(2 * kSteps, 2 * kSeq, shape.vocab, 5);
+  // One batch, every step: the tokens are uniform noise, so only memorising
+  // them lowers the loss; fresh noise each step kept it near ln(vocab) and
+  // the first GPU run (2026-11-27) saw it rise by 0.03 on the CPU and GPU alike.
+  const auto batches = MakeTokenBatches(2, 2 * kSeq, shape.vocab, 5);
   for (int step = 0; step < kSteps; ++step) {
-    auto report =
-        (*trainer)->Step(batches.InputPointers(2 * step, 2), batches.TargetPointers(2 * step, 2));
+    auto report = (*trainer)->Step(batches.InputPointers(0, 2), batches.TargetPointers(0, 2));
     EXPECT_TRUE(report.ok()) << report.status();
     if (!report.ok()) return run;
     run.losses.push_back(report->loss);
@@ -85,6 +87,13 @@ class CudaTrainerTest : public ::testing::TestWithParam<TinyShape> {};
 
 TEST_P(CudaTrainerTest, FollowsTheCpuDeviceAndIsInvariantToStreaming) {
   const TinyShape shape = GetParam();
+  // The reference first, and its learning check, so a machine without a GPU
+  // checks that the setting can show learning at all.
+  auto cpu_device = MakeCpuDevice(size_t{256} << 20);
+  const TrainedRun cpu = Train(*cpu_device, shape, /*weight_slots=*/0);
+  ASSERT_EQ(cpu.losses.size(), static_cast<size_t>(kSteps));
+  EXPECT_LT(cpu.losses.back(), 0.9 * cpu.losses.front()) << "the model learns on the CPU device";
+
   DeviceOptions options;
   options.kind = DeviceKind::kCuda;
   options.arena_bytes = size_t{256} << 20;
@@ -95,11 +104,8 @@ TEST_P(CudaTrainerTest, FollowsTheCpuDeviceAndIsInvariantToStreaming) {
 
   const TrainedRun resident = Train(**gpu, shape, /*weight_slots=*/0);
   const TrainedRun streamed = Train(**gpu, shape, /*weight_slots=*/2);
-  auto cpu_device = MakeCpuDevice(size_t{256} << 20);
-  const TrainedRun cpu = Train(*cpu_device, shape, /*weight_slots=*/0);
   ASSERT_EQ(resident.losses.size(), static_cast<size_t>(kSteps));
   ASSERT_EQ(streamed.losses.size(), static_cast<size_t>(kSteps));
-  ASSERT_EQ(cpu.losses.size(), static_cast<size_t>(kSteps));
 
   for (int step = 0; step < kSteps; ++step) {
     // bf16 weights and activations against fp32: 2% of the loss.
@@ -108,7 +114,7 @@ TEST_P(CudaTrainerTest, FollowsTheCpuDeviceAndIsInvariantToStreaming) {
     EXPECT_EQ(std::memcmp(&resident.losses[step], &streamed.losses[step], sizeof(double)), 0)
         << "step " << step << ": " << resident.losses[step] << " vs " << streamed.losses[step];
   }
-  EXPECT_LT(resident.losses.back(), resident.losses.front()) << "the model learns on the GPU";
+  EXPECT_LT(resident.losses.back(), 0.9 * resident.losses.front()) << "the model learns on the GPU";
   for (size_t e = 0; e < resident.masters.size(); ++e) {
     EXPECT_EQ(std::memcmp(resident.masters[e].data(), streamed.masters[e].data(),
                           resident.masters[e].size() * sizeof(float)),

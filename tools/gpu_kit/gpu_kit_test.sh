@@ -64,6 +64,13 @@ grep -q "^syscall_filter: exit 1 under the filter; refused: getdents64(" "$tmp/f
   { cat "$tmp/filtered.log"; fail "syscall_filter.sh did not name getdents64"; }
 rm -rf "$tmp/filtered"
 
+# Each pattern of the sanitizer stages' ops_test filter names at least one test.
+source "$kit/sanitize_tests.sh"
+for pattern in "${sanitize_reduction_patterns[@]}"; do
+  listed="$("${clean_env[@]}" "$kit/bin/ops_test" --gtest_list_tests "--gtest_filter=$pattern")"
+  grep -q '^  ' <<<"$listed" || fail "the sanitizer filter pattern $pattern matches no ops_test case"
+done
+
 out="$tmp/out"
 before=$(du -sb "$kit" | cut -f1)
 clean_env=(env -i PATH=/usr/bin:/bin LD_LIBRARY_PATH=/usr/local/cuda/lib64 HOME="$tmp" TMPDIR="$tmp")
