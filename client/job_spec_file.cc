@@ -63,6 +63,7 @@ void ApplyOverrides(const JobSpecOverrides& o, v1::JobSpec& spec) {
   if (o.output_dir) spec.set_output_dir(*o.output_dir);
   if (o.seed) spec.set_seed(*o.seed);
   if (o.devices) spec.set_devices(*o.devices);
+  if (o.speculative_update) spec.set_speculative_update(*o.speculative_update);
 }
 
 }  // namespace megatrain::client

@@ -39,6 +39,7 @@ struct JobSpecOverrides {
   std::optional<std::string> output_dir;
   std::optional<uint64_t> seed;
   std::optional<uint32_t> devices;  // JobSpec.devices (data parallel)
+  std::optional<bool> speculative_update;  // JobSpec.speculative_update
 };
 
 void ApplyOverrides(const JobSpecOverrides& overrides, v1::JobSpec& spec);

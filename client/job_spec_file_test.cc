@@ -84,6 +84,31 @@ TEST(JobSpecFileTest, FineTuningFieldsParseAndOverride) {
   EXPECT_EQ(spec->data().sample_files(0), "s.mtsft");
 }
 
+// speculative_update: the spec file's key (both spellings) and the submit flag, which overrides
+// the file either way and leaves it alone when not given.
+TEST(JobSpecFileTest, SpeculativeUpdateParsesAndOverrides) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecJson(
+      R"({"speculative_update": true, "memory": {"master_on_nvme": true}})", "test");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->speculative_update());
+  absl::StatusOr<v1::JobSpec> camel = ParseJobSpecJson(R"({"speculativeUpdate": true})", "test");
+  ASSERT_TRUE(camel.ok()) << camel.status();
+  EXPECT_TRUE(camel->speculative_update());
+  ApplyOverrides(JobSpecOverrides{}, *spec);
+  EXPECT_TRUE(spec->speculative_update());
+  JobSpecOverrides off;
+  off.speculative_update = false;
+  ApplyOverrides(off, *spec);
+  EXPECT_FALSE(spec->speculative_update());
+  JobSpecOverrides on;
+  on.speculative_update = true;
+  ApplyOverrides(on, *spec);
+  EXPECT_TRUE(spec->speculative_update());
+  // A misspelt key is refused, not taken as "off".
+  EXPECT_EQ(ParseJobSpecJson(R"({"speculative_updates": true})", "f.json").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(JobSpecFileTest, UnknownFieldsAndBadJsonAreErrors) {
   EXPECT_EQ(ParseJobSpecJson(R"({"stepz": 3})", "f.json").status().code(),
             absl::StatusCode::kInvalidArgument);

@@ -107,6 +107,11 @@ ABSL_FLAG(double, nvme_wear_warn_share, 0,
 ABSL_FLAG(uint32_t, devices, 0,
           "submit/plan: devices the job trains on, data parallel (JobSpec.devices; 0 = the "
           "spec's, 1 = one). The daemon refuses more than it drives (one today).");
+ABSL_FLAG(bool, speculative_update, false,
+          "submit/plan: set JobSpec.speculative_update: the optimizer update runs during the "
+          "last micro-batch's backward, kept when the step is not clipped (needs the spec's "
+          "memory.master_on_nvme and NVMe room for a second master/m/v; docs/operations.md); "
+          "unset: the spec's (default off).");
 ABSL_FLAG(bool, scaling, false,
           "plan: in-process on the --hardware profile, predict tokens/s, TFLOP/s, scaling "
           "efficiency and bottleneck at 1, 2, 4, 8 devices, 2 and 4 nodes of 8, and --devices.");
@@ -239,6 +244,7 @@ absl::StatusOr<v1::JobSpec> SpecFromFlags() {
   if (!absl::GetFlag(FLAGS_output_dir).empty()) o.output_dir = absl::GetFlag(FLAGS_output_dir);
   o.seed = absl::GetFlag(FLAGS_seed);
   if (absl::GetFlag(FLAGS_devices) != 0) o.devices = absl::GetFlag(FLAGS_devices);
+  if (absl::GetFlag(FLAGS_speculative_update)) o.speculative_update = true;
   client::ApplyOverrides(o, spec);
   if (absl::GetFlag(FLAGS_reuse_output_dir)) spec.set_reuse_output_dir(true);
   return spec;

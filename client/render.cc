@@ -55,6 +55,8 @@ std::string JobDetails(const v1::Job& job) {
   for (const v1::TierUsage& t : p.memory()) {
     absl::StrAppend(&out, absl::StrFormat("memory %-8s  %s\n", t.tier() + ":", Bytes(t.bytes())));
   }
+  // Options that change how a step runs, not what it computes (off: no line).
+  if (job.spec().speculative_update()) absl::StrAppend(&out, "speculative update: on\n");
   if (!job.failure_reason().empty())
     absl::StrAppend(&out, "failure:         ", job.failure_reason(), "\n");
   return out;
@@ -122,6 +124,7 @@ std::string PlanText(const v1::PlanResponse& plan) {
   }
   absl::StrAppend(&out, absl::StrFormat("device arena peak (executor plan): %s\n",
                                         Bytes(plan.device_arena_peak_bytes())));
+  if (!plan.speculative_update().empty()) absl::StrAppend(&out, plan.speculative_update(), "\n");
   if (plan.nvme_written_bytes_per_step() > 0 || plan.nvme_read_bytes_per_step() > 0) {
     absl::StrAppend(&out, absl::StrFormat("NVMe read/written per step: %s / %s\n",
                                           Bytes(plan.nvme_read_bytes_per_step()),

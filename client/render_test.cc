@@ -51,6 +51,20 @@ TEST(RenderTest, PlanTextNamesTheDevicesOnlyWhenMoreThanOne) {
   EXPECT_NE(PlanText(plan).find("devices: 4\n"), std::string::npos) << PlanText(plan);
 }
 
+TEST(RenderTest, JobDetailsAndPlanShowTheSpeculativeUpdateOnlyWhenAsked) {
+  v1::Job job;
+  job.set_id("job-000001");
+  EXPECT_EQ(JobDetails(job).find("speculative"), std::string::npos) << JobDetails(job);
+  job.mutable_spec()->set_speculative_update(true);
+  EXPECT_NE(JobDetails(job).find("speculative update: on\n"), std::string::npos) << JobDetails(job);
+  v1::PlanResponse plan;
+  EXPECT_EQ(PlanText(plan).find("speculative"), std::string::npos) << PlanText(plan);
+  plan.set_speculative_update("speculative update on: alternate master/m/v regions 1.00 GiB");
+  EXPECT_NE(PlanText(plan).find("speculative update on: alternate master/m/v regions 1.00 GiB\n"),
+            std::string::npos)
+      << PlanText(plan);
+}
+
 TEST(RenderTest, DaemonStatusListsEveryDeviceWithItsArenaAndHealth) {
   v1::DaemonStatus status;
   status.set_device("cpu");

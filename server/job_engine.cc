@@ -231,6 +231,10 @@ absl::Status DeviceJobEngine::Run(const std::string& job_id, const service::Vali
       {"resumed_from_step", result->resumed_from_step},
       {"last_checkpoint", result->last_checkpoint},
   };
+  if (job.options.trainer.speculative_update) {
+    summary["speculative_update"] = {{"committed_steps", result->speculations_committed},
+                                     {"discarded_steps", result->speculations_discarded}};
+  }
   // Computed for text only (engine::RunDataIsText): a token file carries no corpus and a sample
   // set's loss counts only masked targets, so there a 0 would read as a measured entropy.
   if (engine::RunDataIsText(options)) {

@@ -241,6 +241,8 @@ absl::StatusOr<ValidatedJob> ValidateJobSpec(const v1::JobSpec& spec,
   job.options.devices = static_cast<int>(std::max<uint32_t>(1, spec.devices()));
   job.options.grad_accumulation *= job.options.devices;
   if (absl::Status s = ValidateExecutor(spec.executor(), job); !s.ok()) return s;
+  // Checked against the placement by ValidateMemory (the engine's own rule, not a copy of it).
+  job.options.trainer.speculative_update = spec.speculative_update();
   if (absl::Status s = ValidateMemory(spec.memory(), settings, paths, job); !s.ok()) return s;
   if (job.options.devices > 1 && job.options.trainer.memory.compute_copy_on_nvme) {
     return Invalid("memory.compute_copy_on_nvme",

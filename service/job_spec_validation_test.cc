@@ -4,9 +4,11 @@
 #include "service/job_spec_validation.h"
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
+#include "engine/tiers/direct_io_directory.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "service/daemon_config.h"
@@ -131,6 +133,35 @@ TEST_F(JobSpecValidationTest, DevicesAboveTheDaemonsAreRefusedNamingTheField) {
   EXPECT_EQ(one->options.devices, 1);
   EXPECT_EQ(four->options.devices, 4);
   EXPECT_EQ(four->options.grad_accumulation, 4 * one->options.grad_accumulation);
+}
+
+// speculative_update: refused by name where the placement leaves the master, m and v off NVMe;
+// with them on NVMe it reaches the trainer and the plan says it is on (needs O_DIRECT scratch).
+TEST_F(JobSpecValidationTest, SpeculativeUpdateNeedsTheMasterAndStatesOnNvme) {
+  v1::JobSpec spec = Spec();
+  spec.set_speculative_update(true);
+  absl::StatusOr<ValidatedJob> in_ram = Validate(spec);
+  ASSERT_FALSE(in_ram.ok());
+  EXPECT_EQ(in_ram.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(in_ram.status().message(), HasSubstr("speculative_update: true"));
+  EXPECT_THAT(in_ram.status().message(), HasSubstr("memory.master_on_nvme"));
+  absl::StatusOr<ValidatedJob> off = Validate(Spec());
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_FALSE(off->options.trainer.speculative_update);
+  EXPECT_TRUE(off->plan.speculative_update().empty());
+
+  const std::string nvme = root_ + "/nvme";
+  std::filesystem::create_directories(nvme);
+  if (absl::Status usable = engine::tiers::CheckDirectIoDirectory(nvme); !usable.ok()) {
+    GTEST_SKIP() << "no block-backed O_DIRECT directory under TEST_TMPDIR: " << usable;
+  }
+  spec.mutable_memory()->set_nvme_dir(nvme);
+  spec.mutable_memory()->set_nvme_bytes(uint64_t{1} << 30);
+  spec.mutable_memory()->set_master_on_nvme(true);
+  absl::StatusOr<ValidatedJob> job = Validate(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_TRUE(job->options.trainer.speculative_update);
+  EXPECT_THAT(job->plan.speculative_update(), HasSubstr("speculative update on"));
 }
 
 }  // namespace

@@ -96,6 +96,8 @@ engine::planner::PlanInputs PlanInputsFor(const ValidatedJob& job,
   in.grad_on_nvme = budgets.grad_on_nvme;
   in.compute_copy_on_nvme = budgets.compute_copy_on_nvme;
   in.nvme_chunk_bytes = budgets.nvme_chunk_bytes;
+  in.speculative_update = job.options.trainer.speculative_update;
+  in.grad_clip = job.options.trainer.grad_clip;
   in.steps = job.options.steps;
   in.drive_wear = settings.drive_wear;
   return in;
@@ -150,6 +152,19 @@ absl::Status PlanWithEngine(const v1::MemoryBudgets& m, const DaemonSettings& se
                      job.options.device.arena_bytes, " (", plan->device.Describe(), ")"));
   }
   const engine::tiers::Placement& placement = plan->placement;
+  // The speculative update: the engine's placement says whether it can run
+  // (tiers::ReserveAlternateStateRegions); where the Trainer would quietly leave it off, the
+  // daemon refuses the job, naming the field the user set.
+  if (in.speculative_update && placement.alternate_state_bytes == 0) {
+    const bool on_nvme = engine::tiers::MasterAndStatesOnNvme(placement);
+    const std::string why = absl::StrCat(
+        "true, but the placement says \"", placement.speculation_note, "\"",
+        on_nvme ? "; raise memory.nvme_bytes"
+                : "; it needs memory.nvme_dir and memory.master_on_nvme (the master, m and v on "
+                  "NVMe)");
+    if (on_nvme) return absl::ResourceExhaustedError(absl::StrCat("speculative_update: ", why));
+    return Invalid("speculative_update", why);
+  }
   // The executor's pinned staging (host activation checkpoints the arena cannot hold included)
   // is allocated from the same pinned budget as the store's pinned buffers.
   // The placement set it aside first (the store's pinned buffers yield to it), so this refuses
@@ -190,6 +205,7 @@ absl::Status PlanWithEngine(const v1::MemoryBudgets& m, const DaemonSettings& se
   }
   job.plan.set_device_arena_peak_bytes(plan->device_arena_peak);
   job.plan.set_parameters(static_cast<uint64_t>(plan->parameters));
+  if (in.speculative_update) job.plan.set_speculative_update(placement.speculation_note);
   // NVMe traffic (exact) and drive wear over the run (the daemon predicts no step time, so the
   // run is judged by hyper.steps x bytes written per step).
   job.plan.set_nvme_read_bytes_per_step(plan->nvme_traffic.read_bytes);

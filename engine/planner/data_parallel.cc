@@ -52,6 +52,8 @@ DataParallelPrediction Predict(const PlanResult& one, const HardwareProfile& hw,
   // The per-device work: 1/N of every reducible gradient leaves over the link (and reaches the
   // host add and the NVMe gradients); the node's share of the optimizer is 1/M.
   StepWork w = one.work;
+  // Across nodes the trainer runs under a communicator, which turns the speculative update off.
+  if (m > 1) w.speculative_update = false;
   double aggregate_nvme_read = 0, aggregate_nvme_written = 0;
   for (OpWork& o : w.ops) {
     if (o.gradient_bytes > 0 && n > 1) {

@@ -50,8 +50,12 @@ ABSL_FLAG(double, nvme_gb, 0, "NVMe tier budget GB");
 ABSL_FLAG(bool, states_on_nvme, false, "m and v on NVMe even when RAM could hold them");
 ABSL_FLAG(bool, master_on_nvme, false, "the fp32 master on NVMe too, streamed with m and v");
 ABSL_FLAG(bool, speculative_update, false,
-          "count the speculative update's alternate master/m/v regions on NVMe (train_local "
-          "--speculative_update)");
+          "the speculative update (train_local --speculative_update): count its alternate "
+          "master/m/v regions on NVMe and, with --grad_clip=0, overlap the optimizer pass with "
+          "the last micro-batch's backward in the step time");
+ABSL_FLAG(double, grad_clip, 0,
+          "the run's global-norm clip (0 = off): with --speculative_update a clip > 0 is not "
+          "credited (a clipped step discards the speculation and pays the normal pass)");
 ABSL_FLAG(bool, grad_on_nvme, false,
           "the fp32 gradients on NVMe too (all but the embedding's), even if RAM fits them");
 ABSL_FLAG(bool, compute_copy_on_nvme, false,
@@ -148,6 +152,7 @@ int Run() {
   in.states_on_nvme = absl::GetFlag(FLAGS_states_on_nvme);
   in.master_on_nvme = absl::GetFlag(FLAGS_master_on_nvme);
   in.speculative_update = absl::GetFlag(FLAGS_speculative_update);
+  in.grad_clip = absl::GetFlag(FLAGS_grad_clip);
   in.grad_on_nvme = absl::GetFlag(FLAGS_grad_on_nvme);
   in.compute_copy_on_nvme = absl::GetFlag(FLAGS_compute_copy_on_nvme);
   in.nvme_chunk_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_nvme_chunk_mib)) << 20;

@@ -183,7 +183,8 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
   absl::StatusOr<tiers::Placement> placement =
       tiers::PlanPlacement(bytes, budgets, placement_options);
   if (!placement.ok()) return placement.status();
-  if (in.speculative_update) (void)tiers::ReserveAlternateStateRegions(*placement);
+  const bool speculation_on =
+      in.speculative_update && tiers::ReserveAlternateStateRegions(*placement);
   r.placement = *placement;
   if (!in.budgets_enabled) r.placement.budgets.ram = 0;  // "unset" in the table
 
@@ -216,6 +217,22 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
   for (const OpWork& o : timed.ops) weight_reads += o.nvme_weight_bytes;
   if (r.nvme_traffic.weights_read_bytes > 0) {
     SetWeightReads(r.nvme_traffic, static_cast<uint64_t>(weight_reads));
+  }
+  // A speculation commits only when the step's clip coefficient is exactly 1: certain without
+  // clipping; with it, a step whose norm clips discards it and runs the normal pass after it.
+  r.speculation_credited = speculation_on && in.grad_clip == 0;
+  timed.speculative_update = r.speculation_credited;
+  if (r.speculation_credited) {
+    r.speculation_note =
+        "speculative update: the optimizer pass overlaps the last micro-batch's backward "
+        "(grad_clip 0: every step commits)";
+  } else if (speculation_on) {
+    r.speculation_note = absl::StrCat(
+        "speculative update: not credited in the step time: with grad_clip ", in.grad_clip,
+        " a clipped step discards it and pays the normal optimizer pass after it (an unclipped "
+        "step takes about the time planned with grad_clip 0)");
+  } else if (in.speculative_update) {
+    r.speculation_note = r.placement.speculation_note;
   }
   r.time = EstimateStepTime(timed, hw, nvme_io);
   r.tokens_per_step = work.tokens;
@@ -328,7 +345,7 @@ std::string PlanResult::Table() const {
                 "\nstep (%.0f tokens)\n"
                 "  compute         %9.4f s\n  copy-in         %9.4f s\n"
                 "  copy-out        %9.4f s\n  host optimizer  %9.4f s (+ grad norm %.4f s)\n"
-                "  nvme            %9.4f s (optimizer pass %.4f s beside the next forward, "
+                "  nvme            %9.4f s (optimizer pass %.4f s %s, "
                 "gradients on copy-out %.4f s, weights on copy-in %.4f s)\n"
                 "  exposed stall   %9.4f s\n"
                 "  step            %9.4f s   bottleneck: %s\n"
@@ -336,9 +353,17 @@ std::string PlanResult::Table() const {
                 "%.2f hardware TFLOP/s (with recompute)\n",
                 tokens_per_step, t.compute_seconds, t.copy_in_seconds, t.copy_out_seconds,
                 t.optimizer_seconds, t.grad_norm_seconds, t.nvme_seconds, t.nvme_optimizer_seconds,
+                speculation_credited ? "during the backward" : "beside the next forward",
                 t.nvme_backward_seconds, t.nvme_weights_seconds, t.stall_seconds, t.step_seconds,
-                t.bottleneck,
-                t.tokens_per_second, t.model_tflops, t.hardware_tflops));
+                t.bottleneck, t.tokens_per_second, t.model_tflops, t.hardware_tflops));
+  if (speculation_credited) {
+    absl::StrAppend(&out, absl::StrFormat("  %s: it ends %.4f s into the step, %.4f s of it past "
+                                          "the backward and the norm pass\n",
+                                          speculation_note, t.speculation_end_seconds,
+                                          t.speculation_exposed_seconds));
+  } else if (!speculation_note.empty()) {
+    absl::StrAppend(&out, "  ", speculation_note, "\n");
+  }
   return out;
 }
 
@@ -406,7 +431,11 @@ std::string PlanResult::ToJson() const {
                {"bottleneck", time.bottleneck},
                {"tokens_per_second", time.tokens_per_second},
                {"model_tflops", time.model_tflops},
-               {"hardware_tflops", time.hardware_tflops}};
+               {"hardware_tflops", time.hardware_tflops},
+               {"speculation_credited", speculation_credited},
+               {"speculation_end_seconds", time.speculation_end_seconds},
+               {"speculation_exposed_seconds", time.speculation_exposed_seconds},
+               {"speculation_note", speculation_note}};
   j["nvme_traffic"] = {{"read_bytes_per_step", nvme_traffic.read_bytes},
                        {"written_bytes_per_step", nvme_traffic.written_bytes},
                        {"backward_read_bytes", nvme_traffic.backward_read_bytes},

@@ -57,8 +57,11 @@ struct PlanInputs {
   bool compute_copy_on_nvme = false;  // and the compute copy (implies the master)
   // TrainerOptions::speculative_update: the NVMe bytes of the alternate master/m/v regions are
   // counted (tiers::ReserveAlternateStateRegions) and the placement table says whether it is on.
-  // The step-time model does not model its overlap yet.
+  // When it is and grad_clip is 0 (every step commits) the step time overlaps the optimizer pass
+  // with the last micro-batch's backward (step_time.h point 6); with grad_clip > 0 a clipped step
+  // discards it and pays the normal pass, so the step time is the normal one (speculation_note).
   bool speculative_update = false;
+  double grad_clip = 0;  // TrainerOptions::grad_clip (global norm; 0 = off)
   uint64_t nvme_chunk_bytes = tiers::kDefaultNvmeChunkBytes;  // per array
   uint64_t fixed_overhead_bytes = kDefaultFixedOverheadBytes;
   // Drive wear: optimizer steps of the run (0 = open-ended: judged per day of continuous
@@ -104,6 +107,10 @@ struct PlanResult {
   // The predicted per-block activation modes (from the profile's link and
   // compute); executor.block_modes holds them and the step time uses them.
   ActivationDecision activation;
+  // With inputs.speculative_update: whether the step time credits its overlap, and why (or why
+  // not); empty without it.
+  bool speculation_credited = false;
+  std::string speculation_note;
 
   std::string Table() const;
   std::string ToJson() const;

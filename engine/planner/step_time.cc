@@ -7,6 +7,7 @@
 
 #include "engine/exec/fragment_plan.h"
 #include "engine/exec/weight_slot_policy.h"
+#include "engine/planner/speculation_time.h"
 
 namespace megatrain::engine::planner {
 namespace {
@@ -245,6 +246,10 @@ StepTimeEstimate EstimateStepTime(const StepWork& w, const HardwareProfile& hw,
   // Host optimizer of the previous step, entry by entry in forward order.
   const size_t entries = w.entry_elements.size();
   std::vector<double> update_done(entries, 0.0);
+  // Speculative update: the pass's per-entry seconds, replayed after the streams.
+  const bool speculate = w.speculative_update && entries > 0;
+  SpeculationInputs speculation;
+  speculation.entry_final.assign(entries, -1.0);
   double clock_cpu = 0, clock_io = 0, clock_both = 0;
   for (size_t e = 0; e < entries; ++e) {
     const double adamw = w.entry_elements[e] / hw.AdamwParamsPerSecond();
@@ -255,6 +260,18 @@ StepTimeEstimate EstimateStepTime(const StepWork& w, const HardwareProfile& hw,
       io += NvmeSeconds(nvme.optimizer_written[e], hw.nvme_write_gbps);
     }
     t.optimizer_seconds += adamw;
+    if (speculate) {
+      // The gradient is read from the staging its last copy-out left, not from the disk.
+      double read = e < nvme.optimizer_read.size() ? nvme.optimizer_read[e] : 0;
+      if (e < nvme.gradient_bytes.size()) read = std::max(0.0, read - nvme.gradient_bytes[e]);
+      const double written = e < nvme.optimizer_written.size() ? nvme.optimizer_written[e] : 0;
+      const double spec_io =
+          NvmeSeconds(read, hw.nvme_read_gbps) + NvmeSeconds(written, hw.nvme_write_gbps);
+      t.nvme_optimizer_seconds += spec_io;
+      speculation.entry_nvme_seconds.push_back(spec_io);
+      speculation.entry_seconds.push_back(hw.cpu_device ? spec_io : std::max(adamw, spec_io));
+      continue;  // the previous step's pass ended within that step: nothing gates this forward
+    }
     t.nvme_optimizer_seconds += io;
     const double gather = e < w.entry_gather_seconds.size() ? w.entry_gather_seconds[e] : 0;
     clock_cpu += adamw;
@@ -335,20 +352,45 @@ StepTimeEstimate EstimateStepTime(const StepWork& w, const HardwareProfile& hw,
       if (copy_in > 0 && !o.op.entries.empty()) reader_done_of_copy.push_back(compute_free);
     }
     if (o.op.produces_gradients || copy_out > 0) {
-      copy_out_free = std::max(copy_out_free, compute_free) + copy_out;
+      const double copy_out_start = std::max(copy_out_free, compute_free);
+      copy_out_free = copy_out_start + copy_out;
       if (o.op.produces_gradients) {
         grad_free[grad] = copy_out_free;
         grad ^= 1;
+      }
+      if (speculate) {
+        // The last contribution's copy-out ending makes an entry's gradient final.
+        if (o.op.produces_gradients) {
+          for (int e : o.op.entries) {
+            if (e >= 0 && static_cast<size_t>(e) < entries) {
+              speculation.entry_final[e] = copy_out_free;
+            }
+          }
+        }
+        if (o.op.kind == StageKind::kEmbedBackward && o.op.host_entry >= 0 &&
+            static_cast<size_t>(o.op.host_entry) < entries) {
+          speculation.entry_final[o.op.host_entry] = copy_out_free;
+        }
+        speculation.backward_nvme.push_back(
+            {copy_out_start, copy_out_free, nvme_write + nvme_read});
       }
     }
   }
   t.nvme_seconds = t.nvme_optimizer_seconds + t.nvme_backward_seconds + t.nvme_weights_seconds;
   t.pipeline_seconds = std::max(compute_free, copy_out_free);
   t.step_seconds = t.pipeline_seconds + t.grad_norm_seconds;
-  if (hw.cpu_device)
+  if (speculate) {
+    // The commit needs the norm (is the coefficient 1?) and the whole pass.
+    const SpeculationTiming pass = ReplaySpeculation(speculation);
+    t.speculation_end_seconds = pass.end;
+    t.speculation_exposed_seconds = std::max(0.0, pass.end - t.step_seconds);
+    t.step_seconds += t.speculation_exposed_seconds;
+    if (hw.cpu_device) t.step_seconds += t.optimizer_seconds;
+  } else if (hw.cpu_device) {
     t.step_seconds += t.optimizer_seconds;
-  else
+  } else {
     t.step_seconds = std::max(t.step_seconds, clock_both + t.grad_norm_seconds);
+  }
 
   const std::pair<const char*, double> busy[] = {
       {"compute", t.compute_seconds},

@@ -30,6 +30,16 @@
 //     overlaps. Across nodes (ZeRO-1) each entry's update is followed by the network all-gather
 //     of its compute copy (StepWork::entry_gather_seconds) before its copy-in may start.
 //  5. The gradient-norm pass (4 bytes/param read on the host) is serial after backward.
+//  6. Speculative update (StepWork::speculative_update, credited only where it commits: the
+//     planner sets it for grad_clip 0): point 4's pass of this step runs instead during the last
+//     micro-batch's backward (speculation_time.h): entry e starts once its gradient is final
+//     (the copy-out of its last contribution ended), entries in that order on one host thread,
+//     each taking max(AdamW, its NVMe I/O) (CPU device: the I/O; AdamW stays charged in full).
+//     Its NVMe reads are the master, m and v (the gradient is still in the staging); the pass
+//     cannot end before its start + its NVMe time + the backward's gradient I/O after its start
+//     (one disk). Nothing gates the next forward: the step ends at max(pipeline + norm pass,
+//     speculation end), so only the pass's remainder past the backward is exposed. A clipped
+//     step discards it and pays point 4's pass after it: the planner does not credit it then.
 #pragma once
 
 #include <string>
@@ -74,6 +84,8 @@ struct StepWork {
   double tokens = 0;
   int weight_slots = 2;          // a copy may run this many copies ahead of the compute reading it
   double weight_ring_bytes = 0;  // > 0: fragment mode through a ring of this size
+  // The optimizer pass runs during the last micro-batch's backward (protocol point 6).
+  bool speculative_update = false;
 };
 
 // In fragment mode (options.weight_ring_bytes > 0) `weight_slots` is unused.
@@ -98,10 +110,16 @@ struct StepTimeEstimate {
   double copy_out_seconds = 0;
   double optimizer_seconds = 0;       // host AdamW over all entries
   double nvme_seconds = 0;  // NVMe busy time: optimizer pass + gradient I/O + weight reads
-  double nvme_optimizer_seconds = 0;  // m, v, master read + written, gradients read
+  // m, v, master read + written, gradients read (a speculative pass: not the gradients, which
+  // it finds in the staging)
+  double nvme_optimizer_seconds = 0;
   double nvme_backward_seconds = 0;   // gradients written (and read back) by copy-out
   double nvme_weights_seconds = 0;    // the compute copy read by the weight copies
   double grad_norm_seconds = 0;
+  // Speculative update (point 6): when its pass ended, and how much of it lay beyond the
+  // pipeline and the norm pass (the rest hid behind the backward). 0 without it.
+  double speculation_end_seconds = 0;
+  double speculation_exposed_seconds = 0;
   // The pipeline: when the last op ended, and the time compute waited for copies or updates.
   double pipeline_seconds = 0;
   double stall_seconds = 0;

@@ -316,11 +316,13 @@ absl::StatusOr<Placement> PlanPlacement(absl::Span<const EntryBytes> entries,
   return p;
 }
 
+bool MasterAndStatesOnNvme(const Placement& p) {
+  return p.tier(BufferKind::kMaster) == Tier::kNvme && p.tier(BufferKind::kM) == Tier::kNvme &&
+         p.tier(BufferKind::kV) == Tier::kNvme;
+}
+
 bool ReserveAlternateStateRegions(Placement& p) {
-  const bool all_on_nvme = p.tier(BufferKind::kMaster) == Tier::kNvme &&
-                           p.tier(BufferKind::kM) == Tier::kNvme &&
-                           p.tier(BufferKind::kV) == Tier::kNvme;
-  if (!all_on_nvme) {
+  if (!MasterAndStatesOnNvme(p)) {
     p.speculation_note = "speculative update off: the master, m and v are not all on NVMe";
     return false;
   }

@@ -117,6 +117,8 @@ struct Placement {
 // budget holds another copy of them, counts it in nvme_used and returns true; else returns false.
 // Either way placement.Table() then says so (speculation_note).
 bool ReserveAlternateStateRegions(Placement& placement);
+// The first of its conditions: the master, m and v all on NVMe.
+bool MasterAndStatesOnNvme(const Placement& placement);
 
 // Deterministic policy (docs/operations.md):
 //  1. Copy endpoints (gradient slabs, then the compute copy, which is the master on the CPU

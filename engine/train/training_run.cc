@@ -471,6 +471,10 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
     }
     observer.OnStep(*report, validation_loss);
     ++result.steps_run;
+    if (report->speculated_entries > 0) {
+      ++(report->speculation_committed ? result.speculations_committed
+                                       : result.speculations_discarded);
+    }
   }
   result.final_validation_loss = validation_loss;
   result.last_checkpoint = run_checkpoints.last_checkpoint();

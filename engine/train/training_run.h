@@ -138,6 +138,10 @@ struct TrainingRunResult {
   // Steps this run took (not counting a resumed-from checkpoint's). A run keeps no report per
   // step (a daemon job can run millions of steps); observers see each in OnStep.
   uint64_t steps_run = 0;
+  // TrainerOptions::speculative_update: of those steps, the ones whose speculative update became
+  // the step's update and the ones that discarded it (clipped or skipped steps).
+  uint64_t speculations_committed = 0;
+  uint64_t speculations_discarded = 0;
 };
 
 // The greedy reply to one of TrainingRunOptions::eval_prompts at an evaluation.

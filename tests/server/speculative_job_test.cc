@@ -1,0 +1,165 @@
+// JobSpec.speculative_update through the daemon, on its CPU device with a real engine
+// (DeviceJobEngine, in-process daemon): with the master, m and v on NVMe the job trains, every
+// unclipped step commits its speculation (result.json), the losses are the normal run's bits,
+// and the job and its plan say it is on; a job whose placement cannot use it is refused at
+// submit, naming the field.
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/tiers/direct_io_directory.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "server/job_engine.h"
+#include "tests/server/test_daemon.h"
+
+namespace megatrain::server::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+nlohmann::json ReadResult(const std::string& output_dir) {
+  std::ifstream in(output_dir + "/result.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  return nlohmann::json::parse(text.str(), nullptr, false);
+}
+
+class SpeculativeJobTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    DeviceJobEngineOptions options;
+    options.state_dir = daemon_.settings().state_dir;
+    options.device = daemon_.settings().device;
+    absl::StatusOr<std::unique_ptr<DeviceJobEngine>> engine = DeviceJobEngine::Create(options);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine_ = std::move(*engine);
+    daemon_.Start(engine_.get());
+    nvme_dir_ = daemon_.root() + "/out/nvme";
+    std::filesystem::create_directories(nvme_dir_);
+    // Bytes of a repetitive English text as u16 token ids: enough windows for 4 steps.
+    const std::string text = "the quick brown fox jumps over the lazy dog; ";
+    std::vector<uint16_t> tokens(4001);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      tokens[i] = static_cast<unsigned char>(text[i % text.size()]);
+    }
+    tokens_ = daemon_.root() + "/data/tokens.u16";
+    std::ofstream(tokens_, std::ios::binary)
+        .write(reinterpret_cast<const char*>(tokens.data()),
+               static_cast<std::streamsize>(tokens.size() * 2));
+  }
+
+  // A 4-step job (batch 2 x 32 tokens, no clipping) with the master, m and v on NVMe.
+  v1::JobSpec MasterOnNvmeSpec(bool speculate) {
+    v1::JobSpec spec = daemon_.ValidSpec(4);
+    spec.mutable_data()->clear_text_files();
+    spec.mutable_data()->add_token_files(tokens_);
+    spec.mutable_data()->set_eval_windows(2);
+    v1::MemoryBudgets& m = *spec.mutable_memory();
+    m.set_nvme_dir(nvme_dir_);
+    m.set_nvme_bytes(uint64_t{1} << 30);
+    m.set_master_on_nvme(true);
+    spec.set_speculative_update(speculate);
+    return spec;
+  }
+
+  grpc::Status Submit(const v1::JobSpec& spec, v1::Job& job) {
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = spec;
+    grpc::ClientContext context;
+    return daemon_.stub().SubmitJob(&context, request, &job);
+  }
+
+  // Submits, waits for the end (bounded) and checks it succeeded on an emptied device.
+  v1::Job RunToEnd(const v1::JobSpec& spec) {
+    v1::Job job;
+    const grpc::Status submitted = Submit(spec, job);
+    EXPECT_TRUE(submitted.ok()) << submitted.error_message();
+    if (!submitted.ok()) return job;
+    v1::Job done = daemon_.AwaitState(job.id(), v1::SUCCEEDED, 0, 120);
+    EXPECT_EQ(done.progress().step(), spec.hyper().steps()) << done.failure_reason();
+    EXPECT_EQ(engine_->device().arena_stats().in_use, 0u) << "a job left device memory behind";
+    return done;
+  }
+
+  TestDaemon daemon_{"speculative_job"};
+  std::unique_ptr<DeviceJobEngine> engine_;
+  std::string nvme_dir_;
+  std::string tokens_;
+};
+
+TEST_F(SpeculativeJobTest, AJobWithItTrainsCommitsEveryStepAndReportsIt) {
+  if (absl::Status usable = engine::tiers::CheckDirectIoDirectory(nvme_dir_); !usable.ok()) {
+    GTEST_SKIP() << "no block-backed O_DIRECT directory under TEST_TMPDIR: " << usable;
+  }
+  const v1::JobSpec speculative_spec = MasterOnNvmeSpec(true);
+  grpc::ClientContext plan_context;
+  v1::PlanResponse plan;
+  ASSERT_TRUE(daemon_.stub().Plan(&plan_context, speculative_spec, &plan).ok());
+  EXPECT_THAT(plan.speculative_update(), HasSubstr("speculative update on")) << plan.DebugString();
+
+  const v1::Job normal = RunToEnd(MasterOnNvmeSpec(false));
+  const v1::Job speculative = RunToEnd(speculative_spec);
+  EXPECT_FALSE(normal.spec().speculative_update());
+  EXPECT_TRUE(speculative.spec().speculative_update());  // as GetJob and `megatrain status` see it
+  const nlohmann::json normal_result = ReadResult(normal.spec().output_dir());
+  const nlohmann::json result = ReadResult(speculative.spec().output_dir());
+  ASSERT_TRUE(normal_result.is_object() && result.is_object());
+  EXPECT_FALSE(normal_result.contains("speculative_update")) << normal_result.dump();
+  ASSERT_TRUE(result.contains("speculative_update")) << result.dump();
+  // grad_clip 0: the step's clip coefficient is exactly 1, so every speculation commits.
+  EXPECT_EQ(result["speculative_update"]["committed_steps"].get<uint64_t>(), 4u) << result.dump();
+  EXPECT_EQ(result["speculative_update"]["discarded_steps"].get<uint64_t>(), 0u) << result.dump();
+  // Bitwise: a committed speculation is the normal update.
+  EXPECT_EQ(result["final_train_loss"].get<double>(),
+            normal_result["final_train_loss"].get<double>());
+  EXPECT_EQ(result["final_validation_loss"].get<double>(),
+            normal_result["final_validation_loss"].get<double>());
+}
+
+TEST_F(SpeculativeJobTest, AJobWhosePlacementCannotUseItIsRefusedNamingTheField) {
+  // No NVMe tier at all: the master, m and v stay in RAM.
+  v1::JobSpec in_ram = daemon_.ValidSpec(2);
+  in_ram.set_speculative_update(true);
+  v1::Job job;
+  grpc::Status refused = Submit(in_ram, job);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.error_message(), HasSubstr("speculative_update: true"));
+  EXPECT_THAT(refused.error_message(), HasSubstr("memory.master_on_nvme"));
+
+  if (absl::Status usable = engine::tiers::CheckDirectIoDirectory(nvme_dir_); !usable.ok()) {
+    GTEST_SKIP() << "no block-backed O_DIRECT directory under TEST_TMPDIR: " << usable;
+  }
+  // m and v on NVMe but the master in RAM: still not the speculation's placement.
+  v1::JobSpec states_only = MasterOnNvmeSpec(true);
+  states_only.mutable_memory()->set_master_on_nvme(false);
+  states_only.mutable_memory()->set_states_on_nvme(true);
+  refused = Submit(states_only, job);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.error_message(), HasSubstr("speculative_update"));
+  EXPECT_THAT(refused.error_message(), HasSubstr("not all on NVMe"));
+
+  // The placement is right but the NVMe budget holds one copy of master, m and v, not two.
+  v1::JobSpec tight = MasterOnNvmeSpec(false);
+  grpc::ClientContext plan_context;
+  v1::PlanResponse plan;
+  ASSERT_TRUE(daemon_.stub().Plan(&plan_context, tight, &plan).ok());
+  uint64_t nvme_used = 0;
+  for (const v1::TierUsage& t : plan.tiers()) {
+    if (t.tier() == "nvme") nvme_used = t.bytes();
+  }
+  ASSERT_GT(nvme_used, 0u) << plan.DebugString();
+  tight.mutable_memory()->set_nvme_bytes(nvme_used);
+  tight.set_speculative_update(true);
+  refused = Submit(tight, job);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.error_message(), HasSubstr("speculative_update"));
+  EXPECT_THAT(refused.error_message(), HasSubstr("memory.nvme_bytes"));
+}
+
+}  // namespace
+}  // namespace megatrain::server::testing
