@@ -17,8 +17,9 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
-#include "engine/device/cuda_stream.h"
 #include "engine/common/fatal.h"
+#include "engine/common/parallel_chunks.h"
+#include "engine/device/cuda_stream.h"
 #include "engine/exec/cuda_activation_sets.h"
 #include "engine/exec/cuda_layer_math.h"
 #include "engine/exec/host_embedding.h"
@@ -141,9 +142,12 @@ class CudaStageBackend final : public StageBackend {
   void ScatterEmbeddingGradients(const void* d_rows, const int32_t* ids, bool first_contribution,
                                  float* grad) const override {
     const uint16_t* bits = static_cast<const uint16_t*>(d_rows);
-    for (size_t i = 0; i < scatter_rows_.size(); ++i) {
-      scatter_rows_[i] = kernels::Bf16BitsToFloat32(bits[i]);
-    }
+    float* wide = scatter_rows_.data();
+    // 58.7M values at 16k tokens of Qwen2.5-7B: threads, as the scatter itself uses.
+    const unsigned threads = scatter_rows_.size() >= (size_t{1} << 20) ? HostChunkThreads() : 1;
+    RunInChunksOnThreads(scatter_rows_.size(), threads, 4096, [bits, wide](size_t b, size_t e) {
+      for (size_t i = b; i < e; ++i) wide[i] = kernels::Bf16BitsToFloat32(bits[i]);
+    });
     ScatterAddEmbeddingRows(scatter_rows_.data(), ids, dims_.tokens(), dims_.vocab, dims_.hidden,
                             first_contribution, grad);
   }

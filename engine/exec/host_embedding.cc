@@ -4,37 +4,26 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
-#include <thread>
 #include <vector>
 
+#include "engine/common/parallel_chunks.h"
 #include "kernels/cpu/embedding.h"
 
 namespace megatrain::engine {
 namespace {
 
-// Zeroing the whole fp32 table is the bulk of a first contribution (2.2 GB for
-// Qwen2.5-7B's 152064 x 3584 table): one thread took 262 ms of a 1.2 s step on
-// the first H100 run (2026-11-27), at the end of the backward where nothing
-// hides it. Memory bandwidth grows with threads, so large tables are cleared in
-// parallel chunks; the result is the same zeros either way.
+// Below this much work (floats touched) one thread does it: thread start-up would dominate.
+constexpr size_t kParallelFloats = size_t{1} << 20;
+
+// Zeroing the whole fp32 table is the bulk of a first contribution (2.2 GB for Qwen2.5-7B's
+// 152064 x 3584 table): one thread took 262 ms of a 1.2 s step on the first H100 run
+// (2026-11-27), at the end of the backward where nothing hides it. Memory bandwidth grows with
+// threads, so large tables are cleared in parallel chunks; the result is the same zeros.
 void ZeroTable(float* grad, size_t floats) {
-  constexpr size_t kParallelFrom = size_t{64} << 20;  // bytes
-  constexpr unsigned kMaxThreads = 8;
-  const size_t bytes = floats * sizeof(float);
-  const unsigned threads = std::min(kMaxThreads, std::max(1u, std::thread::hardware_concurrency()));
-  if (bytes < kParallelFrom || threads == 1) {
-    std::memset(grad, 0, bytes);
-    return;
-  }
-  const size_t chunk = (floats + threads - 1) / threads;
-  std::vector<std::jthread> workers;
-  workers.reserve(threads - 1);
-  for (unsigned i = 1; i < threads; ++i) {
-    const size_t begin = std::min(floats, i * chunk);
-    const size_t count = std::min(floats, begin + chunk) - begin;
-    workers.emplace_back([grad, begin, count] { std::memset(grad + begin, 0, count * sizeof(float)); });
-  }
-  std::memset(grad, 0, std::min(floats, chunk) * sizeof(float));
+  const unsigned threads = floats >= 16 * kParallelFloats ? HostChunkThreads() : 1;
+  RunInChunksOnThreads(floats, threads, 1024, [grad](size_t begin, size_t end) {
+    std::memset(grad + begin, 0, (end - begin) * sizeof(float));
+  });
 }
 
 }  // namespace
@@ -46,27 +35,39 @@ void GatherEmbeddingRows(const float* table, int64_t vocab, int64_t dim, const i
 
 void ScatterAddEmbeddingRows(const float* d_rows, const int32_t* ids, int64_t tokens, int64_t vocab,
                              int64_t dim, bool first_contribution, float* grad) {
-  if (first_contribution) {
-    ZeroTable(grad, static_cast<size_t>(vocab * dim));
-    kernels::cpu::EmbeddingBackward(d_rows, ids, tokens, vocab, dim, grad);
-    return;
-  }
-  // Tokens grouped by id, token order kept inside a group.
+  if (first_contribution) ZeroTable(grad, static_cast<size_t>(vocab * dim));
+  // Tokens grouped by id, token order kept inside a group. Each table row is then the sum of
+  // its group, from 0 in token order, stored (first contribution) or added: per row the same
+  // operations as a scatter into a zeroed buffer, so splitting the groups over threads
+  // (disjoint rows) changes no bit.
   std::vector<int64_t> order(static_cast<size_t>(tokens));
   std::iota(order.begin(), order.end(), int64_t{0});
   std::stable_sort(order.begin(), order.end(),
                    [ids](int64_t a, int64_t b) { return ids[a] < ids[b]; });
-  std::vector<float> sum(static_cast<size_t>(dim));
-  for (size_t i = 0; i < order.size();) {
-    const int32_t id = ids[order[i]];
-    std::fill(sum.begin(), sum.end(), 0.0f);
-    for (; i < order.size() && ids[order[i]] == id; ++i) {
-      const float* row = d_rows + order[i] * dim;
-      for (int64_t j = 0; j < dim; ++j) sum[j] += row[j];
-    }
-    float* out = grad + static_cast<int64_t>(id) * dim;
-    for (int64_t j = 0; j < dim; ++j) out[j] += sum[j];
+  std::vector<size_t> group_starts;  // index into `order` where each id's group begins
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (i == 0 || ids[order[i]] != ids[order[i - 1]]) group_starts.push_back(i);
   }
+  const size_t groups = group_starts.size();
+  group_starts.push_back(order.size());
+  const unsigned threads =
+      static_cast<size_t>(tokens * dim) >= kParallelFloats ? HostChunkThreads() : 1;
+  RunInChunksOnThreads(groups, threads, 1, [&](size_t first_group, size_t end_group) {
+    std::vector<float> sum(static_cast<size_t>(dim));
+    for (size_t g = first_group; g < end_group; ++g) {
+      std::fill(sum.begin(), sum.end(), 0.0f);
+      for (size_t i = group_starts[g]; i < group_starts[g + 1]; ++i) {
+        const float* row = d_rows + order[i] * dim;
+        for (int64_t j = 0; j < dim; ++j) sum[j] += row[j];
+      }
+      float* out = grad + static_cast<int64_t>(ids[order[group_starts[g]]]) * dim;
+      if (first_contribution) {
+        std::copy(sum.begin(), sum.end(), out);
+      } else {
+        for (int64_t j = 0; j < dim; ++j) out[j] += sum[j];
+      }
+    }
+  });
 }
 
 }  // namespace megatrain::engine

@@ -25,13 +25,14 @@ TEST(HostEmbeddingTest, GatherCopiesTheRowsOfTheIds) {
     for (int64_t j = 0; j < dim; ++j) EXPECT_EQ(rows[t * dim + j], table[ids[t] * dim + j]);
 }
 
-TEST(HostEmbeddingTest, ScatterMatchesZeroedScatterThenCopyOrAdd) {
-  const int64_t vocab = 37, dim = 13, tokens = 101;  // repeated ids, odd sizes
+// Against the device-side formulation: a scatter into a zeroed buffer (token order), then a
+// copy (first contribution) or an add into the slab, bit for bit.
+void ExpectScatterMatchesZeroedScatter(int64_t vocab, int64_t dim, int64_t tokens, int distinct) {
   std::mt19937 rng(7);
   std::uniform_int_distribution<int32_t> id(0, vocab - 1);
   std::normal_distribution<float> value(0.0f, 1.0f);
   std::vector<int32_t> ids(tokens);
-  for (auto& i : ids) i = id(rng) % 9;  // few distinct ids: long groups
+  for (auto& i : ids) i = id(rng) % distinct;  // few distinct ids: long groups
   std::vector<float> d_rows(tokens * dim), slab(vocab * dim);
   for (auto& v : d_rows) v = value(rng) * 1e3f;
   for (auto& v : slab) v = value(rng);
@@ -48,6 +49,16 @@ TEST(HostEmbeddingTest, ScatterMatchesZeroedScatterThenCopyOrAdd) {
   std::vector<float> added = slab;
   ScatterAddEmbeddingRows(d_rows.data(), ids.data(), tokens, vocab, dim, false, added.data());
   EXPECT_EQ(std::memcmp(added.data(), expected.data(), added.size() * sizeof(float)), 0);
+}
+
+TEST(HostEmbeddingTest, ScatterMatchesZeroedScatterThenCopyOrAdd) {
+  ExpectScatterMatchesZeroedScatter(37, 13, 101, 9);  // repeated ids, odd sizes
+}
+
+// Over 1M floats of rows the id groups are split over threads: still the same bits.
+TEST(HostEmbeddingTest, ThreadedScatterMatchesZeroedScatter) {
+  ExpectScatterMatchesZeroedScatter(523, 401, 3001, 97);
+  ExpectScatterMatchesZeroedScatter(523, 401, 3001, 2);  // two huge groups
 }
 
 // A table over 64 MiB is cleared in parallel chunks: every row but the

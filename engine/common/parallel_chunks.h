@@ -1,0 +1,38 @@
+// RunInChunksOnThreads: splits [0, count) into up to `max_threads` contiguous chunks and runs
+// them on short-lived threads (the caller runs the first), for memory-bound host work done once
+// per micro-batch where no thread pool is at hand (the embedding gradient's scatter on the
+// copy-out stream). Chunks are disjoint, so results do not depend on the thread count.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <thread>
+#include <vector>
+
+namespace megatrain::engine {
+
+// The threads such work may use: the machine's cores, at most `cap` (memory bandwidth stops
+// growing well before a big machine's core count).
+inline unsigned HostChunkThreads(unsigned cap = 8) {
+  return std::clamp(std::thread::hardware_concurrency(), 1u, cap);
+}
+
+// fn(begin, end) for each chunk; chunk boundaries are multiples of `grain` (except the end), so
+// a caller can keep rows or cache lines whole. Blocks until every chunk has run.
+template <typename Fn>
+void RunInChunksOnThreads(size_t count, unsigned max_threads, size_t grain, Fn&& fn) {
+  grain = std::max<size_t>(grain, 1);
+  const size_t grains = (count + grain - 1) / grain;
+  const size_t threads = std::clamp<size_t>(std::min<size_t>(max_threads, grains), 1, 64);
+  const size_t per_thread = (grains + threads - 1) / threads * grain;
+  std::vector<std::jthread> workers;
+  workers.reserve(threads - 1);
+  for (size_t t = 1; t < threads; ++t) {
+    const size_t begin = std::min(count, t * per_thread);
+    const size_t end = std::min(count, begin + per_thread);
+    if (begin < end) workers.emplace_back([&fn, begin, end] { fn(begin, end); });
+  }
+  fn(size_t{0}, std::min(count, per_thread));
+}
+
+}  // namespace megatrain::engine
