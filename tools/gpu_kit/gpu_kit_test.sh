@@ -71,6 +71,17 @@ for pattern in "${sanitize_reduction_patterns[@]}"; do
   grep -q '^  ' <<<"$listed" || fail "the sanitizer filter pattern $pattern matches no ops_test case"
 done
 
+# trace_summary.py reads what train_local's --trace writes (the same span format on every device).
+"${clean_env[@]}" "$kit/bin/train_local" --device=cpu --steps=2 --config="$kit/share/tiny.json" \
+  --text="$kit/share/text" --micro_batch=2 --seq_len=64 --eval_every=0 --warmup=1 --threads=2 \
+  --weight_slots=2 --trace="$tmp/trace.json" >"$tmp/trace_run.log" 2>&1 ||
+  { cat "$tmp/trace_run.log"; fail "train_local --trace on the CPU device"; }
+"${clean_env[@]}" python3 "$kit/trace_summary.py" --trace "$tmp/trace.json" \
+  --config "$kit/share/tiny.json" --seq_len 64 --micro_batch 2 >"$tmp/trace_summary.log" 2>&1 ||
+  { cat "$tmp/trace_summary.log"; fail "trace_summary.py"; }
+grep -q '^compute forward  : ' "$tmp/trace_summary.log" || { cat "$tmp/trace_summary.log"; fail "no forward rate"; }
+grep -q '^summary: step ' "$tmp/trace_summary.log" || { cat "$tmp/trace_summary.log"; fail "no summary line"; }
+
 out="$tmp/out"
 before=$(du -sb "$kit" | cut -f1)
 clean_env=(env -i PATH=/usr/bin:/bin LD_LIBRARY_PATH=/usr/local/cuda/lib64 HOME="$tmp" TMPDIR="$tmp")

@@ -3,7 +3,7 @@
 # failure; writes kit.log + summary.json (+ gtest.json, bandwidth.json, traces) under OUT.
 #
 # Usage: run.sh [--only GROUPS] [--budget SECONDS] [--cpu-only] OUT
-#   GROUPS     comma-separated of: env, tests, sanitize, bench (default: all four)
+#   GROUPS     comma-separated of: env, tests, sanitize, bench, shapes (default: all five)
 #   --budget   wall seconds for the whole run (default 1140 = 19 min; 0 = no budget); a stage
 #              whose turn comes when the budget is spent is recorded as skipped
 #   --cpu-only the CI mode on a machine without a GPU: the ldd check, a CPU training run, and
@@ -12,7 +12,7 @@
 set -uo pipefail
 
 kit="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-groups="env,tests,sanitize,bench"
+groups="env,tests,sanitize,bench,shapes"
 budget=1140
 cpu_only=0
 while [[ $# -gt 1 ]]; do
@@ -186,6 +186,27 @@ if want sanitize && ((cpu_only == 0)); then
   expect=""
 fi
 
+# Streamed runs of a Qwen2.5 shape: each keeps its Chrome trace (they travel together as
+# traces.tar.gz), and trace_summary.py turns it into per-layer TFLOP/s, the streams' busy and
+# waiting shares and the step's MFU (the summary stage's note holds its "summary:" line).
+traces=()
+bench_model() {  # bench_model NAME CONFIG SEQ MICRO_BATCH ACCUMULATION STEPS [ENV...]
+  local name="$1" config="$2" seq="$3" mb="$4" acc="$5" steps="$6"
+  shift 6
+  stage "$name" 300 env "$@" train_local --device=cuda --config="$config" --text="$kit/share/text" \
+    --warmup=1 --eval_every=0 --arena_mb=40000 --weight_slots=2 --threads="$(nproc)" \
+    --seq_len="$seq" --micro_batch="$mb" --accumulation="$acc" --steps="$steps" \
+    --trace="$work/trace-$name.json"
+  if [[ -s "$work/trace-$name.json" ]]; then
+    traces+=("$name")
+    note_grep='^summary: '
+    stage "summary_$name" 60 python3 "$kit/trace_summary.py" --trace "$work/trace-$name.json" \
+      --config "$config" --seq_len "$seq" --micro_batch "$mb" --accumulation "$acc"
+    note_grep=""
+  fi
+}
+config7b="$kit/share/qwen2.5-7b-8layers.json"
+
 if want bench && ((cpu_only == 0)); then
   stage bandwidth 120 bandwidth_probe --mib=256 --repeats=10
   [[ -s "$stage_out" ]] && grep '^{' "$stage_out" >"$out/bandwidth.json"
@@ -194,42 +215,42 @@ if want bench && ((cpu_only == 0)); then
     --model_config="$kit/share/qwen2.5-7b-8layers.json" --text="$kit/share/text" \
     --output_dir="$work/plan" --seq_len=1024 --micro_batch_size=4 --batch_size=4 --steps=4 \
     --lr=1e-4 --warmup_steps=1
-  # Each streamed run keeps its trace; trace_summary.py turns it into per-layer TFLOP/s, the
-  # streams' busy and waiting shares and the step's MFU (the note holds its "summary:" line).
-  config7b="$kit/share/qwen2.5-7b-8layers.json"
-  train7b=(train_local --device=cuda --config="$config7b" --text="$kit/share/text" --warmup=1
-    --eval_every=0 --arena_mb=40000 --weight_slots=2 --threads="$(nproc)")
-  traces=()
-  bench_7b() {  # bench_7b NAME SEQ MICRO_BATCH ACCUMULATION STEPS [ENV...]: a run, its summary
-    local name="$1" seq="$2" mb="$3" acc="$4" steps="$5"
-    shift 5
-    stage "$name" 300 env "$@" "${train7b[@]}" --seq_len="$seq" --micro_batch="$mb" \
-      --accumulation="$acc" --steps="$steps" --trace="$work/trace-$name.json"
-    if [[ -s "$work/trace-$name.json" ]]; then
-      traces+=("$name")
-      note_grep='^summary: '
-      stage "summary_$name" 60 python3 "$kit/trace_summary.py" --trace "$work/trace-$name.json" \
-        --config "$config7b" --seq_len "$seq" --micro_batch "$mb" --accumulation "$acc"
-      note_grep=""
-    fi
-  }
   # The link-bound setting (4k tokens a step), the compute-bound one (16k), the same with four
   # micro-batches a step (the host optimizer pass, 0.6 s for 2.95B parameters on 16 cores on the
   # first run, is then paid once per 64k tokens), and attention at seq 4096 through cuDNN and
   # through our kernel.
-  bench_7b train_7b_8layers 1024 4 1 4
-  bench_7b train_7b_8layers_mb16 1024 16 1 3
-  bench_7b train_7b_8layers_mb16_acc4 1024 16 4 2
-  bench_7b attention_cudnn_s4096 4096 2 1 2
-  bench_7b attention_own_s4096 4096 2 1 2 MEGATRAIN_CUDNN_ATTENTION=0
+  bench_model train_7b_8layers "$config7b" 1024 4 1 4
+  bench_model train_7b_8layers_mb16 "$config7b" 1024 16 1 3
+  bench_model train_7b_8layers_mb16_acc4 "$config7b" 1024 16 4 2
+  bench_model attention_cudnn_s4096 "$config7b" 4096 2 1 2
+  bench_model attention_own_s4096 "$config7b" 4096 2 1 2 MEGATRAIN_CUDNN_ATTENTION=0
   note_grep='^torch_peer: '
   stage torch_layer_peer 120 python3 "$kit/torch_layer_peer.py" --config "$config7b" \
     --shape 4x1024 --shape 16x1024 --shape 2x4096
   note_grep=""
-  # The traces travel as one archive (run.sh writes at most 8 files).
-  if ((${#traces[@]})); then
-    (cd "$work" && tar -czf "$out/traces-7b.tar.gz" $(printf 'trace-%s.json ' "${traces[@]}"))
-  fi
+fi
+
+if want shapes && ((cpu_only == 0)); then
+  # One layer's rates at the 14B, 32B and 72B layer shapes (2 layers each, a 32k vocabulary so
+  # the host optimizer and the head stay small), the torch peer at the same shapes, and long
+  # context: the 8-layer 7B cut at seq 32768 (issue 20: it must plan and run in the budget).
+  for shape in 14b 32b 72b; do
+    bench_model "layers_${shape}" "$kit/share/qwen2.5-${shape}-2layers.json" 1024 4 1 2
+    note_grep='^torch_peer: '
+    stage "torch_peer_${shape}" 120 python3 "$kit/torch_layer_peer.py" \
+      --config "$kit/share/qwen2.5-${shape}-2layers.json" --shape 4x1024
+    note_grep=""
+  done
+  stage plan_7b_8layers_s32k 60 megatrain plan --offline \
+    --daemon_config="$kit/share/daemon-h100.textproto" --model_config="$config7b" \
+    --text="$kit/share/text" --output_dir="$work/plan32k" --seq_len=32768 --micro_batch_size=1 \
+    --batch_size=1 --steps=1 --lr=1e-4 --warmup_steps=1
+  bench_model long_context_s32k "$config7b" 32768 1 1 1
+fi
+
+# The traces travel as one archive (run.sh writes at most 8 files).
+if ((${#traces[@]})); then
+  (cd "$work" && tar -czf "$out/traces.tar.gz" $(printf 'trace-%s.json ' "${traces[@]}"))
 fi
 
 # summary.json: per-stage status and seconds, the totals, and where the CUDA libraries came from.
