@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -15,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "server/job_engine.h"
+#include "tests/server/engine_jobs.h"
 #include "tests/server/test_daemon.h"
 
 namespace megatrain::server::testing {
@@ -22,22 +22,11 @@ namespace {
 
 using ::testing::HasSubstr;
 
-nlohmann::json ReadResult(const std::string& output_dir) {
-  std::ifstream in(output_dir + "/result.json");
-  std::stringstream text;
-  text << in.rdbuf();
-  return nlohmann::json::parse(text.str(), nullptr, false);
-}
-
 class SpeculativeJobTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    DeviceJobEngineOptions options;
-    options.state_dir = daemon_.settings().state_dir;
-    options.device = daemon_.settings().device;
-    absl::StatusOr<std::unique_ptr<DeviceJobEngine>> engine = DeviceJobEngine::Create(options);
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    engine_ = std::move(*engine);
+    engine_ = MakeDeviceEngine(daemon_, /*tokenize_binary=*/"");
+    ASSERT_NE(engine_, nullptr);
     daemon_.Start(engine_.get());
     nvme_dir_ = daemon_.root() + "/out/nvme";
     std::filesystem::create_directories(nvme_dir_);
@@ -67,17 +56,10 @@ class SpeculativeJobTest : public ::testing::Test {
     return spec;
   }
 
-  grpc::Status Submit(const v1::JobSpec& spec, v1::Job& job) {
-    v1::SubmitJobRequest request;
-    *request.mutable_spec() = spec;
-    grpc::ClientContext context;
-    return daemon_.stub().SubmitJob(&context, request, &job);
-  }
-
   // Submits, waits for the end (bounded) and checks it succeeded on an emptied device.
   v1::Job RunToEnd(const v1::JobSpec& spec) {
     v1::Job job;
-    const grpc::Status submitted = Submit(spec, job);
+    const grpc::Status submitted = TrySubmit(daemon_, spec, &job);
     EXPECT_TRUE(submitted.ok()) << submitted.error_message();
     if (!submitted.ok()) return job;
     v1::Job done = daemon_.AwaitState(job.id(), v1::SUCCEEDED, 0, 120);
@@ -106,8 +88,8 @@ TEST_F(SpeculativeJobTest, AJobWithItTrainsCommitsEveryStepAndReportsIt) {
   const v1::Job speculative = RunToEnd(speculative_spec);
   EXPECT_FALSE(normal.spec().speculative_update());
   EXPECT_TRUE(speculative.spec().speculative_update());  // as GetJob and `megatrain status` see it
-  const nlohmann::json normal_result = ReadResult(normal.spec().output_dir());
-  const nlohmann::json result = ReadResult(speculative.spec().output_dir());
+  const nlohmann::json normal_result = Result(normal.spec());
+  const nlohmann::json result = Result(speculative.spec());
   ASSERT_TRUE(normal_result.is_object() && result.is_object());
   EXPECT_FALSE(normal_result.contains("speculative_update")) << normal_result.dump();
   ASSERT_TRUE(result.contains("speculative_update")) << result.dump();
@@ -126,7 +108,7 @@ TEST_F(SpeculativeJobTest, AJobWhosePlacementCannotUseItIsRefusedNamingTheField)
   v1::JobSpec in_ram = daemon_.ValidSpec(2);
   in_ram.set_speculative_update(true);
   v1::Job job;
-  grpc::Status refused = Submit(in_ram, job);
+  grpc::Status refused = TrySubmit(daemon_, in_ram, &job);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(refused.error_message(), HasSubstr("speculative_update: true"));
   EXPECT_THAT(refused.error_message(), HasSubstr("memory.master_on_nvme"));
@@ -138,7 +120,7 @@ TEST_F(SpeculativeJobTest, AJobWhosePlacementCannotUseItIsRefusedNamingTheField)
   v1::JobSpec states_only = MasterOnNvmeSpec(true);
   states_only.mutable_memory()->set_master_on_nvme(false);
   states_only.mutable_memory()->set_states_on_nvme(true);
-  refused = Submit(states_only, job);
+  refused = TrySubmit(daemon_, states_only, &job);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(refused.error_message(), HasSubstr("speculative_update"));
   EXPECT_THAT(refused.error_message(), HasSubstr("not all on NVMe"));
@@ -155,7 +137,7 @@ TEST_F(SpeculativeJobTest, AJobWhosePlacementCannotUseItIsRefusedNamingTheField)
   ASSERT_GT(nvme_used, 0u) << plan.DebugString();
   tight.mutable_memory()->set_nvme_bytes(nvme_used);
   tight.set_speculative_update(true);
-  refused = Submit(tight, job);
+  refused = TrySubmit(daemon_, tight, &job);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(refused.error_message(), HasSubstr("speculative_update"));
   EXPECT_THAT(refused.error_message(), HasSubstr("memory.nvme_bytes"));
