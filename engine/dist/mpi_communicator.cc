@@ -237,11 +237,11 @@ absl::Status MpiCommunicator::ReduceInRankOrderTo(float* data, const float* apar
         receive_counts[j] = static_cast<int>(piece);
         receive_displs[j] = static_cast<int>(piece * static_cast<size_t>(j * per_rank + k));
       }
-      if (absl::Status s = Check(
-              MPI_Gatherv(sources[k] + first, static_cast<int>(piece), MPI_FLOAT,
-                          is_root ? receive_.data() : nullptr, receive_counts.data(),
-                          receive_displs.data(), MPI_FLOAT, root, MPI_COMM_WORLD),
-              "MPI_Gatherv(gradient contributions)");
+      if (absl::Status s =
+              Check(MPI_Gatherv(sources[k] + first, static_cast<int>(piece), MPI_FLOAT,
+                                is_root ? receive_.data() : nullptr, receive_counts.data(),
+                                receive_displs.data(), MPI_FLOAT, root, MPI_COMM_WORLD),
+                    "MPI_Gatherv(gradient contributions)");
           !s.ok()) {
         return s;
       }

@@ -98,10 +98,9 @@ absl::Status CheckReducePairs(MpiCommunicator& c, size_t n) {
         root < 0 || root == c.rank() ? expected : Contribution(c.rank(), n);
     if (std::memcmp(data.data(), want.data(), n * sizeof(float)) != 0 ||
         std::memcmp(apart_copy.data(), apart.data(), n * sizeof(float)) != 0) {
-      return absl::InternalError(absl::StrCat("rank ", c.rank(), ": reduce of pairs of n=", n,
-                                              root < 0 ? std::string(" to every rank")
-                                                       : absl::StrCat(" to root ", root),
-                                              " differs"));
+      return absl::InternalError(absl::StrCat(
+          "rank ", c.rank(), ": reduce of pairs of n=", n,
+          root < 0 ? std::string(" to every rank") : absl::StrCat(" to root ", root), " differs"));
     }
   }
   return absl::OkStatus();

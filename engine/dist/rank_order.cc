@@ -23,16 +23,15 @@ void SumInRankOrder(const float* contributions, int count, size_t n, float* out)
   }
 }
 
-absl::Status SingleProcessCommunicator::ReduceFloatPairsInRankOrder(float* data,
-                                                                     const float* apart,
-                                                                     size_t n) {
+absl::Status SingleProcessCommunicator::ReduceFloatPairsInRankOrder(float* data, const float* apart,
+                                                                    size_t n) {
   for (size_t i = 0; i < n; ++i) data[i] += apart[i];
   return absl::OkStatus();
 }
 
 absl::Status SingleProcessCommunicator::ReduceFloatPairsInRankOrderTo(float* data,
-                                                                       const float* apart,
-                                                                       size_t n, int root) {
+                                                                      const float* apart, size_t n,
+                                                                      int root) {
   if (root != 0) return absl::InvalidArgumentError("reduce root must be 0 in a world of 1");
   return ReduceFloatPairsInRankOrder(data, apart, n);
 }

@@ -93,20 +93,21 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
   if (placement.rows_gradient_entry != -1) {
     const int e = placement.rows_gradient_entry;
     if (e < 0 || e >= static_cast<int>(store.specs_.size())) {
-      return absl::InvalidArgumentError(absl::StrCat("rows_gradient_entry=", e,
-                                                     " names no entry of ", store.specs_.size()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("rows_gradient_entry=", e, " names no entry of ", store.specs_.size()));
     }
     if (!grad_in_ram[e]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "rows_gradient_entry=", e, ": that entry's gradient is on NVMe; the rows' gradient is "
-          "kept apart only beside a gradient in RAM (the embedding's)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("rows_gradient_entry=", e,
+                       ": that entry's gradient is on NVMe; the rows' gradient is "
+                       "kept apart only beside a gradient in RAM (the embedding's)"));
     }
     absl::StatusOr<HostArray> rows =
         AllocateArray(device, store.specs_[e].elements, placement.grad_pinned);
     if (!rows.ok()) {
-      return absl::Status(rows.status().code(),
-                          absl::StrCat("parameter entry ", e, " rows' gradient: ",
-                                       rows.status().message()));
+      return absl::Status(
+          rows.status().code(),
+          absl::StrCat("parameter entry ", e, " rows' gradient: ", rows.status().message()));
     }
     store.rows_grad_ = std::move(*rows);
   }

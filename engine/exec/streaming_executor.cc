@@ -85,13 +85,15 @@ absl::StatusOr<std::unique_ptr<StreamingExecutor>> StreamingExecutor::Create(
         absl::StrCat("checkpoint_interval=", given_options.checkpoint_interval, " must be >= 1"));
   }
   if (const int apart = store.placement().rows_gradient_entry;
-      apart != -1 && (apart != layout.schedule.embedding_entry ||
-                      apart != layout.schedule.lm_head_entry)) {
+      apart != -1 &&
+      (apart != layout.schedule.embedding_entry || apart != layout.schedule.lm_head_entry)) {
     // Untied, the slab would get no contribution at all with the rows scattered elsewhere.
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rows_gradient_entry=", apart, " keeps a tied embedding's rows' gradient apart: it must "
-        "be the embedding entry (", layout.schedule.embedding_entry, ") and the LM head's (",
-        layout.schedule.lm_head_entry, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rows_gradient_entry=", apart,
+                     " keeps a tied embedding's rows' gradient apart: it must "
+                     "be the embedding entry (",
+                     layout.schedule.embedding_entry, ") and the LM head's (",
+                     layout.schedule.lm_head_entry, ")"));
   }
   if (dims.head_chunk < 1) {
     return absl::InvalidArgumentError(absl::StrCat("head_chunk=", dims.head_chunk));
