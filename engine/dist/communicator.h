@@ -39,6 +39,16 @@ class Communicator {
   // The same rank-ordered sum, delivered to rank `root` only (ZeRO-1: the entry's owner is the
   // one rank that needs its reduced gradient). The other ranks' data is left as it was.
   virtual absl::Status ReduceFloatsInRankOrderTo(float* data, size_t n, int root) = 0;
+  // Two contributions per rank, `data` then `apart` (n floats each, the same n on every rank):
+  // data[0, n) becomes, on every rank, ((((d_0 + a_0) + d_1) + a_1) + d_2) + ... element by
+  // element, the bits of one process adding, micro-batch by micro-batch, first one contribution and
+  // then the other into one slab (a tied embedding: the LM head's gradient, then the rows'
+  // scatter, which a rank keeps apart; docs/scale_out.md). `apart` is only read.
+  virtual absl::Status ReduceFloatPairsInRankOrder(float* data, const float* apart, size_t n) = 0;
+  // The same sum of pairs, delivered to rank `root` only (ZeRO-1); the other ranks' data is left
+  // as it was.
+  virtual absl::Status ReduceFloatPairsInRankOrderTo(float* data, const float* apart, size_t n,
+                                                     int root) = 0;
   // `bytes` at `data` on rank `root` are copied to every other rank's `data`.
   virtual absl::Status Broadcast(void* data, size_t bytes, int root) = 0;
   virtual absl::Status Barrier() = 0;
@@ -63,6 +73,10 @@ class SingleProcessCommunicator final : public Communicator {
     if (root != 0) return absl::InvalidArgumentError("reduce root must be 0 in a world of 1");
     return absl::OkStatus();
   }
+  // d_0 + a_0, element by element.
+  absl::Status ReduceFloatPairsInRankOrder(float* data, const float* apart, size_t n) override;
+  absl::Status ReduceFloatPairsInRankOrderTo(float* data, const float* apart, size_t n,
+                                             int root) override;
   absl::Status Broadcast(void*, size_t, int root) override {
     if (root != 0) return absl::InvalidArgumentError("broadcast root must be 0 in a world of 1");
     return absl::OkStatus();

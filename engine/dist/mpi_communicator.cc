@@ -145,33 +145,57 @@ absl::StatusOr<std::vector<double>> MpiCommunicator::AllGatherDoubles(
 }
 
 absl::Status MpiCommunicator::ReduceFloatsInRankOrder(float* data, size_t n) {
+  return ReduceInRankOrder(data, nullptr, n);
+}
+
+absl::Status MpiCommunicator::ReduceFloatPairsInRankOrder(float* data, const float* apart,
+                                                          size_t n) {
+  return ReduceInRankOrder(data, apart, n);
+}
+
+absl::Status MpiCommunicator::ReduceFloatsInRankOrderTo(float* data, size_t n, int root) {
+  return ReduceInRankOrderTo(data, nullptr, n, root);
+}
+
+absl::Status MpiCommunicator::ReduceFloatPairsInRankOrderTo(float* data, const float* apart,
+                                                            size_t n, int root) {
+  return ReduceInRankOrderTo(data, apart, n, root);
+}
+
+absl::Status MpiCommunicator::ReduceInRankOrder(float* data, const float* apart, size_t n) {
   CallTimer timer(stats_, *watchdog_, "MPI_Alltoallv/MPI_Allgatherv(gradient reduction)");
   const int world = size_;
+  // Contributions per rank: the rank's slab, and the array kept apart when there is one.
+  const int per_rank = apart != nullptr ? 2 : 1;
+  const float* sources[2] = {data, apart};
   std::vector<int> send_counts(world), send_displs(world), receive_counts(world),
       receive_displs(world);
   for (size_t first = 0; first < n; first += kPieceFloats) {
     const size_t piece = std::min(kPieceFloats, n - first);
     float* base = data + first;
-    // Rank j owns range j of the piece: send it our contribution there; receive every rank's
-    // contribution to our range, in rank order, one after another.
+    // Rank j owns range j of the piece: send it our contributions there; receive every rank's
+    // contributions to our range, in rank order (a rank's two one after the other).
     const OwnedRange mine = OwnedRangeOf(piece, rank_, world);
     const size_t owned = mine.end - mine.begin;
-    for (int j = 0; j < world; ++j) {
-      const OwnedRange theirs = OwnedRangeOf(piece, j, world);
-      send_counts[j] = static_cast<int>(theirs.end - theirs.begin);
-      send_displs[j] = static_cast<int>(theirs.begin);
-      receive_counts[j] = static_cast<int>(owned);
-      receive_displs[j] = static_cast<int>(owned * static_cast<size_t>(j));
+    receive_.resize(owned * static_cast<size_t>(world * per_rank));
+    for (int k = 0; k < per_rank; ++k) {
+      for (int j = 0; j < world; ++j) {
+        const OwnedRange theirs = OwnedRangeOf(piece, j, world);
+        send_counts[j] = static_cast<int>(theirs.end - theirs.begin);
+        send_displs[j] = static_cast<int>(theirs.begin);
+        receive_counts[j] = static_cast<int>(owned);
+        receive_displs[j] = static_cast<int>(owned * static_cast<size_t>(j * per_rank + k));
+      }
+      if (absl::Status s =
+              Check(MPI_Alltoallv(sources[k] + first, send_counts.data(), send_displs.data(),
+                                  MPI_FLOAT, receive_.data(), receive_counts.data(),
+                                  receive_displs.data(), MPI_FLOAT, MPI_COMM_WORLD),
+                    "MPI_Alltoallv(gradient contributions)");
+          !s.ok()) {
+        return s;
+      }
     }
-    receive_.resize(owned * static_cast<size_t>(world));
-    if (absl::Status s = Check(
-            MPI_Alltoallv(base, send_counts.data(), send_displs.data(), MPI_FLOAT, receive_.data(),
-                          receive_counts.data(), receive_displs.data(), MPI_FLOAT, MPI_COMM_WORLD),
-            "MPI_Alltoallv(gradient contributions)");
-        !s.ok()) {
-      return s;
-    }
-    SumInRankOrder(receive_.data(), world, owned, base + mine.begin);
+    SumInRankOrder(receive_.data(), world * per_rank, owned, base + mine.begin);
     for (int j = 0; j < world; ++j) {
       const OwnedRange theirs = OwnedRangeOf(piece, j, world);
       receive_counts[j] = static_cast<int>(theirs.end - theirs.begin);
@@ -184,34 +208,48 @@ absl::Status MpiCommunicator::ReduceFloatsInRankOrder(float* data, size_t n) {
         !s.ok()) {
       return s;
     }
-    // Sent: every range but ours in the all-to-all, then ours to every other rank.
-    stats_.bytes_sent += (piece - owned + owned * static_cast<size_t>(world - 1)) * sizeof(float);
+    // Sent: every range but ours of each array in the all-to-all, then ours to every other rank.
+    stats_.bytes_sent +=
+        ((piece - owned) * static_cast<size_t>(per_rank) + owned * static_cast<size_t>(world - 1)) *
+        sizeof(float);
   }
   return absl::OkStatus();
 }
 
-absl::Status MpiCommunicator::ReduceFloatsInRankOrderTo(float* data, size_t n, int root) {
-  CallTimer timer(stats_, *watchdog_, "MPI_Gather(gradient contributions)");
+absl::Status MpiCommunicator::ReduceInRankOrderTo(float* data, const float* apart, size_t n,
+                                                  int root) {
+  CallTimer timer(stats_, *watchdog_, "MPI_Gatherv(gradient contributions)");
   if (root < 0 || root >= size_) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank_, ": reduce root ", root, " outside a world of ", size_));
   }
   const bool is_root = rank_ == root;
+  const int per_rank = apart != nullptr ? 2 : 1;
+  const float* sources[2] = {data, apart};
+  std::vector<int> receive_counts(size_), receive_displs(size_);
   for (size_t first = 0; first < n; first += kRootPieceFloats) {
     const size_t piece = std::min(kRootPieceFloats, n - first);
     float* base = data + first;
-    if (is_root) receive_.resize(piece * static_cast<size_t>(size_));
-    if (absl::Status s = Check(MPI_Gather(base, static_cast<int>(piece), MPI_FLOAT,
-                                          is_root ? receive_.data() : nullptr,
-                                          static_cast<int>(piece), MPI_FLOAT, root, MPI_COMM_WORLD),
-                               "MPI_Gather(gradient contributions)");
-        !s.ok()) {
-      return s;
+    if (is_root) receive_.resize(piece * static_cast<size_t>(size_ * per_rank));
+    for (int k = 0; k < per_rank; ++k) {
+      // Root lays rank j's contribution k at slot j * per_rank + k: rank order, pairs together.
+      for (int j = 0; j < size_; ++j) {
+        receive_counts[j] = static_cast<int>(piece);
+        receive_displs[j] = static_cast<int>(piece * static_cast<size_t>(j * per_rank + k));
+      }
+      if (absl::Status s =
+              Check(MPI_Gatherv(sources[k] + first, static_cast<int>(piece), MPI_FLOAT,
+                                is_root ? receive_.data() : nullptr, receive_counts.data(),
+                                receive_displs.data(), MPI_FLOAT, root, MPI_COMM_WORLD),
+                    "MPI_Gatherv(gradient contributions)");
+          !s.ok()) {
+        return s;
+      }
     }
     if (is_root) {
-      SumInRankOrder(receive_.data(), size_, piece, base);
+      SumInRankOrder(receive_.data(), size_ * per_rank, piece, base);
     } else {
-      stats_.bytes_sent += piece * sizeof(float);
+      stats_.bytes_sent += piece * static_cast<size_t>(per_rank) * sizeof(float);
     }
   }
   return absl::OkStatus();

@@ -47,9 +47,15 @@ class MpiCommunicator final : public Communicator {
   // an all-to-all brings it every rank's contribution to its range, it sums them in rank order
   // (SumInRankOrder), and an all-gather gives everyone the sums.
   absl::Status ReduceFloatsInRankOrder(float* data, size_t n) override;
-  // Pieces of kRootPieceFloats: an MPI_Gather brings root every rank's piece, in rank order, and
+  // Pieces of kRootPieceFloats: an MPI_Gatherv brings root every rank's piece, in rank order, and
   // root sums them (SumInRankOrder).
   absl::Status ReduceFloatsInRankOrderTo(float* data, size_t n, int root) override;
+  // As ReduceFloatsInRankOrder and ...To, with each rank's two arrays going out per piece: every
+  // owner (or root) receives 2W contributions, d_0, a_0, d_1, a_1, ..., and sums them in that
+  // order.
+  absl::Status ReduceFloatPairsInRankOrder(float* data, const float* apart, size_t n) override;
+  absl::Status ReduceFloatPairsInRankOrderTo(float* data, const float* apart, size_t n,
+                                             int root) override;
   absl::Status Broadcast(void* data, size_t bytes, int root) override;
   absl::Status Barrier() override;
   CommunicatorStats stats() const override { return stats_; }
@@ -69,6 +75,9 @@ class MpiCommunicator final : public Communicator {
   MpiCommunicator(int rank, int size, std::string host)
       : rank_(rank), size_(size), host_(std::move(host)) {}
   absl::Status Check(int code, const char* call) const;
+  // The reductions, with one contribution per rank (apart null) or two (data, then apart).
+  absl::Status ReduceInRankOrder(float* data, const float* apart, size_t n);
+  absl::Status ReduceInRankOrderTo(float* data, const float* apart, size_t n, int root);
   // Prints which rank, host, collective and step waited too long, and aborts the job.
   [[noreturn]] void AbortOverdue(const CollectiveWatchdog::Overdue& overdue);
   int rank_;
@@ -77,7 +86,8 @@ class MpiCommunicator final : public Communicator {
   // Reports with the members above; the destructor joins its thread before MPI_Finalize.
   std::unique_ptr<CollectiveWatchdog> watchdog_;
   CommunicatorStats stats_;
-  std::vector<float> receive_;  // one piece of every rank's contributions to the owned range
+  // One piece of every rank's contributions (one or two each) to the owned range, in rank order.
+  std::vector<float> receive_;
 };
 
 }  // namespace megatrain::engine::dist

@@ -63,6 +63,49 @@ absl::Status CheckReduceTo(MpiCommunicator& c, size_t n, int root) {
   return absl::OkStatus();
 }
 
+// Rank r's second contribution (kept apart, ReduceFloatPairsInRankOrder): unlike any rank's first.
+std::vector<float> ApartContribution(int rank, int world, size_t n) {
+  return Contribution(world + rank, n);
+}
+
+// Every rank's pair added as one process adds them: d_0, then a_0, d_1, a_1, ...
+std::vector<float> PairSum(int world, size_t n) {
+  std::vector<float> sum = Contribution(0, n);
+  for (int r = 0; r < world; ++r) {
+    if (r > 0) {
+      const std::vector<float> add = Contribution(r, n);
+      for (size_t i = 0; i < n; ++i) sum[i] += add[i];
+    }
+    const std::vector<float> apart = ApartContribution(r, world, n);
+    for (size_t i = 0; i < n; ++i) sum[i] += apart[i];
+  }
+  return sum;
+}
+
+// ReduceFloatPairsInRankOrder (every rank gets the sum of pairs; `apart` untouched) and
+// ReduceFloatPairsInRankOrderTo each root (only root gets it, the others keep their input).
+absl::Status CheckReducePairs(MpiCommunicator& c, size_t n) {
+  const std::vector<float> expected = PairSum(c.size(), n);
+  const std::vector<float> apart = ApartContribution(c.rank(), c.size(), n);
+  for (int root = -1; root < c.size(); ++root) {
+    std::vector<float> data = Contribution(c.rank(), n);
+    std::vector<float> apart_copy = apart;
+    const absl::Status s =
+        root < 0 ? c.ReduceFloatPairsInRankOrder(data.data(), apart_copy.data(), n)
+                 : c.ReduceFloatPairsInRankOrderTo(data.data(), apart_copy.data(), n, root);
+    if (!s.ok()) return s;
+    const std::vector<float> want =
+        root < 0 || root == c.rank() ? expected : Contribution(c.rank(), n);
+    if (std::memcmp(data.data(), want.data(), n * sizeof(float)) != 0 ||
+        std::memcmp(apart_copy.data(), apart.data(), n * sizeof(float)) != 0) {
+      return absl::InternalError(absl::StrCat(
+          "rank ", c.rank(), ": reduce of pairs of n=", n,
+          root < 0 ? std::string(" to every rank") : absl::StrCat(" to root ", root), " differs"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckAll(MpiCommunicator& c, int expected_size) {
   if (c.size() != expected_size) {
     return absl::InternalError(
@@ -91,8 +134,15 @@ absl::Status CheckAll(MpiCommunicator& c, int expected_size) {
       if (absl::Status s = CheckReduceTo(c, n, root); !s.ok()) return s;
     }
   }
+  // Pairs: sizes below the world, odd, and over a piece of both reductions.
+  for (size_t n : {size_t{1}, size_t{1001}, MpiCommunicator::kPieceFloats + 7}) {
+    if (absl::Status s = CheckReducePairs(c, n); !s.ok()) return s;
+  }
   {
     float x = 0;
+    if (c.ReduceFloatPairsInRankOrderTo(&x, &x, 1, c.size()).ok()) {
+      return absl::InternalError("reduce of pairs to a root outside the world succeeded");
+    }
     if (c.ReduceFloatsInRankOrderTo(&x, 1, c.size()).ok()) {
       return absl::InternalError("reduce to a root outside the world succeeded");
     }

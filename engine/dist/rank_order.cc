@@ -1,4 +1,5 @@
-// The rank-ordered float sum and the split of a reduction into owned ranges.
+// The rank-ordered float sum, the split of a reduction into owned ranges, and the world of one's
+// sum of pairs.
 #include <cstring>
 
 #include "engine/dist/communicator.h"
@@ -20,6 +21,19 @@ void SumInRankOrder(const float* contributions, int count, size_t n, float* out)
     // host += staged does for micro-batch c of an accumulation step.
     for (size_t i = 0; i < n; ++i) out[i] += add[i];
   }
+}
+
+absl::Status SingleProcessCommunicator::ReduceFloatPairsInRankOrder(float* data, const float* apart,
+                                                                    size_t n) {
+  for (size_t i = 0; i < n; ++i) data[i] += apart[i];
+  return absl::OkStatus();
+}
+
+absl::Status SingleProcessCommunicator::ReduceFloatPairsInRankOrderTo(float* data,
+                                                                      const float* apart, size_t n,
+                                                                      int root) {
+  if (root != 0) return absl::InvalidArgumentError("reduce root must be 0 in a world of 1");
+  return ReduceFloatPairsInRankOrder(data, apart, n);
 }
 
 }  // namespace megatrain::engine::dist

@@ -1,6 +1,7 @@
 // The rank-ordered sum and owned ranges, and the world of one.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -51,6 +52,21 @@ TEST(SingleProcessCommunicatorTest, CollectivesAreTheIdentity) {
   EXPECT_TRUE(c.Broadcast(&x, sizeof(x), 0).ok());
   EXPECT_FALSE(c.Broadcast(&x, sizeof(x), 1).ok());
   EXPECT_TRUE(c.Barrier().ok());
+}
+
+TEST(SingleProcessCommunicatorTest, PairsAddTheApartArrayOnce) {
+  // d_0 + a_0: an apart element of -0.0 (a row no token touched) leaves d exactly, -0.0 included.
+  SingleProcessCommunicator c;
+  std::vector<float> data = {1.0f, -0.0f, 2.0f, 1e8f};
+  const std::vector<float> apart = {-0.0f, -0.0f, 0.5f, 1.0f};
+  ASSERT_TRUE(c.ReduceFloatPairsInRankOrder(data.data(), apart.data(), data.size()).ok());
+  const std::vector<float> expected = {1.0f, -0.0f, 2.5f, 1e8f + 1.0f};
+  EXPECT_EQ(std::memcmp(data.data(), expected.data(), data.size() * sizeof(float)), 0);
+  EXPECT_TRUE(std::signbit(data[1]));
+  ASSERT_TRUE(c.ReduceFloatPairsInRankOrderTo(data.data(), apart.data(), data.size(), 0).ok());
+  EXPECT_EQ(data[2], 3.0f);
+  EXPECT_EQ(c.ReduceFloatPairsInRankOrderTo(data.data(), apart.data(), data.size(), 1).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

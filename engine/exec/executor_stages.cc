@@ -164,11 +164,28 @@ void StreamingExecutor::Impl::EnqueueEmbeddingForward(const ScheduledOp& op, voi
   compute->WaitEvent(*embedding_in_ready, {SpanKind::kWait, "embedding rows", -1});
 }
 
+void StreamingExecutor::Impl::EnqueueRowsGradientReset() {
+  const int e = layout.schedule.embedding_entry;
+  float* apart = store.rows_gradient(e);
+  if (apart == nullptr) return;
+  const size_t n = store.spec(e).elements;
+  // -0.0 is the one float x + (-0.0) leaves unchanged for every x (+0.0 would turn a -0.0 into
+  // +0.0): rows no token of the step touches then add nothing when the ranks' reduction adds this
+  // array after the LM head's gradient, as one process adds nothing to them. Enqueued at the start
+  // of the step's first micro-batch, so the copy_out stream clears it while the forward runs.
+  copy_out->EnqueueHostTask([apart, n] { std::fill(apart, apart + n, -0.0f); },
+                            {SpanKind::kCopyOut, "embed.rows reset", -1});
+}
+
 void StreamingExecutor::Impl::EnqueueEmbeddingBackward(const ScheduledOp& op, const void* dx_out,
                                                        bool first_contribution) {
   const int e = op.host_entry;
   void* rows = embedding_rows.data();
-  float* slab = store.entry(e).grad;
+  // A tied embedding on a data-parallel rank scatters its rows apart from the LM head's gradient
+  // (StorePlacement::rows_gradient_entry), adding to the -0.0 of EnqueueRowsGradientReset.
+  float* apart = store.rows_gradient(e);
+  float* slab = apart != nullptr ? apart : store.entry(e).grad;
+  if (apart != nullptr) first_contribution = false;
   compute->RecordEvent(*embedding_grad_ready);
   copy_out->WaitEvent(*embedding_grad_ready, {SpanKind::kWait, "gradients ready", -1});
   copy_out->CopyDeviceToHost(rows, dx_out, activation_bytes(),

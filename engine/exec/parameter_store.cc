@@ -90,6 +90,27 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
     }
     grad_in_ram[e] = true;
   }
+  if (placement.rows_gradient_entry != -1) {
+    const int e = placement.rows_gradient_entry;
+    if (e < 0 || e >= static_cast<int>(store.specs_.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rows_gradient_entry=", e, " names no entry of ", store.specs_.size()));
+    }
+    if (!grad_in_ram[e]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rows_gradient_entry=", e,
+                       ": that entry's gradient is on NVMe; the rows' gradient is "
+                       "kept apart only beside a gradient in RAM (the embedding's)"));
+    }
+    absl::StatusOr<HostArray> rows =
+        AllocateArray(device, store.specs_[e].elements, placement.grad_pinned);
+    if (!rows.ok()) {
+      return absl::Status(
+          rows.status().code(),
+          absl::StrCat("parameter entry ", e, " rows' gradient: ", rows.status().message()));
+    }
+    store.rows_grad_ = std::move(*rows);
+  }
   std::vector<bool> copy_in_ram(store.specs_.size(), !placement.compute_copy_on_nvme);
   for (int e : placement.compute_copy_ram_entries) {
     if (e < 0 || e >= static_cast<int>(store.specs_.size())) {
@@ -404,6 +425,9 @@ size_t ParameterStore::pageable_ram_bytes() const {
       const HostArray& a = (*list)[e];
       if (a.pinned.empty() && a.pageable != nullptr) bytes += specs_[e].elements * sizeof(float);
     }
+  }
+  if (rows_grad_.pageable != nullptr) {
+    bytes += specs_[placement_.rows_gradient_entry].elements * sizeof(float);
   }
   for (size_t e = 0; e < compute_.size(); ++e) {
     if (!compute_[e].pinned.empty() || compute_[e].pageable == nullptr) continue;

@@ -82,6 +82,12 @@ struct StorePlacement {
   // only for the entries flagged (the ones this rank owns and updates); the others' m and v are
   // null and ReadOptimizerState / WriteOptimizerState refuse them. RAM optimizer state only.
   std::vector<bool> optimizer_state_entries;
+  // Data parallelism over MPI with a tied embedding (docs/scale_out.md): this entry (the
+  // embedding, also the LM head) gets a second gradient array of its size, where the executor
+  // scatters the rows' gradient apart from the LM head's, so the ranks' reduction can add the two
+  // in one process's order. Pinned like the gradients (grad_pinned); the entry's gradient must be
+  // in RAM. -1 = none.
+  int rows_gradient_entry = -1;
   int read_ahead = 2;    // entries of m/v (and master) read ahead of the one being updated
   int max_writes_in_flight = 2;
   size_t nvme_request_bytes = tiers::kDefaultBlockBytes;  // I/O request size of the NVMe file
@@ -134,6 +140,12 @@ class ParameterStore {
   double GradSumOfSquares(int entry, ThreadPool* pool) const;
   // The entry's gradient wherever it lives; not during a step.
   absl::Status ReadGradient(int entry, float* out) const;
+
+  // The embedding rows' gradient kept apart from entry e's slab (StorePlacement::
+  // rows_gradient_entry), or null for every other entry and without one.
+  float* rows_gradient(int entry) const {
+    return entry == placement_.rows_gradient_entry ? rows_grad_.data() : nullptr;
+  }
 
   // Whether this store holds entry e's m and v (false for a ZeRO-1 rank's unowned entries).
   bool has_optimizer_state(int entry) const {
@@ -199,6 +211,7 @@ class ParameterStore {
   StorePlacement placement_;
   std::vector<HostArray> master_, grad_, m_, v_;
   std::vector<HostArray> compute_;  // bf16 pairs in float-sized storage, or fp32, when enabled
+  HostArray rows_grad_;             // rows_gradient(placement_.rows_gradient_entry)
   std::unique_ptr<tiers::UringBlockIo> io_;
   std::unique_ptr<tiers::NvmeStateStore> state_store_;
   EntryChunks chunks_;

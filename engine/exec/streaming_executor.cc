@@ -84,6 +84,17 @@ absl::StatusOr<std::unique_ptr<StreamingExecutor>> StreamingExecutor::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint_interval=", given_options.checkpoint_interval, " must be >= 1"));
   }
+  if (const int apart = store.placement().rows_gradient_entry;
+      apart != -1 &&
+      (apart != layout.schedule.embedding_entry || apart != layout.schedule.lm_head_entry)) {
+    // Untied, the slab would get no contribution at all with the rows scattered elsewhere.
+    return absl::InvalidArgumentError(
+        absl::StrCat("rows_gradient_entry=", apart,
+                     " keeps a tied embedding's rows' gradient apart: it must "
+                     "be the embedding entry (",
+                     layout.schedule.embedding_entry, ") and the LM head's (",
+                     layout.schedule.lm_head_entry, ")"));
+  }
   if (dims.head_chunk < 1) {
     return absl::InvalidArgumentError(absl::StrCat("head_chunk=", dims.head_chunk));
   }
@@ -462,6 +473,8 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
   if (absl::Status h = s.device.health(); !h.ok()) return h;
   if (absl::Status t = s.UploadTokens(inputs, targets, layout); !t.ok()) return t;
 
+  const bool training = &ops == &s.schedule;
+  if (training && first_micro_batch) s.EnqueueRowsGradientReset();
   std::vector<bool> contributed(static_cast<size_t>(s.store.num_entries()), !first_micro_batch);
   int grad = 0;
   int xi = 0;   // residual stream buffer holding the current activations
@@ -474,7 +487,6 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
     fragments.plan = &ops == &s.schedule ? &s.step_fragments : &s.eval_fragments;
     fragments.weights_version = weights_version;
   }
-  const bool training = &ops == &s.schedule;
   std::vector<bool> offload_pending(static_cast<size_t>(s.working_sets), false);
   std::vector<ActivationFetch> pending_fetches;
 

@@ -136,6 +136,9 @@ struct StreamingExecutor::Impl {
                                 int grad, std::vector<bool>& contributed, bool training);
   void EnqueueEmbeddingForward(const ScheduledOp& op, void* x_out, uint64_t weights_version);
   void EnqueueEmbeddingBackward(const ScheduledOp& op, const void* dx_out, bool first_contribution);
+  // With the store's rows' gradient kept apart (a tied embedding on a data-parallel rank): fills it
+  // with -0.0 on copy_out, before the step's first scatter. Nothing otherwise.
+  void EnqueueRowsGradientReset();
   absl::Status EnqueueOp(const ScheduledOp& op, const std::vector<size_t>& offsets, int slot,
                          int grad, const void* x_in, void* x_out, const void* dx_out, void* dx_in,
                          float inv_total_valid);

@@ -73,7 +73,9 @@ std::string GradientLayoutFingerprint(const ParameterStore& store) {
   std::string layout;
   for (int e = 0; e < store.num_entries(); ++e) {
     if (!store.grad_on_nvme(e)) {
-      absl::StrAppend(&layout, store.entry(e).elements, " ");
+      // "+rows": reduced as pairs with the rows' gradient kept apart (one more array sent).
+      absl::StrAppend(&layout, store.entry(e).elements,
+                      store.rows_gradient(e) != nullptr ? "+rows " : " ");
       continue;
     }
     const NvmeGradients& grads = *store.nvme_gradients();
@@ -97,7 +99,13 @@ absl::Status ReduceGradientsInRankOrder(dist::Communicator& comm, ParameterStore
       }
       continue;
     }
-    if (absl::Status s = comm.ReduceFloatsInRankOrder(b.grad, b.elements); !s.ok()) {
+    // A tied embedding: the LM head's gradient in the slab, the rows' scatter apart, added in
+    // one process's order h_0, E_0, h_1, E_1, ...
+    const float* apart = store.rows_gradient(e);
+    if (absl::Status s = apart != nullptr
+                             ? comm.ReduceFloatPairsInRankOrder(b.grad, apart, b.elements)
+                             : comm.ReduceFloatsInRankOrder(b.grad, b.elements);
+        !s.ok()) {
       return absl::Status(s.code(),
                           absl::StrCat("reducing entry ", e, "'s gradient: ", s.message()));
     }
@@ -148,7 +156,12 @@ absl::Status ReduceGradientsToOwners(dist::Communicator& comm, ParameterStore& s
           absl::StrCat("ZeRO-1 needs gradients in RAM; entry ", e,
                        "'s gradient is on NVMe (grad_on_nvme or a RAM budget that overflows)"));
     }
-    if (absl::Status s = comm.ReduceFloatsInRankOrderTo(b.grad, b.elements, owners[e]); !s.ok()) {
+    const float* apart = store.rows_gradient(e);  // as in ReduceGradientsInRankOrder
+    if (absl::Status s =
+            apart != nullptr
+                ? comm.ReduceFloatPairsInRankOrderTo(b.grad, apart, b.elements, owners[e])
+                : comm.ReduceFloatsInRankOrderTo(b.grad, b.elements, owners[e]);
+        !s.ok()) {
       return absl::Status(s.code(), absl::StrCat("reducing entry ", e, "'s gradient to rank ",
                                                  owners[e], ": ", s.message()));
     }

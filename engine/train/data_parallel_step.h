@@ -45,7 +45,10 @@ absl::StatusOr<double> GlobalLossSum(dist::Communicator& comm, double local_loss
 // dist::Communicator::ReduceFloatsInRankOrder): the executor adds a step's micro-batch
 // contributions into the slab in the same order, so the result is accumulation's. A gradient on
 // NVMe is reduced chunk by chunk (staged, reduced, written back with its norm partials), so every
-// rank's store must place and chunk its gradients alike (GradientLayoutFingerprint).
+// rank's store must place and chunk its gradients alike (GradientLayoutFingerprint). An entry with
+// its rows' gradient kept apart (a tied embedding, ParameterStore::rows_gradient) is reduced as
+// pairs (Communicator::ReduceFloatPairsInRankOrder): the slab holds the LM head's gradient, the
+// array apart the rows' scatter, which one process adds into the slab after it.
 absl::Status ReduceGradientsInRankOrder(dist::Communicator& comm, ParameterStore& store);
 
 // Where the store keeps each entry's gradient and in what pieces ReduceGradientsInRankOrder
@@ -66,8 +69,9 @@ absl::Status AllRanksOk(dist::Communicator& comm, const absl::Status& mine);
 std::vector<int> Zero1EntryOwners(const std::vector<size_t>& entry_elements, int world);
 
 // Entry e's gradient slab becomes, on its owner only, the rank-ordered sum of the ranks' slabs
-// (ReduceFloatsInRankOrderTo); the other ranks' slabs keep their own contributions. Gradients on
-// NVMe are refused as in ReduceGradientsInRankOrder.
+// (ReduceFloatsInRankOrderTo; pairs for a rows' gradient kept apart, as in
+// ReduceGradientsInRankOrder); the other ranks' slabs keep their own contributions. Gradients on
+// NVMe are refused.
 absl::Status ReduceGradientsToOwners(dist::Communicator& comm, ParameterStore& store,
                                      const std::vector<int>& owners);
 

@@ -117,7 +117,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
     }
     specs.push_back(std::move(spec));
   }
+  // Data parallelism over MPI with a tied embedding: the rows' gradient is kept apart from the LM
+  // head's in a second array of the embedding's size, so the ranks' reduction adds the two in one
+  // process's order (docs/scale_out.md); counted with the gradients in the memory plan.
+  const bool rows_gradient_apart = options.communicator != nullptr &&
+                                   options.communicator->size() > 1 && layout->tied_embeddings();
   StorePlacement store_placement;
+  if (rows_gradient_apart) store_placement.rows_gradient_entry = layout->embedding_entry();
   // A GPU computes from a bf16 copy the optimizer keeps beside the master.
   store_placement.compute_copy_bf16 = device.kind() == DeviceKind::kCuda;
   if ((options.memory.master_on_nvme || options.memory.grad_on_nvme ||
@@ -144,7 +150,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
       b[tiers::BufferKind::kMaster] = n;
       b[tiers::BufferKind::kM] = n;
       b[tiers::BufferKind::kV] = n;
-      b[tiers::BufferKind::kGrad] = n;
+      // The embedding's gradient (which stays in RAM) and its rows' gradient apart, if any.
+      b[tiers::BufferKind::kGrad] = b.grad_stays_in_ram && rows_gradient_apart ? 2 * n : n;
       // The CPU device computes from the master (or, with the master on NVMe,
       // an fp32 copy PlanPlacement adds); a GPU from a bf16 copy.
       b[tiers::BufferKind::kComputeCopy] = store_placement.compute_copy_bf16 ? n / 2 : 0;

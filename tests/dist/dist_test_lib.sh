@@ -37,14 +37,16 @@ same_run() {
   done
 }
 
-# ranks_equal_accumulation LAUNCH WORKER DIR STEPS MODE LABEL: for W = 2 and 3, W ranks of
-# dp_exactness_worker in MODE (0 = replicated, zero1) give every rank the losses and final
-# weights of one process with accumulation W (prefixes DIR/wW.accum and DIR/wW.rankR).
+# ranks_equal_accumulation LAUNCH WORKER DIR STEPS MODE LABEL [STEM]: for W = 2 and 3, W ranks of
+# dp_exactness_worker in MODE (0 = replicated, zero1, 1 = tied, tiedzero1) give every rank the
+# losses and final weights of one process with accumulation W, the worker alone in the same MODE
+# (alone, ZeRO-1 is plain accumulation; a tied MODE stays tied). Prefixes DIR/<STEM>W.accum and
+# DIR/<STEM>W.rankR, STEM "w" unless given.
 ranks_equal_accumulation() {
-  local launch="$1" worker="$2" dir="$3" steps="$4" mode="$5" label="$6" world r
+  local launch="$1" worker="$2" dir="$3" steps="$4" mode="$5" label="$6" stem="${7:-w}" world r
   for world in 2 3; do
-    local prefix="${dir}/w${world}"
-    "${worker}" "${prefix}" "${world}" "${steps}" 0
+    local prefix="${dir}/${stem}${world}"
+    "${worker}" "${prefix}" "${world}" "${steps}" "${mode}"
     timeout 300 "${launch}" "${world}" "${worker}" "${prefix}" "${world}" "${steps}" "${mode}"
     [[ "$(wc -l <"${prefix}.accum.losses")" == "${steps}" ]] ||
       { echo "FAIL: ${prefix}.accum.losses has not ${steps} steps"; exit 1; }

@@ -2,15 +2,18 @@
 # train_local as a data-parallel job (docs/scale_out.md): 2 ranks under mpirun with accumulation 2
 # write the same checkpoint, bit for bit (model and optimizer state), as one process with
 # accumulation 2; rank 0 alone writes checkpoints, and a 2-rank job resumed from one of them (and
-# one process resumed from it) ends at the same bits again. Gradients on NVMe too.
+# one process resumed from it) ends at the same bits again. A tied model, and gradients on NVMe,
+# too.
 set -euo pipefail
 source "$(dirname "$0")/dist_test_lib.sh"
 launch="$1"
 train="$2"
 config="$3"
+tied_config="$4"
 dir="${TEST_TMPDIR:-$(mktemp -d)}"
-common=(--config="${config}" --steps=4 --micro_batch=1 --seq_len=32 --accumulation=2
-  --eval_every=0 --warmup=1 --threads=1 --optimizer_threads=1 --arena_mb=64)
+run=(--steps=4 --micro_batch=1 --seq_len=32 --accumulation=2 --eval_every=0 --warmup=1 --threads=1
+  --optimizer_threads=1 --arena_mb=64)
+common=(--config="${config}" "${run[@]}")
 "${train}" "${common[@]}" --checkpoint_dir="${dir}/alone" 2>"${dir}/alone.log"
 timeout 300 "${launch}" 2 "${train}" "${common[@]}" --data_parallel --checkpoint_dir="${dir}/dp" \
   --checkpoint_every=2 2>"${dir}/dp.log"
@@ -21,6 +24,27 @@ grep -q "step 4/4 .* comm [0-9.]* s [0-9]* B" "${dir}/dp.log" ||
 [[ "$(ls "${dir}/dp")" == "$(printf 'step-000000000002\nstep-000000000004')" ]] ||
   { echo "FAIL: checkpoints: $(ls "${dir}/dp")"; exit 1; }
 same_state "${dir}/alone/step-000000000004" "${dir}/dp/step-000000000004" "2 ranks vs accumulation 2"
+
+# A tied model: each rank keeps the embedding rows' gradient apart from the LM head's and the
+# reduction adds them in one process's order, so 2 ranks write accumulation 2's checkpoint bit for
+# bit. Under memory budgets (everything fits in pinned RAM) the placement counts that array with
+# the gradients: a rank's pinned use is one process's plus the 256 x 64 fp32 embedding (65536 B).
+tied=(--config="${tied_config}" "${run[@]}" --pinned_ram_mb=1000 --ram_mb=1000)
+"${train}" "${tied[@]}" --checkpoint_dir="${dir}/tied_alone" 2>"${dir}/tied_alone.log"
+timeout 300 "${launch}" 2 "${train}" "${tied[@]}" --data_parallel \
+  --checkpoint_dir="${dir}/tied_dp" 2>"${dir}/tied_dp.log" ||
+  { cat "${dir}/tied_dp.log"; echo "FAIL: 2 ranks of a tied model"; exit 1; }
+same_state "${dir}/tied_alone/step-000000000004" "${dir}/tied_dp/step-000000000004" \
+  "tied: 2 ranks vs accumulation 2"
+pinned_use() {  # pinned_use LOG: the pinned bytes of the first placement table's budget line
+  grep -m1 -o "budget use: pinned [0-9]*" "$1" | grep -o "[0-9]*$" ||
+    { cat "$1"; echo "FAIL: no placement table in $1"; exit 1; }
+}
+alone_pinned="$(pinned_use "${dir}/tied_alone.log")"
+dp_pinned="$(pinned_use "${dir}/tied_dp.log")"
+[[ $((dp_pinned - alone_pinned)) == 65536 ]] ||
+  { echo "FAIL: tied: a rank's pinned use ${dp_pinned}, one process's ${alone_pinned}"; exit 1; }
+echo "tied: a rank's memory plan counts the rows' gradient apart (+65536 B pinned)"
 
 mkdir -p "${dir}/resumed_dp" "${dir}/resumed_alone"
 cp -r "${dir}/dp/step-000000000002" "${dir}/resumed_dp/"

@@ -2,19 +2,22 @@
 # train_local --zero1 as a data-parallel job (docs/scale_out.md, ZeRO-1): W = 2 and 3 ranks under
 # mpirun with accumulation W write sharded checkpoints (one optimizer shard per rank, one
 # manifest) holding bit for bit the model, optimizer state and trainer state of one process with
-# accumulation W. The sharded checkpoints resume on any world size: on 2 ZeRO-1 ranks, in one
-# process, and (accumulation 6) on 3 ranks; a one-process checkpoint resumes on 2 ZeRO-1 ranks. A
-# ZeRO-1 job whose rank 1 is killed with kill -9 after its first checkpoint ends non-zero, and
-# relaunched with --resume ends at the uninterrupted run's bits. --zero1 alone is refused.
+# accumulation W (W = 2 for a tied model too). The sharded checkpoints resume on any world size: on
+# 2 ZeRO-1 ranks, in one process, and (accumulation 6) on 3 ranks; a one-process checkpoint
+# resumes on 2 ZeRO-1 ranks. A ZeRO-1 job whose rank 1 is killed with kill -9 after its first
+# checkpoint ends non-zero, and relaunched with --resume ends at the uninterrupted run's bits.
+# --zero1 alone is refused.
 set -euo pipefail
 source "$(dirname "$0")/dist_test_lib.sh"
 launch="$1"
 train="$2"
 config="$3"
 same_optimizer="$4"
+tied_config="$5"
 dir="${TEST_TMPDIR:-$(mktemp -d)}"
-common=(--config="${config}" --micro_batch=1 --seq_len=32 --eval_every=0 --warmup=1 --threads=1
-  --optimizer_threads=1 --arena_mb=64 --collective_timeout_s=120)
+run=(--micro_batch=1 --seq_len=32 --eval_every=0 --warmup=1 --threads=1 --optimizer_threads=1
+  --arena_mb=64 --collective_timeout_s=120)
+common=(--config="${config}" "${run[@]}")
 # Shards are compared tensor by tensor with an unsharded optimizer file (same_optimizer_state.py).
 same_sharded_state() { same_state "$1" "$2" "$3" "${same_optimizer}"; }
 
@@ -39,6 +42,16 @@ for world in 2 3; do
       "${world} ZeRO-1 ranks vs accumulation ${world}, step ${s}"
   done
 done
+
+# A tied model: each owner adds every rank's LM-head gradient and rows' gradient (kept apart) in one
+# process's order, so 2 ZeRO-1 ranks write accumulation 2's checkpoint bit for bit.
+tied=(--config="${tied_config}" "${run[@]}" --steps=4 --accumulation=2 --checkpoint_every=4)
+"${train}" "${tied[@]}" --checkpoint_dir="${dir}/tied_alone" 2>"${dir}/tied_alone.log"
+timeout 300 "${launch}" 2 "${train}" "${tied[@]}" --data_parallel --zero1 \
+  --checkpoint_dir="${dir}/tied_zero1" 2>"${dir}/tied_zero1.log" ||
+  { cat "${dir}/tied_zero1.log"; echo "FAIL: 2 ZeRO-1 ranks of a tied model"; exit 1; }
+same_sharded_state "$(step "${dir}/tied_alone" 4)" "$(step "${dir}/tied_zero1" 4)" \
+  "tied: 2 ZeRO-1 ranks vs accumulation 2"
 
 # Resume at another world size, from step 2 to step 4, each against the uninterrupted run.
 resume() {  # resume NAME FROM_CHECKPOINT RANKS [FLAGS...]: RANKS 1 = one process
