@@ -1,130 +1,48 @@
-// megatrain: the command-line client of megatraind (submit, list, status, watch, cancel, pause,
-// resume, checkpoint, plan, daemon-status, audit, verify). Exit codes: client/exit_codes.h.
-#include <sys/ioctl.h>
+// megatrain: the command-line client of megatraind; this file holds its usage text and sends each
+// command (submit, list, status, watch, cancel, pause, resume, checkpoint, plan, daemon-status,
+// audit, verify) to its RPC or in-process runner. Flags: cli_flags.h; exit codes: exit_codes.h.
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
-#include <optional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/cli_flags.h"
+#include "client/cli_output.h"
 #include "client/command_deadline.h"
 #include "client/connection.h"
 #include "client/exit_codes.h"
-#include "client/job_spec_file.h"
-#include "client/plan_scaling.h"
-#include "client/plan_wear.h"
+#include "client/plan_command.h"
 #include "client/render.h"
+#include "client/spec_from_flags.h"
+#include "client/terminal_size.h"
 #include "client/top_command.h"
 #include "client/verify_command.h"
+#include "client/watch_command.h"
 #include "grpcpp/client_context.h"
 #include "proto/megatrain.grpc.pb.h"
 #include "service/audit_log.h"
-#include "service/offline_plan.h"
-
-ABSL_FLAG(std::string, socket, "/run/megatrain/megatraind.sock", "megatraind's Unix socket.");
-ABSL_FLAG(std::string, address, "", "host:port of megatraind's TCP listener (TLS + token).");
-ABSL_FLAG(std::string, token_file, "", "File holding the bearer token (with --address).");
-ABSL_FLAG(std::string, ca_file, "", "PEM CA certificate of the daemon (with --address).");
-ABSL_FLAG(bool, json, false, "Read commands print JSON instead of text.");
-ABSL_FLAG(int, timeout_seconds, 0,
-          "Deadline of the unary call in seconds; 0 = the command's own (30, checkpoint 150, "
-          "resume 120).");
-ABSL_FLAG(int, wait_seconds, 0, "Wait this long for the daemon to accept connections.");
-ABSL_FLAG(std::string, spec, "", "submit/plan: JobSpec JSON file; flags below override it.");
-ABSL_FLAG(std::string, name, "", "submit/plan: job name.");
-ABSL_FLAG(std::string, model_config, "",
-          "submit/plan: model config.json path on the daemon host, or builtin:tiny.");
-ABSL_FLAG(std::string, text, "", "submit/plan: comma-separated text files on the daemon host.");
-ABSL_FLAG(std::string, hf_directory, "",
-          "submit/plan: model.hf_directory, a Hugging Face model directory on the daemon host.");
-ABSL_FLAG(std::string, chat, "",
-          "submit/plan: comma-separated chat / prompt-completion / Alpaca JSONL files on the "
-          "daemon host (data.chat_files), tokenized with --hf_directory's tokenizer and chat "
-          "template (docs/fine_tuning.md).");
-ABSL_FLAG(std::string, chat_format, "",
-          "submit/plan: data.chat_format: auto (default), chat, prompt_completion or alpaca.");
-ABSL_FLAG(std::string, samples, "",
-          "submit/plan: comma-separated pre-made MTSFT sample files (data.sample_files).");
-ABSL_FLAG(bool, train_on_prompt, false,
-          "submit/plan: fine-tuning: count the loss on prompt tokens too (unset: the spec's "
-          "data.train_on_prompt, default false: the assistant tokens only).");
-ABSL_FLAG(std::optional<bool>, pack, std::nullopt,
-          "submit/plan: fine-tuning: pack several samples per row (default true).");
-ABSL_FLAG(std::string, overlong, "",
-          "submit/plan: fine-tuning: a sample longer than seq_len + 1 tokens is truncated "
-          "(truncate, the default) or fails the job (refuse).");
-ABSL_FLAG(uint64_t, steps, 0, "submit/plan: optimizer steps.");
-ABSL_FLAG(uint32_t, batch_size, 0,
-          "submit/plan: sequences per optimizer step; unset (0) = the daemon's default 8.");
-ABSL_FLAG(uint32_t, micro_batch_size, 0, "submit/plan: sequences per forward/backward.");
-ABSL_FLAG(uint32_t, seq_len, 0,
-          "submit/plan: tokens per sequence; unset (0) = the daemon's default 256 (capped by "
-          "its max_seq_len and the model's positions).");
-ABSL_FLAG(double, lr, 0,
-          "submit/plan: peak learning rate; unset (0) = the daemon's default 3e-4 (cosine decay "
-          "to 0, no warmup, AdamW betas 0.9/0.95, eps 1e-8).");
-ABSL_FLAG(std::optional<uint64_t>, warmup_steps, std::nullopt,
-          "submit/plan: linear warmup steps (0 = none, overriding the spec).");
-ABSL_FLAG(std::optional<uint32_t>, eval_every, std::nullopt,
-          "submit/plan: validation every N steps (0 = only at the end, overriding the spec).");
-ABSL_FLAG(std::string, output_dir, "", "submit/plan: output directory on the daemon host.");
-ABSL_FLAG(std::optional<uint64_t>, seed, std::nullopt,
-          "submit/plan: seed of weights and data order (0 is a seed like any other).");
-ABSL_FLAG(double, older_than_days, 0, "purge: jobs that ended more than this many days ago.");
-ABSL_FLAG(bool, reuse_output_dir, false,
-          "submit: write into --output_dir although a finished job used it (refused otherwise); "
-          "the job's checkpoints go to <output_dir>/checkpoints/<job id>.");
-ABSL_FLAG(bool, watch, false, "submit: watch the job after submitting it.");
-ABSL_FLAG(std::string, state, "", "list: comma-separated states to show (e.g. RUNNING,QUEUED).");
-ABSL_FLAG(double, interval_seconds, 2, "top: seconds between screens.");
-ABSL_FLAG(int, iterations, -1,
-          "top: screens to draw; 0 = until interrupted; default: until interrupted on a "
-          "terminal, once otherwise.");
-ABSL_FLAG(bool, offline, false,
-          "plan: run the engine planner in-process instead of asking a daemon (also the "
-          "fallback when no daemon answers).");
-ABSL_FLAG(bool, allow_data_change, false,
-          "resume: continue although a data file changed since the job's lineage recorded it; "
-          "the change is recorded (also spelled --allow-data-change).");
-ABSL_FLAG(std::string, db, "",
-          "audit: read and check the audit log in this state database file offline (no daemon), "
-          "e.g. /var/lib/megatrain/megatrain.db.");
-ABSL_FLAG(double, nvme_rated_tbw, 0,
-          "plan: the NVMe drive's rated endurance in TB (1e12 bytes; summed over a striped "
-          "array): warn when the run writes more than --nvme_wear_warn_share of it; 0 = the "
-          "daemon's nvme_rated_tbw_bytes.");
-ABSL_FLAG(double, nvme_wear_warn_share, 0,
-          "plan: share of the rated TBW one run may write before the plan warns; 0 = 0.1.");
-ABSL_FLAG(uint32_t, devices, 0,
-          "submit/plan: devices the job trains on, data parallel (JobSpec.devices; 0 = the "
-          "spec's, 1 = one). The daemon refuses more than it drives (one today).");
-ABSL_FLAG(bool, speculative_update, false,
-          "submit/plan: set JobSpec.speculative_update: the optimizer update runs during the "
-          "last micro-batch's backward, kept when the step is not clipped (needs the spec's "
-          "memory.master_on_nvme and NVMe room for a second master/m/v; docs/operations.md); "
-          "unset: the spec's (default off).");
-ABSL_FLAG(bool, scaling, false,
-          "plan: in-process on the --hardware profile, predict tokens/s, TFLOP/s, scaling "
-          "efficiency and bottleneck at 1, 2, 4, 8 devices, 2 and 4 nodes of 8, and --devices.");
-ABSL_FLAG(std::string, hardware, "h100-sxm",
-          "plan --scaling: the planner's hardware profile (h100-sxm, h100-pcie, h200, gh200, "
-          "b200, a100-80gb, rtx4090, v100-32gb, h100-pcie-4nvme; docs/planning.md).");
-ABSL_FLAG(std::string, daemon_config, "",
-          "plan in-process: megatraind's config textproto whose device, budgets, roots and "
-          "limits apply; empty = the defaults with / as the only root.");
 
 namespace {
 
 using namespace megatrain;
+using client::ApplyWearFlags;
+using client::ExitFor;
+using client::PlanInProcess;
+using client::PlanScaling;
+using client::Print;
+using client::SpecFromFlags;
+using client::TerminalColumns;
+using client::TerminalRows;
+using client::Watch;
 
 constexpr int kOk = client::kExitOk, kJobFailed = client::kExitFailed, kUsage = client::kExitUsage,
               kUnreachable = client::kExitUnreachable, kRejected = client::kExitRejected;
@@ -187,177 +105,9 @@ Exit codes: 0 ok, 1 watched job failed/cancelled or audit chain broken (verify: 
 names the field), 5 no answer within the deadline (the request may still complete: a
 checkpoint still being written; raise --timeout_seconds), 6 verify: matches but unsigned.)";
 
-int ExitFor(const grpc::Status& status) {
-  std::fprintf(stderr, "megatrain: %s: %s\n",
-               absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())).c_str(),
-               status.error_message().c_str());
-  return client::ExitCodeForRpc(status);
-}
-
 void SetDeadline(grpc::ClientContext& context, const std::string& command) {
   context.set_deadline(absl::ToChronoTime(
       absl::Now() + client::CommandDeadline(command, absl::GetFlag(FLAGS_timeout_seconds))));
-}
-
-void Print(const std::string& text) {
-  std::fputs(text.c_str(), stdout);
-  if (!text.empty() && text.back() != '\n') std::fputc('\n', stdout);
-}
-
-absl::StatusOr<v1::JobSpec> SpecFromFlags() {
-  v1::JobSpec spec;
-  if (!absl::GetFlag(FLAGS_spec).empty()) {
-    absl::StatusOr<v1::JobSpec> loaded = client::LoadJobSpecJson(absl::GetFlag(FLAGS_spec));
-    if (!loaded.ok()) return loaded.status();
-    spec = *loaded;
-  }
-  client::JobSpecOverrides o;
-  if (!absl::GetFlag(FLAGS_name).empty()) o.name = absl::GetFlag(FLAGS_name);
-  if (!absl::GetFlag(FLAGS_model_config).empty())
-    o.model_config = absl::GetFlag(FLAGS_model_config);
-  if (!absl::GetFlag(FLAGS_text).empty()) {
-    o.text_files = absl::StrSplit(absl::GetFlag(FLAGS_text), ',', absl::SkipEmpty());
-  }
-  if (!absl::GetFlag(FLAGS_hf_directory).empty()) {
-    o.hf_directory = absl::GetFlag(FLAGS_hf_directory);
-  }
-  if (!absl::GetFlag(FLAGS_chat).empty()) {
-    o.chat_files = absl::StrSplit(absl::GetFlag(FLAGS_chat), ',', absl::SkipEmpty());
-  }
-  if (!absl::GetFlag(FLAGS_chat_format).empty()) o.chat_format = absl::GetFlag(FLAGS_chat_format);
-  if (!absl::GetFlag(FLAGS_samples).empty()) {
-    o.sample_files = absl::StrSplit(absl::GetFlag(FLAGS_samples), ',', absl::SkipEmpty());
-  }
-  if (absl::GetFlag(FLAGS_train_on_prompt)) o.train_on_prompt = true;
-  o.pack = absl::GetFlag(FLAGS_pack);
-  if (!absl::GetFlag(FLAGS_overlong).empty()) o.overlong = absl::GetFlag(FLAGS_overlong);
-  if (absl::GetFlag(FLAGS_steps) != 0) o.steps = absl::GetFlag(FLAGS_steps);
-  if (absl::GetFlag(FLAGS_batch_size) != 0) o.batch_size = absl::GetFlag(FLAGS_batch_size);
-  if (absl::GetFlag(FLAGS_micro_batch_size) != 0) {
-    o.micro_batch_size = absl::GetFlag(FLAGS_micro_batch_size);
-  }
-  if (absl::GetFlag(FLAGS_seq_len) != 0) o.seq_len = absl::GetFlag(FLAGS_seq_len);
-  if (absl::GetFlag(FLAGS_lr) != 0) o.lr = absl::GetFlag(FLAGS_lr);
-  // Unset flags leave the spec alone; an explicit 0 overrides it (issue 21, point 6).
-  o.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
-  o.eval_every_steps = absl::GetFlag(FLAGS_eval_every);
-  if (!absl::GetFlag(FLAGS_output_dir).empty()) o.output_dir = absl::GetFlag(FLAGS_output_dir);
-  o.seed = absl::GetFlag(FLAGS_seed);
-  if (absl::GetFlag(FLAGS_devices) != 0) o.devices = absl::GetFlag(FLAGS_devices);
-  if (absl::GetFlag(FLAGS_speculative_update)) o.speculative_update = true;
-  client::ApplyOverrides(o, spec);
-  if (absl::GetFlag(FLAGS_reuse_output_dir)) spec.set_reuse_output_dir(true);
-  return spec;
-}
-
-// The terminal's width (asked at every redraw: it may be resized), 0 when unknown.
-int TerminalColumns() {
-  struct winsize size {};
-  if (ioctl(fileno(stdout), TIOCGWINSZ, &size) != 0) return 0;
-  return size.ws_col;
-}
-
-int TerminalRows() {
-  struct winsize size {};
-  if (ioctl(fileno(stdout), TIOCGWINSZ, &size) != 0) return 0;
-  return size.ws_row;
-}
-
-int Watch(v1::Trainer::Stub& stub, const std::string& id) {
-  grpc::ClientContext context;
-  v1::WatchJobRequest request;
-  request.set_id(id);
-  std::unique_ptr<grpc::ClientReader<v1::ProgressEvent>> reader = stub.WatchJob(&context, request);
-  const bool tty = isatty(fileno(stdout)) && !absl::GetFlag(FLAGS_json);
-  v1::ProgressEvent event;
-  v1::JobState last = v1::JOB_STATE_UNSPECIFIED;
-  while (reader->Read(&event)) {
-    last = event.state();
-    if (absl::GetFlag(FLAGS_json)) {
-      Print(client::ToJson(event));
-    } else if (event.has_eval_reply()) {
-      // A reply to an eval prompt stays on screen: its own line, above the redrawn progress.
-      if (tty) std::printf("\r\033[K");
-      Print(event.message());
-    } else if (tty) {
-      std::printf("\r\033[K%s",
-                  client::FitToWidth(client::ProgressLine(event, true), TerminalColumns()).c_str());
-      std::fflush(stdout);
-    } else {
-      Print(client::ProgressLine(event, false));
-    }
-    // One event per line as it happens, also into a pipe or a file (tee, logs).
-    std::fflush(stdout);
-  }
-  if (tty) std::printf("\n");
-  grpc::Status status = reader->Finish();
-  if (!status.ok()) return ExitFor(status);
-  return last == v1::SUCCEEDED ? kOk : kJobFailed;
-}
-
-// --nvme_rated_tbw: judge the plan's NVMe writes against the drive given here.
-absl::Status ApplyWearFlags(const v1::JobSpec& spec, v1::PlanResponse& plan) {
-  const double tbw = absl::GetFlag(FLAGS_nvme_rated_tbw);
-  const double share = absl::GetFlag(FLAGS_nvme_wear_warn_share);
-  if (tbw < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--nvme_rated_tbw=", tbw, " is negative"));
-  }
-  if (tbw == 0) {
-    if (share != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--nvme_wear_warn_share=", share, " needs --nvme_rated_tbw"));
-    }
-    return absl::OkStatus();
-  }
-  engine::planner::DriveWearLimit limit;
-  limit.rated_tbw_bytes = static_cast<uint64_t>(tbw * 1e12);
-  if (share != 0) limit.warn_share = share;
-  return client::ApplyDriveWearLimit(spec, limit, plan);
-}
-
-// `plan` without a daemon: the daemon's validation and the engine planner, in-process.
-int PlanInProcess(const std::string& why) {
-  absl::StatusOr<v1::JobSpec> spec = SpecFromFlags();
-  if (!spec.ok()) {
-    std::fprintf(stderr, "megatrain: %s\n", std::string(spec.status().message()).c_str());
-    return kUsage;
-  }
-  absl::StatusOr<v1::PlanResponse> plan =
-      service::PlanOffline(*spec, absl::GetFlag(FLAGS_daemon_config));
-  if (!plan.ok()) {
-    return ExitFor(grpc::Status(static_cast<grpc::StatusCode>(plan.status().code()),
-                                std::string(plan.status().message())));
-  }
-  if (absl::Status s = ApplyWearFlags(*spec, *plan); !s.ok()) {
-    std::fprintf(stderr, "megatrain: %s\n", std::string(s.message()).c_str());
-    return kUsage;
-  }
-  const std::string note = "planned in-process by the engine planner (" + why + ")";
-  if (absl::GetFlag(FLAGS_json)) {
-    std::fprintf(stderr, "megatrain: %s\n", note.c_str());
-    Print(client::ToJson(*plan));
-  } else {
-    Print(note + "\n" + client::PlanText(*plan));
-  }
-  return kOk;
-}
-
-// `plan --scaling`: the job on a hardware profile and its data-parallel scaling, in-process.
-int PlanScaling() {
-  absl::StatusOr<v1::JobSpec> spec = SpecFromFlags();
-  if (!spec.ok()) {
-    std::fprintf(stderr, "megatrain: %s\n", std::string(spec.status().message()).c_str());
-    return kUsage;
-  }
-  absl::StatusOr<std::string> text =
-      client::PlanScalingText(*spec, absl::GetFlag(FLAGS_daemon_config),
-                              absl::GetFlag(FLAGS_hardware), absl::GetFlag(FLAGS_json));
-  if (!text.ok()) {
-    return ExitFor(grpc::Status(static_cast<grpc::StatusCode>(text.status().code()),
-                                std::string(text.status().message())));
-  }
-  Print(*text);
-  return kOk;
 }
 
 // Prints the audit log; exit 1 when its chain does not check.
