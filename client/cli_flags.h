@@ -1,5 +1,6 @@
-// The flags of the megatrain command line, declared for the client files that read them
-// (defined, with their help text, in cli_flags.cc).
+// The flags of the megatrain command line, declared for the files of the megatrain binary that
+// read them. They are defined, with their help text, in megatrain_main.cc: absl's --help lists the
+// flags of the binary's main file only, so they stay there.
 #pragma once
 
 #include <cstdint>
