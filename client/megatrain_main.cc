@@ -1,10 +1,12 @@
-// megatrain: the command-line client of megatraind (submit, list, status, watch, cancel, pause,
-// resume, checkpoint, plan, daemon-status, audit, verify). Exit codes: client/exit_codes.h.
-#include <sys/ioctl.h>
+// megatrain: the command-line client of megatraind; this file holds its command line (the flags,
+// the usage text) and sends each command (submit, list, status, watch, cancel, pause, resume,
+// checkpoint, plan, daemon-status, audit, verify) to its RPC or runner. Exit codes: exit_codes.h.
+// The flags are defined here, in the binary's main file, because absl's --help lists only those.
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,23 +14,24 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/cli_flags.h"
+#include "client/cli_output.h"
 #include "client/command_deadline.h"
 #include "client/connection.h"
 #include "client/exit_codes.h"
-#include "client/job_spec_file.h"
-#include "client/plan_scaling.h"
-#include "client/plan_wear.h"
+#include "client/plan_command.h"
 #include "client/render.h"
+#include "client/spec_from_flags.h"
+#include "client/terminal_size.h"
 #include "client/top_command.h"
 #include "client/verify_command.h"
+#include "client/watch_command.h"
 #include "grpcpp/client_context.h"
 #include "proto/megatrain.grpc.pb.h"
 #include "service/audit_log.h"
-#include "service/offline_plan.h"
 
 ABSL_FLAG(std::string, socket, "/run/megatrain/megatraind.sock", "megatraind's Unix socket.");
 ABSL_FLAG(std::string, address, "", "host:port of megatraind's TCP listener (TLS + token).");
@@ -125,6 +128,15 @@ ABSL_FLAG(std::string, daemon_config, "",
 namespace {
 
 using namespace megatrain;
+using client::ApplyWearFlags;
+using client::ExitFor;
+using client::PlanInProcess;
+using client::PlanScaling;
+using client::Print;
+using client::SpecFromFlags;
+using client::TerminalColumns;
+using client::TerminalRows;
+using client::Watch;
 
 constexpr int kOk = client::kExitOk, kJobFailed = client::kExitFailed, kUsage = client::kExitUsage,
               kUnreachable = client::kExitUnreachable, kRejected = client::kExitRejected;
@@ -187,177 +199,9 @@ Exit codes: 0 ok, 1 watched job failed/cancelled or audit chain broken (verify: 
 names the field), 5 no answer within the deadline (the request may still complete: a
 checkpoint still being written; raise --timeout_seconds), 6 verify: matches but unsigned.)";
 
-int ExitFor(const grpc::Status& status) {
-  std::fprintf(stderr, "megatrain: %s: %s\n",
-               absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())).c_str(),
-               status.error_message().c_str());
-  return client::ExitCodeForRpc(status);
-}
-
 void SetDeadline(grpc::ClientContext& context, const std::string& command) {
   context.set_deadline(absl::ToChronoTime(
       absl::Now() + client::CommandDeadline(command, absl::GetFlag(FLAGS_timeout_seconds))));
-}
-
-void Print(const std::string& text) {
-  std::fputs(text.c_str(), stdout);
-  if (!text.empty() && text.back() != '\n') std::fputc('\n', stdout);
-}
-
-absl::StatusOr<v1::JobSpec> SpecFromFlags() {
-  v1::JobSpec spec;
-  if (!absl::GetFlag(FLAGS_spec).empty()) {
-    absl::StatusOr<v1::JobSpec> loaded = client::LoadJobSpecJson(absl::GetFlag(FLAGS_spec));
-    if (!loaded.ok()) return loaded.status();
-    spec = *loaded;
-  }
-  client::JobSpecOverrides o;
-  if (!absl::GetFlag(FLAGS_name).empty()) o.name = absl::GetFlag(FLAGS_name);
-  if (!absl::GetFlag(FLAGS_model_config).empty())
-    o.model_config = absl::GetFlag(FLAGS_model_config);
-  if (!absl::GetFlag(FLAGS_text).empty()) {
-    o.text_files = absl::StrSplit(absl::GetFlag(FLAGS_text), ',', absl::SkipEmpty());
-  }
-  if (!absl::GetFlag(FLAGS_hf_directory).empty()) {
-    o.hf_directory = absl::GetFlag(FLAGS_hf_directory);
-  }
-  if (!absl::GetFlag(FLAGS_chat).empty()) {
-    o.chat_files = absl::StrSplit(absl::GetFlag(FLAGS_chat), ',', absl::SkipEmpty());
-  }
-  if (!absl::GetFlag(FLAGS_chat_format).empty()) o.chat_format = absl::GetFlag(FLAGS_chat_format);
-  if (!absl::GetFlag(FLAGS_samples).empty()) {
-    o.sample_files = absl::StrSplit(absl::GetFlag(FLAGS_samples), ',', absl::SkipEmpty());
-  }
-  if (absl::GetFlag(FLAGS_train_on_prompt)) o.train_on_prompt = true;
-  o.pack = absl::GetFlag(FLAGS_pack);
-  if (!absl::GetFlag(FLAGS_overlong).empty()) o.overlong = absl::GetFlag(FLAGS_overlong);
-  if (absl::GetFlag(FLAGS_steps) != 0) o.steps = absl::GetFlag(FLAGS_steps);
-  if (absl::GetFlag(FLAGS_batch_size) != 0) o.batch_size = absl::GetFlag(FLAGS_batch_size);
-  if (absl::GetFlag(FLAGS_micro_batch_size) != 0) {
-    o.micro_batch_size = absl::GetFlag(FLAGS_micro_batch_size);
-  }
-  if (absl::GetFlag(FLAGS_seq_len) != 0) o.seq_len = absl::GetFlag(FLAGS_seq_len);
-  if (absl::GetFlag(FLAGS_lr) != 0) o.lr = absl::GetFlag(FLAGS_lr);
-  // Unset flags leave the spec alone; an explicit 0 overrides it (issue 21, point 6).
-  o.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
-  o.eval_every_steps = absl::GetFlag(FLAGS_eval_every);
-  if (!absl::GetFlag(FLAGS_output_dir).empty()) o.output_dir = absl::GetFlag(FLAGS_output_dir);
-  o.seed = absl::GetFlag(FLAGS_seed);
-  if (absl::GetFlag(FLAGS_devices) != 0) o.devices = absl::GetFlag(FLAGS_devices);
-  if (absl::GetFlag(FLAGS_speculative_update)) o.speculative_update = true;
-  client::ApplyOverrides(o, spec);
-  if (absl::GetFlag(FLAGS_reuse_output_dir)) spec.set_reuse_output_dir(true);
-  return spec;
-}
-
-// The terminal's width (asked at every redraw: it may be resized), 0 when unknown.
-int TerminalColumns() {
-  struct winsize size {};
-  if (ioctl(fileno(stdout), TIOCGWINSZ, &size) != 0) return 0;
-  return size.ws_col;
-}
-
-int TerminalRows() {
-  struct winsize size {};
-  if (ioctl(fileno(stdout), TIOCGWINSZ, &size) != 0) return 0;
-  return size.ws_row;
-}
-
-int Watch(v1::Trainer::Stub& stub, const std::string& id) {
-  grpc::ClientContext context;
-  v1::WatchJobRequest request;
-  request.set_id(id);
-  std::unique_ptr<grpc::ClientReader<v1::ProgressEvent>> reader = stub.WatchJob(&context, request);
-  const bool tty = isatty(fileno(stdout)) && !absl::GetFlag(FLAGS_json);
-  v1::ProgressEvent event;
-  v1::JobState last = v1::JOB_STATE_UNSPECIFIED;
-  while (reader->Read(&event)) {
-    last = event.state();
-    if (absl::GetFlag(FLAGS_json)) {
-      Print(client::ToJson(event));
-    } else if (event.has_eval_reply()) {
-      // A reply to an eval prompt stays on screen: its own line, above the redrawn progress.
-      if (tty) std::printf("\r\033[K");
-      Print(event.message());
-    } else if (tty) {
-      std::printf("\r\033[K%s",
-                  client::FitToWidth(client::ProgressLine(event, true), TerminalColumns()).c_str());
-      std::fflush(stdout);
-    } else {
-      Print(client::ProgressLine(event, false));
-    }
-    // One event per line as it happens, also into a pipe or a file (tee, logs).
-    std::fflush(stdout);
-  }
-  if (tty) std::printf("\n");
-  grpc::Status status = reader->Finish();
-  if (!status.ok()) return ExitFor(status);
-  return last == v1::SUCCEEDED ? kOk : kJobFailed;
-}
-
-// --nvme_rated_tbw: judge the plan's NVMe writes against the drive given here.
-absl::Status ApplyWearFlags(const v1::JobSpec& spec, v1::PlanResponse& plan) {
-  const double tbw = absl::GetFlag(FLAGS_nvme_rated_tbw);
-  const double share = absl::GetFlag(FLAGS_nvme_wear_warn_share);
-  if (tbw < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--nvme_rated_tbw=", tbw, " is negative"));
-  }
-  if (tbw == 0) {
-    if (share != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--nvme_wear_warn_share=", share, " needs --nvme_rated_tbw"));
-    }
-    return absl::OkStatus();
-  }
-  engine::planner::DriveWearLimit limit;
-  limit.rated_tbw_bytes = static_cast<uint64_t>(tbw * 1e12);
-  if (share != 0) limit.warn_share = share;
-  return client::ApplyDriveWearLimit(spec, limit, plan);
-}
-
-// `plan` without a daemon: the daemon's validation and the engine planner, in-process.
-int PlanInProcess(const std::string& why) {
-  absl::StatusOr<v1::JobSpec> spec = SpecFromFlags();
-  if (!spec.ok()) {
-    std::fprintf(stderr, "megatrain: %s\n", std::string(spec.status().message()).c_str());
-    return kUsage;
-  }
-  absl::StatusOr<v1::PlanResponse> plan =
-      service::PlanOffline(*spec, absl::GetFlag(FLAGS_daemon_config));
-  if (!plan.ok()) {
-    return ExitFor(grpc::Status(static_cast<grpc::StatusCode>(plan.status().code()),
-                                std::string(plan.status().message())));
-  }
-  if (absl::Status s = ApplyWearFlags(*spec, *plan); !s.ok()) {
-    std::fprintf(stderr, "megatrain: %s\n", std::string(s.message()).c_str());
-    return kUsage;
-  }
-  const std::string note = "planned in-process by the engine planner (" + why + ")";
-  if (absl::GetFlag(FLAGS_json)) {
-    std::fprintf(stderr, "megatrain: %s\n", note.c_str());
-    Print(client::ToJson(*plan));
-  } else {
-    Print(note + "\n" + client::PlanText(*plan));
-  }
-  return kOk;
-}
-
-// `plan --scaling`: the job on a hardware profile and its data-parallel scaling, in-process.
-int PlanScaling() {
-  absl::StatusOr<v1::JobSpec> spec = SpecFromFlags();
-  if (!spec.ok()) {
-    std::fprintf(stderr, "megatrain: %s\n", std::string(spec.status().message()).c_str());
-    return kUsage;
-  }
-  absl::StatusOr<std::string> text =
-      client::PlanScalingText(*spec, absl::GetFlag(FLAGS_daemon_config),
-                              absl::GetFlag(FLAGS_hardware), absl::GetFlag(FLAGS_json));
-  if (!text.ok()) {
-    return ExitFor(grpc::Status(static_cast<grpc::StatusCode>(text.status().code()),
-                                std::string(text.status().message())));
-  }
-  Print(*text);
-  return kOk;
 }
 
 // Prints the audit log; exit 1 when its chain does not check.

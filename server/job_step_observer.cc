@@ -6,18 +6,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/time/clock.h"
 #include "engine/checkpoint/manifest.h"
 #include "engine/provenance/record.h"
 #include "engine/provenance/sha256.h"
 #include "server/job_eval_prompts.h"
+#include "server/job_runner_internal.h"
 
 namespace megatrain::server {
-namespace {
 
-int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
-
-}  // namespace
+using job_runner_internal::NowMs;
 
 // Single-line kept lines (the data summary, a tokenization phase) become the job's latest
 // message, so watchers see what a run does before its first step; tables are not shown.
