@@ -46,6 +46,10 @@ struct DaemonSettings {
   engine::planner::DriveWearLimit drive_wear;
   // Hardening (issue 16); flags only until DaemonConfig (proto/) carries them.
   uint64_t max_ram_bytes = 0;    // 0 = physical RAM; jobs whose host plan exceeds it are refused
+  // Set only where a job is planned for another machine (`megatrain plan --scaling` on a
+  // hardware profile): this machine's RAM and the daemon's arena and pinned budget say nothing
+  // about that one's, so none refuses the job (the planner then judges the profile's device).
+  bool plan_for_other_machine = false;
   uint32_t max_job_crashes = 3;  // daemon deaths while one job ran before it is FAILED
   uint64_t test_hold_after_step = 0;  // test hook: see --test_hold_after_step
   // Test hook for in-process daemons (RunnerLimits::test_after_input_check); never set by flags.

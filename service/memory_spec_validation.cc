@@ -138,14 +138,14 @@ absl::Status PlanWithEngine(const v1::MemoryBudgets& m, const DaemonSettings& se
   // Every device's executor has its own pinned staging beside the one store.
   const uint64_t staging = plan->pinned_reserved;
   const uint64_t host_need = plan->placement.pinned_used + plan->placement.ram_used + staging;
-  if (host_need > MachineRamLimit(settings)) {
+  if (!settings.plan_for_other_machine && host_need > MachineRamLimit(settings)) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "memory: the plan needs ", host_need, " bytes of host memory (pinned ",
         plan->placement.pinned_used, ", RAM ", plan->placement.ram_used + staging,
         "); this machine allows ", MachineRamLimit(settings), " (", MachineRamLimitName(settings),
         "); put buffers on NVMe (memory.nvme_dir) or use a smaller model or batch"));
   }
-  if (!plan->fits_device) {
+  if (!plan->fits_device && !settings.plan_for_other_machine) {
     return absl::ResourceExhaustedError(
         absl::StrCat("memory.device_arena_bytes: the executor's device plan peaks at ",
                      plan->device_arena_peak, " bytes; the arena has ",
@@ -169,7 +169,8 @@ absl::Status PlanWithEngine(const v1::MemoryBudgets& m, const DaemonSettings& se
   // is allocated from the same pinned budget as the store's pinned buffers.
   // The placement set it aside first (the store's pinned buffers yield to it), so this refuses
   // only staging beyond the whole budget.
-  if (placement.pinned_used + staging > job.options.device.pinned_budget_bytes) {
+  if (!settings.plan_for_other_machine &&
+      placement.pinned_used + staging > job.options.device.pinned_budget_bytes) {
     return absl::ResourceExhaustedError(
         absl::StrCat("memory.pinned_ram_bytes: the plan needs ", placement.pinned_used + staging,
                      " pinned bytes (master, gradients ", placement.pinned_used,

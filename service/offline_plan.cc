@@ -55,6 +55,10 @@ absl::StatusOr<OfflineScaling> PlanScalingOffline(const v1::JobSpec& spec,
   if (!hw.ok()) return hw.status();
   absl::StatusOr<DaemonSettings> settings = OfflineSettings(daemon_config_path);
   if (!settings.ok()) return settings.status();
+  // The job runs on the profile's machine, not this one: a 7B plan for an H100 box must not be
+  // refused for this laptop's RAM or the daemon's arena (the output says how much host memory it
+  // needs, and whether it fits the profile's device).
+  settings->plan_for_other_machine = true;
   v1::JobSpec one_device = spec;
   one_device.clear_devices();
   const PathPolicy paths(settings->data_roots, settings->output_roots);

@@ -1,5 +1,7 @@
 // The daemon's job-spec rules as `megatrain plan --offline` runs them: a pretrained Hugging Face
-// directory trained on text without a tokenizer is refused naming data.tokenizer.
+// directory trained on text without a tokenizer is refused naming data.tokenizer; a model far
+// beyond this machine's RAM is refused by --offline but planned by --scaling, which plans for
+// the hardware profile's machine.
 #include "service/offline_plan.h"
 
 #include <cstdlib>
@@ -48,6 +50,51 @@ TEST(OfflinePlanTest, AnExplicitByteTokenizerIsNotRefusedForLackingOne) {
   if (!plan.ok()) {
     EXPECT_THAT(plan.status().message(), ::testing::Not(HasSubstr("needs the model's")));
   }
+}
+
+// A Llama-shaped model of about 650B parameters: ~10 TB of host state, beyond any test machine.
+v1::JobSpec FarBeyondThisMachine() {
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  std::ofstream(dir + "/huge.json") << R"({"architectures": ["LlamaForCausalLM"],
+    "model_type": "llama", "hidden_act": "silu", "hidden_size": 16384,
+    "intermediate_size": 53248, "num_hidden_layers": 200, "num_attention_heads": 128,
+    "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "tie_word_embeddings": false})";
+  std::ofstream(dir + "/corpus.txt") << "some text to train on, some text to train on\n";
+  v1::JobSpec spec;
+  spec.mutable_model()->set_config_json_path(dir + "/huge.json");
+  spec.mutable_data()->add_text_files(dir + "/corpus.txt");
+  spec.mutable_data()->set_tokenizer("bytes");
+  spec.mutable_hyper()->set_steps(1);
+  spec.mutable_hyper()->set_seq_len(16);
+  spec.mutable_hyper()->set_batch_size(1);
+  spec.mutable_hyper()->set_micro_batch_size(1);
+  spec.set_output_dir(dir + "/out");
+  return spec;
+}
+
+// A daemon config whose parameter limit admits it (the default is 20B).
+std::string LargeModelDaemonConfig() {
+  const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/daemon.textproto";
+  std::ofstream(path) << "config_version: 1\ndata_roots: \"/\"\noutput_roots: \"/\"\n"
+                         "max_parameters: 1000000000000\n";
+  return path;
+}
+
+TEST(OfflinePlanTest, ScalingPlansForTheProfilesMachineNotThisOne) {
+  const v1::JobSpec spec = FarBeyondThisMachine();
+  const std::string config = LargeModelDaemonConfig();
+  absl::StatusOr<v1::PlanResponse> here = PlanOffline(spec, config);
+  ASSERT_FALSE(here.ok());
+  EXPECT_EQ(here.status().code(), absl::StatusCode::kResourceExhausted) << here.status();
+  EXPECT_THAT(here.status().message(), HasSubstr("this machine allows"));
+
+  absl::StatusOr<OfflineScaling> there = PlanScalingOffline(spec, config, "h100-sxm");
+  ASSERT_TRUE(there.ok()) << there.status();
+  const uint64_t host = there->plan.placement.pinned_used + there->plan.placement.ram_used;
+  EXPECT_GT(host, uint64_t{5} << 40) << "about 16 bytes per parameter of ~650B";
+  EXPECT_GT(there->plan.time.step_seconds, 0.0);
+  EXPECT_FALSE(there->rows.empty());
 }
 
 }  // namespace
