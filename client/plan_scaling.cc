@@ -14,9 +14,12 @@ absl::StatusOr<std::string> PlanScalingText(const v1::JobSpec& spec,
       service::PlanScalingOffline(spec, daemon_config_path, hardware);
   if (!s.ok()) return s.status();
   const engine::planner::StepTimeEstimate& t = s->plan.time;
-  // The host memory the profile's machine needs per node (store + the executor's pinned staging).
-  const uint64_t host_bytes = s->plan.placement.pinned_used + s->plan.placement.ram_used +
-                              s->plan.pinned_reserved;
+  // The host memory the profile's machine needs: the one store, plus each device's executor
+  // staging (pinned) on a node of several devices.
+  const uint64_t store_bytes = s->plan.placement.pinned_used + s->plan.placement.ram_used;
+  const uint64_t staging_bytes = s->plan.pinned_reserved;
+  const uint64_t host_bytes = store_bytes + staging_bytes;
+  constexpr double kGiB = 1ull << 30;
   if (json) {
     nlohmann::json j;
     j["hardware"] = s->hardware.name;
@@ -24,7 +27,8 @@ absl::StatusOr<std::string> PlanScalingText(const v1::JobSpec& spec,
         {"parameters", s->plan.parameters},  {"tokens_per_step", s->plan.tokens_per_step},
         {"step_seconds", t.step_seconds},    {"tokens_per_second", t.tokens_per_second},
         {"model_tflops", t.model_tflops},    {"bottleneck", t.bottleneck},
-        {"fits_device", s->plan.fits_device}, {"host_bytes", host_bytes}};
+        {"fits_device", s->plan.fits_device},  {"host_bytes", host_bytes},
+        {"host_store_bytes", store_bytes},      {"host_staging_bytes_per_device", staging_bytes}};
     j["data_parallel"] = nlohmann::json::parse(engine::planner::ScalingJson(s->rows));
     return j.dump(2) + "\n";
   }
@@ -32,12 +36,12 @@ absl::StatusOr<std::string> PlanScalingText(const v1::JobSpec& spec,
       "hardware %s: %s\n"
       "one device: %d parameters, %.0f tokens/step, step %.3f s, %.0f tokens/s, %.1f model "
       "TFLOP/s, bottleneck %s%s\n"
-      "host memory per node: %.2f GiB (the store and pinned staging; not checked against this "
-      "machine)\n\n",
+      "host memory: %.2f GiB with one device (store %.2f GiB + pinned staging %.2f GiB per "
+      "device); not checked against this machine\n\n",
       s->hardware.name, s->hardware.description, s->plan.parameters, s->plan.tokens_per_step,
       t.step_seconds, t.tokens_per_second, t.model_tflops, t.bottleneck,
       s->plan.fits_device ? "" : " (DOES NOT FIT the device)",
-      static_cast<double>(host_bytes) / (1ull << 30));
+      host_bytes / kGiB, store_bytes / kGiB, staging_bytes / kGiB);
   return out + engine::planner::ScalingTable(s->rows) +
          "(predictions of the planner, docs/planning.md \"Data parallelism\"; not measured)\n";
 }

@@ -49,6 +49,7 @@ struct DaemonSettings {
   // Set only where a job is planned for another machine (`megatrain plan --scaling` on a
   // hardware profile): this machine's RAM and the daemon's arena and pinned budget say nothing
   // about that one's, so none refuses the job (the planner then judges the profile's device).
+  // Memory fields the spec sets itself are still checked as the daemon would.
   bool plan_for_other_machine = false;
   uint32_t max_job_crashes = 3;  // daemon deaths while one job ran before it is FAILED
   uint64_t test_hold_after_step = 0;  // test hook: see --test_hold_after_step

@@ -19,8 +19,8 @@ constexpr size_t kParallelFloats = size_t{1} << 20;
 // 152064 x 3584 table): one thread took 262 ms of a 1.2 s step on the first H100 run
 // (2026-11-27), at the end of the backward where nothing hides it. Memory bandwidth grows with
 // threads, so large tables are cleared in parallel chunks; the result is the same zeros.
-void ZeroTable(float* grad, size_t floats) {
-  const unsigned threads = floats >= 16 * kParallelFloats ? HostChunkThreads() : 1;
+void ZeroTable(float* grad, size_t floats, unsigned max_threads) {
+  const unsigned threads = floats >= 16 * kParallelFloats ? max_threads : 1;
   RunInChunksOnThreads(floats, threads, 1024, [grad](size_t begin, size_t end) {
     std::memset(grad + begin, 0, (end - begin) * sizeof(float));
   });
@@ -34,8 +34,10 @@ void GatherEmbeddingRows(const float* table, int64_t vocab, int64_t dim, const i
 }
 
 void ScatterAddEmbeddingRows(const float* d_rows, const int32_t* ids, int64_t tokens, int64_t vocab,
-                             int64_t dim, bool first_contribution, float* grad) {
-  if (first_contribution) ZeroTable(grad, static_cast<size_t>(vocab * dim));
+                             int64_t dim, bool first_contribution, float* grad,
+                             unsigned max_threads) {
+  if (max_threads == 0) max_threads = HostChunkThreads();
+  if (first_contribution) ZeroTable(grad, static_cast<size_t>(vocab * dim), max_threads);
   // Tokens grouped by id, token order kept inside a group. Each table row is then the sum of
   // its group, from 0 in token order, stored (first contribution) or added: per row the same
   // operations as a scatter into a zeroed buffer, so splitting the groups over threads
@@ -50,8 +52,7 @@ void ScatterAddEmbeddingRows(const float* d_rows, const int32_t* ids, int64_t to
   }
   const size_t groups = group_starts.size();
   group_starts.push_back(order.size());
-  const unsigned threads =
-      static_cast<size_t>(tokens * dim) >= kParallelFloats ? HostChunkThreads() : 1;
+  const unsigned threads = static_cast<size_t>(tokens * dim) >= kParallelFloats ? max_threads : 1;
   RunInChunksOnThreads(groups, threads, 1, [&](size_t first_group, size_t end_group) {
     std::vector<float> sum(static_cast<size_t>(dim));
     for (size_t g = first_group; g < end_group; ++g) {

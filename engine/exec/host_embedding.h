@@ -16,7 +16,10 @@ void GatherEmbeddingRows(const float* table, int64_t vocab, int64_t dim, const i
 // stored (first_contribution: every other row becomes zero) or added to the
 // slab — exactly what a device-side scatter into a zeroed buffer followed by
 // a copy or an add into the slab computes, bit for bit.
+// Large scatters run on host threads (id groups split among them: disjoint rows, so the bits do
+// not depend on how many); `threads` 0 = HostChunkThreads().
 void ScatterAddEmbeddingRows(const float* d_rows, const int32_t* ids, int64_t tokens, int64_t vocab,
-                             int64_t dim, bool first_contribution, float* grad);
+                             int64_t dim, bool first_contribution, float* grad,
+                             unsigned threads = 0);
 
 }  // namespace megatrain::engine

@@ -27,7 +27,8 @@ TEST(HostEmbeddingTest, GatherCopiesTheRowsOfTheIds) {
 
 // Against the device-side formulation: a scatter into a zeroed buffer (token order), then a
 // copy (first contribution) or an add into the slab, bit for bit.
-void ExpectScatterMatchesZeroedScatter(int64_t vocab, int64_t dim, int64_t tokens, int distinct) {
+void ExpectScatterMatchesZeroedScatter(int64_t vocab, int64_t dim, int64_t tokens, int distinct,
+                                       unsigned threads = 0) {
   std::mt19937 rng(7);
   std::uniform_int_distribution<int32_t> id(0, vocab - 1);
   std::normal_distribution<float> value(0.0f, 1.0f);
@@ -41,13 +42,15 @@ void ExpectScatterMatchesZeroedScatter(int64_t vocab, int64_t dim, int64_t token
   kernels::cpu::EmbeddingBackward(d_rows.data(), ids.data(), tokens, vocab, dim, zeroed.data());
 
   std::vector<float> first(vocab * dim, 42.0f);
-  ScatterAddEmbeddingRows(d_rows.data(), ids.data(), tokens, vocab, dim, true, first.data());
+  ScatterAddEmbeddingRows(d_rows.data(), ids.data(), tokens, vocab, dim, true, first.data(),
+                          threads);
   EXPECT_EQ(std::memcmp(first.data(), zeroed.data(), first.size() * sizeof(float)), 0);
 
   std::vector<float> expected = slab;
   for (size_t i = 0; i < expected.size(); ++i) expected[i] += zeroed[i];
   std::vector<float> added = slab;
-  ScatterAddEmbeddingRows(d_rows.data(), ids.data(), tokens, vocab, dim, false, added.data());
+  ScatterAddEmbeddingRows(d_rows.data(), ids.data(), tokens, vocab, dim, false, added.data(),
+                          threads);
   EXPECT_EQ(std::memcmp(added.data(), expected.data(), added.size() * sizeof(float)), 0);
 }
 
@@ -57,8 +60,11 @@ TEST(HostEmbeddingTest, ScatterMatchesZeroedScatterThenCopyOrAdd) {
 
 // Over 1M floats of rows the id groups are split over threads: still the same bits.
 TEST(HostEmbeddingTest, ThreadedScatterMatchesZeroedScatter) {
-  ExpectScatterMatchesZeroedScatter(523, 401, 3001, 97);
-  ExpectScatterMatchesZeroedScatter(523, 401, 3001, 2);  // two huge groups
+  for (unsigned threads : {1u, 2u, 3u, 8u}) {
+    SCOPED_TRACE(threads);
+    ExpectScatterMatchesZeroedScatter(523, 401, 3001, 97, threads);
+    ExpectScatterMatchesZeroedScatter(523, 401, 3001, 2, threads);  // two huge groups
+  }
 }
 
 // A table over 64 MiB is cleared in parallel chunks: every row but the
@@ -71,8 +77,13 @@ TEST(HostEmbeddingTest, FirstContributionClearsALargeTable) {
   std::vector<float> zeroed(vocab * dim, 0.0f);
   kernels::cpu::EmbeddingBackward(d_rows.data(), ids.data(), tokens, vocab, dim, zeroed.data());
   std::vector<float> first(vocab * dim, 42.0f);
-  ScatterAddEmbeddingRows(d_rows.data(), ids.data(), tokens, vocab, dim, true, first.data());
-  EXPECT_EQ(std::memcmp(first.data(), zeroed.data(), first.size() * sizeof(float)), 0);
+  for (unsigned threads : {1u, 3u, 8u}) {
+    std::fill(first.begin(), first.end(), 42.0f);
+    ScatterAddEmbeddingRows(d_rows.data(), ids.data(), tokens, vocab, dim, true, first.data(),
+                            threads);
+    EXPECT_EQ(std::memcmp(first.data(), zeroed.data(), first.size() * sizeof(float)), 0)
+        << threads << " threads";
+  }
   EXPECT_EQ(first.back(), zeroed.back());
   EXPECT_EQ(first[1 * dim], 0.0f);
 }

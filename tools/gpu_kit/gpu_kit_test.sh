@@ -64,6 +64,30 @@ grep -q "^syscall_filter: exit 1 under the filter; refused: getdents64(" "$tmp/f
   { cat "$tmp/filtered.log"; fail "syscall_filter.sh did not name getdents64"; }
 rm -rf "$tmp/filtered"
 
+# racecheck_ours.sh judges hazards by kernel: one in cuDNN passes, one in our template kernel
+# (its demangled name starts with the return type) fails, and so does a failed program.
+cat >"$tmp/fake_sanitizer" <<'FAKE'
+#!/usr/bin/env bash
+echo "========= Error: Potential RAW hazard detected at __shared__ 0x470 in block (0,0,0) :"
+echo "=========     Write Thread (0,0,0) at cudnn_generated_fort_native_sdpa_kernel0_0+0x6ba0"
+[[ -n "${FAKE_OURS:-}" ]] && echo "=========     Read Thread (2,0,0) at void" \
+  "megatrain::kernels::cuda::(anonymous namespace)::AttentionForwardKernel<64>(int)+0x10"
+shift 6  # --tool racecheck --racecheck-report hazard --print-limit N
+"$@"
+FAKE
+chmod +x "$tmp/fake_sanitizer"
+"$kit/racecheck_ours.sh" "$tmp/fake_sanitizer" true >"$tmp/race.log" 2>&1 ||
+  { cat "$tmp/race.log"; fail "racecheck_ours.sh failed on a hazard in cuDNN only"; }
+grep -q "^racecheck: exit 0; hazards: 1 in cudnn_generated_fort_native_sdpa_kernel0_0; in our kernels: 0$" \
+  "$tmp/race.log" || { cat "$tmp/race.log"; fail "racecheck_ours.sh summary"; }
+if FAKE_OURS=1 "$kit/racecheck_ours.sh" "$tmp/fake_sanitizer" true >"$tmp/race.log" 2>&1; then
+  cat "$tmp/race.log"; fail "racecheck_ours.sh passed a hazard in our attention kernel"
+fi
+grep -q "in our kernels: 1$" "$tmp/race.log" || { cat "$tmp/race.log"; fail "our hazard not counted"; }
+if "$kit/racecheck_ours.sh" "$tmp/fake_sanitizer" false >"$tmp/race.log" 2>&1; then
+  fail "racecheck_ours.sh passed a failed program"
+fi
+
 # Each pattern of the sanitizer stages' ops_test filter names at least one test.
 source "$kit/sanitize_tests.sh"
 for pattern in "${sanitize_reduction_patterns[@]}"; do

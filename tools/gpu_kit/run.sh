@@ -163,7 +163,9 @@ if want sanitize && ((cpu_only == 0)); then
   # megatrain); racecheck over the training run instruments everything and counts hazards per
   # kernel (racecheck_ours.sh says why). memcheck sees everything.
   ours=()
-  if "$sanitizer" --help 2>&1 | grep -q -- '--kernel-name '; then
+  # The whole help first: `--help | grep -q` under pipefail fails at random (SIGPIPE).
+  sanitizer_help="$("$sanitizer" --help 2>&1 || true)"
+  if grep -q -- '--kernel-name ' <<<"$sanitizer_help"; then
     ours=(--kernel-name kns=megatrain)
   else
     say "run.sh: $sanitizer has no --kernel-name: racecheck and synccheck instrument every kernel"
