@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "engine/common/parallel_chunks.h"
 #include "engine/exec/nvme_gradient_offload.h"
 
 namespace megatrain::engine {
@@ -127,12 +128,19 @@ void StreamingExecutor::Impl::EnqueueGradientRanges(int e, const float* src, siz
     return;
   }
   float* staged = gradient_staging.data_as<float>();
+  // The add is element-wise, so threads over disjoint ranges give the same bits. On one thread
+  // it took 8.7 s of a 12.4 s step with four micro-batches on the first H100 run (1.26 ms per
+  // 4 MB, docs/gpu.md); the copy of the next range waits for it (one staging buffer).
+  const unsigned threads = HostChunkThreads();
   for (size_t done = 0; done < count; done += kGradientStagingFloats) {
     const size_t n = std::min(kGradientStagingFloats, count - done);
     copy_out->CopyDeviceToHost(staged, src + done, n * sizeof(float), tag);
     copy_out->EnqueueHostTask(
-        [staged, slab = slab + done, n] {
-          for (size_t j = 0; j < n; ++j) slab[j] += staged[j];
+        [staged, slab = slab + done, n, threads] {
+          RunInChunksOnThreads(n, n >= (size_t{1} << 18) ? threads : 1, 1024,
+                               [staged, slab](size_t begin, size_t end) {
+                                 for (size_t j = begin; j < end; ++j) slab[j] += staged[j];
+                               });
         },
         {SpanKind::kCopyOut, "accumulate gradients", tag.layer});
   }
