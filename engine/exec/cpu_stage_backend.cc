@@ -1,6 +1,7 @@
 // The CPU device's StageBackend: every stage is a host task on the compute
 // stream's worker thread running engine/exec/cpu_layer_math (fp32 throughout;
 // the fp32 master is the compute copy).
+#include <algorithm>
 #include <cstring>
 #include <optional>
 
@@ -8,11 +9,15 @@
 #include "engine/exec/cpu_layer_math.h"
 #include "engine/exec/host_embedding.h"
 #include "engine/exec/stage_backend.h"
+#include "kernels/cpu/residual.h"
 
 namespace megatrain::engine {
 namespace {
 
 size_t Round256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// Elements of one task of the gradient sums' add.
+constexpr size_t kChunk = size_t{1} << 16;
 
 class CpuStageBackend final : public StageBackend {
  public:
@@ -112,6 +117,28 @@ class CpuStageBackend final : public StageBackend {
         [ctx, part, w, grads, grad_floats, act, scratch, d_out, d_in] {
           if (part == 0) std::memset(grads, 0, grad_floats * sizeof(float));
           CpuLayerBackwardPart(ctx, part, w, *act, *scratch, d_out, d_in, grads);
+        },
+        tag);
+    return absl::OkStatus();
+  }
+
+  absl::Status AccumulateGradients(Stream& compute, const float* g, size_t n, float* sum,
+                                   const TimelineTag& tag) override {
+    ThreadPool* pool = pool_;
+    compute.EnqueueHostTask(
+        [pool, g, n, sum] {
+          // Element-wise: any split gives the same bits.
+          const size_t chunks = (n + kChunk - 1) / kChunk;
+          auto add = [g, n, sum](size_t c) {
+            const size_t first = c * kChunk;
+            kernels::cpu::ResidualAdd(g + first, static_cast<int64_t>(std::min(kChunk, n - first)),
+                                      sum + first);
+          };
+          if (pool == nullptr || chunks < 2) {
+            for (size_t c = 0; c < chunks; ++c) add(c);
+          } else {
+            pool->ParallelFor(chunks, add);
+          }
         },
         tag);
     return absl::OkStatus();

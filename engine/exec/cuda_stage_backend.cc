@@ -25,6 +25,7 @@
 #include "engine/exec/host_embedding.h"
 #include "kernels/common/bf16.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/ops.h"
 
 namespace megatrain::engine {
 namespace {
@@ -178,6 +179,16 @@ class CudaStageBackend final : public StageBackend {
       return InStage(math_->LayerBackward(Bf16(weights), sets_[set], backward_scratch_,
                                           Bf16(dx_out), Bf16(dx_in), grads, on),
                      tag, "layer backward");
+    });
+  }
+
+  absl::Status AccumulateGradients(Stream& compute, const float* g, size_t n, float* sum,
+                                   const TimelineTag& tag) override {
+    absl::StatusOr<cudaStream_t> stream = ComputeStream(compute, tag);
+    if (!stream.ok()) return stream.status();
+    return Timed(compute, tag, [&](cudaStream_t on) {
+      return InStage(kernels::cuda::AccumulateFp32(g, sum, static_cast<int64_t>(n), on), tag,
+                     "accumulate gradients");
     });
   }
 

@@ -145,13 +145,17 @@ absl::Status StreamingExecutor::Impl::EnqueueFragmentedOp(
         break;  // host stages have no parts
     }
     if (!launched.ok()) return launched;
+    if (grad_entry >= 0) {
+      MT_RETURN_IF_ERROR(EnqueueDeviceSum(grad_entry, grads[grad].data_as<float>(), grad_first,
+                                          grad_count, tag));
+    }
     for (int f : part.frees) compute->RecordEvent(*fragment_free[f]);
     compute->RecordEvent(*compute_done);
     if (grad_entry >= 0) {
       // The part's gradient goes out while the next part computes into the other buffer.
       compute->RecordEvent(*grad_ready[grad]);
       copy_out->WaitEvent(*grad_ready[grad], {SpanKind::kWait, "gradients ready", op.layer});
-      EnqueueGradientCopyOut(grad_entry, grads[grad].data_as<float>(), grad_first, grad_count,
+      EnqueueContributionOut(grad_entry, grads[grad].data_as<float>(), grad_first, grad_count,
                              !contributed[grad_entry],
                              {SpanKind::kCopyOut, DescribeOp(op), op.layer});
       copy_out->RecordEvent(*grad_free[grad]);

@@ -103,6 +103,31 @@ void StreamingExecutor::Impl::EnqueueTurnLanded(int e, int layer) {
                             {SpanKind::kCopyOut, "gradient landed", layer});
 }
 
+absl::Status StreamingExecutor::Impl::EnqueueDeviceSum(int e, const float* src, size_t first,
+                                                       size_t count, const TimelineTag& tag) {
+  if (!SummedOnDevice(e)) return absl::OkStatus();
+  float* sum = gradient_sums[static_cast<size_t>(e)].data_as<float>() + first;
+  const TimelineTag sum_tag{SpanKind::kCompute, "sum gradients", tag.layer};
+  // The first contribution is copied, as the host's first is: 0 + g would turn -0.0 into +0.0.
+  if (sums_start) {
+    compute->CopyDeviceToDevice(sum, src, count * sizeof(float), sum_tag);
+    return absl::OkStatus();
+  }
+  return backend->AccumulateGradients(*compute, src, count, sum, sum_tag);
+}
+
+size_t StreamingExecutor::Impl::EnqueueContributionOut(int e, const float* src, size_t first,
+                                                       size_t count, bool overwrite,
+                                                       const TimelineTag& tag) {
+  if (SummedOnDevice(e)) {
+    if (!sums_go_out) return 0;
+    src = gradient_sums[static_cast<size_t>(e)].data_as<float>() + first;
+    overwrite = true;
+  }
+  EnqueueGradientCopyOut(e, src, first, count, overwrite, tag);
+  return count * sizeof(float);
+}
+
 void StreamingExecutor::Impl::EnqueueGradientCopyOut(int e, const float* src, size_t first,
                                                      size_t count, bool overwrite,
                                                      const TimelineTag& tag) {

@@ -111,6 +111,11 @@ class StageBackend {
                                          size_t grad_floats, const TimelineTag& tag) = 0;
   virtual absl::Status HeadForwardBackward(Stream& compute, const HeadArgs& args,
                                            const TimelineTag& tag) = 0;
+  // sum[i] += g[i] for i < n, fp32 device memory: a step's gradients accumulated on the device
+  // across its micro-batches (ExecutorOptions::gradient_accumulation). One IEEE add per element,
+  // so the sums are bit for bit the host accumulation's.
+  virtual absl::Status AccumulateGradients(Stream& compute, const float* g, size_t n, float* sum,
+                                           const TimelineTag& tag) = 0;
   virtual absl::Status HeadLoss(Stream& compute, const HeadArgs& args, const TimelineTag& tag) = 0;
   virtual absl::Status HeadLogits(Stream& compute, const HeadArgs& args,
                                   const TimelineTag& tag) = 0;

@@ -51,6 +51,13 @@ absl::Status StreamingExecutor::Impl::Allocate(int num_slots) {
   if (shape.device_checkpoints < shape.checkpoints) {
     checkpoint_stage = alloc(x_bytes, "checkpoint staging");
   }
+  gradient_sums.resize(entry_elements.size());
+  if (options.gradient_accumulation == GradientAccumulation::kDevice) {
+    const std::vector<bool> summed = DeviceSummedEntries(schedule, entry_elements.size());
+    for (size_t e = 0; e < summed.size(); ++e) {
+      if (summed[e]) gradient_sums[e] = alloc(entry_elements[e] * sizeof(float), "gradient sum");
+    }
+  }
   if (!first_error.ok()) return first_error;
 
   for (int c = shape.device_checkpoints; c < shape.checkpoints; ++c) {
@@ -109,6 +116,9 @@ absl::StatusOr<std::unique_ptr<StreamingExecutor>> StreamingExecutor::Create(
   }
   // Auto device checkpoints resolved once: everything below plans and runs that count.
   ExecutorOptions options = given_options;
+  options.gradient_accumulation =
+      ResolveGradientAccumulation(dims, layout, EntryElements(store), given_options,
+                                  device.arena_stats().capacity, device.kind());
   options.device_checkpoints =
       ChooseDeviceCheckpoints(dims, layout, EntryElements(store), given_options,
                               device.arena_stats().capacity, device.kind());
@@ -147,10 +157,13 @@ absl::StatusOr<std::unique_ptr<StreamingExecutor>> StreamingExecutor::Create(
       PlanDeviceMemory(dims, layout, impl->entry_elements, options, num_slots, device.kind());
 
   if (absl::Status s = impl->Allocate(num_slots); !s.ok()) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("device memory too small for the streaming plan: it needs ", plan.Describe(),
-                     " (arena capacity ", device.arena_stats().capacity,
-                     " bytes); allocation failed: ", s.message()));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "device memory too small for the streaming plan: it needs ", plan.Describe(),
+        " (arena capacity ", device.arena_stats().capacity, " bytes)",
+        plan.gradient_sums > 0 ? "; gradient_accumulation=device keeps the step's gradient sums "
+                                 "on the device (host or auto would not)"
+                               : "",
+        "; allocation failed: ", s.message()));
   }
   for (auto* stream : {&impl->copy_in, &impl->compute, &impl->copy_out}) {
     const char* name = stream == &impl->copy_in   ? "copy_in"
@@ -228,6 +241,10 @@ StreamingExecutor::~StreamingExecutor() {
   }
 }
 
+GradientAccumulation StreamingExecutor::gradient_accumulation() const {
+  return impl_->options.gradient_accumulation;
+}
+
 int StreamingExecutor::weight_slots() const { return impl_->slot_policy->num_slots(); }
 
 bool StreamingExecutor::fragment_mode() const { return impl_->fragment_mode(); }
@@ -247,11 +264,19 @@ void StreamingExecutor::InvalidateWeights() {
 absl::StatusOr<MicroBatchResult> StreamingExecutor::RunMicroBatch(
     const int32_t* inputs, const int32_t* targets, float inv_total_valid, bool first_micro_batch,
     uint64_t weights_version, TokenLayout layout, MicroBatchTurns turns,
-    const std::function<void(int)>& on_gradient_final) {
+    const std::function<void(int)>& on_gradient_final, bool last_micro_batch) {
+  if (turns.turns != nullptr &&
+      impl_->options.gradient_accumulation == GradientAccumulation::kDevice) {
+    // Several devices add into one store's slabs in global micro-batch order; a device's own sum
+    // of its micro-batches would reorder those adds.
+    return absl::FailedPreconditionError(
+        "gradient_accumulation=device sums one executor's micro-batches; with several devices "
+        "on one store (MicroBatchTurns) use host");
+  }
   impl_->BeginTurns(impl_->schedule, turns);
   absl::StatusOr<MicroBatchResult> result =
       impl_->Run(impl_->schedule, inputs, targets, inv_total_valid, first_micro_batch,
-                 weights_version, layout, on_gradient_final);
+                 weights_version, layout, on_gradient_final, last_micro_batch);
   impl_->turns = {};
   return result;
 }
@@ -418,31 +443,37 @@ void StreamingExecutor::Impl::EnqueueCheckpointSave(const ScheduledOp& op, const
   if (saves_checkpoint && s.CheckpointOnHost(op.checkpoint)) pending_checkpoint_wait = true;
 }
 
-void StreamingExecutor::Impl::EnqueueStageGradientsOut(const ScheduledOp& op,
-                                                       const std::vector<size_t>& offsets,
-                                                       int grad, std::vector<bool>& contributed,
-                                                       bool training) {
+absl::Status StreamingExecutor::Impl::EnqueueStageGradientsOut(const ScheduledOp& op,
+                                                               const std::vector<size_t>& offsets,
+                                                               int grad,
+                                                               std::vector<bool>& contributed,
+                                                               bool training) {
   Impl& s = *this;
+  const float* buffer = s.grads[grad].data_as<float>();
+  for (size_t i = 0; i < op.entries.size(); ++i) {
+    const int e = op.entries[i];
+    MT_RETURN_IF_ERROR(s.EnqueueDeviceSum(e, buffer + offsets[i], 0, s.store.spec(e).elements,
+                                          {SpanKind::kCompute, DescribeOp(op), op.layer}));
+  }
   s.compute->RecordEvent(*s.grad_ready[grad]);
   s.copy_out->WaitEvent(*s.grad_ready[grad], {SpanKind::kWait, "gradients ready", op.layer});
   for (size_t i = 0; i < op.entries.size(); ++i) {
     const int e = op.entries[i];
-    const size_t count = s.store.spec(e).elements;
-    if (training && op.layer >= 0) {
-      s.traffic.copy_out_bytes += static_cast<double>(count * sizeof(float));
-    }
-    s.EnqueueGradientCopyOut(e, s.grads[grad].data_as<float>() + offsets[i], 0, count,
-                             !contributed[e], {SpanKind::kCopyOut, DescribeOp(op), op.layer});
+    const size_t sent =
+        s.EnqueueContributionOut(e, buffer + offsets[i], 0, s.store.spec(e).elements,
+                                 !contributed[e], {SpanKind::kCopyOut, DescribeOp(op), op.layer});
+    if (training && op.layer >= 0) s.traffic.copy_out_bytes += static_cast<double>(sent);
     contributed[e] = true;
   }
   s.copy_out->RecordEvent(*s.grad_free[grad]);
   s.copy_out->RecordEvent(*s.copy_out_done);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
     const std::vector<ScheduledOp>& ops, const int32_t* inputs, const int32_t* targets,
     float inv_total_valid, bool first_micro_batch, uint64_t weights_version, TokenLayout layout,
-    const std::function<void(int)>& on_gradient_final) {
+    const std::function<void(int)>& on_gradient_final, bool last_micro_batch) {
   Impl& s = *this;
   // Per entry, the op whose gradient copy-out is the entry's last of the micro-batch.
   std::vector<int> last_gradient_op;
@@ -474,6 +505,12 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
   if (absl::Status t = s.UploadTokens(inputs, targets, layout); !t.ok()) return t;
 
   const bool training = &ops == &s.schedule;
+  // A step of one micro-batch has nothing to sum: its gradients go straight out.
+  s.sums_on_device = training &&
+                     s.options.gradient_accumulation == GradientAccumulation::kDevice &&
+                     !(first_micro_batch && last_micro_batch);
+  s.sums_start = first_micro_batch;
+  s.sums_go_out = last_micro_batch;
   if (training && first_micro_batch) s.EnqueueRowsGradientReset();
   std::vector<bool> contributed(static_cast<size_t>(s.store.num_entries()), !first_micro_batch);
   int grad = 0;
@@ -573,7 +610,8 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
     if (training && op.kind == StageKind::kLayerBackward) ++s.traffic.backward_ops;
 
     if (op.produces_gradients && !gradients_by_part) {
-      s.EnqueueStageGradientsOut(op, offsets, grad, contributed, training);
+      launch_status = s.EnqueueStageGradientsOut(op, offsets, grad, contributed, training);
+      if (!launch_status.ok()) break;  // what is queued still drains below
       grad ^= 1;
     }
     // A fragmented head enqueued its copy-outs part by part above.

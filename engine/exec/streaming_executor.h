@@ -45,6 +45,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -73,6 +74,40 @@ struct TokenLayout {
 
 // ExecutorOptions::device_checkpoints: as many checkpoints on the device as fit its arena.
 inline constexpr int kAutoDeviceCheckpoints = -1;
+
+// Where a step's gradients are summed across its micro-batches
+// (ExecutorOptions::gradient_accumulation).
+enum class GradientAccumulation {
+  // Every micro-batch's gradients go out; the host adds them into the slabs (or the NVMe
+  // gradient file) in micro-batch order.
+  kHost,
+  // An fp32 sum per entry stays on the device: the first micro-batch copies into it, later ones
+  // add, and only the step's last micro-batch copies the sums out. The sums are bit for bit the
+  // host's (the same adds in the same order), so results never depend on it; it saves (A-1)/A of
+  // the gradient copy-out and every host add. Costs 4 bytes of device memory per parameter of
+  // the entries summed (all but a tied embedding, whose rows' gradient is scattered on the host).
+  kDevice,
+  // kDevice on a CUDA device when its sums fit the arena beside the minimum plan, else kHost.
+  kAuto,
+};
+std::string_view GradientAccumulationName(GradientAccumulation g);
+// "host", "device" or "auto"; anything else is INVALID_ARGUMENT naming the value.
+absl::StatusOr<GradientAccumulation> ParseGradientAccumulation(std::string_view name);
+
+// The rule of a run (the trainer's and the planner's): kAuto becomes kHost when a device runs
+// one micro-batch a step (nothing to sum) or when several devices of one process share the
+// store (their gradients meet on the host in micro-batch order); kDevice with several devices is
+// INVALID_ARGUMENT naming the field. Otherwise `asked`, for the executor to resolve by device.
+absl::StatusOr<GradientAccumulation> GradientAccumulationForRun(GradientAccumulation asked,
+                                                                int micro_batches_per_device,
+                                                                int devices_in_process);
+
+// Per entry of a step schedule, whether GradientAccumulation::kDevice sums its gradient on the
+// device: every entry a device op writes a gradient for, but one the host also contributes to
+// (a tied embedding's rows, scattered on the host between the LM head's contributions: summing
+// the head's part on the device would change the order of the adds).
+std::vector<bool> DeviceSummedEntries(const std::vector<ScheduledOp>& schedule,
+                                      size_t num_entries);
 
 struct ExecutorOptions {
   int checkpoint_interval = 4;  // k: keep the input of every k-th layer
@@ -109,6 +144,9 @@ struct ExecutorOptions {
   // Tests and benchmarks: one mode per block (top block ignored), instead of
   // the policy's.
   std::vector<ActivationMode> block_modes;
+  // Where a step's gradients are summed across its micro-batches. kDevice refuses several
+  // executors on one store (MicroBatchTurns): their micro-batches interleave on the slabs.
+  GradientAccumulation gradient_accumulation = GradientAccumulation::kHost;
 };
 
 // Where the executor finds each stage's weights in the ParameterStore.
@@ -125,10 +163,11 @@ struct DeviceMemoryPlan {
   size_t activations = 0;  // saved activation sets (the budget's, when set)
   size_t checkpoints = 0;  // device-resident activation checkpoints
   size_t scratch = 0;      // residual streams, backward scratch, head, attention, tokens
+  size_t gradient_sums = 0;  // GradientAccumulation::kDevice: the step's fp32 sums
   int device_checkpoints = 0;  // how many checkpoints the `checkpoints` bytes hold
   int host_checkpoints = 0;    // the rest, in pinned host memory
   size_t total() const {
-    return weight_slots + gradient_buffers + activations + checkpoints + scratch;
+    return weight_slots + gradient_buffers + activations + checkpoints + scratch + gradient_sums;
   }
   std::string Describe() const;
 };
@@ -184,6 +223,16 @@ class StreamingExecutor {
                                absl::Span<const size_t> entry_elements,
                                const ExecutorOptions& options, size_t arena_capacity,
                                DeviceKind kind = DeviceKind::kCpu);
+  // options.gradient_accumulation resolved for this arena and device: kAuto becomes kDevice on
+  // CUDA when the sums fit beside the minimum plan (two slots or the ring, every checkpoint on
+  // the host), else kHost; kHost and kDevice stay. PlanDeviceMemory and the Choose functions
+  // count the sums for kDevice only (they resolve kAuto first).
+  static GradientAccumulation ResolveGradientAccumulation(const ModelDims& dims,
+                                                          const ExecutorLayout& layout,
+                                                          absl::Span<const size_t> entry_elements,
+                                                          const ExecutorOptions& options,
+                                                          size_t arena_capacity,
+                                                          DeviceKind kind = DeviceKind::kCpu);
   // Element sizes and device memory of the stage math of a kind of device.
   static StageSizes SizesFor(DeviceKind kind, const ModelDims& dims);
 
@@ -208,11 +257,16 @@ class StreamingExecutor {
   // stream order, and after its turn), so on the last micro-batch of a step a caller may read
   // e's final gradient while backward goes on (the trainer's speculative update). It must not
   // block.
+  // `last_micro_batch`: with gradients summed on the device (GradientAccumulation::kDevice),
+  // false keeps this micro-batch's sums on the device for a later one of the same step; true
+  // (the default, always correct) copies the sums so far out, overwriting the slabs; then
+  // on_gradient_final means the sums are out.
   absl::StatusOr<MicroBatchResult> RunMicroBatch(
       const int32_t* inputs, const int32_t* targets, float inv_total_valid,
       bool first_micro_batch, uint64_t weights_version, TokenLayout layout = {},
       MicroBatchTurns turns = {},
-      const std::function<void(int entry)>& on_gradient_final = nullptr);
+      const std::function<void(int entry)>& on_gradient_final = nullptr,
+      bool last_micro_batch = true);
 
   // Forward only: the summed loss of one micro-batch (nothing is written to
   // the gradient slabs). Same weights_version rule as RunMicroBatch.
@@ -234,6 +288,8 @@ class StreamingExecutor {
                                DeviceKind kind = DeviceKind::kCpu);
 
   const DeviceMemoryPlan& plan() const { return plan_; }
+  // kHost or kDevice: where this executor sums a step's gradients (kAuto resolved at Create).
+  GradientAccumulation gradient_accumulation() const;
   int weight_slots() const;  // 0 in fragment mode
   bool fragment_mode() const;
   // Fragment copies per RunMicroBatch (fragment mode; 0 otherwise).

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/common/status_macros.h"
 #include "engine/exec/activation_measurement.h"
 #include "engine/exec/fragment_plan.h"
 #include "engine/exec/stage_backend.h"
@@ -72,6 +73,17 @@ struct StreamingExecutor::Impl {
   // contributions one micro-batch makes and how many this one has enqueued.
   MicroBatchTurns turns;
   std::vector<uint64_t> contributions_per_micro_batch, contributions_enqueued;
+  // GradientAccumulation::kDevice: per entry its fp32 sum on the device (empty for the entries
+  // DeviceSummedEntries leaves to the host), and the place of the micro-batch being run in its
+  // step: whether it sums on the device at all (a step of one micro-batch copies straight out),
+  // starts the sums, and copies them out.
+  std::vector<DeviceBuffer> gradient_sums;
+  bool sums_on_device = false;
+  bool sums_start = false;
+  bool sums_go_out = true;
+  bool SummedOnDevice(int e) const {
+    return sums_on_device && gradient_sums[static_cast<size_t>(e)].data() != nullptr;
+  }
 
   // Adaptive recomputation: the block modes the schedule was built with, the
   // policy choosing them (null when forced), and per working set the events
@@ -117,7 +129,8 @@ struct StreamingExecutor::Impl {
                                        const int32_t* targets, float inv_total_valid,
                                        bool first_micro_batch, uint64_t weights_version,
                                        TokenLayout layout = {},
-                                       const std::function<void(int)>& on_gradient_final = nullptr);
+                                       const std::function<void(int)>& on_gradient_final = nullptr,
+                                       bool last_micro_batch = true);
   bool CheckpointOnHost(int c) const { return c >= shape.device_checkpoints; }
   // Run's steps (streaming_executor.cc). Checks the ids and targets against
   // the vocabulary, the layout against seq, and copies them in.
@@ -131,9 +144,20 @@ struct StreamingExecutor::Impl {
   // host; `pending_checkpoint_wait` tracks a host copy still reading x).
   void EnqueueCheckpointSave(const ScheduledOp& op, const void* x_in,
                              bool& pending_checkpoint_wait);
-  // copy_out: a whole-slot op's gradients from buffer `grad` into RAM or NVMe.
-  void EnqueueStageGradientsOut(const ScheduledOp& op, const std::vector<size_t>& offsets,
-                                int grad, std::vector<bool>& contributed, bool training);
+  // copy_out: a whole-slot op's gradients from buffer `grad` into RAM or NVMe (or first into
+  // their device sums, on compute).
+  absl::Status EnqueueStageGradientsOut(const ScheduledOp& op, const std::vector<size_t>& offsets,
+                                        int grad, std::vector<bool>& contributed, bool training);
+  // compute, before the gradient buffer's ready event: for an entry summed on the device, the
+  // `count` floats at `src` (its elements from `first`) into its sum: copied on the step's first
+  // micro-batch, added after. Nothing for other entries.
+  absl::Status EnqueueDeviceSum(int e, const float* src, size_t first, size_t count,
+                                const TimelineTag& tag);
+  // copy_out, after that event: the contribution at `src` to the host (EnqueueGradientCopyOut);
+  // for an entry summed on the device, its sum instead, overwriting, on the step's last
+  // micro-batch only. Returns the bytes it sends.
+  size_t EnqueueContributionOut(int e, const float* src, size_t first, size_t count,
+                                bool overwrite, const TimelineTag& tag);
   void EnqueueEmbeddingForward(const ScheduledOp& op, void* x_out, uint64_t weights_version);
   void EnqueueEmbeddingBackward(const ScheduledOp& op, const void* dx_out, bool first_contribution);
   // With the store's rows' gradient kept apart (a tied embedding on a data-parallel rank): fills it

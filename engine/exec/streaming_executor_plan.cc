@@ -16,9 +16,68 @@ using namespace executor_internal;  // NOLINT: the executor's own shapes
 std::string DeviceMemoryPlan::Describe() const {
   return absl::StrFormat(
       "%d bytes = %s %d + gradient buffers %d + saved activations %d + "
-      "checkpoints %d + scratch %d (%d checkpoints on the device, %d in pinned host memory)",
+      "checkpoints %d + scratch %d%s (%d checkpoints on the device, %d in pinned host memory)",
       total(), weight_ring ? "weight ring" : "weight slots", weight_slots, gradient_buffers,
-      activations, checkpoints, scratch, device_checkpoints, host_checkpoints);
+      activations, checkpoints, scratch,
+      gradient_sums > 0 ? absl::StrCat(" + gradient sums ", gradient_sums) : "",
+      device_checkpoints, host_checkpoints);
+}
+
+std::string_view GradientAccumulationName(GradientAccumulation g) {
+  switch (g) {
+    case GradientAccumulation::kHost:
+      return "host";
+    case GradientAccumulation::kDevice:
+      return "device";
+    case GradientAccumulation::kAuto:
+      return "auto";
+  }
+  return "?";
+}
+
+absl::StatusOr<GradientAccumulation> ParseGradientAccumulation(std::string_view name) {
+  for (GradientAccumulation g : {GradientAccumulation::kHost, GradientAccumulation::kDevice,
+                                 GradientAccumulation::kAuto}) {
+    if (name == GradientAccumulationName(g)) return g;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("gradient_accumulation=\"", std::string(name),
+                                                 "\": must be host, device or auto"));
+}
+
+absl::StatusOr<GradientAccumulation> GradientAccumulationForRun(GradientAccumulation asked,
+                                                                int micro_batches_per_device,
+                                                                int devices_in_process) {
+  if (devices_in_process > 1) {
+    if (asked == GradientAccumulation::kDevice) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gradient_accumulation=device sums one device's micro-batches; with devices=",
+          devices_in_process,
+          " their gradients meet on the host in micro-batch order: use host or auto"));
+    }
+    return GradientAccumulation::kHost;
+  }
+  if (asked == GradientAccumulation::kAuto && micro_batches_per_device <= 1) {
+    return GradientAccumulation::kHost;
+  }
+  return asked;
+}
+
+GradientAccumulation StreamingExecutor::ResolveGradientAccumulation(
+    const ModelDims& dims, const ExecutorLayout& layout, absl::Span<const size_t> entry_elements,
+    const ExecutorOptions& options, size_t arena_capacity, DeviceKind kind) {
+  if (options.gradient_accumulation != GradientAccumulation::kAuto) {
+    return options.gradient_accumulation;
+  }
+  if (kind != DeviceKind::kCuda) return GradientAccumulation::kHost;
+  // The minimum plan with the sums: two slots (or the ring), every checkpoint on the host.
+  ExecutorOptions probe = options;
+  probe.gradient_accumulation = GradientAccumulation::kDevice;
+  probe.device_checkpoints = 0;
+  const int slots = options.weight_slots > 0 ? options.weight_slots : 2;
+  const size_t needed = PlanDeviceMemory(dims, layout, entry_elements, probe, slots, kind).total();
+  // Leave 1/16 of the arena for allocator fragmentation, as the slot choice does.
+  return needed + arena_capacity / 16 <= arena_capacity ? GradientAccumulation::kDevice
+                                                        : GradientAccumulation::kHost;
 }
 
 DeviceMemoryPlan StreamingExecutor::PlanDeviceMemory(const ModelDims& dims,
@@ -47,6 +106,9 @@ DeviceMemoryPlan StreamingExecutor::PlanDeviceMemory(const ModelDims& dims,
   plan.host_checkpoints = p.checkpoints - p.device_checkpoints;
   plan.scratch = 4 * x_bytes + Round256(sizes.scratch_bytes) + 4 * Round256(n * sizeof(int32_t));
   if (p.device_checkpoints < p.checkpoints) plan.scratch += x_bytes;  // staging for host ones
+  if (options.gradient_accumulation == GradientAccumulation::kDevice) {
+    plan.gradient_sums = DeviceSumBytes(schedule, entry_elements);
+  }
   return plan;
 }
 
@@ -96,9 +158,13 @@ int StreamingExecutor::ChooseDeviceCheckpoints(const ModelDims& dims,
   const int count = CheckpointCount(layout.schedule);
   if (options.device_checkpoints >= 0) return std::min(options.device_checkpoints, count);
   // The minimum plan: two slots with auto slots (its extra slots come after
-  // the checkpoints), the slots asked for otherwise, or the ring.
+  // the checkpoints), the slots asked for otherwise, or the ring; and the gradient sums, which
+  // come before checkpoints (a host checkpoint costs one activation's copy out and back, the
+  // sums save a whole model's gradients per micro-batch).
   const int slots = options.weight_slots > 0 ? options.weight_slots : 2;
   ExecutorOptions probe = options;
+  probe.gradient_accumulation = ResolveGradientAccumulation(
+      dims, given_layout, entry_elements, options, arena_capacity, kind);
   probe.device_checkpoints = count;
   if (PlanDeviceMemory(dims, layout, entry_elements, probe, slots, kind).total() <=
       arena_capacity) {
@@ -119,6 +185,8 @@ int StreamingExecutor::ChooseWeightSlots(const ModelDims& dims, const ExecutorLa
   if (given_options.weight_ring_bytes > 0) return 0;
   if (given_options.weight_slots > 0) return given_options.weight_slots;
   ExecutorOptions options = given_options;
+  options.gradient_accumulation = ResolveGradientAccumulation(
+      dims, given_layout, entry_elements, given_options, arena_capacity, kind);
   options.device_checkpoints = ChooseDeviceCheckpoints(dims, given_layout, entry_elements,
                                                        given_options, arena_capacity, kind);
   const ExecutorLayout layout = WithOptions(given_layout, options);

@@ -52,6 +52,38 @@ ExecutorLayout WithOptions(ExecutorLayout layout, const ExecutorOptions& options
 
 // Floats of the gradient buffer an op writes. A fragmented head writes one
 // vocabulary block's or the final norm's gradient at a time.
+}  // namespace megatrain::engine::executor_internal
+
+namespace megatrain::engine {
+
+std::vector<bool> DeviceSummedEntries(const std::vector<ScheduledOp>& schedule,
+                                      size_t num_entries) {
+  std::vector<bool> summed(num_entries, false), host(num_entries, false);
+  for (const ScheduledOp& op : schedule) {
+    if (op.kind == StageKind::kEmbedBackward) {
+      host[static_cast<size_t>(op.host_entry)] = true;
+    } else if (op.produces_gradients) {
+      for (int e : op.entries) summed[static_cast<size_t>(e)] = true;
+    }
+  }
+  for (size_t e = 0; e < num_entries; ++e) summed[e] = summed[e] && !host[e];
+  return summed;
+}
+
+}  // namespace megatrain::engine
+
+namespace megatrain::engine::executor_internal {
+
+size_t DeviceSumBytes(const std::vector<ScheduledOp>& schedule,
+                      absl::Span<const size_t> entry_elements) {
+  const std::vector<bool> summed = DeviceSummedEntries(schedule, entry_elements.size());
+  size_t bytes = 0;
+  for (size_t e = 0; e < summed.size(); ++e) {
+    if (summed[e]) bytes += Round256(entry_elements[e] * sizeof(float));
+  }
+  return bytes;
+}
+
 size_t GradientFloats(const ModelDims& dims, absl::Span<const size_t> entry_elements,
                       const ExecutorOptions& options, const ScheduledOp& op) {
   if (options.weight_ring_bytes > 0 && op.kind == StageKind::kHead) {

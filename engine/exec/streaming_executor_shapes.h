@@ -33,6 +33,9 @@ std::vector<size_t> StageOffsets(absl::Span<const size_t> entry_elements,
 std::vector<size_t> EntryElements(const ParameterStore& store);
 // The layout's schedule with the options' checkpointing applied.
 ExecutorLayout WithOptions(ExecutorLayout layout, const ExecutorOptions& options);
+// Device bytes of those sums (each entry's fp32 array, 256-byte aligned).
+size_t DeviceSumBytes(const std::vector<ScheduledOp>& schedule,
+                      absl::Span<const size_t> entry_elements);
 
 struct PlanShape {
   size_t slot_floats = 0;

@@ -118,6 +118,8 @@ TEST(DataParallelTest, EachSharedResourceIsNamedWhereItBinds) {
   in.micro_batch = 8;
   in.seq = 1024;
   in.grad_accumulation = 12;
+  // Every micro-batch's gradients cross the host (as several devices of a process sum them).
+  in.gradient_accumulation = GradientAccumulation::kHost;
   const HardwareProfile sxm = Gpu("h100-sxm");
   const PlanResult seven_b = PlanOf("qwen2.5-7b", in, sxm);
   // Eight devices each copying every layer in, every micro-batch: 4.6 TB over 300 GB/s.

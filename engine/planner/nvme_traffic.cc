@@ -13,20 +13,22 @@ using tiers::BufferKind;
 using tiers::Tier;
 
 NvmeTraffic NvmeTrafficPerStep(const tiers::Placement& p, int micro_batches,
-                               int copy_reads_per_micro_batch) {
+                               int copy_reads_per_micro_batch, bool gradients_summed_on_device) {
   const uint64_t a = static_cast<uint64_t>(std::max(1, micro_batches));
+  const uint64_t gradient_writes = gradients_summed_on_device ? 1 : a;
   NvmeTraffic t;
   for (int k = 0; k < tiers::kNumBufferKinds; ++k) {
     const tiers::KindPlacement& kp = p.kinds[k];
     if (kp.tier != Tier::kNvme) continue;
     const uint64_t on_nvme = kp.bytes - kp.ram_resident;
     if (static_cast<BufferKind>(k) == BufferKind::kGrad) {
-      // Backward: written every micro-batch, read back from the second on; optimizer: read once.
-      t.backward_written_bytes += on_nvme * a;
-      t.backward_read_bytes += on_nvme * (a - 1);
+      // Backward: written every micro-batch, read back from the second on (summed on the
+      // device: written once); optimizer: read once.
+      t.backward_written_bytes += on_nvme * gradient_writes;
+      t.backward_read_bytes += on_nvme * (gradient_writes - 1);
       t.optimizer_read_bytes += on_nvme;
-      t.written[k] = on_nvme * a;
-      t.read[k] = on_nvme * a;
+      t.written[k] = on_nvme * gradient_writes;
+      t.read[k] = on_nvme * gradient_writes;
     } else if (static_cast<BufferKind>(k) == BufferKind::kComputeCopy) {
       // Written by the optimizer pass; read by every weight copy of every micro-batch.
       const uint64_t reads = on_nvme * a * static_cast<uint64_t>(copy_reads_per_micro_batch);

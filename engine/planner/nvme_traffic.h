@@ -34,8 +34,12 @@ struct NvmeTraffic {
   uint64_t weights_read_bytes = 0;  // the compute copy, read by forward/recompute/backward
 };
 
+// `gradients_summed_on_device` (GradientAccumulation::kDevice): the gradients on NVMe are
+// written once a step, by the last micro-batch, and never read back in backward (every gradient
+// the placement can put on NVMe is summed on the device: the embedding's stays in RAM).
 NvmeTraffic NvmeTrafficPerStep(const tiers::Placement& placement, int micro_batches,
-                               int copy_reads_per_micro_batch = 3);
+                               int copy_reads_per_micro_batch = 3,
+                               bool gradients_summed_on_device = false);
 
 // The compute copy's reads as counted op by op (the step-time replay knows which weight copies
 // the executor's schedule and slot policy make; resident slots read nothing).

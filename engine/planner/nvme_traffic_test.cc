@@ -114,6 +114,7 @@ TEST(NvmeTrafficTest, EverythingMovableOnNvmeOnAGpu) {
   in.master_on_nvme = true;
   in.grad_on_nvme = true;
   in.grad_accumulation = 3;
+  in.gradient_accumulation = GradientAccumulation::kHost;  // every micro-batch's go out
   absl::StatusOr<PlanResult> p = Plan(*ModelPreset("qwen2.5-1.5b"), in, hw);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->placement.tier(BufferKind::kMaster), Tier::kNvme);
@@ -134,6 +135,31 @@ TEST(NvmeTrafficTest, EverythingMovableOnNvmeOnAGpu) {
       p->time.nvme_backward_seconds,
       3 * kGradOnNvme / (hw.nvme_write_gbps * 1e9) + 2 * kGradOnNvme / (hw.nvme_read_gbps * 1e9),
       1e-9 * p->time.nvme_backward_seconds);
+}
+
+// Summed on the device (auto on a GPU with several micro-batches), the gradients reach NVMe once
+// a step: written by the last micro-batch, never read back before the optimizer.
+TEST(NvmeTrafficTest, GradientsSummedOnTheDeviceAreWrittenOnceAStep) {
+  HardwareProfile hw = *FindHardwareProfile(BuiltinHardwareProfiles(), "h100-pcie");
+  PlanInputs in = TenGibBudget();
+  in.budgets.pinned_ram = uint64_t{4} << 30;
+  in.master_on_nvme = true;
+  in.grad_on_nvme = true;
+  in.grad_accumulation = 3;
+  absl::StatusOr<PlanResult> p = Plan(*ModelPreset("qwen2.5-1.5b"), in, hw);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->executor.gradient_accumulation, GradientAccumulation::kDevice);
+  EXPECT_GT(p->device.gradient_sums, 0u);
+  const NvmeTraffic& t = p->nvme_traffic;
+  EXPECT_EQ(t.backward_written_bytes, kGradOnNvme);
+  EXPECT_EQ(t.backward_read_bytes, 0u);
+  EXPECT_EQ(t.optimizer_read_bytes, 3 * kArray + kGradOnNvme);
+  EXPECT_NEAR(
+      p->time.nvme_seconds,
+      t.read_bytes / (hw.nvme_read_gbps * 1e9) + t.written_bytes / (hw.nvme_write_gbps * 1e9),
+      1e-9 * p->time.nvme_seconds);
+  EXPECT_NEAR(p->time.nvme_backward_seconds, kGradOnNvme / (hw.nvme_write_gbps * 1e9),
+              1e-9 * p->time.nvme_backward_seconds);
 }
 
 TEST(NvmeTrafficTest, EveryArrayOnNvmeOnTheCpuDeviceReadsTheComputeCopyPerMicroBatch) {

@@ -49,6 +49,10 @@ ABSL_FLAG(std::string, nvme_dir, "", "NVMe tier directory (with --pinned_gb)");
 ABSL_FLAG(double, nvme_gb, 0, "NVMe tier budget GB");
 ABSL_FLAG(bool, states_on_nvme, false, "m and v on NVMe even when RAM could hold them");
 ABSL_FLAG(bool, master_on_nvme, false, "the fp32 master on NVMe too, streamed with m and v");
+ABSL_FLAG(std::string, gradient_accumulation, "auto",
+          "where a step's gradients are summed over its micro-batches (train_local "
+          "--gradient_accumulation): host, device or auto (device on a GPU profile when the "
+          "sums fit the arena and --grad_accumulation > 1)");
 ABSL_FLAG(bool, speculative_update, false,
           "the speculative update (train_local --speculative_update): count its alternate "
           "master/m/v regions on NVMe and, with --grad_clip=0, overlap the optimizer pass with "
@@ -140,6 +144,15 @@ int Run() {
       return 2;
     }
     in.activation_policy = *policy;
+  }
+  {
+    absl::StatusOr<GradientAccumulation> accumulation =
+        ParseGradientAccumulation(absl::GetFlag(FLAGS_gradient_accumulation));
+    if (!accumulation.ok()) {
+      fprintf(stderr, "--%s\n", std::string(accumulation.status().message()).c_str());
+      return 2;
+    }
+    in.gradient_accumulation = *accumulation;
   }
   in.device_arena_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_arena_gb) * 1e9);
   if (absl::GetFlag(FLAGS_pinned_gb) >= 0) {

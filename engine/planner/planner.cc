@@ -123,6 +123,10 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
   r.executor.weight_slots = in.weight_slots;
   r.executor.activation_budget_bytes = in.activation_budget_bytes;
   r.executor.activation_policy = in.activation_policy;
+  absl::StatusOr<GradientAccumulation> accumulation = GradientAccumulationForRun(
+      in.gradient_accumulation, in.grad_accumulation / std::max(1, in.devices), in.devices);
+  if (!accumulation.ok()) return accumulation.status();
+  r.executor.gradient_accumulation = *accumulation;
   absl::StatusOr<ExecutorGeometry> g =
       MakeExecutorGeometry(config, *layout, in.micro_batch, in.seq, in.head_chunk, r.executor,
                            in.head_block_rows);
@@ -144,8 +148,10 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
     if (!fragments.ok()) return fragments.status();
     r.step_fragments = static_cast<int>(fragments->fragments.size());
   }
-  // Auto checkpoints resolved as Create resolves them; everything below (slots, pinned staging,
-  // the step's checkpoint copies) uses that count.
+  // Auto checkpoints (and where gradients are summed) resolved as Create resolves them;
+  // everything below (slots, pinned staging, the step's copies) uses them.
+  r.executor.gradient_accumulation = StreamingExecutor::ResolveGradientAccumulation(
+      g->dims, g->layout, g->entry_elements, r.executor, r.device_arena_capacity, kind);
   r.executor.device_checkpoints =
       DeviceCheckpointsFor(*g, r.executor, r.device_arena_capacity, kind);
   r.weight_slots = WeightSlotsFor(*g, r.executor, r.device_arena_capacity, kind);
@@ -208,7 +214,9 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
   const StepWork work =
       BuildStepWork(*g, r.executor, r.weight_slots, in.grad_accumulation, hw, flop_parameters);
   // NVMe: exact bytes per step from the placement; per entry for the replay.
-  r.nvme_traffic = NvmeTrafficPerStep(r.placement, in.grad_accumulation, in.keep_all ? 2 : 3);
+  r.nvme_traffic = NvmeTrafficPerStep(
+      r.placement, in.grad_accumulation, in.keep_all ? 2 : 3,
+      r.executor.gradient_accumulation == GradientAccumulation::kDevice);
   const NvmeEntryIo nvme_io = NvmeIoPerEntry(bytes, r.placement);
   StepWork timed = work;
   AddNvmeGradientTraffic(timed, nvme_io.gradient_bytes);
@@ -300,12 +308,18 @@ std::string PlanResult::Table() const {
                       "  %-17s %s\n  gradient buffers  %s\n"
                       "  activations       %s\n  checkpoints       %s (%d on the device, %d in "
                       "pinned host memory)\n"
-                      "  scratch           %s\n  peak              %s of %s%s\n",
+                      "  scratch           %s\n%s  peak              %s of %s%s\n",
                       weights, executor.checkpoint_interval, executor.keep_all ? ", keep_all" : "",
                       device.weight_ring ? "weight ring" : "weight slots", gb(device.weight_slots),
                       gb(device.gradient_buffers), gb(device.activations), gb(device.checkpoints),
                       device.device_checkpoints, device.host_checkpoints,
-                      gb(device.scratch), gb(device_arena_peak), gb(device_arena_capacity),
+                      gb(device.scratch),
+                      device.gradient_sums > 0
+                          ? absl::StrFormat("  gradient sums     %s (accumulated on the device; "
+                                            "only the last micro-batch copies gradients out)\n",
+                                            gb(device.gradient_sums))
+                          : "",
+                      gb(device_arena_peak), gb(device_arena_capacity),
                       fits_device ? "" : "  DOES NOT FIT"));
   absl::StrAppend(
       &out, absl::StrFormat("\nhost peak resident memory %s = store %s + pinned staging %s + "
@@ -396,6 +410,9 @@ std::string PlanResult::ToJson() const {
                  {"device_checkpoints", device.device_checkpoints},
                  {"host_checkpoints", device.host_checkpoints},
                  {"scratch", device.scratch},
+                 {"gradient_sums", device.gradient_sums},
+                 {"gradient_accumulation",
+                  std::string(GradientAccumulationName(executor.gradient_accumulation))},
                  {"arena_peak", device_arena_peak},
                  {"arena_capacity", device_arena_capacity},
                  {"fits", fits_device}};

@@ -62,6 +62,9 @@ struct PlanInputs {
   // discards it and pays the normal pass, so the step time is the normal one (speculation_note).
   bool speculative_update = false;
   double grad_clip = 0;  // TrainerOptions::grad_clip (global norm; 0 = off)
+  // Where a step's gradients are summed across its micro-batches (ExecutorOptions), resolved as
+  // the run and the executor resolve it (GradientAccumulationForRun, then by the arena).
+  GradientAccumulation gradient_accumulation = GradientAccumulation::kAuto;
   uint64_t nvme_chunk_bytes = tiers::kDefaultNvmeChunkBytes;  // per array
   uint64_t fixed_overhead_bytes = kDefaultFixedOverheadBytes;
   // Drive wear: optimizer steps of the run (0 = open-ended: judged per day of continuous

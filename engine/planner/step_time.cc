@@ -124,6 +124,13 @@ StepWork BuildStepWork(const ExecutorGeometry& g, const ExecutorOptions& options
   }
   WeightSlotPolicy policy(std::max(2, weight_slots));
   std::vector<bool> contributed(g.entry_elements.size(), false);
+  // Gradients summed on the device (GradientAccumulation::kDevice, a step of several
+  // micro-batches): a device copy (first) or add (later) per micro-batch, and one copy-out of the
+  // sums in the last; no host adds.
+  const std::vector<bool> summed =
+      options.gradient_accumulation == GradientAccumulation::kDevice && micro_batches > 1
+          ? DeviceSummedEntries(schedule, g.entry_elements.size())
+          : std::vector<bool>(g.entry_elements.size(), false);
   for (int mb = 0; mb < micro_batches; ++mb) {
     for (size_t i = 0; i < schedule.size(); ++i) {
       const ScheduledOp& op = schedule[i];
@@ -188,12 +195,22 @@ StepWork BuildStepWork(const ExecutorGeometry& g, const ExecutorOptions& options
         ++o.copies;
       }
       if (op.produces_gradients) {
-        o.gradient_bytes = stage * hw.grad_bytes;
-        o.copy_out_bytes += o.gradient_bytes;
+        double kept = 0;  // floats of the stage summed on the device, not copied out now
         for (int e : op.entries) {
-          if (contributed[e]) o.accumulate_elements += g.entry_elements[e];
+          const double elements = g.entry_elements[e];
+          if (summed[e]) {
+            o.elementwise_bytes += (mb == 0 ? 8.0 : 12.0) * elements;  // fp32 copy or add
+            if (mb + 1 < micro_batches) {
+              kept += elements;
+              o.kept_on_device.push_back(e);
+            }
+          } else if (contributed[e]) {
+            o.accumulate_elements += elements;
+          }
           contributed[e] = true;
         }
+        o.gradient_bytes = std::max(0.0, stage - kept) * hw.grad_bytes;
+        o.copy_out_bytes += o.gradient_bytes;
       }
       w.hardware_flops += o.gemm_flops + o.attention_flops;
       w.ops.push_back(std::move(o));
@@ -213,6 +230,11 @@ void AddNvmeGradientTraffic(StepWork& w, const std::vector<double>& gradient_byt
   for (OpWork& o : w.ops) {
     if (!o.op.produces_gradients) continue;
     for (int e : o.op.entries) {
+      // Summed on the device: nothing leaves before the step's last micro-batch.
+      if (std::find(o.kept_on_device.begin(), o.kept_on_device.end(), e) !=
+          o.kept_on_device.end()) {
+        continue;
+      }
       if (e < 0 || static_cast<size_t>(e) >= gradient_bytes.size() || gradient_bytes[e] <= 0) {
         continue;
       }

@@ -65,6 +65,9 @@ struct OpWork {
   // its copy-out, on the copy-out stream.
   double reduce_seconds = 0;
   double accumulate_elements = 0;  // gradients added into a slab on the host (accumulation)
+  // Entries whose gradients this op adds to their sums on the device and does not copy out
+  // (GradientAccumulation::kDevice, before the step's last micro-batch).
+  std::vector<int> kept_on_device;
   double nvme_read_bytes = 0;      // copy-out: gradient sums read back from NVMe
   double nvme_write_bytes = 0;     // copy-out: gradients written to NVMe
   double nvme_weight_bytes = 0;    // copy-in: the compute copy read from NVMe

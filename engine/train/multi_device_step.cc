@@ -36,7 +36,8 @@ void RunLane(const DeviceLane& lane, size_t lane_index, size_t lane_count, Gradi
     absl::StatusOr<MicroBatchResult> r = lane.executor->RunMicroBatch(
         inputs[mb], targets[mb], args.inv_total_valid, mb == 0, args.weights_version,
         layouts.empty() ? TokenLayout{} : layouts[mb], mb_turns,
-        mb + 1 == inputs.size() ? args.on_last_gradient_final : nullptr);
+        mb + 1 == inputs.size() ? args.on_last_gradient_final : nullptr,
+        /*last_micro_batch=*/mb + lane_count >= inputs.size());
     if (!r.ok()) {
       outcome.status = r.status();
       outcome.failed_micro_batch = static_cast<int>(mb);

@@ -64,6 +64,11 @@ ABSL_FLAG(int, eval_every, 50, "Evaluate the validation loss every N steps.");
 ABSL_FLAG(int, checkpoint_every_layers, 4, "Activation checkpoint interval k.");
 ABSL_FLAG(bool, keep_all, false, "Keep every activation (no recomputation).");
 ABSL_FLAG(int, weight_slots, 0, "Device weight slots; 0 = as many as the arena holds.");
+ABSL_FLAG(std::string, gradient_accumulation, "auto",
+          "Where a step's gradients are summed over its micro-batches: host (each micro-batch's "
+          "gradients copied out and added on the host), device (fp32 sums kept on the device, "
+          "copied out once a step), or auto (device on a GPU when the sums fit the arena and "
+          "--accumulation > 1). Results are the same bits either way.");
 ABSL_FLAG(std::string, device, "cpu", "cpu (the emulated GPU) or cuda (the first GPU).");
 ABSL_FLAG(int, arena_mb, 512, "Device memory for the executor's arena, in MiB.");
 ABSL_FLAG(double, link_gbps, 0,
@@ -228,6 +233,15 @@ int main(int argc, char** argv) {
   t.executor.keep_all = absl::GetFlag(FLAGS_keep_all);
   t.executor.weight_slots = absl::GetFlag(FLAGS_weight_slots);
   t.executor.serial = absl::GetFlag(FLAGS_serial);
+  {
+    absl::StatusOr<GradientAccumulation> accumulation =
+        ParseGradientAccumulation(absl::GetFlag(FLAGS_gradient_accumulation));
+    if (!accumulation.ok()) {
+      fprintf(stderr, "error: --%s\n", std::string(accumulation.status().message()).c_str());
+      return 2;
+    }
+    t.executor.gradient_accumulation = *accumulation;
+  }
   t.blas_threads = absl::GetFlag(FLAGS_threads);
   t.optimizer_threads = absl::GetFlag(FLAGS_optimizer_threads);
   t.collect_timeline = !o.chrome_trace_path.empty();

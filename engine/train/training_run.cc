@@ -74,6 +74,18 @@ absl::StatusOr<std::vector<Device*>> RunDevices(const TrainingRunOptions& option
   return devices;
 }
 
+}  // namespace
+
+absl::StatusOr<GradientAccumulation> RunGradientAccumulation(const TrainingRunOptions& options) {
+  const dist::Communicator* comm = options.trainer.communicator;
+  const int ranks = comm != nullptr ? comm->size() : 1;
+  return GradientAccumulationForRun(
+      options.trainer.executor.gradient_accumulation,
+      options.grad_accumulation / std::max(1, ranks * options.devices), options.devices);
+}
+
+namespace {
+
 // A trainer on `devices` with its starting weights: the Hugging Face model's, or random.
 absl::StatusOr<std::unique_ptr<Trainer>> StartingTrainer(const std::vector<Device*>& devices,
                                                          const ModelConfig& config,
@@ -86,11 +98,20 @@ absl::StatusOr<std::unique_ptr<Trainer>> StartingTrainer(const std::vector<Devic
   // Packed sample rows carry segment ids; the executor reads them only when asked to (on CUDA
   // they rule out cuDNN's attention).
   trainer_options.executor.segment_ids = RunUsesSegmentIds(options);
+  absl::StatusOr<GradientAccumulation> accumulation = RunGradientAccumulation(options);
+  if (!accumulation.ok()) return accumulation.status();
+  trainer_options.executor.gradient_accumulation = *accumulation;
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
       Trainer::Create(devices, config, trainer_options);
   if (!trainer.ok()) return trainer.status();
   if (!(*trainer)->placement_table().empty()) {
     observer.OnLine("memory placement:\n" + (*trainer)->placement_table(), true);
+  }
+  if (const DeviceMemoryPlan& plan = (*trainer)->executor().plan(); plan.gradient_sums > 0) {
+    observer.OnLine(absl::StrFormat("gradient accumulation: on the device (%.2f GiB of fp32 "
+                                    "sums; only each step's last micro-batch copies gradients out)",
+                                    plan.gradient_sums / double{1 << 30}),
+                    true);
   }
   // Checkpoints the arena could not hold (auto device_checkpoints) live in pinned host memory and
   // cost a copy out and back every micro-batch: say so.

@@ -123,6 +123,10 @@ inline bool RunDataIsSamples(const TrainingRunOptions& o) { return !o.sft_sample
 // keys): stored in each checkpoint and compared on resume.
 std::string TrainingJobJson(const TrainingRunOptions& options);
 
+// Where the run's executor sums a step's gradients (trainer.executor.gradient_accumulation):
+// GradientAccumulationForRun (streaming_executor.h) for this run's micro-batches per device.
+absl::StatusOr<GradientAccumulation> RunGradientAccumulation(const TrainingRunOptions& options);
+
 // A Llama config of about 10M parameters over the 256-byte vocabulary.
 ModelConfig TinyTextModelConfig();
 

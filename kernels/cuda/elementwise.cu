@@ -1,5 +1,5 @@
-// CUDA kernels + launchers: embedding gather/scatter-add, residual add, fp32 to
-// bf16 rounding, SwiGLU
+// CUDA kernels + launchers: embedding gather/scatter-add, residual add, fp32
+// gradient accumulation, fp32 to bf16 rounding, SwiGLU
 // and RoPE, each a thin grid over thread_bodies.h (kernels/common math).
 #include "kernels/cuda/bf16_storage.h"
 #include "kernels/cuda/launch_geometry.h"
@@ -32,6 +32,10 @@ __global__ void EmbeddingBackwardKernel(const int32_t* unique_rows, const int32_
 
 __global__ void ResidualAddKernel(const bf16* a, const bf16* b, bf16* out, int64_t n) {
   ResidualAddThread<S>(ThisElement(), n, a, b, out);
+}
+
+__global__ void AccumulateFp32Kernel(const float* g, float* sum, int64_t n) {
+  AccumulateFp32Thread(ThisElement(), n, g, sum);
 }
 
 __global__ void RoundToBf16Kernel(const float* in, bf16* out, int64_t n) {
@@ -88,6 +92,12 @@ cudaError_t RoundToBf16(const float* in, bf16* out, int64_t n, cudaStream_t stre
 cudaError_t ResidualAdd(const bf16* a, const bf16* b, bf16* out, int64_t n, cudaStream_t stream) {
   const LaunchShape shape = ElementwiseGrid(n);
   ResidualAddKernel<<<Grid(shape), shape.threads, 0, stream>>>(a, b, out, n);
+  return cudaGetLastError();
+}
+
+cudaError_t AccumulateFp32(const float* g, float* sum, int64_t n, cudaStream_t stream) {
+  const LaunchShape shape = ElementwiseGrid(n);
+  AccumulateFp32Kernel<<<Grid(shape), shape.threads, 0, stream>>>(g, sum, n);
   return cudaGetLastError();
 }
 

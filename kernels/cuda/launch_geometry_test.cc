@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -14,6 +15,7 @@
 #include "kernels/common/activations.h"
 #include "kernels/common/rmsnorm.h"
 #include "kernels/common/rope.h"
+#include "kernels/cpu/residual.h"
 #include "kernels/cuda/thread_bodies.h"
 
 namespace megatrain::kernels::cuda {
@@ -68,6 +70,28 @@ TEST(LaunchGeometryTest, ResidualAddVisitsEveryElementOnce) {
       ResidualAddThread<FloatStorage>(i, n, a.data(), b.data(), out.data());
     });
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(out[i], a[i] + b[i]) << i;
+  }
+}
+
+// The device's gradient accumulation must equal the host's add bit for bit (the executor's
+// accumulation on either side gives the same sums), -0.0 and subnormals included.
+TEST(LaunchGeometryTest, AccumulateFp32IsTheHostAddBitForBit) {
+  for (int64_t n : kSizes) {
+    SCOPED_TRACE(n);
+    auto g = Values(n, 6);
+    std::vector<float> sum = Values(n, 7);
+    if (n > 2) {
+      g[0] = -0.0f;
+      sum[0] = -0.0f;
+      g[1] = 1e-40f;  // subnormal: no flush to zero on either side
+      sum[1] = -3e-40f;
+    }
+    std::vector<float> want = sum;
+    kernels::cpu::ResidualAdd(g.data(), n, want.data());
+    ReplayElementwise(n, [&](int64_t i) { AccumulateFp32Thread(i, n, g.data(), sum.data()); });
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(sum[i]), std::bit_cast<uint32_t>(want[i])) << i;
+    }
   }
 }
 

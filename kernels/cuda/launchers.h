@@ -20,6 +20,7 @@ cudaError_t EmbeddingBackward(const int32_t* unique_rows, const int32_t* segment
                               int dim, float* dtable, cudaStream_t stream);
 cudaError_t ResidualAdd(const bf16* a, const bf16* b, bf16* out, int64_t n, cudaStream_t stream);
 cudaError_t RoundToBf16(const float* in, bf16* out, int64_t n, cudaStream_t stream);
+cudaError_t AccumulateFp32(const float* g, float* sum, int64_t n, cudaStream_t stream);
 cudaError_t SwigluForward(const bf16* gate, const bf16* up, bf16* out, int64_t n,
                           cudaStream_t stream);
 cudaError_t SwigluBackward(const bf16* gate, const bf16* up, const bf16* dy, bf16* d_gate,

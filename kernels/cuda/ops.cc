@@ -128,6 +128,13 @@ absl::Status ResidualAdd(const void* a, const void* b, void* out, int64_t n, cud
   return CudaStatus(launch::ResidualAdd(Bf16(a), Bf16(b), Bf16(out), n, stream), kOp);
 }
 
+absl::Status AccumulateFp32(const float* g, float* sum, int64_t n, cudaStream_t stream) {
+  constexpr absl::string_view kOp = "AccumulateFp32";
+  MT_RETURN_IF_ERROR(CheckElementwise(kOp, stream, n, {{g, "g"}, {sum, "sum"}}));
+  if (n == 0) return absl::OkStatus();
+  return CudaStatus(launch::AccumulateFp32(g, sum, n, stream), kOp);
+}
+
 absl::Status RoundToBf16(const float* in, void* out, int64_t n, cudaStream_t stream) {
   constexpr absl::string_view kOp = "RoundToBf16";
   MT_RETURN_IF_ERROR(CheckElementwise(kOp, stream, n, {{in, "in"}, {out, "out"}}));

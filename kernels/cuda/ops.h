@@ -32,6 +32,10 @@ absl::Status EmbeddingBackward(const int32_t* unique_rows, const int32_t* segmen
 // out = a + b over n elements (out may alias a or b).
 absl::Status ResidualAdd(const void* a, const void* b, void* out, int64_t n, cudaStream_t stream);
 
+// sum[i] += g[i] for i < n, fp32 (the executor's gradient accumulation on the device): bit for
+// bit the host's add of the same values.
+absl::Status AccumulateFp32(const float* g, float* sum, int64_t n, cudaStream_t stream);
+
 // out (bf16 [n]) = in (fp32 [n]) rounded to nearest even.
 absl::Status RoundToBf16(const float* in, void* out, int64_t n, cudaStream_t stream);
 

@@ -6,8 +6,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -47,6 +48,8 @@ TEST(OpsValidationTest, RejectsDefaultStream) {
 TEST(OpsValidationTest, NamesBadFieldsAndValues) {
   absl::Status s = ResidualAdd(kFake, kFake, kFake, -3, kFakeStream);
   EXPECT_THAT(s.message(), HasSubstr("n = -3"));
+  s = AccumulateFp32(static_cast<float*>(kFake), nullptr, 5, kFakeStream);
+  EXPECT_THAT(s.message(), HasSubstr("sum is null"));
   s = SwigluBackward(kFake, nullptr, kFake, kFake, kFake, 7, kFakeStream);
   EXPECT_THAT(s.message(), HasSubstr("up is null"));
   s = RopeInPlace(kFake, 4, 2, 7, 4, static_cast<float*>(kFake), static_cast<float*>(kFake), false,
@@ -94,6 +97,7 @@ TEST(OpsValidationTest, AttentionShapeChecks) {
 
 TEST(OpsValidationTest, EmptyWorkIsANoOp) {
   EXPECT_TRUE(ResidualAdd(nullptr, nullptr, nullptr, 0, kFakeStream).ok());
+  EXPECT_TRUE(AccumulateFp32(nullptr, nullptr, 0, kFakeStream).ok());
   EXPECT_TRUE(SwigluForward(nullptr, nullptr, nullptr, 0, kFakeStream).ok());
   EXPECT_TRUE(RmsnormForward(nullptr, nullptr, 0, 8, 1e-5f, nullptr, nullptr, kFakeStream).ok());
 }
@@ -403,6 +407,35 @@ void CheckRoundToBf16(const OpShape& shape, TestStream& stream) {
   EXPECT_EQ(out.Download(), ToBf16(in)) << n;
 }
 
+// Exact: the host's fp32 add of the same values (the executor accumulates gradients on either
+// side and must get the same bits); and within one fp32 rounding of the double sum.
+void CheckAccumulateFp32(const OpShape& shape, TestStream& stream) {
+  const int64_t n = shape.n;
+  std::vector<float> g(n), sum(n);
+  for (int64_t i = 0; i < n; ++i) {
+    g[i] = std::ldexp(1.0f + static_cast<float>(i % 977) / 977.0f, static_cast<int>(i % 13) - 6) *
+           (i % 3 == 0 ? -1.0f : 1.0f);
+    sum[i] = std::ldexp(1.0f + static_cast<float>(i % 541) / 541.0f, static_cast<int>(i % 7) - 3);
+  }
+  if (n > 1) {
+    g[0] = -0.0f;
+    sum[0] = -0.0f;
+    g[1] = 1e-40f;  // subnormals survive: no flush to zero
+    sum[1] = -3e-40f;
+  }
+  DeviceBuffer<float> dg(g), dsum(sum);
+  ASSERT_TRUE(AccumulateFp32(dg.get(), dsum.get(), n, stream.get()).ok());
+  ASSERT_EQ(stream.Sync(), cudaSuccess);
+  const std::vector<float> got = dsum.Download();
+  std::vector<double> want(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const float host = sum[i] + g[i];
+    ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(host)) << i;
+    want[i] = double{sum[i]} + g[i];
+  }
+  ExpectClose(got, want, 0x1p-24, 1e-45, "accumulate");
+}
+
 // The double-precision reference (kernels/cuda/testing/attention_reference.h) of an ops.h
 // shape; with segment ids [batch, seq] (empty = none) a key is visible only in the query's
 // segment.
@@ -586,6 +619,8 @@ std::vector<OpCase> AllOpCases() {
       {"HeadBlocks_r13_v997_b1", Rows(13, 997, 1), CheckCrossEntropyInBlocks},
       {"RoundToBf16_1", Elements(1), CheckRoundToBf16},
       {"RoundToBf16_4099", Elements(4099), CheckRoundToBf16},
+      {"AccumulateFp32_1", Elements(1), CheckAccumulateFp32},
+      {"AccumulateFp32_1000003", Elements(1000003), CheckAccumulateFp32},
       {"Attention_b2_s67_h4_kv2_d64", Heads(2, 67, 4, 2, 64), CheckAttention},
       {"Attention_b2_s67_h4_kv2_d128", Heads(2, 67, 4, 2, 128), CheckAttention},
       {"Attention_b1_s1_h3_kv1_d64", Heads(1, 1, 3, 1, 64), CheckAttention},

@@ -24,6 +24,13 @@ MT_HD void ResidualAddThread(int64_t i, int64_t n, const typename S::T* a, const
   out[i] = S::Make(S::Load(a[i]) + S::Load(b[i]));
 }
 
+// sum += g in fp32: one IEEE add per element, so the sum is bit for bit the host's
+// (kernels/cpu/residual.h ResidualAdd, the executor's host accumulation) on the same values.
+MT_HD void AccumulateFp32Thread(int64_t i, int64_t n, const float* g, float* sum) {
+  if (i >= n) return;
+  sum[i] = sum[i] + g[i];
+}
+
 // fp32 -> storage rounding (round-to-nearest-even for bf16).
 template <class S>
 MT_HD void RoundToStorageThread(int64_t i, int64_t n, const float* in, typename S::T* out) {
