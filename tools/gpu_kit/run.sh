@@ -219,12 +219,14 @@ if want bench && ((cpu_only == 0)); then
     --output_dir="$work/plan" --seq_len=1024 --micro_batch_size=4 --batch_size=4 --steps=4 \
     --lr=1e-4 --warmup_steps=1
   # The link-bound setting (4k tokens a step), the compute-bound one (16k), the same with four
-  # micro-batches a step (the host optimizer pass, 0.6 s for 2.95B parameters on 16 cores on the
-  # first run, is then paid once per 64k tokens), and attention at seq 4096 through cuDNN and
+  # and eight micro-batches a step (the host optimizer pass, 0.6 s for 2.95B parameters on 16
+  # cores on the first run, is then paid once per 64k / 128k tokens; the gradients are summed on
+  # the device, --gradient_accumulation=auto), and attention at seq 4096 through cuDNN and
   # through our kernel.
   bench_model train_7b_8layers "$config7b" 1024 4 1 4
   bench_model train_7b_8layers_mb16 "$config7b" 1024 16 1 3
   bench_model train_7b_8layers_mb16_acc4 "$config7b" 1024 16 4 2
+  bench_model train_7b_8layers_mb16_acc8 "$config7b" 1024 16 8 2
   bench_model attention_cudnn_s4096 "$config7b" 4096 2 1 2
   bench_model attention_own_s4096 "$config7b" 4096 2 1 2 MEGATRAIN_CUDNN_ATTENTION=0
   note_grep='^torch_peer: '
