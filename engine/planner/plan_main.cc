@@ -51,8 +51,9 @@ ABSL_FLAG(bool, states_on_nvme, false, "m and v on NVMe even when RAM could hold
 ABSL_FLAG(bool, master_on_nvme, false, "the fp32 master on NVMe too, streamed with m and v");
 ABSL_FLAG(bool, speculative_update, false,
           "the speculative update (train_local --speculative_update): count its alternate "
-          "master/m/v regions on NVMe and, with --grad_clip=0, overlap the optimizer pass with "
-          "the last micro-batch's backward in the step time");
+          "master/m/v (regions on NVMe, or arrays in RAM when the three are in RAM) and, with "
+          "--grad_clip=0, overlap the optimizer pass with the last micro-batch's backward in the "
+          "step time");
 ABSL_FLAG(double, grad_clip, 0,
           "the run's global-norm clip (0 = off): with --speculative_update a clip > 0 is not "
           "credited (a clipped step discards the speculation and pays the normal pass)");
