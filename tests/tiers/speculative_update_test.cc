@@ -7,7 +7,8 @@
 // speculative write fails the step naming the state file and an offset. The RAM form (the master,
 // m and v in RAM, alternate arrays swapped in on commit) is held to the same bits: committed,
 // clipped, stopped and non-finite steps, two devices, a pageable master, no budgets at all, a
-// resume, and a checkpoint written while the next step speculates.
+// resume, and a checkpoint written while the next step speculates; the store swaps its
+// alternates by pointer and restores a compute copy from the master.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -25,6 +26,7 @@
 #include "engine/tiers/fault_injecting_block_io.h"
 #include "engine/tiers/test_dir.h"
 #include "engine/tiers/uring_block_io.h"
+#include "kernels/common/bf16.h"
 #include "engine/train/trainer.h"
 #include "tests/tiers/tiered_training.h"
 
@@ -567,6 +569,69 @@ TEST(SpeculativeRamUpdateTest, ACheckpointWrittenBesideTheNextStepResumesBitwise
     ReadStore((*trainer)->store(), &resumed);
     ExpectSameState(uninterrupted.outcome, resumed);
   }
+}
+
+// The store's side of the RAM form: alternates in their current arrays' tiers (the master's
+// pinned, m's and v's pageable, counted in pageable_ram_bytes), a commit that swaps pointers and
+// copies nothing, a bf16 compute copy (a GPU's) restored from the master after a discard, and the
+// placements it cannot serve refused naming the field.
+TEST(SpeculativeRamUpdateTest, TheStoreSwapsAlternatesByPointerAndRestoresTheCopy) {
+  auto device = MakeCpuDevice(size_t{32} << 20);
+  const std::vector<EntrySpec> specs = {{1000, {{0, 1000, true}}}, {77, {{0, 77, false}}}};
+  StorePlacement placement;
+  placement.compute_copy_bf16 = true;
+  placement.master_pinned = true;
+  auto plain = ParameterStore::Create(*device, specs, placement);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->has_alternate_ram_state());
+  EXPECT_EQ(plain->alternate(0).master, nullptr);
+  placement.alternate_ram_state = true;
+  const size_t pinned_before = device->pinned_stats().in_use;
+  auto store = ParameterStore::Create(*device, specs, placement);
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE(store->has_alternate_ram_state());
+  // The alternate master pinned like the master (with the gradients and the bf16 copy); m and v
+  // and their alternates pageable.
+  const size_t pinned = device->pinned_stats().in_use - pinned_before;
+  EXPECT_EQ(pinned, plain->total_elements() * sizeof(float) * 3 + (500 + 39) * sizeof(float));
+  EXPECT_EQ(store->pageable_ram_bytes(), plain->pageable_ram_bytes() * 2);
+
+  const float* other_master = store->entry(1).master;
+  const EntryBuffers current = store->entry(0);
+  const EntryBuffers alternate = store->alternate(0);
+  ASSERT_NE(alternate.master, nullptr);
+  for (size_t i = 0; i < 1000; ++i) {
+    current.master[i] = 0.5f + static_cast<float>(i);
+    alternate.master[i] = -1.0f - static_cast<float>(i);
+    alternate.m[i] = 2.0f;
+    alternate.v[i] = 3.0f;
+  }
+  store->SwapAlternateState(0);
+  EXPECT_EQ(store->entry(0).master, alternate.master);
+  EXPECT_EQ(store->entry(0).m, alternate.m);
+  EXPECT_EQ(store->entry(0).v, alternate.v);
+  EXPECT_EQ(store->alternate(0).master, current.master);
+  EXPECT_EQ(store->entry(1).master, other_master);  // only the entry committed
+  EXPECT_EQ(store->entry(0).compute_bf16, current.compute_bf16);  // the copy stays where it is
+  std::vector<float> m(1000), v(1000);
+  ASSERT_TRUE(store->ReadOptimizerState(0, m.data(), v.data()).ok());
+  EXPECT_EQ(m[999], 2.0f);
+  EXPECT_EQ(v[0], 3.0f);
+  // A speculation wrote the copy in place and was discarded: the copy follows the master again.
+  for (size_t i = 0; i < 1000; ++i) current.compute_bf16[i] = 0x7777;
+  ASSERT_TRUE(store->RestoreComputeCopyFromRamMaster(0).ok());
+  for (size_t i = 0; i < 1000; i += 111) {
+    EXPECT_EQ(store->entry(0).compute_bf16[i], kernels::Float32ToBf16Bits(-1.0f - i)) << i;
+  }
+
+  StorePlacement on_nvme = placement;
+  on_nvme.states_on_nvme = true;
+  on_nvme.nvme_dir = "/nonexistent";
+  auto refused = ParameterStore::Create(*device, specs, on_nvme);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(std::string(refused.status().message()).find("alternate_ram_state"),
+            std::string::npos)
+      << refused.status();
 }
 
 }  // namespace
