@@ -135,20 +135,32 @@ TEST_F(JobSpecValidationTest, DevicesAboveTheDaemonsAreRefusedNamingTheField) {
   EXPECT_EQ(four->options.grad_accumulation, 4 * one->options.grad_accumulation);
 }
 
-// speculative_update: refused by name where the placement leaves the master, m and v off NVMe;
-// with them on NVMe it reaches the trainer and the plan says it is on (needs O_DIRECT scratch).
-TEST_F(JobSpecValidationTest, SpeculativeUpdateNeedsTheMasterAndStatesOnNvme) {
+// speculative_update: with the master, m and v in RAM it reaches the trainer and the plan counts
+// the alternate arrays; a RAM budget without room for them is refused naming memory.ram_bytes;
+// m and v on NVMe beside a master in RAM is refused by name; all three on NVMe is accepted
+// (the NVMe part needs O_DIRECT scratch).
+TEST_F(JobSpecValidationTest, SpeculativeUpdateNeedsTheMasterAndStatesAllInRamOrAllOnNvme) {
   v1::JobSpec spec = Spec();
   spec.set_speculative_update(true);
   absl::StatusOr<ValidatedJob> in_ram = Validate(spec);
-  ASSERT_FALSE(in_ram.ok());
-  EXPECT_EQ(in_ram.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(in_ram.status().message(), HasSubstr("speculative_update: true"));
-  EXPECT_THAT(in_ram.status().message(), HasSubstr("memory.master_on_nvme"));
+  ASSERT_TRUE(in_ram.ok()) << in_ram.status();
+  EXPECT_TRUE(in_ram->options.trainer.speculative_update);
+  EXPECT_THAT(in_ram->plan.speculative_update(),
+              HasSubstr("speculative update on: alternate master/m/v arrays"));
   absl::StatusOr<ValidatedJob> off = Validate(Spec());
   ASSERT_TRUE(off.ok()) << off.status();
   EXPECT_FALSE(off->options.trainer.speculative_update);
   EXPECT_TRUE(off->plan.speculative_update().empty());
+
+  // RAM for m and v once (the master and gradients are pinned), not twice.
+  v1::JobSpec tight = spec;
+  tight.mutable_memory()->set_ram_bytes(8 * in_ram->plan.parameters() + 4096);
+  absl::StatusOr<ValidatedJob> no_room = Validate(tight);
+  ASSERT_FALSE(no_room.ok());
+  EXPECT_EQ(no_room.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(no_room.status().message(), HasSubstr("speculative_update: true"));
+  EXPECT_THAT(no_room.status().message(), HasSubstr("more of RAM"));
+  EXPECT_THAT(no_room.status().message(), HasSubstr("memory.ram_bytes"));
 
   const std::string nvme = root_ + "/nvme";
   std::filesystem::create_directories(nvme);
@@ -157,6 +169,12 @@ TEST_F(JobSpecValidationTest, SpeculativeUpdateNeedsTheMasterAndStatesOnNvme) {
   }
   spec.mutable_memory()->set_nvme_dir(nvme);
   spec.mutable_memory()->set_nvme_bytes(uint64_t{1} << 30);
+  spec.mutable_memory()->set_states_on_nvme(true);
+  absl::StatusOr<ValidatedJob> mixed = Validate(spec);
+  ASSERT_FALSE(mixed.ok());
+  EXPECT_EQ(mixed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(mixed.status().message(), HasSubstr("speculative_update: true"));
+  EXPECT_THAT(mixed.status().message(), HasSubstr("neither all on NVMe nor all in RAM"));
   spec.mutable_memory()->set_master_on_nvme(true);
   absl::StatusOr<ValidatedJob> job = Validate(spec);
   ASSERT_TRUE(job.ok()) << job.status();

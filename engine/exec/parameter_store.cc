@@ -75,6 +75,13 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
           "states_on_nvme");
     }
   }
+  if (placement.alternate_ram_state &&
+      (placement.states_on_nvme || placement.master_on_nvme ||
+       !placement.optimizer_state_entries.empty())) {
+    return absl::InvalidArgumentError(
+        "alternate_ram_state needs the master, m and v of every entry in RAM (not "
+        "states_on_nvme, master_on_nvme or ZeRO-1 optimizer_state_entries)");
+  }
   ParameterStore store;
   store.specs_ = std::move(entries);
   store.placement_ = placement;
@@ -164,6 +171,9 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
       }
       w.list->push_back(std::move(*array));
     }
+  }
+  if (placement.alternate_ram_state) {
+    if (absl::Status s = store.AllocateAlternates(device); !s.ok()) return s;
   }
   if (!placement.states_on_nvme && !placement.grad_on_nvme && !placement.compute_copy_on_nvme) {
     return store;
@@ -420,7 +430,8 @@ size_t ParameterStore::pageable_ram_bytes() const {
   size_t bytes = state_store_ != nullptr ? state_store_->staging_bytes() : 0;
   if (nvme_gradients_ != nullptr) bytes += nvme_gradients_->staging_bytes();
   if (nvme_compute_copy_ != nullptr) bytes += nvme_compute_copy_->staging_bytes();
-  for (const std::vector<HostArray>* list : {&master_, &grad_, &m_, &v_}) {
+  for (const std::vector<HostArray>* list :
+       {&master_, &grad_, &m_, &v_, &alt_master_, &alt_m_, &alt_v_}) {
     for (size_t e = 0; e < list->size(); ++e) {
       const HostArray& a = (*list)[e];
       if (a.pinned.empty() && a.pageable != nullptr) bytes += specs_[e].elements * sizeof(float);

@@ -94,6 +94,11 @@ struct StorePlacement {
   // The state file gets alternate regions (NvmeStateStoreOptions::alternate_regions) for the
   // trainer's speculative update; with states_on_nvme only.
   bool alternate_state_regions = false;
+  // Alternate master, m and v arrays per entry in RAM, each in its current array's tier (pinned
+  // or pageable), for the trainer's speculative update of a state in RAM: it writes them out of
+  // place, and committing makes them current by swapping pointers (SwapAlternateState). Needs
+  // the master, m and v in RAM (not states_on_nvme) and every entry's m and v (no ZeRO-1).
+  bool alternate_ram_state = false;
   // The block I/O of the NVMe tier; null = the store's own io_uring. Tests
   // pass a fault-injecting one. Not owned; must outlive the store.
   tiers::BlockIo* block_io = nullptr;
@@ -181,6 +186,19 @@ class ParameterStore {
   // undone with when no update pass follows. OK at once without a compute copy.
   absl::Status RestoreComputeCopyFromNvmeMaster(int entry);
 
+  // The speculative update of a state in RAM (StorePlacement::alternate_ram_state,
+  // parameter_store_alternates.cc). alternate(e): entry e's alternate master, m and v (the other
+  // fields null; all null without alternates). SwapAlternateState(e): the alternates become the
+  // current master, m and v and the current ones the alternates; pointers only, nothing copied.
+  // Not while anything reads entry e's master, m or v (a weight copy, a checkpoint, an update).
+  bool has_alternate_ram_state() const { return !alt_master_.empty(); }
+  EntryBuffers alternate(int entry) const;
+  void SwapAlternateState(int entry);
+  // Rewrites entry e's compute copy from its RAM master: what a discarded speculative update
+  // of a state in RAM, which wrote the copy in place, is undone with. OK at once without a
+  // compute copy (on the CPU device the master is what the weights stream from).
+  absl::Status RestoreComputeCopyFromRamMaster(int entry);
+
   // Waits for NVMe write-backs (and syncs the file); OK at once in RAM.
   absl::Status Flush();
 
@@ -204,12 +222,15 @@ class ParameterStore {
   // staged), releases it (written back when dirty).
   template <typename Fn>
   absl::Status ForEachStagedChunk(int e, bool dirty, Fn fn) const;
+  // Allocates alt_master_, alt_m_, alt_v_ (StorePlacement::alternate_ram_state).
+  absl::Status AllocateAlternates(Device& device);
   // Writes the compute copy of one entry (if any) from `master`, its new values.
   absl::Status WriteComputeCopy(int entry, const float* master);
 
   std::vector<EntrySpec> specs_;
   StorePlacement placement_;
   std::vector<HostArray> master_, grad_, m_, v_;
+  std::vector<HostArray> alt_master_, alt_m_, alt_v_;  // alternate_ram_state only
   std::vector<HostArray> compute_;  // bf16 pairs in float-sized storage, or fp32, when enabled
   HostArray rows_grad_;             // rows_gradient(placement_.rows_gradient_entry)
   std::unique_ptr<tiers::UringBlockIo> io_;

@@ -34,11 +34,12 @@ using kernels::AdamwStepScalars;
 // flatten forces AdamwUpdate inline here, so it is compiled with this file's
 // -ffp-contract=off rather than taken from another translation unit.
 __attribute__((flatten)) void AdamwRangeScalar(const AdamwStepScalars& s, size_t count,
-                                               float* param, float* m, float* v, const float* grad,
+                                               const AdamwArrays& a, const float* grad,
                                                uint16_t* bf16) {
   for (size_t i = 0; i < count; ++i) {
-    kernels::AdamwUpdate(s, grad[i], &param[i], &m[i], &v[i]);
-    if (bf16 != nullptr) bf16[i] = kernels::Float32ToBf16Bits(param[i]);
+    kernels::AdamwUpdateTo(s, grad[i], a.param[i], a.m[i], a.v[i], &a.param_out[i], &a.m_out[i],
+                           &a.v_out[i]);
+    if (bf16 != nullptr) bf16[i] = kernels::Float32ToBf16Bits(a.param_out[i]);
   }
 }
 
@@ -71,7 +72,7 @@ bool IsPowerOfTwoWithNormalInverse(float x) {
 
 // kScaleByInverse: bias_correction2_sqrt is a power of two (see the top).
 template <bool kScaleByInverse>
-void AdamwRangeAvx2(const AdamwStepScalars& s, size_t count, float* param, float* m, float* v,
+void AdamwRangeAvx2(const AdamwStepScalars& s, size_t count, const AdamwArrays& a,
                     const float* grad, uint16_t* bf16) {
   const AdamwConstants c = MakeConstants(s);
   const __m256 grad_scale = _mm256_set1_ps(c.grad_scale);
@@ -93,19 +94,19 @@ void AdamwRangeAvx2(const AdamwStepScalars& s, size_t count, float* param, float
   size_t i = 0;
   for (; i + 8 <= count; i += 8) {
     const __m256 g = _mm256_mul_ps(_mm256_loadu_ps(grad + i), grad_scale);
-    __m256 p = _mm256_mul_ps(_mm256_loadu_ps(param + i), decay_factor);
-    const __m256 m_new = _mm256_add_ps(_mm256_mul_ps(beta1, _mm256_loadu_ps(m + i)),
+    __m256 p = _mm256_mul_ps(_mm256_loadu_ps(a.param + i), decay_factor);
+    const __m256 m_new = _mm256_add_ps(_mm256_mul_ps(beta1, _mm256_loadu_ps(a.m + i)),
                                        _mm256_mul_ps(one_minus_beta1, g));
-    const __m256 v_new = _mm256_add_ps(_mm256_mul_ps(beta2, _mm256_loadu_ps(v + i)),
+    const __m256 v_new = _mm256_add_ps(_mm256_mul_ps(beta2, _mm256_loadu_ps(a.v + i)),
                                        _mm256_mul_ps(one_minus_beta2, _mm256_mul_ps(g, g)));
     const __m256 root = _mm256_sqrt_ps(v_new);
     const __m256 denom = _mm256_add_ps(
         kScaleByInverse ? _mm256_mul_ps(root, bc2_sqrt_inverse) : _mm256_div_ps(root, bc2_sqrt),
         eps);
     p = _mm256_sub_ps(p, _mm256_mul_ps(step_size, _mm256_div_ps(m_new, denom)));
-    _mm256_storeu_ps(param + i, p);
-    _mm256_storeu_ps(m + i, m_new);
-    _mm256_storeu_ps(v + i, v_new);
+    _mm256_storeu_ps(a.param_out + i, p);
+    _mm256_storeu_ps(a.m_out + i, m_new);
+    _mm256_storeu_ps(a.v_out + i, v_new);
     if (bf16 != nullptr) {
       const __m256i bits = _mm256_castps_si256(p);
       const __m256i hi = _mm256_srli_epi32(bits, 16);
@@ -123,14 +124,13 @@ void AdamwRangeAvx2(const AdamwStepScalars& s, size_t count, float* param, float
     }
   }
   if (stream_copy) _mm_sfence();
-  AdamwRangeScalar(s, count - i, param + i, m + i, v + i, grad + i,
-                   bf16 == nullptr ? nullptr : bf16 + i);
+  AdamwRangeScalar(s, count - i, a.From(i), grad + i, bf16 == nullptr ? nullptr : bf16 + i);
 }
 
 template <bool kScaleByInverse>
 __attribute__((target("avx512f"))) void AdamwRangeAvx512(const AdamwStepScalars& s, size_t count,
-                                                         float* param, float* m, float* v,
-                                                         const float* grad, uint16_t* bf16) {
+                                                         const AdamwArrays& a, const float* grad,
+                                                         uint16_t* bf16) {
   const AdamwConstants c = MakeConstants(s);
   const __m512 grad_scale = _mm512_set1_ps(c.grad_scale);
   const __m512 decay_factor = _mm512_set1_ps(c.decay_factor);
@@ -154,19 +154,19 @@ __attribute__((target("avx512f"))) void AdamwRangeAvx512(const AdamwStepScalars&
   size_t i = 0;
   for (; i + 16 <= count; i += 16) {
     const __m512 g = _mm512_mul_ps(_mm512_loadu_ps(grad + i), grad_scale);
-    __m512 p = _mm512_mul_ps(_mm512_loadu_ps(param + i), decay_factor);
-    const __m512 m_new = _mm512_add_ps(_mm512_mul_ps(beta1, _mm512_loadu_ps(m + i)),
+    __m512 p = _mm512_mul_ps(_mm512_loadu_ps(a.param + i), decay_factor);
+    const __m512 m_new = _mm512_add_ps(_mm512_mul_ps(beta1, _mm512_loadu_ps(a.m + i)),
                                        _mm512_mul_ps(one_minus_beta1, g));
-    const __m512 v_new = _mm512_add_ps(_mm512_mul_ps(beta2, _mm512_loadu_ps(v + i)),
+    const __m512 v_new = _mm512_add_ps(_mm512_mul_ps(beta2, _mm512_loadu_ps(a.v + i)),
                                        _mm512_mul_ps(one_minus_beta2, _mm512_mul_ps(g, g)));
     const __m512 root = _mm512_maskz_sqrt_ps(kAll, v_new);
     const __m512 denom = _mm512_add_ps(
         kScaleByInverse ? _mm512_mul_ps(root, bc2_sqrt_inverse) : _mm512_div_ps(root, bc2_sqrt),
         eps);
     p = _mm512_sub_ps(p, _mm512_mul_ps(step_size, _mm512_div_ps(m_new, denom)));
-    _mm512_storeu_ps(param + i, p);
-    _mm512_storeu_ps(m + i, m_new);
-    _mm512_storeu_ps(v + i, v_new);
+    _mm512_storeu_ps(a.param_out + i, p);
+    _mm512_storeu_ps(a.m_out + i, m_new);
+    _mm512_storeu_ps(a.v_out + i, v_new);
     if (bf16 != nullptr) {
       const __m512i bits = _mm512_castps_si512(p);
       const __m512i hi = _mm512_maskz_srli_epi32(kAll, bits, 16);
@@ -184,27 +184,26 @@ __attribute__((target("avx512f"))) void AdamwRangeAvx512(const AdamwStepScalars&
     }
   }
   if (stream_copy) _mm_sfence();
-  AdamwRangeScalar(s, count - i, param + i, m + i, v + i, grad + i,
-                   bf16 == nullptr ? nullptr : bf16 + i);
+  AdamwRangeScalar(s, count - i, a.From(i), grad + i, bf16 == nullptr ? nullptr : bf16 + i);
 }
 
 }  // namespace
 
-void AdamwRange(SimdIsa isa, const kernels::AdamwStepScalars& s, size_t count, float* param,
-                float* m, float* v, const float* grad, uint16_t* compute_copy_bf16) {
+void AdamwRangeTo(SimdIsa isa, const kernels::AdamwStepScalars& s, size_t count,
+                  const AdamwArrays& arrays, const float* grad, uint16_t* compute_copy_bf16) {
   switch (isa) {
     case SimdIsa::kScalar:
-      return AdamwRangeScalar(s, count, param, m, v, grad, compute_copy_bf16);
+      return AdamwRangeScalar(s, count, arrays, grad, compute_copy_bf16);
     case SimdIsa::kAvx2:
       return IsPowerOfTwoWithNormalInverse(s.bias_correction2_sqrt)
-                 ? AdamwRangeAvx2<true>(s, count, param, m, v, grad, compute_copy_bf16)
-                 : AdamwRangeAvx2<false>(s, count, param, m, v, grad, compute_copy_bf16);
+                 ? AdamwRangeAvx2<true>(s, count, arrays, grad, compute_copy_bf16)
+                 : AdamwRangeAvx2<false>(s, count, arrays, grad, compute_copy_bf16);
     case SimdIsa::kAvx512:
       return IsPowerOfTwoWithNormalInverse(s.bias_correction2_sqrt)
-                 ? AdamwRangeAvx512<true>(s, count, param, m, v, grad, compute_copy_bf16)
-                 : AdamwRangeAvx512<false>(s, count, param, m, v, grad, compute_copy_bf16);
+                 ? AdamwRangeAvx512<true>(s, count, arrays, grad, compute_copy_bf16)
+                 : AdamwRangeAvx512<false>(s, count, arrays, grad, compute_copy_bf16);
   }
-  std::fprintf(stderr, "AdamwRange: unknown SimdIsa %d\n", static_cast<int>(isa));
+  std::fprintf(stderr, "AdamwRangeTo: unknown SimdIsa %d\n", static_cast<int>(isa));
   std::abort();
 }
 

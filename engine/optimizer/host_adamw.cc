@@ -78,18 +78,18 @@ HostAdamw::HostAdamw(ThreadPool* pool, SimdIsa isa) : pool_(pool), isa_(isa) {
   if (!SimdIsaSupported(isa)) Die("requested SIMD instruction set is not supported by this CPU");
 }
 
-void HostAdamw::Step(const kernels::AdamwStepScalars& decay_scalars,
-                     const kernels::AdamwStepScalars& no_decay_scalars,
-                     absl::Span<const AdamwSegment> segments, float* param, float* m, float* v,
-                     const float* grad, uint16_t* compute_copy_bf16) const {
+void HostAdamw::StepTo(const kernels::AdamwStepScalars& decay_scalars,
+                       const kernels::AdamwStepScalars& no_decay_scalars,
+                       absl::Span<const AdamwSegment> segments, const AdamwArrays& arrays,
+                       const float* grad, uint16_t* compute_copy_bf16) const {
   CheckNoOverlap(segments);
   const size_t threads = pool_ == nullptr ? 1 : pool_->num_threads();
   const std::vector<Block> blocks = CutIntoBlocks(segments, BlockElements(segments, threads));
   auto run_block = [&](size_t index) {
     const Block& c = blocks[index];
-    AdamwRange(isa_, c.weight_decay ? decay_scalars : no_decay_scalars, c.end - c.begin,
-               param + c.begin, m + c.begin, v + c.begin, grad + c.begin,
-               compute_copy_bf16 == nullptr ? nullptr : compute_copy_bf16 + c.begin);
+    AdamwRangeTo(isa_, c.weight_decay ? decay_scalars : no_decay_scalars, c.end - c.begin,
+                 arrays.From(c.begin), grad + c.begin,
+                 compute_copy_bf16 == nullptr ? nullptr : compute_copy_bf16 + c.begin);
   };
   if (pool_ == nullptr) {
     for (size_t i = 0; i < blocks.size(); ++i) run_block(i);

@@ -8,6 +8,7 @@
 
 #include "absl/types/span.h"
 #include "engine/common/thread_pool.h"
+#include "engine/optimizer/adamw_range.h"
 #include "engine/optimizer/simd_isa.h"
 #include "kernels/common/adamw.h"
 
@@ -57,7 +58,17 @@ class HostAdamw {
   void Step(const kernels::AdamwStepScalars& decay_scalars,
             const kernels::AdamwStepScalars& no_decay_scalars,
             absl::Span<const AdamwSegment> segments, float* param, float* m, float* v,
-            const float* grad, uint16_t* compute_copy_bf16) const;
+            const float* grad, uint16_t* compute_copy_bf16) const {
+    StepTo(decay_scalars, no_decay_scalars, segments, AdamwArrays::InPlace(param, m, v), grad,
+           compute_copy_bf16);
+  }
+  // Step out of place (the speculative update of state in RAM): reads arrays.param/m/v, writes
+  // the new values to arrays.param_out/m_out/v_out, the same bits as Step would leave in place.
+  // Only the segments' elements of the outputs are written.
+  void StepTo(const kernels::AdamwStepScalars& decay_scalars,
+              const kernels::AdamwStepScalars& no_decay_scalars,
+              absl::Span<const AdamwSegment> segments, const AdamwArrays& arrays,
+              const float* grad, uint16_t* compute_copy_bf16) const;
 
  private:
   ThreadPool* pool_;

@@ -95,6 +95,63 @@ TEST(AdamwRangeTest, EverySimdBodyMatchesTheSharedFormulaBitForBit) {
   }
 }
 
+// The speculative update's out-of-place form: every body, with and without the bf16 copy, at
+// odd sizes (vector bodies plus scalar tails), gives the in-place bits and leaves its inputs as
+// they were. The power-of-two step (t = 1000 at beta2 0.95) takes the reciprocal path.
+TEST(AdamwRangeTest, OutOfPlaceGivesTheInPlaceBitsAndLeavesItsInputs) {
+  for (size_t n : {1, 7, 15, 17, 31, 33, 1001, 65537}) {
+    for (bool with_bf16 : {false, true}) {
+      for (long long step : {1LL, 1000LL}) {
+        for (SimdIsa isa : SupportedIsas()) {
+          const std::string what = std::string(SimdIsaName(isa)) + " n=" + std::to_string(n) +
+                                   " bf16=" + std::to_string(with_bf16) +
+                                   " step=" + std::to_string(step);
+          const State initial(n, static_cast<uint32_t>(n + 5));
+          State in_place = initial;
+          AdamwRange(isa, DecayScalars(step), n, in_place.param.data(), in_place.m.data(),
+                     in_place.v.data(), in_place.grad.data(),
+                     with_bf16 ? in_place.bf16.data() : nullptr);
+          State current = initial;
+          State out(n, 1);  // other values, all overwritten
+          AdamwArrays arrays{current.param.data(), current.m.data(), current.v.data(),
+                             out.param.data(),     out.m.data(),     out.v.data()};
+          AdamwRangeTo(isa, DecayScalars(step), n, arrays, current.grad.data(),
+                       with_bf16 ? out.bf16.data() : nullptr);
+          out.grad = in_place.grad;
+          if (!with_bf16) out.bf16 = in_place.bf16;
+          ExpectSameState(out, in_place, what + " (new state)");
+          ExpectSameState(current, initial, what + " (inputs)");
+        }
+      }
+    }
+  }
+}
+
+// HostAdamw::StepTo over segments with gaps, on several threads: the in-place bits, inputs
+// untouched, and the outputs' gaps not written.
+TEST(HostAdamwTest, StepToGivesStepsBitsOutOfPlace) {
+  const size_t n = 3 * HostAdamw::kChunkElements + 4099;
+  const std::vector<AdamwSegment> segments = {
+      {0, 1001, true}, {1003, HostAdamw::kChunkElements + 17, false}, {20000, n - 20001, true}};
+  ThreadPool pool(3);
+  const HostAdamw adamw(&pool);
+  const State initial(n, 42);
+  State in_place = initial;
+  adamw.Step(DecayScalars(3), NoDecayScalars(3), segments, in_place.param.data(),
+             in_place.m.data(), in_place.v.data(), in_place.grad.data(), in_place.bf16.data());
+  State current = initial;
+  State out = initial;  // the gaps keep these values
+  for (const AdamwSegment& seg : segments) {
+    for (size_t i = seg.offset; i < seg.offset + seg.count; ++i) out.param[i] = out.m[i] = -7.0f;
+  }
+  AdamwArrays arrays{current.param.data(), current.m.data(), current.v.data(),
+                     out.param.data(),     out.m.data(),     out.v.data()};
+  adamw.StepTo(DecayScalars(3), NoDecayScalars(3), segments, arrays, current.grad.data(),
+               out.bf16.data());
+  ExpectSameState(out, in_place, "StepTo");
+  ExpectSameState(current, initial, "StepTo inputs");
+}
+
 // Same bits, or both NaN (NaN payloads may legitimately differ when two NaN
 // operands meet in an addition the compiler commutes).
 bool SameBitsOrBothNan(const std::vector<float>& a, const std::vector<float>& b) {

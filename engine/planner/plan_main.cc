@@ -55,8 +55,9 @@ ABSL_FLAG(std::string, gradient_accumulation, "auto",
           "sums fit the arena and --grad_accumulation > 1)");
 ABSL_FLAG(bool, speculative_update, false,
           "the speculative update (train_local --speculative_update): count its alternate "
-          "master/m/v regions on NVMe and, with --grad_clip=0, overlap the optimizer pass with "
-          "the last micro-batch's backward in the step time");
+          "master/m/v (regions on NVMe, or arrays in RAM when the three are in RAM) and, with "
+          "--grad_clip=0, overlap the optimizer pass with the last micro-batch's backward in the "
+          "step time");
 ABSL_FLAG(double, grad_clip, 0,
           "the run's global-norm clip (0 = off): with --speculative_update a clip > 0 is not "
           "credited (a clipped step discards the speculation and pays the normal pass)");

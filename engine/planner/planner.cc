@@ -175,6 +175,11 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
   if (!in.budgets_enabled) {
     budgets = tiers::TierBudgets{};
     budgets.pinned_ram = endpoint_bytes;
+    // The speculative update of a state in RAM pins the master's alternate beside it where the
+    // master is the copy endpoint (the CPU device).
+    if (in.speculative_update && hw.cpu_device) {
+      for (const tiers::EntryBytes& b : bytes) budgets.pinned_ram += b[BufferKind::kMaster];
+    }
     budgets.ram = kUnlimited;
   }
   tiers::PlacementOptions placement_options;  // staging_slots = read_ahead 2 + 1 + writes 2
@@ -232,8 +237,12 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
   timed.speculative_update = r.speculation_credited;
   if (r.speculation_credited) {
     r.speculation_note =
-        "speculative update: the optimizer pass overlaps the last micro-batch's backward "
-        "(grad_clip 0: every step commits)";
+        r.placement.alternate_ram_bytes > 0
+            ? "speculative update: the optimizer pass (host AdamW of the master, m and v in RAM, "
+              "into alternate arrays; no NVMe traffic) overlaps the last micro-batch's backward "
+              "(grad_clip 0: every step commits)"
+            : "speculative update: the optimizer pass overlaps the last micro-batch's backward "
+              "(grad_clip 0: every step commits)";
   } else if (speculation_on) {
     r.speculation_note = absl::StrCat(
         "speculative update: not credited in the step time: with grad_clip ", in.grad_clip,

@@ -55,8 +55,9 @@ struct PlanInputs {
   bool master_on_nvme = false;  // with m and v (tiers::PlacementOptions)
   bool grad_on_nvme = false;    // the gradients too, but the embedding's
   bool compute_copy_on_nvme = false;  // and the compute copy (implies the master)
-  // TrainerOptions::speculative_update: the NVMe bytes of the alternate master/m/v regions are
-  // counted (tiers::ReserveAlternateStateRegions) and the placement table says whether it is on.
+  // TrainerOptions::speculative_update: the bytes of the alternate master/m/v (NVMe regions, or
+  // RAM arrays when the master, m and v are in RAM) are counted
+  // (tiers::ReserveAlternateStateRegions) and the placement table says whether it is on.
   // When it is and grad_clip is 0 (every step commits) the step time overlaps the optimizer pass
   // with the last micro-batch's backward (step_time.h point 6); with grad_clip > 0 a clipped step
   // discards it and pays the normal pass, so the step time is the normal one (speculation_note).

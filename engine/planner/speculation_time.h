@@ -20,7 +20,8 @@ struct SpeculationInputs {
   // Per entry: when its gradient became final (seconds from the step's start; < 0 = never, e.g.
   // an entry without gradients), and the seconds of its update: the host thread's (max of AdamW
   // and its NVMe I/O on a GPU, the NVMe I/O alone on the CPU device, whose AdamW is charged to
-  // the shared cores) and, of that, the disk's.
+  // the shared cores) and, of that, the disk's. With the master, m and v in RAM there is no NVMe
+  // I/O: on a GPU an entry takes its host AdamW, and that is what overlaps the backward.
   std::vector<double> entry_final;
   std::vector<double> entry_seconds;
   std::vector<double> entry_nvme_seconds;

@@ -40,6 +40,9 @@
 //     (one disk). Nothing gates the next forward: the step ends at max(pipeline + norm pass,
 //     speculation end), so only the pass's remainder past the backward is exposed. A clipped
 //     step discards it and pays point 4's pass after it: the planner does not credit it then.
+//     With the master, m and v in RAM (the RAM form: alternate arrays, no NVMe traffic) an
+//     entry's time is its host AdamW alone: the overlapped part is AdamW, which on a GPU is what
+//     otherwise gates the next forward layer by layer.
 #pragma once
 
 #include <string>

@@ -321,9 +321,56 @@ bool MasterAndStatesOnNvme(const Placement& p) {
          p.tier(BufferKind::kV) == Tier::kNvme;
 }
 
+bool MasterAndStatesInRam(const Placement& p) {
+  for (BufferKind k : {BufferKind::kMaster, BufferKind::kM, BufferKind::kV}) {
+    if (p.tier(k) != Tier::kPinned && p.tier(k) != Tier::kRam) return false;
+  }
+  return true;
+}
+
+namespace {
+
+// The RAM form: a second master, m and v in their kinds' tiers.
+bool ReserveAlternateRamState(Placement& p) {
+  uint64_t pinned = 0, pageable = 0;
+  for (BufferKind k : {BufferKind::kMaster, BufferKind::kM, BufferKind::kV}) {
+    (p.tier(k) == Tier::kPinned ? pinned : pageable) += p.of(k).bytes;
+  }
+  const uint64_t pinned_budget =
+      p.budgets.pinned_ram > p.pinned_reserved ? p.budgets.pinned_ram - p.pinned_reserved : 0;
+  const uint64_t pinned_left = pinned_budget > p.pinned_used ? pinned_budget - p.pinned_used : 0;
+  const uint64_t ram_left = p.budgets.ram > p.ram_used ? p.budgets.ram - p.ram_used : 0;
+  if (pinned > pinned_left || pageable > ram_left) {
+    std::vector<std::string> short_of;
+    if (pinned > pinned_left) {
+      short_of.push_back(absl::StrCat(FormatBytes(pinned), " more of pinned RAM (",
+                                      FormatBytes(pinned_left), " left)"));
+    }
+    if (pageable > ram_left) {
+      short_of.push_back(
+          absl::StrCat(FormatBytes(pageable), " more of RAM (", FormatBytes(ram_left), " left)"));
+    }
+    p.speculation_note =
+        absl::StrCat("speculative update off: its alternate master/m/v arrays need ",
+                     absl::StrJoin(short_of, " and "));
+    return false;
+  }
+  p.alternate_ram_bytes = pinned + pageable;
+  p.pinned_used += pinned;
+  p.ram_used += pageable;
+  p.speculation_note = absl::StrCat("speculative update on: alternate master/m/v arrays ",
+                                    FormatBytes(pinned + pageable), " in RAM (", pinned,
+                                    " B pinned, ", pageable, " B pageable)");
+  return true;
+}
+
+}  // namespace
+
 bool ReserveAlternateStateRegions(Placement& p) {
+  if (MasterAndStatesInRam(p)) return ReserveAlternateRamState(p);
   if (!MasterAndStatesOnNvme(p)) {
-    p.speculation_note = "speculative update off: the master, m and v are not all on NVMe";
+    p.speculation_note =
+        "speculative update off: the master, m and v are neither all on NVMe nor all in RAM";
     return false;
   }
   const uint64_t extra = p.of(BufferKind::kMaster).bytes + p.of(BufferKind::kM).bytes +

@@ -95,6 +95,9 @@ struct Placement {
   // Bytes of the NVMe state file's alternate regions (ReserveAlternateStateRegions), counted in
   // nvme_used; and the Table line saying whether the speculative update has them.
   uint64_t alternate_state_bytes = 0;
+  // With the master, m and v in RAM instead: the alternate master/m/v arrays of the speculative
+  // update in RAM (each in its kind's tier), counted in pinned_used and ram_used.
+  uint64_t alternate_ram_bytes = 0;
   std::string speculation_note;
   // When the gradient kind is on NVMe, the entries whose gradient stays in RAM, ascending: the
   // grad_stays_in_ram ones and grad_kept_entries. Empty otherwise.
@@ -112,13 +115,20 @@ struct Placement {
   std::string Table() const;
 };
 
-// The speculative update (TrainerOptions::speculative_update) writes the master, m and v into a
-// second region of the NVMe state file: when the master, m and v are all on NVMe and the NVMe
-// budget holds another copy of them, counts it in nvme_used and returns true; else returns false.
-// Either way placement.Table() then says so (speculation_note).
+// The speculative update (TrainerOptions::speculative_update) writes the new master, m and v
+// out of place, into a second copy of them, and commits by making that copy current:
+//  - the master, m and v all on NVMe: alternate regions of the NVMe state file; when the NVMe
+//    budget holds another copy, counted in nvme_used (alternate_state_bytes);
+//  - the master, m and v all in RAM (pinned or pageable, any mix): alternate arrays in RAM, each
+//    in its kind's tier (the master's may be a copy endpoint, so it keeps its pinning); when the
+//    pinned and RAM budgets hold them, counted in pinned_used and ram_used (alternate_ram_bytes);
+//  - any other placement (some of them on NVMe, some in RAM): off.
+// Returns whether it is on. Either way placement.Table() then says so (speculation_note), with
+// the bytes it would need when they do not fit.
 bool ReserveAlternateStateRegions(Placement& placement);
-// The first of its conditions: the master, m and v all on NVMe.
+// The conditions of the two forms: the master, m and v all on NVMe; all in RAM.
 bool MasterAndStatesOnNvme(const Placement& placement);
+bool MasterAndStatesInRam(const Placement& placement);
 
 // Deterministic policy (docs/operations.md):
 //  1. Copy endpoints (gradient slabs, then the compute copy, which is the master on the CPU

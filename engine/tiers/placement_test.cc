@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -191,7 +192,52 @@ TEST(PlanPlacement, AlternateStateRegionsAreCountedOrRefusedWithAReason) {
   p = PlanPlacement(entries, budgets, {.states_on_nvme = true});
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_FALSE(ReserveAlternateStateRegions(*p));
-  EXPECT_THAT(p->Table(), HasSubstr("speculative update off: the master, m and v are not all"));
+  EXPECT_THAT(p->Table(), HasSubstr("speculative update off: the master, m and v are neither all "
+                                    "on NVMe nor all in RAM"));
+  EXPECT_EQ(p->alternate_ram_bytes, 0u);
+}
+
+// The RAM form: with the master, m and v in RAM a second copy of them is counted against the
+// tiers they are in (pageable here on a GPU, the master pinned on the CPU device), or refused
+// naming the bytes it needs.
+TEST(PlanPlacement, AlternateRamStateIsCountedInItsTiersOrRefusedWithItsBytes) {
+  const auto gpu = Llama7b(/*gpu=*/true);
+  const uint64_t master = Total(gpu, BufferKind::kMaster);
+  TierBudgets budgets{16 * kGiB, 512 * kGiB, "", 0};
+  absl::StatusOr<Placement> p = PlanPlacement(gpu, budgets);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_TRUE(MasterAndStatesInRam(*p));
+  const uint64_t ram_before = p->ram_used, pinned_before = p->pinned_used;
+  EXPECT_TRUE(ReserveAlternateStateRegions(*p));
+  EXPECT_EQ(p->alternate_ram_bytes, 3 * master);
+  EXPECT_EQ(p->alternate_state_bytes, 0u);
+  EXPECT_EQ(p->ram_used, ram_before + 3 * master);
+  EXPECT_EQ(p->pinned_used, pinned_before);
+  EXPECT_THAT(p->Table(), HasSubstr("speculative update on: alternate master/m/v arrays"));
+  // One byte short of RAM: off, saying what it needs.
+  budgets.ram = ram_before + 3 * master - 1;
+  p = PlanPlacement(gpu, budgets);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(ReserveAlternateStateRegions(*p));
+  EXPECT_EQ(p->ram_used, ram_before);
+  EXPECT_THAT(p->Table(),
+              HasSubstr(absl::StrCat("speculative update off: its alternate master/m/v arrays "
+                                     "need ",
+                                     FormatBytes(3 * master), " more of RAM")));
+
+  // The CPU device: the master is the pinned copy endpoint, its alternate is pinned too.
+  const auto cpu = Llama7b(/*gpu=*/false);
+  budgets = {2 * master + Total(cpu, BufferKind::kGrad), 512 * kGiB, "", 0};
+  p = PlanPlacement(cpu, budgets);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(p->tier(BufferKind::kMaster), Tier::kPinned);
+  EXPECT_TRUE(ReserveAlternateStateRegions(*p));
+  EXPECT_EQ(p->pinned_used, 2 * master + Total(cpu, BufferKind::kGrad));
+  budgets.pinned_ram -= 1;
+  p = PlanPlacement(cpu, budgets);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(ReserveAlternateStateRegions(*p));
+  EXPECT_THAT(p->Table(), HasSubstr(absl::StrCat(FormatBytes(master), " more of pinned RAM")));
 }
 
 TEST(PlanPlacement, EverythingInRamWhenItFitsAndNoNvmeMeansAClearRefusal) {

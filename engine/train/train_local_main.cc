@@ -117,9 +117,10 @@ ABSL_FLAG(bool, master_on_nvme, false,
           "the CPU device adds a pinned fp32 compute copy, so it saves no RAM there).");
 ABSL_FLAG(bool, speculative_update, false,
           "Update each entry during the last micro-batch's backward with clip coefficient 1 into "
-          "alternate NVMe regions, kept when the step's clip coefficient is exactly 1 (bitwise "
-          "the normal update), else redone; needs the master, m and v on NVMe and room for a "
-          "second copy of them (else off, said in the placement table).");
+          "a second copy of its master, m and v, kept when the step's clip coefficient is "
+          "exactly 1 (bitwise the normal update), else redone; needs the master, m and v all on "
+          "NVMe (alternate regions, room for a second copy) or all in RAM (alternate arrays, 12 "
+          "bytes per parameter more); else off, said in the placement table.");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "Directory for checkpoints (step-N subdirectories); empty = no checkpoints.");
 ABSL_FLAG(int, checkpoint_every, 0,
@@ -245,6 +246,7 @@ int main(int argc, char** argv) {
   t.blas_threads = absl::GetFlag(FLAGS_threads);
   t.optimizer_threads = absl::GetFlag(FLAGS_optimizer_threads);
   t.collect_timeline = !o.chrome_trace_path.empty();
+  t.speculative_update = absl::GetFlag(FLAGS_speculative_update);
   const int64_t pinned_mb = absl::GetFlag(FLAGS_pinned_ram_mb);
   const int64_t ram_mb = absl::GetFlag(FLAGS_ram_mb);
   if (pinned_mb > 0 || ram_mb > 0 || !absl::GetFlag(FLAGS_nvme_dir).empty()) {
@@ -259,7 +261,6 @@ int main(int argc, char** argv) {
     t.memory.budgets.nvme_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_nvme_mb)) << 20;
     t.memory.states_on_nvme = absl::GetFlag(FLAGS_states_on_nvme);
     t.memory.master_on_nvme = absl::GetFlag(FLAGS_master_on_nvme);
-    t.speculative_update = absl::GetFlag(FLAGS_speculative_update);
     t.memory.grad_on_nvme = absl::GetFlag(FLAGS_grad_on_nvme);
     t.memory.compute_copy_on_nvme = absl::GetFlag(FLAGS_compute_copy_on_nvme);
     t.memory.nvme_chunk_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_nvme_chunk_mb)) << 20;

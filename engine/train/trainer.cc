@@ -178,7 +178,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
         placement->speculation_note =
             "speculative update off: data parallelism reduces gradients after all micro-batches";
       } else {
-        store_placement.alternate_state_regions = tiers::ReserveAlternateStateRegions(*placement);
+        const bool on = tiers::ReserveAlternateStateRegions(*placement);
+        store_placement.alternate_state_regions = on && placement->alternate_state_bytes > 0;
+        store_placement.alternate_ram_state = on && placement->alternate_ram_bytes > 0;
       }
     }
     store_placement.master_pinned =
@@ -201,6 +203,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
     store_placement.nvme_dir = options.memory.budgets.nvme_dir;
     store_placement.block_io = options.memory.block_io_for_tests;
     placement_table = placement->Table();
+  } else if (options.speculative_update && options.communicator == nullptr && !options.zero1) {
+    // No budgets: everything in RAM, nothing to count the alternates against.
+    store_placement.alternate_ram_state = true;
   }
   if (absl::Status s = CheckMultiDevicePlacement(static_cast<int>(devices.size()), store_placement);
       !s.ok()) {
@@ -256,7 +261,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
   // Evaluation, logits and sampling run on device 0 from the caller's thread.
   if (absl::Status s = devices[0]->MakeCurrent(); !s.ok()) return s;
   trainer->placement_table_ = std::move(placement_table);
-  if (store_placement.alternate_state_regions) {
+  if (store_placement.alternate_state_regions || store_placement.alternate_ram_state) {
     trainer->speculation_ = std::make_unique<SpeculativeUpdate>(trainer->store_.num_entries());
   }
   return trainer;
@@ -470,11 +475,14 @@ absl::Status Trainer::UpdateEntry(int e, const kernels::AdamwStepScalars& decay,
   tiers::NvmeStateStore* states = store_.state_store();
   NvmeGradients* grads = store_.grad_on_nvme(e) ? store_.nvme_gradients() : nullptr;
   NvmeComputeCopy* copy = store_.compute_on_nvme(e) ? store_.nvme_compute_copy() : nullptr;
+  // A speculative update of a state in RAM writes the alternates, out of place (the current
+  // master, m and v stay as they are until the commit swaps them in).
+  const EntryBuffers alternate = speculative ? store_.alternate(e) : EntryBuffers{};
   if (states == nullptr && grads == nullptr && copy == nullptr) {
-    adamw_.Step(decay, no_decay, store_.spec(e).segments, b.master, b.m, b.v, b.grad,
-                b.compute_bf16);
+    const AdamwArrays arrays = UpdateTargets(b.master, b.m, b.v, alternate, 0);
+    adamw_.StepTo(decay, no_decay, store_.spec(e).segments, arrays, b.grad, b.compute_bf16);
     if (b.compute_fp32 != nullptr) {
-      std::memcpy(b.compute_fp32, b.master, b.elements * sizeof(float));
+      std::memcpy(b.compute_fp32, arrays.param_out, b.elements * sizeof(float));
     }
     return absl::OkStatus();
   }
@@ -519,9 +527,12 @@ absl::Status Trainer::UpdateEntry(int e, const kernels::AdamwStepScalars& decay,
         copy_fp32 = reinterpret_cast<float*>(*staged);
       }
     }
-    adamw_.Step(decay, no_decay, segments, master, m, v, grad, copy_bf16);
+    const AdamwArrays arrays = UpdateTargets(master, m, v, alternate, chunk.first);
+    adamw_.StepTo(decay, no_decay, segments, arrays, grad, copy_bf16);
     // The fp32 compute copy is the master bit for bit: copied, not recomputed.
-    if (copy_fp32 != nullptr) std::memcpy(copy_fp32, master, chunk.count * sizeof(float));
+    if (copy_fp32 != nullptr) {
+      std::memcpy(copy_fp32, arrays.param_out, chunk.count * sizeof(float));
+    }
     if (copy != nullptr) {
       if (absl::Status s = copy->EndWrite(e, c); !s.ok()) return s;
     }
@@ -797,6 +808,7 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
     // Exactly 1.0 (no clipping): the speculation ran with this coefficient and is the update;
     // otherwise the pass below redoes every entry from the current state.
     report.speculation_committed = speculation.count > 0 && report.clip_coefficient == 1.0;
+    if (report.speculation_committed) CommitSpeculatedInRam(speculation.updated);
     LaunchUpdate(step_, report.clip_coefficient, report.learning_rate,
                  report.speculation_committed ? speculation.updated : std::vector<bool>{});
     if (!zero1_owners_.empty()) {

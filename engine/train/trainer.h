@@ -88,10 +88,12 @@ struct TrainerOptions {
   // checkpoints resume on any world size.
   bool zero1 = false;
   // Speculative update (docs/operations.md): during the last micro-batch's backward, each entry
-  // whose gradient is final is updated with clip coefficient 1 into alternate NVMe regions;
-  // committed when the step's clip coefficient is exactly 1 (bitwise the normal update),
-  // discarded otherwise. Needs the master, m and v on NVMe and NVMe room for a second copy of
-  // them (else off, said in placement_table()); off under a communicator or ZeRO-1.
+  // whose gradient is final is updated with clip coefficient 1, out of place, into a second
+  // copy of its master, m and v; committed when the step's clip coefficient is exactly 1
+  // (bitwise the normal update), discarded otherwise. With the master, m and v on NVMe the copy
+  // is alternate regions of the state file (NVMe room for it); with them in RAM, alternate
+  // arrays in RAM (12 bytes per parameter more, within the pinned and RAM budgets). Else off,
+  // said in placement_table(); off under a communicator or ZeRO-1.
   bool speculative_update = false;
 };
 
@@ -205,6 +207,16 @@ class Trainer : public Checkpointable {
   void BeginSpeculation(uint64_t weights_version);
   absl::Status DiscardSpeculation(const SpeculativeUpdate::Outcome& outcome);
   void CommitSpeculated(int e);
+  // The RAM form's commit: each updated entry's alternate master, m and v become current
+  // (ParameterStore::SwapAlternateState), once a checkpoint being written is done with it. On
+  // the trainer's thread before the update pass is launched: the next step's weight copies read
+  // the master pointers when they are enqueued, which may be before that pass publishes them.
+  void CommitSpeculatedInRam(const std::vector<bool>& updated);
+  // Where AdamW writes entry e's new master, m and v from element `first` on: in place, or
+  // into `alternate` (ParameterStore::alternate) when it has arrays (a speculative update of a
+  // state in RAM).
+  static AdamwArrays UpdateTargets(float* master, float* m, float* v,
+                                   const EntryBuffers& alternate, size_t first);
   // A step whose targets are all ignored (`tokens` inputs): no compute, no update.
   absl::StatusOr<StepReport> EmptyStep(int64_t tokens);
 

@@ -30,7 +30,11 @@ void Trainer::BeginSpeculation(uint64_t weights_version) {
       [this, weights_version] {
         // The previous step's update pass uses the state file until it publishes its last
         // entry, and a checkpoint being written reads it: the file must be this thread's alone.
+        // In RAM the speculation reads the current state the pass leaves and writes only the
+        // alternates (and the compute copy, which no checkpoint reads): a checkpoint may go on
+        // beside it, and the commit waits for it instead (CommitSpeculatedInRam).
         for (int e = 0; e < store_.num_entries(); ++e) gate_.WaitFor(e, weights_version);
+        if (store_.has_alternate_ram_state()) return;
         absl::MutexLock lock(&snapshot_mu_);
         auto no_snapshot = [this]() ABSL_SHARED_LOCKS_REQUIRED(snapshot_mu_) {
           return !snapshot_active_;
@@ -54,11 +58,13 @@ void Trainer::BeginSpeculation(uint64_t weights_version) {
 }
 
 absl::Status Trainer::DiscardSpeculation(const SpeculativeUpdate::Outcome& outcome) {
-  // The alternate regions are simply never committed; the compute copy was written in place.
+  // The alternate regions (or arrays) are simply never committed; the compute copy was written
+  // in place (on the CPU device with the state in RAM there is none: nothing to undo).
   absl::Status status;
   for (int e = 0; e < store_.num_entries(); ++e) {
     if (e < static_cast<int>(outcome.updated.size()) && outcome.updated[e]) {
-      status.Update(store_.RestoreComputeCopyFromNvmeMaster(e));
+      status.Update(store_.has_alternate_ram_state() ? store_.RestoreComputeCopyFromRamMaster(e)
+                                                     : store_.RestoreComputeCopyFromNvmeMaster(e));
     }
   }
   return status;
@@ -66,9 +72,37 @@ absl::Status Trainer::DiscardSpeculation(const SpeculativeUpdate::Outcome& outco
 
 void Trainer::CommitSpeculated(int e) {
   tiers::NvmeStateStore* states = store_.state_store();
+  if (states == nullptr) return;  // in RAM: swapped by CommitSpeculatedInRam already
   for (int c = 0; c < store_.chunks().num_chunks(e); ++c) {
     states->Commit(store_.chunks().chunk(e, c).unit);
   }
+}
+
+void Trainer::CommitSpeculatedInRam(const std::vector<bool>& updated) {
+  if (!store_.has_alternate_ram_state()) return;
+  for (int e = 0; e < store_.num_entries() && e < static_cast<int>(updated.size()); ++e) {
+    if (!updated[e]) continue;
+    {
+      // A checkpoint being written reads the pre-step master, m and v: swap after it.
+      absl::MutexLock lock(&snapshot_mu_);
+      auto written = [this, e]() ABSL_SHARED_LOCKS_REQUIRED(snapshot_mu_) {
+        return !snapshot_active_ || snapshot_done_[e];
+      };
+      snapshot_mu_.Await(absl::Condition(&written));
+    }
+    store_.SwapAlternateState(e);
+  }
+}
+
+AdamwArrays Trainer::UpdateTargets(float* master, float* m, float* v,
+                                   const EntryBuffers& alternate, size_t first) {
+  if (alternate.master == nullptr) return AdamwArrays::InPlace(master, m, v);
+  return AdamwArrays{master,
+                     m,
+                     v,
+                     alternate.master + first,
+                     alternate.m + first,
+                     alternate.v + first};
 }
 
 }  // namespace megatrain::engine

@@ -39,16 +39,26 @@ inline AdamwStepScalars MakeAdamwStepScalars(double lr, double beta1, double bet
 
 // One element: p <- p * (1 - lr*wd); m <- b1 m + (1-b1) g; v <- b2 v + (1-b2) g^2;
 // p <- p - step_size * m / (sqrt(v)/sqrt(bc2) + eps).
-MT_HD void AdamwUpdate(const AdamwStepScalars& s, float grad, float* param, float* m, float* v) {
+// Out of place: reads the element's current param, m and v by value and writes the new ones
+// through the out pointers (the speculative update keeps the current state untouched and writes
+// alternates); AdamwUpdate is this with the outputs on the inputs' own homes, so both forms are
+// one formula and give the same bits.
+MT_HD void AdamwUpdateTo(const AdamwStepScalars& s, float grad, float param, float m, float v,
+                         float* param_out, float* m_out, float* v_out) {
   const float g = grad * s.grad_scale;
-  float p = *param * (1.0f - s.lr * s.weight_decay);
-  const float m_new = s.beta1 * *m + (1.0f - s.beta1) * g;
-  const float v_new = s.beta2 * *v + (1.0f - s.beta2) * (g * g);
+  float p = param * (1.0f - s.lr * s.weight_decay);
+  const float m_new = s.beta1 * m + (1.0f - s.beta1) * g;
+  const float v_new = s.beta2 * v + (1.0f - s.beta2) * (g * g);
   const float denom = sqrtf(v_new) / s.bias_correction2_sqrt + s.eps;
   p -= s.step_size * (m_new / denom);
-  *param = p;
-  *m = m_new;
-  *v = v_new;
+  *param_out = p;
+  *m_out = m_new;
+  *v_out = v_new;
+}
+
+// In place.
+MT_HD void AdamwUpdate(const AdamwStepScalars& s, float grad, float* param, float* m, float* v) {
+  AdamwUpdateTo(s, grad, *param, *m, *v, param, m, v);
 }
 
 }  // namespace megatrain::kernels

@@ -1,11 +1,12 @@
 // JobSpec.speculative_update through the daemon, on its CPU device with a real engine
-// (DeviceJobEngine, in-process daemon): with the master, m and v on NVMe the job trains, every
-// unclipped step commits its speculation (result.json), the losses are the normal run's bits,
-// and the job and its plan say it is on; a job whose placement cannot use it is refused at
-// submit, naming the field.
+// (DeviceJobEngine, in-process daemon): with the master, m and v on NVMe, and with them in RAM,
+// the job trains, every unclipped step commits its speculation (result.json), the losses are the
+// normal run's bits, and the job and its plan say it is on; a job whose placement cannot use it
+// is refused at submit, naming the field.
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -42,12 +43,19 @@ class SpeculativeJobTest : public ::testing::Test {
                static_cast<std::streamsize>(tokens.size() * 2));
   }
 
-  // A 4-step job (batch 2 x 32 tokens, no clipping) with the master, m and v on NVMe.
-  v1::JobSpec MasterOnNvmeSpec(bool speculate) {
+  // A 4-step job (batch 2 x 32 tokens, no clipping), everything in RAM.
+  v1::JobSpec InRamSpec(bool speculate) {
     v1::JobSpec spec = daemon_.ValidSpec(4);
     spec.mutable_data()->clear_text_files();
     spec.mutable_data()->add_token_files(tokens_);
     spec.mutable_data()->set_eval_windows(2);
+    spec.set_speculative_update(speculate);
+    return spec;
+  }
+
+  // The same with the master, m and v on NVMe.
+  v1::JobSpec MasterOnNvmeSpec(bool speculate) {
+    v1::JobSpec spec = InRamSpec(speculate);
     v1::MemoryBudgets& m = *spec.mutable_memory();
     m.set_nvme_dir(nvme_dir_);
     m.set_nvme_bytes(uint64_t{1} << 30);
@@ -68,6 +76,37 @@ class SpeculativeJobTest : public ::testing::Test {
     return done;
   }
 
+  // Plans and runs make_spec(true) and make_spec(false) (each its own output directory): the
+  // speculative update is on (in `form`), every step commits, and the losses are the normal
+  // run's.
+  void ExpectItTrainsCommitsEveryStepAndReportsIt(
+      const std::function<v1::JobSpec(bool speculate)>& make_spec, const std::string& form) {
+    const v1::JobSpec speculative_spec = make_spec(true);
+    const v1::JobSpec normal_spec = make_spec(false);
+    grpc::ClientContext plan_context;
+    v1::PlanResponse plan;
+    ASSERT_TRUE(daemon_.stub().Plan(&plan_context, speculative_spec, &plan).ok());
+    EXPECT_THAT(plan.speculative_update(), HasSubstr("speculative update on: " + form))
+        << plan.DebugString();
+    const v1::Job normal = RunToEnd(normal_spec);
+    const v1::Job speculative = RunToEnd(speculative_spec);
+    EXPECT_FALSE(normal.spec().speculative_update());
+    EXPECT_TRUE(speculative.spec().speculative_update());  // as GetJob and `megatrain status` see it
+    const nlohmann::json normal_result = Result(normal.spec());
+    const nlohmann::json result = Result(speculative.spec());
+    ASSERT_TRUE(normal_result.is_object() && result.is_object());
+    EXPECT_FALSE(normal_result.contains("speculative_update")) << normal_result.dump();
+    ASSERT_TRUE(result.contains("speculative_update")) << result.dump();
+    // grad_clip 0: the step's clip coefficient is exactly 1, so every speculation commits.
+    EXPECT_EQ(result["speculative_update"]["committed_steps"].get<uint64_t>(), 4u) << result.dump();
+    EXPECT_EQ(result["speculative_update"]["discarded_steps"].get<uint64_t>(), 0u) << result.dump();
+    // Bitwise: a committed speculation is the normal update.
+    EXPECT_EQ(result["final_train_loss"].get<double>(),
+              normal_result["final_train_loss"].get<double>());
+    EXPECT_EQ(result["final_validation_loss"].get<double>(),
+              normal_result["final_validation_loss"].get<double>());
+  }
+
   TestDaemon daemon_{"speculative_job"};
   std::unique_ptr<DeviceJobEngine> engine_;
   std::string nvme_dir_;
@@ -78,40 +117,29 @@ TEST_F(SpeculativeJobTest, AJobWithItTrainsCommitsEveryStepAndReportsIt) {
   if (absl::Status usable = engine::tiers::CheckDirectIoDirectory(nvme_dir_); !usable.ok()) {
     GTEST_SKIP() << "no block-backed O_DIRECT directory under TEST_TMPDIR: " << usable;
   }
-  const v1::JobSpec speculative_spec = MasterOnNvmeSpec(true);
-  grpc::ClientContext plan_context;
-  v1::PlanResponse plan;
-  ASSERT_TRUE(daemon_.stub().Plan(&plan_context, speculative_spec, &plan).ok());
-  EXPECT_THAT(plan.speculative_update(), HasSubstr("speculative update on")) << plan.DebugString();
+  ExpectItTrainsCommitsEveryStepAndReportsIt([this](bool s) { return MasterOnNvmeSpec(s); },
+                                             "alternate master/m/v regions");
+}
 
-  const v1::Job normal = RunToEnd(MasterOnNvmeSpec(false));
-  const v1::Job speculative = RunToEnd(speculative_spec);
-  EXPECT_FALSE(normal.spec().speculative_update());
-  EXPECT_TRUE(speculative.spec().speculative_update());  // as GetJob and `megatrain status` see it
-  const nlohmann::json normal_result = Result(normal.spec());
-  const nlohmann::json result = Result(speculative.spec());
-  ASSERT_TRUE(normal_result.is_object() && result.is_object());
-  EXPECT_FALSE(normal_result.contains("speculative_update")) << normal_result.dump();
-  ASSERT_TRUE(result.contains("speculative_update")) << result.dump();
-  // grad_clip 0: the step's clip coefficient is exactly 1, so every speculation commits.
-  EXPECT_EQ(result["speculative_update"]["committed_steps"].get<uint64_t>(), 4u) << result.dump();
-  EXPECT_EQ(result["speculative_update"]["discarded_steps"].get<uint64_t>(), 0u) << result.dump();
-  // Bitwise: a committed speculation is the normal update.
-  EXPECT_EQ(result["final_train_loss"].get<double>(),
-            normal_result["final_train_loss"].get<double>());
-  EXPECT_EQ(result["final_validation_loss"].get<double>(),
-            normal_result["final_validation_loss"].get<double>());
+// No memory section: the master, m and v in RAM, the alternates beside them.
+TEST_F(SpeculativeJobTest, AJobWithTheStateInRamTrainsCommitsEveryStepAndReportsIt) {
+  ExpectItTrainsCommitsEveryStepAndReportsIt([this](bool s) { return InRamSpec(s); },
+                                             "alternate master/m/v arrays");
 }
 
 TEST_F(SpeculativeJobTest, AJobWhosePlacementCannotUseItIsRefusedNamingTheField) {
-  // No NVMe tier at all: the master, m and v stay in RAM.
-  v1::JobSpec in_ram = daemon_.ValidSpec(2);
+  // The master, m and v in RAM, but a RAM budget that holds them once, not twice.
+  v1::JobSpec in_ram = InRamSpec(false);
+  grpc::ClientContext plan_context;
+  v1::PlanResponse plan;
+  ASSERT_TRUE(daemon_.stub().Plan(&plan_context, in_ram, &plan).ok());
+  in_ram.mutable_memory()->set_ram_bytes(8 * plan.parameters() + 4096);  // m and v
   in_ram.set_speculative_update(true);
   v1::Job job;
   grpc::Status refused = TrySubmit(daemon_, in_ram, &job);
-  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(refused.error_message(), HasSubstr("speculative_update: true"));
-  EXPECT_THAT(refused.error_message(), HasSubstr("memory.master_on_nvme"));
+  EXPECT_THAT(refused.error_message(), HasSubstr("memory.ram_bytes"));
 
   if (absl::Status usable = engine::tiers::CheckDirectIoDirectory(nvme_dir_); !usable.ok()) {
     GTEST_SKIP() << "no block-backed O_DIRECT directory under TEST_TMPDIR: " << usable;
@@ -123,13 +151,12 @@ TEST_F(SpeculativeJobTest, AJobWhosePlacementCannotUseItIsRefusedNamingTheField)
   refused = TrySubmit(daemon_, states_only, &job);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(refused.error_message(), HasSubstr("speculative_update"));
-  EXPECT_THAT(refused.error_message(), HasSubstr("not all on NVMe"));
+  EXPECT_THAT(refused.error_message(), HasSubstr("neither all on NVMe nor all in RAM"));
 
   // The placement is right but the NVMe budget holds one copy of master, m and v, not two.
   v1::JobSpec tight = MasterOnNvmeSpec(false);
-  grpc::ClientContext plan_context;
-  v1::PlanResponse plan;
-  ASSERT_TRUE(daemon_.stub().Plan(&plan_context, tight, &plan).ok());
+  grpc::ClientContext nvme_plan_context;
+  ASSERT_TRUE(daemon_.stub().Plan(&nvme_plan_context, tight, &plan).ok());
   uint64_t nvme_used = 0;
   for (const v1::TierUsage& t : plan.tiers()) {
     if (t.tier() == "nvme") nvme_used = t.bytes();

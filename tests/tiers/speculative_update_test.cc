@@ -4,7 +4,11 @@
 // is non-finite (discarded, nothing updated), and one that can no longer commit stops early; a
 // checkpoint taken after committed speculations resumes bitwise; placements that mix RAM and
 // NVMe agree; a placement that cannot speculate says why and trains as before; an I/O error in a
-// speculative write fails the step naming the state file and an offset.
+// speculative write fails the step naming the state file and an offset. The RAM form (the master,
+// m and v in RAM, alternate arrays swapped in on commit) is held to the same bits: committed,
+// clipped, stopped and non-finite steps, two devices, a pageable master, no budgets at all, a
+// resume, and a checkpoint written while the next step speculates; the store swaps its
+// alternates by pointer and restores a compute copy from the master.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,11 +20,13 @@
 #include <string>
 #include <vector>
 
+#include "engine/checkpoint/async_checkpoint_writer.h"
 #include "engine/checkpoint/checkpoint_reader.h"
 #include "engine/checkpoint/checkpoint_writer.h"
 #include "engine/tiers/fault_injecting_block_io.h"
 #include "engine/tiers/test_dir.h"
 #include "engine/tiers/uring_block_io.h"
+#include "kernels/common/bf16.h"
 #include "engine/train/trainer.h"
 #include "tests/tiers/tiered_training.h"
 
@@ -40,6 +46,19 @@ TrainerOptions MasterOnNvme(const std::string& dir, double grad_clip, bool specu
   o.memory.nvme_chunk_bytes = kSmallChunk;
   o.memory.budgets.nvme_dir = dir;
   o.memory.budgets.nvme_bytes *= 4;  // master, m, v (1.5x m and v) twice
+  o.grad_clip = grad_clip;
+  o.speculative_update = speculate;
+  return o;
+}
+
+// The master (pinned: the CPU device's copy endpoint), m and v in RAM, with pinned and RAM room
+// for their alternates (the master's pinned, m's and v's pageable) beside the gradients.
+TrainerOptions StateInRam(double grad_clip, bool speculate) {
+  TrainerOptions o = BaseOptions();
+  const size_t m_and_v = StateBytes(o);
+  o.memory.enabled = true;
+  o.memory.budgets.pinned_ram = 2 * m_and_v + (size_t{4} << 20);  // grad, master, master again
+  o.memory.budgets.ram = 2 * m_and_v + (size_t{4} << 20);         // m and v twice
   o.grad_clip = grad_clip;
   o.speculative_update = speculate;
   return o;
@@ -106,7 +125,8 @@ std::string FreshDir(const std::string& name) {
 // A clip between the smallest and largest gradient norms of 5 unclipped steps, so clipping
 // triggers on some steps only; 0 (after a failed expectation) when the norms are all equal.
 double ClipBetweenUnclippedNorms(const std::string& dir) {
-  const TrainedRun unclipped = Train(MasterOnNvme(dir, 0.0, false), 5);
+  const TrainedRun unclipped =
+      Train(dir.empty() ? StateInRam(0.0, false) : MasterOnNvme(dir, 0.0, false), 5);
   EXPECT_EQ(unclipped.reports.size(), 5u);
   if (unclipped.reports.empty()) return 0.0;
   double low = unclipped.reports[0].grad_norm, high = low;
@@ -322,8 +342,8 @@ TEST(SpeculativeUpdateTest, MixedPlacementsAreBitwise) {
       EXPECT_EQ(r.speculation_committed, variant != 2) << r.step;
     }
     if (variant == 2) {
-      EXPECT_NE(b.placement_table.find("speculative update off: the master, m and v are not all "
-                                       "on NVMe"),
+      EXPECT_NE(b.placement_table.find("speculative update off: the master, m and v are neither "
+                                       "all on NVMe nor all in RAM"),
                 std::string::npos)
           << b.placement_table;
     }
@@ -372,6 +392,246 @@ TEST(SpeculativeUpdateTest, AWriteErrorInTheSpeculationFailsTheStepNamingFileAnd
       << message;
   EXPECT_NE(message.find(state_file), std::string::npos) << message;
   EXPECT_NE(OffsetIn(message), UINT64_MAX) << message;
+}
+
+// The RAM form. Every speculation commits without clipping: the alternates are swapped in, and
+// losses, norms, masters, m and v are those of the normal update; the table says it is on.
+TEST(SpeculativeRamUpdateTest, WithoutClippingEverySpeculationCommitsBitwise) {
+  for (double clip : {0.0, 1e6}) {
+    SCOPED_TRACE(clip);
+    const TrainedRun normal = Train(StateInRam(clip, false), 5);
+    const TrainedRun speculative = Train(StateInRam(clip, true), 5);
+    ASSERT_EQ(speculative.reports.size(), 5u);
+    EXPECT_NE(speculative.placement_table.find("speculative update on: alternate master/m/v "
+                                               "arrays"),
+              std::string::npos)
+        << speculative.placement_table;
+    for (const StepReport& r : speculative.reports) {
+      EXPECT_EQ(r.clip_coefficient, 1.0) << r.step;
+      EXPECT_TRUE(r.speculation_committed) << r.step;
+      EXPECT_EQ(r.speculated_entries, speculative.num_entries) << r.step;
+      EXPECT_EQ(r.nvme_bytes_written, 0u) << r.step;
+    }
+    ExpectBitwise(normal, speculative);
+  }
+}
+
+// Committed and discarded steps (a clip between the run's norms), one device and two.
+TEST(SpeculativeRamUpdateTest, ClippingOnSomeStepsCommitsTheOthersAndDiscardsThose) {
+  const double clip = ClipBetweenUnclippedNorms("");
+  ASSERT_GT(clip, 0.0);
+  const TrainedRun normal = Train(StateInRam(clip, false), 5);
+  for (int devices : {1, 2}) {
+    SCOPED_TRACE(devices);
+    const TrainedRun speculative = Train(StateInRam(clip, true), 5, nullptr, devices);
+    ASSERT_EQ(speculative.reports.size(), 5u);
+    int committed = 0, discarded = 0;
+    for (const StepReport& r : speculative.reports) {
+      EXPECT_EQ(r.speculation_committed, r.clip_coefficient == 1.0) << r.step;
+      EXPECT_GT(r.speculated_entries + (r.speculation_committed ? 0 : 1), 0) << r.step;
+      (r.speculation_committed ? committed : discarded) += 1;
+    }
+    EXPECT_GT(committed, 0) << "clip " << clip;
+    EXPECT_GT(discarded, 0) << "clip " << clip;
+    ExpectBitwise(normal, speculative);
+  }
+}
+
+TEST(SpeculativeRamUpdateTest, ASpeculationThatCannotCommitStopsEarly) {
+  const TrainedRun normal = Train(StateInRam(1e-9, false), 3);
+  const TrainedRun speculative = Train(StateInRam(1e-9, true), 3);
+  ASSERT_EQ(speculative.reports.size(), 3u);
+  for (const StepReport& r : speculative.reports) {
+    EXPECT_EQ(r.speculated_entries, 0) << r.step;
+    EXPECT_FALSE(r.speculation_committed) << r.step;
+  }
+  ExpectBitwise(normal, speculative);
+}
+
+// A non-finite step: the speculation wrote alternates of every entry it reached; none is
+// swapped in, and the weights the next step streams are the untouched masters.
+TEST(SpeculativeRamUpdateTest, ANonFiniteStepDiscardsTheSpeculationAndUpdatesNothing) {
+  std::vector<float> saved;
+  const auto poison = [&saved](Trainer& t, int step) {
+    const int e = t.layout().layer_entry(5);
+    ASSERT_TRUE(t.UpdateStatus().ok());
+    if (step == 2) {
+      saved.assign(t.store().spec(e).elements, 0.0f);
+      ASSERT_TRUE(t.store().ReadMaster(e, saved.data()).ok());
+      std::vector<float> bad = saved;
+      bad[7] = std::numeric_limits<float>::infinity();
+      ASSERT_TRUE(t.mutable_store().WriteMaster(e, bad.data()).ok());
+    } else if (step == 3) {
+      ASSERT_TRUE(t.mutable_store().WriteMaster(e, saved.data()).ok());
+    }
+  };
+  const TrainedRun normal = Train(StateInRam(0.0, false), 5, poison);
+  const TrainedRun speculative = Train(StateInRam(0.0, true), 5, poison);
+  ASSERT_EQ(speculative.reports.size(), 5u);
+  EXPECT_TRUE(speculative.reports[2].skipped);
+  EXPECT_GT(speculative.reports[2].speculated_entries, 0);
+  EXPECT_FALSE(speculative.reports[2].speculation_committed);
+  for (int s : {0, 1, 3, 4}) EXPECT_TRUE(speculative.reports[s].speculation_committed) << s;
+  ExpectBitwise(normal, speculative);
+}
+
+// Any mix of pinned and pageable: the master pageable (the pinned budget holds the gradients
+// only), and no budgets at all (everything in RAM, nothing to count against).
+TEST(SpeculativeRamUpdateTest, APageableMasterAndNoBudgetsAreBitwise) {
+  TrainerOptions pageable = StateInRam(0.0, true);
+  pageable.memory.budgets.pinned_ram = StateBytes(BaseOptions()) / 2 + (size_t{1} << 20);
+  pageable.memory.budgets.ram = 4 * StateBytes(BaseOptions());
+  TrainerOptions unbudgeted = BaseOptions();
+  unbudgeted.speculative_update = true;
+  unbudgeted.grad_clip = 0.0;
+  const TrainedRun normal = Train(StateInRam(0.0, false), 4);
+  for (const TrainerOptions& o : {pageable, unbudgeted}) {
+    SCOPED_TRACE(o.memory.enabled);
+    const TrainedRun speculative = Train(o, 4);
+    ASSERT_EQ(speculative.reports.size(), 4u);
+    if (o.memory.enabled) {
+      EXPECT_NE(speculative.placement_table.find("master        ram"), std::string::npos)
+          << speculative.placement_table;
+      EXPECT_NE(speculative.placement_table.find("speculative update on"), std::string::npos)
+          << speculative.placement_table;
+    }
+    for (const StepReport& r : speculative.reports) EXPECT_TRUE(r.speculation_committed) << r.step;
+    ExpectBitwise(normal, speculative);
+  }
+}
+
+TEST(SpeculativeRamUpdateTest, WithoutRamForTheAlternatesItIsOffAndSaysSo) {
+  TrainerOptions o = StateInRam(0.0, true);
+  o.memory.budgets.ram = StateBytes(BaseOptions()) + (size_t{1} << 20);  // m and v once
+  const TrainedRun run = Train(o, 2);
+  ASSERT_EQ(run.reports.size(), 2u);
+  EXPECT_NE(run.placement_table.find("speculative update off: its alternate master/m/v arrays "
+                                     "need"),
+            std::string::npos)
+      << run.placement_table;
+  for (const StepReport& r : run.reports) EXPECT_EQ(r.speculated_entries, 0);
+}
+
+// Three committed steps (the current arrays are the once-alternate ones now), then a checkpoint
+// written in the background while step 4 speculates: it holds the state after step 3, and
+// resumes (with and without speculation) into the uninterrupted run's bits.
+TEST(SpeculativeRamUpdateTest, ACheckpointWrittenBesideTheNextStepResumesBitwise) {
+  absl::Status direct_io;  // not needed: nothing is on NVMe
+  const std::string dir = tiers::FreshTestDir("speculative_ram_resume", &direct_io);
+  const TrainedRun uninterrupted = Train(StateInRam(0.0, false), 5);
+  ASSERT_EQ(uninterrupted.reports.size(), 5u);
+  const auto batches = MakeTokenBatches(10, 48, DeepNarrow().vocab, 17);
+  std::string checkpoint;
+  {
+    auto device = MakeCpuDevice(size_t{32} << 20);
+    auto trainer = Trainer::Create(*device, TinyConfig(DeepNarrow()), StateInRam(0.0, true));
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    (*trainer)->InitializeRandom(3);
+    AsyncCheckpointWriter writer;
+    for (int step = 0; step < 5; ++step) {
+      if (step == 3) {
+        ASSERT_TRUE(writer.Start(**trainer, dir + "/checkpoints", CheckpointRunInfo{}).ok());
+      }
+      auto r =
+          (*trainer)->Step(batches.InputPointers(2 * step, 2), batches.TargetPointers(2 * step, 2));
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_TRUE(r->speculation_committed) << step;
+      EXPECT_EQ(std::memcmp(&r->loss, &uninterrupted.reports[step].loss, sizeof(double)), 0)
+          << "step " << step;
+    }
+    auto written = writer.Wait();
+    ASSERT_TRUE(written.ok()) << written.status();
+    ASSERT_TRUE(written->has_value());
+    checkpoint = **written;
+    ASSERT_TRUE((*trainer)->UpdateStatus().ok());
+    Outcome through;
+    ReadStore((*trainer)->store(), &through);
+    ExpectSameState(uninterrupted.outcome, through);
+  }
+  for (bool speculate : {true, false}) {
+    SCOPED_TRACE(speculate);
+    auto device = MakeCpuDevice(size_t{32} << 20);
+    auto trainer = Trainer::Create(*device, TinyConfig(DeepNarrow()), StateInRam(0.0, speculate));
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    auto loaded = LoadCheckpoint(checkpoint, **trainer);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    ASSERT_EQ((*trainer)->steps_done(), 3u);
+    for (int step = 3; step < 5; ++step) {
+      auto r =
+          (*trainer)->Step(batches.InputPointers(2 * step, 2), batches.TargetPointers(2 * step, 2));
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_EQ(std::memcmp(&r->loss, &uninterrupted.reports[step].loss, sizeof(double)), 0)
+          << "step " << step;
+      EXPECT_EQ(r->speculation_committed, speculate);
+    }
+    ASSERT_TRUE((*trainer)->UpdateStatus().ok());
+    Outcome resumed;
+    ReadStore((*trainer)->store(), &resumed);
+    ExpectSameState(uninterrupted.outcome, resumed);
+  }
+}
+
+// The store's side of the RAM form: alternates in their current arrays' tiers (the master's
+// pinned, m's and v's pageable, counted in pageable_ram_bytes), a commit that swaps pointers and
+// copies nothing, a bf16 compute copy (a GPU's) restored from the master after a discard, and the
+// placements it cannot serve refused naming the field.
+TEST(SpeculativeRamUpdateTest, TheStoreSwapsAlternatesByPointerAndRestoresTheCopy) {
+  auto device = MakeCpuDevice(size_t{32} << 20);
+  const std::vector<EntrySpec> specs = {{1000, {{0, 1000, true}}}, {77, {{0, 77, false}}}};
+  StorePlacement placement;
+  placement.compute_copy_bf16 = true;
+  placement.master_pinned = true;
+  auto plain = ParameterStore::Create(*device, specs, placement);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->has_alternate_ram_state());
+  EXPECT_EQ(plain->alternate(0).master, nullptr);
+  placement.alternate_ram_state = true;
+  const size_t pinned_before = device->pinned_stats().in_use;
+  auto store = ParameterStore::Create(*device, specs, placement);
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE(store->has_alternate_ram_state());
+  // The alternate master pinned like the master (with the gradients and the bf16 copy); m and v
+  // and their alternates pageable.
+  const size_t pinned = device->pinned_stats().in_use - pinned_before;
+  EXPECT_EQ(pinned, plain->total_elements() * sizeof(float) * 3 + (500 + 39) * sizeof(float));
+  EXPECT_EQ(store->pageable_ram_bytes(), plain->pageable_ram_bytes() * 2);
+
+  const float* other_master = store->entry(1).master;
+  const EntryBuffers current = store->entry(0);
+  const EntryBuffers alternate = store->alternate(0);
+  ASSERT_NE(alternate.master, nullptr);
+  for (size_t i = 0; i < 1000; ++i) {
+    current.master[i] = 0.5f + static_cast<float>(i);
+    alternate.master[i] = -1.0f - static_cast<float>(i);
+    alternate.m[i] = 2.0f;
+    alternate.v[i] = 3.0f;
+  }
+  store->SwapAlternateState(0);
+  EXPECT_EQ(store->entry(0).master, alternate.master);
+  EXPECT_EQ(store->entry(0).m, alternate.m);
+  EXPECT_EQ(store->entry(0).v, alternate.v);
+  EXPECT_EQ(store->alternate(0).master, current.master);
+  EXPECT_EQ(store->entry(1).master, other_master);  // only the entry committed
+  EXPECT_EQ(store->entry(0).compute_bf16, current.compute_bf16);  // the copy stays where it is
+  std::vector<float> m(1000), v(1000);
+  ASSERT_TRUE(store->ReadOptimizerState(0, m.data(), v.data()).ok());
+  EXPECT_EQ(m[999], 2.0f);
+  EXPECT_EQ(v[0], 3.0f);
+  // A speculation wrote the copy in place and was discarded: the copy follows the master again.
+  for (size_t i = 0; i < 1000; ++i) current.compute_bf16[i] = 0x7777;
+  ASSERT_TRUE(store->RestoreComputeCopyFromRamMaster(0).ok());
+  for (size_t i = 0; i < 1000; i += 111) {
+    EXPECT_EQ(store->entry(0).compute_bf16[i], kernels::Float32ToBf16Bits(-1.0f - i)) << i;
+  }
+
+  StorePlacement on_nvme = placement;
+  on_nvme.states_on_nvme = true;
+  on_nvme.nvme_dir = "/nonexistent";
+  auto refused = ParameterStore::Create(*device, specs, on_nvme);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(std::string(refused.status().message()).find("alternate_ram_state"),
+            std::string::npos)
+      << refused.status();
 }
 
 }  // namespace
