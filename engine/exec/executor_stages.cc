@@ -5,12 +5,16 @@
 
 #include <algorithm>
 
-#include "engine/common/parallel_chunks.h"
 #include "engine/exec/nvme_gradient_offload.h"
 
 namespace megatrain::engine {
 
 using namespace executor_internal;  // NOLINT: the executor's own shapes
+
+namespace {
+// Floats of one task of the rows' gradient reset.
+constexpr size_t kRowsResetFloats = size_t{1} << 20;
+}  // namespace
 
 absl::Status StreamingExecutor::Impl::EnqueueOp(const ScheduledOp& op,
                                                 const std::vector<size_t>& offsets, int slot,
@@ -152,23 +156,40 @@ void StreamingExecutor::Impl::EnqueueGradientRanges(int e, const float* src, siz
     copy_out->CopyDeviceToHost(slab, src, count * sizeof(float), tag);
     return;
   }
-  float* staged = gradient_staging.data_as<float>();
-  // The add is element-wise, so threads over disjoint ranges give the same bits. On one thread
-  // it took 8.7 s of a 12.4 s step with four micro-batches on the first H100 run (1.26 ms per
-  // 4 MB, docs/gpu.md); the copy of the next range waits for it (one staging buffer).
-  const unsigned threads = HostChunkThreads();
+  // The add is element-wise, so threads over disjoint ranges give the same bits. On one thread,
+  // with one staging buffer the next copy waited for, it took 8.7 s of a 12.4 s step with four
+  // micro-batches on the first H100 run (1.26 ms per 4 MB, docs/gpu.md). Now the pool adds one
+  // buffer while the next chunk's copy fills the other.
+  Impl* self = this;
+  int buffer = 0;
   for (size_t done = 0; done < count; done += kGradientStagingFloats) {
     const size_t n = std::min(kGradientStagingFloats, count - done);
+    float* staged = gradient_staging.data_as<float>() + buffer * gradient_staging_floats;
+    copy_out->EnqueueHostTask([self, buffer] { self->staged_adds[buffer].Wait(); },
+                              {SpanKind::kWait, "staging buffer free", tag.layer});
     copy_out->CopyDeviceToHost(staged, src + done, n * sizeof(float), tag);
     copy_out->EnqueueHostTask(
-        [staged, slab = slab + done, n, threads] {
-          RunInChunksOnThreads(n, n >= (size_t{1} << 18) ? threads : 1, 1024,
-                               [staged, slab](size_t begin, size_t end) {
-                                 for (size_t j = begin; j < end; ++j) slab[j] += staged[j];
-                               });
+        [self, buffer, staged, slab = slab + done, n] {
+          // Tasks of 1024-float multiples, at most one per pool thread.
+          const size_t tasks =
+              n >= (size_t{1} << 18) ? std::min<size_t>(self->host_pool->num_threads(), n / 1024)
+                                     : 1;
+          const size_t per_task = (n / tasks + 1023) / 1024 * 1024;
+          self->staged_adds[buffer] = self->host_pool->SubmitParallelFor(
+              tasks, [staged, slab, n, per_task](size_t t) {
+                const size_t end = std::min(n, (t + 1) * per_task);
+                for (size_t j = t * per_task; j < end; ++j) slab[j] += staged[j];
+              });
         },
         {SpanKind::kCopyOut, "accumulate gradients", tag.layer});
+    buffer ^= 1;
   }
+  copy_out->EnqueueHostTask(
+      [self] {
+        self->staged_adds[0].Wait();
+        self->staged_adds[1].Wait();
+      },
+      {SpanKind::kWait, "gradients added", tag.layer});
 }
 
 void StreamingExecutor::Impl::EnqueueEmbeddingForward(const ScheduledOp& op, void* x_out,
@@ -202,12 +223,19 @@ void StreamingExecutor::Impl::EnqueueRowsGradientReset() {
   float* apart = store.rows_gradient(e);
   if (apart == nullptr) return;
   const size_t n = store.spec(e).elements;
+  ThreadPool* pool = host_pool.get();
   // -0.0 is the one float x + (-0.0) leaves unchanged for every x (+0.0 would turn a -0.0 into
   // +0.0): rows no token of the step touches then add nothing when the ranks' reduction adds this
   // array after the LM head's gradient, as one process adds nothing to them. Enqueued at the start
   // of the step's first micro-batch, so the copy_out stream clears it while the forward runs.
-  copy_out->EnqueueHostTask([apart, n] { std::fill(apart, apart + n, -0.0f); },
-                            {SpanKind::kCopyOut, "embed.rows reset", -1});
+  copy_out->EnqueueHostTask(
+      [apart, n, pool] {
+        pool->ParallelFor((n + kRowsResetFloats - 1) / kRowsResetFloats, [apart, n](size_t t) {
+          std::fill(apart + t * kRowsResetFloats, apart + std::min(n, (t + 1) * kRowsResetFloats),
+                    -0.0f);
+        });
+      },
+      {SpanKind::kCopyOut, "embed.rows reset", -1});
 }
 
 void StreamingExecutor::Impl::EnqueueEmbeddingBackward(const ScheduledOp& op, const void* dx_out,

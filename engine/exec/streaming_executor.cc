@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "engine/common/parallel_chunks.h"
 #include "engine/exec/nvme_weight_copy.h"
 #include "engine/exec/stage_backend_factory.h"
 
@@ -70,7 +71,9 @@ absl::Status StreamingExecutor::Impl::Allocate(int num_slots) {
         device.AllocatePinned(GradientStagingBytes(shape.grad_floats));
     if (!b.ok()) return b.status();
     gradient_staging = std::move(*b);
+    gradient_staging_floats = GradientStagingFloats(shape.grad_floats);
   }
+  host_pool = std::make_unique<ThreadPool>(HostChunkThreads());
   {
     absl::StatusOr<PinnedHostBuffer> b = device.AllocatePinned(x_bytes);
     if (!b.ok()) return b.status();

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/common/status_macros.h"
+#include "engine/common/thread_pool.h"
 #include "engine/exec/activation_measurement.h"
 #include "engine/exec/fragment_plan.h"
 #include "engine/exec/stage_backend.h"
@@ -57,9 +58,17 @@ struct StreamingExecutor::Impl {
   std::vector<DeviceBuffer> device_checkpoints;
   DeviceBuffer checkpoint_stage;
   std::vector<PinnedHostBuffer> host_checkpoints;
-  // Later gradient contributions of a step land here chunk by chunk and are
-  // added into the host slab in copy_out stream order (bounded pinned memory).
+  // Later gradient contributions of a step land here chunk by chunk, alternating between two
+  // buffers of gradient_staging_floats, and are added into the host slab by host_pool while the
+  // next chunk's copy lands in the other buffer (bounded pinned memory). The adds of each
+  // buffer are waited for (on copy_out, in stream order) before the buffer is written again and
+  // before the entry's contribution counts as landed.
   PinnedHostBuffer gradient_staging;
+  size_t gradient_staging_floats = 0;
+  // Host threads for the copy-out stream's memory-bound work (the adds above, the rows'
+  // gradient reset): persistent, so a 4 MB add does not pay for starting threads.
+  std::unique_ptr<ThreadPool> host_pool;
+  TaskHandle staged_adds[2];  // per staging buffer, its add in flight (used on copy_out only)
   // The embedding stages' pinned rows: the batch's gathered rows going in,
   // their gradients coming out (activation_bytes()).
   PinnedHostBuffer embedding_rows;

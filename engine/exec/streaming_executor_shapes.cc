@@ -7,8 +7,13 @@
 
 namespace megatrain::engine::executor_internal {
 
+size_t GradientStagingFloats(size_t grad_floats) {
+  // Rounded up to 256 bytes, so the second buffer starts aligned.
+  return AlignFloats(std::min(grad_floats, kGradientStagingFloats));
+}
+
 size_t GradientStagingBytes(size_t grad_floats) {
-  return std::min(grad_floats, kGradientStagingFloats) * sizeof(float) + 64;
+  return 2 * GradientStagingFloats(grad_floats) * sizeof(float) + 64;
 }
 
 // One [tokens, hidden] activation tensor of the backend (residual stream,

@@ -21,6 +21,9 @@ inline constexpr size_t kEntryAlignFloats = 64;
 // Chunk of later gradient contributions staged on the host (4 MiB).
 inline constexpr size_t kGradientStagingFloats = size_t{1} << 20;
 
+// Floats of one of the two staging buffers later contributions alternate between (a chunk, or
+// less when no op's gradients are that large), and the pinned bytes of both.
+size_t GradientStagingFloats(size_t grad_floats);
 size_t GradientStagingBytes(size_t grad_floats);
 // One [tokens, hidden] activation tensor of the backend (residual stream,
 // checkpoint, embedding rows).

@@ -3,8 +3,9 @@
 // every micro-batch copied out and added on the host, for losses, gradients and weights over
 // several steps; in whole slots and through the fragment ring (the LM head's gradient then comes
 // in vocabulary blocks), untied and tied (the tied embedding stays summed on the host), with the
-// gradients in RAM or on NVMe. And the gradients really stay on the device until the last
-// micro-batch: fewer bytes leave it.
+// gradients in RAM or on NVMe, and with layers of several 4 MiB staging chunks (the host sums
+// then alternate between two staging buffers while the host pool adds). And the gradients
+// really stay on the device until the last micro-batch: fewer bytes leave it.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -33,6 +34,7 @@ struct Case {
   bool tied = false;
   double ring_layers = 0;  // > 0: fragment mode through a ring of this many layers
   bool grad_on_nvme = false;
+  bool wide_layers = false;  // a layer of 2.3M floats: three staging chunks
 };
 
 TinyShape ShapeOf(const Case& c) {
@@ -40,6 +42,13 @@ TinyShape ShapeOf(const Case& c) {
   shape.layers = 3;
   shape.vocab = 301;
   shape.tied = c.tied;
+  if (c.wide_layers) {
+    shape.layers = 2;
+    shape.hidden = 256;
+    shape.heads = 4;
+    shape.kv_heads = 2;
+    shape.ffn = 2752;
+  }
   return shape;
 }
 
@@ -147,7 +156,8 @@ INSTANTIATE_TEST_SUITE_P(
     Placements, DeviceGradientSumsTest,
     ::testing::Values(Case{"untied_slots", false, 0, false}, Case{"tied_slots", true, 0, false},
                       Case{"untied_ring", false, 1.5, false}, Case{"tied_ring", true, 1.5, false},
-                      Case{"untied_nvme_gradients", false, 0, true}),
+                      Case{"untied_nvme_gradients", false, 0, true},
+                      Case{"wide_layers", false, 0, false, true}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 // One micro-batch a step has nothing to sum: the executor copies straight out, and the run's rule
