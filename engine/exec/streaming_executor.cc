@@ -59,8 +59,11 @@ absl::Status StreamingExecutor::Impl::Allocate(int num_slots) {
       if (summed[e]) gradient_sums[e] = alloc(entry_elements[e] * sizeof(float), "gradient sum");
     }
   }
-  if (!first_error.ok()) return first_error;
+  return first_error;
+}
 
+absl::Status StreamingExecutor::Impl::AllocatePinnedStaging() {
+  const size_t x_bytes = activation_bytes();
   for (int c = shape.device_checkpoints; c < shape.checkpoints; ++c) {
     absl::StatusOr<PinnedHostBuffer> b = device.AllocatePinned(x_bytes);
     if (!b.ok()) return b.status();
@@ -73,7 +76,6 @@ absl::Status StreamingExecutor::Impl::Allocate(int num_slots) {
     gradient_staging = std::move(*b);
     gradient_staging_floats = GradientStagingFloats(shape.grad_floats);
   }
-  host_pool = std::make_unique<ThreadPool>(HostChunkThreads());
   {
     absl::StatusOr<PinnedHostBuffer> b = device.AllocatePinned(x_bytes);
     if (!b.ok()) return b.status();
@@ -168,6 +170,15 @@ absl::StatusOr<std::unique_ptr<StreamingExecutor>> StreamingExecutor::Create(
                                : "",
         "; allocation failed: ", s.message()));
   }
+  if (absl::Status s = impl->AllocatePinnedStaging(); !s.ok()) {
+    return absl::Status(
+        s.code(), absl::StrCat("pinned host memory too small for the executor's staging (",
+                               PinnedStagingBytes(dims, layout, impl->entry_elements, options,
+                                                  device.kind()),
+                               " bytes: host checkpoints, gradient staging, embedding rows): ",
+                               s.message()));
+  }
+  impl->host_pool = std::make_unique<ThreadPool>(HostChunkThreads());
   for (auto* stream : {&impl->copy_in, &impl->compute, &impl->copy_out}) {
     const char* name = stream == &impl->copy_in   ? "copy_in"
                        : stream == &impl->compute ? "compute"

@@ -133,7 +133,10 @@ struct StreamingExecutor::Impl {
   // Where an activation checkpoint is read from in backward.
   void* CheckpointPointer(int c) const;
 
+  // The plan's device buffers (a failure names the first that did not fit).
   absl::Status Allocate(int num_slots);
+  // The pinned host buffers: host checkpoints, the gradient staging, the embedding rows.
+  absl::Status AllocatePinnedStaging();
   absl::StatusOr<MicroBatchResult> Run(const std::vector<ScheduledOp>& ops, const int32_t* inputs,
                                        const int32_t* targets, float inv_total_valid,
                                        bool first_micro_batch, uint64_t weights_version,

@@ -2,7 +2,9 @@
 // weight slots, the arena peak does not grow with depth (8 vs 32 layers: both
 // have host checkpoints, so both have the staging buffer; 4 layers at k = 4
 // are one top block with no checkpoint at all), and
-// an arena too small for the plan fails up front saying how much it needs.
+// an arena too small for the plan fails up front saying how much it needs, and
+// so does a pinned budget too small for the executor's staging (not blamed on
+// the device memory).
 #include <gtest/gtest.h>
 
 #include "tests/engine/tiny_model.h"
@@ -68,6 +70,25 @@ TEST(DeviceMemoryTest, TooSmallArenaSaysWhatItNeeds) {
   EXPECT_NE(message.find("needs"), std::string::npos) << message;
   EXPECT_NE(message.find("weight slots"), std::string::npos) << message;
   EXPECT_NE(message.find("capacity 65536"), std::string::npos) << message;
+}
+
+TEST(DeviceMemoryTest, TooLittlePinnedMemorySaysSoNotDeviceMemory) {
+  TinyShape shape;
+  shape.layers = 4;
+  DeviceOptions d;
+  d.arena_bytes = size_t{64} << 20;
+  d.pinned_budget_bytes = 4096;  // less than one host checkpoint
+  absl::StatusOr<std::unique_ptr<CpuDevice>> device = CpuDevice::Create(d);
+  ASSERT_TRUE(device.ok()) << device.status();
+  TrainerOptions o = StreamingOptions();
+  o.memory.enabled = true;  // the store in pageable RAM: only the executor asks for pinned
+  o.memory.budgets.pinned_ram = 0;
+  o.memory.budgets.ram = uint64_t{1} << 30;
+  auto trainer = Trainer::Create(**device, TinyConfig(shape), o);
+  ASSERT_FALSE(trainer.ok());
+  const std::string message(trainer.status().message());
+  EXPECT_NE(message.find("pinned"), std::string::npos) << message;
+  EXPECT_EQ(message.find("device memory too small"), std::string::npos) << message;
 }
 
 }  // namespace
