@@ -192,14 +192,16 @@ fi
 # traces.tar.gz), and trace_summary.py turns it into per-layer TFLOP/s, the streams' busy and
 # waiting shares and the step's MFU (the summary stage's note holds its "summary:" line).
 traces=()
+# bench_extra (words) adds train_local flags to one call; a later flag overrides an earlier one.
 bench_model() {  # bench_model NAME CONFIG SEQ MICRO_BATCH ACCUMULATION STEPS [ENV...]
   local name="$1" config="$2" seq="$3" mb="$4" acc="$5" steps="$6"
   shift 6
+  # shellcheck disable=SC2086 # bench_extra is a list of words
   stage "$name" 300 env "$@" train_local --device=cuda --config="$config" \
     --text="${bench_text:-$kit/share/text}" \
     --warmup=1 --eval_every=0 --arena_mb=40000 --weight_slots=2 --threads="$(nproc)" \
     --seq_len="$seq" --micro_batch="$mb" --accumulation="$acc" --steps="$steps" \
-    --trace="$work/trace-$name.json"
+    --trace="$work/trace-$name.json" ${bench_extra:-}
   if [[ -s "$work/trace-$name.json" ]]; then
     traces+=("$name")
     note_grep='^summary: '
@@ -227,6 +229,12 @@ if want bench && ((cpu_only == 0)); then
   bench_model train_7b_8layers_mb16 "$config7b" 1024 16 1 3
   bench_model train_7b_8layers_mb16_acc4 "$config7b" 1024 16 4 2
   bench_model train_7b_8layers_mb16_acc8 "$config7b" 1024 16 8 2
+  # Everything known to help at once: 8 micro-batches summed on the device, every activation
+  # kept (no recompute; 41 GB of the 75 GB arena, the planner says), and the host AdamW of the
+  # state in RAM run speculatively during the last backward (--clip=0: every step commits). The
+  # planner predicts ~33% MFU at 4 micro-batches for this (docs/gpu.md "After the first run").
+  bench_extra="--arena_mb=75000 --keep_all --speculative_update --clip=0" \
+    bench_model train_7b_8layers_fast "$config7b" 1024 16 8 3
   bench_model attention_cudnn_s4096 "$config7b" 4096 2 1 2
   bench_model attention_own_s4096 "$config7b" 4096 2 1 2 MEGATRAIN_CUDNN_ATTENTION=0
   note_grep='^torch_peer: '
