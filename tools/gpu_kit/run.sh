@@ -230,10 +230,10 @@ if want bench && ((cpu_only == 0)); then
   bench_model train_7b_8layers_mb16_acc4 "$config7b" 1024 16 4 2
   bench_model train_7b_8layers_mb16_acc8 "$config7b" 1024 16 8 2
   # Everything known to help at once: 8 micro-batches summed on the device, every activation
-  # kept (no recompute; 41 GB of the 75 GB arena, the planner says), and the host AdamW of the
+  # kept (no recompute; 41 GB of a 60000 MiB arena, the planner says), and the host AdamW of the
   # state in RAM run speculatively during the last backward (--clip=0: every step commits). The
   # planner predicts ~33% MFU at 4 micro-batches for this (docs/gpu.md "After the first run").
-  bench_extra="--arena_mb=75000 --keep_all --speculative_update --clip=0" \
+  bench_extra="--arena_mb=60000 --keep_all --speculative_update --clip=0" \
     bench_model train_7b_8layers_fast "$config7b" 1024 16 8 3
   bench_model attention_cudnn_s4096 "$config7b" 4096 2 1 2
   bench_model attention_own_s4096 "$config7b" 4096 2 1 2 MEGATRAIN_CUDNN_ATTENTION=0
