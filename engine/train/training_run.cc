@@ -108,9 +108,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> StartingTrainer(const std::vector<Devic
     observer.OnLine("memory placement:\n" + (*trainer)->placement_table(), true);
   }
   if (const DeviceMemoryPlan& plan = (*trainer)->executor().plan(); plan.gradient_sums > 0) {
-    observer.OnLine(absl::StrFormat("gradient accumulation: on the device (%.2f GiB of fp32 "
+    observer.OnLine(absl::StrFormat("gradient accumulation: on the device (%.1f MiB of fp32 "
                                     "sums; only each step's last micro-batch copies gradients out)",
-                                    plan.gradient_sums / double{1 << 30}),
+                                    plan.gradient_sums / double{1 << 20}),
                     true);
   }
   // Checkpoints the arena could not hold (auto device_checkpoints) live in pinned host memory and
