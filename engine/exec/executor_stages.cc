@@ -174,7 +174,7 @@ void StreamingExecutor::Impl::EnqueueGradientRanges(int e, const float* src, siz
           const size_t tasks =
               n >= (size_t{1} << 18) ? std::min<size_t>(self->host_pool->num_threads(), n / 1024)
                                      : 1;
-          const size_t per_task = (n / tasks + 1023) / 1024 * 1024;
+          const size_t per_task = ((n + tasks - 1) / tasks + 1023) / 1024 * 1024;
           self->staged_adds[buffer] = self->host_pool->SubmitParallelFor(
               tasks, [staged, slab, n, per_task](size_t t) {
                 const size_t end = std::min(n, (t + 1) * per_task);

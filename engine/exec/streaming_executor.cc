@@ -172,10 +172,12 @@ absl::StatusOr<std::unique_ptr<StreamingExecutor>> StreamingExecutor::Create(
   }
   if (absl::Status s = impl->AllocatePinnedStaging(); !s.ok()) {
     return absl::Status(
-        s.code(), absl::StrCat("pinned host memory too small for the executor's staging (",
+        s.code(), absl::StrCat("pinned host memory too small for the executor's staging (its "
+                               "plan: ",
                                PinnedStagingBytes(dims, layout, impl->entry_elements, options,
                                                   device.kind()),
-                               " bytes: host checkpoints, gradient staging, embedding rows): ",
+                               " bytes of host checkpoints, gradient staging, embedding rows and "
+                               "more): ",
                                s.message()));
   }
   impl->host_pool = std::make_unique<ThreadPool>(HostChunkThreads());
@@ -519,12 +521,15 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
   if (absl::Status t = s.UploadTokens(inputs, targets, layout); !t.ok()) return t;
 
   const bool training = &ops == &s.schedule;
-  // A step of one micro-batch has nothing to sum: its gradients go straight out.
+  // A step of one micro-batch has nothing to sum: its gradients go straight out. A step whose
+  // first micro-batch did not start sums (it was also its last, as far as it knew) goes on
+  // adding on the host: the slabs already hold its contributions.
   s.sums_on_device = training &&
                      s.options.gradient_accumulation == GradientAccumulation::kDevice &&
-                     !(first_micro_batch && last_micro_batch);
+                     (first_micro_batch ? !last_micro_batch : s.sums_pending);
   s.sums_start = first_micro_batch;
   s.sums_go_out = last_micro_batch;
+  if (training) s.sums_pending = s.sums_on_device && !last_micro_batch;
   if (training && first_micro_batch) s.EnqueueRowsGradientReset();
   std::vector<bool> contributed(static_cast<size_t>(s.store.num_entries()), !first_micro_batch);
   int grad = 0;
@@ -641,7 +646,14 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
   for (Stream* stream : {s.copy_in.get(), s.compute.get(), s.copy_out.get()}) {
     status.Update(stream->Synchronize());
   }
-  if (!status.ok()) return status;
+  // A stream that failed skips its later host tasks, the wait for the pool's adds among them:
+  // no add may still write a slab once this returns.
+  s.staged_adds[0].Wait();
+  s.staged_adds[1].Wait();
+  if (!status.ok()) {
+    s.sums_pending = false;  // the step fails; its sums are void
+    return status;
+  }
   const HeadResultSum head = s.backend->head_result();
   return MicroBatchResult{head.loss_sum, head.valid_tokens};
 }

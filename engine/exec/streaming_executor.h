@@ -260,7 +260,8 @@ class StreamingExecutor {
   // `last_micro_batch`: with gradients summed on the device (GradientAccumulation::kDevice),
   // false keeps this micro-batch's sums on the device for a later one of the same step; true
   // (the default, always correct) copies the sums so far out, overwriting the slabs; then
-  // on_gradient_final means the sums are out.
+  // on_gradient_final means the sums are out. A step whose first micro-batch said true goes on
+  // on the host (its later micro-batches add into the slabs).
   absl::StatusOr<MicroBatchResult> RunMicroBatch(
       const int32_t* inputs, const int32_t* targets, float inv_total_valid,
       bool first_micro_batch, uint64_t weights_version, TokenLayout layout = {},

@@ -90,6 +90,7 @@ struct StreamingExecutor::Impl {
   bool sums_on_device = false;
   bool sums_start = false;
   bool sums_go_out = true;
+  bool sums_pending = false;  // the step's sums are on the device, not yet copied out
   bool SummedOnDevice(int e) const {
     return sums_on_device && gradient_sums[static_cast<size_t>(e)].data() != nullptr;
   }

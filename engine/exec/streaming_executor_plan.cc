@@ -69,10 +69,11 @@ GradientAccumulation StreamingExecutor::ResolveGradientAccumulation(
     return options.gradient_accumulation;
   }
   if (kind != DeviceKind::kCuda) return GradientAccumulation::kHost;
-  // The minimum plan with the sums: two slots (or the ring), every checkpoint on the host.
+  // The minimum plan with the sums: two slots (or the ring), every auto checkpoint on the host.
   ExecutorOptions probe = options;
   probe.gradient_accumulation = GradientAccumulation::kDevice;
-  probe.device_checkpoints = 0;
+  // A checkpoint count the caller fixed stays; auto ones yield to the sums.
+  probe.device_checkpoints = options.device_checkpoints >= 0 ? options.device_checkpoints : 0;
   const int slots = options.weight_slots > 0 ? options.weight_slots : 2;
   const size_t needed = PlanDeviceMemory(dims, layout, entry_elements, probe, slots, kind).total();
   // Leave 1/16 of the arena for allocator fragmentation, as the slot choice does.

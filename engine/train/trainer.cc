@@ -76,6 +76,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
                                                          const TrainerOptions& options) {
   if (absl::Status s = CheckTrainerDevices(devices, options.communicator); !s.ok()) return s;
   Device& device = *devices[0];
+  // Several devices take turns on the store's slabs in micro-batch order: their gradients are
+  // summed on the host (auto becomes host; device is refused here, not at the first step).
+  ExecutorOptions executor_options = options.executor;
+  if (devices.size() > 1) {
+    absl::StatusOr<GradientAccumulation> accumulation = GradientAccumulationForRun(
+        options.executor.gradient_accumulation, /*micro_batches_per_device=*/2,
+        static_cast<int>(devices.size()));
+    if (!accumulation.ok()) return accumulation.status();
+    executor_options.gradient_accumulation = *accumulation;
+  }
   // Creating several CUDA devices leaves the last one current; the store and executor 0 are 0's.
   if (absl::Status s = device.MakeCurrent(); !s.ok()) return s;
   if (options.micro_batch_size < 1) {
@@ -168,7 +178,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
     // Every device's executor allocates its pinned staging from the same budget: set it aside
     // first (its checkpoint count depends on the arena only), so the store yields to it.
     placement_options.pinned_reserved =
-        ExecutorPinnedStagingBytes(*geometry, options.executor, device.arena_stats().capacity,
+        ExecutorPinnedStagingBytes(*geometry, executor_options, device.arena_stats().capacity,
                                    device.kind(), static_cast<int>(devices.size()));
     absl::StatusOr<tiers::Placement> placement =
         tiers::PlanPlacement(bytes, options.memory.budgets, placement_options);
@@ -240,7 +250,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
   trainer->zero1_owners_ = std::move(zero1_owners);
   absl::StatusOr<std::unique_ptr<StreamingExecutor>> executor = StreamingExecutor::Create(
       device, geometry->dims, geometry->layout, trainer->store_, trainer->gate_, trainer->rope_,
-      options.executor, &trainer->compute_pool_);
+      executor_options, &trainer->compute_pool_);
   if (!executor.ok()) return executor.status();
   trainer->executor_ = std::move(*executor);
   trainer->devices_ = devices;
@@ -251,7 +261,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
         std::make_unique<ThreadPool>(static_cast<size_t>(std::max(1, options.blas_threads))));
     absl::StatusOr<std::unique_ptr<StreamingExecutor>> lane = StreamingExecutor::Create(
         *devices[d], geometry->dims, geometry->layout, trainer->store_, trainer->gate_,
-        trainer->rope_, options.executor, trainer->lane_compute_pools_.back().get());
+        trainer->rope_, executor_options, trainer->lane_compute_pools_.back().get());
     if (!lane.ok()) {
       return absl::Status(lane.status().code(),
                           absl::StrCat("device ", d, ": ", lane.status().message()));

@@ -14,6 +14,7 @@
 #include "engine/exec/executor_geometry.h"
 #include "engine/tiers/test_dir.h"
 #include "tests/engine/bitwise_compare.h"
+#include "tests/engine/executor_rig.h"
 #include "tests/engine/tiny_model.h"
 
 namespace megatrain::engine {
@@ -160,6 +161,60 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"wide_layers", false, 0, false, true}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
+// RunMicroBatch called directly with any sequence of first/last flags: the device executor's
+// slabs are the host executor's bit for bit after every step, including a step whose first
+// micro-batch also said it was the last (no sums started: the later ones add on the host), and
+// the arena holds exactly the plan, sums included.
+TEST(DeviceGradientSumsExecutorTest, AnyFirstAndLastFlagsGiveTheHostSlabs) {
+  TinyShape shape;
+  shape.layers = 2;
+  constexpr int kRigSeq = 16;
+  ExecutorOptions host_options;
+  host_options.weight_slots = 2;
+  ExecutorOptions device_options = host_options;
+  device_options.gradient_accumulation = GradientAccumulation::kDevice;
+  absl::StatusOr<testing::ExecutorRig> host =
+      testing::MakeExecutorRig(shape, kRigSeq, StorePlacement{}, host_options);
+  ASSERT_TRUE(host.ok()) << host.status();
+  absl::StatusOr<testing::ExecutorRig> device =
+      testing::MakeExecutorRig(shape, kRigSeq, StorePlacement{}, device_options);
+  ASSERT_TRUE(device.ok()) << device.status();
+  ASSERT_EQ(device->executor->gradient_accumulation(), GradientAccumulation::kDevice);
+  ASSERT_GT(device->executor->plan().gradient_sums, 0u);
+  EXPECT_EQ(device->device->arena_stats().in_use, device->executor->plan().total());
+
+  struct Call {
+    bool first, last;
+  };
+  const std::vector<std::vector<Call>> steps = {
+      {{true, true}},
+      {{true, false}, {false, false}, {false, true}},
+      {{true, true}, {false, true}},  // the first said last: the second adds on the host
+      {{true, false}, {false, true}},
+      {{true, true}, {false, true}, {false, true}},
+  };
+  const testing::TokenBatches batches = MakeTokenBatches(12, kRigSeq, shape.vocab, 5);
+  int next = 0;
+  for (size_t step = 0; step < steps.size(); ++step) {
+    for (const Call& call : steps[step]) {
+      for (testing::ExecutorRig* rig : {&*host, &*device}) {
+        absl::StatusOr<MicroBatchResult> r = rig->executor->RunMicroBatch(
+            batches.inputs[next].data(), batches.targets[next].data(), 1.0f / 64, call.first, 0,
+            {}, {}, nullptr, call.last);
+        ASSERT_TRUE(r.ok()) << r.status();
+      }
+      ++next;
+    }
+    std::vector<std::vector<float>> host_slabs, device_slabs;
+    for (int e = 0; e < host->store->num_entries(); ++e) {
+      const size_t n = host->store->spec(e).elements;
+      host_slabs.emplace_back(host->store->entry(e).grad, host->store->entry(e).grad + n);
+      device_slabs.emplace_back(device->store->entry(e).grad, device->store->entry(e).grad + n);
+    }
+    testing::ExpectSameArrays(host_slabs, device_slabs, absl::StrCat("step ", step));
+  }
+}
+
 // One micro-batch a step has nothing to sum: the executor copies straight out, and the run's rule
 // keeps auto off the device for it.
 TEST(DeviceGradientSumsRuleTest, RunRuleAndParsing) {
@@ -228,6 +283,66 @@ TEST(DeviceGradientSumsRuleTest, AutoResolvesByDeviceAndArena) {
   // An arena that holds the minimum plan but not the sums stays on the host.
   EXPECT_EQ(resolve(without.total() + summed_bytes / 2, DeviceKind::kCuda),
             GradientAccumulation::kHost);
+}
+
+// A device checkpoint count the caller fixed is part of the plan auto must fit the sums beside:
+// here the checkpoints outweigh the sums, so dropping them from the probe would pick the device
+// and then fail to allocate.
+TEST(DeviceGradientSumsRuleTest, AutoKeepsAFixedCheckpointCount) {
+  TinyShape shape;
+  shape.layers = 12;
+  const ModelConfig config = TinyConfig(shape);
+  absl::StatusOr<ParameterLayout> layout = ParameterLayout::Create(config);
+  ASSERT_TRUE(layout.ok());
+  ExecutorOptions options;
+  options.checkpoint_interval = 1;
+  absl::StatusOr<ExecutorGeometry> g = MakeExecutorGeometry(config, *layout, /*micro_batch=*/8,
+                                                            /*seq=*/2048, /*head_chunk=*/16);
+  ASSERT_TRUE(g.ok());
+  options.gradient_accumulation = GradientAccumulation::kHost;
+  options.device_checkpoints = 11;  // every checkpoint on the device
+  const DeviceMemoryPlan host = StreamingExecutor::PlanDeviceMemory(
+      g->dims, g->layout, g->entry_elements, options, 2, DeviceKind::kCuda);
+  ExecutorOptions device = options;
+  device.gradient_accumulation = GradientAccumulation::kDevice;
+  const size_t sums = StreamingExecutor::PlanDeviceMemory(g->dims, g->layout, g->entry_elements,
+                                                          device, 2, DeviceKind::kCuda)
+                          .gradient_sums;
+  ASSERT_GT(host.checkpoints, 2 * sums);  // the case that matters
+  options.gradient_accumulation = GradientAccumulation::kAuto;
+  // Room for the fixed plan and half the sums (and the 1/16 margin): not enough for the sums.
+  const size_t arena = (host.total() + sums / 2) * 17 / 16;
+  EXPECT_EQ(StreamingExecutor::ResolveGradientAccumulation(g->dims, g->layout, g->entry_elements,
+                                                           options, arena, DeviceKind::kCuda),
+            GradientAccumulation::kHost);
+  // With auto checkpoints they yield to the sums instead.
+  options.device_checkpoints = kAutoDeviceCheckpoints;
+  EXPECT_EQ(StreamingExecutor::ResolveGradientAccumulation(g->dims, g->layout, g->entry_elements,
+                                                           options, arena, DeviceKind::kCuda),
+            GradientAccumulation::kDevice);
+}
+
+// Several devices of one process always sum on the host: auto becomes host at Trainer::Create,
+// device is refused there naming the field (not at the first step).
+TEST(DeviceGradientSumsRuleTest, SeveralDevicesSumOnTheHost) {
+  TinyShape shape;
+  shape.layers = 2;
+  auto first = MakeCpuDevice(size_t{64} << 20);
+  auto second = MakeCpuDevice(size_t{64} << 20);
+  TrainerOptions o;
+  o.micro_batch_size = 1;
+  o.seq_len = 16;
+  o.executor.weight_slots = 2;
+  o.executor.gradient_accumulation = GradientAccumulation::kDevice;
+  auto refused = Trainer::Create({first.get(), second.get()}, TinyConfig(shape), o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("gradient_accumulation=device"), std::string::npos)
+      << refused.status();
+  o.executor.gradient_accumulation = GradientAccumulation::kAuto;
+  auto trainer = Trainer::Create({first.get(), second.get()}, TinyConfig(shape), o);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  EXPECT_EQ((*trainer)->executor().gradient_accumulation(), GradientAccumulation::kHost);
 }
 
 }  // namespace

@@ -13,11 +13,7 @@
 #include <vector>
 
 #include "engine/dist/communicator.h"
-#include "engine/exec/executor_geometry.h"
-#include "engine/exec/streaming_executor.h"
-#include "engine/model/parameter_layout.h"
-#include "kernels/cpu/rope.h"
-#include "tests/engine/tiny_model.h"
+#include "tests/engine/executor_rig.h"
 
 namespace megatrain::engine {
 namespace {
@@ -36,60 +32,14 @@ TinyShape Shape(bool tied) {
   return shape;
 }
 
-// One executor over its own store, every master filled from the same sequence.
-struct Rig {
-  std::unique_ptr<CpuDevice> device;
-  ExecutorGeometry geometry;
-  std::unique_ptr<ParameterStore> store;
-  std::unique_ptr<UpdateGate> gate;
-  std::unique_ptr<kernels::cpu::RopeTable> rope;
-  std::unique_ptr<StreamingExecutor> executor;
-  int embedding_entry = 0;
-};
+using Rig = testing::ExecutorRig;
 
 absl::StatusOr<Rig> MakeRig(const TinyShape& shape, int rows_gradient_entry) {
-  Rig rig;
-  const ModelConfig config = TinyConfig(shape);
-  absl::StatusOr<ParameterLayout> layout = ParameterLayout::Create(config);
-  if (!layout.ok()) return layout.status();
-  rig.embedding_entry = layout->embedding_entry();
-  std::vector<EntrySpec> specs;
-  for (const LayoutEntry& entry : layout->entries()) {
-    EntrySpec spec;
-    spec.elements = entry.num_elements;
-    specs.push_back(spec);
-  }
-  absl::StatusOr<ExecutorGeometry> geometry =
-      MakeExecutorGeometry(config, *layout, /*micro_batch=*/1, kSeq, /*head_chunk=*/0);
-  if (!geometry.ok()) return geometry.status();
-  rig.geometry = *geometry;
-  rig.device = MakeCpuDevice(size_t{64} << 20);
   StorePlacement placement;
   placement.rows_gradient_entry = rows_gradient_entry;
-  absl::StatusOr<ParameterStore> store = ParameterStore::Create(*rig.device, specs, placement);
-  if (!store.ok()) return store.status();
-  rig.store = std::make_unique<ParameterStore>(std::move(*store));
-  uint64_t state = 17;
-  for (int e = 0; e < rig.store->num_entries(); ++e) {
-    const EntryBuffers b = rig.store->entry(e);
-    for (size_t i = 0; i < b.elements; ++i) {
-      state = state * 6364136223846793005ull + 1442695040888963407ull;
-      b.master[i] = (static_cast<float>((state >> 40) % 2001) - 1000.0f) * 1e-4f;
-    }
-  }
-  rig.gate = std::make_unique<UpdateGate>(rig.store->num_entries());
-  absl::StatusOr<kernels::cpu::RopeTable> rope = kernels::cpu::RopeTable::Create(
-      kSeq, config.head_dim, config.rope_theta, config.KernelRopeScaling());
-  if (!rope.ok()) return rope.status();
-  rig.rope = std::make_unique<kernels::cpu::RopeTable>(std::move(*rope));
   ExecutorOptions options;
   options.weight_slots = 2;
-  absl::StatusOr<std::unique_ptr<StreamingExecutor>> executor =
-      StreamingExecutor::Create(*rig.device, rig.geometry.dims, rig.geometry.layout, *rig.store,
-                                *rig.gate, *rig.rope, options);
-  if (!executor.ok()) return executor.status();
-  rig.executor = std::move(*executor);
-  return rig;
+  return testing::MakeExecutorRig(shape, kSeq, placement, options);
 }
 
 TEST(RowsGradientApartTest, SlabPlusRowsIsTheOneSlabBitForBit) {
