@@ -188,13 +188,74 @@ TEST(PlanPlacement, AlternateStateRegionsAreCountedOrRefusedWithAReason) {
   EXPECT_EQ(p->nvme_used, state);
   EXPECT_THAT(p->Table(), HasSubstr("speculative update off: its alternate master/m/v regions "
                                     "need"));
-  // m and v on NVMe, the master in RAM: nothing to speculate into.
-  p = PlanPlacement(entries, budgets, {.states_on_nvme = true});
+}
+
+// The mixed form: the master in RAM, m and v on NVMe. Alternate regions for m and v count
+// against NVMe, the master's alternate array against the master's RAM tier (pageable on a GPU,
+// pinned on the CPU device where it is the copy endpoint); one byte short of either tier turns
+// it off naming the bytes. Other mixes (the master on NVMe beside m and v in RAM, m and v apart)
+// stay off.
+TEST(PlanPlacement, MixedFormCountsMvRegionsOnNvmeAndTheMasterArrayInItsTier) {
+  const auto gpu = Llama7b(/*gpu=*/true);
+  const uint64_t master = Total(gpu, BufferKind::kMaster);
+  TierBudgets budgets{16 * kGiB, 512 * kGiB, "/nvme/megatrain", 4 * master};
+  absl::StatusOr<Placement> p = PlanPlacement(gpu, budgets, {.states_on_nvme = true});
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_TRUE(MasterInRamStatesOnNvme(*p));
+  EXPECT_FALSE(MasterAndStatesOnNvme(*p));
+  EXPECT_FALSE(MasterAndStatesInRam(*p));
+  ASSERT_EQ(p->tier(BufferKind::kMaster), Tier::kRam);
+  const uint64_t ram_before = p->ram_used, pinned_before = p->pinned_used;
+  EXPECT_EQ(p->nvme_used, 2 * master);
+  EXPECT_TRUE(ReserveAlternateStateRegions(*p));
+  EXPECT_EQ(p->alternate_state_bytes, 2 * master);
+  EXPECT_EQ(p->alternate_ram_bytes, master);
+  EXPECT_EQ(p->nvme_used, 4 * master);
+  EXPECT_EQ(p->ram_used, ram_before + master);
+  EXPECT_EQ(p->pinned_used, pinned_before);
+  EXPECT_THAT(p->Table(),
+              HasSubstr(absl::StrCat("speculative update on: alternate m/v regions ",
+                                     FormatBytes(2 * master), " on NVMe and master array ",
+                                     FormatBytes(master), " in RAM (0 B pinned, ", master,
+                                     " B pageable)")));
+  // One byte short of NVMe, then of RAM: off, with what each tier lacks.
+  budgets.nvme_bytes = 4 * master - 1;
+  p = PlanPlacement(gpu, budgets, {.states_on_nvme = true});
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_FALSE(ReserveAlternateStateRegions(*p));
-  EXPECT_THAT(p->Table(), HasSubstr("speculative update off: the master, m and v are neither all "
-                                    "on NVMe nor all in RAM"));
-  EXPECT_EQ(p->alternate_ram_bytes, 0u);
+  EXPECT_EQ(p->nvme_used, 2 * master);
+  EXPECT_EQ(p->ram_used, ram_before);
+  EXPECT_EQ(p->alternate_state_bytes + p->alternate_ram_bytes, 0u);
+  EXPECT_THAT(p->Table(),
+              HasSubstr(absl::StrCat("speculative update off: its alternate m/v regions and "
+                                     "master array need ",
+                                     FormatBytes(2 * master), " more of NVMe")));
+  budgets.nvme_bytes = 4 * master;
+  budgets.ram = ram_before + master - 1;
+  p = PlanPlacement(gpu, budgets, {.states_on_nvme = true});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(ReserveAlternateStateRegions(*p));
+  EXPECT_THAT(p->Table(), HasSubstr(absl::StrCat("need ", FormatBytes(master), " more of RAM")));
+
+  // The CPU device: the master is the pinned copy endpoint, and so is its alternate.
+  const auto cpu = Llama7b(/*gpu=*/false);
+  budgets = {2 * master + Total(cpu, BufferKind::kGrad), 512 * kGiB, "/nvme/megatrain",
+             4 * master};
+  p = PlanPlacement(cpu, budgets, {.states_on_nvme = true});
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(p->tier(BufferKind::kMaster), Tier::kPinned);
+  EXPECT_TRUE(ReserveAlternateStateRegions(*p));
+  EXPECT_EQ(p->pinned_used, 2 * master + Total(cpu, BufferKind::kGrad));
+  EXPECT_THAT(p->Table(), HasSubstr(absl::StrCat("in RAM (", master, " B pinned, 0 B pageable)")));
+
+  Placement other;
+  other.kinds[static_cast<int>(BufferKind::kMaster)].tier = Tier::kNvme;
+  other.kinds[static_cast<int>(BufferKind::kM)].tier = Tier::kRam;
+  other.kinds[static_cast<int>(BufferKind::kV)].tier = Tier::kNvme;
+  EXPECT_FALSE(ReserveAlternateStateRegions(other));
+  EXPECT_THAT(other.Table(),
+              HasSubstr("speculative update off: the master, m and v are neither all on NVMe, "
+                        "nor all in RAM, nor the master in RAM with m and v on NVMe"));
 }
 
 // The RAM form: with the master, m and v in RAM a second copy of them is counted against the
