@@ -114,6 +114,21 @@ void KeepWholeGradientsInRam(absl::Span<const EntryBytes> entries, uint64_t ram_
   }
 }
 
+// With options.speculative_update, the pageable RAM the gradients should leave to the
+// speculative update's alternate arrays, when `move` is the gradients' (step 2): its whole
+// second copy fits the budgets once the gradients are on NVMe (its NVMe part beside them), so
+// moving them makes the room that step 3 then keeps for it. 0 otherwise.
+uint64_t GradientRoomForAlternates(const Placement& p, const std::vector<BufferKind>& move,
+                                   const PlacementOptions& options) {
+  if (!options.speculative_update || move != std::vector<BufferKind>{BufferKind::kGrad}) return 0;
+  if (p.tier(BufferKind::kGrad) == Tier::kNvme) return 0;
+  Placement moved = p;
+  moved.kinds[static_cast<int>(BufferKind::kGrad)].tier = Tier::kNvme;
+  Recount(moved, options);
+  const AlternateStateBytes alternates = AlternateStateBytesOf(moved);
+  return AlternateStateFits(moved, alternates) ? alternates.pageable : 0;
+}
+
 // "entries 1-12, 14's", "entry 3's".
 std::string DescribeEntries(const std::vector<int>& sorted) {
   std::vector<std::string> runs;
@@ -243,7 +258,10 @@ absl::StatusOr<Placement> PlanPlacement(absl::Span<const EntryBytes> entries,
       moves.push_back({{BufferKind::kComputeCopy}, options.compute_copy_on_nvme});
     }
     for (const Move& move : moves) {
-      if (!move.asked && p.ram_used <= budgets.ram) continue;
+      if (!move.asked && p.ram_used + GradientRoomForAlternates(p, move.kinds, options) <=
+                             budgets.ram) {
+        continue;
+      }
       for (BufferKind k : move.kinds) {
         if (kind(k).bytes == 0) continue;
         if (kind(k).tier == Tier::kPinned) pinned_left += kind(k).bytes;
@@ -264,7 +282,15 @@ absl::StatusOr<Placement> PlanPlacement(absl::Span<const EntryBytes> entries,
     // 3. The RAM left over keeps whole entries' gradients.
     const bool grad_asked = options.grad_on_nvme || options.compute_copy_on_nvme;
     if (kind(BufferKind::kGrad).tier == Tier::kNvme && !grad_asked) {
-      KeepWholeGradientsInRam(entries, budgets.ram, options, p);
+      // The speculative update's alternate arrays come first: the gradients kept in RAM save
+      // their NVMe round trip, but the speculation moves the whole optimizer pass off the
+      // step's critical path (the mixed form's alternate master is what this leaves room for).
+      uint64_t ram_for_gradients = budgets.ram;
+      if (options.speculative_update) {
+        const AlternateStateBytes alternates = AlternateStateBytesOf(p);
+        if (AlternateStateFits(p, alternates)) ram_for_gradients -= alternates.pageable;
+      }
+      KeepWholeGradientsInRam(entries, ram_for_gradients, options, p);
     } else if (kind(BufferKind::kGrad).tier == Tier::kNvme) {
       for (size_t e = 0; e < entries.size(); ++e) {
         if (entries[e].grad_stays_in_ram) p.grad_ram_entries.push_back(static_cast<int>(e));

@@ -66,6 +66,10 @@ struct PlacementOptions {
   // the CPU device), a separate fp32 compute copy of the master's size is added as the copy
   // endpoint, so the master can leave RAM; it costs as much RAM as the master saves.
   bool master_on_nvme = false;
+  // The run asks for the speculative update (TrainerOptions::speculative_update): step 3 of the
+  // policy leaves the RAM its alternate arrays need (ReserveAlternateStateRegions) when the
+  // budgets hold that second copy, instead of filling it with gradients.
+  bool speculative_update = false;
   // Pinned bytes set aside before the store is placed: the executors' own pinned staging
   // (StreamingExecutor::PinnedStagingBytes per device), allocated from the same budget. The
   // store's copy endpoints get what is left and fall back to pageable RAM when it is full.
@@ -134,6 +138,15 @@ bool ReserveAlternateStateRegions(Placement& placement);
 bool MasterAndStatesOnNvme(const Placement& placement);
 bool MasterAndStatesInRam(const Placement& placement);
 bool MasterInRamStatesOnNvme(const Placement& placement);
+// The second copy's bytes in each tier for the placement's form (all 0 where it cannot
+// speculate), and whether the budgets have that room left.
+struct AlternateStateBytes {
+  uint64_t nvme = 0;
+  uint64_t pinned = 0;
+  uint64_t pageable = 0;
+};
+AlternateStateBytes AlternateStateBytesOf(const Placement& placement);
+bool AlternateStateFits(const Placement& placement, const AlternateStateBytes& bytes);
 
 // Deterministic policy (docs/operations.md):
 //  1. Copy endpoints (gradient slabs, then the compute copy, which is the master on the CPU
@@ -151,7 +164,9 @@ bool MasterInRamStatesOnNvme(const Placement& placement);
 //     compute_copy_on_nvme), the RAM budget left after everything else (staging included) keeps
 //     the gradients of whole entries in forward order (entry 0, 1, ...: the optimizer pass reads
 //     them first, backward writes them last), stopping at the first entry that does not fit:
-//     grad_kept_entries. If every entry fits, the kind is back in pageable RAM.
+//     grad_kept_entries. If every entry fits, the kind is back in pageable RAM. With
+//     options.speculative_update the RAM the speculative update's alternate arrays need is left
+//     out of that budget first, when the budgets hold its whole second copy (AlternateStateFits).
 //  4. A plan that still does not fit fails with RESOURCE_EXHAUSTED: "needs X more bytes of <tier>
 //     for <kinds>". Bad budgets fail with INVALID_ARGUMENT naming the field.
 absl::StatusOr<Placement> PlanPlacement(absl::Span<const EntryBytes> entries,

@@ -50,20 +50,37 @@ bool MasterInRamStatesOnNvme(const Placement& p) {
          OnNvme(p.tier(BufferKind::kV));
 }
 
+bool CanSpeculate(const Placement& p) {
+  return MasterAndStatesOnNvme(p) || MasterAndStatesInRam(p) || MasterInRamStatesOnNvme(p);
+}
+
+AlternateStateBytes AlternateStateBytesOf(const Placement& p) {
+  // Each kind's second copy goes where the kind is: a region of the state file on NVMe, or an
+  // array in its RAM tier (the master's may be a copy endpoint, so it keeps its pinning).
+  AlternateStateBytes b;
+  if (!CanSpeculate(p)) return b;
+  for (BufferKind k : kStateKinds) {
+    const uint64_t bytes = p.of(k).bytes;
+    (OnNvme(p.tier(k)) ? b.nvme : p.tier(k) == Tier::kPinned ? b.pinned : b.pageable) += bytes;
+  }
+  return b;
+}
+
+bool AlternateStateFits(const Placement& p, const AlternateStateBytes& b) {
+  return b.nvme <= Left(p.budgets.nvme_bytes, p.nvme_used) &&
+         b.pinned <= Left(Left(p.budgets.pinned_ram, p.pinned_reserved), p.pinned_used) &&
+         b.pageable <= Left(p.budgets.ram, p.ram_used);
+}
+
 bool ReserveAlternateStateRegions(Placement& p) {
-  if (!MasterAndStatesOnNvme(p) && !MasterAndStatesInRam(p) && !MasterInRamStatesOnNvme(p)) {
+  if (!CanSpeculate(p)) {
     p.speculation_note =
         "speculative update off: the master, m and v are neither all on NVMe, nor all in RAM, nor "
         "the master in RAM with m and v on NVMe";
     return false;
   }
-  // Each kind's second copy goes where the kind is: a region of the state file on NVMe, or an
-  // array in its RAM tier (the master's may be a copy endpoint, so it keeps its pinning).
-  uint64_t nvme = 0, pinned = 0, pageable = 0;
-  for (BufferKind k : kStateKinds) {
-    const uint64_t bytes = p.of(k).bytes;
-    (OnNvme(p.tier(k)) ? nvme : p.tier(k) == Tier::kPinned ? pinned : pageable) += bytes;
-  }
+  const AlternateStateBytes bytes = AlternateStateBytesOf(p);
+  const uint64_t nvme = bytes.nvme, pinned = bytes.pinned, pageable = bytes.pageable;
   int nvme_kinds = 0, ram_kinds = 0;
   const std::string regions = absl::StrCat(KindsIn(p, OnNvme, &nvme_kinds), " regions");
   const std::string arrays = KindsIn(p, InRam, &ram_kinds);

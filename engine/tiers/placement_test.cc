@@ -340,6 +340,42 @@ std::vector<EntryBytes> Qwen15bCpu() {
   return entries;
 }
 
+// The mixed form at the 1.5B shape on the CPU device: with 16 GiB of RAM the RAM left over
+// would keep every gradient, leaving no room for the alternate master (off); asked for the
+// speculative update, step 3 keeps gradients only in what the alternate master leaves (entries
+// 1-15) and it is on. Under 10 GiB the second master cannot fit at all: nothing changes.
+TEST(PlanPlacement, TheSpeculativeUpdatesAlternateMasterComesBeforeKeptGradients) {
+  const auto entries = Qwen15bCpu();
+  const uint64_t master = Total(entries, BufferKind::kMaster);
+  const uint64_t layer = entries[1][BufferKind::kGrad];
+  const TierBudgets budgets{0, 16 * kGiB, "/nvme/megatrain", 60 * kGiB};
+  absl::StatusOr<Placement> plain = PlanPlacement(entries, budgets);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->tier(BufferKind::kGrad), Tier::kRam);
+  EXPECT_FALSE(ReserveAlternateStateRegions(*plain));
+  EXPECT_THAT(plain->Table(), HasSubstr(absl::StrCat("need ", FormatBytes(master),
+                                                     " more of RAM")));
+
+  absl::StatusOr<Placement> p = PlanPlacement(entries, budgets, {.speculative_update = true});
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_TRUE(MasterInRamStatesOnNvme(*p));
+  EXPECT_EQ(p->tier(BufferKind::kGrad), Tier::kNvme);
+  // 16 GiB - master twice - the embedding's gradient - staging = 2890027008 B: 15 layers.
+  EXPECT_EQ(p->grad_kept_entries,
+            (std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}));
+  EXPECT_TRUE(ReserveAlternateStateRegions(*p));
+  EXPECT_EQ(p->alternate_ram_bytes, master);
+  EXPECT_EQ(p->alternate_state_bytes, 2 * master);
+  EXPECT_EQ(p->ram_used, 2 * master + 933494784u + 1006632960u + 15 * layer);
+  EXPECT_LE(p->ram_used, budgets.ram);
+
+  const TierBudgets ten{0, 10 * kGiB, "/nvme/megatrain", 60 * kGiB};
+  absl::StatusOr<Placement> asked = PlanPlacement(entries, ten, {.speculative_update = true});
+  ASSERT_TRUE(asked.ok()) << asked.status();
+  EXPECT_EQ(asked->grad_kept_entries.size(), 14u);
+  EXPECT_FALSE(ReserveAlternateStateRegions(*asked));
+}
+
 TEST(PlanPlacement, StagingIsChunksNotTheLargestEntry) {
   const auto entries = Qwen15bCpu();
   const uint64_t embedding = entries[0][BufferKind::kM];
