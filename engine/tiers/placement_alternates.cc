@@ -50,9 +50,13 @@ bool MasterInRamStatesOnNvme(const Placement& p) {
          OnNvme(p.tier(BufferKind::kV));
 }
 
+namespace {
+
 bool CanSpeculate(const Placement& p) {
   return MasterAndStatesOnNvme(p) || MasterAndStatesInRam(p) || MasterInRamStatesOnNvme(p);
 }
+
+}  // namespace
 
 AlternateStateBytes AlternateStateBytesOf(const Placement& p) {
   // Each kind's second copy goes where the kind is: a region of the state file on NVMe, or an
@@ -87,8 +91,7 @@ bool ReserveAlternateStateRegions(Placement& p) {
   const std::string arrays_named = absl::StrCat(arrays, ram_kinds == 1 ? " array" : " arrays");
 
   const uint64_t nvme_left = Left(p.budgets.nvme_bytes, p.nvme_used);
-  const uint64_t pinned_left =
-      Left(Left(p.budgets.pinned_ram, p.pinned_reserved), p.pinned_used);
+  const uint64_t pinned_left = Left(Left(p.budgets.pinned_ram, p.pinned_reserved), p.pinned_used);
   const uint64_t ram_left = Left(p.budgets.ram, p.ram_used);
   std::vector<std::string> short_of;
   if (nvme > nvme_left) {
@@ -107,9 +110,9 @@ bool ReserveAlternateStateRegions(Placement& p) {
   if (nvme_kinds > 0) what.push_back(regions);
   if (ram_kinds > 0) what.push_back(arrays_named);
   if (!short_of.empty()) {
-    p.speculation_note = absl::StrCat("speculative update off: its alternate ",
-                                      absl::StrJoin(what, " and "), " need ",
-                                      absl::StrJoin(short_of, " and "));
+    p.speculation_note =
+        absl::StrCat("speculative update off: its alternate ", absl::StrJoin(what, " and "),
+                     " need ", absl::StrJoin(short_of, " and "));
     return false;
   }
   p.alternate_state_bytes = nvme;
