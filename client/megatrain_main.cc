@@ -113,8 +113,9 @@ ABSL_FLAG(uint32_t, devices, 0,
 ABSL_FLAG(bool, speculative_update, false,
           "submit/plan: set JobSpec.speculative_update: the optimizer update runs during the "
           "last micro-batch's backward, kept when the step is not clipped (needs the master, m "
-          "and v all on NVMe with room for a second copy there, or all in RAM with room for a "
-          "second copy, 12 B/param; docs/operations.md); "
+          "and v all on NVMe with room for a second copy there, all in RAM with room for a "
+          "second copy, 12 B/param, or the master in RAM with m and v on NVMe, with room for "
+          "a second master in RAM and m/v regions on NVMe; docs/operations.md); "
           "unset: the spec's (default off).");
 ABSL_FLAG(bool, scaling, false,
           "plan: in-process on the --hardware profile, predict tokens/s, TFLOP/s, scaling "

@@ -137,9 +137,10 @@ TEST_F(JobSpecValidationTest, DevicesAboveTheDaemonsAreRefusedNamingTheField) {
 
 // speculative_update: with the master, m and v in RAM it reaches the trainer and the plan counts
 // the alternate arrays; a RAM budget without room for them is refused naming memory.ram_bytes;
-// m and v on NVMe beside a master in RAM is refused by name; all three on NVMe is accepted
+// m and v on NVMe beside a master in RAM (the mixed form) is accepted, and refused naming
+// memory.nvme_bytes without NVMe room for their alternate regions; all three on NVMe is accepted
 // (the NVMe part needs O_DIRECT scratch).
-TEST_F(JobSpecValidationTest, SpeculativeUpdateNeedsTheMasterAndStatesAllInRamOrAllOnNvme) {
+TEST_F(JobSpecValidationTest, SpeculativeUpdateNeedsAPlacementWithRoomForItsSecondCopy) {
   v1::JobSpec spec = Spec();
   spec.set_speculative_update(true);
   absl::StatusOr<ValidatedJob> in_ram = Validate(spec);
@@ -171,10 +172,19 @@ TEST_F(JobSpecValidationTest, SpeculativeUpdateNeedsTheMasterAndStatesAllInRamOr
   spec.mutable_memory()->set_nvme_bytes(uint64_t{1} << 30);
   spec.mutable_memory()->set_states_on_nvme(true);
   absl::StatusOr<ValidatedJob> mixed = Validate(spec);
-  ASSERT_FALSE(mixed.ok());
-  EXPECT_EQ(mixed.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(mixed.status().message(), HasSubstr("speculative_update: true"));
-  EXPECT_THAT(mixed.status().message(), HasSubstr("neither all on NVMe nor all in RAM"));
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  EXPECT_TRUE(mixed->options.trainer.speculative_update);
+  EXPECT_THAT(mixed->plan.speculative_update(),
+              HasSubstr("speculative update on: alternate m/v regions"));
+  EXPECT_THAT(mixed->plan.speculative_update(), HasSubstr("on NVMe and master array"));
+  // The mixed form with NVMe for m and v once: refused naming memory.nvme_bytes.
+  v1::JobSpec mixed_tight = spec;
+  mixed_tight.mutable_memory()->set_nvme_bytes(8 * in_ram->plan.parameters() + 4096);
+  absl::StatusOr<ValidatedJob> mixed_no_room = Validate(mixed_tight);
+  ASSERT_FALSE(mixed_no_room.ok());
+  EXPECT_EQ(mixed_no_room.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(mixed_no_room.status().message(), HasSubstr("more of NVMe"));
+  EXPECT_THAT(mixed_no_room.status().message(), HasSubstr("memory.nvme_bytes"));
   spec.mutable_memory()->set_master_on_nvme(true);
   absl::StatusOr<ValidatedJob> job = Validate(spec);
   ASSERT_TRUE(job.ok()) << job.status();

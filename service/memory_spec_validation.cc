@@ -153,22 +153,26 @@ absl::Status PlanWithEngine(const v1::MemoryBudgets& m, const DaemonSettings& se
   }
   const engine::tiers::Placement& placement = plan->placement;
   // The speculative update: the engine's placement says whether it can run
-  // (tiers::ReserveAlternateStateRegions: the master, m and v all on NVMe, or all in RAM); where
-  // the Trainer would quietly leave it off, the daemon refuses the job, naming the field the
-  // user set and the one to change.
+  // (tiers::ReserveAlternateStateRegions: the master, m and v all on NVMe, all in RAM, or the
+  // master in RAM with m and v on NVMe); where the Trainer would quietly leave it off, the daemon
+  // refuses the job, naming the field the user set and the one to change.
   if (in.speculative_update && placement.alternate_state_bytes == 0 &&
       placement.alternate_ram_bytes == 0) {
     const bool on_nvme = engine::tiers::MasterAndStatesOnNvme(placement);
     const bool in_ram = engine::tiers::MasterAndStatesInRam(placement);
+    const bool mixed = engine::tiers::MasterInRamStatesOnNvme(placement);
     const std::string why = absl::StrCat(
         "true, but the placement says \"", placement.speculation_note, "\"",
         on_nvme  ? "; raise memory.nvme_bytes"
         : in_ram ? "; raise memory.ram_bytes (and memory.pinned_ram_bytes where the master is "
                    "pinned)"
+        : mixed  ? "; raise memory.nvme_bytes for the m/v regions, memory.ram_bytes (or "
+                   "memory.pinned_ram_bytes where the master is pinned) for the master array, as "
+                   "the note says, or put the master on NVMe too (memory.master_on_nvme)"
                  : "; the master, m and v must be all in RAM (give memory.ram_bytes room for them "
-                   "twice, without memory.states_on_nvme) or all on NVMe (memory.nvme_dir and "
-                   "memory.master_on_nvme)");
-    if (on_nvme || in_ram) {
+                   "twice, without memory.states_on_nvme), all on NVMe (memory.nvme_dir and "
+                   "memory.master_on_nvme), or the master in RAM with m and v on NVMe");
+    if (on_nvme || in_ram || mixed) {
       return absl::ResourceExhaustedError(absl::StrCat("speculative_update: ", why));
     }
     return Invalid("speculative_update", why);

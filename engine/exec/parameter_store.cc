@@ -76,11 +76,12 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
     }
   }
   if (placement.alternate_ram_state &&
-      (placement.states_on_nvme || placement.master_on_nvme ||
-       !placement.optimizer_state_entries.empty())) {
+      (placement.master_on_nvme || !placement.optimizer_state_entries.empty() ||
+       (placement.states_on_nvme && !placement.alternate_state_regions))) {
     return absl::InvalidArgumentError(
-        "alternate_ram_state needs the master, m and v of every entry in RAM (not "
-        "states_on_nvme, master_on_nvme or ZeRO-1 optimizer_state_entries)");
+        "alternate_ram_state needs the master of every entry in RAM (not master_on_nvme), every "
+        "entry's m and v (not ZeRO-1 optimizer_state_entries), and with states_on_nvme the "
+        "state file's alternate_state_regions for m and v");
   }
   ParameterStore store;
   store.specs_ = std::move(entries);

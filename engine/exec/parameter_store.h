@@ -97,7 +97,9 @@ struct StorePlacement {
   // Alternate master, m and v arrays per entry in RAM, each in its current array's tier (pinned
   // or pageable), for the trainer's speculative update of a state in RAM: it writes them out of
   // place, and committing makes them current by swapping pointers (SwapAlternateState). Needs
-  // the master, m and v in RAM (not states_on_nvme) and every entry's m and v (no ZeRO-1).
+  // the master in RAM (not master_on_nvme) and every entry's m and v (no ZeRO-1). With
+  // states_on_nvme (the mixed form: m and v on NVMe) only the master gets an alternate array,
+  // and alternate_state_regions must give m and v theirs in the state file.
   bool alternate_ram_state = false;
   // The block I/O of the NVMe tier; null = the store's own io_uring. Tests
   // pass a fault-injecting one. Not owned; must outlive the store.
@@ -188,8 +190,10 @@ class ParameterStore {
 
   // The speculative update of a state in RAM (StorePlacement::alternate_ram_state,
   // parameter_store_alternates.cc). alternate(e): entry e's alternate master, m and v (the other
-  // fields null; all null without alternates). SwapAlternateState(e): the alternates become the
-  // current master, m and v and the current ones the alternates; pointers only, nothing copied.
+  // fields null; all null without alternates; m and v null in the mixed form, where they are
+  // on NVMe). SwapAlternateState(e): the alternates become the current master, m and v (the
+  // master alone in the mixed form) and the current ones the alternates; pointers only, nothing
+  // copied.
   // Not while anything reads entry e's master, m or v (a weight copy, a checkpoint, an update).
   bool has_alternate_ram_state() const { return !alt_master_.empty(); }
   EntryBuffers alternate(int entry) const;

@@ -55,7 +55,8 @@ ABSL_FLAG(std::string, gradient_accumulation, "auto",
           "sums fit the arena and --grad_accumulation > 1)");
 ABSL_FLAG(bool, speculative_update, false,
           "the speculative update (train_local --speculative_update): count its alternate "
-          "master/m/v (regions on NVMe, or arrays in RAM when the three are in RAM) and, with "
+          "master/m/v (regions on NVMe for those on NVMe, arrays in RAM for those in RAM: all on "
+          "NVMe, all in RAM, or the master in RAM with m and v on NVMe) and, with "
           "--grad_clip=0, overlap the optimizer pass with the last micro-batch's backward in the "
           "step time");
 ABSL_FLAG(double, grad_clip, 0,

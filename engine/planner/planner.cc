@@ -188,6 +188,7 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
   placement_options.grad_on_nvme = in.grad_on_nvme;
   placement_options.compute_copy_on_nvme = in.compute_copy_on_nvme;
   placement_options.chunk_bytes = in.nvme_chunk_bytes;
+  placement_options.speculative_update = in.speculative_update;
   // As the Trainer: with budgets, every device's executor staging is set aside from the pinned
   // budget before the store is placed (the auto checkpoint count, above, depends on the arena).
   if (in.budgets_enabled) placement_options.pinned_reserved = r.pinned_reserved;
@@ -236,8 +237,14 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
   r.speculation_credited = speculation_on && in.grad_clip == 0;
   timed.speculative_update = r.speculation_credited;
   if (r.speculation_credited) {
+    const bool ram = r.placement.alternate_ram_bytes > 0;
+    const bool nvme = r.placement.alternate_state_bytes > 0;
     r.speculation_note =
-        r.placement.alternate_ram_bytes > 0
+        ram && nvme
+            ? "speculative update: the optimizer pass (m and v through NVMe into their alternate "
+              "regions, the master into its alternate array in RAM) overlaps the last "
+              "micro-batch's backward (grad_clip 0: every step commits)"
+        : ram
             ? "speculative update: the optimizer pass (host AdamW of the master, m and v in RAM, "
               "into alternate arrays; no NVMe traffic) overlaps the last micro-batch's backward "
               "(grad_clip 0: every step commits)"

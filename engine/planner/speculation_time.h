@@ -21,7 +21,10 @@ struct SpeculationInputs {
   // an entry without gradients), and the seconds of its update: the host thread's (max of AdamW
   // and its NVMe I/O on a GPU, the NVMe I/O alone on the CPU device, whose AdamW is charged to
   // the shared cores) and, of that, the disk's. With the master, m and v in RAM there is no NVMe
-  // I/O: on a GPU an entry takes its host AdamW, and that is what overlaps the backward.
+  // I/O: on a GPU an entry takes its host AdamW, and that is what overlaps the backward. In the
+  // mixed form (the master in RAM, m and v on NVMe) the I/O is m's and v's alone (read, and
+  // written to their alternate regions; the master goes to its alternate array in RAM): an entry
+  // takes max(AdamW, that I/O) on a GPU, the I/O on the CPU device.
   std::vector<double> entry_final;
   std::vector<double> entry_seconds;
   std::vector<double> entry_nvme_seconds;

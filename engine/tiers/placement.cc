@@ -114,6 +114,21 @@ void KeepWholeGradientsInRam(absl::Span<const EntryBytes> entries, uint64_t ram_
   }
 }
 
+// With options.speculative_update, the pageable RAM the gradients should leave to the
+// speculative update's alternate arrays, when `move` is the gradients' (step 2): its whole
+// second copy fits the budgets once the gradients are on NVMe (its NVMe part beside them), so
+// moving them makes the room that step 3 then keeps for it. 0 otherwise.
+uint64_t GradientRoomForAlternates(const Placement& p, const std::vector<BufferKind>& move,
+                                   const PlacementOptions& options) {
+  if (!options.speculative_update || move != std::vector<BufferKind>{BufferKind::kGrad}) return 0;
+  if (p.tier(BufferKind::kGrad) == Tier::kNvme) return 0;
+  Placement moved = p;
+  moved.kinds[static_cast<int>(BufferKind::kGrad)].tier = Tier::kNvme;
+  Recount(moved, options);
+  const AlternateStateBytes alternates = AlternateStateBytesOf(moved);
+  return AlternateStateFits(moved, alternates) ? alternates.pageable : 0;
+}
+
 // "entries 1-12, 14's", "entry 3's".
 std::string DescribeEntries(const std::vector<int>& sorted) {
   std::vector<std::string> runs;
@@ -243,7 +258,10 @@ absl::StatusOr<Placement> PlanPlacement(absl::Span<const EntryBytes> entries,
       moves.push_back({{BufferKind::kComputeCopy}, options.compute_copy_on_nvme});
     }
     for (const Move& move : moves) {
-      if (!move.asked && p.ram_used <= budgets.ram) continue;
+      if (!move.asked && p.ram_used + GradientRoomForAlternates(p, move.kinds, options) <=
+                             budgets.ram) {
+        continue;
+      }
       for (BufferKind k : move.kinds) {
         if (kind(k).bytes == 0) continue;
         if (kind(k).tier == Tier::kPinned) pinned_left += kind(k).bytes;
@@ -264,7 +282,15 @@ absl::StatusOr<Placement> PlanPlacement(absl::Span<const EntryBytes> entries,
     // 3. The RAM left over keeps whole entries' gradients.
     const bool grad_asked = options.grad_on_nvme || options.compute_copy_on_nvme;
     if (kind(BufferKind::kGrad).tier == Tier::kNvme && !grad_asked) {
-      KeepWholeGradientsInRam(entries, budgets.ram, options, p);
+      // The speculative update's alternate arrays come first: the gradients kept in RAM save
+      // their NVMe round trip, but the speculation moves the whole optimizer pass off the
+      // step's critical path (the mixed form's alternate master is what this leaves room for).
+      uint64_t ram_for_gradients = budgets.ram;
+      if (options.speculative_update) {
+        const AlternateStateBytes alternates = AlternateStateBytesOf(p);
+        if (AlternateStateFits(p, alternates)) ram_for_gradients -= alternates.pageable;
+      }
+      KeepWholeGradientsInRam(entries, ram_for_gradients, options, p);
     } else if (kind(BufferKind::kGrad).tier == Tier::kNvme) {
       for (size_t e = 0; e < entries.size(); ++e) {
         if (entries[e].grad_stays_in_ram) p.grad_ram_entries.push_back(static_cast<int>(e));
@@ -314,79 +340,6 @@ absl::StatusOr<Placement> PlanPlacement(absl::Span<const EntryBytes> entries,
         " ram=", budgets.ram, " nvme_bytes=", budgets.nvme_bytes));
   }
   return p;
-}
-
-bool MasterAndStatesOnNvme(const Placement& p) {
-  return p.tier(BufferKind::kMaster) == Tier::kNvme && p.tier(BufferKind::kM) == Tier::kNvme &&
-         p.tier(BufferKind::kV) == Tier::kNvme;
-}
-
-bool MasterAndStatesInRam(const Placement& p) {
-  for (BufferKind k : {BufferKind::kMaster, BufferKind::kM, BufferKind::kV}) {
-    if (p.tier(k) != Tier::kPinned && p.tier(k) != Tier::kRam) return false;
-  }
-  return true;
-}
-
-namespace {
-
-// The RAM form: a second master, m and v in their kinds' tiers.
-bool ReserveAlternateRamState(Placement& p) {
-  uint64_t pinned = 0, pageable = 0;
-  for (BufferKind k : {BufferKind::kMaster, BufferKind::kM, BufferKind::kV}) {
-    (p.tier(k) == Tier::kPinned ? pinned : pageable) += p.of(k).bytes;
-  }
-  const uint64_t pinned_budget =
-      p.budgets.pinned_ram > p.pinned_reserved ? p.budgets.pinned_ram - p.pinned_reserved : 0;
-  const uint64_t pinned_left = pinned_budget > p.pinned_used ? pinned_budget - p.pinned_used : 0;
-  const uint64_t ram_left = p.budgets.ram > p.ram_used ? p.budgets.ram - p.ram_used : 0;
-  if (pinned > pinned_left || pageable > ram_left) {
-    std::vector<std::string> short_of;
-    if (pinned > pinned_left) {
-      short_of.push_back(absl::StrCat(FormatBytes(pinned), " more of pinned RAM (",
-                                      FormatBytes(pinned_left), " left)"));
-    }
-    if (pageable > ram_left) {
-      short_of.push_back(
-          absl::StrCat(FormatBytes(pageable), " more of RAM (", FormatBytes(ram_left), " left)"));
-    }
-    p.speculation_note =
-        absl::StrCat("speculative update off: its alternate master/m/v arrays need ",
-                     absl::StrJoin(short_of, " and "));
-    return false;
-  }
-  p.alternate_ram_bytes = pinned + pageable;
-  p.pinned_used += pinned;
-  p.ram_used += pageable;
-  p.speculation_note = absl::StrCat("speculative update on: alternate master/m/v arrays ",
-                                    FormatBytes(pinned + pageable), " in RAM (", pinned,
-                                    " B pinned, ", pageable, " B pageable)");
-  return true;
-}
-
-}  // namespace
-
-bool ReserveAlternateStateRegions(Placement& p) {
-  if (MasterAndStatesInRam(p)) return ReserveAlternateRamState(p);
-  if (!MasterAndStatesOnNvme(p)) {
-    p.speculation_note =
-        "speculative update off: the master, m and v are neither all on NVMe nor all in RAM";
-    return false;
-  }
-  const uint64_t extra = p.of(BufferKind::kMaster).bytes + p.of(BufferKind::kM).bytes +
-                         p.of(BufferKind::kV).bytes;
-  if (p.nvme_used + extra > p.budgets.nvme_bytes) {
-    p.speculation_note = absl::StrCat(
-        "speculative update off: its alternate master/m/v regions need ", FormatBytes(extra),
-        " more of NVMe (", FormatBytes(p.budgets.nvme_bytes - p.nvme_used), " left)");
-    return false;
-  }
-  p.alternate_state_bytes = extra;
-  p.nvme_used += extra;
-  p.speculation_note =
-      absl::StrCat("speculative update on: alternate master/m/v regions ", FormatBytes(extra),
-                   " on NVMe");
-  return true;
 }
 
 std::string Placement::Table() const {

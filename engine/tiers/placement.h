@@ -66,6 +66,10 @@ struct PlacementOptions {
   // the CPU device), a separate fp32 compute copy of the master's size is added as the copy
   // endpoint, so the master can leave RAM; it costs as much RAM as the master saves.
   bool master_on_nvme = false;
+  // The run asks for the speculative update (TrainerOptions::speculative_update): step 3 of the
+  // policy leaves the RAM its alternate arrays need (ReserveAlternateStateRegions) when the
+  // budgets hold that second copy, instead of filling it with gradients.
+  bool speculative_update = false;
   // Pinned bytes set aside before the store is placed: the executors' own pinned staging
   // (StreamingExecutor::PinnedStagingBytes per device), allocated from the same budget. The
   // store's copy endpoints get what is left and fall back to pageable RAM when it is full.
@@ -92,11 +96,12 @@ struct Placement {
   // The compute copy is an fp32 copy of the master added for master_on_nvme on the CPU device.
   bool compute_copy_fp32 = false;
   TierBudgets budgets;
-  // Bytes of the NVMe state file's alternate regions (ReserveAlternateStateRegions), counted in
-  // nvme_used; and the Table line saying whether the speculative update has them.
+  // Bytes of the NVMe state file's alternate regions (ReserveAlternateStateRegions: of the kinds
+  // on NVMe), counted in nvme_used; and the Table line saying whether the speculative update has
+  // its second copy.
   uint64_t alternate_state_bytes = 0;
-  // With the master, m and v in RAM instead: the alternate master/m/v arrays of the speculative
-  // update in RAM (each in its kind's tier), counted in pinned_used and ram_used.
+  // The kinds in RAM (master, m and v; or the master alone beside m and v on NVMe): their
+  // alternate arrays (each in its kind's tier), counted in pinned_used and ram_used.
   uint64_t alternate_ram_bytes = 0;
   std::string speculation_note;
   // When the gradient kind is on NVMe, the entries whose gradient stays in RAM, ascending: the
@@ -116,19 +121,32 @@ struct Placement {
 };
 
 // The speculative update (TrainerOptions::speculative_update) writes the new master, m and v
-// out of place, into a second copy of them, and commits by making that copy current:
-//  - the master, m and v all on NVMe: alternate regions of the NVMe state file; when the NVMe
-//    budget holds another copy, counted in nvme_used (alternate_state_bytes);
-//  - the master, m and v all in RAM (pinned or pageable, any mix): alternate arrays in RAM, each
-//    in its kind's tier (the master's may be a copy endpoint, so it keeps its pinning); when the
-//    pinned and RAM budgets hold them, counted in pinned_used and ram_used (alternate_ram_bytes);
-//  - any other placement (some of them on NVMe, some in RAM): off.
-// Returns whether it is on. Either way placement.Table() then says so (speculation_note), with
-// the bytes it would need when they do not fit.
+// out of place, into a second copy of them, and commits by making that copy current. Each kind's
+// copy goes where the kind is (placement_alternates.cc):
+//  - on NVMe (master, m and v; or m and v beside a master in RAM): alternate regions of the NVMe
+//    state file, counted in nvme_used (alternate_state_bytes);
+//  - in RAM (master, m and v, pinned or pageable, any mix; or the master alone beside m and v on
+//    NVMe): alternate arrays, each in its kind's tier (the master's may be a copy endpoint, so it
+//    keeps its pinning), counted in pinned_used and ram_used (alternate_ram_bytes);
+//  - any other placement (the master on NVMe with m or v in RAM, m and v apart): off.
+// It is on when the budgets hold every copy. Returns whether it is on; either way
+// placement.Table() then says so (speculation_note: which copies went where, or why it is off
+// with the bytes it would need of each tier short of room).
 bool ReserveAlternateStateRegions(Placement& placement);
-// The conditions of the two forms: the master, m and v all on NVMe; all in RAM.
+// The conditions of the three forms: the master, m and v all on NVMe; all in RAM; the master in
+// RAM with m and v on NVMe (the mixed form).
 bool MasterAndStatesOnNvme(const Placement& placement);
 bool MasterAndStatesInRam(const Placement& placement);
+bool MasterInRamStatesOnNvme(const Placement& placement);
+// The second copy's bytes in each tier for the placement's form (all 0 where it cannot
+// speculate), and whether the budgets have that room left.
+struct AlternateStateBytes {
+  uint64_t nvme = 0;
+  uint64_t pinned = 0;
+  uint64_t pageable = 0;
+};
+AlternateStateBytes AlternateStateBytesOf(const Placement& placement);
+bool AlternateStateFits(const Placement& placement, const AlternateStateBytes& bytes);
 
 // Deterministic policy (docs/operations.md):
 //  1. Copy endpoints (gradient slabs, then the compute copy, which is the master on the CPU
@@ -146,7 +164,9 @@ bool MasterAndStatesInRam(const Placement& placement);
 //     compute_copy_on_nvme), the RAM budget left after everything else (staging included) keeps
 //     the gradients of whole entries in forward order (entry 0, 1, ...: the optimizer pass reads
 //     them first, backward writes them last), stopping at the first entry that does not fit:
-//     grad_kept_entries. If every entry fits, the kind is back in pageable RAM.
+//     grad_kept_entries. If every entry fits, the kind is back in pageable RAM. With
+//     options.speculative_update the RAM the speculative update's alternate arrays need is left
+//     out of that budget first, when the budgets hold its whole second copy (AlternateStateFits).
 //  4. A plan that still does not fit fails with RESOURCE_EXHAUSTED: "needs X more bytes of <tier>
 //     for <kinds>". Bad budgets fail with INVALID_ARGUMENT naming the field.
 absl::StatusOr<Placement> PlanPlacement(absl::Span<const EntryBytes> entries,

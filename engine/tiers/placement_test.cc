@@ -188,13 +188,74 @@ TEST(PlanPlacement, AlternateStateRegionsAreCountedOrRefusedWithAReason) {
   EXPECT_EQ(p->nvme_used, state);
   EXPECT_THAT(p->Table(), HasSubstr("speculative update off: its alternate master/m/v regions "
                                     "need"));
-  // m and v on NVMe, the master in RAM: nothing to speculate into.
-  p = PlanPlacement(entries, budgets, {.states_on_nvme = true});
+}
+
+// The mixed form: the master in RAM, m and v on NVMe. Alternate regions for m and v count
+// against NVMe, the master's alternate array against the master's RAM tier (pageable on a GPU,
+// pinned on the CPU device where it is the copy endpoint); one byte short of either tier turns
+// it off naming the bytes. Other mixes (the master on NVMe beside m and v in RAM, m and v apart)
+// stay off.
+TEST(PlanPlacement, MixedFormCountsMvRegionsOnNvmeAndTheMasterArrayInItsTier) {
+  const auto gpu = Llama7b(/*gpu=*/true);
+  const uint64_t master = Total(gpu, BufferKind::kMaster);
+  TierBudgets budgets{16 * kGiB, 512 * kGiB, "/nvme/megatrain", 4 * master};
+  absl::StatusOr<Placement> p = PlanPlacement(gpu, budgets, {.states_on_nvme = true});
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_TRUE(MasterInRamStatesOnNvme(*p));
+  EXPECT_FALSE(MasterAndStatesOnNvme(*p));
+  EXPECT_FALSE(MasterAndStatesInRam(*p));
+  ASSERT_EQ(p->tier(BufferKind::kMaster), Tier::kRam);
+  const uint64_t ram_before = p->ram_used, pinned_before = p->pinned_used;
+  EXPECT_EQ(p->nvme_used, 2 * master);
+  EXPECT_TRUE(ReserveAlternateStateRegions(*p));
+  EXPECT_EQ(p->alternate_state_bytes, 2 * master);
+  EXPECT_EQ(p->alternate_ram_bytes, master);
+  EXPECT_EQ(p->nvme_used, 4 * master);
+  EXPECT_EQ(p->ram_used, ram_before + master);
+  EXPECT_EQ(p->pinned_used, pinned_before);
+  EXPECT_THAT(p->Table(),
+              HasSubstr(absl::StrCat("speculative update on: alternate m/v regions ",
+                                     FormatBytes(2 * master), " on NVMe and master array ",
+                                     FormatBytes(master), " in RAM (0 B pinned, ", master,
+                                     " B pageable)")));
+  // One byte short of NVMe, then of RAM: off, with what each tier lacks.
+  budgets.nvme_bytes = 4 * master - 1;
+  p = PlanPlacement(gpu, budgets, {.states_on_nvme = true});
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_FALSE(ReserveAlternateStateRegions(*p));
-  EXPECT_THAT(p->Table(), HasSubstr("speculative update off: the master, m and v are neither all "
-                                    "on NVMe nor all in RAM"));
-  EXPECT_EQ(p->alternate_ram_bytes, 0u);
+  EXPECT_EQ(p->nvme_used, 2 * master);
+  EXPECT_EQ(p->ram_used, ram_before);
+  EXPECT_EQ(p->alternate_state_bytes + p->alternate_ram_bytes, 0u);
+  EXPECT_THAT(p->Table(),
+              HasSubstr(absl::StrCat("speculative update off: its alternate m/v regions and "
+                                     "master array need ",
+                                     FormatBytes(2 * master), " more of NVMe")));
+  budgets.nvme_bytes = 4 * master;
+  budgets.ram = ram_before + master - 1;
+  p = PlanPlacement(gpu, budgets, {.states_on_nvme = true});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(ReserveAlternateStateRegions(*p));
+  EXPECT_THAT(p->Table(), HasSubstr(absl::StrCat("need ", FormatBytes(master), " more of RAM")));
+
+  // The CPU device: the master is the pinned copy endpoint, and so is its alternate.
+  const auto cpu = Llama7b(/*gpu=*/false);
+  budgets = {2 * master + Total(cpu, BufferKind::kGrad), 512 * kGiB, "/nvme/megatrain",
+             4 * master};
+  p = PlanPlacement(cpu, budgets, {.states_on_nvme = true});
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(p->tier(BufferKind::kMaster), Tier::kPinned);
+  EXPECT_TRUE(ReserveAlternateStateRegions(*p));
+  EXPECT_EQ(p->pinned_used, 2 * master + Total(cpu, BufferKind::kGrad));
+  EXPECT_THAT(p->Table(), HasSubstr(absl::StrCat("in RAM (", master, " B pinned, 0 B pageable)")));
+
+  Placement other;
+  other.kinds[static_cast<int>(BufferKind::kMaster)].tier = Tier::kNvme;
+  other.kinds[static_cast<int>(BufferKind::kM)].tier = Tier::kRam;
+  other.kinds[static_cast<int>(BufferKind::kV)].tier = Tier::kNvme;
+  EXPECT_FALSE(ReserveAlternateStateRegions(other));
+  EXPECT_THAT(other.Table(),
+              HasSubstr("speculative update off: the master, m and v are neither all on NVMe, "
+                        "nor all in RAM, nor the master in RAM with m and v on NVMe"));
 }
 
 // The RAM form: with the master, m and v in RAM a second copy of them is counted against the
@@ -277,6 +338,42 @@ std::vector<EntryBytes> Qwen15bCpu() {
     entries.push_back(e);
   }
   return entries;
+}
+
+// The mixed form at the 1.5B shape on the CPU device: with 16 GiB of RAM the RAM left over
+// would keep every gradient, leaving no room for the alternate master (off); asked for the
+// speculative update, step 3 keeps gradients only in what the alternate master leaves (entries
+// 1-15) and it is on. Under 10 GiB the second master cannot fit at all: nothing changes.
+TEST(PlanPlacement, TheSpeculativeUpdatesAlternateMasterComesBeforeKeptGradients) {
+  const auto entries = Qwen15bCpu();
+  const uint64_t master = Total(entries, BufferKind::kMaster);
+  const uint64_t layer = entries[1][BufferKind::kGrad];
+  const TierBudgets budgets{0, 16 * kGiB, "/nvme/megatrain", 60 * kGiB};
+  absl::StatusOr<Placement> plain = PlanPlacement(entries, budgets);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->tier(BufferKind::kGrad), Tier::kRam);
+  EXPECT_FALSE(ReserveAlternateStateRegions(*plain));
+  EXPECT_THAT(plain->Table(), HasSubstr(absl::StrCat("need ", FormatBytes(master),
+                                                     " more of RAM")));
+
+  absl::StatusOr<Placement> p = PlanPlacement(entries, budgets, {.speculative_update = true});
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_TRUE(MasterInRamStatesOnNvme(*p));
+  EXPECT_EQ(p->tier(BufferKind::kGrad), Tier::kNvme);
+  // 16 GiB - master twice - the embedding's gradient - staging = 2890027008 B: 15 layers.
+  EXPECT_EQ(p->grad_kept_entries,
+            (std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}));
+  EXPECT_TRUE(ReserveAlternateStateRegions(*p));
+  EXPECT_EQ(p->alternate_ram_bytes, master);
+  EXPECT_EQ(p->alternate_state_bytes, 2 * master);
+  EXPECT_EQ(p->ram_used, 2 * master + 933494784u + 1006632960u + 15 * layer);
+  EXPECT_LE(p->ram_used, budgets.ram);
+
+  const TierBudgets ten{0, 10 * kGiB, "/nvme/megatrain", 60 * kGiB};
+  absl::StatusOr<Placement> asked = PlanPlacement(entries, ten, {.speculative_update = true});
+  ASSERT_TRUE(asked.ok()) << asked.status();
+  EXPECT_EQ(asked->grad_kept_entries.size(), 14u);
+  EXPECT_FALSE(ReserveAlternateStateRegions(*asked));
 }
 
 TEST(PlanPlacement, StagingIsChunksNotTheLargestEntry) {

@@ -119,8 +119,10 @@ ABSL_FLAG(bool, speculative_update, false,
           "Update each entry during the last micro-batch's backward with clip coefficient 1 into "
           "a second copy of its master, m and v, kept when the step's clip coefficient is "
           "exactly 1 (bitwise the normal update), else redone; needs the master, m and v all on "
-          "NVMe (alternate regions, room for a second copy) or all in RAM (alternate arrays, 12 "
-          "bytes per parameter more); else off, said in the placement table.");
+          "NVMe (alternate regions, room for a second copy), all in RAM (alternate arrays, 12 "
+          "bytes per parameter more), or the master in RAM with m and v on NVMe (a master "
+          "array, 4 bytes per parameter of RAM, and m/v regions); else off, said in the "
+          "placement table.");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "Directory for checkpoints (step-N subdirectories); empty = no checkpoints.");
 ABSL_FLAG(int, checkpoint_every, 0,

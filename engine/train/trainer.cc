@@ -173,6 +173,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
     placement_options.grad_on_nvme = options.memory.grad_on_nvme;
     placement_options.compute_copy_on_nvme = options.memory.compute_copy_on_nvme;
     placement_options.chunk_bytes = options.memory.nvme_chunk_bytes;
+    placement_options.speculative_update =
+        options.speculative_update && options.communicator == nullptr && !options.zero1;
     placement_options.staging_slots =
         store_placement.read_ahead + 1 + store_placement.max_writes_in_flight;
     // Every device's executor allocates its pinned staging from the same budget: set it aside

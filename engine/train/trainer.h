@@ -92,7 +92,9 @@ struct TrainerOptions {
   // copy of its master, m and v; committed when the step's clip coefficient is exactly 1
   // (bitwise the normal update), discarded otherwise. With the master, m and v on NVMe the copy
   // is alternate regions of the state file (NVMe room for it); with them in RAM, alternate
-  // arrays in RAM (12 bytes per parameter more, within the pinned and RAM budgets). Else off,
+  // arrays in RAM (12 bytes per parameter more, within the pinned and RAM budgets); with the
+  // master in RAM and m and v on NVMe (the mixed form), both: an alternate master array (4 bytes
+  // per parameter of the master's tier) and alternate m/v regions (8 bytes of NVMe). Else off,
   // said in placement_table(); off under a communicator or ZeRO-1.
   bool speculative_update = false;
 };
@@ -193,8 +195,9 @@ class Trainer : public Checkpointable {
   std::vector<float*> master_destinations_;
   tiers::NvmeStateStoreStats nvme_reported_;  // NVMe totals at the last StepReport
   // AdamW over entry e (chunk by chunk where the state or gradient is on NVMe).
-  // `speculative`: read the current state, write the new master, m and v to the alternate
-  // regions (the compute copy as usual).
+  // `speculative`: read the current state, write the new master, m and v to the alternates:
+  // regions of the state file for those on NVMe, arrays for those in RAM (the compute copy as
+  // usual, in place).
   absl::Status UpdateEntry(int e, const kernels::AdamwStepScalars& decay,
                            const kernels::AdamwStepScalars& no_decay, bool speculative = false);
   // `committed`: per entry, a speculative update that is this step's (empty = none): the
@@ -207,14 +210,16 @@ class Trainer : public Checkpointable {
   void BeginSpeculation(uint64_t weights_version);
   absl::Status DiscardSpeculation(const SpeculativeUpdate::Outcome& outcome);
   void CommitSpeculated(int e);
-  // The RAM form's commit: each updated entry's alternate master, m and v become current
+  // The RAM form's commit: each updated entry's alternate master, m and v (the mixed form: the
+  // master; CommitSpeculated flips m's and v's regions) become current
   // (ParameterStore::SwapAlternateState), once a checkpoint being written is done with it. On
   // the trainer's thread before the update pass is launched: the next step's weight copies read
   // the master pointers when they are enqueued, which may be before that pass publishes them.
   void CommitSpeculatedInRam(const std::vector<bool>& updated);
   // Where AdamW writes entry e's new master, m and v from element `first` on: in place, or
   // into `alternate` (ParameterStore::alternate) when it has arrays (a speculative update of a
-  // state in RAM).
+  // state in RAM; in the mixed form it has the master's only, and m and v stay in place in the
+  // staging, bound for the alternate regions).
   static AdamwArrays UpdateTargets(float* master, float* m, float* v,
                                    const EntryBuffers& alternate, size_t first);
   // A step whose targets are all ignored (`tokens` inputs): no compute, no update.

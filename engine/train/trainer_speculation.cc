@@ -30,11 +30,12 @@ void Trainer::BeginSpeculation(uint64_t weights_version) {
       [this, weights_version] {
         // The previous step's update pass uses the state file until it publishes its last
         // entry, and a checkpoint being written reads it: the file must be this thread's alone.
-        // In RAM the speculation reads the current state the pass leaves and writes only the
+        // All in RAM the speculation reads the current state the pass leaves and writes only the
         // alternates (and the compute copy, which no checkpoint reads): a checkpoint may go on
-        // beside it, and the commit waits for it instead (CommitSpeculatedInRam).
+        // beside it, and the commit waits for it instead (CommitSpeculatedInRam). The mixed form
+        // (the master in RAM, m and v on NVMe) uses the file: it waits like the NVMe form.
         for (int e = 0; e < store_.num_entries(); ++e) gate_.WaitFor(e, weights_version);
-        if (store_.has_alternate_ram_state()) return;
+        if (store_.state_store() == nullptr) return;
         absl::MutexLock lock(&snapshot_mu_);
         auto no_snapshot = [this]() ABSL_SHARED_LOCKS_REQUIRED(snapshot_mu_) {
           return !snapshot_active_;
@@ -59,7 +60,9 @@ void Trainer::BeginSpeculation(uint64_t weights_version) {
 
 absl::Status Trainer::DiscardSpeculation(const SpeculativeUpdate::Outcome& outcome) {
   // The alternate regions (or arrays) are simply never committed; the compute copy was written
-  // in place (on the CPU device with the state in RAM there is none: nothing to undo).
+  // in place (on the CPU device with the master in RAM there is none: nothing to undo). It is
+  // rewritten from the current master wherever that is: in RAM (the RAM and mixed forms) or on
+  // NVMe.
   absl::Status status;
   for (int e = 0; e < store_.num_entries(); ++e) {
     if (e < static_cast<int>(outcome.updated.size()) && outcome.updated[e]) {
@@ -71,8 +74,10 @@ absl::Status Trainer::DiscardSpeculation(const SpeculativeUpdate::Outcome& outco
 }
 
 void Trainer::CommitSpeculated(int e) {
+  // The state file's part (all of it on NVMe; m and v in the mixed form, whose master
+  // CommitSpeculatedInRam swapped already); all in RAM there is none.
   tiers::NvmeStateStore* states = store_.state_store();
-  if (states == nullptr) return;  // in RAM: swapped by CommitSpeculatedInRam already
+  if (states == nullptr) return;
   for (int c = 0; c < store_.chunks().num_chunks(e); ++c) {
     states->Commit(store_.chunks().chunk(e, c).unit);
   }
@@ -97,12 +102,14 @@ void Trainer::CommitSpeculatedInRam(const std::vector<bool>& updated) {
 AdamwArrays Trainer::UpdateTargets(float* master, float* m, float* v,
                                    const EntryBuffers& alternate, size_t first) {
   if (alternate.master == nullptr) return AdamwArrays::InPlace(master, m, v);
+  // The mixed form has no m and v arrays: they are updated in the staging, in place, and
+  // ReleaseToAlternate writes them to the state file's alternate regions.
   return AdamwArrays{master,
                      m,
                      v,
                      alternate.master + first,
-                     alternate.m + first,
-                     alternate.v + first};
+                     alternate.m != nullptr ? alternate.m + first : m,
+                     alternate.v != nullptr ? alternate.v + first : v};
 }
 
 }  // namespace megatrain::engine

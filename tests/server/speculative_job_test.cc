@@ -1,6 +1,6 @@
 // JobSpec.speculative_update through the daemon, on its CPU device with a real engine
-// (DeviceJobEngine, in-process daemon): with the master, m and v on NVMe, and with them in RAM,
-// the job trains, every unclipped step commits its speculation (result.json), the losses are the
+// (DeviceJobEngine, in-process daemon): with the master, m and v on NVMe, with them in RAM, and
+// with the master in RAM beside m and v on NVMe, the job trains, every unclipped step commits its speculation (result.json), the losses are the
 // normal run's bits, and the job and its plan say it is on; a job whose placement cannot use it
 // is refused at submit, naming the field.
 #include <cstdint>
@@ -50,6 +50,14 @@ class SpeculativeJobTest : public ::testing::Test {
     spec.mutable_data()->add_token_files(tokens_);
     spec.mutable_data()->set_eval_windows(2);
     spec.set_speculative_update(speculate);
+    return spec;
+  }
+
+  // The mixed form: the master in RAM, m and v on NVMe.
+  v1::JobSpec StatesOnNvmeSpec(bool speculate) {
+    v1::JobSpec spec = MasterOnNvmeSpec(speculate);
+    spec.mutable_memory()->set_master_on_nvme(false);
+    spec.mutable_memory()->set_states_on_nvme(true);
     return spec;
   }
 
@@ -121,6 +129,15 @@ TEST_F(SpeculativeJobTest, AJobWithItTrainsCommitsEveryStepAndReportsIt) {
                                              "alternate master/m/v regions");
 }
 
+// The master in RAM, m and v on NVMe: an alternate master array and alternate m/v regions.
+TEST_F(SpeculativeJobTest, AJobWithTheMasterInRamAndStatesOnNvmeTrainsCommitsAndReportsIt) {
+  if (absl::Status usable = engine::tiers::CheckDirectIoDirectory(nvme_dir_); !usable.ok()) {
+    GTEST_SKIP() << "no block-backed O_DIRECT directory under TEST_TMPDIR: " << usable;
+  }
+  ExpectItTrainsCommitsEveryStepAndReportsIt([this](bool s) { return StatesOnNvmeSpec(s); },
+                                             "alternate m/v regions");
+}
+
 // No memory section: the master, m and v in RAM, the alternates beside them.
 TEST_F(SpeculativeJobTest, AJobWithTheStateInRamTrainsCommitsEveryStepAndReportsIt) {
   ExpectItTrainsCommitsEveryStepAndReportsIt([this](bool s) { return InRamSpec(s); },
@@ -144,15 +161,6 @@ TEST_F(SpeculativeJobTest, AJobWhosePlacementCannotUseItIsRefusedNamingTheField)
   if (absl::Status usable = engine::tiers::CheckDirectIoDirectory(nvme_dir_); !usable.ok()) {
     GTEST_SKIP() << "no block-backed O_DIRECT directory under TEST_TMPDIR: " << usable;
   }
-  // m and v on NVMe but the master in RAM: still not the speculation's placement.
-  v1::JobSpec states_only = MasterOnNvmeSpec(true);
-  states_only.mutable_memory()->set_master_on_nvme(false);
-  states_only.mutable_memory()->set_states_on_nvme(true);
-  refused = TrySubmit(daemon_, states_only, &job);
-  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(refused.error_message(), HasSubstr("speculative_update"));
-  EXPECT_THAT(refused.error_message(), HasSubstr("neither all on NVMe nor all in RAM"));
-
   // The placement is right but the NVMe budget holds one copy of master, m and v, not two.
   v1::JobSpec tight = MasterOnNvmeSpec(false);
   grpc::ClientContext nvme_plan_context;

@@ -2,15 +2,20 @@
 // gradient norms, masters, m and v are bitwise the same whether clipping never triggers (every
 // speculation committed), triggers on some steps only (committed and discarded steps), or a step
 // is non-finite (discarded, nothing updated), and one that can no longer commit stops early; a
-// checkpoint taken after committed speculations resumes bitwise; placements that mix RAM and
-// NVMe agree; a placement that cannot speculate says why and trains as before; an I/O error in a
+// checkpoint taken after committed speculations resumes bitwise; placements with gradients or the
+// compute copy on NVMe too agree; a placement that cannot speculate says why and trains as before; an I/O error in a
 // speculative write fails the step naming the state file and an offset. The RAM form (the master,
 // m and v in RAM, alternate arrays swapped in on commit) is held to the same bits: committed,
 // clipped, stopped and non-finite steps, two devices, a pageable master, no budgets at all, a
 // resume, and a checkpoint written while the next step speculates; the store swaps its
-// alternates by pointer and restores a compute copy from the master.
+// alternates by pointer and restores a compute copy from the master. The mixed form (the master
+// in RAM, m and v on NVMe: alternate regions for m and v, an alternate array for the master) is
+// held to the same bits: committed steps with one and three micro-batches, clipped and stopped
+// steps on one and two devices, a non-finite step, a pageable master, gradients on NVMe, and a
+// checkpoint between speculating steps resumed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -64,6 +69,17 @@ TrainerOptions StateInRam(double grad_clip, bool speculate) {
   return o;
 }
 
+// The mixed form: the master in RAM (pinned, the CPU device's copy endpoint, with pinned room
+// for its alternate array), m and v on NVMe (room for their alternate regions), gradients in
+// pinned RAM.
+TrainerOptions MasterInRam(const std::string& dir, double grad_clip, bool speculate) {
+  TrainerOptions o = MasterOnNvme(dir, grad_clip, speculate);
+  o.memory.master_on_nvme = false;
+  o.memory.states_on_nvme = true;
+  o.memory.budgets.pinned_ram += o.memory.budgets.pinned_ram / 2;  // grad, master, master again
+  return o;
+}
+
 struct TrainedRun {
   Outcome outcome;
   std::vector<StepReport> reports;
@@ -71,11 +87,11 @@ struct TrainedRun {
   int num_entries = 0;
 };
 
-// `steps` steps of two micro-batches on `devices` CPU devices (micro-batch m on device m %
-// devices); before_step(trainer, s) runs before step s (0-based).
+// `steps` steps of `micro_batches` micro-batches on `devices` CPU devices (micro-batch m on
+// device m % devices); before_step(trainer, s) runs before step s (0-based).
 TrainedRun Train(const TrainerOptions& o, int steps,
                  const std::function<void(Trainer&, int)>& before_step = nullptr,
-                 int devices = 1) {
+                 int devices = 1, int micro_batches = 2) {
   TrainedRun run;
   if (!o.memory.budgets.nvme_dir.empty()) {
     std::filesystem::create_directories(o.memory.budgets.nvme_dir);
@@ -87,11 +103,13 @@ TrainedRun Train(const TrainerOptions& o, int steps,
   run.placement_table = (*trainer)->placement_table();
   run.num_entries = (*trainer)->store().num_entries();
   (*trainer)->InitializeRandom(3);
-  const auto batches = MakeTokenBatches(10, 48, DeepNarrow().vocab, 17);
+  const auto batches =
+      MakeTokenBatches(std::max(10, steps * micro_batches), 48, DeepNarrow().vocab, 17);
   for (int step = 0; step < steps; ++step) {
     if (before_step) before_step(**trainer, step);
-    auto r =
-        (*trainer)->Step(batches.InputPointers(2 * step, 2), batches.TargetPointers(2 * step, 2));
+    const int first = micro_batches * step;
+    auto r = (*trainer)->Step(batches.InputPointers(first, micro_batches),
+                              batches.TargetPointers(first, micro_batches));
     EXPECT_TRUE(r.ok()) << r.status();
     if (!r.ok()) return run;
     run.outcome.losses.push_back(r->loss);
@@ -315,7 +333,7 @@ TEST(SpeculativeUpdateTest, MixedPlacementsAreBitwise) {
   const std::string dir = FreshDir("speculative_mixed");
   if (dir.empty()) GTEST_SKIP() << "no O_DIRECT scratch directory";
   // Gradients and the compute copy on NVMe too, but the embedding's (in RAM), in chunks of two
-  // sizes; the master in RAM with m and v on NVMe, where speculation stays off and says so; and
+  // sizes; the master in RAM with m and v on NVMe (the mixed form); and
   // the master on NVMe with weights through a fragment ring smaller than a layer (the head's
   // gradient goes out block by block).
   for (int variant = 0; variant < 4; ++variant) {
@@ -330,23 +348,14 @@ TEST(SpeculativeUpdateTest, MixedPlacementsAreBitwise) {
       normal.memory.budgets.nvme_bytes *= 2;
       normal.memory.nvme_chunk_bytes = variant == 0 ? kSmallChunk : 3 * kSmallChunk;
     } else {
-      normal.memory.master_on_nvme = false;
-      normal.memory.states_on_nvme = true;
+      normal = MasterInRam(dir, 0.0, false);
     }
     TrainerOptions speculative = normal;
     speculative.speculative_update = true;
     const TrainedRun a = Train(normal, 4);
     const TrainedRun b = Train(speculative, 4);
     ASSERT_EQ(b.reports.size(), 4u);
-    for (const StepReport& r : b.reports) {
-      EXPECT_EQ(r.speculation_committed, variant != 2) << r.step;
-    }
-    if (variant == 2) {
-      EXPECT_NE(b.placement_table.find("speculative update off: the master, m and v are neither "
-                                       "all on NVMe nor all in RAM"),
-                std::string::npos)
-          << b.placement_table;
-    }
+    for (const StepReport& r : b.reports) EXPECT_TRUE(r.speculation_committed) << r.step;
     ExpectBitwise(a, b);
   }
 }
@@ -632,6 +641,227 @@ TEST(SpeculativeRamUpdateTest, TheStoreSwapsAlternatesByPointerAndRestoresTheCop
   EXPECT_NE(std::string(refused.status().message()).find("alternate_ram_state"),
             std::string::npos)
       << refused.status();
+}
+
+
+// The mixed form (the master in RAM, m and v on NVMe): m and v through the state file's staging
+// into their alternate regions, the master out of place into its alternate array; a commit flips
+// the m/v chunks' parity and swaps the master pointers. Every step commits without clipping,
+// with one micro-batch per step and with three, and the bits are those of the normal update.
+TEST(SpeculativeMixedUpdateTest, WithoutClippingEverySpeculationCommitsBitwise) {
+  const std::string dir = FreshDir("speculative_mixed_no_clip");
+  if (dir.empty()) GTEST_SKIP() << "no O_DIRECT scratch directory";
+  for (int micro_batches : {1, 3}) {
+    SCOPED_TRACE(micro_batches);
+    const double clip = micro_batches == 1 ? 0.0 : 1e6;  // off, and a clip no norm reaches
+    const TrainedRun normal = Train(MasterInRam(dir, clip, false), 4, nullptr, 1, micro_batches);
+    const TrainedRun speculative =
+        Train(MasterInRam(dir, clip, true), 4, nullptr, 1, micro_batches);
+    ASSERT_EQ(speculative.reports.size(), 4u);
+    EXPECT_NE(speculative.placement_table.find("master        pinned"), std::string::npos)
+        << speculative.placement_table;
+    EXPECT_NE(speculative.placement_table.find("speculative update on: alternate m/v regions "),
+              std::string::npos)
+        << speculative.placement_table;
+    EXPECT_NE(speculative.placement_table.find(" on NVMe and master array "), std::string::npos)
+        << speculative.placement_table;
+    for (const StepReport& r : speculative.reports) {
+      EXPECT_EQ(r.clip_coefficient, 1.0) << r.step;
+      EXPECT_TRUE(r.speculation_committed) << r.step;
+      EXPECT_EQ(r.speculated_entries, speculative.num_entries) << r.step;
+      EXPECT_GT(r.nvme_bytes_written, 0u) << r.step;  // m and v to their alternate regions
+    }
+    ExpectBitwise(normal, speculative);
+  }
+}
+
+// Committed and discarded steps (a clip between the run's norms), on one device and two; and a
+// clip below every norm, where each step's speculation stops before its first entry.
+TEST(SpeculativeMixedUpdateTest, ClippedStepsDiscardAndStopEarlyBitwise) {
+  const std::string dir = FreshDir("speculative_mixed_clip");
+  if (dir.empty()) GTEST_SKIP() << "no O_DIRECT scratch directory";
+  const double clip = ClipBetweenUnclippedNorms(dir);
+  ASSERT_GT(clip, 0.0);
+  const TrainedRun normal = Train(MasterInRam(dir, clip, false), 5);
+  for (int devices : {1, 2}) {
+    SCOPED_TRACE(devices);
+    const TrainedRun speculative = Train(MasterInRam(dir, clip, true), 5, nullptr, devices);
+    ASSERT_EQ(speculative.reports.size(), 5u);
+    int committed = 0, discarded = 0;
+    for (const StepReport& r : speculative.reports) {
+      EXPECT_EQ(r.speculation_committed, r.clip_coefficient == 1.0) << r.step;
+      (r.speculation_committed ? committed : discarded) += 1;
+    }
+    EXPECT_GT(committed, 0) << "clip " << clip;
+    EXPECT_GT(discarded, 0) << "clip " << clip;
+    ExpectBitwise(normal, speculative);
+  }
+  const TrainedRun never = Train(MasterInRam(dir, 1e-9, false), 3);
+  const TrainedRun stopped = Train(MasterInRam(dir, 1e-9, true), 3);
+  ASSERT_EQ(stopped.reports.size(), 3u);
+  for (const StepReport& r : stopped.reports) {
+    EXPECT_EQ(r.speculated_entries, 0) << r.step;
+    EXPECT_FALSE(r.speculation_committed) << r.step;
+  }
+  ExpectBitwise(never, stopped);
+}
+
+// A non-finite step discards what the speculation wrote (alternate regions and arrays of every
+// entry it reached); a pageable master (its alternate pageable too) and gradients on NVMe (read
+// from the staging their last copy-out left) commit bitwise.
+TEST(SpeculativeMixedUpdateTest, ANonFiniteStepAPageableMasterAndNvmeGradientsAreBitwise) {
+  const std::string dir = FreshDir("speculative_mixed_variants");
+  if (dir.empty()) GTEST_SKIP() << "no O_DIRECT scratch directory";
+  std::vector<float> saved;
+  const auto poison = [&saved](Trainer& t, int step) {
+    const int e = t.layout().layer_entry(5);
+    ASSERT_TRUE(t.UpdateStatus().ok());
+    if (step == 2) {
+      saved.assign(t.store().spec(e).elements, 0.0f);
+      ASSERT_TRUE(t.store().ReadMaster(e, saved.data()).ok());
+      std::vector<float> bad = saved;
+      bad[7] = std::numeric_limits<float>::infinity();
+      ASSERT_TRUE(t.mutable_store().WriteMaster(e, bad.data()).ok());
+    } else if (step == 3) {
+      ASSERT_TRUE(t.mutable_store().WriteMaster(e, saved.data()).ok());
+    }
+  };
+  const TrainedRun normal = Train(MasterInRam(dir, 0.0, false), 5, poison);
+  const TrainedRun speculative = Train(MasterInRam(dir, 0.0, true), 5, poison);
+  ASSERT_EQ(speculative.reports.size(), 5u);
+  EXPECT_TRUE(speculative.reports[2].skipped);
+  EXPECT_GT(speculative.reports[2].speculated_entries, 0);
+  EXPECT_FALSE(speculative.reports[2].speculation_committed);
+  for (int s : {0, 1, 3, 4}) EXPECT_TRUE(speculative.reports[s].speculation_committed) << s;
+  ExpectBitwise(normal, speculative);
+
+  for (int variant = 0; variant < 2; ++variant) {
+    SCOPED_TRACE(variant);
+    TrainerOptions o = MasterInRam(dir, 0.0, false);
+    if (variant == 0) {
+      // Pinned room for the gradients only: the master, and so its alternate, pageable.
+      o.memory.budgets.pinned_ram = StateBytes(BaseOptions()) / 2 + (size_t{1} << 20);
+      o.memory.budgets.ram = 2 * StateBytes(BaseOptions());
+    } else {
+      o.memory.grad_on_nvme = true;
+    }
+    const TrainedRun a = Train(o, 4);
+    o.speculative_update = true;
+    const TrainedRun b = Train(o, 4);
+    ASSERT_EQ(b.reports.size(), 4u);
+    EXPECT_NE(b.placement_table.find(variant == 0 ? "master        ram" : "grad          nvme"),
+              std::string::npos)
+        << b.placement_table;
+    for (const StepReport& r : b.reports) EXPECT_TRUE(r.speculation_committed) << r.step;
+    ExpectBitwise(a, b);
+  }
+}
+
+// Three committed steps (the current master arrays are the once-alternate ones, the current m
+// and v the once-alternate regions), a checkpoint started between them and step 4 (with the
+// state on NVMe the writer writes it before returning), then two more speculating steps; the
+// checkpoint resumes with and without speculation into the uninterrupted run's bits.
+TEST(SpeculativeMixedUpdateTest, ACheckpointBesideASpeculatingRunResumesBitwise) {
+  const std::string dir = FreshDir("speculative_mixed_resume");
+  if (dir.empty()) GTEST_SKIP() << "no O_DIRECT scratch directory";
+  const TrainedRun uninterrupted = Train(MasterInRam(dir + "/whole", 0.0, false), 5);
+  ASSERT_EQ(uninterrupted.reports.size(), 5u);
+  const auto batches = MakeTokenBatches(10, 48, DeepNarrow().vocab, 17);
+  std::string checkpoint;
+  {
+    const TrainerOptions o = MasterInRam(dir + "/first", 0.0, true);
+    std::filesystem::create_directories(o.memory.budgets.nvme_dir);
+    auto device = MakeCpuDevice(size_t{32} << 20);
+    auto trainer = Trainer::Create(*device, TinyConfig(DeepNarrow()), o);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    (*trainer)->InitializeRandom(3);
+    AsyncCheckpointWriter writer;
+    for (int step = 0; step < 5; ++step) {
+      if (step == 3) {
+        ASSERT_TRUE(writer.Start(**trainer, dir + "/checkpoints", CheckpointRunInfo{}).ok());
+        // The writer waited for step 3's pass: its commits flipped the parity a third time.
+        EXPECT_EQ((*trainer)->store().state_store()->current_region(0), 1);
+      }
+      auto r =
+          (*trainer)->Step(batches.InputPointers(2 * step, 2), batches.TargetPointers(2 * step, 2));
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_TRUE(r->speculation_committed) << step;
+      EXPECT_EQ(std::memcmp(&r->loss, &uninterrupted.reports[step].loss, sizeof(double)), 0)
+          << "step " << step;
+    }
+    auto written = writer.Wait();
+    ASSERT_TRUE(written.ok()) << written.status();
+    ASSERT_TRUE(written->has_value());
+    checkpoint = **written;
+    ASSERT_TRUE((*trainer)->UpdateStatus().ok());
+    Outcome through;
+    ReadStore((*trainer)->store(), &through);
+    ExpectSameState(uninterrupted.outcome, through);
+  }
+  for (bool speculate : {true, false}) {
+    SCOPED_TRACE(speculate);
+    const TrainerOptions o = MasterInRam(dir + "/second", 0.0, speculate);
+    std::filesystem::create_directories(o.memory.budgets.nvme_dir);
+    auto device = MakeCpuDevice(size_t{32} << 20);
+    auto trainer = Trainer::Create(*device, TinyConfig(DeepNarrow()), o);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    auto loaded = LoadCheckpoint(checkpoint, **trainer);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    ASSERT_EQ((*trainer)->steps_done(), 3u);
+    for (int step = 3; step < 5; ++step) {
+      auto r =
+          (*trainer)->Step(batches.InputPointers(2 * step, 2), batches.TargetPointers(2 * step, 2));
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_EQ(std::memcmp(&r->loss, &uninterrupted.reports[step].loss, sizeof(double)), 0)
+          << "step " << step;
+      EXPECT_EQ(r->speculation_committed, speculate);
+    }
+    ASSERT_TRUE((*trainer)->UpdateStatus().ok());
+    Outcome resumed;
+    ReadStore((*trainer)->store(), &resumed);
+    ExpectSameState(uninterrupted.outcome, resumed);
+  }
+}
+
+// The store's side of the mixed form: only the master gets an alternate array (m and v have
+// their regions in the state file), a swap exchanges the master alone, and the form needs the
+// state file's alternate regions.
+TEST(SpeculativeMixedUpdateTest, TheStoreKeepsAnAlternateMasterOnlyBesideNvmeStates) {
+  const std::string dir = FreshDir("speculative_mixed_store");
+  if (dir.empty()) GTEST_SKIP() << "no O_DIRECT scratch directory";
+  auto device = MakeCpuDevice(size_t{32} << 20);
+  const std::vector<EntrySpec> specs = {{1000, {{0, 1000, true}}}, {77, {{0, 77, false}}}};
+  StorePlacement placement;
+  placement.states_on_nvme = true;
+  placement.nvme_dir = dir;
+  placement.nvme_chunk_bytes = kSmallChunk;
+  placement.alternate_ram_state = true;
+  auto refused = ParameterStore::Create(*device, specs, placement);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(std::string(refused.status().message()).find("alternate_state_regions"),
+            std::string::npos)
+      << refused.status();
+  placement.alternate_state_regions = true;
+  auto store = ParameterStore::Create(*device, specs, placement);
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE(store->has_alternate_ram_state());
+  ASSERT_NE(store->state_store(), nullptr);
+  const EntryBuffers current = store->entry(0);
+  const EntryBuffers alternate = store->alternate(0);
+  ASSERT_NE(alternate.master, nullptr);
+  EXPECT_NE(alternate.master, current.master);
+  EXPECT_EQ(alternate.m, nullptr);
+  EXPECT_EQ(alternate.v, nullptr);
+  EXPECT_EQ(current.m, nullptr);  // on NVMe
+  for (size_t i = 0; i < 1000; ++i) alternate.master[i] = 0.25f * static_cast<float>(i);
+  const float* other_master = store->entry(1).master;
+  store->SwapAlternateState(0);
+  EXPECT_EQ(store->entry(0).master, alternate.master);
+  EXPECT_EQ(store->alternate(0).master, current.master);
+  EXPECT_EQ(store->entry(1).master, other_master);
+  std::vector<float> master(1000);
+  ASSERT_TRUE(store->ReadMaster(0, master.data()).ok());
+  EXPECT_EQ(master[999], 0.25f * 999);
 }
 
 }  // namespace
