@@ -110,9 +110,16 @@ bool ReserveAlternateStateRegions(Placement& p) {
   if (nvme_kinds > 0) what.push_back(regions);
   if (ram_kinds > 0) what.push_back(arrays_named);
   if (!short_of.empty()) {
-    p.speculation_note =
-        absl::StrCat("speculative update off: its alternate ", absl::StrJoin(what, " and "),
-                     " need ", absl::StrJoin(short_of, " and "));
+    // Short of RAM with m and v already on NVMe: the master can join them there, and its second
+    // copy then takes NVMe instead of RAM (docs/benchmarks.md §9g measured that form).
+    const bool master_could_move = MasterInRamStatesOnNvme(p) && (pinned > pinned_left ||
+                                                                  pageable > ram_left);
+    p.speculation_note = absl::StrCat(
+        "speculative update off: its alternate ", absl::StrJoin(what, " and "), " need ",
+        absl::StrJoin(short_of, " and "),
+        master_could_move ? " (with master_on_nvme the master's second copy would go to NVMe "
+                            "instead)"
+                          : "");
     return false;
   }
   p.alternate_state_bytes = nvme;

@@ -230,12 +230,15 @@ TEST(PlanPlacement, MixedFormCountsMvRegionsOnNvmeAndTheMasterArrayInItsTier) {
               HasSubstr(absl::StrCat("speculative update off: its alternate m/v regions and "
                                      "master array need ",
                                      FormatBytes(2 * master), " more of NVMe")));
+  EXPECT_THAT(p->Table(), Not(HasSubstr("with master_on_nvme")));  // NVMe is what is short
   budgets.nvme_bytes = 4 * master;
   budgets.ram = ram_before + master - 1;
   p = PlanPlacement(gpu, budgets, {.states_on_nvme = true});
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_FALSE(ReserveAlternateStateRegions(*p));
   EXPECT_THAT(p->Table(), HasSubstr(absl::StrCat("need ", FormatBytes(master), " more of RAM")));
+  // Short of RAM only: the master could join m and v on NVMe, where its copy needs no RAM.
+  EXPECT_THAT(p->Table(), HasSubstr("with master_on_nvme the master's second copy would go to NVMe"));
 
   // The CPU device: the master is the pinned copy endpoint, and so is its alternate.
   const auto cpu = Llama7b(/*gpu=*/false);
