@@ -155,9 +155,10 @@ absl::Status StreamingExecutor::Impl::EnqueueFragmentedOp(
       // The part's gradient goes out while the next part computes into the other buffer.
       compute->RecordEvent(*grad_ready[grad]);
       copy_out->WaitEvent(*grad_ready[grad], {SpanKind::kWait, "gradients ready", op.layer});
-      EnqueueContributionOut(grad_entry, grads[grad].data_as<float>(), grad_first, grad_count,
-                             !contributed[grad_entry],
-                             {SpanKind::kCopyOut, DescribeOp(op), op.layer});
+      MT_RETURN_IF_ERROR(EnqueueContributionOut(grad_entry, grads[grad].data_as<float>(),
+                                                grad_first, grad_count, !contributed[grad_entry],
+                                                {SpanKind::kCopyOut, DescribeOp(op), op.layer})
+                             .status());
       copy_out->RecordEvent(*grad_free[grad]);
       copy_out->RecordEvent(*copy_out_done);
       grad ^= 1;

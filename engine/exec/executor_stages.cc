@@ -120,16 +120,62 @@ absl::Status StreamingExecutor::Impl::EnqueueDeviceSum(int e, const float* src, 
   return backend->AccumulateGradients(*compute, src, count, sum, sum_tag);
 }
 
-size_t StreamingExecutor::Impl::EnqueueContributionOut(int e, const float* src, size_t first,
-                                                       size_t count, bool overwrite,
-                                                       const TimelineTag& tag) {
+absl::StatusOr<size_t> StreamingExecutor::Impl::EnqueueContributionOut(
+    int e, const float* src, size_t first, size_t count, bool overwrite, const TimelineTag& tag) {
   if (SummedOnDevice(e)) {
     if (!sums_go_out) return 0;
+    if (options.device_reduction != nullptr) {
+      // The entry is reduced whole at its last part (the fragmented head's last block): by
+      // then the compute stream has summed every part, and the copy_out stream waited for it.
+      if (first + count != store.spec(e).elements) return 0;
+      return EnqueueReducedShardOut(e, tag);
+    }
     src = gradient_sums[static_cast<size_t>(e)].data_as<float>() + first;
     overwrite = true;
   }
   EnqueueGradientCopyOut(e, src, first, count, overwrite, tag);
   return count * sizeof(float);
+}
+
+absl::StatusOr<size_t> StreamingExecutor::Impl::EnqueueReducedShardOut(int e,
+                                                                       const TimelineTag& tag) {
+  DeviceReduction& reduction = *options.device_reduction;
+  const int rank = options.reduction_rank;
+  const size_t n = store.spec(e).elements;
+  const size_t shard = ReductionShardElements(n, reduction.world());
+  float* sums = gradient_sums[static_cast<size_t>(e)].data_as<float>();
+  // On copy_out, which before it waits only for the compute stream and for earlier
+  // reduce-scatters: the one turn left in a reduced step, the embedding rows', comes after every
+  // reduce-scatter of the micro-batch. (A tied embedding, whose LM-head part would wait for a
+  // turn before them, is refused.) So the ranks never wait on each other in a circle.
+  MT_RETURN_IF_ERROR(reduction.EnqueueReduceScatter(
+      rank, *copy_out, sums, shard, {SpanKind::kCopyOut, "reduce-scatter", tag.layer}));
+  const size_t begin = std::min(n, static_cast<size_t>(rank) * shard);
+  const size_t end = std::min(n, begin + shard);
+  // Disjoint ranges per device, each written once a step: no turns, and the first write of the
+  // step overwrites.
+  if (end > begin) EnqueueGradientRanges(e, sums + begin, begin, end - begin, true, tag);
+  return (end - begin) * sizeof(float);
+}
+
+absl::Status StreamingExecutor::Impl::ZeroSumPadding() {
+  const int world = ReductionWorld();
+  if (world == 1) return absl::OkStatus();
+  size_t most = 0;
+  for (size_t e = 0; e < gradient_sums.size(); ++e) {
+    if (gradient_sums[e].data() == nullptr) continue;
+    most = std::max(most, DeviceSumFloats(entry_elements[e], world) - entry_elements[e]);
+  }
+  if (most == 0) return absl::OkStatus();
+  const std::vector<float> zeros(most, 0.0f);
+  for (size_t e = 0; e < gradient_sums.size(); ++e) {
+    if (gradient_sums[e].data() == nullptr) continue;
+    const size_t padding = DeviceSumFloats(entry_elements[e], world) - entry_elements[e];
+    if (padding == 0) continue;
+    compute->CopyHostToDevice(gradient_sums[e].data_as<float>() + entry_elements[e], zeros.data(),
+                              padding * sizeof(float), {SpanKind::kOther, "sum padding", -1});
+  }
+  return compute->Synchronize();
 }
 
 void StreamingExecutor::Impl::EnqueueGradientCopyOut(int e, const float* src, size_t first,

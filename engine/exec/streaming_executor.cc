@@ -56,7 +56,10 @@ absl::Status StreamingExecutor::Impl::Allocate(int num_slots) {
   if (options.gradient_accumulation == GradientAccumulation::kDevice) {
     const std::vector<bool> summed = DeviceSummedEntries(schedule, entry_elements.size());
     for (size_t e = 0; e < summed.size(); ++e) {
-      if (summed[e]) gradient_sums[e] = alloc(entry_elements[e] * sizeof(float), "gradient sum");
+      if (!summed[e]) continue;
+      gradient_sums[e] =
+          alloc(DeviceSumFloats(entry_elements[e], ReductionWorld()) * sizeof(float),
+                "gradient sum");
     }
   }
   return first_error;
@@ -118,6 +121,35 @@ absl::StatusOr<std::unique_ptr<StreamingExecutor>> StreamingExecutor::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("device_checkpoints=", given_options.device_checkpoints,
                      " must be -1 (as many as fit the arena) or >= 0"));
+  }
+  if (DeviceReduction* reduction = given_options.device_reduction; reduction != nullptr) {
+    if (given_options.reduction_rank < 0 || given_options.reduction_rank >= reduction->world()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("reduction_rank=", given_options.reduction_rank,
+                       " is outside the device reduction's world of ", reduction->world()));
+    }
+    if (given_options.gradient_accumulation != GradientAccumulation::kDevice) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a device reduction reduce-scatters the devices' gradient sums: it needs "
+          "gradient_accumulation=device, not ",
+          std::string(GradientAccumulationName(given_options.gradient_accumulation))));
+    }
+    if (layout.schedule.embedding_entry == layout.schedule.lm_head_entry) {
+      // The LM head's part of a tied embedding goes out in turns, before the reduce-scatters on
+      // the same stream: device 1 would wait for device 0's rows while device 0 waits in a
+      // reduce-scatter for device 1.
+      return absl::InvalidArgumentError(
+          "a device reduction needs an untied embedding: a tied one's gradient is summed on the "
+          "host in micro-batch order (tie_word_embeddings); reduce on the host");
+    }
+    for (int e = 0; e < store.num_entries(); ++e) {
+      if (store.grad_on_nvme(e)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "a device reduction writes each device's shard of an entry's gradient; entry ", e,
+            "'s gradient is on NVMe (memory.grad_on_nvme), whose chunks take whole "
+            "contributions in turns: keep gradients in RAM or reduce on the host"));
+      }
+    }
   }
   // Auto device checkpoints resolved once: everything below plans and runs that count.
   ExecutorOptions options = given_options;
@@ -189,6 +221,7 @@ absl::StatusOr<std::unique_ptr<StreamingExecutor>> StreamingExecutor::Create(
     if (!s.ok()) return s.status();
     *stream = std::move(*s);
   }
+  if (absl::Status s = impl->ZeroSumPadding(); !s.ok()) return s;
   std::vector<std::unique_ptr<Event>*> events = {
       &impl->tokens_ready,          &impl->x_ready,
       &impl->checkpoint_out_done,   &impl->checkpoint_in_ready,
@@ -281,7 +314,7 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::RunMicroBatch(
     const int32_t* inputs, const int32_t* targets, float inv_total_valid, bool first_micro_batch,
     uint64_t weights_version, TokenLayout layout, MicroBatchTurns turns,
     const std::function<void(int)>& on_gradient_final, bool last_micro_batch) {
-  if (turns.turns != nullptr &&
+  if (turns.turns != nullptr && impl_->options.device_reduction == nullptr &&
       impl_->options.gradient_accumulation == GradientAccumulation::kDevice) {
     // Several devices add into one store's slabs in global micro-batch order; a device's own sum
     // of its micro-batches would reorder those adds.
@@ -475,10 +508,11 @@ absl::Status StreamingExecutor::Impl::EnqueueStageGradientsOut(const ScheduledOp
   s.copy_out->WaitEvent(*s.grad_ready[grad], {SpanKind::kWait, "gradients ready", op.layer});
   for (size_t i = 0; i < op.entries.size(); ++i) {
     const int e = op.entries[i];
-    const size_t sent =
+    absl::StatusOr<size_t> sent =
         s.EnqueueContributionOut(e, buffer + offsets[i], 0, s.store.spec(e).elements,
                                  !contributed[e], {SpanKind::kCopyOut, DescribeOp(op), op.layer});
-    if (training && op.layer >= 0) s.traffic.copy_out_bytes += static_cast<double>(sent);
+    if (!sent.ok()) return sent.status();
+    if (training && op.layer >= 0) s.traffic.copy_out_bytes += static_cast<double>(*sent);
     contributed[e] = true;
   }
   s.copy_out->RecordEvent(*s.grad_free[grad]);
@@ -524,10 +558,13 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
   // A step of one micro-batch has nothing to sum: its gradients go straight out. A step whose
   // first micro-batch did not start sums (it was also its last, as far as it knew) goes on
   // adding on the host: the slabs already hold its contributions.
+  // With a DeviceReduction every device sums, even over one micro-batch: its sums are what the
+  // reduce-scatter adds, and a device's first micro-batch (no sums pending) starts them.
+  const bool reduced = s.options.device_reduction != nullptr;
   s.sums_on_device = training &&
                      s.options.gradient_accumulation == GradientAccumulation::kDevice &&
-                     (first_micro_batch ? !last_micro_batch : s.sums_pending);
-  s.sums_start = first_micro_batch;
+                     (reduced || (first_micro_batch ? !last_micro_batch : s.sums_pending));
+  s.sums_start = reduced ? !s.sums_pending : first_micro_batch;
   s.sums_go_out = last_micro_batch;
   if (training) s.sums_pending = s.sums_on_device && !last_micro_batch;
   if (training && first_micro_batch) s.EnqueueRowsGradientReset();

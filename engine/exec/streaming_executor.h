@@ -54,6 +54,7 @@
 #include "engine/exec/activation_policy.h"
 #include "engine/exec/activation_sets.h"
 #include "engine/exec/cpu_layer_math.h"
+#include "engine/exec/device_reduction.h"
 #include "engine/exec/gradient_turns.h"
 #include "engine/exec/model_dims.h"
 #include "engine/exec/parameter_store.h"
@@ -147,6 +148,13 @@ struct ExecutorOptions {
   // Where a step's gradients are summed across its micro-batches. kDevice refuses several
   // executors on one store (MicroBatchTurns): their micro-batches interleave on the slabs.
   GradientAccumulation gradient_accumulation = GradientAccumulation::kHost;
+  // Several devices of one process summing on their devices (needs kDevice): the reduce-scatter
+  // every device's sums go through at its last micro-batch of a step, this executor being rank
+  // `reduction_rank`. Each device then copies out only its shard of every summed entry, with no
+  // turns; the sums are padded to a multiple of the world. Null: the host slabs take the
+  // devices' contributions in turns (MicroBatchTurns).
+  DeviceReduction* device_reduction = nullptr;
+  int reduction_rank = 0;
 };
 
 // Where the executor finds each stage's weights in the ParameterStore.

@@ -169,8 +169,17 @@ struct StreamingExecutor::Impl {
   // copy_out, after that event: the contribution at `src` to the host (EnqueueGradientCopyOut);
   // for an entry summed on the device, its sum instead, overwriting, on the step's last
   // micro-batch only. Returns the bytes it sends.
-  size_t EnqueueContributionOut(int e, const float* src, size_t first, size_t count,
-                                bool overwrite, const TimelineTag& tag);
+  // With a DeviceReduction, at the entry's last part: the reduce-scatter of its whole sum, then
+  // this device's shard out (EnqueueReducedShardOut).
+  absl::StatusOr<size_t> EnqueueContributionOut(int e, const float* src, size_t first,
+                                                size_t count, bool overwrite,
+                                                const TimelineTag& tag);
+  absl::StatusOr<size_t> EnqueueReducedShardOut(int e, const TimelineTag& tag);
+  int ReductionWorld() const {
+    return options.device_reduction != nullptr ? options.device_reduction->world() : 1;
+  }
+  // Zeroes every sum's padding once (DeviceSumFloats): the reduce-scatter adds it.
+  absl::Status ZeroSumPadding();
   void EnqueueEmbeddingForward(const ScheduledOp& op, void* x_out, uint64_t weights_version);
   void EnqueueEmbeddingBackward(const ScheduledOp& op, const void* dx_out, bool first_contribution);
   // With the store's rows' gradient kept apart (a tied embedding on a data-parallel rank): fills it

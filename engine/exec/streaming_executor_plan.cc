@@ -108,7 +108,9 @@ DeviceMemoryPlan StreamingExecutor::PlanDeviceMemory(const ModelDims& dims,
   plan.scratch = 4 * x_bytes + Round256(sizes.scratch_bytes) + 4 * Round256(n * sizeof(int32_t));
   if (p.device_checkpoints < p.checkpoints) plan.scratch += x_bytes;  // staging for host ones
   if (options.gradient_accumulation == GradientAccumulation::kDevice) {
-    plan.gradient_sums = DeviceSumBytes(schedule, entry_elements);
+    plan.gradient_sums = DeviceSumBytes(
+        schedule, entry_elements,
+        options.device_reduction != nullptr ? options.device_reduction->world() : 1);
   }
   return plan;
 }

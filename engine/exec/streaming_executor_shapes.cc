@@ -79,12 +79,17 @@ std::vector<bool> DeviceSummedEntries(const std::vector<ScheduledOp>& schedule,
 
 namespace megatrain::engine::executor_internal {
 
+size_t DeviceSumFloats(size_t elements, int reduction_world) {
+  return ReductionShardElements(elements, reduction_world) * static_cast<size_t>(reduction_world);
+}
+
 size_t DeviceSumBytes(const std::vector<ScheduledOp>& schedule,
-                      absl::Span<const size_t> entry_elements) {
+                      absl::Span<const size_t> entry_elements, int reduction_world) {
   const std::vector<bool> summed = DeviceSummedEntries(schedule, entry_elements.size());
   size_t bytes = 0;
   for (size_t e = 0; e < summed.size(); ++e) {
-    if (summed[e]) bytes += Round256(entry_elements[e] * sizeof(float));
+    if (!summed[e]) continue;
+    bytes += Round256(DeviceSumFloats(entry_elements[e], reduction_world) * sizeof(float));
   }
   return bytes;
 }

@@ -37,8 +37,11 @@ std::vector<size_t> EntryElements(const ParameterStore& store);
 // The layout's schedule with the options' checkpointing applied.
 ExecutorLayout WithOptions(ExecutorLayout layout, const ExecutorOptions& options);
 // Device bytes of those sums (each entry's fp32 array, 256-byte aligned).
+// Floats of one entry's device sum: its elements padded to a multiple of the reduction's world
+// (1 without a DeviceReduction), as a reduce-scatter takes shard * world.
+size_t DeviceSumFloats(size_t elements, int reduction_world);
 size_t DeviceSumBytes(const std::vector<ScheduledOp>& schedule,
-                      absl::Span<const size_t> entry_elements);
+                      absl::Span<const size_t> entry_elements, int reduction_world);
 
 struct PlanShape {
   size_t slot_floats = 0;

@@ -3,9 +3,16 @@
 #include "engine/train/multi_device_step.h"
 
 #include <string>
+#include <atomic>
+#include <memory>
 #include <thread>
+#include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/dist/nccl_device_reduction.h"
+#include "engine/exec/cpu_device_reduction.h"
 
 namespace megatrain::engine {
 namespace {
@@ -17,32 +24,73 @@ struct LaneOutcome {
   int failed_micro_batch = -1;
 };
 
-void RunLane(const DeviceLane& lane, size_t lane_index, size_t lane_count, GradientTurns* turns,
+// Calls `final` for an entry once every lane has reported it (each lane's last micro-batch
+// reports the entries whose shard or contribution it finished).
+class FinalCountdown {
+ public:
+  FinalCountdown(int lanes, std::function<void(int)> final)
+      : lanes_(lanes), final_(std::move(final)) {}
+  void Reported(int entry) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (++reported_[entry] < lanes_) return;
+    }
+    final_(entry);
+  }
+
+ private:
+  const int lanes_;
+  const std::function<void(int)> final_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<int, int> reported_ ABSL_GUARDED_BY(mu_);
+};
+
+// The first micro-batch to fail is the cause: others may fail after it because it aborted the
+// step (a reduce-scatter it never joins), and an earlier micro-batch can be among them.
+struct StepAbort {
+  GradientTurns* turns = nullptr;
+  DeviceReduction* reduction = nullptr;
+  std::atomic<int> first_failed{-1};
+  void Abort(int micro_batch) {
+    int none = -1;
+    first_failed.compare_exchange_strong(none, micro_batch);
+    if (turns != nullptr) turns->Abort();
+    if (reduction != nullptr) reduction->Abort();
+  }
+};
+
+void RunLane(const DeviceLane& lane, size_t lane_index, size_t lane_count, StepAbort* abort,
              const std::vector<const int32_t*>& inputs, const std::vector<const int32_t*>& targets,
              const std::vector<TokenLayout>& layouts, const MicroBatchStepArgs& args,
-             LaneOutcome& outcome) {
+             FinalCountdown* countdown, LaneOutcome& outcome) {
+  GradientTurns* turns = abort != nullptr ? abort->turns : nullptr;
   outcome.loss_sums.assign(inputs.size(), 0.0);
   // On CUDA this thread launches the device's kernels: it must be current here.
   if (absl::Status current = lane.device->MakeCurrent(); !current.ok()) {
     outcome.status = current;
     outcome.failed_micro_batch = static_cast<int>(lane_index);
-    if (turns != nullptr) turns->Abort();
+    if (abort != nullptr) abort->Abort(outcome.failed_micro_batch);
     return;
   }
   for (size_t mb = lane_index; mb < inputs.size(); mb += lane_count) {
     MicroBatchTurns mb_turns;
     mb_turns.turns = turns;
     mb_turns.micro_batch = static_cast<int>(mb);
+    const bool last_on_lane = mb + lane_count >= inputs.size();
+    std::function<void(int)> on_final;
+    if (countdown != nullptr && last_on_lane) {
+      on_final = [countdown](int e) { countdown->Reported(e); };
+    } else if (countdown == nullptr && mb + 1 == inputs.size()) {
+      on_final = args.on_last_gradient_final;
+    }
     absl::StatusOr<MicroBatchResult> r = lane.executor->RunMicroBatch(
         inputs[mb], targets[mb], args.inv_total_valid, mb == 0, args.weights_version,
-        layouts.empty() ? TokenLayout{} : layouts[mb], mb_turns,
-        mb + 1 == inputs.size() ? args.on_last_gradient_final : nullptr,
-        /*last_micro_batch=*/mb + lane_count >= inputs.size());
+        layouts.empty() ? TokenLayout{} : layouts[mb], mb_turns, on_final, last_on_lane);
     if (!r.ok()) {
       outcome.status = r.status();
       outcome.failed_micro_batch = static_cast<int>(mb);
-      // Later micro-batches on other lanes may wait for this one's turns.
-      if (turns != nullptr) turns->Abort();
+      // Later micro-batches on other lanes may wait for this one's turns or reduce-scatters.
+      if (abort != nullptr) abort->Abort(outcome.failed_micro_batch);
       return;
     }
     outcome.loss_sums[mb] = r->loss_sum;
@@ -57,22 +105,42 @@ absl::StatusOr<MicroBatchesResult> RunMicroBatchesOnLanes(
     const std::vector<TokenLayout>& layouts, const MicroBatchStepArgs& args) {
   const size_t n = lanes.size();
   std::vector<LaneOutcome> outcomes(n);
+  StepAbort abort;
   if (n == 1) {
-    RunLane(lanes[0], 0, 1, nullptr, inputs, targets, layouts, args, outcomes[0]);
+    RunLane(lanes[0], 0, 1, nullptr, inputs, targets, layouts, args, nullptr, outcomes[0]);
   } else {
+    if (args.reduction != nullptr && inputs.size() < n) {
+      // A device without a micro-batch would never join the reduce-scatters.
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a step of ", inputs.size(), " micro-batches on ", n,
+          " devices: gradient_reduction=devices needs at least one micro-batch per device"));
+    }
     turns.Reset();
+    if (args.reduction != nullptr) args.reduction->Reset();
+    abort.turns = &turns;
+    abort.reduction = args.reduction;
+    std::unique_ptr<FinalCountdown> countdown;
+    if (args.reduction != nullptr && args.on_last_gradient_final) {
+      countdown =
+          std::make_unique<FinalCountdown>(static_cast<int>(n), args.on_last_gradient_final);
+    }
     std::vector<std::thread> threads;
     for (size_t d = 1; d < n; ++d) {
-      threads.emplace_back(RunLane, std::cref(lanes[d]), d, n, &turns, std::cref(inputs),
+      threads.emplace_back(RunLane, std::cref(lanes[d]), d, n, &abort, std::cref(inputs),
                            std::cref(targets), std::cref(layouts), std::cref(args),
-                           std::ref(outcomes[d]));
+                           countdown.get(), std::ref(outcomes[d]));
     }
-    RunLane(lanes[0], 0, n, &turns, inputs, targets, layouts, args, outcomes[0]);
+    RunLane(lanes[0], 0, n, &abort, inputs, targets, layouts, args, countdown.get(),
+            outcomes[0]);
     for (std::thread& t : threads) t.join();
   }
   const LaneOutcome* first_failure = nullptr;
   for (const LaneOutcome& o : outcomes) {
     if (o.status.ok()) continue;
+    if (o.failed_micro_batch == abort.first_failed.load()) {
+      first_failure = &o;
+      break;
+    }
     if (first_failure == nullptr || o.failed_micro_batch < first_failure->failed_micro_batch) {
       first_failure = &o;
     }
@@ -130,6 +198,64 @@ absl::Status CheckMultiDevicePlacement(int devices, const StorePlacement& placem
         "(memory.compute_copy_on_nvme): its read-ahead follows one device's step order"));
   }
   return absl::OkStatus();
+}
+
+std::string_view GradientReductionName(GradientReduction r) {
+  switch (r) {
+    case GradientReduction::kHost:
+      return "host";
+    case GradientReduction::kDevices:
+      return "devices";
+    case GradientReduction::kAuto:
+      return "auto";
+  }
+  return "?";
+}
+
+absl::StatusOr<GradientReduction> ParseGradientReduction(std::string_view name) {
+  for (GradientReduction r :
+       {GradientReduction::kHost, GradientReduction::kDevices, GradientReduction::kAuto}) {
+    if (name == GradientReductionName(r)) return r;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("gradient_reduction=\"", std::string(name),
+                                                 "\": must be host, devices or auto"));
+}
+
+absl::StatusOr<bool> ReduceOnDevices(const GradientReductionInputs& in) {
+  if (in.devices <= 1 || in.asked == GradientReduction::kHost) return false;
+  if (in.asked == GradientReduction::kAuto) {
+    return in.kind == DeviceKind::kCuda && in.accumulation != GradientAccumulation::kHost &&
+           !in.tied_embeddings && !in.grad_on_nvme && in.sums_fit;
+  }
+  const auto refuse = [&](std::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradient_reduction=devices with devices=", in.devices, ": ",
+                     std::string(why)));
+  };
+  if (in.accumulation == GradientAccumulation::kHost) {
+    return refuse("it sums each device's micro-batches on the device, but gradient_accumulation="
+                  "host keeps them off it");
+  }
+  if (in.tied_embeddings) {
+    return refuse("the model ties its embedding (tie_word_embeddings), whose gradient is summed "
+                  "on the host in micro-batch order; use host or auto");
+  }
+  if (in.grad_on_nvme) {
+    return refuse("memory.grad_on_nvme puts the gradients on NVMe, whose chunks take whole "
+                  "contributions in turns; keep them in RAM or use host");
+  }
+  return true;
+}
+
+absl::StatusOr<std::unique_ptr<DeviceReduction>> MakeDeviceReduction(
+    const std::vector<Device*>& devices) {
+  if (!devices.empty() && devices[0]->kind() == DeviceKind::kCuda) {
+    absl::StatusOr<std::unique_ptr<dist::NcclDeviceReduction>> nccl =
+        dist::NcclDeviceReduction::Create(devices);
+    if (!nccl.ok()) return nccl.status();
+    return std::unique_ptr<DeviceReduction>(std::move(*nccl));
+  }
+  return std::make_unique<CpuDeviceReduction>(static_cast<int>(devices.size()));
 }
 
 DeviceStepFigures DeviceFiguresFromSpans(const std::vector<TimelineSpan>& spans) {

@@ -9,17 +9,57 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/device/device.h"
 #include "engine/dist/communicator.h"
+#include "engine/exec/device_reduction.h"
 #include "engine/exec/gradient_turns.h"
 #include "engine/exec/parameter_store.h"
 #include "engine/exec/streaming_executor.h"
 #include "engine/train/step_report.h"
 
 namespace megatrain::engine {
+
+// How the devices of one process combine a step's gradients (TrainerOptions::gradient_reduction).
+enum class GradientReduction {
+  // Every device's contributions land in the host slabs in turns, in micro-batch order: bitwise
+  // one device's accumulation, for any accumulation.
+  kHost,
+  // Each device sums its micro-batches on the device, a reduce-scatter among the devices sums
+  // the devices' sums (DeviceReduction: NCCL on GPUs, rank order on the CPU device), and each
+  // device copies out only its 1/N of every entry. Bitwise one device's accumulation on the CPU
+  // device when every device runs one micro-batch a step; otherwise (and with NCCL) within fp32
+  // rounding of it. Needs an untied embedding, gradients in RAM, the sums in each arena, and at
+  // least one micro-batch per device.
+  kDevices,
+  // kDevices on CUDA devices where it can run, else kHost.
+  kAuto,
+};
+std::string_view GradientReductionName(GradientReduction r);
+// "host", "devices" or "auto"; anything else is INVALID_ARGUMENT naming the value.
+absl::StatusOr<GradientReduction> ParseGradientReduction(std::string_view name);
+
+// What the choice between them looks at.
+struct GradientReductionInputs {
+  GradientReduction asked = GradientReduction::kAuto;
+  GradientAccumulation accumulation = GradientAccumulation::kAuto;  // as the job asks
+  int devices = 1;
+  DeviceKind kind = DeviceKind::kCpu;
+  bool tied_embeddings = false;
+  bool grad_on_nvme = false;
+  bool sums_fit = false;  // the executor would resolve auto accumulation to kDevice
+};
+// Whether the step reduces on the devices. INVALID_ARGUMENT naming the field when kDevices is
+// asked for and cannot run.
+absl::StatusOr<bool> ReduceOnDevices(const GradientReductionInputs& in);
+// The reduction among `devices` (all of one kind): NCCL among CUDA devices, rank order among CPU
+// devices.
+absl::StatusOr<std::unique_ptr<DeviceReduction>> MakeDeviceReduction(
+    const std::vector<Device*>& devices);
 
 // One device and the executor that streams the model through it.
 struct DeviceLane {
@@ -34,6 +74,10 @@ struct MicroBatchStepArgs {
   // Optional: given to the step's last micro-batch as its executor's on_gradient_final
   // (streaming_executor.h); its turns come last, so each call means the entry is final.
   std::function<void(int entry)> on_last_gradient_final;
+  // GradientReduction::kDevices: the executors' reduction, Reset at the start of the step and
+  // aborted when a micro-batch fails. Every lane's last micro-batch then reports its entries
+  // final, and on_last_gradient_final is called once all of them have.
+  DeviceReduction* reduction = nullptr;
 };
 
 struct MicroBatchesResult {

@@ -69,6 +69,12 @@ ABSL_FLAG(std::string, gradient_accumulation, "auto",
           "gradients copied out and added on the host), device (fp32 sums kept on the device, "
           "copied out once a step), or auto (device on a GPU when the sums fit the arena and "
           "--accumulation > 1). Results are the same bits either way.");
+ABSL_FLAG(std::string, gradient_reduction, "auto",
+          "With --devices > 1, where the devices' gradients meet: host (each device's "
+          "contributions added into the host's arrays in micro-batch order; bitwise one "
+          "device's accumulation), devices (each device sums its micro-batches, a reduce-scatter "
+          "among the devices adds the sums, each copies out 1/N: NCCL on GPUs, rank order on "
+          "the CPU device), or auto (devices on GPUs where it can run).");
 ABSL_FLAG(std::string, device, "cpu", "cpu (the emulated GPU) or cuda (the first GPU).");
 ABSL_FLAG(int, arena_mb, 512, "Device memory for the executor's arena, in MiB.");
 ABSL_FLAG(double, link_gbps, 0,
@@ -244,6 +250,15 @@ int main(int argc, char** argv) {
       return 2;
     }
     t.executor.gradient_accumulation = *accumulation;
+  }
+  {
+    absl::StatusOr<GradientReduction> reduction =
+        ParseGradientReduction(absl::GetFlag(FLAGS_gradient_reduction));
+    if (!reduction.ok()) {
+      fprintf(stderr, "error: --%s\n", std::string(reduction.status().message()).c_str());
+      return 2;
+    }
+    t.gradient_reduction = *reduction;
   }
   t.blas_threads = absl::GetFlag(FLAGS_threads);
   t.optimizer_threads = absl::GetFlag(FLAGS_optimizer_threads);

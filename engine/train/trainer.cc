@@ -76,16 +76,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
                                                          const TrainerOptions& options) {
   if (absl::Status s = CheckTrainerDevices(devices, options.communicator); !s.ok()) return s;
   Device& device = *devices[0];
-  // Several devices take turns on the store's slabs in micro-batch order: their gradients are
-  // summed on the host (auto becomes host; device is refused here, not at the first step).
   ExecutorOptions executor_options = options.executor;
-  if (devices.size() > 1) {
-    absl::StatusOr<GradientAccumulation> accumulation = GradientAccumulationForRun(
-        options.executor.gradient_accumulation, /*micro_batches_per_device=*/2,
-        static_cast<int>(devices.size()));
-    if (!accumulation.ok()) return accumulation.status();
-    executor_options.gradient_accumulation = *accumulation;
-  }
   // Creating several CUDA devices leaves the last one current; the store and executor 0 are 0's.
   if (absl::Status s = device.MakeCurrent(); !s.ok()) return s;
   if (options.micro_batch_size < 1) {
@@ -149,6 +140,43 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
       MakeExecutorGeometry(config, *layout, options.micro_batch_size, options.seq_len,
                            options.head_chunk, options.head_block_rows);
   if (!geometry.ok()) return geometry.status();
+  // Several devices either reduce-scatter their own sums among themselves, or take turns on the
+  // store's slabs in micro-batch order (their gradients summed on the host: auto accumulation
+  // becomes host, device is refused here, not at the first step).
+  std::unique_ptr<DeviceReduction> device_reduction;
+  if (devices.size() > 1) {
+    GradientReductionInputs in;
+    in.asked = options.gradient_reduction;
+    in.accumulation = options.executor.gradient_accumulation;
+    in.devices = static_cast<int>(devices.size());
+    in.kind = device.kind();
+    in.tied_embeddings = layout->tied_embeddings();
+    in.grad_on_nvme = options.memory.enabled && options.memory.grad_on_nvme;
+    ExecutorOptions probe = options.executor;
+    probe.gradient_accumulation = GradientAccumulation::kAuto;
+    std::vector<size_t> entry_elements;
+    for (const EntrySpec& spec : specs) entry_elements.push_back(spec.elements);
+    // As auto accumulation decides: on CUDA, the sums beside the minimum plan.
+    in.sums_fit = StreamingExecutor::ResolveGradientAccumulation(
+                      geometry->dims, geometry->layout, entry_elements, probe,
+                      device.arena_stats().capacity, device.kind()) ==
+                  GradientAccumulation::kDevice;
+    absl::StatusOr<bool> reduce = ReduceOnDevices(in);
+    if (!reduce.ok()) return reduce.status();
+    if (*reduce) {
+      absl::StatusOr<std::unique_ptr<DeviceReduction>> made = MakeDeviceReduction(devices);
+      if (!made.ok()) return made.status();
+      device_reduction = std::move(*made);
+      executor_options.gradient_accumulation = GradientAccumulation::kDevice;
+      executor_options.device_reduction = device_reduction.get();
+    } else {
+      absl::StatusOr<GradientAccumulation> accumulation = GradientAccumulationForRun(
+          options.executor.gradient_accumulation, /*micro_batches_per_device=*/2,
+          static_cast<int>(devices.size()));
+      if (!accumulation.ok()) return accumulation.status();
+      executor_options.gradient_accumulation = *accumulation;
+    }
+  }
   std::string placement_table;
   if (options.memory.enabled) {
     std::vector<tiers::EntryBytes> bytes;
@@ -249,6 +277,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
   auto trainer = std::unique_ptr<Trainer>(new Trainer(
       device, std::move(config), std::move(*layout), std::move(*store), options, std::move(*rope)));
   trainer->dims_ = geometry->dims;
+  trainer->device_reduction_ = std::move(device_reduction);
   trainer->zero1_owners_ = std::move(zero1_owners);
   absl::StatusOr<std::unique_ptr<StreamingExecutor>> executor = StreamingExecutor::Create(
       device, geometry->dims, geometry->layout, trainer->store_, trainer->gate_, trainer->rope_,
@@ -261,9 +290,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
     if (absl::Status s = devices[d]->MakeCurrent(); !s.ok()) return s;
     trainer->lane_compute_pools_.push_back(
         std::make_unique<ThreadPool>(static_cast<size_t>(std::max(1, options.blas_threads))));
+    ExecutorOptions lane_options = executor_options;
+    lane_options.reduction_rank = static_cast<int>(d);
     absl::StatusOr<std::unique_ptr<StreamingExecutor>> lane = StreamingExecutor::Create(
         *devices[d], geometry->dims, geometry->layout, trainer->store_, trainer->gate_,
-        trainer->rope_, executor_options, trainer->lane_compute_pools_.back().get());
+        trainer->rope_, lane_options, trainer->lane_compute_pools_.back().get());
     if (!lane.ok()) {
       return absl::Status(lane.status().code(),
                           absl::StrCat("device ", d, ": ", lane.status().message()));
@@ -702,6 +733,7 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
   MicroBatchStepArgs step_args;
   step_args.inv_total_valid = inv_total_valid;
   step_args.weights_version = weights_version;
+  step_args.reduction = device_reduction_.get();
   if (speculate) step_args.on_last_gradient_final = [this](int e) { speculation_->EntryFinal(e); };
   absl::StatusOr<MicroBatchesResult> ran =
       RunMicroBatchesOnLanes(lanes, turns_, inputs, targets, layouts, step_args);

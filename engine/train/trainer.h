@@ -69,6 +69,8 @@ struct TrainerOptions {
   double grad_clip = 1.0;         // global L2 norm; 0 = off
   int max_consecutive_skips = 5;  // non-finite steps in a row before the job fails
   ExecutorOptions executor;
+  // Several devices of one process: where their gradients meet (multi_device_step.h).
+  GradientReduction gradient_reduction = GradientReduction::kAuto;
   HostMemoryBudgets memory;
   // Host AdamW and gradient-norm threads; 0 = one per core this process may run on
   // (HostCoreCount). Results do not depend on it (host_adamw_test
@@ -152,6 +154,8 @@ class Trainer : public Checkpointable {
   const ParameterStore& store() const { return store_; }
   ParameterStore& mutable_store() { return store_; }
   const StreamingExecutor& executor() const { return *executor_; }  // device 0's
+  // The devices' reduce-scatter (GradientReduction::kDevices), or null.
+  const DeviceReduction* device_reduction() const { return device_reduction_.get(); }
   int device_count() const { return static_cast<int>(devices_.size()); }
   // The tier table of the placement (empty without budgets).
   const std::string& placement_table() const { return placement_table_; }
@@ -236,6 +240,9 @@ class Trainer : public Checkpointable {
   ThreadPool optimizer_pool_;
   ThreadPool compute_pool_;  // parallel loops of the compute stream (attention)
   HostAdamw adamw_;
+  // GradientReduction::kDevices: the devices' reduce-scatter (null otherwise); the executors hold
+  // it, so it is declared before them and outlives them.
+  std::unique_ptr<DeviceReduction> device_reduction_;
   std::unique_ptr<StreamingExecutor> executor_;  // device 0's
   // Every device (device_ first), and for the others their compute pools and
   // executors (multi_device_step.h); the pools outlive the executors.

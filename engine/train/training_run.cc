@@ -79,6 +79,9 @@ absl::StatusOr<std::vector<Device*>> RunDevices(const TrainingRunOptions& option
 absl::StatusOr<GradientAccumulation> RunGradientAccumulation(const TrainingRunOptions& options) {
   const dist::Communicator* comm = options.trainer.communicator;
   const int ranks = comm != nullptr ? comm->size() : 1;
+  // Several devices: Trainer::Create decides with the gradient reduction (a reduce-scatter among
+  // the devices sums on them, turns on the host do not).
+  if (options.devices > 1) return options.trainer.executor.gradient_accumulation;
   return GradientAccumulationForRun(
       options.trainer.executor.gradient_accumulation,
       options.grad_accumulation / std::max(1, ranks * options.devices), options.devices);
@@ -111,6 +114,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> StartingTrainer(const std::vector<Devic
     observer.OnLine(absl::StrFormat("gradient accumulation: on the device (%.1f MiB of fp32 "
                                     "sums; only each step's last micro-batch copies gradients out)",
                                     plan.gradient_sums / double{1 << 20}),
+                    true);
+  }
+  if (const DeviceReduction* reduction = (*trainer)->device_reduction(); reduction != nullptr) {
+    observer.OnLine(absl::StrCat("gradient reduction: a reduce-scatter among the ",
+                                 reduction->world(), " devices (", std::string(reduction->order()),
+                                 "); each copies out 1/", reduction->world(),
+                                 " of every gradient it summed"),
                     true);
   }
   // Checkpoints the arena could not hold (auto device_checkpoints) live in pinned host memory and

@@ -7,6 +7,7 @@
 // (NVMe gradients: tests/tiers/multi_device_tiers_test.cc).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -33,6 +34,8 @@ struct RunConfig {
   bool tied = false;
   size_t weight_ring_bytes = 0;         // > 0: fragment mode
   bool throttle_later_devices = false;  // devices 1.. behind slower links than device 0
+  // kDevices: each device sums its micro-batches, a reduce-scatter among them, 1/N out each.
+  GradientReduction reduction = GradientReduction::kHost;
 };
 
 struct RunResult {
@@ -62,6 +65,10 @@ TrainerOptions Options(const RunConfig& rc) {
   o.executor.weight_slots = rc.weight_ring_bytes > 0 ? 0 : 2;
   o.executor.weight_ring_bytes = rc.weight_ring_bytes;
   o.executor.fragment_bytes = rc.weight_ring_bytes > 0 ? 1000 : 0;
+  o.gradient_reduction = rc.reduction;
+  if (rc.reduction != GradientReduction::kHost) {
+    o.executor.gradient_accumulation = GradientAccumulation::kAuto;
+  }
   return o;
 }
 
@@ -80,6 +87,8 @@ RunResult Train(const RunConfig& rc) {
   if (!trainer.ok()) return result;
   Trainer& t = **trainer;
   EXPECT_EQ(t.device_count(), rc.devices);
+  const bool reduced = rc.devices > 1 && rc.reduction == GradientReduction::kDevices;
+  EXPECT_EQ(t.device_reduction() != nullptr, reduced) << rc.name;
   EXPECT_EQ(t.executor().fragment_mode(), rc.weight_ring_bytes > 0) << rc.name;
   t.InitializeRandom(11);
   const int a = rc.accumulation;
@@ -93,12 +102,17 @@ RunResult Train(const RunConfig& rc) {
     result.reports.push_back(*report);
   }
   // Every device's copy-outs took their turns as kWait spans of the label the step's
-  // turn_wait_seconds sums (DeviceFiguresFromSpans); one device takes none.
+  // turn_wait_seconds sums (DeviceFiguresFromSpans); one device takes none. Reduced, only the
+  // embedding's rows take turns, and every device joined a reduce-scatter per summed entry.
   for (int d = 0; d < rc.devices; ++d) {
-    int turn_waits = 0;
+    int turn_waits = 0, reduce_scatters = 0;
     for (const TimelineSpan& span : devices[d]->timeline().Spans()) {
       if (span.kind == SpanKind::kWait && span.label == kGradientTurnWaitLabel) ++turn_waits;
+      if (span.stream == "copy_out" && span.label == "reduce-scatter") ++reduce_scatters;
     }
+    // The last step's timeline: one per decoder layer, the final norm and the LM head.
+    EXPECT_EQ(reduce_scatters, reduced ? Shape(rc.tied).layers + 2 : 0)
+        << rc.name << " device " << d;
     if (rc.devices > 1) {
       EXPECT_GT(turn_waits, 0) << rc.name << " device " << d;
     } else {
@@ -187,6 +201,146 @@ TEST(MultiDeviceTest, FragmentedHeadTakesOneTurnForAllItsBlocks) {
                          .tied = true,
                          .weight_ring_bytes = 96 * 1024,
                          .throttle_later_devices = true});
+}
+
+// GradientReduction::kDevices on the CPU device: with one micro-batch per device, the rank-ordered
+// reduce-scatter of the devices' sums makes one device's adds (g0 + g1) + g2, so N devices give
+// one device's bits with accumulation N; entries of sizes the world does not divide are padded.
+TEST(MultiDeviceTest, ReduceScatterOfOneMicroBatchPerDeviceEqualsOneDevice) {
+  ExpectSameAsOneDevice({.name = "reduced, 2 devices, A=2",
+                         .devices = 2,
+                         .accumulation = 2,
+                         .reduction = GradientReduction::kDevices});
+  ExpectSameAsOneDevice({.name = "reduced, 3 devices, A=3, slow links",
+                         .devices = 3,
+                         .accumulation = 3,
+                         .throttle_later_devices = true,
+                         .reduction = GradientReduction::kDevices});
+  // The fragmented head sums block by block and is reduced whole after its last block.
+  ExpectSameAsOneDevice({.name = "reduced, ring, 3 devices, A=3",
+                         .devices = 3,
+                         .accumulation = 3,
+                         .weight_ring_bytes = 96 * 1024,
+                         .reduction = GradientReduction::kDevices});
+}
+
+TEST(MultiDeviceTest, ReduceScatterMovesLessOverEachLinkThanTurns) {
+  for (int devices : {2, 3}) {
+    RunConfig turns{.name = "turns", .devices = devices, .accumulation = devices};
+    RunConfig reduced = turns;
+    reduced.name = "reduced";
+    reduced.reduction = GradientReduction::kDevices;
+    const RunResult by_turns = Train(turns);
+    const RunResult by_reduction = Train(reduced);
+    ExpectBitwiseEqual(by_reduction, by_turns, "reduced against turns");
+    ASSERT_EQ(by_turns.reports.size(), by_reduction.reports.size());
+    for (size_t s = 0; s < by_turns.reports.size(); ++s) {
+      for (int d = 0; d < devices; ++d) {
+        const uint64_t turn_bytes = by_turns.reports[s].devices[d].link_bytes;
+        const uint64_t reduced_bytes = by_reduction.reports[s].devices[d].link_bytes;
+        // The same weights come in; (N-1)/N of each decoder layer's gradient no longer goes out.
+        EXPECT_LT(reduced_bytes, turn_bytes) << devices << " devices, step " << s << " device "
+                                             << d;
+      }
+    }
+  }
+}
+
+TEST(MultiDeviceTest, ReduceScatterOfSeveralMicroBatchesPerDeviceIsCloseAndRepeatable) {
+  // Each device sums its own two micro-batches first: ((g0 + g2) + (g1 + g3)), not one device's
+  // (((g0 + g1) + g2) + g3). Deterministic, within fp32 rounding of the turns' bits.
+  const RunConfig rc{.name = "reduced, 2 devices, A=4",
+                     .devices = 2,
+                     .accumulation = 4,
+                     .reduction = GradientReduction::kDevices};
+  const RunResult first = Train(rc);
+  const RunResult again = Train(rc);
+  ExpectBitwiseEqual(first, again, "reduced twice");
+  RunConfig turns = rc;
+  turns.reduction = GradientReduction::kHost;
+  const RunResult reference = Train(turns);
+  ASSERT_EQ(first.losses.size(), reference.losses.size());
+  for (size_t s = 0; s < reference.losses.size(); ++s) {
+    EXPECT_NEAR(first.losses[s], reference.losses[s], 1e-5 * std::abs(reference.losses[s]));
+    EXPECT_NEAR(first.norms[s], reference.norms[s], 1e-4 * std::abs(reference.norms[s]));
+  }
+}
+
+TEST(MultiDeviceTest, ReduceScatterRefusesWhatItCannotRunNamingTheField) {
+  auto d0 = MakeCpuDevice(size_t{64} << 20);
+  auto d1 = MakeCpuDevice(size_t{64} << 20);
+  {
+    RunConfig rc{.name = "tied", .devices = 2, .tied = true,
+                 .reduction = GradientReduction::kDevices};
+    auto trainer = Trainer::Create({d0.get(), d1.get()}, TinyConfig(Shape(true)), Options(rc));
+    ASSERT_FALSE(trainer.ok());
+    EXPECT_EQ(trainer.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(trainer.status().message().find("tie_word_embeddings"), std::string::npos)
+        << trainer.status();
+    // Auto keeps such a job on the host's turns.
+    rc.reduction = GradientReduction::kAuto;
+    auto automatic = Trainer::Create({d0.get(), d1.get()}, TinyConfig(Shape(true)), Options(rc));
+    ASSERT_TRUE(automatic.ok()) << automatic.status();
+    EXPECT_EQ((*automatic)->device_reduction(), nullptr);
+  }
+  {
+    RunConfig rc{.name = "host sums", .devices = 2, .reduction = GradientReduction::kDevices};
+    TrainerOptions o = Options(rc);
+    o.executor.gradient_accumulation = GradientAccumulation::kHost;
+    auto trainer = Trainer::Create({d0.get(), d1.get()}, TinyConfig(Shape(false)), o);
+    ASSERT_FALSE(trainer.ok());
+    EXPECT_NE(trainer.status().message().find("gradient_accumulation=host"), std::string::npos)
+        << trainer.status();
+  }
+  {
+    RunConfig rc{.name = "nvme", .devices = 2, .reduction = GradientReduction::kDevices};
+    TrainerOptions o = Options(rc);
+    o.memory.enabled = true;
+    o.memory.budgets.nvme_dir = ::testing::TempDir();
+    o.memory.budgets.nvme_bytes = uint64_t{1} << 30;
+    o.memory.budgets.ram = uint64_t{1} << 30;
+    o.memory.budgets.pinned_ram = uint64_t{1} << 30;
+    o.memory.grad_on_nvme = true;
+    auto trainer = Trainer::Create({d0.get(), d1.get()}, TinyConfig(Shape(false)), o);
+    ASSERT_FALSE(trainer.ok());
+    EXPECT_NE(trainer.status().message().find("memory.grad_on_nvme"), std::string::npos)
+        << trainer.status();
+  }
+  {
+    // A step with fewer micro-batches than devices: a device would never join.
+    RunConfig rc{.name = "short", .devices = 2, .reduction = GradientReduction::kDevices};
+    auto trainer = Trainer::Create({d0.get(), d1.get()}, TinyConfig(Shape(false)), Options(rc));
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    (*trainer)->InitializeRandom(3);
+    auto batches = MakeTokenBatches(1, kMicroBatch * kSeq, Shape(false).vocab, 5);
+    auto step = (*trainer)->Step(batches.InputPointers(0, 1), batches.TargetPointers(0, 1));
+    ASSERT_FALSE(step.ok());
+    EXPECT_NE(step.status().message().find("at least one micro-batch per device"),
+              std::string::npos)
+        << step.status();
+  }
+}
+
+TEST(MultiDeviceTest, FailedMicroBatchUnderReduceScatterFailsTheStepAndTheNextStepRuns) {
+  auto d0 = MakeCpuDevice(size_t{64} << 20);
+  auto d1 = MakeCpuDevice(size_t{64} << 20);
+  const TinyShape shape = Shape(false);
+  RunConfig rc{.name = "failing", .devices = 2, .reduction = GradientReduction::kDevices};
+  auto trainer = Trainer::Create({d0.get(), d1.get()}, TinyConfig(shape), Options(rc));
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  (*trainer)->InitializeRandom(3);
+  auto batches = MakeTokenBatches(2, kMicroBatch * kSeq, shape.vocab, 5);
+  // Micro-batch 1 (device 1) is refused before it runs: device 0 must not wait for it in a
+  // reduce-scatter.
+  batches.inputs[1][7] = shape.vocab + 4;
+  auto failed = (*trainer)->Step(batches.InputPointers(0, 2), batches.TargetPointers(0, 2));
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find("micro-batch 1 on device 1"), std::string::npos)
+      << failed.status();
+  batches.inputs[1][7] = 1;
+  auto next = (*trainer)->Step(batches.InputPointers(0, 2), batches.TargetPointers(0, 2));
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->devices.size(), 2u);
 }
 
 TEST(MultiDeviceTest, FailedMicroBatchFailsTheStepAndTheNextStepRuns) {
