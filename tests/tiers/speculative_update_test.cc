@@ -91,12 +91,12 @@ struct TrainedRun {
 // device m % devices); before_step(trainer, s) runs before step s (0-based).
 TrainedRun Train(const TrainerOptions& o, int steps,
                  const std::function<void(Trainer&, int)>& before_step = nullptr,
-                 int devices = 1, int micro_batches = 2) {
+                 int devices = 1, int micro_batches = 2, double later_latency_us = 0) {
   TrainedRun run;
   if (!o.memory.budgets.nvme_dir.empty()) {
     std::filesystem::create_directories(o.memory.budgets.nvme_dir);
   }
-  const CpuDevices owned = MakeCpuDevices(devices);
+  const CpuDevices owned = MakeCpuDevices(devices, size_t{32} << 20, later_latency_us);
   auto trainer = Trainer::Create(owned.pointers, TinyConfig(DeepNarrow()), o);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   if (!trainer.ok()) return run;
@@ -214,6 +214,33 @@ TEST(SpeculativeUpdateTest, TwoDevicesSpeculateBitwiseLikeOneDeviceWithout) {
   ASSERT_GT(clip, 0.0);
   const TrainedRun normal = Train(MasterOnNvme(dir, clip, false), 5);
   const TrainedRun two = Train(MasterOnNvme(dir, clip, true), 5, nullptr, /*devices=*/2);
+  ASSERT_EQ(two.reports.size(), 5u);
+  int committed = 0, discarded = 0;
+  for (const StepReport& r : two.reports) {
+    EXPECT_EQ(r.speculation_committed, r.clip_coefficient == 1.0) << r.step;
+    (r.speculation_committed ? committed : discarded) += 1;
+  }
+  EXPECT_GT(committed, 0) << "clip " << clip;
+  EXPECT_GT(discarded, 0) << "clip " << clip;
+  ExpectBitwise(normal, two);
+}
+
+// Devices that reduce-scatter their sums (gradient_reduction=devices): an entry is final once
+// every device's shard has landed, which the step learns from each device's last micro-batch.
+// One micro-batch per device: bitwise one device's accumulation, so one device without
+// speculation is the reference. Device 1's copies come 20 ms late, so an entry taken as final at
+// device 0's shard alone would be read without device 1's.
+TEST(SpeculativeUpdateTest, TwoDevicesReducingOnTheDevicesSpeculateBitwiseLikeOneDeviceWithout) {
+  const std::string dir = FreshDir("speculative_two_devices_reduced");
+  if (dir.empty()) GTEST_SKIP() << "no O_DIRECT scratch directory";
+  const double clip = ClipBetweenUnclippedNorms(dir);
+  ASSERT_GT(clip, 0.0);
+  const TrainedRun normal = Train(MasterOnNvme(dir, clip, false), 5);
+  TrainerOptions reduced = MasterOnNvme(dir, clip, true);
+  reduced.gradient_reduction = GradientReduction::kDevices;
+  reduced.executor.gradient_accumulation = GradientAccumulation::kAuto;
+  const TrainedRun two = Train(reduced, 5, nullptr, /*devices=*/2, /*micro_batches=*/2,
+                               /*later_latency_us=*/20000);
   ASSERT_EQ(two.reports.size(), 5u);
   int committed = 0, discarded = 0;
   for (const StepReport& r : two.reports) {

@@ -40,10 +40,13 @@ struct CpuDevices {
   std::vector<std::unique_ptr<Device>> owned;
   std::vector<Device*> pointers;
 };
-inline CpuDevices MakeCpuDevices(int n, size_t arena_bytes = size_t{32} << 20) {
+// `later_latency_us`: devices 1.. add that latency to every copy (device 0 none), so their
+// copies land well after device 0's.
+inline CpuDevices MakeCpuDevices(int n, size_t arena_bytes = size_t{32} << 20,
+                                 double later_latency_us = 0) {
   CpuDevices devices;
   for (int d = 0; d < n; ++d) {
-    devices.owned.push_back(MakeCpuDevice(arena_bytes));
+    devices.owned.push_back(MakeCpuDevice(arena_bytes, 0, d > 0 ? later_latency_us : 0));
     devices.pointers.push_back(devices.owned.back().get());
   }
   return devices;
