@@ -2,7 +2,8 @@
 # train_local on several CPU devices of one process (docs/scale_out.md "Several devices in one
 # process"): --devices=2 and --devices=3 write the same checkpoint, bit for bit (model, optimizer
 # and trainer state), as one device with the same accumulation, also with a tied embedding and
-# with two micro-batches per device, with the gradients on NVMe; the progress lines give each
+# with two micro-batches per device, with the gradients on NVMe, and reduce-scattering on the
+# devices (--gradient_reduction=devices); the progress lines give each
 # device's stall; an accumulation the devices cannot split evenly and the compute copy on NVMe are
 # refused naming the flag or field.
 set -euo pipefail
@@ -26,6 +27,21 @@ same_state "$(step "${dir}/one_a2" 3)" "$(step "${dir}/two_a2" 3)" "2 devices vs
   2>"${dir}/three_a6.log"
 same_state "$(step "${dir}/one_a6" 3)" "$(step "${dir}/three_a6" 3)" \
   "3 devices, 2 micro-batches each, vs accumulation 6"
+
+# --gradient_reduction=devices: each device sums its micro-batch, a rank-ordered reduce-scatter
+# among the devices adds the sums, each device copies out 1/N: with one micro-batch per device,
+# the same checkpoint again, and the run says how it reduced.
+"${train}" "${common[@]}" --accumulation=2 --devices=2 --gradient_reduction=devices \
+  --checkpoint_dir="${dir}/two_a2_reduced" 2>"${dir}/two_a2_reduced.log" ||
+  { cat "${dir}/two_a2_reduced.log"; echo "FAIL: 2 devices reducing on the devices"; exit 1; }
+grep -q "gradient reduction: a reduce-scatter among the 2 devices (rank order)" \
+  "${dir}/two_a2_reduced.log" ||
+  { cat "${dir}/two_a2_reduced.log"; echo "FAIL: the run does not say it reduced on the devices"; exit 1; }
+same_state "$(step "${dir}/one_a2" 3)" "$(step "${dir}/two_a2_reduced" 3)" \
+  "2 devices reduce-scattering vs accumulation 2"
+expect_refused "a bad --gradient_reduction" "${dir}/bad_reduction.log" \
+  'gradient_reduction="nccl": must be host, devices or auto' \
+  "${train}" "${common[@]}" --accumulation=2 --devices=2 --gradient_reduction=nccl
 
 # The bitwise checks are not vacuous: another accumulation ends elsewhere.
 if cmp -s "$(step "${dir}/one_a2" 3)/model.safetensors" "$(step "${dir}/one_a6" 3)/model.safetensors"; then
