@@ -35,11 +35,14 @@ NcclDeviceReduction::NcclDeviceReduction(std::vector<int> ordinals, const NcclOp
 }
 
 NcclDeviceReduction::~NcclDeviceReduction() {
-  std::vector<NcclCommunicator*> usable;
-  for (NcclCommunicator& rank : ranks_) {
-    if (rank.usable()) usable.push_back(&rank);
-  }
-  if (!usable.empty()) (void)NcclClose(absl::MakeSpan(usable));  // the rest abort when destroyed
+  bool all_usable = !ranks_.empty();
+  for (const NcclCommunicator& rank : ranks_) all_usable = all_usable && rank.usable();
+  // Closing waits for every rank; with one aborted it could only time out. The destructors
+  // abort what is left.
+  if (!all_usable) return;
+  std::vector<NcclCommunicator*> all;
+  for (NcclCommunicator& rank : ranks_) all.push_back(&rank);
+  (void)NcclClose(absl::MakeSpan(all));
 }
 
 absl::Status NcclDeviceReduction::EnqueueReduceScatter(int rank, Stream& stream, float* buffer,
@@ -73,7 +76,8 @@ void NcclDeviceReduction::Abort() {
 }
 
 void NcclDeviceReduction::Reset() {
-  bool all_usable = true;
+  // After a failed step, or a Reset that could not make them (then it tries again).
+  bool all_usable = static_cast<int>(ranks_.size()) == world() && recreate_status_.ok();
   for (const NcclCommunicator& rank : ranks_) all_usable = all_usable && rank.usable();
   if (all_usable) return;
   // A failed step aborted them: no lane thread runs now, so fresh ones can be made.

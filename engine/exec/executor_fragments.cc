@@ -145,9 +145,12 @@ absl::Status StreamingExecutor::Impl::EnqueueFragmentedOp(
         break;  // host stages have no parts
     }
     if (!launched.ok()) return launched;
+    // Summed on the device, the part's buffer is free once the compute stream has added it.
+    const bool summed = grad_entry >= 0 && SummedOnDevice(grad_entry);
     if (grad_entry >= 0) {
       MT_RETURN_IF_ERROR(EnqueueDeviceSum(grad_entry, grads[grad].data_as<float>(), grad_first,
                                           grad_count, tag));
+      if (summed) compute->RecordEvent(*grad_free[grad]);
     }
     for (int f : part.frees) compute->RecordEvent(*fragment_free[f]);
     compute->RecordEvent(*compute_done);
@@ -159,7 +162,7 @@ absl::Status StreamingExecutor::Impl::EnqueueFragmentedOp(
                                                 grad_first, grad_count, !contributed[grad_entry],
                                                 {SpanKind::kCopyOut, DescribeOp(op), op.layer})
                              .status());
-      copy_out->RecordEvent(*grad_free[grad]);
+      if (!summed) copy_out->RecordEvent(*grad_free[grad]);
       copy_out->RecordEvent(*copy_out_done);
       grad ^= 1;
       // The LM head's blocks all belong to this step's first contribution.

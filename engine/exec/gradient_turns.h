@@ -49,6 +49,9 @@ class GradientTurns {
 struct MicroBatchTurns {
   GradientTurns* turns = nullptr;  // null: one device, stream order alone suffices
   int micro_batch = 0;
+  // The device's first micro-batch of the step: with a DeviceReduction it starts the device's
+  // sums (whatever an earlier, failed step left pending).
+  bool first_on_device = true;
 };
 
 }  // namespace megatrain::engine

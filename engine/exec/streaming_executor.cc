@@ -499,11 +499,16 @@ absl::Status StreamingExecutor::Impl::EnqueueStageGradientsOut(const ScheduledOp
                                                                bool training) {
   Impl& s = *this;
   const float* buffer = s.grads[grad].data_as<float>();
+  bool all_summed = true;
   for (size_t i = 0; i < op.entries.size(); ++i) {
     const int e = op.entries[i];
+    all_summed = all_summed && s.SummedOnDevice(e);
     MT_RETURN_IF_ERROR(s.EnqueueDeviceSum(e, buffer + offsets[i], 0, s.store.spec(e).elements,
                                           {SpanKind::kCompute, DescribeOp(op), op.layer}));
   }
+  // Summed on the device, the buffer is consumed by the compute stream's add: free it there, not
+  // behind copy_out (which may be waiting in a reduce-scatter for a slower peer).
+  if (all_summed) s.compute->RecordEvent(*s.grad_free[grad]);
   s.compute->RecordEvent(*s.grad_ready[grad]);
   s.copy_out->WaitEvent(*s.grad_ready[grad], {SpanKind::kWait, "gradients ready", op.layer});
   for (size_t i = 0; i < op.entries.size(); ++i) {
@@ -515,7 +520,7 @@ absl::Status StreamingExecutor::Impl::EnqueueStageGradientsOut(const ScheduledOp
     if (training && op.layer >= 0) s.traffic.copy_out_bytes += static_cast<double>(*sent);
     contributed[e] = true;
   }
-  s.copy_out->RecordEvent(*s.grad_free[grad]);
+  if (!all_summed) s.copy_out->RecordEvent(*s.grad_free[grad]);
   s.copy_out->RecordEvent(*s.copy_out_done);
   return absl::OkStatus();
 }
@@ -551,20 +556,26 @@ absl::StatusOr<MicroBatchResult> StreamingExecutor::Impl::Run(
         },
         {SpanKind::kCopyOut, "gradients final", -1});
   };
-  if (absl::Status h = s.device.health(); !h.ok()) return h;
-  if (absl::Status t = s.UploadTokens(inputs, targets, layout); !t.ok()) return t;
-
   const bool training = &ops == &s.schedule;
+  if (absl::Status h = s.device.health(); !h.ok()) {
+    if (training) s.sums_pending = false;  // the step fails; its sums are void
+    return h;
+  }
+  if (absl::Status t = s.UploadTokens(inputs, targets, layout); !t.ok()) {
+    if (training) s.sums_pending = false;
+    return t;
+  }
+
   // A step of one micro-batch has nothing to sum: its gradients go straight out. A step whose
   // first micro-batch did not start sums (it was also its last, as far as it knew) goes on
   // adding on the host: the slabs already hold its contributions.
   // With a DeviceReduction every device sums, even over one micro-batch: its sums are what the
-  // reduce-scatter adds, and a device's first micro-batch (no sums pending) starts them.
+  // reduce-scatter adds, and the device's first micro-batch of the step starts them.
   const bool reduced = s.options.device_reduction != nullptr;
   s.sums_on_device = training &&
                      s.options.gradient_accumulation == GradientAccumulation::kDevice &&
                      (reduced || (first_micro_batch ? !last_micro_batch : s.sums_pending));
-  s.sums_start = reduced ? !s.sums_pending : first_micro_batch;
+  s.sums_start = reduced ? s.turns.first_on_device : first_micro_batch;
   s.sums_go_out = last_micro_batch;
   if (training) s.sums_pending = s.sums_on_device && !last_micro_batch;
   if (training && first_micro_batch) s.EnqueueRowsGradientReset();

@@ -26,20 +26,23 @@ struct LaneOutcome {
 
 // Calls `final` for an entry once every lane has reported it (each lane's last micro-batch
 // reports the entries whose shard or contribution it finished).
+// After a failure it reports nothing: an aborted reduce-scatter leaves shards unreduced.
 class FinalCountdown {
  public:
-  FinalCountdown(int lanes, std::function<void(int)> final)
-      : lanes_(lanes), final_(std::move(final)) {}
+  FinalCountdown(int lanes, std::function<void(int)> final, const std::atomic<int>* first_failed)
+      : lanes_(lanes), final_(std::move(final)), first_failed_(first_failed) {}
   void Reported(int entry) {
     {
       absl::MutexLock lock(&mu_);
       if (++reported_[entry] < lanes_) return;
     }
+    if (first_failed_->load() >= 0) return;
     final_(entry);
   }
 
  private:
   const int lanes_;
+  const std::atomic<int>* first_failed_;
   const std::function<void(int)> final_;
   absl::Mutex mu_;
   absl::flat_hash_map<int, int> reported_ ABSL_GUARDED_BY(mu_);
@@ -76,6 +79,7 @@ void RunLane(const DeviceLane& lane, size_t lane_index, size_t lane_count, StepA
     MicroBatchTurns mb_turns;
     mb_turns.turns = turns;
     mb_turns.micro_batch = static_cast<int>(mb);
+    mb_turns.first_on_device = mb == lane_index;
     const bool last_on_lane = mb + lane_count >= inputs.size();
     std::function<void(int)> on_final;
     if (countdown != nullptr && last_on_lane) {
@@ -122,7 +126,8 @@ absl::StatusOr<MicroBatchesResult> RunMicroBatchesOnLanes(
     std::unique_ptr<FinalCountdown> countdown;
     if (args.reduction != nullptr && args.on_last_gradient_final) {
       countdown =
-          std::make_unique<FinalCountdown>(static_cast<int>(n), args.on_last_gradient_final);
+          std::make_unique<FinalCountdown>(static_cast<int>(n), args.on_last_gradient_final,
+                                           &abort.first_failed);
     }
     std::vector<std::thread> threads;
     for (size_t d = 1; d < n; ++d) {

@@ -144,6 +144,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
   // store's slabs in micro-batch order (their gradients summed on the host: auto accumulation
   // becomes host, device is refused here, not at the first step).
   std::unique_ptr<DeviceReduction> device_reduction;
+  const auto turns_on_the_host = [&]() -> absl::Status {
+    device_reduction.reset();
+    executor_options.device_reduction = nullptr;
+    absl::StatusOr<GradientAccumulation> accumulation = GradientAccumulationForRun(
+        options.executor.gradient_accumulation, /*micro_batches_per_device=*/2,
+        static_cast<int>(devices.size()));
+    if (!accumulation.ok()) return accumulation.status();
+    executor_options.gradient_accumulation = *accumulation;
+    return absl::OkStatus();
+  };
   if (devices.size() > 1) {
     GradientReductionInputs in;
     in.asked = options.gradient_reduction;
@@ -163,18 +173,17 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
                   GradientAccumulation::kDevice;
     absl::StatusOr<bool> reduce = ReduceOnDevices(in);
     if (!reduce.ok()) return reduce.status();
-    if (*reduce) {
-      absl::StatusOr<std::unique_ptr<DeviceReduction>> made = MakeDeviceReduction(devices);
-      if (!made.ok()) return made.status();
+    absl::StatusOr<std::unique_ptr<DeviceReduction>> made = std::unique_ptr<DeviceReduction>();
+    if (*reduce) made = MakeDeviceReduction(devices);
+    if (*reduce && made.ok()) {
       device_reduction = std::move(*made);
       executor_options.gradient_accumulation = GradientAccumulation::kDevice;
       executor_options.device_reduction = device_reduction.get();
+    } else if (*reduce && options.gradient_reduction != GradientReduction::kAuto) {
+      return made.status();
     } else {
-      absl::StatusOr<GradientAccumulation> accumulation = GradientAccumulationForRun(
-          options.executor.gradient_accumulation, /*micro_batches_per_device=*/2,
-          static_cast<int>(devices.size()));
-      if (!accumulation.ok()) return accumulation.status();
-      executor_options.gradient_accumulation = *accumulation;
+      // Auto falls back to the turns where the reduction cannot be made (NCCL missing, say).
+      if (absl::Status s = turns_on_the_host(); !s.ok()) return s;
     }
   }
   std::string placement_table;
@@ -246,6 +255,19 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
   } else if (options.speculative_update && options.communicator == nullptr && !options.zero1) {
     // No budgets: everything in RAM, nothing to count the alternates against.
     store_placement.alternate_ram_state = true;
+  }
+  // The placement may have put gradients on NVMe by itself (RAM short), whose chunks take whole
+  // contributions in turns: auto goes back to the turns, devices is refused naming the cause.
+  if (device_reduction != nullptr && store_placement.grad_on_nvme) {
+    if (options.gradient_reduction == GradientReduction::kAuto) {
+      if (absl::Status s = turns_on_the_host(); !s.ok()) return s;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gradient_reduction=devices with devices=", devices.size(),
+          ": the memory placement puts the gradients on NVMe (memory.grad_on_nvme, or a RAM "
+          "budget too small for them), whose chunks take whole contributions in turns; give "
+          "them RAM or use host"));
+    }
   }
   if (absl::Status s = CheckMultiDevicePlacement(static_cast<int>(devices.size()), store_placement);
       !s.ok()) {

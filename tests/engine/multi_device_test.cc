@@ -343,6 +343,74 @@ TEST(MultiDeviceTest, FailedMicroBatchUnderReduceScatterFailsTheStepAndTheNextSt
   EXPECT_EQ(next->devices.size(), 2u);
 }
 
+// A step that fails after a device summed one of its micro-batches leaves nothing behind: the
+// next step's first micro-batch on that device starts its sums afresh (else the next step's
+// gradient would carry the failed step's micro-batch).
+TEST(MultiDeviceTest, AFailedReducedStepLeavesNoSumsBehind) {
+  const TinyShape shape = Shape(false);
+  RunConfig rc{.name = "failing", .devices = 2, .reduction = GradientReduction::kDevices};
+  auto batches = MakeTokenBatches(8, kMicroBatch * kSeq, shape.vocab, 5);
+  std::vector<StepReport> after_failure, fresh;
+  for (bool fail_first : {true, false}) {
+    auto d0 = MakeCpuDevice(size_t{64} << 20);
+    auto d1 = MakeCpuDevice(size_t{64} << 20);
+    auto trainer = Trainer::Create({d0.get(), d1.get()}, TinyConfig(shape), Options(rc));
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    (*trainer)->InitializeRandom(3);
+    if (fail_first) {
+      // Micro-batch 3 is device 1's second: its first (micro-batch 1) was summed.
+      const int32_t saved = batches.inputs[3][7];
+      batches.inputs[3][7] = shape.vocab + 4;
+      auto failed = (*trainer)->Step(batches.InputPointers(0, 4), batches.TargetPointers(0, 4));
+      batches.inputs[3][7] = saved;
+      ASSERT_FALSE(failed.ok());
+      EXPECT_NE(failed.status().message().find("micro-batch 3 on device 1"), std::string::npos)
+          << failed.status();
+    }
+    auto next = (*trainer)->Step(batches.InputPointers(4, 4), batches.TargetPointers(4, 4));
+    ASSERT_TRUE(next.ok()) << next.status();
+    (fail_first ? after_failure : fresh).push_back(*next);
+  }
+  EXPECT_EQ(std::memcmp(&after_failure[0].loss, &fresh[0].loss, sizeof(double)), 0);
+  EXPECT_EQ(std::memcmp(&after_failure[0].grad_norm, &fresh[0].grad_norm, sizeof(double)), 0)
+      << after_failure[0].grad_norm << " vs " << fresh[0].grad_norm;
+}
+
+TEST(MultiDeviceTest, ReduceScatterRefusesGradientsThePlacementPutsOnNvme) {
+  auto d0 = MakeCpuDevice(size_t{64} << 20);
+  auto d1 = MakeCpuDevice(size_t{64} << 20);
+  // Layers of 256 Ki floats (1 MiB of gradient each), several NVMe chunks each.
+  TinyShape wide;
+  wide.layers = 3;
+  wide.hidden = 192;
+  wide.ffn = 512;
+  wide.heads = 6;
+  wide.kv_heads = 2;
+  RunConfig rc{.name = "tight RAM", .devices = 2, .reduction = GradientReduction::kDevices};
+  TrainerOptions o = Options(rc);
+  o.memory.enabled = true;
+  o.memory.budgets.nvme_dir = ::testing::TempDir();
+  o.memory.budgets.nvme_bytes = uint64_t{1} << 30;
+  o.memory.nvme_chunk_bytes = 256 << 10;
+  o.memory.states_on_nvme = true;
+  // Pinned RAM for the master (the CPU device's copy source) and the executors' staging, RAM for
+  // the NVMe staging: the 4.6 MiB of gradients fit neither, so the placement moves them to NVMe
+  // unasked.
+  o.memory.budgets.pinned_ram = 12 << 20;
+  o.memory.budgets.ram = 6 << 20;
+  auto trainer = Trainer::Create({d0.get(), d1.get()}, TinyConfig(wide), o);
+  ASSERT_FALSE(trainer.ok()) << (*trainer)->placement_table();
+  EXPECT_NE(trainer.status().message().find("the memory placement puts the gradients on NVMe"),
+            std::string::npos)
+      << trainer.status();
+  // Auto (host turns on the CPU device anyway) trains there.
+  o.gradient_reduction = GradientReduction::kAuto;
+  auto automatic = Trainer::Create({d0.get(), d1.get()}, TinyConfig(wide), o);
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  EXPECT_NE((*automatic)->placement_table().find("grad          nvme"), std::string::npos)
+      << (*automatic)->placement_table();
+}
+
 TEST(MultiDeviceTest, FailedMicroBatchFailsTheStepAndTheNextStepRuns) {
   auto d0 = MakeCpuDevice(size_t{64} << 20);
   auto d1 = MakeCpuDevice(size_t{64} << 20);
