@@ -39,6 +39,9 @@ ABSL_FLAG(int, steps, 6, "Optimizer steps (the first is not in the medians).");
 ABSL_FLAG(int, threads, 1, "BLAS threads per process.");
 ABSL_FLAG(int, devices, 1,
           "CPU devices of this process (not under mpirun): --accumulation is split over them.");
+ABSL_FLAG(std::string, gradient_reduction, "host",
+          "With --devices > 1: host (gradient turns) or devices (each device sums its "
+          "micro-batches, a rank-ordered reduce-scatter among the devices, 1/N out each).");
 ABSL_FLAG(bool, planner_scaling, true,
           "Also print the planner's predicted H100 scaling next to MegaTrain's 4xH100 figure.");
 
@@ -137,6 +140,13 @@ absl::Status Run() {
   // run alike so the three ways compare.
   o.collect_timeline = true;
   o.communicator = mpi.get();
+  absl::StatusOr<GradientReduction> reduction =
+      ParseGradientReduction(absl::GetFlag(FLAGS_gradient_reduction));
+  if (!reduction.ok()) return reduction.status();
+  o.gradient_reduction = *reduction;
+  if (*reduction == GradientReduction::kDevices) {
+    o.executor.gradient_accumulation = GradientAccumulation::kAuto;
+  }
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(device_list, *config, o);
   if (!trainer.ok()) return trainer.status();
   (*trainer)->InitializeRandom(1);
@@ -145,8 +155,9 @@ absl::Status Run() {
   std::vector<std::vector<int32_t>> data(static_cast<size_t>(per_rank),
                                          std::vector<int32_t>(tokens));
   std::vector<double> step_seconds, comm_seconds;
-  std::vector<std::vector<double>> stall_seconds(static_cast<size_t>(devices)),
-      turn_wait_seconds(static_cast<size_t>(devices));
+  const size_t lanes = static_cast<size_t>(devices);
+  std::vector<std::vector<double>> stall_seconds(lanes), turn_wait_seconds(lanes),
+      reduce_seconds(lanes);
   std::vector<uint64_t> link_bytes(static_cast<size_t>(devices), 0);
   uint64_t bytes = 0;
   for (int step = 0; step < absl::GetFlag(FLAGS_steps); ++step) {
@@ -175,12 +186,13 @@ absl::Status Run() {
       if (step > 0) {
         stall_seconds[d].push_back(f.stall_seconds);
         turn_wait_seconds[d].push_back(f.turn_wait_seconds);
+        reduce_seconds[d].push_back(f.reduce_seconds);
       }
       link_bytes[d] = f.link_bytes;
       absl::StrAppend(&per_device, d == 0 ? ", \"devices\": [" : ", ",
                       absl::StrFormat("{\"stall_seconds\": %.4f, \"turn_wait_seconds\": %.4f, "
-                                      "\"link_bytes\": %llu}",
-                                      f.stall_seconds, f.turn_wait_seconds,
+                                      "\"reduce_seconds\": %.4f, \"link_bytes\": %llu}",
+                                      f.stall_seconds, f.turn_wait_seconds, f.reduce_seconds,
                                       static_cast<unsigned long long>(f.link_bytes)),
                       d + 1 == r->devices.size() ? "]" : "");
     }
@@ -199,8 +211,10 @@ absl::Status Run() {
       absl::StrAppend(&per_device, d == 0 ? ", \"devices\": [" : ", ",
                       absl::StrFormat("{\"median_stall_seconds\": %.4f, "
                                       "\"median_turn_wait_seconds\": %.4f, "
+                                      "\"median_reduce_seconds\": %.4f, "
                                       "\"link_bytes_per_step\": %llu}",
                                       Median(stall_seconds[d]), Median(turn_wait_seconds[d]),
+                                      Median(reduce_seconds[d]),
                                       static_cast<unsigned long long>(link_bytes[d])),
                       d + 1 == link_bytes.size() ? "]" : "");
     }

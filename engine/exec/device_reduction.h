@@ -40,6 +40,9 @@ class DeviceReduction {
   virtual void Reset() = 0;
 };
 
+// The label of an executor's reduce-scatter span (on its copy_out stream).
+inline constexpr char kReduceScatterLabel[] = "reduce-scatter";
+
 // Floats of each rank's shard when n floats are split over `world` ranks: ceil(n / world).
 inline size_t ReductionShardElements(size_t n, int world) {
   const size_t w = static_cast<size_t>(world);

@@ -42,8 +42,8 @@ class FinalCountdown {
 
  private:
   const int lanes_;
-  const std::atomic<int>* first_failed_;
   const std::function<void(int)> final_;
+  const std::atomic<int>* first_failed_;
   absl::Mutex mu_;
   absl::flat_hash_map<int, int> reported_ ABSL_GUARDED_BY(mu_);
 };
@@ -274,6 +274,7 @@ DeviceStepFigures DeviceFiguresFromSpans(const std::vector<TimelineSpan>& spans)
     if (span.kind == SpanKind::kWait && span.label == kGradientTurnWaitLabel) {
       f.turn_wait_seconds += seconds;
     }
+    if (span.label == kReduceScatterLabel) f.reduce_seconds += seconds;
   }
   return f;
 }

@@ -39,6 +39,9 @@ struct DeviceStepFigures {
   // Its copy_out stream waited for gradient turns (earlier micro-batches' contributions on other
   // devices): the "gradient turn" waits of engine/exec/gradient_turns.h. 0 with one device.
   double turn_wait_seconds = 0;
+  // Its copy_out stream's reduce-scatters (gradient_reduction=devices): the summing and any wait
+  // for peers. 0 otherwise.
+  double reduce_seconds = 0;
   uint64_t link_bytes = 0;  // decoder layers' bytes over its host link, both directions
   int micro_batches = 0;
 };
