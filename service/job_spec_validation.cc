@@ -7,8 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/exec/activation_policy.h"
+#include "engine/exec/streaming_executor.h"
 #include "engine/model/hf_loader.h"
 #include "engine/model/parameter_layout.h"
+#include "engine/train/multi_device_step.h"
 #include "service/data_spec_validation.h"
 #include "service/hf_directory_files.h"
 #include "service/memory_spec_validation.h"
@@ -208,6 +210,28 @@ absl::Status ValidateExecutor(const v1::ExecutorOptions& e, ValidatedJob& job) {
     return s;
   }
   job.options.trainer.head_block_rows = static_cast<int>(e.head_block_rows());
+  {
+    const std::string name =
+        e.gradient_accumulation().empty() ? "auto" : e.gradient_accumulation();
+    absl::StatusOr<engine::GradientAccumulation> accumulation =
+        engine::ParseGradientAccumulation(name);
+    if (!accumulation.ok()) {
+      return Invalid("executor.gradient_accumulation",
+                     absl::StrCat("'", name.substr(0, 64), "' is not \"host\", \"device\" or "
+                                  "\"auto\""));
+    }
+    x.gradient_accumulation = *accumulation;
+  }
+  {
+    const std::string name = e.gradient_reduction().empty() ? "auto" : e.gradient_reduction();
+    absl::StatusOr<engine::GradientReduction> reduction = engine::ParseGradientReduction(name);
+    if (!reduction.ok()) {
+      return Invalid("executor.gradient_reduction",
+                     absl::StrCat("'", name.substr(0, 64), "' is not \"host\", \"devices\" "
+                                  "or \"auto\""));
+    }
+    job.options.trainer.gradient_reduction = *reduction;
+  }
   x.weight_ring_bytes = e.weight_ring_bytes();
   x.fragment_bytes = e.fragment_bytes();
   x.activation_budget_bytes = e.activation_budget_bytes();

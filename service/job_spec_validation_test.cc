@@ -106,6 +106,37 @@ TEST_F(JobSpecValidationTest, HeadBlockRowsReachesTheTrainerAndThePlan) {
   EXPECT_THAT(huge.status().message(), HasSubstr("executor.head_block_rows"));
 }
 
+// executor.gradient_accumulation and executor.gradient_reduction reach the trainer (auto when
+// unset, as train_local's flags); anything else is refused naming the field and the value.
+TEST_F(JobSpecValidationTest, GradientAccumulationAndReductionReachTheTrainer) {
+  absl::StatusOr<ValidatedJob> unset = Validate(Spec());
+  ASSERT_TRUE(unset.ok()) << unset.status();
+  EXPECT_EQ(unset->options.trainer.executor.gradient_accumulation,
+            engine::GradientAccumulation::kAuto);
+  EXPECT_EQ(unset->options.trainer.gradient_reduction, engine::GradientReduction::kAuto);
+  v1::JobSpec spec = Spec();
+  spec.mutable_executor()->set_gradient_accumulation("device");
+  spec.mutable_executor()->set_gradient_reduction("host");
+  absl::StatusOr<ValidatedJob> set = Validate(spec);
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->options.trainer.executor.gradient_accumulation,
+            engine::GradientAccumulation::kDevice);
+  EXPECT_EQ(set->options.trainer.gradient_reduction, engine::GradientReduction::kHost);
+
+  spec.mutable_executor()->set_gradient_accumulation("gpu");
+  absl::StatusOr<ValidatedJob> bad_sum = Validate(spec);
+  ASSERT_FALSE(bad_sum.ok());
+  EXPECT_EQ(bad_sum.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad_sum.status().message(), HasSubstr("executor.gradient_accumulation"));
+  EXPECT_THAT(bad_sum.status().message(), HasSubstr("'gpu'"));
+  spec.mutable_executor()->set_gradient_accumulation("");
+  spec.mutable_executor()->set_gradient_reduction("nccl");
+  absl::StatusOr<ValidatedJob> bad_reduction = Validate(spec);
+  ASSERT_FALSE(bad_reduction.ok());
+  EXPECT_THAT(bad_reduction.status().message(), HasSubstr("executor.gradient_reduction"));
+  EXPECT_THAT(bad_reduction.status().message(), HasSubstr("'nccl'"));
+}
+
 // JobSpec.devices: 0 and 1 mean one device; more than the daemon drives is refused by name.
 TEST_F(JobSpecValidationTest, DevicesAboveTheDaemonsAreRefusedNamingTheField) {
   v1::JobSpec spec = Spec();
