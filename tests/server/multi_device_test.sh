@@ -7,13 +7,14 @@
 # with a rank label until the job ends (then none are left, nor for device 1 during a devices=1
 # job),
 # Plan echoes the devices, `watch` follows the job as one, and devices=3 is refused naming the
-# field and both numbers.
+# field and both numbers. A devices=2 job with executor.gradient_reduction "devices" (each
+# device's sums reduce-scattered among them) ends at the same bytes; a bad value is refused.
 source "$(dirname "$0")/daemon_test_lib.sh"
 
-# spec <name> <devices> <batch_size>: a job of micro-batches of 4 sequences.
+# spec <name> <devices> <batch_size> [executor JSON]: a job of micro-batches of 4 sequences.
 spec() {
   cat > "$WORK/$1.json" <<JSON
-{"name": "$1", "model": {"config_json_path": "$WORK/data/config.json"},
+{"name": "$1", "model": {"config_json_path": "$WORK/data/config.json"}, ${4:+"executor": $4,}
  "data": {"text_files": ["$WORK/data/corpus.txt"], "eval_every_steps": 3},
  "hyper": {"steps": 6, "batch_size": $3, "micro_batch_size": 4, "seq_len": 32,
            "lr": {"peak_lr": 0.001}},
@@ -81,12 +82,27 @@ finish_through_hold "$one"
 timeout 600 "$MEGATRAIN" --socket="$SOCKET" watch "$one" > /dev/null || fail "watch devices=1"
 state_is "$one" SUCCEEDED || fail "devices=1 job ended $(job_state "$one")"
 
-a=$(final_checkpoint two)
+# The devices' sums reduce-scattered among them (executor.gradient_reduction): one micro-batch
+# per device, so the same bits again, through the same pause and resume.
+reduced=$(cli submit --spec="$(spec reduced 2 4 '{"gradient_reduction": "devices"}')") ||
+  fail "submit devices=2 with gradient_reduction devices"
+finish_through_hold "$reduced"
+timeout 600 "$MEGATRAIN" --socket="$SOCKET" watch "$reduced" > /dev/null ||
+  fail "watch of the reduce-scatter job"
+state_is "$reduced" SUCCEEDED || fail "reduce-scatter job ended $(job_state "$reduced")"
+grep -q "gradient reduction: a reduce-scatter among the 2 devices (rank order)" "$WORK/daemon.log" ||
+  fail "the daemon's log does not say the job reduced on the devices"
+
 b=$(final_checkpoint one)
-[ "$(basename "$a")" = "$(basename "$b")" ] || fail "final checkpoints $a and $b differ in step"
-for f in model.safetensors optimizer.safetensors trainer_state.json; do
-  cmp "$a/$f" "$b/$f" || fail "$f of devices=2 differs from devices=1 with accumulation doubled"
+for job in two reduced; do
+  a=$(final_checkpoint "$job")
+  [ "$(basename "$a")" = "$(basename "$b")" ] || fail "final checkpoints $a and $b differ in step"
+  for f in model.safetensors optimizer.safetensors trainer_state.json; do
+    cmp "$a/$f" "$b/$f" || fail "$f of $job differs from devices=1 with accumulation doubled"
+  done
 done
+expect_refused "executor.gradient_reduction" submit \
+  --spec="$(spec bad_reduction 2 4 '{"gradient_reduction": "nccl"}')"
 
 expect_refused "devices: 3 is more than the 2 device(s)" submit --spec="$(spec three 3 4)"
 stop_daemon
