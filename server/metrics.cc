@@ -57,6 +57,17 @@ DaemonMetrics::DaemonMetrics(prometheus::Registry& r)
                              .Help("Bytes a device's host link carried for decoder layers "
                                    "(weights, gradients, activations; label rank)")
                              .Register(r)),
+      device_turn_wait_(BuildHistogram()
+                            .Name("megatrain_device_turn_wait_seconds")
+                            .Help("Time a device's copy-outs waited per step for earlier "
+                                  "micro-batches' gradients on other devices (label rank)")
+                            .Register(r)),
+      device_reduce_(BuildHistogram()
+                         .Name("megatrain_device_reduce_seconds")
+                         .Help("Time a device spent per step in reduce-scatters of its gradient "
+                               "sums among the job's devices, waits for peers included (label "
+                               "rank; 0 unless gradient_reduction is devices)")
+                         .Register(r)),
       overlap_ratio_(BuildGauge()
                          .Name("megatrain_train_overlap_ratio")
                          .Help("1 - stall/copy_in over the whole last step")
@@ -165,7 +176,9 @@ DaemonMetrics::DeviceSeries& DaemonMetrics::DeviceRank(int rank) {
   if (it != devices_.end()) return it->second;
   const prometheus::Labels labels{{"rank", std::to_string(rank)}};
   DeviceSeries s{&device_stall_.Add(labels, SecondsBuckets()),
-                 &device_compute_.Add(labels, SecondsBuckets()), &device_link_bytes_.Add(labels)};
+                 &device_compute_.Add(labels, SecondsBuckets()), &device_link_bytes_.Add(labels),
+                 &device_turn_wait_.Add(labels, SecondsBuckets()),
+                 &device_reduce_.Add(labels, SecondsBuckets())};
   return devices_.emplace(rank, s).first->second;
 }
 
@@ -187,6 +200,8 @@ void DaemonMetrics::RecordStep(const engine::StepReport& report, double validati
     s.stall->Observe(f.stall_seconds);
     s.compute->Observe(f.compute_seconds);
     s.link_bytes->Increment(static_cast<double>(f.link_bytes));
+    s.turn_wait->Observe(f.turn_wait_seconds);
+    s.reduce->Observe(f.reduce_seconds);
   }
   // Whole-step stall also counts waits that are not weight copies, so clamp into [0, 1].
   overlap_ratio_.Set(
@@ -234,6 +249,8 @@ void DaemonMetrics::EndJob() {
     device_stall_.Remove(s.stall);
     device_compute_.Remove(s.compute);
     device_link_bytes_.Remove(s.link_bytes);
+    device_turn_wait_.Remove(s.turn_wait);
+    device_reduce_.Remove(s.reduce);
   }
   devices_.clear();
   for (prometheus::Gauge* g : block_modes_) activation_block_mode_.Remove(g);

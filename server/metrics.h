@@ -48,6 +48,8 @@ class DaemonMetrics {
     prometheus::Histogram* stall;
     prometheus::Histogram* compute;
     prometheus::Counter* link_bytes;
+    prometheus::Histogram* turn_wait;
+    prometheus::Histogram* reduce;
   };
   DeviceSeries& DeviceRank(int rank);
 
@@ -61,6 +63,8 @@ class DaemonMetrics {
   prometheus::Family<prometheus::Histogram>& device_stall_;
   prometheus::Family<prometheus::Histogram>& device_compute_;
   prometheus::Family<prometheus::Counter>& device_link_bytes_;
+  prometheus::Family<prometheus::Histogram>& device_turn_wait_;
+  prometheus::Family<prometheus::Histogram>& device_reduce_;
   prometheus::Gauge& overlap_ratio_;
   prometheus::Gauge& tokens_per_second_;
   prometheus::Gauge& loss_;

@@ -86,6 +86,17 @@ state_is "$one" SUCCEEDED || fail "devices=1 job ended $(job_state "$one")"
 # per device, so the same bits again, through the same pause and resume.
 reduced=$(cli submit --spec="$(spec reduced 2 4 '{"gradient_reduction": "devices"}')") ||
   fail "submit devices=2 with gradient_reduction devices"
+await 120 "job $reduced to reach its hold at step 2" step_at_least "$reduced" 2
+exposition=$(curl -sf "http://127.0.0.1:$metrics_port/metrics") || fail "no /metrics"
+for rank in 0 1; do
+  grep -q "^megatrain_device_reduce_seconds_count{rank=\"$rank\"} [1-9]" <<< "$exposition" ||
+    fail "no megatrain_device_reduce_seconds for rank $rank in /metrics"
+  grep -q "^megatrain_device_turn_wait_seconds_count{rank=\"$rank\"} [1-9]" <<< "$exposition" ||
+    fail "no megatrain_device_turn_wait_seconds for rank $rank in /metrics"
+done
+# Every step of both devices went through reduce-scatters (their time is above 0).
+grep -q '^megatrain_device_reduce_seconds_sum{rank="1"} 0$' <<< "$exposition" &&
+  fail "rank 1 spent no time in reduce-scatters"
 finish_through_hold "$reduced"
 timeout 600 "$MEGATRAIN" --socket="$SOCKET" watch "$reduced" > /dev/null ||
   fail "watch of the reduce-scatter job"
