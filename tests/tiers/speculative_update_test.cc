@@ -205,15 +205,23 @@ TEST(SpeculativeUpdateTest, ClippingOnSomeStepsCommitsTheOthersAndDiscardsThose)
   ExpectBitwise(normal, speculative);
 }
 
-// Two devices (one micro-batch each): the last micro-batch's gradients are final once its turn
-// has landed, after the other device's; both commits and discards match one device without it.
-TEST(SpeculativeUpdateTest, TwoDevicesSpeculateBitwiseLikeOneDeviceWithout) {
-  const std::string dir = FreshDir("speculative_two_devices");
+// Two devices (one micro-batch each) with speculation, against one device without: both commits
+// and discards (a clip between the unclipped steps' norms) and every bit match. `reduction`:
+// where the devices' gradients meet; `later_latency_us`: device 1's copies come that late.
+void ExpectTwoDevicesSpeculateLikeOne(const std::string& name, GradientReduction reduction,
+                                      double later_latency_us) {
+  const std::string dir = FreshDir(name);
   if (dir.empty()) GTEST_SKIP() << "no O_DIRECT scratch directory";
   const double clip = ClipBetweenUnclippedNorms(dir);
   ASSERT_GT(clip, 0.0);
   const TrainedRun normal = Train(MasterOnNvme(dir, clip, false), 5);
-  const TrainedRun two = Train(MasterOnNvme(dir, clip, true), 5, nullptr, /*devices=*/2);
+  TrainerOptions o = MasterOnNvme(dir, clip, true);
+  o.gradient_reduction = reduction;
+  if (reduction == GradientReduction::kDevices) {
+    o.executor.gradient_accumulation = GradientAccumulation::kAuto;
+  }
+  const TrainedRun two =
+      Train(o, 5, nullptr, /*devices=*/2, /*micro_batches=*/2, later_latency_us);
   ASSERT_EQ(two.reports.size(), 5u);
   int committed = 0, discarded = 0;
   for (const StepReport& r : two.reports) {
@@ -225,31 +233,19 @@ TEST(SpeculativeUpdateTest, TwoDevicesSpeculateBitwiseLikeOneDeviceWithout) {
   ExpectBitwise(normal, two);
 }
 
+// The last micro-batch's gradients are final once its turn has landed, after the other
+// device's.
+TEST(SpeculativeUpdateTest, TwoDevicesSpeculateBitwiseLikeOneDeviceWithout) {
+  ExpectTwoDevicesSpeculateLikeOne("speculative_two_devices", GradientReduction::kHost, 0);
+}
+
 // Devices that reduce-scatter their sums (gradient_reduction=devices): an entry is final once
 // every device's shard has landed, which the step learns from each device's last micro-batch.
-// One micro-batch per device: bitwise one device's accumulation, so one device without
-// speculation is the reference. Device 1's copies come 20 ms late, so an entry taken as final at
-// device 0's shard alone would be read without device 1's.
+// One micro-batch per device is bitwise one device's accumulation. Device 1's copies come 20 ms
+// late, so an entry taken as final at device 0's shard alone would be read without device 1's.
 TEST(SpeculativeUpdateTest, TwoDevicesReducingOnTheDevicesSpeculateBitwiseLikeOneDeviceWithout) {
-  const std::string dir = FreshDir("speculative_two_devices_reduced");
-  if (dir.empty()) GTEST_SKIP() << "no O_DIRECT scratch directory";
-  const double clip = ClipBetweenUnclippedNorms(dir);
-  ASSERT_GT(clip, 0.0);
-  const TrainedRun normal = Train(MasterOnNvme(dir, clip, false), 5);
-  TrainerOptions reduced = MasterOnNvme(dir, clip, true);
-  reduced.gradient_reduction = GradientReduction::kDevices;
-  reduced.executor.gradient_accumulation = GradientAccumulation::kAuto;
-  const TrainedRun two = Train(reduced, 5, nullptr, /*devices=*/2, /*micro_batches=*/2,
-                               /*later_latency_us=*/20000);
-  ASSERT_EQ(two.reports.size(), 5u);
-  int committed = 0, discarded = 0;
-  for (const StepReport& r : two.reports) {
-    EXPECT_EQ(r.speculation_committed, r.clip_coefficient == 1.0) << r.step;
-    (r.speculation_committed ? committed : discarded) += 1;
-  }
-  EXPECT_GT(committed, 0) << "clip " << clip;
-  EXPECT_GT(discarded, 0) << "clip " << clip;
-  ExpectBitwise(normal, two);
+  ExpectTwoDevicesSpeculateLikeOne("speculative_two_devices_reduced",
+                                   GradientReduction::kDevices, 20000);
 }
 
 TEST(SpeculativeUpdateTest, ASpeculationThatCannotCommitStopsEarly) {
