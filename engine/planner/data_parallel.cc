@@ -42,12 +42,23 @@ absl::Status CheckShape(const HardwareProfile& hw, const DataParallelShape& shap
   return absl::OkStatus();
 }
 
+// Whether a node's devices reduce-scatter (ReduceOnDevices' auto rule on a GPU): an untied
+// embedding, gradients in RAM, and each device's micro-batches summed on the device (or one each,
+// nothing to sum). Otherwise the devices take turns on the host's slabs.
+bool DevicesReduceScatter(const PlanResult& one, const HardwareProfile& hw) {
+  return !hw.cpu_device && !one.tied_embeddings &&
+         one.placement.tier(tiers::BufferKind::kGrad) != tiers::Tier::kNvme &&
+         (one.executor.gradient_accumulation == GradientAccumulation::kDevice ||
+          one.work.micro_batches <= 1);
+}
+
 DataParallelPrediction Predict(const PlanResult& one, const HardwareProfile& hw,
                                const DataParallelShape& shape) {
   const double n = shape.devices_per_node;
   const double m = shape.nodes;
   DataParallelPrediction p;
   p.shape = shape;
+  p.reduce_scatter = DevicesReduceScatter(one, hw);
 
   // The per-device work: 1/N of every reducible gradient leaves over the link (and reaches the
   // host add and the NVMe gradients); the node's share of the optimizer is 1/M.
@@ -56,7 +67,8 @@ DataParallelPrediction Predict(const PlanResult& one, const HardwareProfile& hw,
   if (m > 1) w.speculative_update = false;
   double aggregate_nvme_read = 0, aggregate_nvme_written = 0;
   for (OpWork& o : w.ops) {
-    if (o.gradient_bytes > 0 && n > 1) {
+    // Turns: each device copies out its whole gradient and the host adds every device's.
+    if (o.gradient_bytes > 0 && n > 1 && p.reduce_scatter) {
       const double sent = o.gradient_bytes * (n - 1) / n;
       p.reduce_bytes_per_device += sent;
       o.reduce_seconds = Seconds(sent, hw.peer_gbps);
@@ -180,11 +192,15 @@ absl::StatusOr<std::vector<DataParallelPrediction>> PredictScaling(
 }
 
 std::string ScalingTable(const std::vector<DataParallelPrediction>& rows) {
-  std::string out =
-      "data parallel (per device: the micro-batch and accumulation above; reduce-scatter among "
-      "a node's devices, ZeRO-1 across nodes)\n"
+  const bool turns = !rows.empty() && !rows.front().reduce_scatter;
+  std::string out = absl::StrCat(
+      "data parallel (per device: the micro-batch and accumulation above; ",
+      turns ? "a node's devices take turns on the host's gradients (tied embedding, gradients on "
+              "NVMe or sums on the host: no reduce-scatter)"
+            : "reduce-scatter among a node's devices",
+      ", ZeRO-1 across nodes)\n",
       "devices nodes  tokens/step     step s    tokens/s  model TFLOP/s  efficiency  "
-      "bottleneck      link in/out GB  reduce GB  host mem GB  network GB\n";
+      "bottleneck      link in/out GB  reduce GB  host mem GB  network GB\n");
   for (const DataParallelPrediction& p : rows) {
     absl::StrAppend(
         &out, absl::StrFormat("%7d %5d %12.0f %10.3f %11.0f %14.1f %10.3f  %-15s %7.1f/%-7.1f "
@@ -202,6 +218,7 @@ std::string ScalingJson(const std::vector<DataParallelPrediction>& rows) {
   nlohmann::json j = nlohmann::json::array();
   for (const DataParallelPrediction& p : rows) {
     j.push_back({{"devices", p.shape.devices()},
+                 {"within_node", p.reduce_scatter ? "reduce-scatter" : "host turns"},
                  {"devices_per_node", p.shape.devices_per_node},
                  {"nodes", p.shape.nodes},
                  {"tokens_per_step", p.tokens_per_step},

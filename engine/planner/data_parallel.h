@@ -31,6 +31,11 @@ struct DataParallelShape {
 
 struct DataParallelPrediction {
   DataParallelShape shape;
+  // Within a node: the devices reduce-scatter their gradients (gradient_reduction=devices, what
+  // auto picks on GPUs), or, where that cannot run (a tied embedding, gradients on NVMe, sums
+  // that stay on the host over several micro-batches), their whole gradients meet in the host's
+  // turns.
+  bool reduce_scatter = true;
   // Bytes per optimizer step.
   double link_in_bytes_per_device = 0;    // host to device: weights, checkpoints, activations
   double link_out_bytes_per_device = 0;   // device to host: 1/N of the gradients, checkpoints

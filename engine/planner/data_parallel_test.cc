@@ -75,6 +75,31 @@ TEST(DataParallelTest, BytesOverEachLinkAreTheHandComputedOnes) {
   EXPECT_EQ(two_nodes.tokens_per_step, 16.0 * 2 * 512);
 }
 
+// Where the devices cannot reduce-scatter (a tied embedding; sums kept on the host over several
+// micro-batches), their whole gradients meet in the host's turns: nothing goes to the peers, each
+// link carries one device's copy-outs, and the table says so.
+TEST(DataParallelTest, DevicesThatCannotReduceScatterTakeTurnsOnTheHost) {
+  const HardwareProfile hw = Gpu("h100-sxm");
+  PlanInputs in;
+  in.micro_batch = 2;
+  in.seq = 512;
+  const PlanResult tied = PlanOf("qwen2.5-0.5b", in, hw);
+  ASSERT_TRUE(tied.tied_embeddings);
+  in.grad_accumulation = 2;
+  in.gradient_accumulation = GradientAccumulation::kHost;
+  const PlanResult host_sums = PlanOf("llama-2-7b", in, hw);
+  for (const PlanResult* one : {&tied, &host_sums}) {
+    const DataParallelPrediction alone = Predict(*one, hw, 1);
+    const DataParallelPrediction four = Predict(*one, hw, 4);
+    EXPECT_FALSE(four.reduce_scatter);
+    EXPECT_EQ(four.reduce_bytes_per_device, 0);
+    EXPECT_EQ(four.link_out_bytes_per_device, alone.link_out_bytes_per_device);
+    EXPECT_NE(ScalingTable({four}).find("take turns on the host's gradients"), std::string::npos);
+  }
+  in.gradient_accumulation = GradientAccumulation::kDevice;
+  EXPECT_TRUE(Predict(PlanOf("llama-2-7b", in, hw), hw, 4).reduce_scatter);
+}
+
 TEST(DataParallelTest, OneDeviceIsThePlan) {
   const HardwareProfile hw = Gpu("h100-pcie");
   PlanInputs in;
@@ -101,7 +126,8 @@ TEST(DataParallelTest, EfficiencyFallsAndStaysAtMostOneWhenThePeerLinkLimits) {
   PlanInputs in;
   in.micro_batch = 4;
   in.seq = 1024;
-  const PlanResult one = PlanOf("qwen2.5-1.5b", in, hw);
+  // Untied: the devices reduce-scatter (a tied embedding keeps them on the host's turns).
+  const PlanResult one = PlanOf("qwen2.5-7b", in, hw);
   double previous = 1.0;
   for (int n : {2, 4, 8}) {
     const DataParallelPrediction p = Predict(one, hw, n);
@@ -143,6 +169,8 @@ TEST(DataParallelTest, EachSharedResourceIsNamedWhereItBinds) {
   nvme.budgets.nvme_dir = "/nvme";
   nvme.budgets.nvme_bytes = uint64_t{1} << 40;
   nvme.states_on_nvme = true;
+  // The sums on the device and reduce-scattered: the host carries 1/N of the gradients.
+  nvme.gradient_accumulation = GradientAccumulation::kAuto;
   EXPECT_EQ(Predict(PlanOf("qwen2.5-7b", nvme, sxm), sxm, 4).bottleneck, "nvme");
 }
 

@@ -95,6 +95,7 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
   PlanResult r;
   r.hardware = hw.name;
   r.parameters = layout->parameter_count();
+  r.tied_embeddings = layout->tied_embeddings();
   r.padded_elements = layout->padded_element_count();
 
   // Tiers: the same EntryBytes the Trainer hands to PlanPlacement.

@@ -78,6 +78,7 @@ struct PlanResult {
   std::string hardware;
   int64_t parameters = 0;
   int64_t padded_elements = 0;
+  bool tied_embeddings = false;
   tiers::Placement placement;     // bytes per tier per buffer kind
   ExecutorOptions executor;       // executor.weight_ring_bytes > 0: fragment mode
   int weight_slots = 0;           // 0 in fragment mode

@@ -217,6 +217,7 @@ StepWork BuildStepWork(const ExecutorGeometry& g, const ExecutorOptions& options
     }
   }
   w.tokens = n * micro_batches;
+  w.micro_batches = micro_batches;
   w.weight_slots = std::max(2, weight_slots);
   w.weight_ring_bytes = static_cast<double>(options.weight_ring_bytes);
   w.parameters = flop_parameters;

@@ -88,6 +88,7 @@ struct StepWork {
   double model_flops = 0;     // 6 * P_flop * tokens + causal attention (see docs/planning.md)
   double hardware_flops = 0;  // everything the schedule runs, recompute included
   double tokens = 0;
+  int micro_batches = 1;         // of the step
   int weight_slots = 2;          // a copy may run this many copies ahead of the compute reading it
   double weight_ring_bytes = 0;  // > 0: fragment mode through a ring of this size
   // The optimizer pass runs during the last micro-batch's backward (protocol point 6).
