@@ -45,8 +45,8 @@ NcclDeviceReduction::~NcclDeviceReduction() {
   (void)NcclClose(absl::MakeSpan(all));
 }
 
-absl::Status NcclDeviceReduction::EnqueueReduceScatter(int rank, Stream& stream, float* buffer,
-                                                       size_t shard_elements,
+absl::Status NcclDeviceReduction::EnqueueReduceScatter(int rank, Stream& stream, const float* send,
+                                                       float* recv, size_t shard_elements,
                                                        const TimelineTag& tag) {
   if (rank < 0 || rank >= world()) {
     return absl::InvalidArgumentError(
@@ -61,11 +61,8 @@ absl::Status NcclDeviceReduction::EnqueueReduceScatter(int rank, Stream& stream,
   }
   absl::MutexLock lock(rank_mu_[static_cast<size_t>(rank)].get());
   NcclCommunicator& comm = ranks_[static_cast<size_t>(rank)];
-  // In place: the shard NCCL writes is the rank's own range of the buffer it reads.
-  return cuda->EnqueueTimed(tag, [&](cudaStream_t s) {
-    return comm.ReduceScatterSum(buffer, buffer + static_cast<size_t>(rank) * shard_elements,
-                                 shard_elements, s);
-  });
+  return cuda->EnqueueTimed(
+      tag, [&](cudaStream_t s) { return comm.ReduceScatterSum(send, recv, shard_elements, s); });
 }
 
 void NcclDeviceReduction::Abort() {

@@ -1,10 +1,10 @@
 // NcclDeviceReduction: DeviceReduction among the CUDA devices of one process over NCCL, one
 // communicator per device (ncclCommInitAll's world), each driven by its device's lane thread.
 //
-// The reduce-scatter is NCCL's in-place one on the executor's copy_out stream: sums in NCCL's
-// order (docs/scale_out.md "What is not bitwise"), within fp32 rounding of one device's
-// accumulation, repeatable run to run. A failed step aborts the communicators (so no device is
-// left in a collective its peer never joins); the next step's Reset makes fresh ones.
+// The reduce-scatter is NCCL's (in place, or into a shard buffer) on the executor's copy_out
+// stream: sums in NCCL's order (docs/scale_out.md "What is not bitwise"), within fp32 rounding of
+// one device's accumulation, repeatable run to run. A failed step aborts the communicators (so no
+// device is left in a collective its peer never joins); the next step's Reset makes fresh ones.
 #pragma once
 
 #include <memory>
@@ -29,8 +29,8 @@ class NcclDeviceReduction final : public DeviceReduction {
 
   int world() const override { return static_cast<int>(ordinals_.size()); }
   std::string_view order() const override { return "nccl"; }
-  absl::Status EnqueueReduceScatter(int rank, Stream& stream, float* buffer, size_t shard_elements,
-                                    const TimelineTag& tag) override;
+  absl::Status EnqueueReduceScatter(int rank, Stream& stream, const float* send, float* recv,
+                                    size_t shard_elements, const TimelineTag& tag) override;
   void Abort() override;
   void Reset() override;
 

@@ -103,10 +103,10 @@ TEST(NcclDeviceReductionTest, EachLaneGetsItsShardOfTheSumInPlace) {
         threads.emplace_back([&, r] {
           enqueued[r] = lanes[r].device->MakeCurrent();
           if (!enqueued[r].ok()) return;
-          enqueued[r] =
-              (*reduction)
-                  ->EnqueueReduceScatter(r, *lanes[r].copy_out, sums[r].data_as<float>(), shard,
-                                         {SpanKind::kCopyOut, "reduce-scatter", -1});
+          enqueued[r] = (*reduction)
+                            ->EnqueueReduceScatter(r, *lanes[r].copy_out, sums[r].data_as<float>(),
+                                                   sums[r].data_as<float>() + r * shard, shard,
+                                                   {SpanKind::kCopyOut, "reduce-scatter", -1});
         });
       }
       for (std::thread& t : threads) t.join();
@@ -147,7 +147,8 @@ TEST(NcclDeviceReductionTest, AbortReleasesARankAloneAndResetMakesFreshCommunica
   // thread must let rank 0's stream drain well before the collective timeout.
   ASSERT_TRUE(lanes[0].device->MakeCurrent().ok());
   (void)(*reduction)
-      ->EnqueueReduceScatter(0, *lanes[0].copy_out, sums[0].data_as<float>(), shard, {});
+      ->EnqueueReduceScatter(0, *lanes[0].copy_out, sums[0].data_as<float>(),
+                             sums[0].data_as<float>(), shard, {});
   std::thread aborter([&] { (*reduction)->Abort(); });
   aborter.join();
   (void)lanes[0].copy_out->Synchronize();  // drains (its error, if any, is the step's)
@@ -158,9 +159,9 @@ TEST(NcclDeviceReductionTest, AbortReleasesARankAloneAndResetMakesFreshCommunica
     threads.emplace_back([&, r] {
       enqueued[r] = lanes[r].device->MakeCurrent();
       if (enqueued[r].ok()) {
-        enqueued[r] =
-            (*reduction)
-                ->EnqueueReduceScatter(r, *lanes[r].copy_out, sums[r].data_as<float>(), shard, {});
+        enqueued[r] = (*reduction)
+                          ->EnqueueReduceScatter(r, *lanes[r].copy_out, sums[r].data_as<float>(),
+                                                 sums[r].data_as<float>() + r * shard, shard, {});
       }
     });
   }

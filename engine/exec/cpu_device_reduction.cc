@@ -14,16 +14,17 @@ CpuDeviceReduction::CpuDeviceReduction(int world)
   if (world < 1) internal::DieBecause("CpuDeviceReduction needs a world of at least one rank");
 }
 
-absl::Status CpuDeviceReduction::EnqueueReduceScatter(int rank, Stream& stream, float* buffer,
-                                                      size_t shard_elements,
+absl::Status CpuDeviceReduction::EnqueueReduceScatter(int rank, Stream& stream, const float* send,
+                                                      float* recv, size_t shard_elements,
                                                       const TimelineTag& tag) {
   if (rank < 0 || rank >= world_) {
     return absl::InvalidArgumentError(
         absl::StrCat("reduce-scatter: rank=", rank, " is outside the world of ", world_));
   }
-  if (buffer == nullptr && shard_elements > 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "reduce-scatter: rank ", rank, "'s buffer is null for shard_elements=", shard_elements));
+  if ((send == nullptr || recv == nullptr) && shard_elements > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reduce-scatter: rank ", rank,
+                     "'s send or recv is null for shard_elements=", shard_elements));
   }
   uint64_t index = 0;
   {
@@ -31,21 +32,21 @@ absl::Status CpuDeviceReduction::EnqueueReduceScatter(int rank, Stream& stream, 
     index = enqueued_[static_cast<size_t>(rank)]++;
   }
   stream.EnqueueFallibleHostTask(
-      [this, rank, index, buffer, shard_elements] {
-        return Run(rank, index, buffer, shard_elements);
+      [this, rank, index, send, recv, shard_elements] {
+        return Run(rank, index, send, recv, shard_elements);
       },
       tag);
   return absl::OkStatus();
 }
 
-absl::Status CpuDeviceReduction::Run(int rank, uint64_t index, float* buffer,
+absl::Status CpuDeviceReduction::Run(int rank, uint64_t index, const float* send, float* recv,
                                      size_t shard_elements) {
-  std::vector<float*> buffers;
+  std::vector<const float*> sends;
   {
     absl::MutexLock lock(&mu_);
     Call& call = calls_[index];
-    if (call.buffers.empty()) {
-      call.buffers.assign(static_cast<size_t>(world_), nullptr);
+    if (call.sends.empty()) {
+      call.sends.assign(static_cast<size_t>(world_), nullptr);
       call.shard_elements = shard_elements;
     } else if (call.shard_elements != shard_elements && out_of_step_.ok()) {
       // The ranks' calls are out of step (a programmer error): fail every rank, not just this.
@@ -53,7 +54,7 @@ absl::Status CpuDeviceReduction::Run(int rank, uint64_t index, float* buffer,
           "reduce-scatter ", index, ": rank ", rank, " has shard_elements=", shard_elements,
           " but another rank ", call.shard_elements, " (the ranks' calls are out of step)"));
     }
-    call.buffers[static_cast<size_t>(rank)] = buffer;
+    call.sends[static_cast<size_t>(rank)] = send;
     ++call.posted;
     auto everyone_posted = [this, &call]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return call.posted == world_ || aborted_ || !out_of_step_.ok();
@@ -61,22 +62,21 @@ absl::Status CpuDeviceReduction::Run(int rank, uint64_t index, float* buffer,
     mu_.Await(absl::Condition(&everyone_posted));
     if (!out_of_step_.ok()) return out_of_step_;
     if (aborted_) return absl::OkStatus();
-    buffers = call.buffers;
+    sends = call.sends;
   }
-  // Rank r writes only [r * shard, (r + 1) * shard) of its own buffer, which no other rank
-  // reads: the ranks' sums run in parallel without a race.
+  // Rank r writes only its recv, which no other rank reads (in place, its own range of its send):
+  // the ranks' sums run in parallel without a race.
   const size_t begin = static_cast<size_t>(rank) * shard_elements;
-  const size_t end = begin + shard_elements;
-  for (size_t j = begin; j < end; ++j) {
-    float sum = buffers[0][j];
-    for (size_t r = 1; r < buffers.size(); ++r) sum += buffers[r][j];
-    buffer[j] = sum;
+  for (size_t j = 0; j < shard_elements; ++j) {
+    float sum = sends[0][begin + j];
+    for (size_t r = 1; r < sends.size(); ++r) sum += sends[r][begin + j];
+    recv[j] = sum;
   }
   absl::MutexLock lock(&mu_);
   Call& call = calls_[index];
   ++call.finished;
-  // The others may still read this rank's buffer: its stream goes on (and may overwrite it)
-  // only once every rank has summed its shard.
+  // The others may still read this rank's send: its stream goes on (and may overwrite it) only
+  // once every rank has summed its shard.
   auto everyone_finished = [this, &call]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return call.finished == world_ || aborted_ || !out_of_step_.ok();
   };

@@ -1,7 +1,7 @@
 // CpuDeviceReduction: DeviceReduction among the CPU devices of one process, summing in rank
 // order on each device's own stream thread.
 //
-// Each rank's host task waits until every rank has posted its buffer for the same call, adds
+// Each rank's host task waits until every rank has posted its send buffer for the same call, adds
 // its shard over the ranks in rank order (rank 0's value, + rank 1's, + ...: the adds one device
 // makes when it sums the same micro-batches in that order, so a step of one micro-batch per
 // device gives one device's accumulation bit for bit), then waits until every rank is done
@@ -26,21 +26,21 @@ class CpuDeviceReduction final : public DeviceReduction {
 
   int world() const override { return world_; }
   std::string_view order() const override { return "rank order"; }
-  absl::Status EnqueueReduceScatter(int rank, Stream& stream, float* buffer, size_t shard_elements,
-                                    const TimelineTag& tag) override;
+  absl::Status EnqueueReduceScatter(int rank, Stream& stream, const float* send, float* recv,
+                                    size_t shard_elements, const TimelineTag& tag) override;
   void Abort() override;
   void Reset() override;
 
  private:
   // One reduce-scatter, matched across ranks by its index in each rank's sequence of calls.
   struct Call {
-    std::vector<float*> buffers;
+    std::vector<const float*> sends;
     size_t shard_elements = 0;
     int posted = 0;
     int finished = 0;
     int left = 0;
   };
-  absl::Status Run(int rank, uint64_t index, float* buffer, size_t shard_elements);
+  absl::Status Run(int rank, uint64_t index, const float* send, float* recv, size_t shard_elements);
 
   const int world_;
   absl::Mutex mu_;

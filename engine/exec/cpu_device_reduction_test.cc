@@ -59,7 +59,8 @@ TEST_P(CpuDeviceReductionTest, EveryShardIsTheRankOrderedSumBitForBit) {
     const std::vector<std::vector<float>> inputs = buffers;
     for (int r = 0; r < world; ++r) {
       ASSERT_TRUE(reduction
-                      .EnqueueReduceScatter(r, *ranks[r].stream, buffers[r].data(), shard,
+                      .EnqueueReduceScatter(r, *ranks[r].stream, buffers[r].data(),
+                                            buffers[r].data() + r * shard, shard,
                                             {SpanKind::kCopyOut, "reduce-scatter", -1})
                       .ok());
     }
@@ -80,7 +81,9 @@ TEST(CpuDeviceReduction, AbortFreesARankWaitingForAPeerThatNeverCalls) {
   std::vector<Rank> ranks = MakeRanks(2);
   CpuDeviceReduction reduction(2);
   std::vector<float> buffer(8, 1.0f);
-  ASSERT_TRUE(reduction.EnqueueReduceScatter(0, *ranks[0].stream, buffer.data(), 4, {}).ok());
+  ASSERT_TRUE(
+      reduction.EnqueueReduceScatter(0, *ranks[0].stream, buffer.data(), buffer.data(), 4, {})
+          .ok());
   // Rank 1 never calls: its micro-batch failed. Abort from another thread, as its lane does.
   std::thread aborter([&] { reduction.Abort(); });
   const absl::Status waited = ranks[0].stream->Synchronize();
@@ -92,8 +95,12 @@ TEST(CpuDeviceReduction, AbortFreesARankWaitingForAPeerThatNeverCalls) {
   // The next step starts afresh on the same streams.
   reduction.Reset();
   std::vector<float> other(8, 2.0f);
-  ASSERT_TRUE(reduction.EnqueueReduceScatter(0, *ranks[0].stream, buffer.data(), 4, {}).ok());
-  ASSERT_TRUE(reduction.EnqueueReduceScatter(1, *ranks[1].stream, other.data(), 4, {}).ok());
+  ASSERT_TRUE(
+      reduction.EnqueueReduceScatter(0, *ranks[0].stream, buffer.data(), buffer.data(), 4, {})
+          .ok());
+  ASSERT_TRUE(
+      reduction.EnqueueReduceScatter(1, *ranks[1].stream, other.data(), other.data() + 4, 4, {})
+          .ok());
   ASSERT_TRUE(ranks[0].stream->Synchronize().ok());
   ASSERT_TRUE(ranks[1].stream->Synchronize().ok());
   EXPECT_EQ(buffer[0], 3.0f);
@@ -104,8 +111,9 @@ TEST(CpuDeviceReduction, RanksOutOfStepFailEveryRankNamingTheSizes) {
   std::vector<Rank> ranks = MakeRanks(2);
   CpuDeviceReduction reduction(2);
   std::vector<float> a(8), b(10);
-  ASSERT_TRUE(reduction.EnqueueReduceScatter(0, *ranks[0].stream, a.data(), 4, {}).ok());
-  ASSERT_TRUE(reduction.EnqueueReduceScatter(1, *ranks[1].stream, b.data(), 5, {}).ok());
+  ASSERT_TRUE(reduction.EnqueueReduceScatter(0, *ranks[0].stream, a.data(), a.data(), 4, {}).ok());
+  ASSERT_TRUE(
+      reduction.EnqueueReduceScatter(1, *ranks[1].stream, b.data(), b.data() + 5, 5, {}).ok());
   const absl::Status s0 = ranks[0].stream->Synchronize();
   const absl::Status s1 = ranks[1].stream->Synchronize();
   EXPECT_EQ(s0.code(), absl::StatusCode::kInternal) << s0;
@@ -117,10 +125,10 @@ TEST(CpuDeviceReduction, RefusesARankOutsideTheWorldAndANullBuffer) {
   std::vector<Rank> ranks = MakeRanks(1);
   CpuDeviceReduction reduction(2);
   float x[4];
-  const absl::Status outside = reduction.EnqueueReduceScatter(2, *ranks[0].stream, x, 2, {});
+  const absl::Status outside = reduction.EnqueueReduceScatter(2, *ranks[0].stream, x, x, 2, {});
   EXPECT_EQ(outside.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(outside.message().find("rank=2"), std::string_view::npos) << outside;
-  const absl::Status null = reduction.EnqueueReduceScatter(0, *ranks[0].stream, nullptr, 2, {});
+  const absl::Status null = reduction.EnqueueReduceScatter(0, *ranks[0].stream, nullptr, x, 2, {});
   EXPECT_EQ(null.code(), absl::StatusCode::kInvalidArgument) << null;
 }
 

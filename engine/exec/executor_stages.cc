@@ -149,7 +149,8 @@ absl::StatusOr<size_t> StreamingExecutor::Impl::EnqueueReducedShardOut(int e,
   // reduce-scatter of the micro-batch. (A tied embedding, whose LM-head part would wait for a
   // turn before them, is refused.) So the ranks never wait on each other in a circle.
   MT_RETURN_IF_ERROR(reduction.EnqueueReduceScatter(
-      rank, *copy_out, sums, shard, {SpanKind::kCopyOut, kReduceScatterLabel, tag.layer}));
+      rank, *copy_out, sums, sums + static_cast<size_t>(rank) * shard, shard,
+      {SpanKind::kCopyOut, kReduceScatterLabel, tag.layer}));
   const size_t begin = std::min(n, static_cast<size_t>(rank) * shard);
   const size_t end = std::min(n, begin + shard);
   // Disjoint ranges per device, each written once a step: no turns, and the first write of the
