@@ -227,8 +227,8 @@ absl::Status ValidateExecutor(const v1::ExecutorOptions& e, ValidatedJob& job) {
     absl::StatusOr<engine::GradientReduction> reduction = engine::ParseGradientReduction(name);
     if (!reduction.ok()) {
       return Invalid("executor.gradient_reduction",
-                     absl::StrCat("'", name.substr(0, 64), "' is not \"host\", \"devices\" "
-                                  "or \"auto\""));
+                     absl::StrCat("'", name.substr(0, 64), "' is not \"host\", \"devices\", "
+                                  "\"device_shards\" or \"auto\""));
     }
     job.options.trainer.gradient_reduction = *reduction;
   }

@@ -77,6 +77,33 @@ TEST_P(CpuDeviceReductionTest, EveryShardIsTheRankOrderedSumBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Worlds, CpuDeviceReductionTest, ::testing::Values(1, 2, 3));
 
+// Into a buffer of the rank's shard (a later micro-batch's, before it is added to the sums):
+// the same bits, and every send left as it was.
+TEST(CpuDeviceReduction, IntoAShardBufferLeavesTheSendsAlone) {
+  std::vector<Rank> ranks = MakeRanks(3);
+  CpuDeviceReduction reduction(3);
+  const size_t shard = 5;
+  std::vector<std::vector<float>> sends(3), recvs(3, std::vector<float>(shard, 0.0f));
+  for (int r = 0; r < 3; ++r) {
+    for (size_t j = 0; j < 3 * shard; ++j) sends[r].push_back(0.25f * (r + 1) + 0.001f * j);
+  }
+  const std::vector<std::vector<float>> inputs = sends;
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(
+        reduction
+            .EnqueueReduceScatter(r, *ranks[r].stream, sends[r].data(), recvs[r].data(), shard, {})
+            .ok());
+  }
+  for (Rank& rank : ranks) ASSERT_TRUE(rank.stream->Synchronize().ok());
+  EXPECT_EQ(sends, inputs);
+  for (int r = 0; r < 3; ++r) {
+    for (size_t j = 0; j < shard; ++j) {
+      const size_t i = r * shard + j;
+      EXPECT_EQ(Bits(recvs[r][j]), Bits((inputs[0][i] + inputs[1][i]) + inputs[2][i]));
+    }
+  }
+}
+
 TEST(CpuDeviceReduction, AbortFreesARankWaitingForAPeerThatNeverCalls) {
   std::vector<Rank> ranks = MakeRanks(2);
   CpuDeviceReduction reduction(2);

@@ -109,7 +109,8 @@ void StreamingExecutor::Impl::EnqueueTurnLanded(int e, int layer) {
 
 absl::Status StreamingExecutor::Impl::EnqueueDeviceSum(int e, const float* src, size_t first,
                                                        size_t count, const TimelineTag& tag) {
-  if (!SummedOnDevice(e)) return absl::OkStatus();
+  // Reduced every micro-batch, the shard is summed on copy_out (EnqueueShardReduction).
+  if (!SummedOnDevice(e) || ReducesEveryMicroBatch()) return absl::OkStatus();
   float* sum = gradient_sums[static_cast<size_t>(e)].data_as<float>() + first;
   const TimelineTag sum_tag{SpanKind::kCompute, "sum gradients", tag.layer};
   // The first contribution is copied, as the host's first is: 0 + g would turn -0.0 into +0.0.
@@ -122,6 +123,7 @@ absl::Status StreamingExecutor::Impl::EnqueueDeviceSum(int e, const float* src, 
 
 absl::StatusOr<size_t> StreamingExecutor::Impl::EnqueueContributionOut(
     int e, const float* src, size_t first, size_t count, bool overwrite, const TimelineTag& tag) {
+  if (SummedOnDevice(e) && ReducesEveryMicroBatch()) return EnqueueShardReduction(e, src, tag);
   if (SummedOnDevice(e)) {
     if (!sums_go_out) return 0;
     if (options.device_reduction != nullptr) {
@@ -159,9 +161,34 @@ absl::StatusOr<size_t> StreamingExecutor::Impl::EnqueueReducedShardOut(int e,
   return (end - begin) * sizeof(float);
 }
 
+absl::StatusOr<size_t> StreamingExecutor::Impl::EnqueueShardReduction(int e, const float* src,
+                                                                      const TimelineTag& tag) {
+  DeviceReduction& reduction = *options.device_reduction;
+  const int rank = options.reduction_rank;
+  const size_t n = store.spec(e).elements;
+  const size_t shard = ReductionShardElements(n, reduction.world());
+  float* sums = gradient_sums[static_cast<size_t>(e)].data_as<float>();
+  // The device's first micro-batch of the step lands in its shard's sum; later ones in the shard
+  // buffer, then added (the compute stream's next op waits for the gradient buffer, grad_free,
+  // until this has read it).
+  float* recv = sums_start ? sums : reduce_scratch.data_as<float>();
+  MT_RETURN_IF_ERROR(reduction.EnqueueReduceScatter(
+      rank, *copy_out, src, recv, shard, {SpanKind::kCopyOut, kReduceScatterLabel, tag.layer}));
+  if (!sums_start) {
+    MT_RETURN_IF_ERROR(backend->AccumulateGradients(
+        *copy_out, recv, shard, sums, {SpanKind::kCopyOut, "sum shard", tag.layer}));
+  }
+  if (!sums_go_out) return 0;
+  const size_t begin = std::min(n, static_cast<size_t>(rank) * shard);
+  const size_t end = std::min(n, begin + shard);
+  if (end > begin) EnqueueGradientRanges(e, sums, begin, end - begin, true, tag);
+  return (end - begin) * sizeof(float);
+}
+
 absl::Status StreamingExecutor::Impl::ZeroSumPadding() {
   const int world = ReductionWorld();
-  if (world == 1) return absl::OkStatus();
+  // Shard sums have no padding (the gradient buffers' is read, never copied out).
+  if (world == 1 || ReducesEveryMicroBatch()) return absl::OkStatus();
   size_t most = 0;
   for (size_t e = 0; e < gradient_sums.size(); ++e) {
     if (gradient_sums[e].data() == nullptr) continue;

@@ -32,8 +32,10 @@ absl::Status StreamingExecutor::Impl::Allocate(int num_slots) {
     slots.push_back(alloc(shape.slot_floats * sizes.weight_element_bytes, "weight slot"));
   }
   if (fragment_mode()) ring = alloc(options.weight_ring_bytes, "weight ring");
+  // A reduce-scatter of every micro-batch reads world shards: up to world - 1 floats past an entry.
+  const size_t grad_padding = ReducesEveryMicroBatch() ? static_cast<size_t>(ReductionWorld()) : 0;
   for (int i = 0; i < 2; ++i)
-    grads[i] = alloc(shape.grad_floats * sizeof(float), "gradient buffer");
+    grads[i] = alloc((shape.grad_floats + grad_padding) * sizeof(float), "gradient buffer");
   for (int i = 0; i < shape.activation_sets; ++i) {
     activation_sets.push_back(alloc(sizes.activation_set_bytes, "saved activations"));
   }
@@ -55,12 +57,15 @@ absl::Status StreamingExecutor::Impl::Allocate(int num_slots) {
   gradient_sums.resize(entry_elements.size());
   if (options.gradient_accumulation == GradientAccumulation::kDevice) {
     const std::vector<bool> summed = DeviceSummedEntries(schedule, entry_elements.size());
+    size_t largest = 0;
     for (size_t e = 0; e < summed.size(); ++e) {
       if (!summed[e]) continue;
-      gradient_sums[e] =
-          alloc(DeviceSumFloats(entry_elements[e], ReductionWorld()) * sizeof(float),
-                "gradient sum");
+      const size_t floats =
+          DeviceSumFloats(entry_elements[e], ReductionWorld(), ReducesEveryMicroBatch());
+      gradient_sums[e] = alloc(floats * sizeof(float), "gradient sum");
+      largest = std::max(largest, floats);
     }
+    if (ReducesEveryMicroBatch()) reduce_scratch = alloc(largest * sizeof(float), "shard buffer");
   }
   return first_error;
 }
@@ -133,6 +138,11 @@ absl::StatusOr<std::unique_ptr<StreamingExecutor>> StreamingExecutor::Create(
           "a device reduction reduce-scatters the devices' gradient sums: it needs "
           "gradient_accumulation=device, not ",
           std::string(GradientAccumulationName(given_options.gradient_accumulation))));
+    }
+    if (given_options.reduce_every_micro_batch && given_options.weight_ring_bytes > 0) {
+      return absl::InvalidArgumentError(
+          "reduce_every_micro_batch reduce-scatters whole entries from the gradient buffer; the "
+          "weight ring (weight_ring_bytes > 0) sends the LM head's in blocks");
     }
     if (layout.schedule.embedding_entry == layout.schedule.lm_head_entry) {
       // The LM head's part of a tied embedding goes out in turns, before the reduce-scatters on
@@ -292,6 +302,10 @@ StreamingExecutor::~StreamingExecutor() {
 
 GradientAccumulation StreamingExecutor::gradient_accumulation() const {
   return impl_->options.gradient_accumulation;
+}
+
+bool StreamingExecutor::reduces_every_micro_batch() const {
+  return impl_->ReducesEveryMicroBatch();
 }
 
 int StreamingExecutor::weight_slots() const { return impl_->slot_policy->num_slots(); }
@@ -507,8 +521,9 @@ absl::Status StreamingExecutor::Impl::EnqueueStageGradientsOut(const ScheduledOp
                                           {SpanKind::kCompute, DescribeOp(op), op.layer}));
   }
   // Summed on the device, the buffer is consumed by the compute stream's add: free it there, not
-  // behind copy_out (which may be waiting in a reduce-scatter for a slower peer).
-  if (all_summed) s.compute->RecordEvent(*s.grad_free[grad]);
+  // behind copy_out (which may be waiting in a reduce-scatter for a slower peer). Reduced every
+  // micro-batch, copy_out's reduce-scatter reads it.
+  if (all_summed && !s.ReducesEveryMicroBatch()) s.compute->RecordEvent(*s.grad_free[grad]);
   s.compute->RecordEvent(*s.grad_ready[grad]);
   s.copy_out->WaitEvent(*s.grad_ready[grad], {SpanKind::kWait, "gradients ready", op.layer});
   for (size_t i = 0; i < op.entries.size(); ++i) {
@@ -520,7 +535,7 @@ absl::Status StreamingExecutor::Impl::EnqueueStageGradientsOut(const ScheduledOp
     if (training && op.layer >= 0) s.traffic.copy_out_bytes += static_cast<double>(*sent);
     contributed[e] = true;
   }
-  if (!all_summed) s.copy_out->RecordEvent(*s.grad_free[grad]);
+  if (!all_summed || s.ReducesEveryMicroBatch()) s.copy_out->RecordEvent(*s.grad_free[grad]);
   s.copy_out->RecordEvent(*s.copy_out_done);
   return absl::OkStatus();
 }

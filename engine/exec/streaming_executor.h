@@ -155,6 +155,12 @@ struct ExecutorOptions {
   // devices' contributions in turns (MicroBatchTurns).
   DeviceReduction* device_reduction = nullptr;
   int reduction_rank = 0;
+  // With a device_reduction: every micro-batch's gradient of a summed entry is reduce-scattered
+  // among the devices as it leaves the backward (into a shard buffer, on copy_out), and each
+  // device keeps only the sum of its shard: 4/N bytes of device memory per summed parameter
+  // instead of 4 (for models whose whole sums do not fit), for N times the peer traffic. Whole-
+  // stage slots only (weight_ring_bytes = 0).
+  bool reduce_every_micro_batch = false;
 };
 
 // Where the executor finds each stage's weights in the ParameterStore.
@@ -171,7 +177,9 @@ struct DeviceMemoryPlan {
   size_t activations = 0;  // saved activation sets (the budget's, when set)
   size_t checkpoints = 0;  // device-resident activation checkpoints
   size_t scratch = 0;      // residual streams, backward scratch, head, attention, tokens
-  size_t gradient_sums = 0;  // GradientAccumulation::kDevice: the step's fp32 sums
+  // GradientAccumulation::kDevice: the step's fp32 sums (with reduce_every_micro_batch, this
+  // device's shards and the shard buffer a reduce-scatter lands in)
+  size_t gradient_sums = 0;
   int device_checkpoints = 0;  // how many checkpoints the `checkpoints` bytes hold
   int host_checkpoints = 0;    // the rest, in pinned host memory
   size_t total() const {
@@ -299,6 +307,8 @@ class StreamingExecutor {
   const DeviceMemoryPlan& plan() const { return plan_; }
   // kHost or kDevice: where this executor sums a step's gradients (kAuto resolved at Create).
   GradientAccumulation gradient_accumulation() const;
+  // With a device reduction: whether every micro-batch's gradients are reduce-scattered.
+  bool reduces_every_micro_batch() const;
   int weight_slots() const;  // 0 in fragment mode
   bool fragment_mode() const;
   // Fragment copies per RunMicroBatch (fragment mode; 0 otherwise).

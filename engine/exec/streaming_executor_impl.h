@@ -87,6 +87,7 @@ struct StreamingExecutor::Impl {
   // step: whether it sums on the device at all (a step of one micro-batch copies straight out),
   // starts the sums, and copies them out.
   std::vector<DeviceBuffer> gradient_sums;
+  DeviceBuffer reduce_scratch;  // reduce_every_micro_batch: where a later micro-batch's shard lands
   bool sums_on_device = false;
   bool sums_start = false;
   bool sums_go_out = true;
@@ -175,6 +176,12 @@ struct StreamingExecutor::Impl {
                                                 size_t count, bool overwrite,
                                                 const TimelineTag& tag);
   absl::StatusOr<size_t> EnqueueReducedShardOut(int e, const TimelineTag& tag);
+  // reduce_every_micro_batch: this micro-batch's gradient of entry e (at src in the gradient
+  // buffer) reduce-scattered into the device's shard sum, which the last micro-batch copies out.
+  absl::StatusOr<size_t> EnqueueShardReduction(int e, const float* src, const TimelineTag& tag);
+  bool ReducesEveryMicroBatch() const {
+    return options.device_reduction != nullptr && options.reduce_every_micro_batch;
+  }
   int ReductionWorld() const {
     return options.device_reduction != nullptr ? options.device_reduction->world() : 1;
   }

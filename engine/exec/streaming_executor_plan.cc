@@ -99,7 +99,12 @@ DeviceMemoryPlan StreamingExecutor::PlanDeviceMemory(const ModelDims& dims,
   } else {
     plan.weight_slots = weight_slots * Round256(p.slot_floats * sizes.weight_element_bytes);
   }
-  plan.gradient_buffers = 2 * Round256(p.grad_floats * sizeof(float));
+  // A reduce-scatter of every micro-batch reads world shards of an entry from the gradient
+  // buffer: up to world - 1 floats past its end.
+  const size_t padding = options.device_reduction != nullptr && options.reduce_every_micro_batch
+                             ? static_cast<size_t>(options.device_reduction->world())
+                             : 0;
+  plan.gradient_buffers = 2 * Round256((p.grad_floats + padding) * sizeof(float));
   const absl::StatusOr<int> sets = ActivationSetsFor(dims, given_layout, options, kind);
   plan.activations = (sets.ok() ? *sets : p.activation_sets) * Round256(sizes.activation_set_bytes);
   plan.checkpoints = p.device_checkpoints * x_bytes;
@@ -110,7 +115,8 @@ DeviceMemoryPlan StreamingExecutor::PlanDeviceMemory(const ModelDims& dims,
   if (options.gradient_accumulation == GradientAccumulation::kDevice) {
     plan.gradient_sums = DeviceSumBytes(
         schedule, entry_elements,
-        options.device_reduction != nullptr ? options.device_reduction->world() : 1);
+        options.device_reduction != nullptr ? options.device_reduction->world() : 1,
+        options.device_reduction != nullptr && options.reduce_every_micro_batch);
   }
   return plan;
 }

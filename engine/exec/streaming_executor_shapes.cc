@@ -79,19 +79,22 @@ std::vector<bool> DeviceSummedEntries(const std::vector<ScheduledOp>& schedule,
 
 namespace megatrain::engine::executor_internal {
 
-size_t DeviceSumFloats(size_t elements, int reduction_world) {
-  return ReductionShardElements(elements, reduction_world) * static_cast<size_t>(reduction_world);
+size_t DeviceSumFloats(size_t elements, int reduction_world, bool shards) {
+  const size_t shard = ReductionShardElements(elements, reduction_world);
+  return shards ? shard : shard * static_cast<size_t>(reduction_world);
 }
 
 size_t DeviceSumBytes(const std::vector<ScheduledOp>& schedule,
-                      absl::Span<const size_t> entry_elements, int reduction_world) {
+                      absl::Span<const size_t> entry_elements, int reduction_world, bool shards) {
   const std::vector<bool> summed = DeviceSummedEntries(schedule, entry_elements.size());
-  size_t bytes = 0;
+  size_t bytes = 0, largest = 0;
   for (size_t e = 0; e < summed.size(); ++e) {
     if (!summed[e]) continue;
-    bytes += Round256(DeviceSumFloats(entry_elements[e], reduction_world) * sizeof(float));
+    const size_t floats = DeviceSumFloats(entry_elements[e], reduction_world, shards);
+    bytes += Round256(floats * sizeof(float));
+    largest = std::max(largest, floats);
   }
-  return bytes;
+  return shards ? bytes + Round256(largest * sizeof(float)) : bytes;
 }
 
 size_t GradientFloats(const ModelDims& dims, absl::Span<const size_t> entry_elements,

@@ -39,9 +39,12 @@ ExecutorLayout WithOptions(ExecutorLayout layout, const ExecutorOptions& options
 // Device bytes of those sums (each entry's fp32 array, 256-byte aligned).
 // Floats of one entry's device sum: its elements padded to a multiple of the reduction's world
 // (1 without a DeviceReduction), as a reduce-scatter takes shard * world.
-size_t DeviceSumFloats(size_t elements, int reduction_world);
+// With reduce_every_micro_batch (`shards`): the device's shard of it, ceil(elements / world).
+size_t DeviceSumFloats(size_t elements, int reduction_world, bool shards = false);
+// Of every summed entry; with `shards` also the shard buffer (the largest shard).
 size_t DeviceSumBytes(const std::vector<ScheduledOp>& schedule,
-                      absl::Span<const size_t> entry_elements, int reduction_world);
+                      absl::Span<const size_t> entry_elements, int reduction_world,
+                      bool shards = false);
 
 struct PlanShape {
   size_t slot_floats = 0;

@@ -119,6 +119,12 @@ absl::StatusOr<MicroBatchesResult> RunMicroBatchesOnLanes(
           "a step of ", inputs.size(), " micro-batches on ", n,
           " devices: gradient_reduction=devices needs at least one micro-batch per device"));
     }
+    if (args.reduction != nullptr && args.reduce_every_micro_batch && inputs.size() % n != 0) {
+      // Every micro-batch's reduce-scatters are joined by every device.
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a step of ", inputs.size(), " micro-batches on ", n,
+          " devices: gradient_reduction=device_shards needs the same number on every device"));
+    }
     turns.Reset();
     if (args.reduction != nullptr) args.reduction->Reset();
     abort.turns = &turns;
@@ -211,6 +217,8 @@ std::string_view GradientReductionName(GradientReduction r) {
       return "host";
     case GradientReduction::kDevices:
       return "devices";
+    case GradientReduction::kDeviceShards:
+      return "device_shards";
     case GradientReduction::kAuto:
       return "auto";
   }
@@ -218,24 +226,30 @@ std::string_view GradientReductionName(GradientReduction r) {
 }
 
 absl::StatusOr<GradientReduction> ParseGradientReduction(std::string_view name) {
-  for (GradientReduction r :
-       {GradientReduction::kHost, GradientReduction::kDevices, GradientReduction::kAuto}) {
+  for (GradientReduction r : {GradientReduction::kHost, GradientReduction::kDevices,
+                              GradientReduction::kDeviceShards, GradientReduction::kAuto}) {
     if (name == GradientReductionName(r)) return r;
   }
-  return absl::InvalidArgumentError(absl::StrCat("gradient_reduction=\"", std::string(name),
-                                                 "\": must be host, devices or auto"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("gradient_reduction=\"", std::string(name),
+                   "\": must be host, devices, device_shards or auto"));
 }
 
-absl::StatusOr<bool> ReduceOnDevices(const GradientReductionInputs& in) {
-  if (in.devices <= 1 || in.asked == GradientReduction::kHost) return false;
+absl::StatusOr<GradientReduction> ReduceOnDevices(const GradientReductionInputs& in) {
+  if (in.devices <= 1 || in.asked == GradientReduction::kHost) return GradientReduction::kHost;
   if (in.asked == GradientReduction::kAuto) {
-    return in.kind == DeviceKind::kCuda && in.accumulation != GradientAccumulation::kHost &&
-           !in.tied_embeddings && !in.grad_on_nvme && in.sums_fit;
+    if (in.kind != DeviceKind::kCuda || in.accumulation == GradientAccumulation::kHost ||
+        in.tied_embeddings || in.grad_on_nvme) {
+      return GradientReduction::kHost;
+    }
+    if (in.sums_fit) return GradientReduction::kDevices;
+    if (in.shard_sums_fit && !in.weight_ring) return GradientReduction::kDeviceShards;
+    return GradientReduction::kHost;
   }
+  const std::string asked(GradientReductionName(in.asked));
   const auto refuse = [&](std::string_view why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gradient_reduction=devices with devices=", in.devices, ": ",
-                     std::string(why)));
+    return absl::InvalidArgumentError(absl::StrCat("gradient_reduction=", asked, " with devices=",
+                                                   in.devices, ": ", std::string(why)));
   };
   if (in.accumulation == GradientAccumulation::kHost) {
     return refuse("it sums each device's micro-batches on the device, but gradient_accumulation="
@@ -249,7 +263,11 @@ absl::StatusOr<bool> ReduceOnDevices(const GradientReductionInputs& in) {
     return refuse("memory.grad_on_nvme puts the gradients on NVMe, whose chunks take whole "
                   "contributions in turns; keep them in RAM or use host");
   }
-  return true;
+  if (in.asked == GradientReduction::kDeviceShards && in.weight_ring) {
+    return refuse("the weight ring (executor.weight_ring_bytes) sends the LM head's gradient in "
+                  "blocks, and device_shards reduce-scatters whole entries; use devices");
+  }
+  return in.asked;
 }
 
 absl::StatusOr<std::unique_ptr<DeviceReduction>> MakeDeviceReduction(

@@ -36,11 +36,18 @@ enum class GradientReduction {
   // rounding of it. Needs an untied embedding, gradients in RAM, the sums in each arena, and at
   // least one micro-batch per device.
   kDevices,
-  // kDevices on CUDA devices where it can run, else kHost.
+  // As kDevices, but every micro-batch's gradient is reduce-scattered as it leaves the backward
+  // and each device keeps only the sum of its shard (4/N B of device memory per parameter, not
+  // 4): for models whose whole sums do not fit, for N times the peer traffic. Needs the same
+  // number of micro-batches on every device and whole-stage slots (no weight ring).
+  kDeviceShards,
+  // On CUDA devices: kDevices where the whole sums fit, else kDeviceShards where the shards fit
+  // (and no weight ring), else kHost. kHost on the CPU device.
   kAuto,
 };
 std::string_view GradientReductionName(GradientReduction r);
-// "host", "devices" or "auto"; anything else is INVALID_ARGUMENT naming the value.
+// "host", "devices", "device_shards" or "auto"; anything else is INVALID_ARGUMENT naming the
+// value.
 absl::StatusOr<GradientReduction> ParseGradientReduction(std::string_view name);
 
 // What the choice between them looks at.
@@ -51,11 +58,13 @@ struct GradientReductionInputs {
   DeviceKind kind = DeviceKind::kCpu;
   bool tied_embeddings = false;
   bool grad_on_nvme = false;
-  bool sums_fit = false;  // the executor would resolve auto accumulation to kDevice
+  bool weight_ring = false;      // executor.weight_ring_bytes > 0
+  bool sums_fit = false;         // the whole sums beside the minimum plan (as auto accumulation)
+  bool shard_sums_fit = false;   // this device's shards of them and the shard buffer
 };
-// Whether the step reduces on the devices. INVALID_ARGUMENT naming the field when kDevices is
-// asked for and cannot run.
-absl::StatusOr<bool> ReduceOnDevices(const GradientReductionInputs& in);
+// kHost, kDevices or kDeviceShards for the run. INVALID_ARGUMENT naming the field when kDevices
+// or kDeviceShards is asked for and cannot run.
+absl::StatusOr<GradientReduction> ReduceOnDevices(const GradientReductionInputs& in);
 // The reduction among `devices` (all of one kind): NCCL among CUDA devices, rank order among CPU
 // devices.
 absl::StatusOr<std::unique_ptr<DeviceReduction>> MakeDeviceReduction(
@@ -78,6 +87,9 @@ struct MicroBatchStepArgs {
   // aborted when a micro-batch fails. Every lane's last micro-batch then reports its entries
   // final, and on_last_gradient_final is called once all of them have.
   DeviceReduction* reduction = nullptr;
+  // kDeviceShards: every device joins every micro-batch's reduce-scatters, so each must run the
+  // same number of micro-batches.
+  bool reduce_every_micro_batch = false;
 };
 
 struct MicroBatchesResult {

@@ -74,7 +74,9 @@ ABSL_FLAG(std::string, gradient_reduction, "auto",
           "contributions added into the host's arrays in micro-batch order; bitwise one "
           "device's accumulation), devices (each device sums its micro-batches, a reduce-scatter "
           "among the devices adds the sums, each copies out 1/N: NCCL on GPUs, rank order on "
-          "the CPU device), or auto (devices on GPUs where it can run).");
+          "the CPU device), device_shards (every micro-batch's gradients reduce-scattered, each "
+          "device keeping only its 1/N of the sums: for models whose whole sums do not fit), or "
+          "auto (devices, else device_shards, on GPUs where they fit).");
 ABSL_FLAG(std::string, device, "cpu", "cpu (the emulated GPU) or cuda (the first GPU).");
 ABSL_FLAG(int, arena_mb, 512, "Device memory for the executor's arena, in MiB.");
 ABSL_FLAG(double, link_gbps, 0,

@@ -490,6 +490,7 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
   step_args.inv_total_valid = inv_total_valid;
   step_args.weights_version = weights_version;
   step_args.reduction = device_reduction_.get();
+  step_args.reduce_every_micro_batch = executor_->reduces_every_micro_batch();
   if (speculate) step_args.on_last_gradient_final = [this](int e) { speculation_->EntryFinal(e); };
   absl::StatusOr<MicroBatchesResult> ran =
       RunMicroBatchesOnLanes(lanes, turns_, inputs, targets, layouts, step_args);

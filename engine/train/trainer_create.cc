@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/exec/cpu_device_reduction.h"
 #include "engine/exec/executor_geometry.h"
 #include "engine/train/data_parallel_step.h"
 #include "engine/train/trainer.h"
@@ -97,6 +98,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
   const auto turns_on_the_host = [&]() -> absl::Status {
     device_reduction.reset();
     executor_options.device_reduction = nullptr;
+    executor_options.reduce_every_micro_batch = false;
     absl::StatusOr<GradientAccumulation> accumulation = GradientAccumulationForRun(
         options.executor.gradient_accumulation, /*micro_batches_per_device=*/2,
         static_cast<int>(devices.size()));
@@ -112,24 +114,35 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
     in.kind = device.kind();
     in.tied_embeddings = layout->tied_embeddings();
     in.grad_on_nvme = options.memory.enabled && options.memory.grad_on_nvme;
-    ExecutorOptions probe = options.executor;
-    probe.gradient_accumulation = GradientAccumulation::kAuto;
+    in.weight_ring = options.executor.weight_ring_bytes > 0;
     std::vector<size_t> entry_elements;
     for (const EntrySpec& spec : specs) entry_elements.push_back(spec.elements);
-    // As auto accumulation decides: on CUDA, the sums beside the minimum plan.
-    in.sums_fit = StreamingExecutor::ResolveGradientAccumulation(
-                      geometry->dims, geometry->layout, entry_elements, probe,
-                      device.arena_stats().capacity, device.kind()) ==
-                  GradientAccumulation::kDevice;
-    absl::StatusOr<bool> reduce = ReduceOnDevices(in);
-    if (!reduce.ok()) return reduce.status();
+    // As auto accumulation decides: on CUDA, the sums (whole, or this device's shards) beside the
+    // minimum plan. A world of the job's size for the plan's padding and shards only.
+    CpuDeviceReduction planning_world(in.devices);
+    for (bool shards : {false, true}) {
+      ExecutorOptions probe = options.executor;
+      probe.gradient_accumulation = GradientAccumulation::kAuto;
+      probe.device_reduction = &planning_world;
+      probe.reduce_every_micro_batch = shards;
+      (shards ? in.shard_sums_fit : in.sums_fit) =
+          StreamingExecutor::ResolveGradientAccumulation(geometry->dims, geometry->layout,
+                                                         entry_elements, probe,
+                                                         device.arena_stats().capacity,
+                                                         device.kind()) ==
+          GradientAccumulation::kDevice;
+    }
+    absl::StatusOr<GradientReduction> reduction = ReduceOnDevices(in);
+    if (!reduction.ok()) return reduction.status();
+    const bool reduce = *reduction != GradientReduction::kHost;
     absl::StatusOr<std::unique_ptr<DeviceReduction>> made = std::unique_ptr<DeviceReduction>();
-    if (*reduce) made = MakeDeviceReduction(devices);
-    if (*reduce && made.ok()) {
+    if (reduce) made = MakeDeviceReduction(devices);
+    if (reduce && made.ok()) {
       device_reduction = std::move(*made);
       executor_options.gradient_accumulation = GradientAccumulation::kDevice;
       executor_options.device_reduction = device_reduction.get();
-    } else if (*reduce && options.gradient_reduction != GradientReduction::kAuto) {
+      executor_options.reduce_every_micro_batch = *reduction == GradientReduction::kDeviceShards;
+    } else if (reduce && options.gradient_reduction != GradientReduction::kAuto) {
       return made.status();
     } else {
       // Auto falls back to the turns where the reduction cannot be made (NCCL missing, say).

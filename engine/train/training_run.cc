@@ -117,11 +117,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> StartingTrainer(const std::vector<Devic
                     true);
   }
   if (const DeviceReduction* reduction = (*trainer)->device_reduction(); reduction != nullptr) {
-    observer.OnLine(absl::StrCat("gradient reduction: a reduce-scatter among the ",
-                                 reduction->world(), " devices (", std::string(reduction->order()),
-                                 "); each copies out 1/", reduction->world(),
-                                 " of every gradient it summed"),
-                    true);
+    const bool every = (*trainer)->executor().reduces_every_micro_batch();
+    observer.OnLine(
+        absl::StrCat("gradient reduction: a reduce-scatter among the ", reduction->world(),
+                     " devices (", std::string(reduction->order()), ")",
+                     every ? " of every micro-batch's gradients; each keeps the sum of its 1/"
+                           : "; each copies out 1/",
+                     reduction->world(),
+                     every ? " and copies it out once a step" : " of every gradient it summed"),
+        true);
   }
   // Checkpoints the arena could not hold (auto device_checkpoints) live in pinned host memory and
   // cost a copy out and back every micro-batch: say so.

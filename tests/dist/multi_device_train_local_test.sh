@@ -39,8 +39,18 @@ grep -q "gradient reduction: a reduce-scatter among the 2 devices (rank order)" 
   { cat "${dir}/two_a2_reduced.log"; echo "FAIL: the run does not say it reduced on the devices"; exit 1; }
 same_state "$(step "${dir}/one_a2" 3)" "$(step "${dir}/two_a2_reduced" 3)" \
   "2 devices reduce-scattering vs accumulation 2"
+# --gradient_reduction=device_shards: every micro-batch reduce-scattered, each device keeping its
+# half of the sums: the same checkpoint again.
+"${train}" "${common[@]}" --accumulation=2 --devices=2 --gradient_reduction=device_shards \
+  --checkpoint_dir="${dir}/two_a2_shards" 2>"${dir}/two_a2_shards.log" ||
+  { cat "${dir}/two_a2_shards.log"; echo "FAIL: 2 devices reducing into shard sums"; exit 1; }
+grep -q "of every micro-batch's gradients; each keeps the sum of its 1/2" \
+  "${dir}/two_a2_shards.log" ||
+  { cat "${dir}/two_a2_shards.log"; echo "FAIL: the run does not say it kept shard sums"; exit 1; }
+same_state "$(step "${dir}/one_a2" 3)" "$(step "${dir}/two_a2_shards" 3)" \
+  "2 devices with shard sums vs accumulation 2"
 expect_refused "a bad --gradient_reduction" "${dir}/bad_reduction.log" \
-  'gradient_reduction="nccl": must be host, devices or auto' \
+  'gradient_reduction="nccl": must be host, devices, device_shards or auto' \
   "${train}" "${common[@]}" --accumulation=2 --devices=2 --gradient_reduction=nccl
 
 # The bitwise checks are not vacuous: another accumulation ends elsewhere.

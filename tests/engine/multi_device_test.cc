@@ -88,7 +88,9 @@ RunResult Train(const RunConfig& rc) {
   if (!trainer.ok()) return result;
   Trainer& t = **trainer;
   EXPECT_EQ(t.device_count(), rc.devices);
-  const bool reduced = rc.devices > 1 && rc.reduction == GradientReduction::kDevices;
+  const bool reduced = rc.devices > 1 && (rc.reduction == GradientReduction::kDevices ||
+                                          rc.reduction == GradientReduction::kDeviceShards);
+  const bool every_micro_batch = reduced && rc.reduction == GradientReduction::kDeviceShards;
   EXPECT_EQ(t.device_reduction() != nullptr, reduced) << rc.name;
   EXPECT_EQ(t.executor().fragment_mode(), rc.weight_ring_bytes > 0) << rc.name;
   t.InitializeRandom(11);
@@ -111,8 +113,10 @@ RunResult Train(const RunConfig& rc) {
       if (span.kind == SpanKind::kWait && span.label == kGradientTurnWaitLabel) ++turn_waits;
       if (span.stream == "copy_out" && span.label == "reduce-scatter") ++reduce_scatters;
     }
-    // The last step's timeline: one per decoder layer, the final norm and the LM head.
-    EXPECT_EQ(reduce_scatters, reduced ? Shape(rc.tied).layers + 2 : 0)
+    // The last step's timeline: one per decoder layer, the final norm and the LM head (with
+    // device_shards, per micro-batch of the device).
+    const int rounds = every_micro_batch ? rc.accumulation / rc.devices : 1;
+    EXPECT_EQ(reduce_scatters, reduced ? (Shape(rc.tied).layers + 2) * rounds : 0)
         << rc.name << " device " << d;
     if (rc.devices > 1) {
       EXPECT_GT(turn_waits, 0) << rc.name << " device " << d;
@@ -225,6 +229,56 @@ TEST(MultiDeviceTest, ReduceScatterOfOneMicroBatchPerDeviceEqualsOneDevice) {
                          .reduction = GradientReduction::kDevices});
 }
 
+// GradientReduction::kDeviceShards: every micro-batch's gradient reduce-scattered as it leaves the
+// backward, each device keeping only its shard's sum. One micro-batch per device: one device's
+// bits again; the device holds 1/N of the sums.
+TEST(MultiDeviceTest, ReduceScatterEveryMicroBatchIntoShardSumsEqualsOneDevice) {
+  ExpectSameAsOneDevice({.name = "shards, 2 devices, A=2",
+                         .devices = 2,
+                         .accumulation = 2,
+                         .reduction = GradientReduction::kDeviceShards});
+  ExpectSameAsOneDevice({.name = "shards, 3 devices, A=3, slow links",
+                         .devices = 3,
+                         .accumulation = 3,
+                         .throttle_later_devices = true,
+                         .reduction = GradientReduction::kDeviceShards});
+  // Two micro-batches per device: ((g0 + g1) + (g2 + g3)) by rounds, deterministic, within fp32
+  // rounding of the turns.
+  const RunConfig two_rounds{.name = "shards, 2 devices, A=4",
+                             .devices = 2,
+                             .accumulation = 4,
+                             .reduction = GradientReduction::kDeviceShards};
+  const RunResult first = Train(two_rounds);
+  ExpectBitwiseEqual(first, Train(two_rounds), "shards twice");
+  RunConfig turns = two_rounds;
+  turns.reduction = GradientReduction::kHost;
+  const RunResult reference = Train(turns);
+  for (size_t s = 0; s < reference.losses.size(); ++s) {
+    EXPECT_NEAR(first.norms[s], reference.norms[s], 1e-4 * std::abs(reference.norms[s]));
+  }
+}
+
+TEST(MultiDeviceTest, ShardSumsTakeOneNthOfTheDeviceMemoryOfWholeSums) {
+  const TinyShape shape = Shape(false);
+  size_t whole = 0, shards = 0;
+  for (GradientReduction r : {GradientReduction::kDevices, GradientReduction::kDeviceShards}) {
+    auto d0 = MakeCpuDevice(size_t{64} << 20);
+    auto d1 = MakeCpuDevice(size_t{64} << 20);
+    auto d2 = MakeCpuDevice(size_t{64} << 20);
+    RunConfig rc{.name = "memory", .devices = 3, .reduction = r};
+    auto trainer =
+        Trainer::Create({d0.get(), d1.get(), d2.get()}, TinyConfig(shape), Options(rc));
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    EXPECT_EQ((*trainer)->executor().reduces_every_micro_batch(),
+              r == GradientReduction::kDeviceShards);
+    (r == GradientReduction::kDevices ? whole : shards) =
+        (*trainer)->executor().plan().gradient_sums;
+  }
+  ASSERT_GT(whole, 0u);
+  // A third of the sums (each padded to 256 bytes) and the shard buffer of the largest.
+  EXPECT_LT(shards, whole / 2) << whole << " vs " << shards;
+}
+
 TEST(MultiDeviceTest, ReduceScatterMovesLessOverEachLinkThanTurns) {
   for (int devices : {2, 3}) {
     RunConfig turns{.name = "turns", .devices = devices, .accumulation = devices};
@@ -308,6 +362,26 @@ TEST(MultiDeviceTest, ReduceScatterRefusesWhatItCannotRunNamingTheField) {
         << trainer.status();
   }
   {
+    RunConfig rc{.name = "ring", .devices = 2, .weight_ring_bytes = 96 * 1024,
+                 .reduction = GradientReduction::kDeviceShards};
+    auto trainer = Trainer::Create({d0.get(), d1.get()}, TinyConfig(Shape(false)), Options(rc));
+    ASSERT_FALSE(trainer.ok());
+    EXPECT_NE(trainer.status().message().find("executor.weight_ring_bytes"), std::string::npos)
+        << trainer.status();
+  }
+  {
+    // Device shards: every device joins every micro-batch's reduce-scatters.
+    RunConfig rc{.name = "uneven", .devices = 2, .reduction = GradientReduction::kDeviceShards};
+    auto trainer = Trainer::Create({d0.get(), d1.get()}, TinyConfig(Shape(false)), Options(rc));
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    (*trainer)->InitializeRandom(3);
+    auto batches = MakeTokenBatches(3, kMicroBatch * kSeq, Shape(false).vocab, 5);
+    auto step = (*trainer)->Step(batches.InputPointers(0, 3), batches.TargetPointers(0, 3));
+    ASSERT_FALSE(step.ok());
+    EXPECT_NE(step.status().message().find("the same number on every device"), std::string::npos)
+        << step.status();
+  }
+  {
     // A step with fewer micro-batches than devices: a device would never join.
     RunConfig rc{.name = "short", .devices = 2, .reduction = GradientReduction::kDevices};
     auto trainer = Trainer::Create({d0.get(), d1.get()}, TinyConfig(Shape(false)), Options(rc));
@@ -325,9 +399,9 @@ TEST(MultiDeviceTest, ReduceScatterRefusesWhatItCannotRunNamingTheField) {
 // A step that fails after a device summed one of its micro-batches leaves nothing behind: the
 // next step's first micro-batch on that device starts its sums afresh (else the next step's
 // gradient would carry the failed step's micro-batch).
-TEST(MultiDeviceTest, AFailedReducedStepLeavesNoSumsBehind) {
+void ExpectAFailedStepLeavesNoSumsBehind(GradientReduction reduction) {
   const TinyShape shape = Shape(false);
-  RunConfig rc{.name = "failing", .devices = 2, .reduction = GradientReduction::kDevices};
+  RunConfig rc{.name = "failing", .devices = 2, .reduction = reduction};
   auto batches = MakeTokenBatches(8, kMicroBatch * kSeq, shape.vocab, 5);
   std::vector<StepReport> after_failure, fresh;
   for (bool fail_first : {true, false}) {
@@ -353,6 +427,11 @@ TEST(MultiDeviceTest, AFailedReducedStepLeavesNoSumsBehind) {
   EXPECT_EQ(std::memcmp(&after_failure[0].loss, &fresh[0].loss, sizeof(double)), 0);
   EXPECT_EQ(std::memcmp(&after_failure[0].grad_norm, &fresh[0].grad_norm, sizeof(double)), 0)
       << after_failure[0].grad_norm << " vs " << fresh[0].grad_norm;
+}
+
+TEST(MultiDeviceTest, AFailedReducedStepLeavesNoSumsBehind) {
+  ExpectAFailedStepLeavesNoSumsBehind(GradientReduction::kDevices);
+  ExpectAFailedStepLeavesNoSumsBehind(GradientReduction::kDeviceShards);
 }
 
 TEST(MultiDeviceTest, ReduceScatterRefusesGradientsThePlacementPutsOnNvme) {
@@ -423,6 +502,8 @@ TEST(MultiDeviceTest, FailedMicroBatchFailsTheStepAndTheNextStepRuns) {
   // Device 0 would wait for device 1 in a reduce-scatter it never joins.
   ExpectAFailedMicroBatchFailsOnlyItsStep(
       {.name = "reduced", .devices = 2, .reduction = GradientReduction::kDevices}, 2, 1);
+  ExpectAFailedMicroBatchFailsOnlyItsStep(
+      {.name = "shards", .devices = 2, .reduction = GradientReduction::kDeviceShards}, 4, 3);
 }
 
 TEST(MultiDeviceTest, ComputeCopyOnNvmeIsRefusedNamingTheField) {

@@ -217,7 +217,7 @@ void ExpectTwoDevicesSpeculateLikeOne(const std::string& name, GradientReduction
   const TrainedRun normal = Train(MasterOnNvme(dir, clip, false), 5);
   TrainerOptions o = MasterOnNvme(dir, clip, true);
   o.gradient_reduction = reduction;
-  if (reduction == GradientReduction::kDevices) {
+  if (reduction != GradientReduction::kHost) {
     o.executor.gradient_accumulation = GradientAccumulation::kAuto;
   }
   const TrainedRun two =
@@ -246,6 +246,8 @@ TEST(SpeculativeUpdateTest, TwoDevicesSpeculateBitwiseLikeOneDeviceWithout) {
 TEST(SpeculativeUpdateTest, TwoDevicesReducingOnTheDevicesSpeculateBitwiseLikeOneDeviceWithout) {
   ExpectTwoDevicesSpeculateLikeOne("speculative_two_devices_reduced",
                                    GradientReduction::kDevices, 20000);
+  ExpectTwoDevicesSpeculateLikeOne("speculative_two_devices_shards",
+                                   GradientReduction::kDeviceShards, 20000);
 }
 
 TEST(SpeculativeUpdateTest, ASpeculationThatCannotCommitStopsEarly) {
