@@ -42,14 +42,36 @@ absl::Status CheckShape(const HardwareProfile& hw, const DataParallelShape& shap
   return absl::OkStatus();
 }
 
-// Whether a node's devices reduce-scatter (ReduceOnDevices' auto rule on a GPU): an untied
-// embedding, gradients in RAM, and each device's micro-batches summed on the device (or one each,
-// nothing to sum). Otherwise the devices take turns on the host's slabs.
-bool DevicesReduceScatter(const PlanResult& one, const HardwareProfile& hw) {
-  return !hw.cpu_device && !one.tied_embeddings &&
-         one.placement.tier(tiers::BufferKind::kGrad) != tiers::Tier::kNvme &&
-         (one.executor.gradient_accumulation == GradientAccumulation::kDevice ||
-          one.work.micro_batches <= 1);
+// How a node's devices combine their gradients (ReduceOnDevices' auto rule on a GPU). With an
+// untied embedding and gradients in RAM: a reduce-scatter of each device's sums once a step where
+// the one-device plan sums on the device (or runs one micro-batch, nothing to sum); else, where
+// 1/n of the sums fits beside the plan (and no weight ring), a reduce-scatter of every
+// micro-batch into shard sums. Otherwise the devices take turns on the host's slabs.
+WithinNode WithinNodeOf(const PlanResult& one, const HardwareProfile& hw, double n) {
+  if (hw.cpu_device || one.tied_embeddings ||
+      one.placement.tier(tiers::BufferKind::kGrad) == tiers::Tier::kNvme) {
+    return WithinNode::kHostTurns;
+  }
+  if (one.executor.gradient_accumulation == GradientAccumulation::kDevice ||
+      one.work.micro_batches <= 1) {
+    return WithinNode::kReduceScatter;
+  }
+  // The shard sums (every parameter's, a slight overcount: the embedding is not summed) and the
+  // largest entry's shard buffer, beside the minimum plan (two weight slots, the checkpoints on
+  // the host), with 1/16 left to fragmentation: the executor's auto rule.
+  double largest = 0;
+  for (double e : one.work.entry_elements) largest = std::max(largest, e);
+  const double shards = (static_cast<double>(one.padded_elements) + largest) / n * 4;
+  const double capacity = static_cast<double>(one.device_arena_capacity);
+  const DeviceMemoryPlan& d = one.device;
+  const double slots =
+      d.weight_ring || one.weight_slots <= 2
+          ? static_cast<double>(d.weight_slots)
+          : static_cast<double>(d.weight_slots) * 2 / static_cast<double>(one.weight_slots);
+  const double minimum = slots + static_cast<double>(d.gradient_buffers + d.activations + d.scratch);
+  const bool fits = minimum + shards + capacity / 16 <= capacity;
+  return fits && one.executor.weight_ring_bytes == 0 ? WithinNode::kShardSums
+                                                     : WithinNode::kHostTurns;
 }
 
 DataParallelPrediction Predict(const PlanResult& one, const HardwareProfile& hw,
@@ -58,7 +80,12 @@ DataParallelPrediction Predict(const PlanResult& one, const HardwareProfile& hw,
   const double m = shape.nodes;
   DataParallelPrediction p;
   p.shape = shape;
-  p.reduce_scatter = DevicesReduceScatter(one, hw);
+  p.within_node = n > 1 ? WithinNodeOf(one, hw, n) : WithinNode::kReduceScatter;
+  p.reduce_scatter = p.within_node != WithinNode::kHostTurns;
+  // Shard sums: only the ops of the step's last micro-batch copy their shards out.
+  const size_t first_of_last_micro_batch =
+      one.work.ops.size() - one.work.ops.size() / static_cast<size_t>(
+                                                      std::max(1, one.work.micro_batches));
 
   // The per-device work: 1/N of every reducible gradient leaves over the link (and reaches the
   // host add and the NVMe gradients); the node's share of the optimizer is 1/M.
@@ -66,15 +93,22 @@ DataParallelPrediction Predict(const PlanResult& one, const HardwareProfile& hw,
   // Across nodes the trainer runs under a communicator, which turns the speculative update off.
   if (m > 1) w.speculative_update = false;
   double aggregate_nvme_read = 0, aggregate_nvme_written = 0;
-  for (OpWork& o : w.ops) {
+  for (size_t i = 0; i < w.ops.size(); ++i) {
+    OpWork& o = w.ops[i];
     // Turns: each device copies out its whole gradient and the host adds every device's.
     if (o.gradient_bytes > 0 && n > 1 && p.reduce_scatter) {
       const double sent = o.gradient_bytes * (n - 1) / n;
       p.reduce_bytes_per_device += sent;
       o.reduce_seconds = Seconds(sent, hw.peer_gbps);
       p.reduce_seconds += o.reduce_seconds;
-      o.copy_out_bytes -= sent;
-      o.accumulate_elements /= n;
+      if (p.within_node == WithinNode::kShardSums) {
+        // The shard is added to its sum on the device; the last micro-batch copies it out.
+        o.copy_out_bytes -= i >= first_of_last_micro_batch ? sent : o.gradient_bytes;
+        o.accumulate_elements = 0;
+      } else {
+        o.copy_out_bytes -= sent;
+        o.accumulate_elements /= n;
+      }
       o.nvme_read_bytes /= n;
       o.nvme_write_bytes /= n;
     }
@@ -192,12 +226,17 @@ absl::StatusOr<std::vector<DataParallelPrediction>> PredictScaling(
 }
 
 std::string ScalingTable(const std::vector<DataParallelPrediction>& rows) {
-  const bool turns = !rows.empty() && !rows.front().reduce_scatter;
+  // The last row has the most devices per node: the others' way, where they have several.
+  const WithinNode within = rows.empty() ? WithinNode::kReduceScatter : rows.back().within_node;
   std::string out = absl::StrCat(
       "data parallel (per device: the micro-batch and accumulation above; ",
-      turns ? "a node's devices take turns on the host's gradients (tied embedding, gradients on "
-              "NVMe or sums on the host: no reduce-scatter)"
-            : "reduce-scatter among a node's devices",
+      within == WithinNode::kHostTurns
+          ? "a node's devices take turns on the host's gradients (tied embedding, gradients on "
+            "NVMe, or sums that fit neither whole nor in shards: no reduce-scatter)"
+      : within == WithinNode::kShardSums
+          ? "a node's devices reduce-scatter every micro-batch into sums of their shards (the "
+            "whole sums do not fit the device)"
+          : "reduce-scatter among a node's devices",
       ", ZeRO-1 across nodes)\n",
       "devices nodes  tokens/step     step s    tokens/s  model TFLOP/s  efficiency  "
       "bottleneck      link in/out GB  reduce GB  host mem GB  network GB\n");
@@ -218,7 +257,9 @@ std::string ScalingJson(const std::vector<DataParallelPrediction>& rows) {
   nlohmann::json j = nlohmann::json::array();
   for (const DataParallelPrediction& p : rows) {
     j.push_back({{"devices", p.shape.devices()},
-                 {"within_node", p.reduce_scatter ? "reduce-scatter" : "host turns"},
+                 {"within_node", p.within_node == WithinNode::kHostTurns   ? "host turns"
+                                 : p.within_node == WithinNode::kShardSums ? "shard sums"
+                                                                           : "reduce-scatter"},
                  {"devices_per_node", p.shape.devices_per_node},
                  {"nodes", p.shape.nodes},
                  {"tokens_per_step", p.tokens_per_step},

@@ -29,13 +29,17 @@ struct DataParallelShape {
   int devices() const { return devices_per_node * nodes; }
 };
 
+// How a node's devices combine their gradients (the trainer's gradient_reduction auto on GPUs).
+enum class WithinNode {
+  kReduceScatter,  // devices: each device's sums reduce-scattered once a step
+  kShardSums,      // device_shards: every micro-batch reduce-scattered into 1/N sums
+  kHostTurns,      // host: every device's whole gradients added on the host in turns
+};
+
 struct DataParallelPrediction {
   DataParallelShape shape;
-  // Within a node: the devices reduce-scatter their gradients (gradient_reduction=devices, what
-  // auto picks on GPUs), or, where that cannot run (a tied embedding, gradients on NVMe, sums
-  // that stay on the host over several micro-batches), their whole gradients meet in the host's
-  // turns.
-  bool reduce_scatter = true;
+  WithinNode within_node = WithinNode::kReduceScatter;
+  bool reduce_scatter = true;  // within_node is not kHostTurns
   // Bytes per optimizer step.
   double link_in_bytes_per_device = 0;    // host to device: weights, checkpoints, activations
   double link_out_bytes_per_device = 0;   // device to host: 1/N of the gradients, checkpoints

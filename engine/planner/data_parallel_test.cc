@@ -75,10 +75,11 @@ TEST(DataParallelTest, BytesOverEachLinkAreTheHandComputedOnes) {
   EXPECT_EQ(two_nodes.tokens_per_step, 16.0 * 2 * 512);
 }
 
-// Where the devices cannot reduce-scatter (a tied embedding; sums kept on the host over several
-// micro-batches), their whole gradients meet in the host's turns: nothing goes to the peers, each
-// link carries one device's copy-outs, and the table says so.
-TEST(DataParallelTest, DevicesThatCannotReduceScatterTakeTurnsOnTheHost) {
+// Where the whole sums stay on the host over several micro-batches, the devices reduce-scatter
+// every micro-batch into shard sums (kept on the device, 1/N out once a step) where the shards
+// fit; where nothing can be reduce-scattered (a tied embedding, shards too big), their whole
+// gradients meet in the host's turns: nothing to the peers, one device's copy-outs per link.
+TEST(DataParallelTest, ShardSumsWhereWholeSumsDoNotFitElseTurnsOnTheHost) {
   const HardwareProfile hw = Gpu("h100-sxm");
   PlanInputs in;
   in.micro_batch = 2;
@@ -88,16 +89,29 @@ TEST(DataParallelTest, DevicesThatCannotReduceScatterTakeTurnsOnTheHost) {
   in.grad_accumulation = 2;
   in.gradient_accumulation = GradientAccumulation::kHost;
   const PlanResult host_sums = PlanOf("llama-2-7b", in, hw);
-  for (const PlanResult* one : {&tied, &host_sums}) {
+  // 3.2 GB of minimum plan fit, not beside a quarter of the sums (6.9 GB).
+  in.device_arena_bytes = uint64_t{8} << 30;
+  const PlanResult small_arena = PlanOf("llama-2-7b", in, hw);
+  for (const PlanResult* one : {&tied, &small_arena}) {
     const DataParallelPrediction alone = Predict(*one, hw, 1);
     const DataParallelPrediction four = Predict(*one, hw, 4);
-    EXPECT_FALSE(four.reduce_scatter);
+    EXPECT_EQ(four.within_node, WithinNode::kHostTurns);
     EXPECT_EQ(four.reduce_bytes_per_device, 0);
     EXPECT_EQ(four.link_out_bytes_per_device, alone.link_out_bytes_per_device);
     EXPECT_NE(ScalingTable({four}).find("take turns on the host's gradients"), std::string::npos);
   }
+  // Shard sums: both micro-batches reduce-scattered, only the last's shard copied out.
+  const double reducible = (kLlama7bParameters - kLlama7bEmbedding) * 4;
+  const DataParallelPrediction alone = Predict(host_sums, hw, 1);
+  const DataParallelPrediction four = Predict(host_sums, hw, 4);
+  EXPECT_EQ(four.within_node, WithinNode::kShardSums);
+  EXPECT_NEAR(four.reduce_bytes_per_device, 2 * reducible * 3 / 4, 1);
+  EXPECT_NEAR(four.link_out_bytes_per_device,
+              alone.link_out_bytes_per_device - reducible - reducible * 3 / 4, 1);
+  EXPECT_NE(ScalingTable({four}).find("reduce-scatter every micro-batch"), std::string::npos);
+  in.device_arena_bytes = 0;
   in.gradient_accumulation = GradientAccumulation::kDevice;
-  EXPECT_TRUE(Predict(PlanOf("llama-2-7b", in, hw), hw, 4).reduce_scatter);
+  EXPECT_EQ(Predict(PlanOf("llama-2-7b", in, hw), hw, 4).within_node, WithinNode::kReduceScatter);
 }
 
 TEST(DataParallelTest, OneDeviceIsThePlan) {
@@ -144,8 +158,11 @@ TEST(DataParallelTest, EachSharedResourceIsNamedWhereItBinds) {
   in.micro_batch = 8;
   in.seq = 1024;
   in.grad_accumulation = 12;
-  // Every micro-batch's gradients cross the host (as several devices of a process sum them).
+  // Every micro-batch's gradients cross the host: the sums stay there, and an arena of 17 GiB
+  // holds the 13.9 GB minimum plan but not an eighth of the sums (4.1 GB) beside it, so the
+  // devices take turns.
   in.gradient_accumulation = GradientAccumulation::kHost;
+  in.device_arena_bytes = uint64_t{17} << 30;
   const HardwareProfile sxm = Gpu("h100-sxm");
   const PlanResult seven_b = PlanOf("qwen2.5-7b", in, sxm);
   // Eight devices each copying every layer in, every micro-batch: 4.6 TB over 300 GB/s.
@@ -171,6 +188,7 @@ TEST(DataParallelTest, EachSharedResourceIsNamedWhereItBinds) {
   nvme.states_on_nvme = true;
   // The sums on the device and reduce-scattered: the host carries 1/N of the gradients.
   nvme.gradient_accumulation = GradientAccumulation::kAuto;
+  nvme.device_arena_bytes = 0;
   EXPECT_EQ(Predict(PlanOf("qwen2.5-7b", nvme, sxm), sxm, 4).bottleneck, "nvme");
 }
 
