@@ -187,8 +187,24 @@ absl::StatusOr<size_t> StreamingExecutor::Impl::EnqueueShardReduction(int e, con
 
 absl::Status StreamingExecutor::Impl::ZeroSumPadding() {
   const int world = ReductionWorld();
-  // Shard sums have no padding (the gradient buffers' is read, never copied out).
-  if (world == 1 || ReducesEveryMicroBatch()) return absl::OkStatus();
+  if (world == 1) return absl::OkStatus();
+  if (ReducesEveryMicroBatch()) {
+    // Shard sums have no padding, but every micro-batch's reduce-scatter reads up to world - 1
+    // floats past an op's last entry in the gradient buffer: zero the buffers once, so what it
+    // reads there (and adds into shards nobody copies out) is never uninitialized memory.
+    const size_t chunk = std::min<size_t>(grads[0].size(), size_t{16} << 20);
+    const std::vector<char> zeros(chunk, 0);
+    for (DeviceBuffer& g : grads) {
+      for (size_t done = 0; done < g.size(); done += chunk) {
+        compute->CopyHostToDevice(static_cast<char*>(g.data()) + done, zeros.data(),
+                                  std::min(chunk, g.size() - done),
+                                  {SpanKind::kOther, "gradient buffer zero", -1});
+        // The zeros must outlive the copy: synchronize per chunk (once, at creation).
+        MT_RETURN_IF_ERROR(compute->Synchronize());
+      }
+    }
+    return absl::OkStatus();
+  }
   size_t most = 0;
   for (size_t e = 0; e < gradient_sums.size(); ++e) {
     if (gradient_sums[e].data() == nullptr) continue;

@@ -42,25 +42,24 @@ absl::Status CheckShape(const HardwareProfile& hw, const DataParallelShape& shap
   return absl::OkStatus();
 }
 
-// How a node's devices combine their gradients (ReduceOnDevices' auto rule on a GPU). With an
-// untied embedding and gradients in RAM: a reduce-scatter of each device's sums once a step where
-// the one-device plan sums on the device (or runs one micro-batch, nothing to sum); else, where
-// 1/n of the sums fits beside the plan (and no weight ring), a reduce-scatter of every
-// micro-batch into shard sums. Otherwise the devices take turns on the host's slabs.
+// How a node's devices combine their gradients: ReduceOnDevices' auto rule on a GPU, from the
+// accumulation the run asked for. With an untied embedding, gradients in RAM and no request for
+// host sums: a reduce-scatter of each device's whole sums once a step where they fit beside the
+// minimum plan (every device keeps them, even over one micro-batch); else, where 1/n of them and
+// a shard buffer fit (and no weight ring), a reduce-scatter of every micro-batch into shard sums.
+// Otherwise the devices take turns on the host's slabs.
 WithinNode WithinNodeOf(const PlanResult& one, const HardwareProfile& hw, double n) {
   if (hw.cpu_device || one.tied_embeddings ||
+      one.asked_gradient_accumulation == GradientAccumulation::kHost ||
       one.placement.tier(tiers::BufferKind::kGrad) == tiers::Tier::kNvme) {
     return WithinNode::kHostTurns;
   }
-  if (one.executor.gradient_accumulation == GradientAccumulation::kDevice ||
-      one.work.micro_batches <= 1) {
-    return WithinNode::kReduceScatter;
-  }
-  // The shard sums (every parameter's, a slight overcount: the embedding is not summed) and the
-  // largest entry's shard buffer, beside the minimum plan (two weight slots, the checkpoints on
-  // the host), with 1/16 left to fragmentation: the executor's auto rule.
+  // The sums (every parameter's, a slight overcount: the embedding's is not summed), beside the
+  // minimum plan (two weight slots, the checkpoints on the host), with 1/16 left to
+  // fragmentation: the executor's auto rule (ResolveGradientAccumulation).
   double largest = 0;
   for (double e : one.work.entry_elements) largest = std::max(largest, e);
+  const double whole = static_cast<double>(one.padded_elements) * 4;
   const double shards = (static_cast<double>(one.padded_elements) + largest) / n * 4;
   const double capacity = static_cast<double>(one.device_arena_capacity);
   const DeviceMemoryPlan& d = one.device;
@@ -69,9 +68,10 @@ WithinNode WithinNodeOf(const PlanResult& one, const HardwareProfile& hw, double
           ? static_cast<double>(d.weight_slots)
           : static_cast<double>(d.weight_slots) * 2 / static_cast<double>(one.weight_slots);
   const double minimum = slots + static_cast<double>(d.gradient_buffers + d.activations + d.scratch);
-  const bool fits = minimum + shards + capacity / 16 <= capacity;
-  return fits && one.executor.weight_ring_bytes == 0 ? WithinNode::kShardSums
-                                                     : WithinNode::kHostTurns;
+  const auto fits = [&](double sums) { return minimum + sums + capacity / 16 <= capacity; };
+  if (fits(whole)) return WithinNode::kReduceScatter;
+  if (fits(shards) && one.executor.weight_ring_bytes == 0) return WithinNode::kShardSums;
+  return WithinNode::kHostTurns;
 }
 
 DataParallelPrediction Predict(const PlanResult& one, const HardwareProfile& hw,
@@ -225,30 +225,36 @@ absl::StatusOr<std::vector<DataParallelPrediction>> PredictScaling(
   return rows;
 }
 
+const char* WithinNodeName(const DataParallelPrediction& p) {
+  if (p.shape.devices_per_node <= 1) return "-";
+  switch (p.within_node) {
+    case WithinNode::kReduceScatter:
+      return "reduce-scatter";
+    case WithinNode::kShardSums:
+      return "shard sums";
+    case WithinNode::kHostTurns:
+      return "host turns";
+  }
+  return "?";
+}
+
 std::string ScalingTable(const std::vector<DataParallelPrediction>& rows) {
-  // The last row has the most devices per node: the others' way, where they have several.
-  const WithinNode within = rows.empty() ? WithinNode::kReduceScatter : rows.back().within_node;
   std::string out = absl::StrCat(
-      "data parallel (per device: the micro-batch and accumulation above; ",
-      within == WithinNode::kHostTurns
-          ? "a node's devices take turns on the host's gradients (tied embedding, gradients on "
-            "NVMe, or sums that fit neither whole nor in shards: no reduce-scatter)"
-      : within == WithinNode::kShardSums
-          ? "a node's devices reduce-scatter every micro-batch into sums of their shards (the "
-            "whole sums do not fit the device)"
-          : "reduce-scatter among a node's devices",
-      ", ZeRO-1 across nodes)\n",
+      "data parallel (per device: the micro-batch and accumulation above; within a node (last "
+      "column): a reduce-scatter of each device's sums once a step, of every micro-batch into "
+      "sums of its shards where the whole sums do not fit, or host turns where neither can run "
+      "(tied embedding, gradients on NVMe, host sums asked for); ZeRO-1 across nodes)\n",
       "devices nodes  tokens/step     step s    tokens/s  model TFLOP/s  efficiency  "
-      "bottleneck      link in/out GB  reduce GB  host mem GB  network GB\n");
+      "bottleneck      link in/out GB  reduce GB  host mem GB  network GB  within node\n");
   for (const DataParallelPrediction& p : rows) {
     absl::StrAppend(
         &out, absl::StrFormat("%7d %5d %12.0f %10.3f %11.0f %14.1f %10.3f  %-15s %7.1f/%-7.1f "
-                              "%9.1f %12.1f %11.1f\n",
+                              "%9.1f %12.1f %11.1f  %s\n",
                               p.shape.devices(), p.shape.nodes, p.tokens_per_step, p.step_seconds,
                               p.tokens_per_second, p.model_tflops, p.efficiency, p.bottleneck,
                               p.link_in_bytes_per_device / 1e9, p.link_out_bytes_per_device / 1e9,
                               p.reduce_bytes_per_device / 1e9, p.host_memory_bytes_per_node / 1e9,
-                              p.network_bytes_per_node / 1e9));
+                              p.network_bytes_per_node / 1e9, WithinNodeName(p)));
   }
   return out;
 }
@@ -257,9 +263,7 @@ std::string ScalingJson(const std::vector<DataParallelPrediction>& rows) {
   nlohmann::json j = nlohmann::json::array();
   for (const DataParallelPrediction& p : rows) {
     j.push_back({{"devices", p.shape.devices()},
-                 {"within_node", p.within_node == WithinNode::kHostTurns   ? "host turns"
-                                 : p.within_node == WithinNode::kShardSums ? "shard sums"
-                                                                           : "reduce-scatter"},
+                 {"within_node", WithinNodeName(p)},
                  {"devices_per_node", p.shape.devices_per_node},
                  {"nodes", p.shape.nodes},
                  {"tokens_per_step", p.tokens_per_step},

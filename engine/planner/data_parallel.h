@@ -81,6 +81,8 @@ absl::StatusOr<std::vector<DataParallelPrediction>> PredictScaling(
 
 // One row per prediction: devices, nodes, global tokens/step, step s, tokens/s, model TFLOP/s,
 // efficiency, bottleneck, and the bytes per step over each link.
+// "reduce-scatter", "shard sums" or "host turns" ("-" with one device per node).
+const char* WithinNodeName(const DataParallelPrediction& p);
 std::string ScalingTable(const std::vector<DataParallelPrediction>& rows);
 std::string ScalingJson(const std::vector<DataParallelPrediction>& rows);
 

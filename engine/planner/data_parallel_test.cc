@@ -75,42 +75,46 @@ TEST(DataParallelTest, BytesOverEachLinkAreTheHandComputedOnes) {
   EXPECT_EQ(two_nodes.tokens_per_step, 16.0 * 2 * 512);
 }
 
-// Where the whole sums stay on the host over several micro-batches, the devices reduce-scatter
-// every micro-batch into shard sums (kept on the device, 1/N out once a step) where the shards
-// fit; where nothing can be reduce-scattered (a tied embedding, shards too big), their whole
-// gradients meet in the host's turns: nothing to the peers, one device's copy-outs per link.
-TEST(DataParallelTest, ShardSumsWhereWholeSumsDoNotFitElseTurnsOnTheHost) {
+// How a node's devices meet follows the trainer's auto rule: the whole sums reduce-scattered
+// once a step where they fit; where only 1/N does, every micro-batch reduce-scattered into shard
+// sums (kept on the device, 1/N out once a step); host turns for a tied embedding, for host sums
+// asked for, and where neither fits: nothing to the peers, one device's copy-outs per link.
+TEST(DataParallelTest, WithinANodeTheTrainersWayByFitAndModel) {
   const HardwareProfile hw = Gpu("h100-sxm");
   PlanInputs in;
   in.micro_batch = 2;
   in.seq = 512;
+  in.grad_accumulation = 2;
   const PlanResult tied = PlanOf("qwen2.5-0.5b", in, hw);
   ASSERT_TRUE(tied.tied_embeddings);
-  in.grad_accumulation = 2;
   in.gradient_accumulation = GradientAccumulation::kHost;
-  const PlanResult host_sums = PlanOf("llama-2-7b", in, hw);
-  // 3.2 GB of minimum plan fit, not beside a quarter of the sums (6.9 GB).
+  const PlanResult host_asked = PlanOf("llama-2-7b", in, hw);
+  in.gradient_accumulation = GradientAccumulation::kAuto;
+  // 3.2 GB of minimum plan fit 8 GiB, not beside a quarter of the sums (6.9 GB).
   in.device_arena_bytes = uint64_t{8} << 30;
   const PlanResult small_arena = PlanOf("llama-2-7b", in, hw);
-  for (const PlanResult* one : {&tied, &small_arena}) {
+  for (const PlanResult* one : {&tied, &host_asked, &small_arena}) {
     const DataParallelPrediction alone = Predict(*one, hw, 1);
     const DataParallelPrediction four = Predict(*one, hw, 4);
     EXPECT_EQ(four.within_node, WithinNode::kHostTurns);
     EXPECT_EQ(four.reduce_bytes_per_device, 0);
     EXPECT_EQ(four.link_out_bytes_per_device, alone.link_out_bytes_per_device);
-    EXPECT_NE(ScalingTable({four}).find("take turns on the host's gradients"), std::string::npos);
+    EXPECT_NE(ScalingTable({four}).find("host turns\n"), std::string::npos);
   }
-  // Shard sums: both micro-batches reduce-scattered, only the last's shard copied out.
+  // 20 GiB: the minimum plan and a quarter of the sums, not the whole: shard sums, both
+  // micro-batches reduce-scattered, only the last one's shard copied out.
+  in.device_arena_bytes = uint64_t{20} << 30;
+  const PlanResult shard_arena = PlanOf("llama-2-7b", in, hw);
+  ASSERT_EQ(shard_arena.executor.gradient_accumulation, GradientAccumulation::kHost);
   const double reducible = (kLlama7bParameters - kLlama7bEmbedding) * 4;
-  const DataParallelPrediction alone = Predict(host_sums, hw, 1);
-  const DataParallelPrediction four = Predict(host_sums, hw, 4);
+  const DataParallelPrediction alone = Predict(shard_arena, hw, 1);
+  const DataParallelPrediction four = Predict(shard_arena, hw, 4);
   EXPECT_EQ(four.within_node, WithinNode::kShardSums);
   EXPECT_NEAR(four.reduce_bytes_per_device, 2 * reducible * 3 / 4, 1);
   EXPECT_NEAR(four.link_out_bytes_per_device,
               alone.link_out_bytes_per_device - reducible - reducible * 3 / 4, 1);
-  EXPECT_NE(ScalingTable({four}).find("reduce-scatter every micro-batch"), std::string::npos);
+  EXPECT_NE(ScalingTable({four}).find("shard sums\n"), std::string::npos);
   in.device_arena_bytes = 0;
-  in.gradient_accumulation = GradientAccumulation::kDevice;
   EXPECT_EQ(Predict(PlanOf("llama-2-7b", in, hw), hw, 4).within_node, WithinNode::kReduceScatter);
 }
 

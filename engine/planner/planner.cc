@@ -128,6 +128,7 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
       in.gradient_accumulation, in.grad_accumulation / std::max(1, in.devices), in.devices);
   if (!accumulation.ok()) return accumulation.status();
   r.executor.gradient_accumulation = *accumulation;
+  r.asked_gradient_accumulation = in.gradient_accumulation;
   absl::StatusOr<ExecutorGeometry> g =
       MakeExecutorGeometry(config, *layout, in.micro_batch, in.seq, in.head_chunk, r.executor,
                            in.head_block_rows);

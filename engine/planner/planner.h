@@ -79,6 +79,9 @@ struct PlanResult {
   int64_t parameters = 0;
   int64_t padded_elements = 0;
   bool tied_embeddings = false;
+  // The accumulation the inputs asked for (executor.gradient_accumulation is what one device
+  // resolves it to): several devices decide from the asked one (ReduceOnDevices).
+  GradientAccumulation asked_gradient_accumulation = GradientAccumulation::kAuto;
   tiers::Placement placement;     // bytes per tier per buffer kind
   ExecutorOptions executor;       // executor.weight_ring_bytes > 0: fragment mode
   int weight_slots = 0;           // 0 in fragment mode

@@ -76,6 +76,9 @@ void RunLane(const DeviceLane& lane, size_t lane_index, size_t lane_count, StepA
     return;
   }
   for (size_t mb = lane_index; mb < inputs.size(); mb += lane_count) {
+    // Another micro-batch failed: the step fails; the rest would only run into aborted turns
+    // and reduce-scatters.
+    if (abort != nullptr && abort->first_failed.load() >= 0) return;
     MicroBatchTurns mb_turns;
     mb_turns.turns = turns;
     mb_turns.micro_batch = static_cast<int>(mb);
