@@ -153,11 +153,17 @@ absl::StatusOr<size_t> StreamingExecutor::Impl::EnqueueReducedShardOut(int e,
   MT_RETURN_IF_ERROR(reduction.EnqueueReduceScatter(
       rank, *copy_out, sums, sums + static_cast<size_t>(rank) * shard, shard,
       {SpanKind::kCopyOut, kReduceScatterLabel, tag.layer}));
-  const size_t begin = std::min(n, static_cast<size_t>(rank) * shard);
+  return EnqueueOwnShardOut(e, sums + static_cast<size_t>(rank) * shard, shard, tag);
+}
+
+size_t StreamingExecutor::Impl::EnqueueOwnShardOut(int e, const float* shard_sums, size_t shard,
+                                                   const TimelineTag& tag) {
+  const size_t n = store.spec(e).elements;
+  const size_t begin = std::min(n, static_cast<size_t>(options.reduction_rank) * shard);
   const size_t end = std::min(n, begin + shard);
   // Disjoint ranges per device, each written once a step: no turns, and the first write of the
   // step overwrites.
-  if (end > begin) EnqueueGradientRanges(e, sums + begin, begin, end - begin, true, tag);
+  if (end > begin) EnqueueGradientRanges(e, shard_sums, begin, end - begin, true, tag);
   return (end - begin) * sizeof(float);
 }
 
@@ -179,10 +185,7 @@ absl::StatusOr<size_t> StreamingExecutor::Impl::EnqueueShardReduction(int e, con
         *copy_out, recv, shard, sums, {SpanKind::kCopyOut, "sum shard", tag.layer}));
   }
   if (!sums_go_out) return 0;
-  const size_t begin = std::min(n, static_cast<size_t>(rank) * shard);
-  const size_t end = std::min(n, begin + shard);
-  if (end > begin) EnqueueGradientRanges(e, sums, begin, end - begin, true, tag);
-  return (end - begin) * sizeof(float);
+  return EnqueueOwnShardOut(e, sums, shard, tag);
 }
 
 absl::Status StreamingExecutor::Impl::ZeroSumPadding() {

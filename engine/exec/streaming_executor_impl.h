@@ -179,6 +179,8 @@ struct StreamingExecutor::Impl {
   // reduce_every_micro_batch: this micro-batch's gradient of entry e (at src in the gradient
   // buffer) reduce-scattered into the device's shard sum, which the last micro-batch copies out.
   absl::StatusOr<size_t> EnqueueShardReduction(int e, const float* src, const TimelineTag& tag);
+  // This device's shard of entry e (its reduced sums at shard_sums) into the host slab; bytes.
+  size_t EnqueueOwnShardOut(int e, const float* shard_sums, size_t shard, const TimelineTag& tag);
   bool ReducesEveryMicroBatch() const {
     return options.device_reduction != nullptr && options.reduce_every_micro_batch;
   }

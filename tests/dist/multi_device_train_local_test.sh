@@ -28,27 +28,22 @@ same_state "$(step "${dir}/one_a2" 3)" "$(step "${dir}/two_a2" 3)" "2 devices vs
 same_state "$(step "${dir}/one_a6" 3)" "$(step "${dir}/three_a6" 3)" \
   "3 devices, 2 micro-batches each, vs accumulation 6"
 
-# --gradient_reduction=devices: each device sums its micro-batch, a rank-ordered reduce-scatter
-# among the devices adds the sums, each device copies out 1/N: with one micro-batch per device,
-# the same checkpoint again, and the run says how it reduced.
-"${train}" "${common[@]}" --accumulation=2 --devices=2 --gradient_reduction=devices \
-  --checkpoint_dir="${dir}/two_a2_reduced" 2>"${dir}/two_a2_reduced.log" ||
-  { cat "${dir}/two_a2_reduced.log"; echo "FAIL: 2 devices reducing on the devices"; exit 1; }
-grep -q "gradient reduction: a reduce-scatter among the 2 devices (rank order)" \
-  "${dir}/two_a2_reduced.log" ||
-  { cat "${dir}/two_a2_reduced.log"; echo "FAIL: the run does not say it reduced on the devices"; exit 1; }
-same_state "$(step "${dir}/one_a2" 3)" "$(step "${dir}/two_a2_reduced" 3)" \
-  "2 devices reduce-scattering vs accumulation 2"
-# --gradient_reduction=device_shards: every micro-batch reduce-scattered, each device keeping its
-# half of the sums: the same checkpoint again.
-"${train}" "${common[@]}" --accumulation=2 --devices=2 --gradient_reduction=device_shards \
-  --checkpoint_dir="${dir}/two_a2_shards" 2>"${dir}/two_a2_shards.log" ||
-  { cat "${dir}/two_a2_shards.log"; echo "FAIL: 2 devices reducing into shard sums"; exit 1; }
-grep -q "of every micro-batch's gradients; each keeps the sum of its 1/2" \
-  "${dir}/two_a2_shards.log" ||
-  { cat "${dir}/two_a2_shards.log"; echo "FAIL: the run does not say it kept shard sums"; exit 1; }
-same_state "$(step "${dir}/one_a2" 3)" "$(step "${dir}/two_a2_shards" 3)" \
-  "2 devices with shard sums vs accumulation 2"
+# --gradient_reduction=devices (each device sums its micro-batch, a rank-ordered reduce-scatter
+# among the devices adds the sums, each device copies out 1/N) and device_shards (every
+# micro-batch reduce-scattered, each device keeping its half of the sums): with one micro-batch
+# per device, the same checkpoint again, and the run says how it reduced.
+for mode in devices device_shards; do
+  "${train}" "${common[@]}" --accumulation=2 --devices=2 --gradient_reduction="${mode}" \
+    --checkpoint_dir="${dir}/two_a2_${mode}" 2>"${dir}/two_a2_${mode}.log" ||
+    { cat "${dir}/two_a2_${mode}.log"; echo "FAIL: 2 devices with ${mode}"; exit 1; }
+  said="a reduce-scatter among the 2 devices (rank order); each copies out 1/2"
+  [[ "${mode}" == devices ]] ||
+    said="a reduce-scatter among the 2 devices (rank order) of every micro-batch's gradients"
+  grep -qF "gradient reduction: ${said}" "${dir}/two_a2_${mode}.log" ||
+    { cat "${dir}/two_a2_${mode}.log"; echo "FAIL: ${mode}: the run does not say how it reduced"; exit 1; }
+  same_state "$(step "${dir}/one_a2" 3)" "$(step "${dir}/two_a2_${mode}" 3)" \
+    "2 devices with ${mode} vs accumulation 2"
+done
 expect_refused "a bad --gradient_reduction" "${dir}/bad_reduction.log" \
   'gradient_reduction="nccl": must be host, devices, device_shards or auto' \
   "${train}" "${common[@]}" --accumulation=2 --devices=2 --gradient_reduction=nccl
