@@ -144,7 +144,7 @@ absl::Status Run() {
       ParseGradientReduction(absl::GetFlag(FLAGS_gradient_reduction));
   if (!reduction.ok()) return reduction.status();
   o.gradient_reduction = *reduction;
-  if (*reduction == GradientReduction::kDevices) {
+  if (*reduction != GradientReduction::kHost) {
     o.executor.gradient_accumulation = GradientAccumulation::kAuto;
   }
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(device_list, *config, o);
