@@ -4,6 +4,8 @@
 #include "engine/exec/streaming_executor_impl.h"
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "engine/exec/nvme_gradient_offload.h"
 
@@ -191,36 +193,33 @@ absl::StatusOr<size_t> StreamingExecutor::Impl::EnqueueShardReduction(int e, con
 absl::Status StreamingExecutor::Impl::ZeroSumPadding() {
   const int world = ReductionWorld();
   if (world == 1) return absl::OkStatus();
+  // The regions a reduce-scatter reads but no device copies out: the padding of whole sums to N
+  // shards, or, reduced every micro-batch, the gradient buffers (read up to world - 1 floats past
+  // an op's last entry). Zeroed once, so it never reads uninitialized memory.
+  std::vector<std::pair<char*, size_t>> regions;
   if (ReducesEveryMicroBatch()) {
-    // Shard sums have no padding, but every micro-batch's reduce-scatter reads up to world - 1
-    // floats past an op's last entry in the gradient buffer: zero the buffers once, so what it
-    // reads there (and adds into shards nobody copies out) is never uninitialized memory.
-    const size_t chunk = std::min<size_t>(grads[0].size(), size_t{16} << 20);
-    const std::vector<char> zeros(chunk, 0);
-    for (DeviceBuffer& g : grads) {
-      for (size_t done = 0; done < g.size(); done += chunk) {
-        compute->CopyHostToDevice(static_cast<char*>(g.data()) + done, zeros.data(),
-                                  std::min(chunk, g.size() - done),
-                                  {SpanKind::kOther, "gradient buffer zero", -1});
-        // The zeros must outlive the copy: synchronize per chunk (once, at creation).
-        MT_RETURN_IF_ERROR(compute->Synchronize());
-      }
+    for (DeviceBuffer& g : grads) regions.emplace_back(static_cast<char*>(g.data()), g.size());
+  } else {
+    for (size_t e = 0; e < gradient_sums.size(); ++e) {
+      if (gradient_sums[e].data() == nullptr) continue;
+      const size_t padding = DeviceSumFloats(entry_elements[e], world) - entry_elements[e];
+      if (padding == 0) continue;
+      regions.emplace_back(
+          reinterpret_cast<char*>(gradient_sums[e].data_as<float>() + entry_elements[e]),
+          padding * sizeof(float));
     }
-    return absl::OkStatus();
   }
-  size_t most = 0;
-  for (size_t e = 0; e < gradient_sums.size(); ++e) {
-    if (gradient_sums[e].data() == nullptr) continue;
-    most = std::max(most, DeviceSumFloats(entry_elements[e], world) - entry_elements[e]);
+  size_t chunk = 0;
+  for (const auto& [dst, bytes] : regions) {
+    chunk = std::max(chunk, std::min<size_t>(bytes, size_t{16} << 20));
   }
-  if (most == 0) return absl::OkStatus();
-  const std::vector<float> zeros(most, 0.0f);
-  for (size_t e = 0; e < gradient_sums.size(); ++e) {
-    if (gradient_sums[e].data() == nullptr) continue;
-    const size_t padding = DeviceSumFloats(entry_elements[e], world) - entry_elements[e];
-    if (padding == 0) continue;
-    compute->CopyHostToDevice(gradient_sums[e].data_as<float>() + entry_elements[e], zeros.data(),
-                              padding * sizeof(float), {SpanKind::kOther, "sum padding", -1});
+  if (chunk == 0) return absl::OkStatus();
+  const std::vector<char> zeros(chunk, 0);  // outlives the copies: synchronized below
+  for (const auto& [dst, bytes] : regions) {
+    for (size_t done = 0; done < bytes; done += chunk) {
+      compute->CopyHostToDevice(dst + done, zeros.data(), std::min(chunk, bytes - done),
+                                {SpanKind::kOther, "reduction padding zero", -1});
+    }
   }
   return compute->Synchronize();
 }

@@ -187,7 +187,8 @@ struct StreamingExecutor::Impl {
   int ReductionWorld() const {
     return options.device_reduction != nullptr ? options.device_reduction->world() : 1;
   }
-  // Zeroes every sum's padding once (DeviceSumFloats): the reduce-scatter adds it.
+  // Zeroes once what a reduce-scatter reads but nobody copies out: the sums' padding
+  // (DeviceSumFloats), or the gradient buffers with reduce_every_micro_batch.
   absl::Status ZeroSumPadding();
   void EnqueueEmbeddingForward(const ScheduledOp& op, void* x_out, uint64_t weights_version);
   void EnqueueEmbeddingBackward(const ScheduledOp& op, const void* dx_out, bool first_contribution);

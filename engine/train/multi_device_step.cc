@@ -2,9 +2,9 @@
 // micro-batch order.
 #include "engine/train/multi_device_step.h"
 
-#include <string>
 #include <atomic>
 #include <memory>
+#include <string>
 #include <thread>
 #include <utility>
 
