@@ -174,8 +174,7 @@ absl::StatusOr<MicroBatchesResult> RunMicroBatchesOnLanes(
   return result;
 }
 
-absl::Status CheckTrainerDevices(const std::vector<Device*>& devices,
-                                 const dist::Communicator* communicator) {
+absl::Status CheckTrainerDevices(const std::vector<Device*>& devices) {
   if (devices.empty()) {
     return absl::InvalidArgumentError("devices: a trainer needs at least one device");
   }
@@ -189,12 +188,6 @@ absl::Status CheckTrainerDevices(const std::vector<Device*>& devices,
                        " but devices[0] is ", std::string(DeviceKindName(devices[0]->kind())),
                        ": the devices of one job must be of one kind"));
     }
-  }
-  if (devices.size() > 1 && communicator != nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("devices=", devices.size(),
-                     " with a communicator is not supported: data parallelism runs either across "
-                     "processes (one device each) or across the devices of one process"));
   }
   return absl::OkStatus();
 }

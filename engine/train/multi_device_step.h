@@ -15,7 +15,6 @@
 
 #include "absl/status/statusor.h"
 #include "engine/device/device.h"
-#include "engine/dist/communicator.h"
 #include "engine/exec/device_reduction.h"
 #include "engine/exec/gradient_turns.h"
 #include "engine/exec/parameter_store.h"
@@ -110,11 +109,10 @@ absl::StatusOr<MicroBatchesResult> RunMicroBatchesOnLanes(
     const std::vector<TokenLayout>& layouts, const MicroBatchStepArgs& args);
 
 // The devices a trainer is created with: at least one, none null, all of one
-// kind, and several only without a communicator (data parallelism across
-// processes is the other way to use several devices). INVALID_ARGUMENT naming
-// `devices`.
-absl::Status CheckTrainerDevices(const std::vector<Device*>& devices,
-                                 const dist::Communicator* communicator);
+// kind. INVALID_ARGUMENT naming `devices`. Several devices and a communicator
+// go together: the devices' gradients meet in this process's slabs first (one
+// rank per node, each driving its node's devices), then the ranks reduce those.
+absl::Status CheckTrainerDevices(const std::vector<Device*>& devices);
 // Several devices read the compute copy from RAM: its NVMe tier (whose
 // read-ahead follows one executor's order) is refused naming the field.
 // Gradients may be on NVMe: their turns order the chunks as they order slabs.

@@ -25,7 +25,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(Device& device, ModelCo
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Device*>& devices,
                                                          ModelConfig config,
                                                          const TrainerOptions& options) {
-  if (absl::Status s = CheckTrainerDevices(devices, options.communicator); !s.ok()) return s;
+  if (absl::Status s = CheckTrainerDevices(devices); !s.ok()) return s;
   Device& device = *devices[0];
   ExecutorOptions executor_options = options.executor;
   // Creating several CUDA devices leaves the last one current; the store and executor 0 are 0's.

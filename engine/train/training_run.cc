@@ -324,6 +324,13 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
       comm != nullptr ? RankSlotsOf(options.grad_accumulation, comm->rank(), comm->size())
                       : RankSlots{0, options.grad_accumulation};
   if (!slots.ok()) return slots.status();
+  if (slots->count % options.devices != 0) {
+    // Each rank spreads its slots over its devices as one process does.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "grad_accumulation=", options.grad_accumulation, " over ", comm->size(),
+        " ranks gives each rank ", slots->count, " micro-batches, not a multiple of devices=",
+        options.devices, " (it must be a multiple of ranks x devices)"));
+  }
   const bool zero1 = comm != nullptr && options.trainer.zero1;
   const bool writes_checkpoints = comm == nullptr || comm->rank() == 0 || zero1;
   absl::StatusOr<TrainingData> data = PrepareTrainingData(config, options);
