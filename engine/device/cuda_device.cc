@@ -59,13 +59,7 @@ absl::Status SetBlockingSync(int ordinal, bool wanted) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(const DeviceOptions& options) {
-  if (options.kind != DeviceKind::kCuda) {
-    return absl::InvalidArgumentError(absl::StrCat("CudaDevice::Create: kind must be cuda, got ",
-                                                   std::string(DeviceKindName(options.kind))));
-  }
-  if (absl::Status valid = ValidateDeviceOptions(options); !valid.ok()) return valid;
-
+absl::StatusOr<int> CountCudaDevices() {
   int count = 0;
   if (const cudaError_t error = cudaGetDeviceCount(&count); error != cudaSuccess) {
     return absl::FailedPreconditionError(
@@ -74,6 +68,19 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(const DeviceOptio
   if (count == 0) {
     return absl::FailedPreconditionError("no CUDA device: cudaGetDeviceCount found 0 devices");
   }
+  return count;
+}
+
+absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(const DeviceOptions& options) {
+  if (options.kind != DeviceKind::kCuda) {
+    return absl::InvalidArgumentError(absl::StrCat("CudaDevice::Create: kind must be cuda, got ",
+                                                   std::string(DeviceKindName(options.kind))));
+  }
+  if (absl::Status valid = ValidateDeviceOptions(options); !valid.ok()) return valid;
+
+  absl::StatusOr<int> counted = CountCudaDevices();
+  if (!counted.ok()) return counted.status();
+  const int count = *counted;
   if (options.cuda_device_ordinal >= count) {
     return absl::InvalidArgumentError(absl::StrCat("cuda_device_ordinal must be < ", count,
                                                    " (devices found), got ",

@@ -63,6 +63,10 @@ class CudaDevice final : public Device {
   absl::Status blocking_sync_status_;
 };
 
+// The GPUs this process sees (CUDA_VISIBLE_DEVICES applied): FAILED_PRECONDITION "no CUDA
+// device: ..." when there are none or the driver cannot say.
+absl::StatusOr<int> CountCudaDevices();
+
 // CudaDevice::Create behind the Device interface.
 absl::StatusOr<std::unique_ptr<Device>> CreateCudaDevice(const DeviceOptions& options);
 

@@ -65,7 +65,23 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(
   int rank = 0, size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
+  // The ranks sharing this machine (its memory, and so its GPUs), whatever the launcher: MPI
+  // itself groups them, rather than a launcher's variable (OMPI_COMM_WORLD_LOCAL_RANK,
+  // SLURM_LOCALID, ...).
+  MPI_Comm node = MPI_COMM_NULL;
+  int local_rank = 0, local_size = 0;
+  if (const int code = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank,
+                                           MPI_INFO_NULL, &node);
+      code != MPI_SUCCESS) {
+    return absl::UnavailableError(
+        absl::StrCat("rank ", rank, " of ", size, ": MPI_Comm_split_type(shared) failed"));
+  }
+  MPI_Comm_rank(node, &local_rank);
+  MPI_Comm_size(node, &local_size);
+  MPI_Comm_free(&node);
   std::unique_ptr<MpiCommunicator> comm(new MpiCommunicator(rank, size, HostName()));
+  comm->local_rank_ = local_rank;
+  comm->local_size_ = local_size;
   MpiCommunicator* self = comm.get();
   comm->watchdog_ = std::make_unique<CollectiveWatchdog>(
       options.collective_timeout,

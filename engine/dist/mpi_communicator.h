@@ -61,6 +61,10 @@ class MpiCommunicator final : public Communicator {
   CommunicatorStats stats() const override { return stats_; }
   void NoteStep(uint64_t step) override { watchdog_->NoteStep(step); }
   const std::string& host() const { return host_; }
+  // This rank among the ranks on its machine (MPI_COMM_TYPE_SHARED, ordered by world rank), and
+  // how many there are: which of the machine's GPUs are this rank's (RankFirstDevice).
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
   // Ends every rank of the job with `exit_code` (MPI_Abort): for a rank that fails while the
   // others wait in a collective, where returning would leave them blocked.
   [[noreturn]] void Abort(int exit_code);
@@ -83,6 +87,8 @@ class MpiCommunicator final : public Communicator {
   int rank_;
   int size_;
   std::string host_;
+  int local_rank_ = 0;
+  int local_size_ = 1;
   // Reports with the members above; the destructor joins its thread before MPI_Finalize.
   std::unique_ptr<CollectiveWatchdog> watchdog_;
   CommunicatorStats stats_;

@@ -185,6 +185,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "a second MpiCommunicator was created\n");
     return 1;
   }
+  // On loopback every rank shares this machine: its local rank is its world rank.
+  if ((*c)->local_rank() != (*c)->rank() || (*c)->local_size() != (*c)->size()) {
+    std::fprintf(stderr, "FAIL rank %d of %d: local rank %d of %d on one machine\n", (*c)->rank(),
+                 (*c)->size(), (*c)->local_rank(), (*c)->local_size());
+    return 1;
+  }
   const absl::Status s = megatrain::engine::dist::CheckAll(**c, std::atoi(argv[1]));
   if (!s.ok()) {
     std::fprintf(stderr, "FAIL %s\n", std::string(s.message()).c_str());

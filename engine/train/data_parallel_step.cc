@@ -20,6 +20,27 @@ absl::StatusOr<RankSlots> RankSlotsOf(int accumulation, int rank, int world) {
   return RankSlots{rank * per_rank, per_rank};
 }
 
+absl::StatusOr<int> RankFirstDevice(const RankDevicesInputs& in) {
+  if (in.local_size < 1 || in.local_rank < 0 || in.local_rank >= in.local_size ||
+      in.devices_per_rank < 1 || in.visible < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "local rank ", in.local_rank, " of ", in.local_size, " with devices=", in.devices_per_rank,
+        " and ", in.visible, " visible devices"));
+  }
+  if (in.visible >= in.local_size * in.devices_per_rank) {
+    return in.local_rank * in.devices_per_rank;
+  }
+  if (in.launcher_restricted && in.visible == in.devices_per_rank) return 0;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "devices=", in.devices_per_rank, " per rank with ", in.local_size,
+      " ranks on this machine needs ", in.local_size * in.devices_per_rank, " GPUs, but local rank ",
+      in.local_rank, " sees ", in.visible,
+      in.launcher_restricted ? " (CUDA_VISIBLE_DEVICES is set)" : "",
+      ": start fewer ranks per machine, ask for fewer devices, give each rank exactly its own "
+      "GPUs (CUDA_VISIBLE_DEVICES per rank, srun --gpus-per-task), or name the first one "
+      "(cuda_device)"));
+}
+
 absl::Status CheckSameJob(dist::Communicator& comm, const std::string& identity) {
   uint64_t hash = 14695981039346656037ull;  // FNV-1a: a fingerprint, not a defence
   for (unsigned char c : identity) hash = (hash ^ c) * 1099511628211ull;

@@ -27,6 +27,21 @@ struct RankSlots {
 };
 absl::StatusOr<RankSlots> RankSlotsOf(int accumulation, int rank, int world);
 
+// Which of its machine's devices a rank drives: `devices_per_rank` consecutive ordinals from the
+// one returned. The machine's ranks (local_rank of local_size, MpiCommunicator::local_rank) split
+// the `visible` devices in local-rank order when there are enough for all of them; a rank that
+// sees only its own (`launcher_restricted`: the launcher set CUDA_VISIBLE_DEVICES per rank, as
+// `srun --gpus-per-task` does, and it sees exactly devices_per_rank) starts at 0. Anything else
+// would put two ranks on one GPU: INVALID_ARGUMENT naming the numbers and what to change.
+struct RankDevicesInputs {
+  int local_rank = 0;
+  int local_size = 1;
+  int devices_per_rank = 1;
+  int visible = 0;
+  bool launcher_restricted = false;
+};
+absl::StatusOr<int> RankFirstDevice(const RankDevicesInputs& in);
+
 // OK when every rank runs the same job: `identity` (the job JSON and the step it starts from)
 // hashes the same on every rank. Ranks that disagree would run different numbers of collectives
 // and wait for each other forever; this is checked once, before the first step.

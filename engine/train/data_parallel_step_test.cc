@@ -28,6 +28,43 @@ TEST(RankSlotsTest, ContiguousSlotsPerRank) {
   EXPECT_FALSE(RankSlotsOf(0, 0, 1).ok());
 }
 
+TEST(RankFirstDeviceTest, TheMachinesRanksSplitItsDevicesInLocalRankOrder) {
+  // 8 GPUs, 4 ranks of 2 devices: 0-1, 2-3, 4-5, 6-7.
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(*RankFirstDevice({.local_rank = r, .local_size = 4, .devices_per_rank = 2,
+                                .visible = 8}),
+              2 * r);
+  }
+  // One rank per machine driving 4 of its 8.
+  EXPECT_EQ(*RankFirstDevice({.local_rank = 0, .local_size = 1, .devices_per_rank = 4,
+                              .visible = 8}),
+            0);
+  // The launcher gave each rank its own two (CUDA_VISIBLE_DEVICES per rank): every rank at 0.
+  EXPECT_EQ(*RankFirstDevice({.local_rank = 3, .local_size = 4, .devices_per_rank = 2,
+                              .visible = 2, .launcher_restricted = true}),
+            0);
+}
+
+TEST(RankFirstDeviceTest, TwoRanksOnOneGpuAreRefusedNamingTheNumbers) {
+  for (bool restricted : {false, true}) {
+    // 2 visible, 2 ranks of 2: unrestricted, both would take 0-1; restricted to 2 per rank is
+    // fine, but 3 visible with restriction is not "exactly its own".
+    const absl::StatusOr<int> shared = RankFirstDevice(
+        {.local_rank = 1, .local_size = 2, .devices_per_rank = 2, .visible = restricted ? 3 : 2,
+         .launcher_restricted = restricted});
+    ASSERT_FALSE(shared.ok()) << restricted;
+    EXPECT_EQ(shared.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(shared.status().message().find("devices=2 per rank with 2 ranks on this machine "
+                                             "needs 4 GPUs"),
+              std::string::npos)
+        << shared.status();
+    EXPECT_EQ(shared.status().message().find("CUDA_VISIBLE_DEVICES is set") != std::string::npos,
+              restricted);
+  }
+  EXPECT_FALSE(RankFirstDevice({.local_rank = 2, .local_size = 2}).ok());
+  EXPECT_FALSE(RankFirstDevice({.devices_per_rank = 0, .visible = 1}).ok());
+}
+
 TEST(DataParallelStepTest, WorldOfOneKeepsCountsAndLossSums) {
   dist::SingleProcessCommunicator one;
   EXPECT_EQ(*GlobalValidTargets(one, 1234), 1234);

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -15,9 +16,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "engine/data/text_tokenizer.h"
+#include "engine/device/cuda_device.h"
 #include "engine/dist/mpi_communicator.h"
 #include "engine/model/model_config.h"
 #include "engine/provenance/signing_key.h"
+#include "engine/train/data_parallel_step.h"
 #include "engine/train/training_run.h"
 
 ABSL_FLAG(std::string, text, "/usr/share/games/fortunes",
@@ -77,7 +80,11 @@ ABSL_FLAG(std::string, gradient_reduction, "auto",
           "the CPU device), device_shards (every micro-batch's gradients reduce-scattered, each "
           "device keeping only its 1/N of the sums: for models whose whole sums do not fit), or "
           "auto (devices, else device_shards, on GPUs where they fit).");
-ABSL_FLAG(std::string, device, "cpu", "cpu (the emulated GPU) or cuda (the first GPU).");
+ABSL_FLAG(std::string, device, "cpu", "cpu (the emulated GPU) or cuda (a GPU: --cuda_device).");
+ABSL_FLAG(int, cuda_device, -1,
+          "The first CUDA ordinal this process drives (--devices consecutive ones); -1 = 0, or "
+          "under mpirun the rank's share of its machine's GPUs (local rank x --devices), or 0 "
+          "where the launcher gave each rank exactly its own (CUDA_VISIBLE_DEVICES).");
 ABSL_FLAG(int, arena_mb, 512, "Device memory for the executor's arena, in MiB.");
 ABSL_FLAG(double, link_gbps, 0,
           "CPU device only: emulated host<->device link in GB/s; 0 = unthrottled.");
@@ -352,6 +359,27 @@ int main(int argc, char** argv) {
         mpi->Abort(2);
       }
     }
+  }
+  if (absl::GetFlag(FLAGS_cuda_device) >= 0) {
+    o.device.cuda_device_ordinal = absl::GetFlag(FLAGS_cuda_device);
+  } else if (mpi != nullptr && o.device.kind == megatrain::engine::DeviceKind::kCuda) {
+    // Ranks sharing a machine must not share its GPUs (NCCL refuses two ranks on one).
+    absl::StatusOr<int> visible = megatrain::engine::CountCudaDevices();
+    absl::StatusOr<int> first =
+        visible.ok() ? megatrain::engine::RankFirstDevice(
+                           {.local_rank = mpi->local_rank(),
+                            .local_size = mpi->local_size(),
+                            .devices_per_rank = o.devices,
+                            .visible = *visible,
+                            .launcher_restricted = std::getenv("CUDA_VISIBLE_DEVICES") != nullptr})
+                     : absl::StatusOr<int>(visible.status());
+    if (!first.ok()) {
+      fprintf(stderr, "error: rank %d of %d on host %s: --device=cuda: %s\n", mpi->rank(),
+              mpi->size(), mpi->host().c_str(), std::string(first.status().message()).c_str());
+      fflush(stderr);
+      mpi->Abort(2);
+    }
+    o.device.cuda_device_ordinal = *first;
   }
   const bool quiet = mpi != nullptr && mpi->rank() != 0;  // rank 0 speaks for the job
   const bool tty = isatty(fileno(stderr));
