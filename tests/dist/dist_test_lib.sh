@@ -86,13 +86,13 @@ wait_for_checkpoint() {
     { cat "$3"; echo "FAIL: $4: no checkpoint"; exit 1; }
 }
 
-# write_pid_rank_script SCRIPT TRAIN: SCRIPT, run by mpirun for each rank, writes its pid to
-# ${RANK_PID_PREFIX}<rank>.pid (RANK_PID_PREFIX from the environment) and execs TRAIN with its
+# write_pid_rank_script SCRIPT TRAIN: SCRIPT, run by mpirun or srun for each rank, writes its pid
+# to ${RANK_PID_PREFIX}<rank>.pid (RANK_PID_PREFIX from the environment) and execs TRAIN with its
 # arguments, so a test can stop or kill one rank.
 write_pid_rank_script() {
   cat >"$1" <<EOS
 #!/usr/bin/env bash
-echo \$\$ >"\${RANK_PID_PREFIX}\${OMPI_COMM_WORLD_RANK}.pid"
+echo \$\$ >"\${RANK_PID_PREFIX}\${OMPI_COMM_WORLD_RANK:-\${SLURM_PROCID}}.pid"
 exec "$2" "\$@"
 EOS
   chmod +x "$1"
@@ -102,7 +102,7 @@ EOS
 # non-zero, and not by the test's `timeout` (124). LOG is shown first.
 expect_aborted() {
   cat "$3"
-  echo "$1: mpirun exited $2"
+  echo "$1: the launcher (mpirun or srun) exited $2"
   [[ $2 -ne 0 ]] || { echo "FAIL: $1: the job exited 0"; exit 1; }
   [[ $2 -ne 124 ]] || { echo "FAIL: $1: the job did not end within its timeout"; exit 1; }
 }
