@@ -69,10 +69,12 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
           absl::StrCat("optimizer_state_entries has ", placement.optimizer_state_entries.size(),
                        " flags for ", entries.size(), " entries"));
     }
-    if (placement.states_on_nvme) {
+    // The masters of every entry are needed (ZeRO-1 broadcasts them into every rank's): they
+    // cannot share the state file, which holds only this rank's entries.
+    if (placement.master_on_nvme) {
       return absl::InvalidArgumentError(
-          "optimizer_state_entries (ZeRO-1 sharding) needs the optimizer state in RAM, not "
-          "states_on_nvme");
+          "optimizer_state_entries (ZeRO-1 sharding) needs every entry's master in RAM, not "
+          "master_on_nvme");
     }
   }
   if (placement.alternate_ram_state &&
@@ -194,8 +196,15 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
   if (placement.states_on_nvme) {
     options.arrays_per_entry = placement.master_on_nvme ? 3 : 2;
     options.alternate_regions = placement.alternate_state_regions;
+    // A ZeRO-1 rank's file holds its own entries only: the others' units are empty (no bytes,
+    // passed over by the read-ahead), so unit numbers stay the chunks' everywhere.
+    std::vector<size_t> units = store.chunks_.unit_elements();
+    for (int e = 0; e < store.num_entries(); ++e) {
+      if (store.has_optimizer_state(e)) continue;
+      for (int c = 0; c < store.chunks_.num_chunks(e); ++c) units[store.chunks_.chunk(e, c).unit] = 0;
+    }
     absl::StatusOr<std::unique_ptr<tiers::NvmeStateStore>> state =
-        tiers::NvmeStateStore::Create(*io, options, store.chunks_.unit_elements());
+        tiers::NvmeStateStore::Create(*io, options, std::move(units));
     if (!state.ok()) return state.status();
     store.state_store_ = std::move(*state);
   }

@@ -80,7 +80,8 @@ struct StorePlacement {
   std::string nvme_dir;  // with states_on_nvme or grad_on_nvme
   // ZeRO-1 (docs/scale_out.md): when not empty, one flag per entry, and m and v are allocated
   // only for the entries flagged (the ones this rank owns and updates); the others' m and v are
-  // null and ReadOptimizerState / WriteOptimizerState refuse them. RAM optimizer state only.
+  // null and ReadOptimizerState / WriteOptimizerState refuse them. With states_on_nvme the state
+  // file holds the flagged entries only. Every master stays in RAM (not master_on_nvme).
   std::vector<bool> optimizer_state_entries;
   // Data parallelism over MPI with a tied embedding (docs/scale_out.md): this entry (the
   // embedding, also the LM head) gets a second gradient array of its size, where the executor

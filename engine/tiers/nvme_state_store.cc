@@ -205,13 +205,18 @@ absl::StatusOr<StagedEntry> NvmeStateStore::Acquire(int entry, int read_ahead) {
   // writing this entry is safe from read-ahead (which only takes free slots) until awaited.
   if (slot->state == SlotState::kFree) slot->state = SlotState::kAcquired;
   const int ahead = read_ahead < 0 ? options_.read_ahead : read_ahead;
-  for (int k = 1; k <= ahead; ++k) {
+  // Empty entries (another ZeRO-1 rank's, which hold no bytes here) are passed over, not
+  // counted: the read-ahead reaches the next entries this store really holds.
+  int started = 0;
+  for (int k = 1; started < ahead && k < num_entries(); ++k) {
     int next = entry + k;
     if (next >= num_entries()) {
       if (!options_.read_ahead_wraps) break;
       next %= num_entries();
     }
+    if (entries_[next].elements == 0) continue;
     if (absl::Status s = StartRead(next, /*may_wait=*/false); !s.ok()) return s;
+    ++started;
   }
   const auto t0 = std::chrono::steady_clock::now();
   if (slot->state != SlotState::kAcquired) {

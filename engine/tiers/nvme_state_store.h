@@ -3,9 +3,10 @@
 // entry order and written back asynchronously.
 //
 // Protocol (one optimizer pass over entries 0..n-1, on one thread):
-//  1. Acquire(e) makes sure e's read is issued, then issues reads of e+1..e+read_ahead (wrapping
-//     to the next pass) into free staging slots, then waits for e's read: while entry e is
-//     updated, the next entries are already streaming in.
+//  1. Acquire(e) makes sure e's read is issued, then issues reads of the next read_ahead entries
+//     after e (wrapping to the next pass) into free staging slots, then waits for e's read: while
+//     entry e is updated, the next entries are already streaming in. Empty entries (0 elements:
+//     another ZeRO-1 rank's, no bytes in this file) are passed over and not counted.
 //  2. Release(e) zeroes the block padding and submits e's write-back; at most
 //     max_writes_in_flight entries are being written, Release waits for the oldest beyond that.
 //  3. A slot whose entry is asked for again before it was reused serves it from RAM (after its

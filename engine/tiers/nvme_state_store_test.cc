@@ -109,6 +109,38 @@ TEST_F(NvmeStateStoreTest, FewerEntriesThanSlotsNeverReadOverAPendingWrite) {
   }
 }
 
+// A ZeRO-1 rank's store: only its run of entries holds bytes; the others are empty. The file is
+// its entries' alone, and the read-ahead passes over the empty ones: acquiring the last entry
+// of the run reads ahead the first ones of the next pass (wrapping past the empties), so after
+// the reads settle the next pass starts from a staged entry. Clean releases keep every other
+// slot free, so which reads start does not depend on I/O timing.
+TEST_F(NvmeStateStoreTest, ReadAheadPassesOverEmptyEntries) {
+  constexpr size_t kOwned = 4099;
+  std::vector<size_t> sizes = {0, 0, 0};
+  for (int e = 3; e <= 9; ++e) sizes.push_back(kOwned);
+  sizes.push_back(0);
+  sizes.push_back(0);
+  auto store = NvmeStateStore::Create(*io_, Options(), sizes);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ((*store)->file_bytes(), 7 * 2 * (*store)->array_bytes(3));
+  EXPECT_EQ((*store)->array_bytes(0), 0u);
+  for (int e = 3; e <= 9; ++e) {
+    absl::StatusOr<StagedEntry> staged = (*store)->Acquire(e);
+    ASSERT_TRUE(staged.ok()) << staged.status();
+    ASSERT_TRUE((*store)->Release(e, /*dirty=*/false).ok());
+  }
+  ASSERT_TRUE((*store)->Flush().ok());
+  const uint64_t hits = (*store)->stats().staging_hits;
+  const uint64_t read = (*store)->stats().bytes_read;
+  for (int e : {3, 4}) {
+    absl::StatusOr<StagedEntry> staged = (*store)->Acquire(e, /*read_ahead=*/0);
+    ASSERT_TRUE(staged.ok()) << staged.status();
+    ASSERT_TRUE((*store)->Release(e, /*dirty=*/false).ok());
+  }
+  EXPECT_EQ((*store)->stats().staging_hits, hits + 2) << "entries 3 and 4 were not read ahead";
+  EXPECT_EQ((*store)->stats().bytes_read, read);
+}
+
 // Alternate regions (the speculative update): a write to the alternate region leaves the current
 // state readable as it was, even with the speculative copy still staged; Commit makes it current;
 // a discarded speculation followed by a normal update and a new speculation never lets the older

@@ -144,6 +144,56 @@ TEST(Zero1StoreTest, OptimizerStateOnlyForOwnedEntries) {
   EXPECT_NE(bad.status().message().find("1 flags for 2 entries"), std::string::npos);
 }
 
+// ZeRO-1 with the optimizer state on NVMe: the rank's state file holds its own entries' m and v
+// only, which round-trip through it; the others' are refused as in RAM. The masters stay in RAM
+// (every rank's forward streams them): master_on_nvme is refused naming both fields.
+TEST(Zero1StoreTest, StateFileOnNvmeHoldsOnlyOwnedEntries) {
+  absl::Status usable;
+  const std::string dir = tiers::FreshTestDir("zero1_states_on_nvme", &usable);
+  if (!usable.ok()) GTEST_SKIP() << "no O_DIRECT scratch directory: " << usable;
+  DeviceOptions options;
+  options.kind = DeviceKind::kCpu;
+  options.arena_bytes = size_t{1} << 20;
+  options.pinned_budget_bytes = size_t{4} << 20;
+  absl::StatusOr<std::unique_ptr<CpuDevice>> device = CpuDevice::Create(options);
+  ASSERT_TRUE(device.ok()) << device.status();
+  std::vector<EntrySpec> specs(3);
+  for (EntrySpec& s : specs) s.elements = 70000;  // two 64 Ki-element chunks, the last short
+  StorePlacement p;
+  p.states_on_nvme = true;
+  p.nvme_chunk_bytes = size_t{256} << 10;
+  p.nvme_dir = dir;
+  p.optimizer_state_entries = {false, true, false};
+  absl::StatusOr<ParameterStore> store = ParameterStore::Create(**device, specs, p);
+  ASSERT_TRUE(store.ok()) << store.status();
+  const tiers::NvmeStateStore& file = *store->state_store();
+  const uint64_t chunk_bytes = (size_t{256} << 10);
+  const uint64_t tail_bytes = 20480;  // 4464 floats, rounded up to 4 KiB blocks
+  EXPECT_EQ(file.file_bytes(), 2 * (chunk_bytes + tail_bytes)) << "only entry 1's m and v";
+  std::vector<float> m(70000), v(70000), m_back(70000), v_back(70000);
+  for (size_t i = 0; i < m.size(); ++i) {
+    m[i] = static_cast<float>(i) * 0.5f;
+    v[i] = static_cast<float>(i) + 0.25f;
+  }
+  ASSERT_TRUE(store->WriteOptimizerState(1, m.data(), v.data()).ok());
+  ASSERT_TRUE(store->ReadOptimizerState(1, m_back.data(), v_back.data()).ok());
+  EXPECT_EQ(m_back, m);
+  EXPECT_EQ(v_back, v);
+  EXPECT_EQ(store->ReadOptimizerState(0, m_back.data(), v_back.data()).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store->WriteOptimizerState(2, m.data(), v.data()).code(),
+            absl::StatusCode::kFailedPrecondition);
+  for (int e = 0; e < 3; ++e) EXPECT_NE(store->entry(e).master, nullptr) << e;
+
+  StorePlacement masters = p;
+  masters.master_on_nvme = true;
+  masters.compute_copy_fp32 = true;
+  const absl::StatusOr<ParameterStore> refused = ParameterStore::Create(**device, specs, masters);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("master_on_nvme"), std::string::npos)
+      << refused.status();
+}
+
 // Ranks whose placements keep different entries' gradients in RAM (budgets that differ) reduce
 // in different pieces: the fingerprint CheckSameJob compares tells them apart, entry by entry.
 TEST(GradientLayoutFingerprintTest, SaysWhichEntriesGradientsAreOnNvme) {

@@ -149,6 +149,21 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
       if (absl::Status s = turns_on_the_host(); !s.ok()) return s;
     }
   }
+  std::vector<int> zero1_owners;
+  if (options.zero1) {
+    if (options.communicator == nullptr) {
+      return absl::InvalidArgumentError("zero1 needs a communicator (data parallelism)");
+    }
+    std::vector<size_t> elements;
+    for (const EntrySpec& spec : specs) elements.push_back(spec.elements);
+    zero1_owners = Zero1EntryOwners(elements, options.communicator->size());
+    // The placement counts only this rank's m and v (RAM or its NVMe file).
+    store_placement.optimizer_state_entries.resize(specs.size());
+    for (size_t e = 0; e < specs.size(); ++e) {
+      store_placement.optimizer_state_entries[e] =
+          zero1_owners[e] == options.communicator->rank();
+    }
+  }
   std::string placement_table;
   if (options.memory.enabled) {
     std::vector<tiers::EntryBytes> bytes;
@@ -158,8 +173,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
       b.compute_copy_stays_in_ram = b.grad_stays_in_ram;  // gathered by rows on the host
       const uint64_t n = spec.elements * sizeof(float);
       b[tiers::BufferKind::kMaster] = n;
-      b[tiers::BufferKind::kM] = n;
-      b[tiers::BufferKind::kV] = n;
+      const bool owned = store_placement.optimizer_state_entries.empty() ||
+                         store_placement.optimizer_state_entries[bytes.size()];
+      b[tiers::BufferKind::kM] = owned ? n : 0;
+      b[tiers::BufferKind::kV] = owned ? n : 0;
       // The embedding's gradient (which stays in RAM) and its rows' gradient apart, if any.
       b[tiers::BufferKind::kGrad] = b.grad_stays_in_ram && rows_gradient_apart ? 2 * n : n;
       // The CPU device computes from the master (or, with the master on NVMe,
@@ -232,23 +249,17 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
           "them RAM or use host"));
     }
   }
+  // ZeRO-1 reduces each entry's gradient to its owner whole: the NVMe gradient chunks are
+  // reduced only by the replicated path.
+  if (options.zero1 && store_placement.grad_on_nvme) {
+    return absl::InvalidArgumentError(
+        "zero1: the memory placement puts the gradients on NVMe (memory.grad_on_nvme, or a RAM "
+        "budget too small for them); ZeRO-1 reduces gradients in RAM: give them RAM, or run "
+        "replicated");
+  }
   if (absl::Status s = CheckMultiDevicePlacement(static_cast<int>(devices.size()), store_placement);
       !s.ok()) {
     return s;
-  }
-  std::vector<int> zero1_owners;
-  if (options.zero1) {
-    if (options.communicator == nullptr) {
-      return absl::InvalidArgumentError("zero1 needs a communicator (data parallelism)");
-    }
-    std::vector<size_t> elements;
-    for (const EntrySpec& spec : specs) elements.push_back(spec.elements);
-    zero1_owners = Zero1EntryOwners(elements, options.communicator->size());
-    store_placement.optimizer_state_entries.resize(specs.size());
-    for (size_t e = 0; e < specs.size(); ++e) {
-      store_placement.optimizer_state_entries[e] =
-          zero1_owners[e] == options.communicator->rank();
-    }
   }
   absl::StatusOr<ParameterStore> store =
       ParameterStore::Create(device, std::move(specs), store_placement);
