@@ -49,6 +49,18 @@ class Communicator {
   // as it was.
   virtual absl::Status ReduceFloatPairsInRankOrderTo(float* data, const float* apart, size_t n,
                                                      int root) = 0;
+  // A reduce-scatter in rank order: rank r's recv[0, shard) becomes the rank-ordered float sum
+  // over every rank q of send_q[r * shard, (r + 1) * shard) (send: shard * size() floats, the
+  // same shard on every rank). recv may be send + r * shard (in place; the rest of send is left
+  // as it was) or a buffer of its own. Safe to call from a thread other than the one that made
+  // the communicator, as long as no other call runs at the same time (a device's stream thread
+  // while the trainer's thread waits for it: CommunicatorDeviceReduction).
+  virtual absl::Status ReduceScatterFloatsInRankOrder(const float* send, float* recv,
+                                                      size_t shard) = 0;
+  // The inverse's data movement: data[0, n) is cut into size() shards of ceil(n / size()) floats
+  // (the last ones shorter or empty), rank r holding the reduced shard r; afterwards every rank
+  // holds all of them. Byte copies: every rank gets the same bits.
+  virtual absl::Status AllGatherFloatShards(float* data, size_t n) = 0;
   // `bytes` at `data` on rank `root` are copied to every other rank's `data`.
   virtual absl::Status Broadcast(void* data, size_t bytes, int root) = 0;
   virtual absl::Status Barrier() = 0;
@@ -77,6 +89,10 @@ class SingleProcessCommunicator final : public Communicator {
   absl::Status ReduceFloatPairsInRankOrder(float* data, const float* apart, size_t n) override;
   absl::Status ReduceFloatPairsInRankOrderTo(float* data, const float* apart, size_t n,
                                              int root) override;
+  // recv = send (a copy unless in place).
+  absl::Status ReduceScatterFloatsInRankOrder(const float* send, float* recv,
+                                              size_t shard) override;
+  absl::Status AllGatherFloatShards(float*, size_t) override { return absl::OkStatus(); }
   absl::Status Broadcast(void*, size_t, int root) override {
     if (root != 0) return absl::InvalidArgumentError("broadcast root must be 0 in a world of 1");
     return absl::OkStatus();

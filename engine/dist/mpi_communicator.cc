@@ -4,6 +4,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -56,8 +57,14 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(
     return absl::FailedPreconditionError("MPI is already initialized in this process");
   }
   int provided = 0;
-  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
     return absl::UnavailableError("MPI_Init_thread failed (launched by mpirun?)");
+  }
+  if (provided < MPI_THREAD_SERIALIZED) {
+    MPI_Finalize();
+    return absl::UnavailableError(absl::StrCat(
+        "this MPI library gives thread level ", provided, ", below MPI_THREAD_SERIALIZED (",
+        MPI_THREAD_SERIALIZED, "), which a reduce-scatter from a device's stream thread needs"));
   }
   // Errors come back as codes we turn into a Status naming the call. A rank that dies is
   // handled by the launcher: mpirun aborts the whole job (docs/scale_out.md).
@@ -228,6 +235,69 @@ absl::Status MpiCommunicator::ReduceInRankOrder(float* data, const float* apart,
     stats_.bytes_sent +=
         ((piece - owned) * static_cast<size_t>(per_rank) + owned * static_cast<size_t>(world - 1)) *
         sizeof(float);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MpiCommunicator::ReduceScatterFloatsInRankOrder(const float* send, float* recv,
+                                                             size_t shard) {
+  CallTimer timer(stats_, *watchdog_, "MPI_Alltoall(reduce-scatter)");
+  const size_t world = static_cast<size_t>(size_);
+  const size_t most = std::max<size_t>(1, kPieceFloats / world);
+  for (size_t first = 0; first < shard; first += most) {
+    const size_t piece = std::min(most, shard - first);
+    // Block j of the piece is what rank j sums: staged first, so an in-place recv (our own block
+    // of send) is only written after every block of this piece has left.
+    staged_.resize(piece * world);
+    for (size_t j = 0; j < world; ++j) {
+      std::memcpy(staged_.data() + j * piece, send + j * shard + first, piece * sizeof(float));
+    }
+    receive_.resize(piece * world);
+    if (absl::Status s = Check(MPI_Alltoall(staged_.data(), static_cast<int>(piece), MPI_FLOAT,
+                                            receive_.data(), static_cast<int>(piece), MPI_FLOAT,
+                                            MPI_COMM_WORLD),
+                               "MPI_Alltoall(reduce-scatter)");
+        !s.ok()) {
+      return s;
+    }
+    SumInRankOrder(receive_.data(), size_, piece, recv + first);
+    stats_.bytes_sent += piece * (world - 1) * sizeof(float);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MpiCommunicator::AllGatherFloatShards(float* data, size_t n) {
+  CallTimer timer(stats_, *watchdog_, "MPI_Allgather(gradient shards)");
+  const size_t world = static_cast<size_t>(size_);
+  const size_t shard = (n + world - 1) / world;
+  const size_t most = std::max<size_t>(1, kPieceFloats / world);
+  // Rank j's floats [j * shard, min(n, (j + 1) * shard)): how many of them from `first` on.
+  const auto span = [&](size_t j, size_t first, size_t piece) -> size_t {
+    const size_t begin = std::min(n, j * shard + first);
+    return std::min(n, j * shard + first + piece) - begin;
+  };
+  for (size_t first = 0; first < shard; first += most) {
+    const size_t piece = std::min(most, shard - first);
+    staged_.assign(piece, 0.0f);
+    const size_t mine = span(static_cast<size_t>(rank_), first, piece);
+    if (mine > 0) {
+      std::memcpy(staged_.data(), data + static_cast<size_t>(rank_) * shard + first,
+                  mine * sizeof(float));
+    }
+    receive_.resize(piece * world);
+    if (absl::Status s = Check(MPI_Allgather(staged_.data(), static_cast<int>(piece), MPI_FLOAT,
+                                             receive_.data(), static_cast<int>(piece), MPI_FLOAT,
+                                             MPI_COMM_WORLD),
+                               "MPI_Allgather(gradient shards)");
+        !s.ok()) {
+      return s;
+    }
+    for (size_t j = 0; j < world; ++j) {
+      const size_t count = span(j, first, piece);
+      if (j == static_cast<size_t>(rank_) || count == 0) continue;
+      std::memcpy(data + j * shard + first, receive_.data() + j * piece, count * sizeof(float));
+    }
+    stats_.bytes_sent += piece * (world - 1) * sizeof(float);
   }
   return absl::OkStatus();
 }

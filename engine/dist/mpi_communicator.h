@@ -30,8 +30,9 @@ struct MpiCommunicatorOptions {
 
 class MpiCommunicator final : public Communicator {
  public:
-  // Initializes MPI (MPI_THREAD_FUNNELED: only the thread that made it calls it; the watchdog's
-  // thread calls nothing but MPI_Abort). FAILED_PRECONDITION when MPI is already initialized in
+  // Initializes MPI (MPI_THREAD_SERIALIZED: calls come from one thread at a time, the one that
+  // made it, or a device's stream thread running a reduce-scatter while that one waits; the
+  // watchdog's thread calls nothing but MPI_Abort). FAILED_PRECONDITION when MPI is already initialized in
   // this process; INVALID_ARGUMENT for a negative timeout.
   static absl::StatusOr<std::unique_ptr<MpiCommunicator>> Create(
       const MpiCommunicatorOptions& options = {});
@@ -56,6 +57,12 @@ class MpiCommunicator final : public Communicator {
   absl::Status ReduceFloatPairsInRankOrder(float* data, const float* apart, size_t n) override;
   absl::Status ReduceFloatPairsInRankOrderTo(float* data, const float* apart, size_t n,
                                              int root) override;
+  // Pieces of at most kPieceFloats / size() floats of the shard: the ranks' blocks for it are
+  // staged contiguously and exchanged with one MPI_Alltoall, then summed in rank order.
+  absl::Status ReduceScatterFloatsInRankOrder(const float* send, float* recv,
+                                              size_t shard) override;
+  // Pieces the same way, with one MPI_Allgather each.
+  absl::Status AllGatherFloatShards(float* data, size_t n) override;
   absl::Status Broadcast(void* data, size_t bytes, int root) override;
   absl::Status Barrier() override;
   CommunicatorStats stats() const override { return stats_; }
@@ -94,6 +101,7 @@ class MpiCommunicator final : public Communicator {
   CommunicatorStats stats_;
   // One piece of every rank's contributions (one or two each) to the owned range, in rank order.
   std::vector<float> receive_;
+  std::vector<float> staged_;  // this rank's blocks of one reduce-scatter or all-gather piece
 };
 
 }  // namespace megatrain::engine::dist

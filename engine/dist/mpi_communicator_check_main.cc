@@ -2,7 +2,9 @@
 // each rank computes alone from every rank's (deterministic) inputs, bit for bit. Exits 0 when all
 // hold, 1 naming the first that does not.
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -106,6 +108,46 @@ absl::Status CheckReducePairs(MpiCommunicator& c, size_t n) {
   return absl::OkStatus();
 }
 
+// ReduceScatterFloatsInRankOrder: rank r's shard is the rank-ordered sum of every rank's block r,
+// into a buffer of its own or in place (recv = send + r * shard, the rest of send untouched).
+// AllGatherFloatShards then gives every rank every reduced shard of the first n floats.
+absl::Status CheckReduceScatterAndGather(MpiCommunicator& c, size_t shard, size_t n, bool in_place) {
+  const size_t total = shard * static_cast<size_t>(c.size());
+  std::vector<float> send = Contribution(c.rank(), total);
+  const std::vector<float> before = send;
+  std::vector<float> own(shard);
+  float* recv = in_place ? send.data() + static_cast<size_t>(c.rank()) * shard : own.data();
+  if (absl::Status s = c.ReduceScatterFloatsInRankOrder(send.data(), recv, shard); !s.ok()) {
+    return s;
+  }
+  std::vector<float> expected = Contribution(0, total);
+  for (int r = 1; r < c.size(); ++r) {
+    const std::vector<float> add = Contribution(r, total);
+    for (size_t i = 0; i < total; ++i) expected[i] += add[i];
+  }
+  const size_t mine = static_cast<size_t>(c.rank()) * shard;
+  if (std::memcmp(recv, expected.data() + mine, shard * sizeof(float)) != 0) {
+    return absl::InternalError(absl::StrCat("rank ", c.rank(), ": reduce-scatter of shard ", shard,
+                                            in_place ? " in place" : "", " differs"));
+  }
+  if (in_place && (std::memcmp(send.data(), before.data(), mine * sizeof(float)) != 0 ||
+                   std::memcmp(send.data() + mine + shard, before.data() + mine + shard,
+                               (total - mine - shard) * sizeof(float)) != 0)) {
+    return absl::InternalError(absl::StrCat("rank ", c.rank(), ": an in-place reduce-scatter of ",
+                                            shard, " changed send outside its shard"));
+  }
+  // Every rank's slab of n <= total floats holds only its own reduced shard (and garbage
+  // elsewhere); the all-gather fills in the others'.
+  std::vector<float> slab(n, -1.0f);
+  for (size_t i = mine; i < std::min(n, mine + shard); ++i) slab[i] = recv[i - mine];
+  if (absl::Status s = c.AllGatherFloatShards(slab.data(), n); !s.ok()) return s;
+  if (std::memcmp(slab.data(), expected.data(), n * sizeof(float)) != 0) {
+    return absl::InternalError(
+        absl::StrCat("rank ", c.rank(), ": all-gather of shards of n=", n, " differs"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckAll(MpiCommunicator& c, int expected_size) {
   if (c.size() != expected_size) {
     return absl::InternalError(
@@ -137,6 +179,17 @@ absl::Status CheckAll(MpiCommunicator& c, int expected_size) {
   // Pairs: sizes below the world, odd, and over a piece of both reductions.
   for (size_t n : {size_t{1}, size_t{1001}, MpiCommunicator::kPieceFloats + 7}) {
     if (absl::Status s = CheckReducePairs(c, n); !s.ok()) return s;
+  }
+  // Shards of 1 float, odd ones, and more than one piece; slabs (whose shards are
+  // ceil(n / world), the reduce-scatter's) that fill every shard, leave the last short, and leave
+  // the last ranks' shards empty (n below the world).
+  for (bool in_place : {false, true}) {
+    const size_t w = static_cast<size_t>(c.size());
+    const size_t big = MpiCommunicator::kPieceFloats / w + 5;
+    for (auto [shard, n] : {std::pair{size_t{1}, size_t{1}}, std::pair{size_t{1}, w},
+                            std::pair{size_t{333}, 333 * w - 1}, std::pair{big, big * w - 1}}) {
+      if (absl::Status s = CheckReduceScatterAndGather(c, shard, n, in_place); !s.ok()) return s;
+    }
   }
   {
     float x = 0;

@@ -1,5 +1,5 @@
 // The rank-ordered float sum, the split of a reduction into owned ranges, and the world of one's
-// sum of pairs.
+// sum of pairs and reduce-scatter.
 #include <cstring>
 
 #include "engine/dist/communicator.h"
@@ -26,6 +26,12 @@ void SumInRankOrder(const float* contributions, int count, size_t n, float* out)
 absl::Status SingleProcessCommunicator::ReduceFloatPairsInRankOrder(float* data, const float* apart,
                                                                     size_t n) {
   for (size_t i = 0; i < n; ++i) data[i] += apart[i];
+  return absl::OkStatus();
+}
+
+absl::Status SingleProcessCommunicator::ReduceScatterFloatsInRankOrder(const float* send,
+                                                                       float* recv, size_t shard) {
+  if (recv != send && shard > 0) std::memmove(recv, send, shard * sizeof(float));
   return absl::OkStatus();
 }
 

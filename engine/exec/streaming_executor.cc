@@ -308,6 +308,11 @@ bool StreamingExecutor::reduces_every_micro_batch() const {
   return impl_->ReducesEveryMicroBatch();
 }
 
+bool StreamingExecutor::reduces_entry(int e) const {
+  return impl_->options.device_reduction != nullptr &&
+         impl_->gradient_sums[static_cast<size_t>(e)].data() != nullptr;
+}
+
 int StreamingExecutor::weight_slots() const { return impl_->slot_policy->num_slots(); }
 
 bool StreamingExecutor::fragment_mode() const { return impl_->fragment_mode(); }

@@ -309,6 +309,11 @@ class StreamingExecutor {
   GradientAccumulation gradient_accumulation() const;
   // With a device reduction: whether every micro-batch's gradients are reduce-scattered.
   bool reduces_every_micro_batch() const;
+  // With a device reduction: whether entry e's gradient is reduce-scattered (summed on the
+  // device), so that after a step its host slab holds only this device's shard
+  // ([reduction_rank * shard, +shard), shard = ReductionShardElements). The others (the
+  // embedding's rows, scattered on the host) hold this device's own sum.
+  bool reduces_entry(int e) const;
   int weight_slots() const;  // 0 in fragment mode
   bool fragment_mode() const;
   // Fragment copies per RunMicroBatch (fragment mode; 0 otherwise).

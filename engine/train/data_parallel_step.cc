@@ -134,6 +134,25 @@ absl::Status ReduceGradientsInRankOrder(dist::Communicator& comm, ParameterStore
   return absl::OkStatus();
 }
 
+absl::Status GatherReducedGradients(dist::Communicator& comm, ParameterStore& store,
+                                    const std::vector<bool>& shards) {
+  for (int e = 0; e < store.num_entries(); ++e) {
+    const EntryBuffers b = store.entry(e);
+    if (b.grad == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "entry ", e, "'s gradient is on NVMe; a reduce-scatter among the ranks needs it in RAM"));
+    }
+    const bool shard = shards[static_cast<size_t>(e)];
+    if (absl::Status s = shard ? comm.AllGatherFloatShards(b.grad, b.elements)
+                               : comm.ReduceFloatsInRankOrder(b.grad, b.elements);
+        !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(shard ? "gathering entry " : "reducing entry ", e,
+                                                 "'s gradient: ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status AllRanksOk(dist::Communicator& comm, const absl::Status& mine) {
   const double failed[1] = {mine.ok() ? 0.0 : 1.0};
   absl::StatusOr<std::vector<double>> all = comm.AllGatherDoubles(failed);

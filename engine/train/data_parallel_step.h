@@ -66,6 +66,16 @@ absl::StatusOr<double> GlobalLossSum(dist::Communicator& comm, double local_loss
 // array apart the rows' scatter, which one process adds into the slab after it.
 absl::Status ReduceGradientsInRankOrder(dist::Communicator& comm, ParameterStore& store);
 
+// After a step whose devices reduce-scattered their gradients among the ranks (one device each,
+// gradient_reduction devices or device_shards across processes): an entry with `shards[e]` holds
+// in its slab only this rank's shard of the reduced sum, which an all-gather completes on every
+// rank (Communicator::AllGatherFloatShards: byte copies); the others (the embedding's rows,
+// summed on the host) hold the rank's own sum and are reduced in rank order as
+// ReduceGradientsInRankOrder does. Every gradient must be in RAM (FAILED_PRECONDITION naming the
+// entry otherwise).
+absl::Status GatherReducedGradients(dist::Communicator& comm, ParameterStore& store,
+                                    const std::vector<bool>& shards);
+
 // Where the store keeps each entry's gradient and in what pieces ReduceGradientsInRankOrder
 // reduces it (the whole entry in RAM, or its NVMe chunks): ranks whose fingerprints differ would
 // call the collectives with different counts, so it belongs to what CheckSameJob compares.

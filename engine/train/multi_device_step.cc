@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "engine/dist/communicator_device_reduction.h"
 #include "engine/dist/nccl_device_reduction.h"
 #include "engine/exec/cpu_device_reduction.h"
 
@@ -114,6 +115,8 @@ absl::StatusOr<MicroBatchesResult> RunMicroBatchesOnLanes(
   std::vector<LaneOutcome> outcomes(n);
   StepAbort abort;
   if (n == 1) {
+    // A reduction among ranks (one device each) starts the step afresh as among devices.
+    if (args.reduction != nullptr) args.reduction->Reset();
     RunLane(lanes[0], 0, 1, nullptr, inputs, targets, layouts, args, nullptr, outcomes[0]);
   } else {
     if (args.reduction != nullptr && inputs.size() < n) {
@@ -244,8 +247,11 @@ absl::StatusOr<GradientReduction> ReduceOnDevices(const GradientReductionInputs&
   }
   const std::string asked(GradientReductionName(in.asked));
   const auto refuse = [&](std::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat("gradient_reduction=", asked, " with devices=",
-                                                   in.devices, ": ", std::string(why)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradient_reduction=", asked,
+                     in.across_ranks ? absl::StrCat(" across ", in.devices, " ranks")
+                                     : absl::StrCat(" with devices=", in.devices),
+                     ": ", std::string(why)));
   };
   if (in.accumulation == GradientAccumulation::kHost) {
     return refuse("it sums each device's micro-batches on the device, but gradient_accumulation="
@@ -264,6 +270,23 @@ absl::StatusOr<GradientReduction> ReduceOnDevices(const GradientReductionInputs&
                   "blocks, and device_shards reduce-scatters whole entries; use devices");
   }
   return in.asked;
+}
+
+absl::StatusOr<std::unique_ptr<DeviceReduction>> MakeRankReduction(Device& device,
+                                                                   dist::Communicator& comm,
+                                                                   bool zero1) {
+  const std::string where = absl::StrCat("gradient_reduction across ", comm.size(), " ranks");
+  if (device.kind() == DeviceKind::kCuda) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": GPUs of several processes reduce their gradients on the host for now (NCCL "
+               "across processes is not wired); use gradient_reduction=host"));
+  }
+  if (zero1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, " with zero1: each entry's owner needs its whole reduced gradient, and the "
+               "reduce-scatter leaves one shard per rank; use gradient_reduction=host"));
+  }
+  return std::unique_ptr<DeviceReduction>(std::make_unique<dist::CommunicatorDeviceReduction>(comm));
 }
 
 absl::StatusOr<std::unique_ptr<DeviceReduction>> MakeDeviceReduction(

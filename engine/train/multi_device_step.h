@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/device/device.h"
+#include "engine/dist/communicator.h"
 #include "engine/exec/device_reduction.h"
 #include "engine/exec/gradient_turns.h"
 #include "engine/exec/parameter_store.h"
@@ -53,7 +54,8 @@ absl::StatusOr<GradientReduction> ParseGradientReduction(std::string_view name);
 struct GradientReductionInputs {
   GradientReduction asked = GradientReduction::kAuto;
   GradientAccumulation accumulation = GradientAccumulation::kAuto;  // as the job asks
-  int devices = 1;
+  int devices = 1;            // the reduction's world: the devices, or the ranks
+  bool across_ranks = false;  // one device per rank, reduce-scattering among the ranks
   DeviceKind kind = DeviceKind::kCpu;
   bool tied_embeddings = false;
   bool grad_on_nvme = false;
@@ -68,6 +70,13 @@ absl::StatusOr<GradientReduction> ReduceOnDevices(const GradientReductionInputs&
 // devices.
 absl::StatusOr<std::unique_ptr<DeviceReduction>> MakeDeviceReduction(
     const std::vector<Device*>& devices);
+// The reduction among the ranks of `comm`, one `device` each: rank order over the communicator
+// for the CPU device. INVALID_ARGUMENT naming the field for CUDA devices (NCCL across processes
+// is not wired yet: their gradients meet on the host) and for ZeRO-1 (each entry's owner needs
+// the whole of it, not one shard per rank).
+absl::StatusOr<std::unique_ptr<DeviceReduction>> MakeRankReduction(Device& device,
+                                                                   dist::Communicator& comm,
+                                                                   bool zero1);
 
 // One device and the executor that streams the model through it.
 struct DeviceLane {

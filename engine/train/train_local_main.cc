@@ -79,7 +79,9 @@ ABSL_FLAG(std::string, gradient_reduction, "auto",
           "among the devices adds the sums, each copies out 1/N: NCCL on GPUs, rank order on "
           "the CPU device), device_shards (every micro-batch's gradients reduce-scattered, each "
           "device keeping only its 1/N of the sums: for models whose whole sums do not fit), or "
-          "auto (devices, else device_shards, on GPUs where they fit).");
+          "auto (devices, else device_shards, on GPUs where they fit). With one device per "
+          "rank of a data-parallel job, devices and device_shards reduce-scatter among the "
+          "ranks instead (the CPU device; auto keeps the host's reduction there).");
 ABSL_FLAG(std::string, device, "cpu", "cpu (the emulated GPU) or cuda (a GPU: --cuda_device).");
 ABSL_FLAG(int, cuda_device, -1,
           "The first CUDA ordinal this process drives (--devices consecutive ones); -1 = 0, or "

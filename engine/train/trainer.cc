@@ -522,9 +522,16 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
     absl::StatusOr<double> global = GlobalLossSum(*comm, loss_sum);
     if (!global.ok()) return global.status();
     loss_sum = *global;
-    absl::Status reduced = zero1_owners_.empty()
-                               ? ReduceGradientsInRankOrder(*comm, store_)
-                               : ReduceGradientsToOwners(*comm, store_, zero1_owners_);
+    absl::Status reduced = absl::OkStatus();
+    if (reduce_scatter_across_ranks_) {
+      std::vector<bool> shards(static_cast<size_t>(store_.num_entries()));
+      for (int e = 0; e < store_.num_entries(); ++e) shards[e] = executor_->reduces_entry(e);
+      reduced = GatherReducedGradients(*comm, store_, shards);
+    } else if (zero1_owners_.empty()) {
+      reduced = ReduceGradientsInRankOrder(*comm, store_);
+    } else {
+      reduced = ReduceGradientsToOwners(*comm, store_, zero1_owners_);
+    }
     if (!reduced.ok()) return reduced;
   }
   // The update thread of this step will write these again: keep the last ones.

@@ -156,6 +156,9 @@ class Trainer : public Checkpointable {
   const StreamingExecutor& executor() const { return *executor_; }  // device 0's
   // The devices' reduce-scatter (GradientReduction::kDevices), or null.
   const DeviceReduction* device_reduction() const { return device_reduction_.get(); }
+  // Whether device_reduction() runs among the ranks of a data-parallel job (one device each)
+  // rather than among this process's devices.
+  bool reduces_across_ranks() const { return reduce_scatter_across_ranks_; }
   int device_count() const { return static_cast<int>(devices_.size()); }
   // The tier table of the placement (empty without budgets).
   const std::string& placement_table() const { return placement_table_; }
@@ -243,6 +246,9 @@ class Trainer : public Checkpointable {
   // GradientReduction::kDevices: the devices' reduce-scatter (null otherwise); the executors hold
   // it, so it is declared before them and outlives them.
   std::unique_ptr<DeviceReduction> device_reduction_;
+  // The device_reduction_ is among the ranks (one device each): after the micro-batches each
+  // rank's slabs hold its shard of the reduced entries (GatherReducedGradients).
+  bool reduce_scatter_across_ranks_ = false;
   std::unique_ptr<StreamingExecutor> executor_;  // device 0's
   // Every device (device_ first), and for the others their compute pools and
   // executors (multi_device_step.h); the pools outlive the executors.

@@ -106,11 +106,19 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
     executor_options.gradient_accumulation = *accumulation;
     return absl::OkStatus();
   };
-  if (devices.size() > 1) {
+  // One device per rank of a data-parallel job: its reduce-scatter may run among the ranks
+  // instead (asked for by name; auto keeps the host's reduction across processes).
+  const bool across_ranks = devices.size() == 1 && options.communicator != nullptr &&
+                            options.communicator->size() > 1;
+  const bool ranks_asked = across_ranks &&
+                           (options.gradient_reduction == GradientReduction::kDevices ||
+                            options.gradient_reduction == GradientReduction::kDeviceShards);
+  if (devices.size() > 1 || ranks_asked) {
     GradientReductionInputs in;
     in.asked = options.gradient_reduction;
     in.accumulation = options.executor.gradient_accumulation;
-    in.devices = static_cast<int>(devices.size());
+    in.devices = across_ranks ? options.communicator->size() : static_cast<int>(devices.size());
+    in.across_ranks = across_ranks;
     in.kind = device.kind();
     in.tied_embeddings = layout->tied_embeddings();
     in.grad_on_nvme = options.memory.enabled && options.memory.grad_on_nvme;
@@ -136,12 +144,17 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
     if (!reduction.ok()) return reduction.status();
     const bool reduce = *reduction != GradientReduction::kHost;
     absl::StatusOr<std::unique_ptr<DeviceReduction>> made = std::unique_ptr<DeviceReduction>();
-    if (reduce) made = MakeDeviceReduction(devices);
+    if (reduce && across_ranks) {
+      made = MakeRankReduction(device, *options.communicator, options.zero1);
+    } else if (reduce) {
+      made = MakeDeviceReduction(devices);
+    }
     if (reduce && made.ok()) {
       device_reduction = std::move(*made);
       executor_options.gradient_accumulation = GradientAccumulation::kDevice;
       executor_options.device_reduction = device_reduction.get();
       executor_options.reduce_every_micro_batch = *reduction == GradientReduction::kDeviceShards;
+      if (across_ranks) executor_options.reduction_rank = options.communicator->rank();
     } else if (reduce && options.gradient_reduction != GradientReduction::kAuto) {
       return made.status();
     } else {
@@ -273,6 +286,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
   auto trainer = std::unique_ptr<Trainer>(new Trainer(
       device, std::move(config), std::move(*layout), std::move(*store), options, std::move(*rope)));
   trainer->dims_ = geometry->dims;
+  trainer->reduce_scatter_across_ranks_ = across_ranks && device_reduction != nullptr;
   trainer->device_reduction_ = std::move(device_reduction);
   trainer->zero1_owners_ = std::move(zero1_owners);
   absl::StatusOr<std::unique_ptr<StreamingExecutor>> executor = StreamingExecutor::Create(

@@ -79,9 +79,14 @@ absl::StatusOr<std::vector<Device*>> RunDevices(const TrainingRunOptions& option
 absl::StatusOr<GradientAccumulation> RunGradientAccumulation(const TrainingRunOptions& options) {
   const dist::Communicator* comm = options.trainer.communicator;
   const int ranks = comm != nullptr ? comm->size() : 1;
-  // Several devices: Trainer::Create decides with the gradient reduction (a reduce-scatter among
-  // the devices sums on them, turns on the host do not).
-  if (options.devices > 1) return options.trainer.executor.gradient_accumulation;
+  // Several devices, or one device per rank reduce-scattering among the ranks: Trainer::Create
+  // decides with the gradient reduction (a reduce-scatter sums on the devices, turns on the host
+  // do not).
+  const GradientReduction reduction = options.trainer.gradient_reduction;
+  const bool among_ranks =
+      ranks > 1 && (reduction == GradientReduction::kDevices ||
+                    reduction == GradientReduction::kDeviceShards);
+  if (options.devices > 1 || among_ranks) return options.trainer.executor.gradient_accumulation;
   return GradientAccumulationForRun(
       options.trainer.executor.gradient_accumulation,
       options.grad_accumulation / std::max(1, ranks * options.devices), options.devices);
@@ -120,11 +125,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> StartingTrainer(const std::vector<Devic
     const bool every = (*trainer)->executor().reduces_every_micro_batch();
     observer.OnLine(
         absl::StrCat("gradient reduction: a reduce-scatter among the ", reduction->world(),
-                     " devices (", std::string(reduction->order()), ")",
+                     (*trainer)->reduces_across_ranks() ? " ranks' devices (" : " devices (",
+                     std::string(reduction->order()), ")",
                      every ? " of every micro-batch's gradients; each keeps the sum of its 1/"
                            : "; each copies out 1/",
                      reduction->world(),
-                     every ? " and copies it out once a step" : " of every gradient it summed"),
+                     every ? " and copies it out once a step" : " of every gradient it summed",
+                     (*trainer)->reduces_across_ranks() ? ", and the ranks all-gather the shards"
+                                                        : ""),
         true);
   }
   // Checkpoints the arena could not hold (auto device_checkpoints) live in pinned host memory and
@@ -367,9 +375,15 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
     // but every rank must agree on it: the two run different collectives.
     // Nor is where the gradients live (RAM or NVMe chunks): ranks must reduce them in the same
     // pieces.
+    // Nor whether the devices reduce-scatter among the ranks, and how often (other collectives).
+    const std::string among_ranks =
+        !(*trainer)->reduces_across_ranks() ? ""
+        : (*trainer)->executor().reduces_every_micro_batch()
+            ? " reduce-scatter every micro-batch"
+            : " reduce-scatter once a step";
     MT_RETURN_IF_ERROR(CheckSameJob(
         *comm, absl::StrCat(TrainingJobJson(options), " from step ", first_step,
-                            zero1 ? " zero1" : "", " gradients ",
+                            zero1 ? " zero1" : "", among_ranks, " gradients ",
                             GradientLayoutFingerprint((*trainer)->store()))));
   }
   result.parameters = (*trainer)->layout().parameter_count();
