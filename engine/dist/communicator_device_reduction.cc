@@ -15,9 +15,9 @@ absl::Status CommunicatorDeviceReduction::EnqueueReduceScatter(int rank, Stream&
                      " of ", comm_.size(), " (one device per process)"));
   }
   if ((send == nullptr || recv == nullptr) && shard_elements > 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "reduce-scatter: rank ", rank, "'s send or recv is null for shard_elements=",
-        shard_elements));
+    return absl::InvalidArgumentError(
+        absl::StrCat("reduce-scatter: rank ", rank,
+                     "'s send or recv is null for shard_elements=", shard_elements));
   }
   stream.EnqueueFallibleHostTask(
       [this, send, recv, shard_elements]() -> absl::Status {

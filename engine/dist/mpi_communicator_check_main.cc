@@ -111,7 +111,8 @@ absl::Status CheckReducePairs(MpiCommunicator& c, size_t n) {
 // ReduceScatterFloatsInRankOrder: rank r's shard is the rank-ordered sum of every rank's block r,
 // into a buffer of its own or in place (recv = send + r * shard, the rest of send untouched).
 // AllGatherFloatShards then gives every rank every reduced shard of the first n floats.
-absl::Status CheckReduceScatterAndGather(MpiCommunicator& c, size_t shard, size_t n, bool in_place) {
+absl::Status CheckReduceScatterAndGather(MpiCommunicator& c, size_t shard, size_t n,
+                                         bool in_place) {
   const size_t total = shard * static_cast<size_t>(c.size());
   std::vector<float> send = Contribution(c.rank(), total);
   const std::vector<float> before = send;

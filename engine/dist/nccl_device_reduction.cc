@@ -25,13 +25,44 @@ absl::StatusOr<std::unique_ptr<NcclDeviceReduction>> NcclDeviceReduction::Create
       NcclCommunicator::CreateForDevices(ordinals, options);
   if (!ranks.ok()) return ranks.status();
   return std::unique_ptr<NcclDeviceReduction>(
-      new NcclDeviceReduction(std::move(ordinals), options, std::move(*ranks)));
+      new NcclDeviceReduction(std::move(ordinals), options, std::move(*ranks), nullptr));
+}
+
+absl::StatusOr<std::unique_ptr<NcclDeviceReduction>> NcclDeviceReduction::CreateOverHost(
+    Communicator& host, Device& device, const NcclOptions& options) {
+  auto* cuda = dynamic_cast<CudaDevice*>(&device);
+  if (cuda == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", host.rank(), "'s device is not a CUDA device: NCCL reduces among GPUs"));
+  }
+  absl::StatusOr<NcclCommunicator> rank =
+      NcclCommunicator::CreateOverHost(host, cuda->ordinal(), options);
+  if (!rank.ok()) return rank.status();
+  std::vector<NcclCommunicator> ranks;
+  ranks.push_back(std::move(*rank));
+  return std::unique_ptr<NcclDeviceReduction>(
+      new NcclDeviceReduction({cuda->ordinal()}, options, std::move(ranks), &host));
 }
 
 NcclDeviceReduction::NcclDeviceReduction(std::vector<int> ordinals, const NcclOptions& options,
-                                         std::vector<NcclCommunicator> ranks)
-    : ordinals_(std::move(ordinals)), options_(options), ranks_(std::move(ranks)) {
+                                         std::vector<NcclCommunicator> ranks, Communicator* host)
+    : ordinals_(std::move(ordinals)),
+      options_(options),
+      host_(host),
+      world_(host != nullptr ? host->size() : static_cast<int>(ordinals_.size())),
+      first_rank_(host != nullptr ? host->rank() : 0),
+      ranks_(std::move(ranks)) {
   for (size_t r = 0; r < ranks_.size(); ++r) rank_mu_.push_back(std::make_unique<absl::Mutex>());
+}
+
+absl::StatusOr<std::vector<NcclCommunicator>> NcclDeviceReduction::MakeRanks() const {
+  if (host_ == nullptr) return NcclCommunicator::CreateForDevices(ordinals_, options_);
+  absl::StatusOr<NcclCommunicator> rank =
+      NcclCommunicator::CreateOverHost(*host_, ordinals_[0], options_);
+  if (!rank.ok()) return rank.status();
+  std::vector<NcclCommunicator> ranks;
+  ranks.push_back(std::move(*rank));
+  return ranks;
 }
 
 NcclDeviceReduction::~NcclDeviceReduction() {
@@ -48,9 +79,11 @@ NcclDeviceReduction::~NcclDeviceReduction() {
 absl::Status NcclDeviceReduction::EnqueueReduceScatter(int rank, Stream& stream, const float* send,
                                                        float* recv, size_t shard_elements,
                                                        const TimelineTag& tag) {
-  if (rank < 0 || rank >= world()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("reduce-scatter: rank=", rank, " is outside the world of ", world()));
+  const int local = rank - first_rank_;
+  if (rank < 0 || rank >= world() || local < 0 || local >= static_cast<int>(ordinals_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "reduce-scatter: rank=", rank, " is outside the world of ", world(),
+        host_ != nullptr ? absl::StrCat(" or not this process's (rank ", first_rank_, ")") : ""));
   }
   if (!recreate_status_.ok()) return recreate_status_;
   auto* cuda = dynamic_cast<CudaStream*>(&stream);
@@ -59,8 +92,8 @@ absl::Status NcclDeviceReduction::EnqueueReduceScatter(int rank, Stream& stream,
                                                    std::string(stream.name()),
                                                    " is not a CUDA stream"));
   }
-  absl::MutexLock lock(rank_mu_[static_cast<size_t>(rank)].get());
-  NcclCommunicator& comm = ranks_[static_cast<size_t>(rank)];
+  absl::MutexLock lock(rank_mu_[static_cast<size_t>(local)].get());
+  NcclCommunicator& comm = ranks_[static_cast<size_t>(local)];
   return cuda->EnqueueTimed(
       tag, [&](cudaStream_t s) { return comm.ReduceScatterSum(send, recv, shard_elements, s); });
 }
@@ -74,14 +107,13 @@ void NcclDeviceReduction::Abort() {
 
 void NcclDeviceReduction::Reset() {
   // After a failed step, or a Reset that could not make them (then it tries again).
-  bool all_usable = static_cast<int>(ranks_.size()) == world() && recreate_status_.ok();
+  bool all_usable = ranks_.size() == ordinals_.size() && recreate_status_.ok();
   for (const NcclCommunicator& rank : ranks_) all_usable = all_usable && rank.usable();
   if (all_usable) return;
   // A failed step aborted them: no lane thread runs now, so fresh ones can be made.
   std::vector<NcclCommunicator> old = std::move(ranks_);
   old.clear();
-  absl::StatusOr<std::vector<NcclCommunicator>> fresh =
-      NcclCommunicator::CreateForDevices(ordinals_, options_);
+  absl::StatusOr<std::vector<NcclCommunicator>> fresh = MakeRanks();
   if (!fresh.ok()) {
     recreate_status_ = absl::Status(
         fresh.status().code(),

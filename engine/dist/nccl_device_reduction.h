@@ -1,5 +1,7 @@
-// NcclDeviceReduction: DeviceReduction among the CUDA devices of one process over NCCL, one
-// communicator per device (ncclCommInitAll's world), each driven by its device's lane thread.
+// NcclDeviceReduction: DeviceReduction over NCCL among the CUDA devices of one process, one
+// communicator per device (ncclCommInitAll's world), each driven by its device's lane thread; or
+// among processes, one GPU each (CreateOverHost: the world formed over the job's host
+// Communicator, this process's one rank being the host rank).
 //
 // The reduce-scatter is NCCL's (in place, or into a shard buffer) on the executor's copy_out
 // stream: sums in NCCL's order (docs/scale_out.md "What is not bitwise"), within fp32 rounding of
@@ -25,9 +27,18 @@ class NcclDeviceReduction final : public DeviceReduction {
   // devices[i]. INVALID_ARGUMENT naming the entry that is not a CUDA device.
   static absl::StatusOr<std::unique_ptr<NcclDeviceReduction>> Create(
       const std::vector<Device*>& devices, const NcclOptions& options = {});
-  ~NcclDeviceReduction() override;  // closes the communicators (all ranks are this process's)
+  // One rank per process: this process's `device` is rank host.rank() of host.size(), the
+  // ncclUniqueId broadcast over `host` (NcclCommunicator::CreateOverHost). Every rank must call
+  // it (a collective). `host` must outlive the reduction: a Reset after a failed step forms the
+  // world again over it, which every rank must then do too (a job ends on a failed step:
+  // train_local aborts every rank).
+  static absl::StatusOr<std::unique_ptr<NcclDeviceReduction>> CreateOverHost(
+      Communicator& host, Device& device, const NcclOptions& options = {});
+  // Closes the communicators: this process's ranks as one group (over the host: the peers close
+  // theirs at the same point of the job).
+  ~NcclDeviceReduction() override;
 
-  int world() const override { return static_cast<int>(ordinals_.size()); }
+  int world() const override { return world_; }
   std::string_view order() const override { return "nccl"; }
   absl::Status EnqueueReduceScatter(int rank, Stream& stream, const float* send, float* recv,
                                     size_t shard_elements, const TimelineTag& tag) override;
@@ -36,10 +47,15 @@ class NcclDeviceReduction final : public DeviceReduction {
 
  private:
   NcclDeviceReduction(std::vector<int> ordinals, const NcclOptions& options,
-                      std::vector<NcclCommunicator> ranks);
+                      std::vector<NcclCommunicator> ranks, Communicator* host);
+  // Fresh communicators for ordinals_: of this process's world, or over host_.
+  absl::StatusOr<std::vector<NcclCommunicator>> MakeRanks() const;
 
-  const std::vector<int> ordinals_;
+  const std::vector<int> ordinals_;  // this process's GPUs, one per rank it holds
   const NcclOptions options_;
+  Communicator* const host_;  // over the host: the job's communicator; null for one process
+  const int world_;           // ordinals_.size(), or host_->size()
+  const int first_rank_;      // the world rank of ranks_[0]: 0, or host_->rank()
   // One lock per rank: a rank's lane thread holds it while NCCL enqueues (bounded by the
   // collective timeout), Abort takes each in turn, so no communicator is aborted under a call.
   std::vector<std::unique_ptr<absl::Mutex>> rank_mu_;

@@ -125,6 +125,54 @@ TEST(NcclDeviceReductionTest, EachLaneGetsItsShardOfTheSumInPlace) {
   }
 }
 
+// Over the host communicator (one GPU per process; here the world of one, whose shard is the
+// input's bits): the rank is the host's, any other is refused; Abort then Reset forms the world
+// again over the host.
+TEST(NcclDeviceReductionTest, OverTheHostAWorldOfOneKeepsItsBitsAndResetsAfterAbort) {
+  MT_SKIP_WITHOUT_CUDA();
+  std::vector<Gpu> lanes = MakeGpus(1);
+  ASSERT_EQ(lanes.size(), 1u);
+  SingleProcessCommunicator host;
+  auto reduction = NcclDeviceReduction::CreateOverHost(host, *lanes[0].device);
+  ASSERT_TRUE(reduction.ok()) << reduction.status();
+  EXPECT_EQ((*reduction)->world(), 1);
+  const size_t n = 4097;
+  absl::StatusOr<DeviceBuffer> b = lanes[0].device->Allocate(n * sizeof(float), "sums");
+  ASSERT_TRUE(b.ok()) << b.status();
+  const std::vector<float> x = Contribution(0, n);
+  for (int round = 0; round < 2; ++round) {
+    lanes[0].copy_out->CopyHostToDevice(b->data(), x.data(), n * sizeof(float), {});
+    ASSERT_TRUE((*reduction)
+                    ->EnqueueReduceScatter(0, *lanes[0].copy_out, b->data_as<float>(),
+                                           b->data_as<float>(), n,
+                                           {SpanKind::kCopyOut, "reduce-scatter", -1})
+                    .ok());
+    std::vector<float> got(n);
+    lanes[0].copy_out->CopyDeviceToHost(got.data(), b->data_as<float>(), n * sizeof(float), {});
+    ASSERT_TRUE(lanes[0].copy_out->Synchronize().ok());
+    EXPECT_EQ(got, x) << "round " << round;
+    (*reduction)->Abort();
+    (*reduction)->Reset();  // fresh communicator over the host for the next round
+  }
+  float y = 0;
+  const absl::Status other =
+      (*reduction)->EnqueueReduceScatter(1, *lanes[0].copy_out, &y, &y, 1, {});
+  EXPECT_EQ(other.code(), absl::StatusCode::kInvalidArgument) << other;
+}
+
+TEST(NcclDeviceReductionTest, RefusesOverTheHostADeviceThatIsNotAGpu) {
+  DeviceOptions options;
+  options.arena_bytes = 1 << 20;
+  absl::StatusOr<std::unique_ptr<CpuDevice>> cpu = CpuDevice::Create(options);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  SingleProcessCommunicator host;
+  auto reduction = NcclDeviceReduction::CreateOverHost(host, **cpu);
+  ASSERT_FALSE(reduction.ok());
+  EXPECT_NE(reduction.status().message().find("rank 0's device is not a CUDA device"),
+            std::string::npos)
+      << reduction.status();
+}
+
 TEST(NcclDeviceReductionTest, AbortReleasesARankAloneAndResetMakesFreshCommunicators) {
   MT_SKIP_WITHOUT_CUDA();
   const int gpus = VisibleGpus();

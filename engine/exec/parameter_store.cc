@@ -201,7 +201,9 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
     std::vector<size_t> units = store.chunks_.unit_elements();
     for (int e = 0; e < store.num_entries(); ++e) {
       if (store.has_optimizer_state(e)) continue;
-      for (int c = 0; c < store.chunks_.num_chunks(e); ++c) units[store.chunks_.chunk(e, c).unit] = 0;
+      for (int c = 0; c < store.chunks_.num_chunks(e); ++c) {
+        units[store.chunks_.chunk(e, c).unit] = 0;
+      }
     }
     absl::StatusOr<std::unique_ptr<tiers::NvmeStateStore>> state =
         tiers::NvmeStateStore::Create(*io, options, std::move(units));

@@ -33,8 +33,8 @@ absl::StatusOr<int> RankFirstDevice(const RankDevicesInputs& in) {
   if (in.launcher_restricted && in.visible == in.devices_per_rank) return 0;
   return absl::InvalidArgumentError(absl::StrCat(
       "devices=", in.devices_per_rank, " per rank with ", in.local_size,
-      " ranks on this machine needs ", in.local_size * in.devices_per_rank, " GPUs, but local rank ",
-      in.local_rank, " sees ", in.visible,
+      " ranks on this machine needs ", in.local_size * in.devices_per_rank,
+      " GPUs, but local rank ", in.local_rank, " sees ", in.visible,
       in.launcher_restricted ? " (CUDA_VISIBLE_DEVICES is set)" : "",
       ": start fewer ranks per machine, ask for fewer devices, give each rank exactly its own "
       "GPUs (CUDA_VISIBLE_DEVICES per rank, srun --gpus-per-task), or name the first one "

@@ -276,17 +276,20 @@ absl::StatusOr<std::unique_ptr<DeviceReduction>> MakeRankReduction(Device& devic
                                                                    dist::Communicator& comm,
                                                                    bool zero1) {
   const std::string where = absl::StrCat("gradient_reduction across ", comm.size(), " ranks");
-  if (device.kind() == DeviceKind::kCuda) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, ": GPUs of several processes reduce their gradients on the host for now (NCCL "
-               "across processes is not wired); use gradient_reduction=host"));
-  }
   if (zero1) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, " with zero1: each entry's owner needs its whole reduced gradient, and the "
                "reduce-scatter leaves one shard per rank; use gradient_reduction=host"));
   }
-  return std::unique_ptr<DeviceReduction>(std::make_unique<dist::CommunicatorDeviceReduction>(comm));
+  if (device.kind() == DeviceKind::kCuda) {
+    // NCCL's world over the job's communicator, one GPU per process (written, not yet run).
+    absl::StatusOr<std::unique_ptr<dist::NcclDeviceReduction>> nccl =
+        dist::NcclDeviceReduction::CreateOverHost(comm, device);
+    if (!nccl.ok()) return nccl.status();
+    return std::unique_ptr<DeviceReduction>(std::move(*nccl));
+  }
+  return std::unique_ptr<DeviceReduction>(
+      std::make_unique<dist::CommunicatorDeviceReduction>(comm));
 }
 
 absl::StatusOr<std::unique_ptr<DeviceReduction>> MakeDeviceReduction(
