@@ -15,6 +15,15 @@
 namespace megatrain::engine {
 namespace {
 
+// A CPU device with a 1 MiB arena and `pinned` bytes of pinned budget, for stores.
+absl::StatusOr<std::unique_ptr<CpuDevice>> SmallCpuDevice(size_t pinned) {
+  DeviceOptions options;
+  options.kind = DeviceKind::kCpu;
+  options.arena_bytes = size_t{1} << 20;
+  options.pinned_budget_bytes = pinned;
+  return CpuDevice::Create(options);
+}
+
 TEST(RankSlotsTest, ContiguousSlotsPerRank) {
   EXPECT_EQ(RankSlotsOf(6, 0, 3)->first, 0);
   EXPECT_EQ(RankSlotsOf(6, 2, 3)->first, 4);
@@ -104,11 +113,7 @@ TEST(Zero1EntryOwnersTest, WorldOfOneOwnsEverythingAndGathersItsOwnSums) {
 }
 
 TEST(Zero1StoreTest, OptimizerStateOnlyForOwnedEntries) {
-  DeviceOptions options;
-  options.kind = DeviceKind::kCpu;
-  options.arena_bytes = size_t{1} << 20;
-  options.pinned_budget_bytes = size_t{1} << 20;
-  absl::StatusOr<std::unique_ptr<CpuDevice>> device = CpuDevice::Create(options);
+  absl::StatusOr<std::unique_ptr<CpuDevice>> device = SmallCpuDevice(size_t{1} << 20);
   ASSERT_TRUE(device.ok()) << device.status();
   std::vector<EntrySpec> specs(2);
   specs[0].elements = 1000;
@@ -151,11 +156,7 @@ TEST(Zero1StoreTest, StateFileOnNvmeHoldsOnlyOwnedEntries) {
   absl::Status usable;
   const std::string dir = tiers::FreshTestDir("zero1_states_on_nvme", &usable);
   if (!usable.ok()) GTEST_SKIP() << "no O_DIRECT scratch directory: " << usable;
-  DeviceOptions options;
-  options.kind = DeviceKind::kCpu;
-  options.arena_bytes = size_t{1} << 20;
-  options.pinned_budget_bytes = size_t{4} << 20;
-  absl::StatusOr<std::unique_ptr<CpuDevice>> device = CpuDevice::Create(options);
+  absl::StatusOr<std::unique_ptr<CpuDevice>> device = SmallCpuDevice(size_t{4} << 20);
   ASSERT_TRUE(device.ok()) << device.status();
   std::vector<EntrySpec> specs(3);
   for (EntrySpec& s : specs) s.elements = 70000;  // two 64 Ki-element chunks, the last short
@@ -200,11 +201,7 @@ TEST(GradientLayoutFingerprintTest, SaysWhichEntriesGradientsAreOnNvme) {
   absl::Status usable;
   const std::string dir = tiers::FreshTestDir("grad_fingerprint", &usable);
   if (!usable.ok()) GTEST_SKIP() << "no O_DIRECT scratch directory: " << usable;
-  DeviceOptions options;
-  options.kind = DeviceKind::kCpu;
-  options.arena_bytes = size_t{1} << 20;
-  options.pinned_budget_bytes = size_t{4} << 20;
-  absl::StatusOr<std::unique_ptr<CpuDevice>> device = CpuDevice::Create(options);
+  absl::StatusOr<std::unique_ptr<CpuDevice>> device = SmallCpuDevice(size_t{4} << 20);
   ASSERT_TRUE(device.ok()) << device.status();
   std::vector<EntrySpec> specs(3);
   for (EntrySpec& s : specs) s.elements = 70000;  // two 64 Ki-element chunks, the last short
