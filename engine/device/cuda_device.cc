@@ -71,6 +71,21 @@ absl::StatusOr<int> CountCudaDevices() {
   return count;
 }
 
+absl::StatusOr<std::string> CudaDeviceUuid(int ordinal) {
+  cudaDeviceProp properties{};
+  if (const cudaError_t error = cudaGetDeviceProperties(&properties, ordinal);
+      error != cudaSuccess) {
+    return CudaErrorToStatus(error, absl::StrCat("cudaGetDeviceProperties(", ordinal, ")"));
+  }
+  std::string uuid = "GPU-";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) uuid += '-';
+    absl::StrAppend(&uuid, absl::Hex(static_cast<unsigned char>(properties.uuid.bytes[i]),
+                                     absl::kZeroPad2));
+  }
+  return uuid;
+}
+
 absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(const DeviceOptions& options) {
   if (options.kind != DeviceKind::kCuda) {
     return absl::InvalidArgumentError(absl::StrCat("CudaDevice::Create: kind must be cuda, got ",

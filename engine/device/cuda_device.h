@@ -66,6 +66,8 @@ class CudaDevice final : public Device {
 // The GPUs this process sees (CUDA_VISIBLE_DEVICES applied): FAILED_PRECONDITION "no CUDA
 // device: ..." when there are none or the driver cannot say.
 absl::StatusOr<int> CountCudaDevices();
+// The GPU's UUID as nvidia-smi prints it ("GPU-xxxxxxxx-xxxx-..."): unique across machines.
+absl::StatusOr<std::string> CudaDeviceUuid(int ordinal);
 
 // CudaDevice::Create behind the Device interface.
 absl::StatusOr<std::unique_ptr<Device>> CreateCudaDevice(const DeviceOptions& options);

@@ -77,14 +77,16 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(
   // SLURM_LOCALID, ...).
   MPI_Comm node = MPI_COMM_NULL;
   int local_rank = 0, local_size = 0;
-  if (const int code = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank,
-                                           MPI_INFO_NULL, &node);
-      code != MPI_SUCCESS) {
-    return absl::UnavailableError(
-        absl::StrCat("rank ", rank, " of ", size, ": MPI_Comm_split_type(shared) failed"));
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node) !=
+          MPI_SUCCESS ||
+      MPI_Comm_rank(node, &local_rank) != MPI_SUCCESS ||
+      MPI_Comm_size(node, &local_size) != MPI_SUCCESS) {
+    if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
+    MPI_Finalize();
+    return absl::UnavailableError(absl::StrCat(
+        "rank ", rank, " of ", size, ": MPI_Comm_split_type(shared) could not group this "
+        "machine's ranks"));
   }
-  MPI_Comm_rank(node, &local_rank);
-  MPI_Comm_size(node, &local_size);
   MPI_Comm_free(&node);
   std::unique_ptr<MpiCommunicator> comm(new MpiCommunicator(rank, size, HostName()));
   comm->local_rank_ = local_rank;

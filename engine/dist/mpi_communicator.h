@@ -32,7 +32,9 @@ class MpiCommunicator final : public Communicator {
  public:
   // Initializes MPI (MPI_THREAD_SERIALIZED: calls come from one thread at a time, the one that
   // made it, or a device's stream thread running a reduce-scatter while that one waits; the
-  // watchdog's thread calls nothing but MPI_Abort). FAILED_PRECONDITION when MPI is already
+  // watchdog's thread calls nothing but MPI_Abort, possibly while another thread is inside a
+  // collective: strictly MPI_THREAD_MULTIPLE's territory, relied on as before, when that thread
+  // was the one that made it). FAILED_PRECONDITION when MPI is already
   // initialized in this process; UNAVAILABLE when MPI cannot give that thread level;
   // INVALID_ARGUMENT for a negative timeout.
   static absl::StatusOr<std::unique_ptr<MpiCommunicator>> Create(

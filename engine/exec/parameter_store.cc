@@ -74,7 +74,7 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
     if (placement.master_on_nvme) {
       return absl::InvalidArgumentError(
           "optimizer_state_entries (ZeRO-1 sharding) needs every entry's master in RAM, not "
-          "master_on_nvme");
+          "master_on_nvme (asked for, or a RAM budget too small for the masters)");
     }
   }
   if (placement.alternate_ram_state &&

@@ -185,13 +185,23 @@ absl::Status NvmeStateStore::StartRead(int entry, bool may_wait) {
 
 absl::Status NvmeStateStore::Prefetch(int entry) {
   if (!status_.ok()) return status_;
-  if (absl::Status s = CheckEntry(entry); !s.ok()) return s;
+  if (absl::Status s = CheckHeld(entry); !s.ok()) return s;
   return StartRead(entry, /*may_wait=*/false);
+}
+
+absl::Status NvmeStateStore::CheckHeld(int entry) const {
+  if (absl::Status s = CheckEntry(entry); !s.ok()) return s;
+  if (entries_[entry].elements == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "entry ", entry, " of ", path(), " is empty: this store holds no bytes of it (another "
+        "rank's, under ZeRO-1)"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<StagedEntry> NvmeStateStore::Acquire(int entry, int read_ahead) {
   if (!status_.ok()) return status_;
-  if (absl::Status s = CheckEntry(entry); !s.ok()) return s;
+  if (absl::Status s = CheckHeld(entry); !s.ok()) return s;
   Slot* slot = FindSlot(entry);
   if (slot != nullptr && slot->state == SlotState::kAcquired) {
     return absl::FailedPreconditionError(absl::StrCat("entry ", entry, " is already acquired"));
@@ -230,7 +240,7 @@ absl::StatusOr<StagedEntry> NvmeStateStore::Acquire(int entry, int read_ahead) {
 
 absl::StatusOr<StagedEntry> NvmeStateStore::AcquireForOverwrite(int entry) {
   if (!status_.ok()) return status_;
-  if (absl::Status s = CheckEntry(entry); !s.ok()) return s;
+  if (absl::Status s = CheckHeld(entry); !s.ok()) return s;
   Slot* slot = FindSlot(entry);
   if (slot != nullptr) {
     if (slot->state == SlotState::kAcquired) {

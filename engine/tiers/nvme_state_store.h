@@ -137,6 +137,8 @@ class NvmeStateStore {
   NvmeStateStore(BlockIo& io, NvmeStateStoreOptions options, DirectFile file,
                  std::vector<EntryLayout> entries, uint64_t file_bytes);
   absl::Status CheckEntry(int entry) const;
+  // CheckEntry, and FAILED_PRECONDITION for an empty entry (no bytes here to stage).
+  absl::Status CheckHeld(int entry) const;
   // The slot holding or moving the entry's data of `region`; -1 = the current region.
   Slot* FindSlot(int entry, int region = -1);
   // The acquired slot of `entry` for Release/ReleaseToAlternate; after an earlier I/O error the

@@ -139,6 +139,11 @@ TEST_F(NvmeStateStoreTest, ReadAheadPassesOverEmptyEntries) {
   }
   EXPECT_EQ((*store)->stats().staging_hits, hits + 2) << "entries 3 and 4 were not read ahead";
   EXPECT_EQ((*store)->stats().bytes_read, read);
+  // An empty entry has nothing to stage: asking for it is a caller's mistake, said plainly.
+  const absl::StatusOr<StagedEntry> empty = (*store)->Acquire(0);
+  EXPECT_EQ(empty.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(empty.status().message(), HasSubstr("entry 0 of"));
+  EXPECT_EQ((*store)->Prefetch(10).code(), absl::StatusCode::kFailedPrecondition);
 }
 
 // Alternate regions (the speculative update): a write to the alternate region leaves the current

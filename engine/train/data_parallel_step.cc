@@ -30,7 +30,9 @@ absl::StatusOr<int> RankFirstDevice(const RankDevicesInputs& in) {
   if (in.visible >= in.local_size * in.devices_per_rank) {
     return in.local_rank * in.devices_per_rank;
   }
-  if (in.launcher_restricted && in.visible == in.devices_per_rank) return 0;
+  // Fewer than the machine's ranks need: only a launcher that gave each rank a set of its own can
+  // make that work (CheckDistinctGpus then verifies that the sets are disjoint).
+  if (in.launcher_restricted && in.visible >= in.devices_per_rank) return 0;
   return absl::InvalidArgumentError(absl::StrCat(
       "devices=", in.devices_per_rank, " per rank with ", in.local_size,
       " ranks on this machine needs ", in.local_size * in.devices_per_rank,
@@ -41,9 +43,58 @@ absl::StatusOr<int> RankFirstDevice(const RankDevicesInputs& in) {
       "(cuda_device)"));
 }
 
-absl::Status CheckSameJob(dist::Communicator& comm, const std::string& identity) {
+namespace {
+
+uint64_t Fingerprint(const std::string& text) {
   uint64_t hash = 14695981039346656037ull;  // FNV-1a: a fingerprint, not a defence
-  for (unsigned char c : identity) hash = (hash ^ c) * 1099511628211ull;
+  for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
+  return hash;
+}
+
+}  // namespace
+
+absl::Status CheckDistinctGpus(dist::Communicator& comm, const std::vector<std::string>& gpu_ids) {
+  // The counts first, so ranks with different numbers of GPUs are told so rather than
+  // mismatching the gather.
+  const double count[1] = {static_cast<double>(gpu_ids.size())};
+  absl::StatusOr<std::vector<double>> counts = comm.AllGatherDoubles(count);
+  if (!counts.ok()) return counts.status();
+  for (int r = 0; r < comm.size(); ++r) {
+    if ((*counts)[r] != count[0]) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("rank ", r, " drives ", (*counts)[r], " GPUs but rank ", comm.rank(),
+                       " drives ", gpu_ids.size(), "; every rank must get the same --devices"));
+    }
+  }
+  std::vector<double> mine;
+  for (const std::string& id : gpu_ids) {
+    const uint64_t h = Fingerprint(id);
+    // Two 32-bit halves: exact as doubles.
+    mine.push_back(static_cast<double>(h >> 32));
+    mine.push_back(static_cast<double>(h & 0xffffffffu));
+  }
+  absl::StatusOr<std::vector<double>> all = comm.AllGatherDoubles(mine);
+  if (!all.ok()) return all.status();
+  const size_t per_rank = gpu_ids.size();
+  for (size_t a = 0; a < all->size() / 2; ++a) {
+    for (size_t b = a + 1; b < all->size() / 2; ++b) {
+      if ((*all)[2 * a] != (*all)[2 * b] || (*all)[2 * a + 1] != (*all)[2 * b + 1]) continue;
+      const size_t rank_a = a / per_rank;
+      const size_t rank_b = b / per_rank;
+      return absl::FailedPreconditionError(absl::StrCat(
+          rank_a == rank_b ? absl::StrCat("rank ", rank_a, " drives one GPU twice")
+                           : absl::StrCat("ranks ", rank_a, " and ", rank_b, " drive the same GPU"),
+          rank_a == static_cast<size_t>(comm.rank()) ? absl::StrCat(" (", gpu_ids[a % per_rank], ")")
+                                                      : std::string(),
+          ": give each rank GPUs of its own (CUDA_VISIBLE_DEVICES per rank, or fewer ranks or "
+          "--devices per machine)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckSameJob(dist::Communicator& comm, const std::string& identity) {
+  const uint64_t hash = Fingerprint(identity);
   // Two 32-bit halves: exact as doubles.
   const double mine[2] = {static_cast<double>(hash >> 32), static_cast<double>(hash & 0xffffffffu)};
   absl::StatusOr<std::vector<double>> all = comm.AllGatherDoubles(mine);
@@ -141,6 +192,11 @@ absl::Status GatherReducedGradients(dist::Communicator& comm, ParameterStore& st
     if (b.grad == nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(
           "entry ", e, "'s gradient is on NVMe; a reduce-scatter among the ranks needs it in RAM"));
+    }
+    if (store.rows_gradient(e) != nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "entry ", e, " keeps a tied embedding's rows' gradient apart, which a reduce-scatter "
+                       "among the ranks does not reduce (tied embeddings are refused)"));
     }
     const bool shard = shards[static_cast<size_t>(e)];
     if (absl::Status s = shard ? comm.AllGatherFloatShards(b.grad, b.elements)

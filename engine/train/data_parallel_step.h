@@ -29,10 +29,12 @@ absl::StatusOr<RankSlots> RankSlotsOf(int accumulation, int rank, int world);
 
 // Which of its machine's devices a rank drives: `devices_per_rank` consecutive ordinals from the
 // one returned. The machine's ranks (local_rank of local_size, MpiCommunicator::local_rank) split
-// the `visible` devices in local-rank order when there are enough for all of them; a rank that
-// sees only its own (`launcher_restricted`: the launcher set CUDA_VISIBLE_DEVICES per rank, as
-// `srun --gpus-per-task` does, and it sees exactly devices_per_rank) starts at 0. Anything else
-// would put two ranks on one GPU: INVALID_ARGUMENT naming the numbers and what to change.
+// the `visible` devices in local-rank order when there are enough for all of them. With fewer,
+// a rank whose launcher restricted what it sees (`launcher_restricted`: CUDA_VISIBLE_DEVICES is
+// set, per rank as `srun --gpus-per-task` does it, or for the whole job) starts at 0, and
+// CheckDistinctGpus must then confirm that no two ranks got the same GPU; without a restriction
+// every rank sees the same GPUs, so that would put two ranks on one: INVALID_ARGUMENT naming the
+// numbers and what to change.
 struct RankDevicesInputs {
   int local_rank = 0;
   int local_size = 1;
@@ -41,6 +43,10 @@ struct RankDevicesInputs {
   bool launcher_restricted = false;
 };
 absl::StatusOr<int> RankFirstDevice(const RankDevicesInputs& in);
+// OK when no GPU is driven by two ranks (or twice by one): each rank passes the identities of the
+// GPUs it drives (CUDA UUIDs, unique across machines), compared as fingerprints over `comm`.
+// FAILED_PRECONDITION naming the ranks otherwise, or when ranks drive different numbers of GPUs.
+absl::Status CheckDistinctGpus(dist::Communicator& comm, const std::vector<std::string>& gpu_ids);
 
 // OK when every rank runs the same job: `identity` (the job JSON and the step it starts from)
 // hashes the same on every rank. Ranks that disagree would run different numbers of collectives

@@ -55,23 +55,41 @@ TEST(RankFirstDeviceTest, TheMachinesRanksSplitItsDevicesInLocalRankOrder) {
 }
 
 TEST(RankFirstDeviceTest, TwoRanksOnOneGpuAreRefusedNamingTheNumbers) {
-  for (bool restricted : {false, true}) {
-    // 2 visible, 2 ranks of 2: unrestricted, both would take 0-1; restricted to 2 per rank is
-    // fine, but 3 visible with restriction is not "exactly its own".
-    const absl::StatusOr<int> shared = RankFirstDevice(
-        {.local_rank = 1, .local_size = 2, .devices_per_rank = 2, .visible = restricted ? 3 : 2,
-         .launcher_restricted = restricted});
-    ASSERT_FALSE(shared.ok()) << restricted;
-    EXPECT_EQ(shared.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(shared.status().message().find("devices=2 per rank with 2 ranks on this machine "
-                                             "needs 4 GPUs"),
-              std::string::npos)
-        << shared.status();
-    EXPECT_EQ(shared.status().message().find("CUDA_VISIBLE_DEVICES is set") != std::string::npos,
-              restricted);
-  }
+  // 2 visible, 2 ranks of 2, every rank seeing the same GPUs: both would take 0-1.
+  const absl::StatusOr<int> shared = RankFirstDevice(
+      {.local_rank = 1, .local_size = 2, .devices_per_rank = 2, .visible = 2});
+  ASSERT_FALSE(shared.ok());
+  EXPECT_EQ(shared.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(shared.status().message().find("devices=2 per rank with 2 ranks on this machine "
+                                           "needs 4 GPUs, but local rank 1 sees 2"),
+            std::string::npos)
+      << shared.status();
+  // Restricted but too few for even one rank.
+  const absl::StatusOr<int> short_set = RankFirstDevice({.local_rank = 0, .local_size = 2,
+                                                         .devices_per_rank = 2, .visible = 1,
+                                                         .launcher_restricted = true});
+  ASSERT_FALSE(short_set.ok());
+  EXPECT_NE(short_set.status().message().find("(CUDA_VISIBLE_DEVICES is set)"), std::string::npos)
+      << short_set.status();
+  // Restricted with more than its share (3 of its own for 2): starts at 0, to be verified by
+  // CheckDistinctGpus.
+  EXPECT_EQ(*RankFirstDevice({.local_rank = 1, .local_size = 2, .devices_per_rank = 2,
+                              .visible = 3, .launcher_restricted = true}),
+            0);
   EXPECT_FALSE(RankFirstDevice({.local_rank = 2, .local_size = 2}).ok());
   EXPECT_FALSE(RankFirstDevice({.devices_per_rank = 0, .visible = 1}).ok());
+}
+
+// In a world of one the fingerprints still catch one GPU listed twice (the multi-rank gathers
+// are AllGatherDoubles', tested under mpirun).
+TEST(CheckDistinctGpusTest, OneGpuTwiceIsRefused) {
+  dist::SingleProcessCommunicator one;
+  EXPECT_TRUE(CheckDistinctGpus(one, {"GPU-a", "GPU-b"}).ok());
+  EXPECT_TRUE(CheckDistinctGpus(one, {}).ok());
+  const absl::Status twice = CheckDistinctGpus(one, {"GPU-a", "GPU-b", "GPU-a"});
+  EXPECT_EQ(twice.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(twice.message().find("rank 0 drives one GPU twice (GPU-a)"), std::string::npos)
+      << twice;
 }
 
 TEST(DataParallelStepTest, WorldOfOneKeepsCountsAndLossSums) {

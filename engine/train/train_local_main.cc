@@ -383,6 +383,24 @@ int main(int argc, char** argv) {
     }
     o.device.cuda_device_ordinal = *first;
   }
+  if (mpi != nullptr && o.device.kind == megatrain::engine::DeviceKind::kCuda) {
+    // Whatever chose them, no GPU may serve two ranks: compare the GPUs' UUIDs over the job.
+    std::vector<std::string> gpus;
+    absl::Status status;
+    for (int d = 0; d < o.devices && status.ok(); ++d) {
+      absl::StatusOr<std::string> uuid =
+          megatrain::engine::CudaDeviceUuid(o.device.cuda_device_ordinal + d);
+      if (uuid.ok()) gpus.push_back(*uuid);
+      status = uuid.status();
+    }
+    if (status.ok()) status = megatrain::engine::CheckDistinctGpus(*mpi, gpus);
+    if (!status.ok()) {
+      fprintf(stderr, "error: rank %d of %d on host %s: --device=cuda: %s\n", mpi->rank(),
+              mpi->size(), mpi->host().c_str(), std::string(status.message()).c_str());
+      fflush(stderr);
+      mpi->Abort(2);
+    }
+  }
   const bool quiet = mpi != nullptr && mpi->rank() != 0;  // rank 0 speaks for the job
   const bool tty = isatty(fileno(stderr));
   auto progress = [tty, quiet](const std::string& line, bool keep) {

@@ -442,6 +442,7 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
         absl::StrCat("step needs matching micro-batches: ", inputs.size(), " inputs, ",
                      targets.size(), " targets, ", layouts.size(), " token layouts"));
   }
+  if (!ranks_out_of_step_.ok()) return ranks_out_of_step_;
   const int64_t n = dims_.tokens();
   int64_t total_valid = 0;
   for (const int32_t* t : targets) {
@@ -495,6 +496,14 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
   absl::StatusOr<MicroBatchesResult> ran =
       RunMicroBatchesOnLanes(lanes, turns_, inputs, targets, layouts, step_args);
   if (!ran.ok()) {
+    if (reduce_scatter_across_ranks_) {
+      // The other ranks may wait in a reduce-scatter this rank never joined: no later collective
+      // of this trainer can meet theirs.
+      ranks_out_of_step_ = absl::FailedPreconditionError(absl::StrCat(
+          "a failed step (", ran.status().message(),
+          ") left this rank's reduce-scatters out of step with the other ranks'; the job must "
+          "end (train_local aborts every rank) and resume from its last checkpoint"));
+    }
     const SpeculativeUpdate::Outcome dropped =
         speculate ? speculation_->Finish() : SpeculativeUpdate::Outcome{};
     WaitForUpdates();

@@ -249,6 +249,8 @@ class Trainer : public Checkpointable {
   // The device_reduction_ is among the ranks (one device each): after the micro-batches each
   // rank's slabs hold its shard of the reduced entries (GatherReducedGradients).
   bool reduce_scatter_across_ranks_ = false;
+  // Set by a step that failed with reduce_scatter_across_ranks_: every later Step returns it.
+  absl::Status ranks_out_of_step_;
   std::unique_ptr<StreamingExecutor> executor_;  // device 0's
   // Every device (device_ first), and for the others their compute pools and
   // executors (multi_device_step.h); the pools outlive the executors.

@@ -256,7 +256,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
       if (absl::Status s = turns_on_the_host(); !s.ok()) return s;
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
-          "gradient_reduction=devices with devices=", devices.size(),
+          "gradient_reduction=", std::string(GradientReductionName(options.gradient_reduction)),
+          across_ranks ? absl::StrCat(" across ", options.communicator->size(), " ranks")
+                       : absl::StrCat(" with devices=", devices.size()),
           ": the memory placement puts the gradients on NVMe (memory.grad_on_nvme, or a RAM "
           "budget too small for them), whose chunks take whole contributions in turns; give "
           "them RAM or use host"));

@@ -332,7 +332,7 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
       comm != nullptr ? RankSlotsOf(options.grad_accumulation, comm->rank(), comm->size())
                       : RankSlots{0, options.grad_accumulation};
   if (!slots.ok()) return slots.status();
-  if (slots->count % options.devices != 0) {
+  if (comm != nullptr && slots->count % options.devices != 0) {
     // Each rank spreads its slots over its devices as one process does.
     return absl::InvalidArgumentError(absl::StrCat(
         "grad_accumulation=", options.grad_accumulation, " over ", comm->size(),

@@ -49,6 +49,8 @@ timeout 300 "${launch}" 2 "${train}" "${four[@]}" --checkpoint_dir="${dir}/host4
 timeout 300 "${launch}" 2 "${train}" "${four[@]}" --gradient_reduction=devices \
   --checkpoint_dir="${dir}/devices4" 2>"${dir}/devices4.log" ||
   { cat "${dir}/devices4.log"; echo "FAIL: devices4"; exit 1; }
+grep -q "gradient reduction: a reduce-scatter among the 2 ranks' devices" "${dir}/devices4.log" ||
+  { cat "${dir}/devices4.log"; echo "FAIL: devices4: no reduction"; exit 1; }
 same_state "$(step "${dir}/host4" 4)" "$(step "${dir}/devices4" 4)" \
   "2 ranks x 2 micro-batches: reduce-scatter vs the host's reduction"
 

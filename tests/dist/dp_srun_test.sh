@@ -18,7 +18,9 @@ dir="${TEST_TMPDIR:-$(mktemp -d)}"
 start_private_slurm 4
 # Open MPI under PMIx direct launch: shared memory and TCP on loopback, its session directory
 # here (Bazel's sandbox has no writable /tmp of its own to rely on).
+# Ranks waiting in MPI yield their core (two cores here, shared with the other rank's compute).
 export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include=lo TMPDIR="${dir}"
+export OMPI_MCA_mpi_yield_when_idle=1
 # srun_ranks N PROGRAM ARGS...: N tasks of one job step, as a batch script's srun would start them
 # (a script, so that `timeout` can run it).
 srun_ranks="${dir}/srun_ranks"
