@@ -509,11 +509,19 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
         comm != nullptr ? absl::StrFormat("  comm %.4f s %d B", report->communication_seconds,
                                           report->communication_bytes)
                         : std::string();
-    progress(absl::StrFormat("step %d/%d  loss %.4f  val %.4f  lr %.2e  |g| %.3f  %.0f tok/s%s%s  "
-                             "eta %s%s%s",
+    // The NVMe tier's traffic since the last line (this rank's): the previous step's optimizer
+    // pass and this step's gradients.
+    const std::string nvme =
+        report->nvme_bytes_read + report->nvme_bytes_written > 0
+            ? absl::StrFormat("  nvme r %.1f w %.1f MB", report->nvme_bytes_read / 1e6,
+                              report->nvme_bytes_written / 1e6)
+            : std::string();
+    progress(absl::StrFormat("step %d/%d  loss %.4f  val %.4f  lr %.2e  |g| %.3f  %.0f "
+                             "tok/s%s%s%s  eta %s%s%s",
                              step, options.steps, report->loss, validation_loss,
                              report->learning_rate, report->grad_norm, report->tokens_per_second,
-                             communication, DescribeDeviceStalls(*report), FormatDuration(eta),
+                             communication, nvme, DescribeDeviceStalls(*report),
+                             FormatDuration(eta),
                              report->skipped              ? "  (skipped: non-finite)"
                              : report->no_counted_targets ? "  (no counted target: no update)"
                                                           : "",
