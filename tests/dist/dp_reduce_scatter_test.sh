@@ -5,7 +5,7 @@
 # 1/W of them, the ranks all-gather the shards: the job writes bit for bit the checkpoint of one
 # process with accumulation W, and its trace shows the reduce-scatters on every rank. ZeRO-1 and a
 # tied model are refused naming the reason; ranks that disagree on the reduction are refused
-# before the first step.
+# before the first step. A rank killed mid-run ends the job, which resumes to the same bits.
 set -euo pipefail
 source "$(dirname "$0")/dist_test_lib.sh"
 launch="$1"
@@ -55,6 +55,30 @@ same_state "$(step "${dir}/host4" 4)" "$(step "${dir}/devices4" 4)" \
   "2 ranks x 2 micro-batches: reduce-scatter vs the host's reduction"
 
 two=(--config="${config}" "${run[@]}" --accumulation=2)
+# kill -9 of rank 1 after the first checkpoint, the survivor then waiting in a reduce-scatter on its
+# copy_out stream: mpirun ends the job; relaunched with --resume it ends at the bits of one
+# process never interrupted. Steps slowed to about a second (an emulated link latency, which
+# changes no result), so the job cannot finish before the kill lands.
+write_pid_rank_script "${dir}/rank.sh" "${train}"
+eight=("${two[@]}" --steps=8 --checkpoint_every=2 --collective_timeout_s=120)
+"${train}" "${eight[@]}" --checkpoint_dir="${dir}/alone8" 2>"${dir}/alone8.log"
+RANK_PID_PREFIX="${dir}/killed.rank" timeout 300 "${launch}" 2 "${dir}/rank.sh" "${eight[@]}" \
+  --gradient_reduction=devices --checkpoint_dir="${dir}/killed" --link_latency_us=50000 \
+  >"${dir}/killed.log" 2>&1 &
+mpirun_pid=$!
+wait_for_checkpoint "${dir}/killed" 2 "${dir}/killed.log" "the reduce-scatter job to kill"
+kill -9 "$(cat "${dir}/killed.rank1.pid")"
+rc=0
+wait "${mpirun_pid}" || rc=$?
+expect_aborted "reduce-scatter job with rank 1 killed" "${rc}" "${dir}/killed.log"
+[[ ! -e "$(step "${dir}/killed" 8)" ]] || { echo "FAIL: the killed job finished"; exit 1; }
+timeout 300 "${launch}" 2 "${train}" "${eight[@]}" --gradient_reduction=devices --resume \
+  --checkpoint_dir="${dir}/killed" 2>"${dir}/relaunched.log" ||
+  { cat "${dir}/relaunched.log"; echo "FAIL: relaunch"; exit 1; }
+expect_resumed "${dir}/relaunched.log" "reduce-scatter job killed (kill -9 rank 1)"
+same_state "$(step "${dir}/alone8" 8)" "$(step "${dir}/killed" 8)" \
+  "reduce-scatter job killed (kill -9 rank 1) and relaunched"
+
 expect_refused "ZeRO-1 with a reduce-scatter among ranks" "${dir}/zero1.log" \
   "gradient_reduction across 2 ranks with zero1" \
   timeout 300 "${launch}" 2 "${train}" "${two[@]}" --gradient_reduction=devices --zero1
