@@ -55,17 +55,10 @@ NcclDeviceReduction::NcclDeviceReduction(std::vector<int> ordinals, const NcclOp
   for (size_t r = 0; r < ranks_.size(); ++r) rank_mu_.push_back(std::make_unique<absl::Mutex>());
 }
 
-absl::StatusOr<std::vector<NcclCommunicator>> NcclDeviceReduction::MakeRanks() const {
-  if (host_ == nullptr) return NcclCommunicator::CreateForDevices(ordinals_, options_);
-  absl::StatusOr<NcclCommunicator> rank =
-      NcclCommunicator::CreateOverHost(*host_, ordinals_[0], options_);
-  if (!rank.ok()) return rank.status();
-  std::vector<NcclCommunicator> ranks;
-  ranks.push_back(std::move(*rank));
-  return ranks;
-}
-
 NcclDeviceReduction::~NcclDeviceReduction() {
+  // Over the host, closing waits for the other processes' ranks, which may be anywhere after a
+  // failure (or already gone): the members' destructors abort this process's rank instead.
+  if (host_ != nullptr) return;
   bool all_usable = !ranks_.empty();
   for (const NcclCommunicator& rank : ranks_) all_usable = all_usable && rank.usable();
   // Closing waits for every rank; with one aborted it could only time out. The destructors
@@ -110,10 +103,19 @@ void NcclDeviceReduction::Reset() {
   bool all_usable = ranks_.size() == ordinals_.size() && recreate_status_.ok();
   for (const NcclCommunicator& rank : ranks_) all_usable = all_usable && rank.usable();
   if (all_usable) return;
+  if (host_ != nullptr) {
+    // Forming the world again is a collective over the host, which only this rank would be
+    // making: the job must end and resume from its last checkpoint instead.
+    recreate_status_ = absl::FailedPreconditionError(absl::StrCat(
+        "rank ", first_rank_, ": the NCCL communicator among the processes was aborted by a "
+        "failed step; the job must end and resume from its last checkpoint"));
+    return;
+  }
   // A failed step aborted them: no lane thread runs now, so fresh ones can be made.
   std::vector<NcclCommunicator> old = std::move(ranks_);
   old.clear();
-  absl::StatusOr<std::vector<NcclCommunicator>> fresh = MakeRanks();
+  absl::StatusOr<std::vector<NcclCommunicator>> fresh =
+      NcclCommunicator::CreateForDevices(ordinals_, options_);
   if (!fresh.ok()) {
     recreate_status_ = absl::Status(
         fresh.status().code(),

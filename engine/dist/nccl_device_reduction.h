@@ -29,13 +29,13 @@ class NcclDeviceReduction final : public DeviceReduction {
       const std::vector<Device*>& devices, const NcclOptions& options = {});
   // One rank per process: this process's `device` is rank host.rank() of host.size(), the
   // ncclUniqueId broadcast over `host` (NcclCommunicator::CreateOverHost). Every rank must call
-  // it (a collective). `host` must outlive the reduction: a Reset after a failed step forms the
-  // world again over it, which every rank must then do too (a job ends on a failed step:
-  // train_local aborts every rank).
+  // it (a collective). After an Abort (a failed step) it is not formed again: Reset leaves every
+  // later call FAILED_PRECONDITION, since re-forming would be a collective only this rank makes
+  // (the job ends and resumes from its checkpoint: train_local aborts every rank).
   static absl::StatusOr<std::unique_ptr<NcclDeviceReduction>> CreateOverHost(
       Communicator& host, Device& device, const NcclOptions& options = {});
-  // Closes the communicators: this process's ranks as one group (over the host: the peers close
-  // theirs at the same point of the job).
+  // Closes the communicators, this process's ranks as one group; over the host it aborts its
+  // rank instead (closing would wait for the other processes, wherever they are).
   ~NcclDeviceReduction() override;
 
   int world() const override { return world_; }
@@ -48,12 +48,10 @@ class NcclDeviceReduction final : public DeviceReduction {
  private:
   NcclDeviceReduction(std::vector<int> ordinals, const NcclOptions& options,
                       std::vector<NcclCommunicator> ranks, Communicator* host);
-  // Fresh communicators for ordinals_: of this process's world, or over host_.
-  absl::StatusOr<std::vector<NcclCommunicator>> MakeRanks() const;
 
   const std::vector<int> ordinals_;  // this process's GPUs, one per rank it holds
   const NcclOptions options_;
-  Communicator* const host_;  // over the host: the job's communicator; null for one process
+  Communicator* const host_;  // over the host: the job's communicator (for its rank and size)
   const int world_;           // ordinals_.size(), or host_->size()
   const int first_rank_;      // the world rank of ranks_[0]: 0, or host_->rank()
   // One lock per rank: a rank's lane thread holds it while NCCL enqueues (bounded by the

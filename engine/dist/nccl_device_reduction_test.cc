@@ -126,9 +126,9 @@ TEST(NcclDeviceReductionTest, EachLaneGetsItsShardOfTheSumInPlace) {
 }
 
 // Over the host communicator (one GPU per process; here the world of one, whose shard is the
-// input's bits): the rank is the host's, any other is refused; Abort then Reset forms the world
-// again over the host.
-TEST(NcclDeviceReductionTest, OverTheHostAWorldOfOneKeepsItsBitsAndResetsAfterAbort) {
+// input's bits): the rank is the host's, any other is refused; after Abort, Reset does not form
+// the world again (a collective only this rank would make): every later call says so.
+TEST(NcclDeviceReductionTest, OverTheHostAWorldOfOneKeepsItsBitsAndStaysAbortedAfterAbort) {
   MT_SKIP_WITHOUT_CUDA();
   std::vector<Gpu> lanes = MakeGpus(1);
   ASSERT_EQ(lanes.size(), 1u);
@@ -151,13 +151,18 @@ TEST(NcclDeviceReductionTest, OverTheHostAWorldOfOneKeepsItsBitsAndResetsAfterAb
     lanes[0].copy_out->CopyDeviceToHost(got.data(), b->data_as<float>(), n * sizeof(float), {});
     ASSERT_TRUE(lanes[0].copy_out->Synchronize().ok());
     EXPECT_EQ(got, x) << "round " << round;
-    (*reduction)->Abort();
-    (*reduction)->Reset();  // fresh communicator over the host for the next round
+    (*reduction)->Reset();  // a healthy communicator stays as it is
   }
   float y = 0;
   const absl::Status other =
       (*reduction)->EnqueueReduceScatter(1, *lanes[0].copy_out, &y, &y, 1, {});
   EXPECT_EQ(other.code(), absl::StatusCode::kInvalidArgument) << other;
+  (*reduction)->Abort();
+  (*reduction)->Reset();
+  const absl::Status after = (*reduction)->EnqueueReduceScatter(
+      0, *lanes[0].copy_out, b->data_as<float>(), b->data_as<float>(), n, {});
+  EXPECT_EQ(after.code(), absl::StatusCode::kFailedPrecondition) << after;
+  EXPECT_NE(after.message().find("resume from its last checkpoint"), std::string::npos) << after;
 }
 
 TEST(NcclDeviceReductionTest, RefusesOverTheHostADeviceThatIsNotAGpu) {

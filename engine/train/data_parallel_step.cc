@@ -81,11 +81,15 @@ absl::Status CheckDistinctGpus(dist::Communicator& comm, const std::vector<std::
       if ((*all)[2 * a] != (*all)[2 * b] || (*all)[2 * a + 1] != (*all)[2 * b + 1]) continue;
       const size_t rank_a = a / per_rank;
       const size_t rank_b = b / per_rank;
+      const size_t me = static_cast<size_t>(comm.rank());
+      // This rank can name the GPU when it is one of the two.
+      const std::string which = rank_a == me   ? absl::StrCat(" (", gpu_ids[a % per_rank], ")")
+                                : rank_b == me ? absl::StrCat(" (", gpu_ids[b % per_rank], ")")
+                                               : std::string();
       return absl::FailedPreconditionError(absl::StrCat(
           rank_a == rank_b ? absl::StrCat("rank ", rank_a, " drives one GPU twice")
                            : absl::StrCat("ranks ", rank_a, " and ", rank_b, " drive the same GPU"),
-          rank_a == static_cast<size_t>(comm.rank()) ? absl::StrCat(" (", gpu_ids[a % per_rank], ")")
-                                                      : std::string(),
+          which,
           ": give each rank GPUs of its own (CUDA_VISIBLE_DEVICES per rank, or fewer ranks or "
           "--devices per machine)"));
     }

@@ -25,6 +25,7 @@
 #include "engine/optimizer/host_adamw.h"
 #include "engine/tiers/placement.h"
 #include "engine/train/lr_schedule.h"
+#include "engine/train/gradient_reduction.h"
 #include "engine/train/multi_device_step.h"
 #include "engine/train/speculative_update.h"
 #include "engine/train/step_report.h"
@@ -69,7 +70,8 @@ struct TrainerOptions {
   double grad_clip = 1.0;         // global L2 norm; 0 = off
   int max_consecutive_skips = 5;  // non-finite steps in a row before the job fails
   ExecutorOptions executor;
-  // Several devices of one process: where their gradients meet (multi_device_step.h).
+  // Several devices of one process, or one device per rank: where their gradients meet
+  // (gradient_reduction.h).
   GradientReduction gradient_reduction = GradientReduction::kAuto;
   HostMemoryBudgets memory;
   // Host AdamW and gradient-norm threads; 0 = one per core this process may run on

@@ -1,5 +1,5 @@
 // Trainer::Create: checks the options, places the store's arrays in the memory tiers, chooses
-// where several devices' gradients meet (multi_device_step.h), and builds one executor per
+// where several devices' gradients meet (gradient_reduction.h), and builds one executor per
 // device over the one store.
 #include <cblas.h>
 
@@ -113,6 +113,20 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
   const bool ranks_asked = across_ranks &&
                            (options.gradient_reduction == GradientReduction::kDevices ||
                             options.gradient_reduction == GradientReduction::kDeviceShards);
+  if (options.communicator != nullptr && options.communicator->size() > 1) {
+    // Making a reduction among the ranks may be a collective (NCCL's world formed over the
+    // host): first every rank agrees that all will make the same one, or all fail here naming
+    // the rank that differs, rather than meeting another rank's collective with this one.
+    if (absl::Status s = CheckSameJob(
+            *options.communicator,
+            absl::StrCat("gradient_reduction ", std::string(GradientReductionName(
+                                                    options.gradient_reduction)),
+                         " devices ", devices.size(), " kind ",
+                         std::string(DeviceKindName(device.kind())), " zero1 ", options.zero1));
+        !s.ok()) {
+      return s;
+    }
+  }
   if (devices.size() > 1 || ranks_asked) {
     GradientReductionInputs in;
     in.asked = options.gradient_reduction;

@@ -61,15 +61,20 @@ two=(--config="${config}" "${run[@]}" --accumulation=2)
 # changes no result), so the job cannot finish before the kill lands.
 write_pid_rank_script "${dir}/rank.sh" "${train}"
 eight=("${two[@]}" --steps=8 --checkpoint_every=2 --collective_timeout_s=120)
-"${train}" "${eight[@]}" --checkpoint_dir="${dir}/alone8" 2>"${dir}/alone8.log"
+"${train}" "${eight[@]}" --checkpoint_dir="${dir}/alone8" 2>"${dir}/alone8.log" ||
+  { cat "${dir}/alone8.log"; echo "FAIL: alone8"; exit 1; }
 RANK_PID_PREFIX="${dir}/killed.rank" timeout 300 "${launch}" 2 "${dir}/rank.sh" "${eight[@]}" \
   --gradient_reduction=devices --checkpoint_dir="${dir}/killed" --link_latency_us=50000 \
   >"${dir}/killed.log" 2>&1 &
 mpirun_pid=$!
+# Should the test fail before the job ends, the job does not outlive it.
+trap 'kill "${mpirun_pid}" 2>/dev/null || true' EXIT
 wait_for_checkpoint "${dir}/killed" 2 "${dir}/killed.log" "the reduce-scatter job to kill"
-kill -9 "$(cat "${dir}/killed.rank1.pid")"
+kill -9 "$(cat "${dir}/killed.rank1.pid")" ||
+  { cat "${dir}/killed.log"; echo "FAIL: rank 1 was gone before the kill"; exit 1; }
 rc=0
 wait "${mpirun_pid}" || rc=$?
+trap - EXIT
 expect_aborted "reduce-scatter job with rank 1 killed" "${rc}" "${dir}/killed.log"
 [[ ! -e "$(step "${dir}/killed" 8)" ]] || { echo "FAIL: the killed job finished"; exit 1; }
 timeout 300 "${launch}" 2 "${train}" "${eight[@]}" --gradient_reduction=devices --resume \

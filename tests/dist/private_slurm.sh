@@ -19,7 +19,7 @@ start_private_slurm() {
   mkdir -p "${SLURM_DIR}/state" "${SLURM_DIR}/spool" "${SLURM_DIR}/tmp"
   user="$(id -un)"
   host="$(hostname -s)"
-  PATH="${PATH}:/usr/sbin"
+  [[ ":${PATH}:" == *:/usr/sbin:* ]] || PATH="${PATH}:/usr/sbin"
   local attempt
   for attempt in 1 2 3; do
     # Two ports nothing listens on now, on any address as the daemons bind them (the kernel's
@@ -42,6 +42,8 @@ print(" ".join(str(x.getsockname()[1]) for x in s))')"
         return 0
       fi
       grep -qs "Address already in use" "${SLURM_DIR}"/*.log "${SLURM_DIR}"/*.out && break
+      # A daemon that died will not come back: try again (or give up) at once.
+      kill -0 "${SLURMCTLD_PID}" 2>/dev/null && kill -0 "${SLURMD_PID}" 2>/dev/null || break
       sleep 0.1
     done
     stop_private_slurm_daemons
