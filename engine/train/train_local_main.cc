@@ -165,6 +165,36 @@ ABSL_FLAG(int, collective_timeout_s, 300,
 ABSL_FLAG(bool, resume, false,
           "Continue from the newest checkpoint in --checkpoint_dir when one exists.");
 
+namespace {
+
+// A data-parallel rank's GPUs: with `choose`, its share of its machine's (RankFirstDevice) into
+// `first`; then, whatever chose them, the job's ranks compare their UUIDs, so no GPU serves two.
+absl::Status ChooseRankGpus(megatrain::engine::dist::MpiCommunicator& mpi, bool choose,
+                            int devices, int& first) {
+  if (choose) {
+    // Ranks sharing a machine must not share its GPUs (NCCL refuses two ranks on one).
+    absl::StatusOr<int> visible = megatrain::engine::CountCudaDevices();
+    if (!visible.ok()) return visible.status();
+    absl::StatusOr<int> chosen = megatrain::engine::RankFirstDevice(
+        {.local_rank = mpi.local_rank(),
+         .local_size = mpi.local_size(),
+         .devices_per_rank = devices,
+         .visible = *visible,
+         .launcher_restricted = std::getenv("CUDA_VISIBLE_DEVICES") != nullptr});
+    if (!chosen.ok()) return chosen.status();
+    first = *chosen;
+  }
+  std::vector<std::string> gpus;
+  for (int d = 0; d < devices; ++d) {
+    absl::StatusOr<std::string> uuid = megatrain::engine::CudaDeviceUuid(first + d);
+    if (!uuid.ok()) return uuid.status();
+    gpus.push_back(*uuid);
+  }
+  return megatrain::engine::CheckDistinctGpus(mpi, gpus);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Trains a small model on text on the CPU device (or a GPU with --device=cuda).\n"
@@ -364,39 +394,13 @@ int main(int argc, char** argv) {
   }
   if (absl::GetFlag(FLAGS_cuda_device) >= 0) {
     o.device.cuda_device_ordinal = absl::GetFlag(FLAGS_cuda_device);
-  } else if (mpi != nullptr && o.device.kind == megatrain::engine::DeviceKind::kCuda) {
-    // Ranks sharing a machine must not share its GPUs (NCCL refuses two ranks on one).
-    absl::StatusOr<int> visible = megatrain::engine::CountCudaDevices();
-    absl::StatusOr<int> first =
-        visible.ok() ? megatrain::engine::RankFirstDevice(
-                           {.local_rank = mpi->local_rank(),
-                            .local_size = mpi->local_size(),
-                            .devices_per_rank = o.devices,
-                            .visible = *visible,
-                            .launcher_restricted = std::getenv("CUDA_VISIBLE_DEVICES") != nullptr})
-                     : absl::StatusOr<int>(visible.status());
-    if (!first.ok()) {
-      fprintf(stderr, "error: rank %d of %d on host %s: --device=cuda: %s\n", mpi->rank(),
-              mpi->size(), mpi->host().c_str(), std::string(first.status().message()).c_str());
-      fflush(stderr);
-      mpi->Abort(2);
-    }
-    o.device.cuda_device_ordinal = *first;
   }
   if (mpi != nullptr && o.device.kind == megatrain::engine::DeviceKind::kCuda) {
-    // Whatever chose them, no GPU may serve two ranks: compare the GPUs' UUIDs over the job.
-    std::vector<std::string> gpus;
-    absl::Status status;
-    for (int d = 0; d < o.devices && status.ok(); ++d) {
-      absl::StatusOr<std::string> uuid =
-          megatrain::engine::CudaDeviceUuid(o.device.cuda_device_ordinal + d);
-      if (uuid.ok()) gpus.push_back(*uuid);
-      status = uuid.status();
-    }
-    if (status.ok()) status = megatrain::engine::CheckDistinctGpus(*mpi, gpus);
-    if (!status.ok()) {
+    if (absl::Status s = ChooseRankGpus(*mpi, absl::GetFlag(FLAGS_cuda_device) < 0, o.devices,
+                                        o.device.cuda_device_ordinal);
+        !s.ok()) {
       fprintf(stderr, "error: rank %d of %d on host %s: --device=cuda: %s\n", mpi->rank(),
-              mpi->size(), mpi->host().c_str(), std::string(status.message()).c_str());
+              mpi->size(), mpi->host().c_str(), std::string(s.message()).c_str());
       fflush(stderr);
       mpi->Abort(2);
     }

@@ -374,16 +374,10 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
     // ZeRO-1 is not in the job JSON (its checkpoints resume without it and the other way round),
     // but every rank must agree on it: the two run different collectives.
     // Nor is where the gradients live (RAM or NVMe chunks): ranks must reduce them in the same
-    // pieces.
-    // Nor whether the devices reduce-scatter among the ranks, and how often (other collectives).
-    const std::string among_ranks =
-        !(*trainer)->reduces_across_ranks() ? ""
-        : (*trainer)->executor().reduces_every_micro_batch()
-            ? " reduce-scatter every micro-batch"
-            : " reduce-scatter once a step";
+    // pieces. (The gradient reduction they agreed on in Trainer::Create, before making it.)
     MT_RETURN_IF_ERROR(CheckSameJob(
         *comm, absl::StrCat(TrainingJobJson(options), " from step ", first_step,
-                            zero1 ? " zero1" : "", among_ranks, " gradients ",
+                            zero1 ? " zero1" : "", " gradients ",
                             GradientLayoutFingerprint((*trainer)->store()))));
   }
   result.parameters = (*trainer)->layout().parameter_count();
