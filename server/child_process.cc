@@ -11,8 +11,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 extern char** environ;
 
@@ -59,6 +61,28 @@ bool Drain(int fd, std::string& into, size_t limit) {
   const size_t room = into.size() < limit ? limit - into.size() : 0;
   into.append(buffer, std::min(room, static_cast<size_t>(n)));
   return true;
+}
+
+// Hands every complete line of `pending` to `on_line`, keeping the unfinished tail; with
+// `flush` (end of stream) the tail goes too; a line of `limit` bytes or more goes in pieces
+// of `limit`.
+void DeliverLines(std::string& pending, size_t limit, bool flush,
+                  const std::function<void(const std::string&)>& on_line) {
+  size_t start = 0;
+  for (size_t nl = pending.find('\n'); nl != std::string::npos; nl = pending.find('\n', start)) {
+    do {
+      const size_t n = std::min(limit, nl - start);
+      on_line(pending.substr(start, n));
+      start += n;
+    } while (start < nl);
+    start = nl + 1;
+  }
+  pending.erase(0, start);
+  while (pending.size() >= limit || (flush && !pending.empty())) {
+    const size_t n = std::min(limit, pending.size());
+    on_line(pending.substr(0, n));
+    pending.erase(0, n);
+  }
 }
 
 void KillAndReap(pid_t pid) {
@@ -132,14 +156,24 @@ absl::StatusOr<ChildResult> RunChildProcess(const std::vector<std::string>& argv
   pipes.CloseWriteEnds();
 
   ChildResult result;
-  std::string* sinks[2] = {&result.out, &result.err};
+  std::string pending_line;  // stdout not yet a whole line (on_stdout_line only)
+  const bool by_line = static_cast<bool>(options.on_stdout_line);
+  std::string* sinks[2] = {by_line ? &pending_line : &result.out, &result.err};
   const int poll_ms =
       static_cast<int>(std::max<int64_t>(1, absl::ToInt64Milliseconds(options.poll_interval)));
   int status = 0;
+  std::optional<absl::Time> kill_at;  // set once should_stop asked for the end
   while (true) {
-    if (should_stop()) {
+    if (!kill_at.has_value() && should_stop()) {
+      kill_at = absl::Now() + options.stop_grace;
+      if (options.stop_grace > absl::ZeroDuration()) kill(pid, SIGTERM);
+    }
+    if (kill_at.has_value() && absl::Now() >= *kill_at) {
       KillAndReap(pid);
       return absl::CancelledError(absl::StrCat("'", argv[0], "' stopped on request"));
+    }
+    if (!kill_at.has_value() && options.signal_to_send) {
+      if (const int sig = options.signal_to_send(); sig != 0) kill(pid, sig);
     }
     pollfd fds[2];
     nfds_t count = 0;
@@ -167,11 +201,21 @@ absl::StatusOr<ChildResult> RunChildProcess(const std::vector<std::string>& argv
     for (nfds_t k = 0; k < count && ready > 0; ++k) {
       if (fds[k].revents == 0) continue;
       const int i = which[k];
-      if (!Drain(pipes.read[i], *sinks[i], options.max_output_bytes)) {
+      // Lines are cut at the cap by DeliverLines, not dropped here.
+      const bool open = Drain(pipes.read[i], *sinks[i],
+                              i == 0 && by_line ? SIZE_MAX : options.max_output_bytes);
+      if (i == 0 && by_line) {
+        DeliverLines(pending_line, options.max_output_bytes, !open, options.on_stdout_line);
+      }
+      if (!open) {
         close(pipes.read[i]);
         pipes.read[i] = -1;
       }
     }
+  }
+  if (kill_at.has_value()) {
+    // It exited within its grace after a stop: still a stop.
+    return absl::CancelledError(absl::StrCat("'", argv[0], "' stopped on request"));
   }
   if (WIFEXITED(status)) {
     result.exit_code = WEXITSTATUS(status);

@@ -29,6 +29,17 @@ struct ChildOptions {
   // number must be above 2 and above every caller fd listed (no dup2 may overwrite a later
   // source); INVALID_ARGUMENT otherwise.
   std::vector<std::pair<int, int>> pass_fds;
+  // Each complete line of stdout as it comes (without its '\n'; a line longer than
+  // max_output_bytes comes in pieces of that size), instead of keeping stdout in
+  // ChildResult::out.
+  std::function<void(const std::string& line)> on_stdout_line;
+  // Polled with should_stop: a signal to send the child itself (not its group) now, 0 = none.
+  // How a supervisor asks a launcher (mpirun forwards SIGUSR1/SIGUSR2 to its ranks) for more
+  // than a kill.
+  std::function<int()> signal_to_send;
+  // How should_stop ends the child: SIGTERM to the child, then up to this long for it to exit
+  // (its output still read) before SIGKILL to its group; zero = SIGKILL at once.
+  absl::Duration stop_grace = absl::ZeroDuration();
 };
 
 // The child numbers for `fds` under ChildOptions::pass_fds' rule: above 2 and above all of them.
@@ -36,8 +47,8 @@ std::vector<std::pair<int, int>> ChildFdNumbers(const std::vector<int>& fds);
 
 // Spawns argv[0] (an absolute or relative path; PATH is not searched) with argv, stdin from
 // /dev/null, in its own process group, default signal dispositions and an empty signal mask.
-// Waits for it while polling `should_stop`: once that is true the child's group gets SIGKILL,
-// the child is reaped and CANCELLED is returned. FAILED_PRECONDITION when it cannot be spawned
+// Waits for it while polling `should_stop`: once that is true the child's group gets SIGKILL
+// (after ChildOptions::stop_grace), the child is reaped and CANCELLED is returned. FAILED_PRECONDITION when it cannot be spawned
 // (naming the path). Otherwise the child's exit, whatever its code.
 absl::StatusOr<ChildResult> RunChildProcess(const std::vector<std::string>& argv,
                                             const std::function<bool()>& should_stop,

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -74,6 +75,47 @@ TEST(ChildProcessTest, KilledAndReapedWhenAskedToStop) {
   ASSERT_GT(pid, 0);
   EXPECT_EQ(kill(pid, 0), -1) << "the child " << pid << " still exists";
   EXPECT_EQ(errno, ESRCH);
+}
+
+TEST(ChildProcessTest, StdoutLinesAsTheyCome) {
+  ChildOptions options;
+  options.max_output_bytes = 8;
+  std::vector<std::string> lines;
+  options.on_stdout_line = [&](const std::string& line) { lines.push_back(line); };
+  absl::StatusOr<ChildResult> r = RunChildProcess(
+      {"/bin/sh", "-c", "printf 'a\\nbb\\n\\n0123456789abc\\nlast'"}, [] { return false; },
+      options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->out, "");
+  // A line past the cap is cut there; its rest is a line of its own; an unfinished last line
+  // comes at the end of the stream.
+  EXPECT_THAT(lines, ::testing::ElementsAre("a", "bb", "", "01234567", "89abc", "last"));
+}
+
+TEST(ChildProcessTest, SignalsTheChildAndGivesAStopItsGrace) {
+  // The child answers SIGUSR1 on stdout and exits cleanly on SIGTERM; the caller signals once
+  // the child said it is ready, and stops once the answer came.
+  ChildOptions options;
+  options.stop_grace = absl::Seconds(60);  // a bound: the child exits as soon as it is told
+  bool ready = false, answered = false, signalled = false;
+  options.on_stdout_line = [&](const std::string& line) {
+    ready = ready || line == "ready";
+    answered = answered || line == "usr1";
+  };
+  options.signal_to_send = [&] {
+    if (!ready || signalled) return 0;
+    signalled = true;
+    return SIGUSR1;
+  };
+  absl::StatusOr<ChildResult> r = RunChildProcess(
+      {"/bin/sh", "-c",
+       "trap 'echo usr1' USR1; trap 'echo term; exit 0' TERM; echo ready; "
+       "while :; do sleep 0.05; done"},
+      [&] { return answered; }, options);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_TRUE(signalled);
+  EXPECT_TRUE(answered);
 }
 
 }  // namespace

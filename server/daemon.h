@@ -23,13 +23,9 @@
 #include "server/unix_listener.h"
 #include "service/daemon_config.h"
 #include "service/path_policy.h"
+#include "server/signing_key_files.h"
 
 namespace megatrain::server {
-
-// The daemon's Ed25519 key (provenance): <state_dir>/signing_key (PKCS#8 PEM, 0600) and its
-// public key beside it in signing_key.pub (64 hex digits, 0644).
-inline constexpr char kSigningKeyFileName[] = "signing_key";
-inline constexpr char kPublicKeyFileName[] = "signing_key.pub";
 
 // Loads <state_dir>/signing_key, creating it when missing, and (re)writes signing_key.pub.
 absl::StatusOr<provenance::SigningKey> LoadOrCreateDaemonKey(const std::string& state_dir);

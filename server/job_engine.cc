@@ -15,6 +15,7 @@
 #include "server/job_chat_samples.h"
 #include "server/job_eval_prompts.h"
 #include "server/job_lineage.h"
+#include "server/job_result.h"
 
 namespace megatrain::server {
 
@@ -182,6 +183,15 @@ absl::Status DeviceJobEngine::Run(const std::string& job_id, const service::Vali
       options.inputs = &with_tokens;
     }
   }
+  if (!job.hosts.empty()) {
+    const std::string checkpoint_dir = JobCheckpointDir(options_.state_dir, job_id, job);
+    if (absl::Status s = engine::MakeDirectories(checkpoint_dir); !s.ok()) {
+      return absl::PermissionDeniedError(absl::StrCat("checkpoint directory: ", s.message()));
+    }
+    // The ranks' steps are not this daemon's device's (the fault hook counts those).
+    return RunJobOverHosts(job_id, job, options, checkpoint_dir, options_.hosts_launch,
+                           runner_observer);
+  }
   EvalPromptTool eval_prompt_tool;
   if (!job.eval_prompts.empty()) {
     eval_prompt_tool.tool = options_.chat_tokenize_binary.empty() ? DefaultChatTokenizeBinary()
@@ -216,37 +226,7 @@ absl::Status DeviceJobEngine::Run(const std::string& job_id, const service::Vali
   absl::StatusOr<engine::TrainingRunResult> result =
       engine::RunTraining(job.model, options, observer);
   if (!result.ok()) return result.status();
-  if (job.output_dir.empty()) return absl::OkStatus();
-  if (absl::Status s = engine::MakeDirectories(job.output_dir); !s.ok()) {
-    return absl::PermissionDeniedError(absl::StrCat("output_dir: ", s.message()));
-  }
-  nlohmann::json summary = {
-      {"job_id", job_id},
-      {"parameters", result->parameters},
-      {"steps", job.options.steps},
-      {"initial_validation_loss", result->initial_validation_loss},
-      {"final_validation_loss", result->final_validation_loss},
-      {"final_train_loss", result->final_train_loss},
-      {"median_tokens_per_second", result->tokens_per_second},
-      {"resumed_from_step", result->resumed_from_step},
-      {"last_checkpoint", result->last_checkpoint},
-  };
-  if (job.options.trainer.speculative_update) {
-    summary["speculative_update"] = {{"committed_steps", result->speculations_committed},
-                                     {"discarded_steps", result->speculations_discarded}};
-  }
-  // Computed for text only (engine::RunDataIsText): a token file carries no corpus and a sample
-  // set's loss counts only masked targets, so there a 0 would read as a measured entropy.
-  if (engine::RunDataIsText(options)) {
-    summary["unigram_entropy_nats"] = result->unigram_entropy_nats;
-  }
-  // Never through a symlink planted in the output directory (issue 16, point 1).
-  if (absl::Status s =
-          engine::WriteFileInDirectory(job.output_dir, "result.json", summary.dump(2) + "\n");
-      !s.ok()) {
-    return absl::PermissionDeniedError(absl::StrCat("output_dir: result.json: ", s.message()));
-  }
-  return absl::OkStatus();
+  return WriteJobResult(job_id, job, *result, engine::RunDataIsText(options));
 }
 
 absl::Status DeviceJobEngine::PrepareChatData(const std::string& job_id,

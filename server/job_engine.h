@@ -12,7 +12,9 @@
 #include "engine/device/cpu_device.h"
 #include "engine/device/device.h"
 #include "engine/train/training_run.h"
+#include "server/hosts_job.h"
 #include "server/job_tokens.h"
+#include "server/resumable_failure.h"
 #include "service/job_spec_validation.h"
 
 namespace megatrain::server {
@@ -69,6 +71,8 @@ struct DeviceJobEngineOptions {
   // beside the running executable (DefaultChatTokenizeBinary). megatraind's
   // --chat_tokenize_binary.
   std::string chat_tokenize_binary;
+  // Jobs with JobSpec.hosts: how their ranks are launched (server/hosts_job.h).
+  HostsLaunch hosts_launch;
 };
 
 // The real engine: owns the daemon's one device for its lifetime and runs each job with
@@ -78,8 +82,10 @@ struct DeviceJobEngineOptions {
 // directory. A job whose text uses a SentencePiece model is first tokenized by
 // megatrain_tokenize in a child process (server/job_tokens.h) into JobTokensDir, killed when the
 // job is stopped, and trains on that token file; a job with chat files likewise by
-// megatrain_chat_tokenize into an MTSFT sample file (server/job_chat_samples.h). A device fault fails the running job and every
-// later one (DeviceHealth).
+// megatrain_chat_tokenize into an MTSFT sample file (server/job_chat_samples.h). A job with
+// JobSpec.hosts is prepared the same way, then runs as ranks on its machines (server/hosts_job.h)
+// instead of on the daemon's devices. A device fault fails the running job and every later one
+// (DeviceHealth).
 class DeviceJobEngine final : public JobEngine {
  public:
   // Creates the device; INVALID_ARGUMENT for a fault hook on a non-CPU device.

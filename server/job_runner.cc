@@ -244,6 +244,13 @@ void JobRunner::Loop() {
                                     " after step ", e.job->progress().step(),
                                     "; on the next start it continues ", CheckpointNote(*e.job)),
                        store_failed ? "stopped_store_failed" : "interrupted_by_shutdown");
+    } else if (IsResumableFailure(status)) {
+      // Shown by `megatrain status`; cleared by a resume.
+      e.job.Mutable().set_failure_reason(std::string(status.message()));
+      TransitionLocked(e, v1::PAUSED,
+                       absl::StrCat(status.message(), "; ResumeJob continues ",
+                                    CheckpointNote(*e.job)),
+                       "ranks_ended");
     } else {
       e.job.Mutable().set_failure_reason(status.ToString());
       e.job.Mutable().set_finished_unix_ms(NowMs());

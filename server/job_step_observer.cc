@@ -81,7 +81,10 @@ void JobRunner::StepObserver::OnStep(const engine::StepReport& report, double va
   LogActivationModesIfChanged(report);
   runner_.NotifyChangedLocked();
   const uint64_t hold = runner_.limits_.test_hold_after_step;
-  if (hold != 0 && first_step_ <= hold && report.step >= hold && report.step < p.total_steps()) {
+  // A job on several machines holds in its ranks (megatrain_rank): here the supervisor reading
+  // them must keep reading, to see a rank die during the hold.
+  if (hold != 0 && first_step_ <= hold && report.step >= hold && report.step < p.total_steps() &&
+      e.job->spec().hosts_size() == 0) {
     // The test hook (RunnerLimits): wait for a stop or a checkpoint request, on state only.
     if (!held_logged_) {
       held_logged_ = true;

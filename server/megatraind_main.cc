@@ -97,6 +97,9 @@ ABSL_FLAG(int, keepalive_timeout_ms, 0,
           "A connection whose ping is not answered in this time is closed. 0 = 20000.");
 ABSL_FLAG(int, max_connection_idle_ms, 0,
           "A connection without calls for this long is closed. 0 = 300000.");
+ABSL_FLAG(std::string, mpirun_binary, "", "Overrides mpirun_binary.");
+ABSL_FLAG(std::string, mpirun_args, "", "Overrides mpirun_args (split at spaces).");
+ABSL_FLAG(std::string, rank_binary, "", "Overrides rank_binary.");
 ABSL_FLAG(uint64_t, test_hold_after_step, 0,
           "Test hook: a job that reaches this step waits after each step until it is asked to "
           "stop or checkpoint; 0 = off. Never set it in production.");
@@ -183,6 +186,14 @@ bool ApplyFlags(megatrain::v1::DaemonConfig& c) {
     c.set_nvme_rated_tbw_bytes(absl::GetFlag(FLAGS_nvme_rated_tbw_bytes));
   if (Given("nvme_wear_warn_share"))
     c.set_nvme_wear_warn_share(absl::GetFlag(FLAGS_nvme_wear_warn_share));
+  if (Given("mpirun_binary")) c.set_mpirun_binary(absl::GetFlag(FLAGS_mpirun_binary));
+  if (Given("mpirun_args")) {
+    c.clear_mpirun_args();
+    for (absl::string_view a : absl::StrSplit(absl::GetFlag(FLAGS_mpirun_args), ' ',
+                                              absl::SkipEmpty()))
+      c.add_mpirun_args(std::string(a));
+  }
+  if (Given("rank_binary")) c.set_rank_binary(absl::GetFlag(FLAGS_rank_binary));
   return true;
 }
 
@@ -267,6 +278,10 @@ int main(int argc, char** argv) {
 
   DeviceJobEngineOptions engine_options;
   engine_options.state_dir = settings->state_dir;
+  engine_options.hosts_launch = {.state_dir = settings->state_dir,
+                                 .daemon_config = config,
+                                 .max_ram_bytes = settings->max_ram_bytes,
+                                 .test_hold_after_step = settings->test_hold_after_step};
   engine_options.device = settings->device;
   engine_options.devices = settings->devices;
   engine_options.inject_device_fault_after_steps =

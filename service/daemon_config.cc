@@ -1,6 +1,7 @@
 // DaemonConfig loading and validation (see daemon_config.h).
 #include "service/daemon_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -189,6 +190,19 @@ absl::StatusOr<DaemonSettings> ValidateDaemonConfig(const v1::DaemonConfig& c) {
   if (c.max_seq_len() != 0) s.max_seq_len = c.max_seq_len();
   if (c.max_parameters() != 0) s.max_parameters = c.max_parameters();
   if (c.threads() != 0) s.threads = static_cast<int>(c.threads());
+  // The launcher of jobs with hosts: a name found on PATH or an absolute path, and arguments
+  // without control characters (each reaches mpirun as one argument, never through a shell).
+  if (!c.mpirun_binary().empty() && c.mpirun_binary()[0] != '/' &&
+      c.mpirun_binary().find('/') != std::string::npos) {
+    return Invalid("mpirun_binary", absl::StrCat("'", c.mpirun_binary(),
+                                                 "' is neither a name on PATH nor absolute"));
+  }
+  if (absl::Status st = CheckAbsolute("rank_binary", c.rank_binary(), false); !st.ok()) return st;
+  for (const std::string& a : c.mpirun_args()) {
+    if (a.empty() || std::any_of(a.begin(), a.end(), [](unsigned char ch) { return ch < 0x20; })) {
+      return Invalid("mpirun_args", absl::StrCat("'", a, "' is empty or has a control character"));
+    }
+  }
   if (c.devices() != 0) s.devices = c.devices();
   if (s.devices > 64) return Invalid("devices", absl::StrCat(s.devices, " is more than 64"));
   if (s.threads > 256) return Invalid("threads", absl::StrCat(s.threads, " is more than 256"));

@@ -13,6 +13,7 @@
 #include "engine/train/multi_device_step.h"
 #include "service/data_spec_validation.h"
 #include "service/hf_directory_files.h"
+#include "service/hosts_spec_validation.h"
 #include "service/memory_spec_validation.h"
 #include "service/spec_field_checks.h"
 
@@ -264,6 +265,11 @@ absl::StatusOr<ValidatedJob> ValidateJobSpec(const v1::JobSpec& spec,
   // devices x the accumulation.
   job.options.devices = static_cast<int>(std::max<uint32_t>(1, spec.devices()));
   job.options.grad_accumulation *= job.options.devices;
+  // Ranks on several machines likewise (docs/scale_out.md "Jobs on several machines"): each
+  // runs devices x the spec's batch; the run's accumulation counts every rank's.
+  if (absl::Status s = ValidateHosts(spec, job); !s.ok()) return s;
+  job.options.grad_accumulation *= job.ranks;
+  job.options.trainer.zero1 = spec.zero1();
   if (absl::Status s = ValidateExecutor(spec.executor(), job); !s.ok()) return s;
   // Checked against the placement by ValidateMemory (the engine's own rule, not a copy of it).
   job.options.trainer.speculative_update = spec.speculative_update();
@@ -296,6 +302,7 @@ absl::StatusOr<ValidatedJob> ValidateJobSpec(const v1::JobSpec& spec,
   job.options.seed = spec.seed();
   job.plan.set_devices(std::max<uint32_t>(1, spec.devices()));
   job.data_roots = paths.data_roots();
+  if (!job.hosts.empty()) job.spec = spec;
   return job;
 }
 

@@ -27,6 +27,12 @@ inline constexpr double kDefaultAdamBeta2 = 0.95;
 inline constexpr double kDefaultAdamEps = 1e-8;
 inline constexpr uint32_t kDefaultEvalReplyTokens = 48;  // data.eval_reply_tokens
 
+// One machine of a job with JobSpec.hosts: its name and how many ranks run there.
+struct RankHost {
+  std::string name;
+  int ranks = 1;
+};
+
 struct ValidatedJob {
   engine::ModelConfig model;
   engine::TrainingRunOptions options;  // device filled from the daemon's settings
@@ -47,6 +53,12 @@ struct ValidatedJob {
   // the chat tool (server/job_eval_prompts.h) into options.eval_prompts.
   std::vector<std::string> eval_prompts;
   int eval_reply_tokens = kDefaultEvalReplyTokens;
+  // JobSpec.hosts, parsed (empty: the daemon's own process) and their ranks in all; the job's
+  // grad_accumulation already counts every rank's micro-batches.
+  std::vector<RankHost> hosts;
+  int ranks = 1;
+  // The spec as submitted: what the ranks of a job with hosts validate again on their machines.
+  v1::JobSpec spec;
 };
 
 }  // namespace megatrain::service

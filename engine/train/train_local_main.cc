@@ -20,7 +20,7 @@
 #include "engine/dist/mpi_communicator.h"
 #include "engine/model/model_config.h"
 #include "engine/provenance/signing_key.h"
-#include "engine/train/data_parallel_step.h"
+#include "engine/train/rank_gpus.h"
 #include "engine/train/training_run.h"
 
 ABSL_FLAG(std::string, text, "/usr/share/games/fortunes",
@@ -165,35 +165,6 @@ ABSL_FLAG(int, collective_timeout_s, 300,
 ABSL_FLAG(bool, resume, false,
           "Continue from the newest checkpoint in --checkpoint_dir when one exists.");
 
-namespace {
-
-// A data-parallel rank's GPUs: with `choose`, its share of its machine's (RankFirstDevice) into
-// `first`; then, whatever chose them, the job's ranks compare their UUIDs, so no GPU serves two.
-absl::Status ChooseRankGpus(megatrain::engine::dist::MpiCommunicator& mpi, bool choose,
-                            int devices, int& first) {
-  if (choose) {
-    // Ranks sharing a machine must not share its GPUs (NCCL refuses two ranks on one).
-    absl::StatusOr<int> visible = megatrain::engine::CountCudaDevices();
-    if (!visible.ok()) return visible.status();
-    absl::StatusOr<int> chosen = megatrain::engine::RankFirstDevice(
-        {.local_rank = mpi.local_rank(),
-         .local_size = mpi.local_size(),
-         .devices_per_rank = devices,
-         .visible = *visible,
-         .launcher_restricted = std::getenv("CUDA_VISIBLE_DEVICES") != nullptr});
-    if (!chosen.ok()) return chosen.status();
-    first = *chosen;
-  }
-  std::vector<std::string> gpus;
-  for (int d = 0; d < devices; ++d) {
-    absl::StatusOr<std::string> uuid = megatrain::engine::CudaDeviceUuid(first + d);
-    if (!uuid.ok()) return uuid.status();
-    gpus.push_back(*uuid);
-  }
-  return megatrain::engine::CheckDistinctGpus(mpi, gpus);
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -396,7 +367,7 @@ int main(int argc, char** argv) {
     o.device.cuda_device_ordinal = absl::GetFlag(FLAGS_cuda_device);
   }
   if (mpi != nullptr && o.device.kind == megatrain::engine::DeviceKind::kCuda) {
-    if (absl::Status s = ChooseRankGpus(*mpi, absl::GetFlag(FLAGS_cuda_device) < 0, o.devices,
+    if (absl::Status s = megatrain::engine::ChooseRankGpus(*mpi, absl::GetFlag(FLAGS_cuda_device) < 0, o.devices,
                                         o.device.cuda_device_ordinal);
         !s.ok()) {
       fprintf(stderr, "error: rank %d of %d on host %s: --device=cuda: %s\n", mpi->rank(),

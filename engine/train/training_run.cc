@@ -310,6 +310,46 @@ absl::StatusOr<TrainingRunResult> RunTraining(
   return RunTraining(config, options, observer);
 }
 
+namespace {
+
+// What the observers asked for before a step.
+struct ObserverRequests {
+  bool stop = false;
+  bool checkpoint_before_stop = false;
+  bool checkpoint_now = false;
+};
+
+// This rank's own stop request (its checkpoint-now request is polled after the step).
+absl::StatusOr<ObserverRequests> LocalStopRequest(TrainingObserver& observer) {
+  ObserverRequests r;
+  r.stop = observer.ShouldStop();
+  r.checkpoint_before_stop = r.stop && observer.CheckpointBeforeStop();
+  return r;
+}
+
+// Every rank's requests, agreed in one sum: counts of stopping ranks, of those wanting a
+// checkpoint first, and of checkpoint-now requests, in 20-bit fields (ranks < 2^20).
+absl::StatusOr<ObserverRequests> AgreedRequests(dist::Communicator& comm,
+                                                TrainingObserver& observer) {
+  const bool stop = observer.ShouldStop();
+  const bool keep = stop && observer.CheckpointBeforeStop();
+  const bool now = observer.ShouldCheckpoint();
+  constexpr int kBits = 20;
+  constexpr int64_t kMask = (int64_t{1} << kBits) - 1;
+  absl::StatusOr<int64_t> sum = comm.SumInt64(int64_t{stop} | (int64_t{keep} << kBits) |
+                                              (int64_t{now} << (2 * kBits)));
+  if (!sum.ok()) return sum.status();
+  const int64_t stopping = *sum & kMask;
+  const int64_t keeping = (*sum >> kBits) & kMask;
+  ObserverRequests r;
+  r.stop = stopping > 0;
+  r.checkpoint_before_stop = r.stop && keeping == stopping;
+  r.checkpoint_now = (*sum >> (2 * kBits)) > 0;
+  return r;
+}
+
+}  // namespace
+
 absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
                                                const TrainingRunOptions& options,
                                                TrainingObserver& observer) {
@@ -438,18 +478,26 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
   double elapsed = 0;
   // Writes a checkpoint of the step just taken: ZeRO-1 on every rank together, else in the
   // background.
-  auto checkpoint = [&]() -> absl::Status {
+  uint64_t checkpointed_step = 0;  // the last step a checkpoint was started for
+  auto checkpoint = [&](uint64_t of_step) -> absl::Status {
+    checkpointed_step = of_step;
     return zero1 ? run_checkpoints.WriteSharded(**trainer, windows.cursor(), *comm, observer)
                  : run_checkpoints.Start(**trainer, windows.cursor(), observer);
   };
+  const bool agreeing = comm != nullptr && options.agree_on_requests;
   for (uint64_t step = first_step; step <= options.steps; ++step) {
     if (comm != nullptr) comm->NoteStep(step);
-    if (observer.ShouldStop()) {
-      // An observer's stop is this rank's own; a ZeRO-1 checkpoint needs every rank, so none is
-      // written for it.
-      const bool keep = run_checkpoints.enabled() && writes_checkpoints && !zero1 &&
-                        step > first_step && observer.CheckpointBeforeStop();
-      if (keep) MT_RETURN_IF_ERROR(checkpoint());
+    absl::StatusOr<ObserverRequests> requests =
+        agreeing ? AgreedRequests(*comm, observer) : LocalStopRequest(observer);
+    if (!requests.ok()) return requests.status();
+    if (requests->stop) {
+      // Unagreed, an observer's stop is this rank's own; a ZeRO-1 checkpoint needs every rank,
+      // so none is written for it.
+      // Not twice for one step (a checkpoint request answered just before the stop).
+      const bool keep = run_checkpoints.enabled() && writes_checkpoints && (!zero1 || agreeing) &&
+                        step > first_step && checkpointed_step != step - 1 &&
+                        requests->checkpoint_before_stop;
+      if (keep) MT_RETURN_IF_ERROR(checkpoint(step - 1));
       if (absl::Status s = run_checkpoints.Collect(observer); !s.ok()) return s;
       return absl::CancelledError(
           absl::StrCat("stopped before step ", step, keep ? " (checkpoint written)" : ""));
@@ -484,15 +532,19 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
       validation_loss = *v;
       reply_to_eval_prompts(step);
     }
-    // Every ZeRO-1 rank must decide alike: only the schedule, not an observer's request.
+    // Every ZeRO-1 rank must decide alike: only the schedule or an agreed request, never one
+    // rank's observer alone.
+    const bool requested = agreeing ? requests->checkpoint_now
+                                    : (!zero1 && observer.ShouldCheckpoint());
     const bool checkpoint_now =
         run_checkpoints.enabled() && writes_checkpoints &&
         (step == options.steps ||
-         (options.checkpoint_every > 0 && step % options.checkpoint_every == 0) ||
-         (!zero1 && observer.ShouldCheckpoint()));
+         (options.checkpoint_every > 0 && step % options.checkpoint_every == 0) || requested);
     if (checkpoint_now) {
-      MT_RETURN_IF_ERROR(checkpoint());
-      if (step == options.steps) {
+      MT_RETURN_IF_ERROR(checkpoint(step));
+      // An agreed request is answered once written (its requester waits for the checkpoint's
+      // report); the other ranks wait for rank 0 at the next agreement.
+      if (step == options.steps || (agreeing && requested)) {
         if (absl::Status s = run_checkpoints.Collect(observer); !s.ok()) return s;
       }
     }

@@ -107,6 +107,13 @@ struct TrainingRunOptions {
   // read through them, so a path swapped after the check is never read. Not owned: the daemon's
   // runner keeps the set alive for the whole run. Null (CLI tools) reads by path.
   const InputFiles* inputs = nullptr;
+  // With a communicator: before every step the ranks agree on their observers' requests (one
+  // SumInt64): any rank's stop stops them all, with a checkpoint when every stopping rank asks
+  // for one (ZeRO-1 included: the shards are written together), and any rank's checkpoint-now
+  // request checkpoints that step on all. For ranks whose observers all hear the same requests
+  // (a daemon's signals forwarded by mpirun to every rank). Off: each rank's observer is its
+  // own, as under a plain mpirun.
+  bool agree_on_requests = false;
 };
 
 // Whether the run's data is identified as text (text_paths + tokenizer), tokenized in memory

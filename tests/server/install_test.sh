@@ -9,7 +9,8 @@ source "$(dirname "$0")/daemon_test_lib.sh"
 repo="$(cd "$(dirname "$(readlink -f "$RUNFILES/deploy/megatraind.service")")/.." && pwd)"
 [ -x "$repo/scripts/install" ] || fail "scripts/install not found from $repo"
 mkdir -p "$WORK/bin"
-cp "$MEGATRAIND" "$MEGATRAIN" "$RUNFILES/engine/data/megatrain_tokenize" "$WORK/bin/"
+cp "$MEGATRAIND" "$RUNFILES/server/megatrain_rank" "$MEGATRAIN" "$RUNFILES/engine/data/megatrain_tokenize" \
+  "$WORK/bin/"
 # scripts/setup's venv (@hf_venv//:python_path names its Python); the test fails without it.
 venv_python="$(cat "$RUNFILES/../hf_venv/python_path")"
 [ -x "$venv_python" ] || fail "no HF venv at $venv_python: run scripts/setup"
@@ -20,6 +21,7 @@ R="$WORK/root"
   fail "install: $(cat "$WORK/install.log")"
 unit="$R/usr/lib/systemd/system/megatraind.service"
 for f in "$R/usr/bin/megatraind" "$R/usr/bin/megatrain" "$R/usr/bin/megatrain_tokenize" "$unit" \
+  "$R/usr/bin/megatrain_rank" \
   "$R/usr/bin/megatrain_chat_tokenize" "$R/usr/lib/megatrain/hf_chat/hf_chat/cli.py" \
   "$R/usr/lib/megatrain/hf-venv/bin/python" \
   "$R/etc/megatrain/megatraind.textproto" "$R/usr/lib/sysusers.d/megatrain.conf" \
