@@ -48,6 +48,8 @@ ABSL_DECLARE_FLAG(std::string, db);
 ABSL_DECLARE_FLAG(double, nvme_rated_tbw);
 ABSL_DECLARE_FLAG(double, nvme_wear_warn_share);
 ABSL_DECLARE_FLAG(uint32_t, devices);
+ABSL_DECLARE_FLAG(std::string, hosts);
+ABSL_DECLARE_FLAG(bool, zero1);
 ABSL_DECLARE_FLAG(bool, speculative_update);
 ABSL_DECLARE_FLAG(bool, scaling);
 ABSL_DECLARE_FLAG(std::string, hardware);

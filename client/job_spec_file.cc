@@ -64,6 +64,11 @@ void ApplyOverrides(const JobSpecOverrides& o, v1::JobSpec& spec) {
   if (o.seed) spec.set_seed(*o.seed);
   if (o.devices) spec.set_devices(*o.devices);
   if (o.speculative_update) spec.set_speculative_update(*o.speculative_update);
+  if (o.hosts) {
+    spec.clear_hosts();
+    for (const std::string& h : *o.hosts) spec.add_hosts(h);
+  }
+  if (o.zero1) spec.set_zero1(*o.zero1);
 }
 
 }  // namespace megatrain::client

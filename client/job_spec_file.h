@@ -40,6 +40,8 @@ struct JobSpecOverrides {
   std::optional<uint64_t> seed;
   std::optional<uint32_t> devices;  // JobSpec.devices (data parallel)
   std::optional<bool> speculative_update;  // JobSpec.speculative_update
+  std::optional<std::vector<std::string>> hosts;  // JobSpec.hosts (replaces the spec's)
+  std::optional<bool> zero1;                      // JobSpec.zero1
 };
 
 void ApplyOverrides(const JobSpecOverrides& overrides, v1::JobSpec& spec);

@@ -109,6 +109,23 @@ TEST(JobSpecFileTest, SpeculativeUpdateParsesAndOverrides) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// hosts and zero1: the spec file's keys, and the submit flags, whose hosts replace the spec's.
+TEST(JobSpecFileTest, HostsAndZero1ParseAndOverride) {
+  absl::StatusOr<v1::JobSpec> spec =
+      ParseJobSpecJson(R"({"hosts": ["node1:2", "node2"], "zero1": true})", "test");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_EQ(spec->hosts_size(), 2);
+  EXPECT_EQ(spec->hosts(0), "node1:2");
+  EXPECT_TRUE(spec->zero1());
+  JobSpecOverrides o;
+  o.hosts = std::vector<std::string>{"a:4"};
+  o.zero1 = false;
+  ApplyOverrides(o, *spec);
+  ASSERT_EQ(spec->hosts_size(), 1);
+  EXPECT_EQ(spec->hosts(0), "a:4");
+  EXPECT_FALSE(spec->zero1());
+}
+
 TEST(JobSpecFileTest, UnknownFieldsAndBadJsonAreErrors) {
   EXPECT_EQ(ParseJobSpecJson(R"({"stepz": 3})", "f.json").status().code(),
             absl::StatusCode::kInvalidArgument);

@@ -109,7 +109,13 @@ ABSL_FLAG(double, nvme_wear_warn_share, 0,
           "plan: share of the rated TBW one run may write before the plan warns; 0 = 0.1.");
 ABSL_FLAG(uint32_t, devices, 0,
           "submit/plan: devices the job trains on, data parallel (JobSpec.devices; 0 = the "
-          "spec's, 1 = one). The daemon refuses more than it drives (one today).");
+          "spec's, 1 = one; with --hosts, per rank). The daemon refuses more than it drives.");
+ABSL_FLAG(std::string, hosts, "",
+          "submit/plan: the machines the job trains on as ranks the daemon launches through "
+          "mpirun (JobSpec.hosts), comma-separated \"name\" or \"name:ranks\", e.g. "
+          "node1:2,node2:2 (docs/scale_out.md \"Jobs on several machines\").");
+ABSL_FLAG(bool, zero1, false,
+          "submit/plan: with --hosts, ZeRO-1 among the ranks (JobSpec.zero1).");
 ABSL_FLAG(bool, speculative_update, false,
           "submit/plan: set JobSpec.speculative_update: the optimizer update runs during the "
           "last micro-batch's backward, kept when the step is not clipped (needs the master, m "

@@ -49,6 +49,10 @@ absl::StatusOr<v1::JobSpec> SpecFromFlags() {
   o.seed = absl::GetFlag(FLAGS_seed);
   if (absl::GetFlag(FLAGS_devices) != 0) o.devices = absl::GetFlag(FLAGS_devices);
   if (absl::GetFlag(FLAGS_speculative_update)) o.speculative_update = true;
+  if (!absl::GetFlag(FLAGS_hosts).empty()) {
+    o.hosts = absl::StrSplit(absl::GetFlag(FLAGS_hosts), ',', absl::SkipEmpty());
+  }
+  if (absl::GetFlag(FLAGS_zero1)) o.zero1 = true;
   client::ApplyOverrides(o, spec);
   if (absl::GetFlag(FLAGS_reuse_output_dir)) spec.set_reuse_output_dir(true);
   return spec;

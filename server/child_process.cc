@@ -52,12 +52,18 @@ struct SpawnSetup {
   }
 };
 
-// Reads what is available on `fd`; false at end of file (or an error other than EINTR/EAGAIN).
-bool Drain(int fd, std::string& into, size_t limit) {
+// Reads what is available on `fd` into `into`, keeping its first `limit` bytes (its last with
+// `tail`); false at end of file (or an error other than EINTR/EAGAIN).
+bool Drain(int fd, std::string& into, size_t limit, bool tail) {
   char buffer[4096];
   const ssize_t n = read(fd, buffer, sizeof(buffer));
   if (n < 0) return errno == EINTR || errno == EAGAIN;
   if (n == 0) return false;
+  if (tail) {
+    into.append(buffer, static_cast<size_t>(n));
+    if (into.size() > limit) into.erase(0, into.size() - limit);
+    return true;
+  }
   const size_t room = into.size() < limit ? limit - into.size() : 0;
   into.append(buffer, std::min(room, static_cast<size_t>(n)));
   return true;
@@ -202,8 +208,9 @@ absl::StatusOr<ChildResult> RunChildProcess(const std::vector<std::string>& argv
       if (fds[k].revents == 0) continue;
       const int i = which[k];
       // Lines are cut at the cap by DeliverLines, not dropped here.
-      const bool open = Drain(pipes.read[i], *sinks[i],
-                              i == 0 && by_line ? SIZE_MAX : options.max_output_bytes);
+      const bool open =
+          Drain(pipes.read[i], *sinks[i], i == 0 && by_line ? SIZE_MAX : options.max_output_bytes,
+                options.keep_tail);
       if (i == 0 && by_line) {
         DeliverLines(pending_line, options.max_output_bytes, !open, options.on_stdout_line);
       }

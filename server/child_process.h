@@ -33,6 +33,9 @@ struct ChildOptions {
   // max_output_bytes comes in pieces of that size), instead of keeping stdout in
   // ChildResult::out.
   std::function<void(const std::string& line)> on_stdout_line;
+  // Keep the last max_output_bytes of a stream instead of the first (a launcher's last words,
+  // after hours of its ranks' output, say why it ended).
+  bool keep_tail = false;
   // Polled with should_stop: a signal to send the child itself (not its group) now, 0 = none.
   // How a supervisor asks a launcher (mpirun forwards SIGUSR1/SIGUSR2 to its ranks) for more
   // than a kill.
@@ -48,8 +51,9 @@ std::vector<std::pair<int, int>> ChildFdNumbers(const std::vector<int>& fds);
 // Spawns argv[0] (an absolute or relative path; PATH is not searched) with argv, stdin from
 // /dev/null, in its own process group, default signal dispositions and an empty signal mask.
 // Waits for it while polling `should_stop`: once that is true the child's group gets SIGKILL
-// (after ChildOptions::stop_grace), the child is reaped and CANCELLED is returned. FAILED_PRECONDITION when it cannot be spawned
-// (naming the path). Otherwise the child's exit, whatever its code.
+// (after ChildOptions::stop_grace), the child is reaped and CANCELLED is returned.
+// FAILED_PRECONDITION when it cannot be spawned (naming the path). Otherwise the child's exit,
+// whatever its code.
 absl::StatusOr<ChildResult> RunChildProcess(const std::vector<std::string>& argv,
                                             const std::function<bool()>& should_stop,
                                             const ChildOptions& options = {});

@@ -41,6 +41,17 @@ TEST(ChildProcessTest, OutputBeyondTheCapIsDrainedNotKept) {
   EXPECT_EQ(r->out.size(), 1001u);
 }
 
+TEST(ChildProcessTest, KeepsTheTailWhenAsked) {
+  ChildOptions options;
+  options.max_output_bytes = 5;
+  options.keep_tail = true;
+  absl::StatusOr<ChildResult> r = RunChildProcess(
+      {"/bin/sh", "-c", "head -c 300000 /dev/zero >&2; printf 'last\\n' >&2"},
+      [] { return false; }, options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->err, "last\n");
+}
+
 TEST(ChildProcessTest, MissingBinaryIsNamed) {
   absl::StatusOr<ChildResult> r = RunChildProcess({"/no/such/tool", "x"}, [] { return false; });
   ASSERT_FALSE(r.ok());

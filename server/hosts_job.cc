@@ -13,6 +13,7 @@
 #include "absl/strings/strip.h"
 #include "engine/common/safe_files.h"
 #include "engine/provenance/lineage.h"
+#include "engine/provenance/sha256.h"
 #include "server/child_process.h"
 #include "server/job_result.h"
 #include "server/rank_protocol.h"
@@ -21,6 +22,9 @@
 
 namespace megatrain::server {
 namespace {
+
+constexpr char kRankJobFileName[] = "rank_job.binpb";
+constexpr char kSetpriv[] = "/usr/bin/setpriv";
 
 // `name` itself when it has a '/', else the first executable of that name on PATH; "" if none.
 std::string FindExecutable(const std::string& name) {
@@ -92,7 +96,8 @@ v1::RankJob MakeRankJob(const std::string& job_id, const service::ValidatedJob& 
 
 absl::StatusOr<std::vector<std::string>> HostsLauncherArgv(const HostsLaunch& launch,
                                                            const service::ValidatedJob& job,
-                                                           const std::string& rank_job_path) {
+                                                           const std::string& rank_job_path,
+                                                           const std::string& rank_job_sha256) {
   const v1::DaemonConfig& c = launch.daemon_config;
   const std::string mpirun =
       FindExecutable(c.mpirun_binary().empty() ? "mpirun" : c.mpirun_binary());
@@ -108,14 +113,13 @@ absl::StatusOr<std::vector<std::string>> HostsLauncherArgv(const HostsLaunch& la
                                                       "' is not an executable on this machine"));
   }
   std::vector<std::string> argv;
-  if (const std::string setpriv = FindExecutable("/usr/bin/setpriv"); !setpriv.empty()) {
-    argv = {setpriv, "--pdeathsig", "TERM", "--"};
-  }
+  if (access(kSetpriv, X_OK) == 0) argv = {kSetpriv, "--pdeathsig", "TERM", "--"};
   argv.push_back(mpirun);
   for (const std::string& a : c.mpirun_args()) argv.push_back(a);
   for (const std::string& a :
        {std::string("--host"), service::MpirunHostList(job.hosts), std::string("-np"),
-        absl::StrCat(job.ranks), rank_binary, absl::StrCat("--job=", rank_job_path)}) {
+        absl::StrCat(job.ranks), rank_binary, absl::StrCat("--job=", rank_job_path),
+        absl::StrCat("--job_sha256=", rank_job_sha256)}) {
     argv.push_back(a);
   }
   return argv;
@@ -125,23 +129,29 @@ absl::Status RunJobOverHosts(const std::string& job_id, const service::Validated
                              const engine::TrainingRunOptions& prepared,
                              const std::string& checkpoint_dir, const HostsLaunch& launch,
                              engine::TrainingObserver& observer) {
-  const std::string dir = absl::StrCat(launch.state_dir, "/jobs/", job_id);
-  if (absl::Status s = engine::MakeDirectories(dir); !s.ok()) {
-    return absl::PermissionDeniedError(absl::StrCat("rank job directory: ", s.message()));
-  }
-  const v1::RankJob rank_job = MakeRankJob(job_id, job, prepared, checkpoint_dir, launch);
-  // Never through a symlink planted in the state directory (issue 16, point 1).
-  if (absl::Status s =
-          engine::WriteFileInDirectory(dir, "rank_job.binpb", rank_job.SerializeAsString());
+  // Beside the checkpoints, which every rank reads on resume, so on the file system they share;
+  // its hash travels in mpirun's argv, so a rank trusts no other file under that name.
+  const std::string rank_job =
+      MakeRankJob(job_id, job, prepared, checkpoint_dir, launch).SerializeAsString();
+  // Never through a symlink planted in the directory (issue 16, point 1).
+  if (absl::Status s = engine::WriteFileInDirectory(checkpoint_dir, kRankJobFileName, rank_job);
       !s.ok()) {
     return absl::PermissionDeniedError(absl::StrCat("rank job file: ", s.message()));
   }
-  absl::StatusOr<std::vector<std::string>> argv =
-      HostsLauncherArgv(launch, job, absl::StrCat(dir, "/rank_job.binpb"));
+  provenance::Sha256 hash;
+  hash.Update(std::string_view(rank_job));
+  absl::StatusOr<std::vector<std::string>> argv = HostsLauncherArgv(
+      launch, job, absl::StrCat(checkpoint_dir, "/", kRankJobFileName), hash.FinalHex());
   if (!argv.ok()) return argv.status();
   std::string hosts;
   for (const service::RankHost& h : job.hosts) {
     absl::StrAppend(&hosts, hosts.empty() ? "" : ", ", h.name, " (", h.ranks, ")");
+  }
+  if ((*argv)[0] != kSetpriv) {
+    observer.OnLine(absl::StrCat(kSetpriv,
+                                 " is missing (util-linux): if this daemon dies, the "
+                                 "job's ranks run on until they end"),
+                    true);
   }
   observer.OnLine(
       absl::StrCat("launching ", job.ranks, " ranks on ", hosts, ": ", absl::StrJoin(*argv, " ")),
@@ -150,12 +160,16 @@ absl::Status RunJobOverHosts(const std::string& job_id, const service::Validated
   RankEvents events(observer);
   ChildOptions options;
   options.on_stdout_line = [&events](const std::string& line) { events.OnOutputLine(line); };
+  options.max_output_bytes = size_t{1} << 20;  // a rank's longest error line, whole
+  options.keep_tail = true;                    // mpirun's last words say why it ended
   options.stop_grace = absl::Seconds(launch.cancel_grace_seconds);
   // A pause or a daemon shutdown: every rank checkpoints and stops (mpirun forwards SIGUSR1);
-  // a checkpoint request: every rank checkpoints the step it is at (SIGUSR2). A cancel keeps
-  // nothing: should_stop below ends mpirun, which ends the ranks.
+  // a checkpoint request: every rank checkpoints the step it is at (SIGUSR2). Only once rank 0
+  // spoke: before, a rank may not have its handlers yet (the signal would end it); the requests
+  // wait. A cancel keeps nothing: should_stop below ends mpirun, which ends the ranks.
   bool stop_sent = false;
   options.signal_to_send = [&]() -> int {
+    if (!events.started()) return 0;
     if (!stop_sent && observer.ShouldStop() && observer.CheckpointBeforeStop()) {
       stop_sent = true;
       return SIGUSR1;
@@ -163,7 +177,12 @@ absl::Status RunJobOverHosts(const std::string& job_id, const service::Validated
     return observer.ShouldCheckpoint() ? SIGUSR2 : 0;
   };
   absl::StatusOr<ChildResult> child = RunChildProcess(
-      *argv, [&] { return observer.ShouldStop() && !observer.CheckpointBeforeStop(); }, options);
+      *argv,
+      [&] {
+        // A stop before the ranks started has nothing to keep: end the launch.
+        return observer.ShouldStop() && (!observer.CheckpointBeforeStop() || !events.started());
+      },
+      options);
   if (!child.ok()) return child.status();
   if (events.result().has_value() && child->exit_code == 0) {
     return WriteJobResult(job_id, job, *events.result(), engine::RunDataIsText(prepared));
@@ -174,13 +193,15 @@ absl::Status RunJobOverHosts(const std::string& job_id, const service::Validated
   }
   std::string said = LauncherWords(child->err);
   if (said.size() > 2000) said = "..." + said.substr(said.size() - 2000);
-  // A rank that died or hung (the watchdog's MPI_Abort) ended every rank: the job continues
-  // from its last checkpoint when resumed.
-  return ResumableFailure(absl::UnavailableError(
+  const absl::Status ended = absl::UnavailableError(
       absl::StrCat("the job's ranks ended without a result: mpirun",
                    child->term_signal != 0 ? absl::StrCat(" killed by signal ", child->term_signal)
                                            : absl::StrCat(" exited with code ", child->exit_code),
-                   said.empty() ? "" : ": ", said)));
+                   said.empty() ? "" : ": ", said));
+  // After rank 0 spoke, a rank that died or hung (the watchdog's MPI_Abort) ended every rank:
+  // the job continues from its last checkpoint when resumed. Before, the launch itself failed
+  // (ssh refused, no rank_binary on a host): it would fail again.
+  return events.started() ? ResumableFailure(ended) : ended;
 }
 
 }  // namespace megatrain::server

@@ -16,10 +16,9 @@
 
 namespace megatrain::server {
 
-// What the daemon launches with: its configuration (handed to every rank), the flags-only
-// settings the ranks must share, and where the rank job files go.
+// What the daemon launches with: its configuration (handed to every rank) and the flags-only
+// settings the ranks must share.
 struct HostsLaunch {
-  std::string state_dir;
   v1::DaemonConfig daemon_config;  // the daemon's, after its flags
   uint64_t max_ram_bytes = 0;      // megatraind --max_ram_bytes
   uint64_t test_hold_after_step = 0;
@@ -29,17 +28,22 @@ struct HostsLaunch {
 };
 
 // The launcher's argv for `job` with its rank job file at `rank_job_path`: [setpriv
-// --pdeathsig TERM --] mpirun [mpirun_args] --host a:2,b:1 -np 3 megatrain_rank --job=FILE.
-// setpriv (util-linux) ends mpirun with the daemon, so a daemon that dies leaves no ranks
-// training behind the restarted daemon's relaunch. FAILED_PRECONDITION naming what is missing.
+// --pdeathsig TERM --] mpirun [mpirun_args] --host a:2,b:1 -np 3 megatrain_rank --job=FILE
+// --job_sha256=HEX. setpriv (util-linux) ends mpirun with the daemon, so a daemon that dies
+// leaves no ranks training behind the restarted daemon's relaunch. FAILED_PRECONDITION naming
+// what is missing.
 absl::StatusOr<std::vector<std::string>> HostsLauncherArgv(const HostsLaunch& launch,
                                                            const service::ValidatedJob& job,
-                                                           const std::string& rank_job_path);
+                                                           const std::string& rank_job_path,
+                                                           const std::string& rank_job_sha256);
 
 // Runs `job` over its hosts to the end. `prepared` is the job's options after the daemon's data
 // preparation (token files, chat samples), `checkpoint_dir` its checkpoints' directory. OK after
 // rank 0's result (result.json written), CANCELLED after a requested stop, else the first error a
-// rank reported (naming the rank and its host) or the launcher's own words.
+// rank reported (naming the rank and its host) or the launcher's own words: a ResumableFailure
+// once the ranks had started (a rank died or hung), a plain failure before (the launch failed).
+// The RankJob goes to <checkpoint_dir>/rank_job.binpb (the ranks resume from that directory, so
+// they share it).
 absl::Status RunJobOverHosts(const std::string& job_id, const service::ValidatedJob& job,
                              const engine::TrainingRunOptions& prepared,
                              const std::string& checkpoint_dir, const HostsLaunch& launch,

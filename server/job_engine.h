@@ -14,7 +14,6 @@
 #include "engine/train/training_run.h"
 #include "server/hosts_job.h"
 #include "server/job_tokens.h"
-#include "server/resumable_failure.h"
 #include "service/job_spec_validation.h"
 
 namespace megatrain::server {

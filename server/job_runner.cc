@@ -12,6 +12,7 @@
 #include "server/job_provenance_phase.h"
 #include "server/job_runner_internal.h"
 #include "server/job_step_observer.h"
+#include "server/resumable_failure.h"
 
 namespace megatrain::server {
 
@@ -244,6 +245,12 @@ void JobRunner::Loop() {
                                     " after step ", e.job->progress().step(),
                                     "; on the next start it continues ", CheckpointNote(*e.job)),
                        store_failed ? "stopped_store_failed" : "interrupted_by_shutdown");
+    } else if (IsResumableFailure(status) && stop_running_) {
+      // Ended during the daemon's shutdown: continues on the next start, as a stopped job does.
+      TransitionLocked(e, v1::QUEUED,
+                       absl::StrCat(status.message(), "; on the next start it continues ",
+                                    CheckpointNote(*e.job)),
+                       "interrupted_by_shutdown");
     } else if (IsResumableFailure(status)) {
       // Shown by `megatrain status`; cleared by a resume.
       e.job.Mutable().set_failure_reason(std::string(status.message()));

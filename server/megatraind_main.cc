@@ -100,6 +100,7 @@ ABSL_FLAG(int, max_connection_idle_ms, 0,
 ABSL_FLAG(std::string, mpirun_binary, "", "Overrides mpirun_binary.");
 ABSL_FLAG(std::string, mpirun_args, "", "Overrides mpirun_args (split at spaces).");
 ABSL_FLAG(std::string, rank_binary, "", "Overrides rank_binary.");
+ABSL_FLAG(std::string, allowed_hosts, "", "Overrides allowed_hosts (comma-separated).");
 ABSL_FLAG(uint64_t, test_hold_after_step, 0,
           "Test hook: a job that reaches this step waits after each step until it is asked to "
           "stop or checkpoint; 0 = off. Never set it in production.");
@@ -194,6 +195,12 @@ bool ApplyFlags(megatrain::v1::DaemonConfig& c) {
       c.add_mpirun_args(std::string(a));
   }
   if (Given("rank_binary")) c.set_rank_binary(absl::GetFlag(FLAGS_rank_binary));
+  if (Given("allowed_hosts")) {
+    c.clear_allowed_hosts();
+    for (absl::string_view h :
+         absl::StrSplit(absl::GetFlag(FLAGS_allowed_hosts), ',', absl::SkipEmpty()))
+      c.add_allowed_hosts(std::string(h));
+  }
   return true;
 }
 
@@ -278,8 +285,7 @@ int main(int argc, char** argv) {
 
   DeviceJobEngineOptions engine_options;
   engine_options.state_dir = settings->state_dir;
-  engine_options.hosts_launch = {.state_dir = settings->state_dir,
-                                 .daemon_config = config,
+  engine_options.hosts_launch = {.daemon_config = config,
                                  .max_ram_bytes = settings->max_ram_bytes,
                                  .test_hold_after_step = settings->test_hold_after_step};
   engine_options.device = settings->device;

@@ -6,31 +6,31 @@
 // shutdown), SIGUSR2 = checkpoint now. SIGTERM (a cancel: mpirun ends its ranks; or a peer died)
 // keeps its default action: a rank waiting in a collective for a dead peer must not outlive it.
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
+#include <cstring>
 #include <memory>
-#include <sstream>
 #include <string>
-#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "engine/common/safe_files.h"
 #include "engine/common/status_macros.h"
 #include "engine/device/device_options.h"
 #include "engine/dist/mpi_communicator.h"
 #include "engine/provenance/lineage.h"
+#include "engine/provenance/sha256.h"
 #include "engine/provenance/signing_key.h"
 #include "engine/train/rank_gpus.h"
 #include "engine/train/training_run.h"
 #include "proto/megatrain.pb.h"
+#include "server/rank_observer.h"
 #include "server/rank_protocol.h"
 #include "server/signing_key_files.h"
 #include "service/daemon_config.h"
@@ -38,88 +38,57 @@
 #include "service/path_policy.h"
 
 ABSL_FLAG(std::string, job, "", "The RankJob file the daemon wrote (binary protobuf).");
+ABSL_FLAG(std::string, job_sha256, "", "The SHA-256 of --job's bytes, as the daemon wrote them.");
 ABSL_FLAG(int, collective_timeout_s, 300,
           "Seconds a rank waits in one collective for the others before it ends the whole job "
           "naming itself (a rank that died or hangs); 0 = forever.");
 
 namespace {
 
-// Set by the signal handlers only; read between steps.
-std::atomic<bool> g_pause{false};
-std::atomic<bool> g_checkpoint{false};
+// Written by the signal handlers only (lock-free atomics), read between steps.
+megatrain::server::RankRequests g_requests;
 
 void OnSignal(int sig) {
-  if (sig == SIGUSR1) g_pause = true;
-  if (sig == SIGUSR2) g_checkpoint = true;
+  if (sig == SIGUSR1) g_requests.pause = true;
+  if (sig == SIGUSR2) g_requests.checkpoint = true;
 }
 
-// One whole line per write (mpirun forwards writes; the daemon reads lines).
-void Emit(const std::string& line) {
-  size_t done = 0;
-  while (done < line.size()) {
-    const ssize_t n = write(STDOUT_FILENO, line.data() + done, line.size() - done);
-    if (n <= 0) return;
-    done += static_cast<size_t>(n);
+// The RankJob at `path`, whose bytes must hash to `sha256` (given in argv by the daemon, so a
+// file swapped on the shared file system is refused, never trusted with the daemon's roots).
+absl::StatusOr<megatrain::v1::RankJob> ReadRankJob(const std::string& path,
+                                                   const std::string& sha256) {
+  absl::StatusOr<std::string> bytes = megatrain::engine::ReadRegularFile(path, size_t{256} << 20);
+  if (!bytes.ok()) return bytes.status();
+  megatrain::provenance::Sha256 hash;
+  hash.Update(std::string_view(*bytes));
+  if (hash.FinalHex() != sha256) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("--job: '", path, "' is not the file the daemon wrote (its SHA-256 differs)"));
   }
-}
-
-// Rank 0 speaks for the job; every rank hears the same signals, and RunTraining makes them
-// agree on them before each step.
-class RankObserver final : public megatrain::engine::TrainingObserver {
- public:
-  RankObserver(bool speaks, uint64_t hold_after_step, int ranks)
-      : speaks_(speaks), hold_after_step_(hold_after_step), ranks_(ranks) {}
-
-  void OnLine(const std::string& line, bool keep) override {
-    if (speaks_) Emit(megatrain::server::RankLineEvent(line, keep));
-  }
-  void OnStep(const megatrain::engine::StepReport& report, double validation_loss) override {
-    if (speaks_) {
-      // The job's step as one: every rank ran the same number of micro-batches of the same
-      // shape, and the step's collectives end it on every rank together.
-      megatrain::engine::StepReport job_step = report;
-      job_step.tokens *= ranks_;
-      job_step.tokens_per_second *= ranks_;
-      Emit(megatrain::server::RankStepEvent(job_step, validation_loss));
-    }
-    if (first_step_ == 0) first_step_ = report.step;
-    last_step_ = report.step;
-  }
-  bool ShouldStop() override {
-    // The daemon's test hook (--test_hold_after_step): rank 0 waits before each step past the
-    // hold for a request, the others for it in the ranks' agreement (a collective).
-    if (speaks_ && hold_after_step_ != 0 && first_step_ != 0 && first_step_ <= hold_after_step_ &&
-        last_step_ >= hold_after_step_) {
-      while (!g_pause && !g_checkpoint) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-    }
-    return g_pause;
-  }
-  bool CheckpointBeforeStop() override { return true; }
-  bool ShouldCheckpoint() override { return g_checkpoint.exchange(false); }
-  void OnCheckpoint(uint64_t step, const std::string& path) override {
-    if (speaks_) Emit(megatrain::server::RankCheckpointEvent(step, path));
-  }
-
- private:
-  const bool speaks_;
-  const uint64_t hold_after_step_;
-  const int ranks_;
-  uint64_t first_step_ = 0;  // of this run (after a resume, the checkpoint's step + 1)
-  uint64_t last_step_ = 0;
-};
-
-absl::StatusOr<megatrain::v1::RankJob> ReadRankJob(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("--job: cannot read '", path, "'"));
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
   megatrain::v1::RankJob job;
-  if (!job.ParseFromString(bytes.str())) {
+  if (!job.ParseFromString(*bytes)) {
     return absl::InvalidArgumentError(absl::StrCat("--job: '", path, "' is not a RankJob"));
   }
   return job;
+}
+
+// <nvme_dir>/rank-N, this rank's NVMe directory (ranks sharing a machine each need their own:
+// the tier's files have fixed names): created 0700, or reused only when it is a directory (not a
+// symlink) of this user that nobody else may write.
+absl::StatusOr<std::string> RankNvmeDirectory(const std::string& nvme_dir, int rank) {
+  const std::string dir = absl::StrCat(nvme_dir, "/rank-", rank);
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("memory.nvme_dir: cannot create ", dir, ": ", std::strerror(errno)));
+  }
+  struct stat st {};
+  if (lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+      (st.st_mode & 022) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "memory.nvme_dir: ", dir,
+        " is not a directory of this user that only it may write (a symlink, or another's)"));
+  }
+  return dir;
 }
 
 // The job as this rank runs it: validated as the daemon validated it, on the daemon's data
@@ -171,15 +140,10 @@ absl::StatusOr<megatrain::service::ValidatedJob> RankRun(
   o.trainer.communicator = &mpi;
   o.agree_on_requests = true;
   if (!o.trainer.memory.budgets.nvme_dir.empty()) {
-    // The NVMe tier's files have fixed names: ranks sharing a machine each get a directory.
-    o.trainer.memory.budgets.nvme_dir += "/rank-" + std::to_string(mpi.rank());
-    std::error_code ec;
-    std::filesystem::create_directories(o.trainer.memory.budgets.nvme_dir, ec);
-    if (ec) {
-      return absl::PermissionDeniedError(absl::StrCat("memory.nvme_dir: cannot create ",
-                                                      o.trainer.memory.budgets.nvme_dir, ": ",
-                                                      ec.message()));
-    }
+    absl::StatusOr<std::string> dir =
+        RankNvmeDirectory(o.trainer.memory.budgets.nvme_dir, mpi.rank());
+    if (!dir.ok()) return dir.status();
+    o.trainer.memory.budgets.nvme_dir = *dir;
   }
   if (o.device.kind == engine::DeviceKind::kCuda) {
     MT_RETURN_IF_ERROR(
@@ -196,16 +160,19 @@ int main(int argc, char** argv) {
       "daemon through mpirun (docs/scale_out.md); not for direct use.");
   absl::ParseCommandLine(argc, argv);
   using namespace megatrain;
-  // Before anything slow: a signal forwarded early must not kill the rank.
+  // Before anything slow: a signal forwarded early must not kill the rank. SA_RESTART: a request
+  // arriving during a write or a read does not interrupt it.
   struct sigaction action {};
   action.sa_handler = OnSignal;
+  action.sa_flags = SA_RESTART;
   sigemptyset(&action.sa_mask);
   for (int sig : {SIGUSR1, SIGUSR2}) sigaction(sig, &action, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  absl::StatusOr<v1::RankJob> rank_job = ReadRankJob(absl::GetFlag(FLAGS_job));
+  absl::StatusOr<v1::RankJob> rank_job =
+      ReadRankJob(absl::GetFlag(FLAGS_job), absl::GetFlag(FLAGS_job_sha256));
   if (!rank_job.ok()) {
-    Emit(server::RankErrorEvent(-1, "", rank_job.status()));
+    server::EmitLine(server::RankErrorEvent(-1, "", rank_job.status()));
     return 2;
   }
   engine::dist::MpiCommunicatorOptions mpi_options;
@@ -213,26 +180,32 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<engine::dist::MpiCommunicator>> mpi =
       engine::dist::MpiCommunicator::Create(mpi_options);
   if (!mpi.ok()) {
-    Emit(server::RankErrorEvent(-1, "", mpi.status()));
+    server::EmitLine(server::RankErrorEvent(-1, "", mpi.status()));
     return 2;
   }
   engine::dist::MpiCommunicator& comm = **mpi;
   // A rank that cannot go on ends every rank: the others may wait for it in a collective.
   auto fail = [&](const absl::Status& status) {
-    Emit(server::RankErrorEvent(comm.rank(), comm.host(), status));
+    server::EmitLine(server::RankErrorEvent(comm.rank(), comm.host(), status));
     comm.Abort(1);
-    return 1;
   };
   absl::StatusOr<service::ValidatedJob> job = RankRun(*rank_job, comm);
-  if (!job.ok()) return fail(job.status());
-  RankObserver observer(comm.rank() == 0, rank_job->test_hold_after_step(), comm.size());
+  if (!job.ok()) {
+    fail(job.status());
+    return 1;
+  }
+  server::RankObserver observer(g_requests, comm.rank() == 0, comm.size(),
+                                rank_job->test_hold_after_step());
   absl::StatusOr<engine::TrainingRunResult> result =
       engine::RunTraining(job->model, job->options, observer);
   if (absl::IsCancelled(result.status())) {
-    if (comm.rank() == 0) Emit(server::RankStoppedEvent(std::string(result.status().message())));
+    observer.OnStopped(std::string(result.status().message()));
     return 0;
   }
-  if (!result.ok()) return fail(result.status());
-  if (comm.rank() == 0) Emit(server::RankResultEvent(*result));
+  if (!result.ok()) {
+    fail(result.status());
+    return 1;
+  }
+  observer.OnResult(*result);
   return 0;
 }

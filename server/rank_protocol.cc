@@ -67,10 +67,12 @@ void RankEvents::OnOutputLine(const std::string& line) {
   try {
     if (event.contains("line")) {
       observer_.OnLine(event.at("line").get<std::string>(), event.value("keep", true));
+      started_ = true;
     } else if (event.contains("step")) {
       absl::StatusOr<engine::StepReport> report = engine::StepReportFromJson(event.at("step"));
       if (!report.ok()) return as_line();
       observer_.OnStep(*report, NumberFrom(event.value("validation_loss", nlohmann::json())));
+      started_ = true;
     } else if (event.contains("checkpoint")) {
       const nlohmann::json& c = event.at("checkpoint");
       observer_.OnCheckpoint(c.at("step").get<uint64_t>(), c.at("path").get<std::string>());

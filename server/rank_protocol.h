@@ -33,9 +33,12 @@ class RankEvents {
   const std::optional<engine::TrainingRunResult>& result() const { return result_; }
   const std::optional<std::string>& stopped() const { return stopped_; }
   const std::optional<absl::Status>& first_error() const { return first_error_; }
+  // Rank 0 has spoken: every rank is past MPI's start (and has its signal handlers).
+  bool started() const { return started_; }
 
  private:
   engine::TrainingObserver& observer_;
+  bool started_ = false;
   std::optional<engine::TrainingRunResult> result_;
   std::optional<std::string> stopped_;
   std::optional<absl::Status> first_error_;

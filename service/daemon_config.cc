@@ -203,6 +203,14 @@ absl::StatusOr<DaemonSettings> ValidateDaemonConfig(const v1::DaemonConfig& c) {
       return Invalid("mpirun_args", absl::StrCat("'", a, "' is empty or has a control character"));
     }
   }
+  for (const std::string& host : c.allowed_hosts()) {
+    if (host.empty() || host[0] == '-' ||
+        host.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") !=
+            std::string::npos) {
+      return Invalid("allowed_hosts", absl::StrCat("'", host, "' is not a host name"));
+    }
+    s.allowed_hosts.push_back(host);
+  }
   if (c.devices() != 0) s.devices = c.devices();
   if (s.devices > 64) return Invalid("devices", absl::StrCat(s.devices, " is more than 64"));
   if (s.threads > 256) return Invalid("threads", absl::StrCat(s.threads, " is more than 256"));

@@ -1,8 +1,11 @@
 // ValidateHosts and MpirunHostList (see hosts_spec_validation.h).
 #include "service/hosts_spec_validation.h"
 
+#include <algorithm>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "service/spec_field_checks.h"
 
 namespace megatrain::service {
@@ -15,7 +18,8 @@ bool IsHostNameChar(char c) {
 
 }  // namespace
 
-absl::Status ValidateHosts(const v1::JobSpec& spec, ValidatedJob& job) {
+absl::Status ValidateHosts(const v1::JobSpec& spec, const std::vector<std::string>& allowed,
+                           bool any_host, ValidatedJob& job) {
   job.hosts.clear();
   job.ranks = 1;
   if (spec.hosts_size() == 0) {
@@ -47,6 +51,15 @@ absl::Status ValidateHosts(const v1::JobSpec& spec, ValidatedJob& job) {
                                              " is not a host name (letters, digits, '.', "
                                              "'-' and '_' only)"));
       }
+    }
+    // The daemon's user runs the ranks there: only where its administrator allows.
+    if (!any_host && host.name != "localhost" &&
+        std::find(allowed.begin(), allowed.end(), host.name) == allowed.end()) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("hosts: ", shown, " is not one of the daemon's allowed_hosts (",
+                       allowed.empty() ? "none: ranks on this machine only, \"localhost\""
+                                       : absl::StrJoin(allowed, ", "),
+                       ")"));
     }
     if (colon != std::string::npos) {
       if (!absl::SimpleAtoi(entry.substr(colon + 1), &host.ranks) || host.ranks < 1 ||

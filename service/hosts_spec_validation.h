@@ -18,8 +18,11 @@ inline constexpr int kMaxRanksPerHost = 64;
 // Parses spec.hosts into job.hosts and job.ranks; refuses (naming the field and value) a name
 // that is empty, starts with '-', or has characters outside [A-Za-z0-9._-], a rank count outside
 // 1..kMaxRanksPerHost, more than kMaxJobHosts entries, zero1 without hosts, and data.eval_prompts
-// with hosts (their replies need the chat tool's process beside rank 0).
-absl::Status ValidateHosts(const v1::JobSpec& spec, ValidatedJob& job);
+// with hosts (their replies need the chat tool's process beside rank 0). A name other than
+// "localhost" must be one of `allowed` (the daemon's allowed_hosts: PERMISSION_DENIED otherwise)
+// unless `any_host` (a plan for another machine, which launches nothing).
+absl::Status ValidateHosts(const v1::JobSpec& spec, const std::vector<std::string>& allowed,
+                           bool any_host, ValidatedJob& job);
 
 // mpirun's --host value for `hosts`: "a:2,b:1".
 std::string MpirunHostList(const std::vector<RankHost>& hosts);

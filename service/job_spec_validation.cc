@@ -267,7 +267,11 @@ absl::StatusOr<ValidatedJob> ValidateJobSpec(const v1::JobSpec& spec,
   job.options.grad_accumulation *= job.options.devices;
   // Ranks on several machines likewise (docs/scale_out.md "Jobs on several machines"): each
   // runs devices x the spec's batch; the run's accumulation counts every rank's.
-  if (absl::Status s = ValidateHosts(spec, job); !s.ok()) return s;
+  if (absl::Status s = ValidateHosts(spec, settings.allowed_hosts,
+                                     settings.plan_for_other_machine, job);
+      !s.ok()) {
+    return s;
+  }
   job.options.grad_accumulation *= job.ranks;
   job.options.trainer.zero1 = spec.zero1();
   if (absl::Status s = ValidateExecutor(spec.executor(), job); !s.ok()) return s;

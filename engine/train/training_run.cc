@@ -328,12 +328,14 @@ absl::StatusOr<ObserverRequests> LocalStopRequest(TrainingObserver& observer) {
 }
 
 // Every rank's requests, agreed in one sum: counts of stopping ranks, of those wanting a
-// checkpoint first, and of checkpoint-now requests, in 20-bit fields (ranks < 2^20).
+// checkpoint first, and of checkpoint-now requests, in 20-bit fields (ranks < 2^20). A
+// checkpoint-now request counts on rank 0 only: every rank hears it, and a copy arriving late on
+// another rank would otherwise checkpoint the next step again (the others only clear theirs).
 absl::StatusOr<ObserverRequests> AgreedRequests(dist::Communicator& comm,
                                                 TrainingObserver& observer) {
   const bool stop = observer.ShouldStop();
   const bool keep = stop && observer.CheckpointBeforeStop();
-  const bool now = observer.ShouldCheckpoint();
+  const bool now = observer.ShouldCheckpoint() && comm.rank() == 0;
   constexpr int kBits = 20;
   constexpr int64_t kMask = (int64_t{1} << kBits) - 1;
   absl::StatusOr<int64_t> sum = comm.SumInt64(int64_t{stop} | (int64_t{keep} << kBits) |

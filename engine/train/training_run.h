@@ -109,10 +109,11 @@ struct TrainingRunOptions {
   const InputFiles* inputs = nullptr;
   // With a communicator: before every step the ranks agree on their observers' requests (one
   // SumInt64): any rank's stop stops them all, with a checkpoint when every stopping rank asks
-  // for one (ZeRO-1 included: the shards are written together), and any rank's checkpoint-now
-  // request checkpoints that step on all. For ranks whose observers all hear the same requests
-  // (a daemon's signals forwarded by mpirun to every rank). Off: each rank's observer is its
-  // own, as under a plain mpirun.
+  // for one (ZeRO-1 included: the shards are written together), and rank 0's checkpoint-now
+  // request checkpoints that step on all (reported once written: the other ranks wait for rank
+  // 0 at the next agreement, within the communicator's collective timeout). For ranks whose
+  // observers all hear the same requests (a daemon's signals forwarded by mpirun to every
+  // rank). Off: each rank's observer is its own, as under a plain mpirun.
   bool agree_on_requests = false;
 };
 

@@ -5,9 +5,9 @@
 # resumed, it ends SUCCEEDED with a final checkpoint equal, byte for byte, to a job in the
 # daemon's own process with the accumulation doubled. The same under ZeRO-1 (checkpoints written
 # per shard) ends at the same losses. A checkpoint request reaches the ranks; `watch` follows the
-# job as one; a cancel ends every rank; a rank killed with SIGKILL fails the job naming the
+# job as one; a cancel ends every rank; a rank killed with SIGKILL pauses the job naming the
 # launcher's report, and the job then resumes from its last checkpoint to the same bytes. Bad
-# hosts, zero1 without hosts and a missing launcher are refused naming the field.
+# hosts, hosts the daemon does not allow and zero1 without hosts are refused naming the field.
 source "$(dirname "$0")/daemon_test_lib.sh"
 
 # spec <name> <batch_size> [more JSON fields]: a job of micro-batches of 4 sequences.
@@ -23,8 +23,9 @@ JSON
 }
 
 final_checkpoint() { ls -d "$WORK/out/$1/checkpoints"/step-* | tail -n 1; }
-# The ranks of job $1 (their command line starts with megatrain_rank; mpirun's names it later).
-rank_pids() { pgrep -f "^[^ ]*/megatrain_rank --job=$WORK/state/jobs/$1/"; }
+# The ranks of the job named $1 (their command line starts with megatrain_rank, mpirun's names it
+# later; the rank job file lies beside the job's checkpoints).
+rank_pids() { pgrep -f "^[^ ]*/megatrain_rank --job=$WORK/out/$1/checkpoints/rank_job.binpb"; }
 ranks_running() { rank_pids "$1" > /dev/null; }
 no_ranks_running() { ! ranks_running "$1"; }
 
@@ -48,22 +49,25 @@ start_daemon --threads=1 --test_hold_after_step=2 --mpirun_args="$loopback"
 
 expect_refused "hosts: '-np' is not a host name" submit \
   --spec="$(spec bad1 4 '"hosts": ["-np"]')"
-expect_refused "hosts: 'node1:0': the ranks after ':' must be 1 to 64" submit \
-  --spec="$(spec bad2 4 '"hosts": ["node1:0"]')"
+expect_refused "hosts: 'localhost:0': the ranks after ':' must be 1 to 64" submit \
+  --spec="$(spec bad2 4 '"hosts": ["localhost:0"]')"
+# Another machine only when the daemon's allowed_hosts names it (its user's ssh reaches it).
+expect_refused "hosts: 'node7' is not one of the daemon's allowed_hosts" submit \
+  --spec="$(spec bad5 4 '"hosts": ["localhost", "node7"]')"
 expect_refused "hosts: 'a;b' is not a host name" submit --spec="$(spec bad3 4 '"hosts": ["a;b"]')"
 expect_refused "zero1: true without hosts" submit --spec="$(spec bad4 4 '"zero1": true')"
 
 # Two ranks, each one micro-batch of 4 per step, against one process with 2 micro-batches.
 two=$(cli submit --spec="$(spec two 4 '"hosts": ["localhost:2"]')") || fail "submit hosts job"
 await 180 "job $two to reach its hold at step 2" step_at_least "$two" 2
-ranks_running "$two" || fail "no megatrain_rank processes for $two"
+ranks_running two || fail "no megatrain_rank processes for $two"
 cli checkpoint "$two" > /dev/null || fail "checkpoint request of $two"
 finish_through_hold "$two"
 grep -q "launching 2 ranks on localhost (2)" "$WORK/daemon.log" ||
   fail "the daemon's log does not show the launch"
 [ "$(jq -r .ranks "$WORK/out/two/result.json")" = 2 ] ||
   fail "result.json lacks ranks 2: $(cat "$WORK/out/two/result.json")"
-await 30 "the ranks of $two to be gone" no_ranks_running "$two"
+await 30 "the ranks of $two to be gone" no_ranks_running two
 
 one=$(cli submit --spec="$(spec one 8)") || fail "submit the one-process job"
 finish_through_hold "$one"
@@ -94,14 +98,14 @@ gone=$(cli submit --spec="$(spec gone 4 '"hosts": ["localhost:2"]')") || fail "s
 await 180 "job $gone to reach its hold at step 2" step_at_least "$gone" 2
 cli cancel "$gone" > /dev/null || fail "cancel of $gone"
 await 120 "job $gone to be cancelled" state_is "$gone" CANCELLED
-await 60 "the ranks of $gone to be gone" no_ranks_running "$gone"
+await 60 "the ranks of $gone to be gone" no_ranks_running gone
 
 # A rank killed: every rank ends, the job is paused naming what mpirun saw (the rank, its node,
 # the signal), and a resume continues from its checkpoint of step 3 to the same final bytes.
 killed=$(cli submit --spec="$(spec killed 4 '"hosts": ["localhost:2"]')") || fail "submit $killed"
 await 180 "job $killed to reach its hold at step 2" step_at_least "$killed" 2
 cli checkpoint "$killed" > /dev/null || fail "checkpoint request of $killed"
-victim=$(rank_pids "$killed" | tail -n 1)
+victim=$(rank_pids killed | tail -n 1)
 [ -n "$victim" ] || fail "no rank of $killed to kill"
 kill -KILL "$victim"
 await 180 "job $killed to pause after its rank died" state_is "$killed" PAUSED
@@ -109,7 +113,7 @@ reason=$(cli status "$killed" --json | jq -r .failure_reason)
 # (Open MPI 4.1 names the rank and node; the PID it prints may be 0.)
 grep -q "mpirun noticed that process rank [01] with PID [0-9]* on node .* exited on signal 9" \
   <<< "$reason" || fail "the failure reason does not name the killed rank: $reason"
-await 60 "the ranks of $killed to be gone" no_ranks_running "$killed"
+await 60 "the ranks of $killed to be gone" no_ranks_running killed
 cli resume "$killed" > /dev/null || fail "resume of $killed"
 timeout 600 "$MEGATRAIN" --socket="$SOCKET" watch "$killed" > "$WORK/watch-killed.txt" ||
   fail "watch of $killed: $(cat "$WORK/watch-killed.txt")"
