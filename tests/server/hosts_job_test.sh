@@ -6,7 +6,8 @@
 # daemon's own process with the accumulation doubled. The same under ZeRO-1 (checkpoints written
 # per shard) ends at the same losses. A checkpoint request reaches the ranks; `watch` follows the
 # job as one; a cancel ends every rank; a rank killed with SIGKILL pauses the job naming the
-# launcher's report, and the job then resumes from its last checkpoint to the same bytes. Bad
+# launcher's report, and the job then resumes from its last checkpoint to the same bytes; the
+# daemon killed mid-run takes its ranks with it and relaunches the job when restarted. Bad
 # hosts, hosts the daemon does not allow and zero1 without hosts are refused naming the field.
 source "$(dirname "$0")/daemon_test_lib.sh"
 
@@ -123,6 +124,26 @@ grep -q "resumed from .*step-0*3 at step 3" "$WORK/daemon.log" ||
 a=$(final_checkpoint killed)
 for f in model.safetensors optimizer.safetensors trainer_state.json; do
   cmp "$a/$f" "$b/$f" || fail "$f of the killed and resumed hosts job differs from one process"
+done
+
+# The daemon killed while its ranks train: setpriv's parent-death signal ends mpirun and with it
+# every rank (no run left writing checkpoints), and the restarted daemon relaunches the job from
+# its checkpoint of step 3 to the same final bytes.
+restarted=$(cli submit --spec="$(spec restarted 4 '"hosts": ["localhost:2"]')") ||
+  fail "submit $restarted"
+await 180 "job $restarted to reach its hold at step 2" step_at_least "$restarted" 2
+cli checkpoint "$restarted" > /dev/null || fail "checkpoint request of $restarted"
+kill -KILL "$DAEMON_PID"
+wait "$DAEMON_PID" 2> /dev/null || true
+DAEMON_PID=""
+await 60 "the ranks of $restarted to end with the daemon" no_ranks_running restarted
+start_daemon --threads=1 --test_hold_after_step=2 --mpirun_args="$loopback"
+timeout 600 "$MEGATRAIN" --socket="$SOCKET" watch "$restarted" > "$WORK/watch-restarted.txt" ||
+  fail "watch of $restarted: $(cat "$WORK/watch-restarted.txt")"
+state_is "$restarted" SUCCEEDED || fail "job $restarted ended $(job_state "$restarted")"
+a=$(final_checkpoint restarted)
+for f in model.safetensors optimizer.safetensors trainer_state.json; do
+  cmp "$a/$f" "$b/$f" || fail "$f of the hosts job relaunched after a daemon death differs"
 done
 stop_daemon
 # The daemon's log stays with the test's outputs (the launches, the ranks' lines, the pause).
