@@ -60,8 +60,9 @@ bool Drain(int fd, std::string& into, size_t limit, bool tail) {
   if (n < 0) return errno == EINTR || errno == EAGAIN;
   if (n == 0) return false;
   if (tail) {
+    // Trimmed only past twice the limit (and once at the end): one move per `limit` bytes read.
     into.append(buffer, static_cast<size_t>(n));
-    if (into.size() > limit) into.erase(0, into.size() - limit);
+    if (into.size() > 2 * limit) into.erase(0, into.size() - limit);
     return true;
   }
   const size_t room = into.size() < limit ? limit - into.size() : 0;
@@ -218,6 +219,11 @@ absl::StatusOr<ChildResult> RunChildProcess(const std::vector<std::string>& argv
         close(pipes.read[i]);
         pipes.read[i] = -1;
       }
+    }
+  }
+  if (options.keep_tail) {
+    for (std::string* s : {&result.out, &result.err}) {
+      if (s->size() > options.max_output_bytes) s->erase(0, s->size() - options.max_output_bytes);
     }
   }
   if (kill_at.has_value()) {

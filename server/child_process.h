@@ -17,8 +17,8 @@ namespace megatrain::server {
 struct ChildResult {
   int exit_code = -1;   // -1 when killed by a signal
   int term_signal = 0;  // the signal that ended it, 0 when it exited
-  std::string out;      // stdout, its first max_output_bytes
-  std::string err;      // stderr, its first max_output_bytes
+  std::string out;      // stdout, its first max_output_bytes (its last with keep_tail)
+  std::string err;      // stderr, its first max_output_bytes (its last with keep_tail)
 };
 
 struct ChildOptions {

@@ -47,6 +47,22 @@ std::string DefaultRankBinary() {
   return exe.substr(0, exe.find_last_of('/') + 1) + "megatrain_rank";
 }
 
+// A rank's error that names the job itself, not the moment: its fields, its files, its memory.
+bool WouldFailAgain(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kUnimplemented:
+    case absl::StatusCode::kOutOfRange:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // What mpirun said on stderr, without its rules of dashes and its notes of forwarded signals
 // (the daemon's own pause and checkpoint requests): lines joined by " | ".
 std::string LauncherWords(const std::string& err) {
@@ -187,7 +203,13 @@ absl::Status RunJobOverHosts(const std::string& job_id, const service::Validated
   if (events.result().has_value() && child->exit_code == 0) {
     return WriteJobResult(job_id, job, *events.result(), engine::RunDataIsText(prepared));
   }
-  if (events.first_error().has_value()) return *events.first_error();
+  if (events.first_error().has_value()) {
+    // A rank's own verdict on the job (its spec, data or memory on that machine) would be the
+    // same again; anything else (a collective that failed under a dead peer, an I/O error) may
+    // not: the job keeps its checkpoints and waits for a resume.
+    return WouldFailAgain(*events.first_error()) ? *events.first_error()
+                                                 : ResumableFailure(*events.first_error());
+  }
   if (events.stopped().has_value() && child->exit_code == 0) {
     return absl::CancelledError(*events.stopped());
   }
@@ -198,10 +220,10 @@ absl::Status RunJobOverHosts(const std::string& job_id, const service::Validated
                    child->term_signal != 0 ? absl::StrCat(" killed by signal ", child->term_signal)
                                            : absl::StrCat(" exited with code ", child->exit_code),
                    said.empty() ? "" : ": ", said));
-  // After rank 0 spoke, a rank that died or hung (the watchdog's MPI_Abort) ended every rank:
-  // the job continues from its last checkpoint when resumed. Before, the launch itself failed
-  // (ssh refused, no rank_binary on a host): it would fail again.
-  return events.started() ? ResumableFailure(ended) : ended;
+  // A rank that died or hung (the watchdog's MPI_Abort) ended every rank, or the launch failed
+  // (ssh refused, a host down): the job continues from its last checkpoint when resumed, never
+  // lost to a passing fault; mpirun's words say what to mend first if it fails again.
+  return ResumableFailure(ended);
 }
 
 }  // namespace megatrain::server

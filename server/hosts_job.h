@@ -40,8 +40,9 @@ absl::StatusOr<std::vector<std::string>> HostsLauncherArgv(const HostsLaunch& la
 // Runs `job` over its hosts to the end. `prepared` is the job's options after the daemon's data
 // preparation (token files, chat samples), `checkpoint_dir` its checkpoints' directory. OK after
 // rank 0's result (result.json written), CANCELLED after a requested stop, else the first error a
-// rank reported (naming the rank and its host) or the launcher's own words: a ResumableFailure
-// once the ranks had started (a rank died or hung), a plain failure before (the launch failed).
+// rank reported (naming the rank and its host) or the launcher's own words: a plain failure for
+// a rank's verdict on the job itself (a bad field, a missing file, no memory), else a
+// ResumableFailure (a rank died or hung, the launch failed, a collective failed).
 // The RankJob goes to <checkpoint_dir>/rank_job.binpb (the ranks resume from that directory, so
 // they share it).
 absl::Status RunJobOverHosts(const std::string& job_id, const service::ValidatedJob& job,

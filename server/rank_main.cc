@@ -53,6 +53,12 @@ void OnSignal(int sig) {
   if (sig == SIGUSR2) g_requests.checkpoint = true;
 }
 
+// This machine's name, for errors before MPI names the rank.
+std::string ThisHost() {
+  char name[256] = {};
+  return gethostname(name, sizeof(name) - 1) == 0 ? std::string(name) : std::string("?");
+}
+
 // The RankJob at `path`, whose bytes must hash to `sha256` (given in argv by the daemon, so a
 // file swapped on the shared file system is refused, never trusted with the daemon's roots).
 absl::StatusOr<megatrain::v1::RankJob> ReadRankJob(const std::string& path,
@@ -86,7 +92,8 @@ absl::StatusOr<std::string> RankNvmeDirectory(const std::string& nvme_dir, int r
       (st.st_mode & 022) != 0) {
     return absl::PermissionDeniedError(absl::StrCat(
         "memory.nvme_dir: ", dir,
-        " is not a directory of this user that only it may write (a symlink, or another's)"));
+        " is not a directory of this user that only it may write (a symlink, another user's, or "
+        "writable by its group or others)"));
   }
   return dir;
 }
@@ -172,7 +179,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<v1::RankJob> rank_job =
       ReadRankJob(absl::GetFlag(FLAGS_job), absl::GetFlag(FLAGS_job_sha256));
   if (!rank_job.ok()) {
-    server::EmitLine(server::RankErrorEvent(-1, "", rank_job.status()));
+    server::EmitLine(server::RankErrorEvent(-1, ThisHost(), rank_job.status()));
     return 2;
   }
   engine::dist::MpiCommunicatorOptions mpi_options;
@@ -180,10 +187,15 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<engine::dist::MpiCommunicator>> mpi =
       engine::dist::MpiCommunicator::Create(mpi_options);
   if (!mpi.ok()) {
-    server::EmitLine(server::RankErrorEvent(-1, "", mpi.status()));
+    server::EmitLine(server::RankErrorEvent(-1, ThisHost(), mpi.status()));
     return 2;
   }
   engine::dist::MpiCommunicator& comm = **mpi;
+  if (comm.rank() == 0) {
+    // Past MPI's start every rank has its handlers: the daemon may now send its requests.
+    server::EmitLine(server::RankLineEvent(
+        absl::StrCat(comm.size(), " ranks joined (rank 0 on ", comm.host(), ")"), true));
+  }
   // A rank that cannot go on ends every rank: the others may wait for it in a collective.
   auto fail = [&](const absl::Status& status) {
     server::EmitLine(server::RankErrorEvent(comm.rank(), comm.host(), status));

@@ -88,8 +88,10 @@ void RankEvents::OnOutputLine(const std::string& line) {
       const int code = e.at("code").get<int>();
       const absl::StatusCode status_code =
           code > 0 && code <= 16 ? static_cast<absl::StatusCode>(code) : absl::StatusCode::kUnknown;
+      const int rank = e.at("rank").get<int>();
       const std::string where =
-          absl::StrCat("rank ", e.at("rank").get<int>(), " on ", e.at("host").get<std::string>());
+          absl::StrCat(rank >= 0 ? absl::StrCat("rank ", rank) : std::string("a rank before MPI"),
+                       " on ", e.at("host").get<std::string>());
       const std::string message = e.at("message").get<std::string>();
       observer_.OnLine(absl::StrCat(where, ": ", message), true);
       if (!first_error_.has_value()) {

@@ -91,6 +91,8 @@ TEST(RankProtocolTest, TheFirstErrorNamesRankAndHost) {
   EXPECT_EQ(events.first_error()->message(), "rank 1 on node2: no room");
   ASSERT_EQ(recorder.lines.size(), 2u);  // both are shown
   EXPECT_EQ(recorder.lines[1].first, "rank 0 on node1: later");
+  Feed(events, RankErrorEvent(-1, "node3", absl::NotFoundError("no job file")));
+  EXPECT_EQ(recorder.lines[2].first, "a rank before MPI on node3: no job file");
 }
 
 TEST(RankProtocolTest, StopIsKept) {

@@ -36,8 +36,10 @@ struct DaemonSettings {
   // Devices the daemon drives and a job may train on (JobSpec.devices): the CPU device
   // instantiated that many times (CUDA: ordinals 0..N-1), each with `device`'s options.
   uint32_t devices = 1;
-  // Machines JobSpec.hosts may name besides "localhost" (DaemonConfig.allowed_hosts).
+  // Machines JobSpec.hosts may name besides "localhost" (DaemonConfig.allowed_hosts); with
+  // any_host (an offline plan without the daemon's config, which launches nothing), any.
   std::vector<std::string> allowed_hosts;
+  bool any_host = false;
   uint32_t max_queue_length = 64;
   uint32_t shutdown_timeout_seconds = 60;
   uint64_t max_steps = 10'000'000;

@@ -268,7 +268,7 @@ absl::StatusOr<ValidatedJob> ValidateJobSpec(const v1::JobSpec& spec,
   // Ranks on several machines likewise (docs/scale_out.md "Jobs on several machines"): each
   // runs devices x the spec's batch; the run's accumulation counts every rank's.
   if (absl::Status s = ValidateHosts(spec, settings.allowed_hosts,
-                                     settings.plan_for_other_machine, job);
+                                     settings.plan_for_other_machine || settings.any_host, job);
       !s.ok()) {
     return s;
   }

@@ -31,6 +31,9 @@ absl::StatusOr<DaemonSettings> OfflineSettings(const std::string& daemon_config_
     return absl::Status(settings.status().code(),
                         absl::StrCat("daemon config: ", settings.status().message()));
   }
+  // Without the daemon's config there are no allowed_hosts to hold a spec's hosts to; a plan
+  // launches nothing.
+  settings->any_host = daemon_config_path.empty();
   return settings;
 }
 

@@ -52,6 +52,23 @@ TEST(OfflinePlanTest, AnExplicitByteTokenizerIsNotRefusedForLackingOne) {
   }
 }
 
+// Hosts in an offline plan: any machine without the daemon's config (nothing is launched); with
+// it, only its allowed_hosts.
+TEST(OfflinePlanTest, HostsAreHeldToTheDaemonsAllowedHostsOnlyWithItsConfig) {
+  v1::JobSpec spec = HfDirectoryOnText();
+  spec.mutable_model()->clear_hf_directory();
+  spec.mutable_model()->set_config_json_path("builtin:tiny");
+  spec.add_hosts("node1:2");
+  absl::StatusOr<v1::PlanResponse> plan = PlanOffline(spec, "");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const std::string config = std::string(std::getenv("TEST_TMPDIR")) + "/daemon.textproto";
+  std::ofstream(config) << "config_version: 1 data_roots: \"/\" output_roots: \"/\"\n";
+  plan = PlanOffline(spec, config);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(plan.status().message(), HasSubstr("allowed_hosts"));
+}
+
 // A Llama-shaped model of about 650B parameters: ~10 TB of host state, beyond any test machine.
 v1::JobSpec FarBeyondThisMachine() {
   const std::string dir = std::getenv("TEST_TMPDIR");

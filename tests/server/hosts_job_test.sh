@@ -129,6 +129,7 @@ done
 # The daemon killed while its ranks train: setpriv's parent-death signal ends mpirun and with it
 # every rank (no run left writing checkpoints), and the restarted daemon relaunches the job from
 # its checkpoint of step 3 to the same final bytes.
+[ -x /usr/bin/setpriv ] || fail "/usr/bin/setpriv (util-linux) is missing: the daemon cannot end its ranks when it dies"
 restarted=$(cli submit --spec="$(spec restarted 4 '"hosts": ["localhost:2"]')") ||
   fail "submit $restarted"
 await 180 "job $restarted to reach its hold at step 2" step_at_least "$restarted" 2
@@ -141,6 +142,8 @@ start_daemon --threads=1 --test_hold_after_step=2 --mpirun_args="$loopback"
 timeout 600 "$MEGATRAIN" --socket="$SOCKET" watch "$restarted" > "$WORK/watch-restarted.txt" ||
   fail "watch of $restarted: $(cat "$WORK/watch-restarted.txt")"
 state_is "$restarted" SUCCEEDED || fail "job $restarted ended $(job_state "$restarted")"
+grep -q "job=$restarted line=\"resumed from .*restarted/checkpoints/step-0*3 at step 3" \
+  "$WORK/daemon.log" || fail "the relaunched ranks of $restarted did not resume from step 3"
 a=$(final_checkpoint restarted)
 for f in model.safetensors optimizer.safetensors trainer_state.json; do
   cmp "$a/$f" "$b/$f" || fail "$f of the hosts job relaunched after a daemon death differs"
