@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -100,6 +101,13 @@ void KillAndReap(pid_t pid) {
 }
 
 }  // namespace
+
+std::string BesideThisExecutable(const std::string& name) {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return name;
+  return (self.parent_path() / name).string();
+}
 
 std::vector<std::pair<int, int>> ChildFdNumbers(const std::vector<int>& fds) {
   int next = 3;

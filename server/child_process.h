@@ -45,6 +45,10 @@ struct ChildOptions {
   absl::Duration stop_grace = absl::ZeroDuration();
 };
 
+// `name` in the running executable's directory (where megatraind's helpers are installed);
+// `name` alone when /proc/self/exe cannot be read.
+std::string BesideThisExecutable(const std::string& name);
+
 // The child numbers for `fds` under ChildOptions::pass_fds' rule: above 2 and above all of them.
 std::vector<std::pair<int, int>> ChildFdNumbers(const std::vector<int>& fds);
 

@@ -38,15 +38,6 @@ std::string FindExecutable(const std::string& name) {
   return "";
 }
 
-// megatrain_rank beside the running executable (megatraind).
-std::string DefaultRankBinary() {
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (n <= 0) return "megatrain_rank";
-  const std::string exe(self, static_cast<size_t>(n));
-  return exe.substr(0, exe.find_last_of('/') + 1) + "megatrain_rank";
-}
-
 // A rank's error that names the job itself, not the moment: its fields, its files, its memory.
 bool WouldFailAgain(const absl::Status& s) {
   switch (s.code()) {
@@ -78,8 +69,7 @@ std::string LauncherWords(const std::string& err) {
 }
 
 v1::RankJob MakeRankJob(const std::string& job_id, const service::ValidatedJob& job,
-                        const engine::TrainingRunOptions& prepared,
-                        const std::string& checkpoint_dir, const HostsLaunch& launch) {
+                        const engine::TrainingRunOptions& prepared, const HostsLaunch& launch) {
   v1::RankJob r;
   r.set_job_id(job_id);
   *r.mutable_spec() = job.spec;
@@ -94,7 +84,7 @@ v1::RankJob MakeRankJob(const std::string& job_id, const service::ValidatedJob& 
   d.clear_metrics_exposed();
   d.clear_dashboard_host_names();
   r.set_max_ram_bytes(launch.max_ram_bytes);
-  r.set_checkpoint_dir(checkpoint_dir);
+  r.set_checkpoint_dir(prepared.checkpoint_dir);
   for (const std::string& f : prepared.token_files) r.add_token_files(f);
   r.set_token_format(prepared.token_format);
   if (prepared.tokenized_text_documents.has_value()) {
@@ -123,7 +113,8 @@ absl::StatusOr<std::vector<std::string>> HostsLauncherArgv(const HostsLaunch& la
         c.mpirun_binary().empty() ? "mpirun" : c.mpirun_binary(),
         "' is not an executable (on PATH); install Open MPI (scripts/setup) or set mpirun_binary"));
   }
-  const std::string rank_binary = c.rank_binary().empty() ? DefaultRankBinary() : c.rank_binary();
+  const std::string rank_binary =
+      c.rank_binary().empty() ? BesideThisExecutable("megatrain_rank") : c.rank_binary();
   if (access(rank_binary.c_str(), X_OK) != 0) {
     return absl::FailedPreconditionError(absl::StrCat("hosts: rank_binary '", rank_binary,
                                                       "' is not an executable on this machine"));
@@ -142,13 +133,12 @@ absl::StatusOr<std::vector<std::string>> HostsLauncherArgv(const HostsLaunch& la
 }
 
 absl::Status RunJobOverHosts(const std::string& job_id, const service::ValidatedJob& job,
-                             const engine::TrainingRunOptions& prepared,
-                             const std::string& checkpoint_dir, const HostsLaunch& launch,
+                             const engine::TrainingRunOptions& prepared, const HostsLaunch& launch,
                              engine::TrainingObserver& observer) {
   // Beside the checkpoints, which every rank reads on resume, so on the file system they share;
   // its hash travels in mpirun's argv, so a rank trusts no other file under that name.
-  const std::string rank_job =
-      MakeRankJob(job_id, job, prepared, checkpoint_dir, launch).SerializeAsString();
+  const std::string& checkpoint_dir = prepared.checkpoint_dir;
+  const std::string rank_job = MakeRankJob(job_id, job, prepared, launch).SerializeAsString();
   // Never through a symlink planted in the directory (issue 16, point 1).
   if (absl::Status s = engine::WriteFileInDirectory(checkpoint_dir, kRankJobFileName, rank_job);
       !s.ok()) {

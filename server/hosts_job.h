@@ -38,7 +38,7 @@ absl::StatusOr<std::vector<std::string>> HostsLauncherArgv(const HostsLaunch& la
                                                            const std::string& rank_job_sha256);
 
 // Runs `job` over its hosts to the end. `prepared` is the job's options after the daemon's data
-// preparation (token files, chat samples), `checkpoint_dir` its checkpoints' directory. OK after
+// preparation (token files, chat samples), with its checkpoint directory (made). OK after
 // rank 0's result (result.json written), CANCELLED after a requested stop, else the first error a
 // rank reported (naming the rank and its host) or the launcher's own words: a plain failure for
 // a rank's verdict on the job itself (a bad field, a missing file, no memory), else a
@@ -46,8 +46,7 @@ absl::StatusOr<std::vector<std::string>> HostsLauncherArgv(const HostsLaunch& la
 // The RankJob goes to <checkpoint_dir>/rank_job.binpb (the ranks resume from that directory, so
 // they share it).
 absl::Status RunJobOverHosts(const std::string& job_id, const service::ValidatedJob& job,
-                             const engine::TrainingRunOptions& prepared,
-                             const std::string& checkpoint_dir, const HostsLaunch& launch,
+                             const engine::TrainingRunOptions& prepared, const HostsLaunch& launch,
                              engine::TrainingObserver& observer);
 
 }  // namespace megatrain::server

@@ -181,10 +181,7 @@ absl::StatusOr<std::string> RunTool(const ChatSamplesRequest& request, const std
 }  // namespace
 
 std::string DefaultChatTokenizeBinary() {
-  std::error_code ec;
-  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return "megatrain_chat_tokenize";
-  return (self.parent_path() / "megatrain_chat_tokenize").string();
+  return BesideThisExecutable("megatrain_chat_tokenize");
 }
 
 absl::StatusOr<std::string> ChatSamplesKey(const ChatSamplesRequest& request) {

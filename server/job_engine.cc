@@ -183,14 +183,14 @@ absl::Status DeviceJobEngine::Run(const std::string& job_id, const service::Vali
       options.inputs = &with_tokens;
     }
   }
+  options.checkpoint_dir = JobCheckpointDir(options_.state_dir, job_id, job);
+  options.resume = true;
+  if (absl::Status s = engine::MakeDirectories(options.checkpoint_dir); !s.ok()) {
+    return absl::PermissionDeniedError(absl::StrCat("checkpoint directory: ", s.message()));
+  }
   if (!job.hosts.empty()) {
-    const std::string checkpoint_dir = JobCheckpointDir(options_.state_dir, job_id, job);
-    if (absl::Status s = engine::MakeDirectories(checkpoint_dir); !s.ok()) {
-      return absl::PermissionDeniedError(absl::StrCat("checkpoint directory: ", s.message()));
-    }
     // The ranks' steps are not this daemon's device's (the fault hook counts those).
-    return RunJobOverHosts(job_id, job, options, checkpoint_dir, options_.hosts_launch,
-                           runner_observer);
+    return RunJobOverHosts(job_id, job, options, options_.hosts_launch, runner_observer);
   }
   EvalPromptTool eval_prompt_tool;
   if (!job.eval_prompts.empty()) {
@@ -217,11 +217,6 @@ absl::Status DeviceJobEngine::Run(const std::string& job_id, const service::Vali
   options.shared_devices = {device_.get()};
   for (const std::unique_ptr<engine::Device>& device : more_devices_) {
     options.shared_devices.push_back(device.get());
-  }
-  options.checkpoint_dir = JobCheckpointDir(options_.state_dir, job_id, job);
-  options.resume = true;
-  if (absl::Status s = engine::MakeDirectories(options.checkpoint_dir); !s.ok()) {
-    return absl::PermissionDeniedError(absl::StrCat("checkpoint directory: ", s.message()));
   }
   absl::StatusOr<engine::TrainingRunResult> result =
       engine::RunTraining(job.model, options, observer);

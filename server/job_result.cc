@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/common/safe_files.h"
+#include "nlohmann/json.hpp"
 
 namespace megatrain::server {
 
@@ -38,44 +39,6 @@ absl::Status WriteJobResult(const std::string& job_id, const service::ValidatedJ
     return absl::PermissionDeniedError(absl::StrCat("output_dir: result.json: ", s.message()));
   }
   return absl::OkStatus();
-}
-
-nlohmann::json TrainingRunResultToJson(const engine::TrainingRunResult& r) {
-  return {{"unigram_entropy_nats", r.unigram_entropy_nats},
-          {"initial_validation_loss", r.initial_validation_loss},
-          {"final_validation_loss", r.final_validation_loss},
-          {"final_train_loss", r.final_train_loss},
-          {"tokens_per_second", r.tokens_per_second},
-          {"resumed_from_step", r.resumed_from_step},
-          {"last_checkpoint", r.last_checkpoint},
-          {"parameters", r.parameters},
-          {"steps_run", r.steps_run},
-          {"speculations_committed", r.speculations_committed},
-          {"speculations_discarded", r.speculations_discarded}};
-}
-
-absl::StatusOr<engine::TrainingRunResult> TrainingRunResultFromJson(const nlohmann::json& value) {
-  engine::TrainingRunResult r;
-  if (!value.is_object()) return absl::InvalidArgumentError("run result: not a JSON object");
-  try {
-    auto read = [&](const char* key, auto& field) {
-      if (value.contains(key)) value.at(key).get_to(field);
-    };
-    read("unigram_entropy_nats", r.unigram_entropy_nats);
-    read("initial_validation_loss", r.initial_validation_loss);
-    read("final_validation_loss", r.final_validation_loss);
-    read("final_train_loss", r.final_train_loss);
-    read("tokens_per_second", r.tokens_per_second);
-    read("resumed_from_step", r.resumed_from_step);
-    read("last_checkpoint", r.last_checkpoint);
-    read("parameters", r.parameters);
-    read("steps_run", r.steps_run);
-    read("speculations_committed", r.speculations_committed);
-    read("speculations_discarded", r.speculations_discarded);
-  } catch (const nlohmann::json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("run result: ", e.what()));
-  }
-  return r;
 }
 
 }  // namespace megatrain::server

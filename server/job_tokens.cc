@@ -145,12 +145,7 @@ std::string Trimmed(const std::string& text) {
 
 }  // namespace
 
-std::string DefaultTokenizeBinary() {
-  std::error_code ec;
-  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return "megatrain_tokenize";
-  return (self.parent_path() / "megatrain_tokenize").string();
-}
+std::string DefaultTokenizeBinary() { return BesideThisExecutable("megatrain_tokenize"); }
 
 std::string TokenFileKey(int tokenize_output_version,
                          const std::vector<provenance::InputFile>& inputs) {

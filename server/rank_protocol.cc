@@ -1,12 +1,9 @@
 // The rank protocol's lines (see rank_protocol.h).
 #include "server/rank_protocol.h"
 
-#include <cmath>
-
 #include "absl/strings/str_cat.h"
 #include "engine/train/step_report_json.h"
 #include "nlohmann/json.hpp"
-#include "server/job_result.h"
 
 namespace megatrain::server {
 namespace {
@@ -16,20 +13,6 @@ std::string Line(const nlohmann::json& event) {
   return event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
-// A validation loss may be NaN (no validation windows): JSON numbers cannot hold it.
-nlohmann::json Number(double value) {
-  if (std::isfinite(value)) return value;
-  return std::isnan(value) ? "nan" : (value > 0 ? "inf" : "-inf");
-}
-
-double NumberFrom(const nlohmann::json& value) {
-  if (value.is_number()) return value.get<double>();
-  const std::string text = value.is_string() ? value.get<std::string>() : "nan";
-  if (text == "inf") return HUGE_VAL;
-  if (text == "-inf") return -HUGE_VAL;
-  return std::nan("");
-}
-
 }  // namespace
 
 std::string RankLineEvent(const std::string& line, bool keep) {
@@ -37,8 +20,8 @@ std::string RankLineEvent(const std::string& line, bool keep) {
 }
 
 std::string RankStepEvent(const engine::StepReport& report, double validation_loss) {
-  return Line(
-      {{"step", engine::StepReportToJson(report)}, {"validation_loss", Number(validation_loss)}});
+  return Line({{"step", engine::StepReportToJson(report)},
+               {"validation_loss", engine::NumberToJson(validation_loss)}});
 }
 
 std::string RankCheckpointEvent(uint64_t step, const std::string& path) {
@@ -46,7 +29,7 @@ std::string RankCheckpointEvent(uint64_t step, const std::string& path) {
 }
 
 std::string RankResultEvent(const engine::TrainingRunResult& result) {
-  return Line({{"result", TrainingRunResultToJson(result)}});
+  return Line({{"result", engine::TrainingRunResultToJson(result)}});
 }
 
 std::string RankStoppedEvent(const std::string& why) { return Line({{"stopped", why}}); }
@@ -70,15 +53,17 @@ void RankEvents::OnOutputLine(const std::string& line) {
       started_ = true;
     } else if (event.contains("step")) {
       absl::StatusOr<engine::StepReport> report = engine::StepReportFromJson(event.at("step"));
-      if (!report.ok()) return as_line();
-      observer_.OnStep(*report, NumberFrom(event.value("validation_loss", nlohmann::json())));
+      absl::StatusOr<double> validation_loss =
+          engine::NumberFromJson(event.value("validation_loss", nlohmann::json()));
+      if (!report.ok() || !validation_loss.ok()) return as_line();
+      observer_.OnStep(*report, *validation_loss);
       started_ = true;
     } else if (event.contains("checkpoint")) {
       const nlohmann::json& c = event.at("checkpoint");
       observer_.OnCheckpoint(c.at("step").get<uint64_t>(), c.at("path").get<std::string>());
     } else if (event.contains("result")) {
       absl::StatusOr<engine::TrainingRunResult> result =
-          TrainingRunResultFromJson(event.at("result"));
+          engine::TrainingRunResultFromJson(event.at("result"));
       if (!result.ok()) return as_line();
       result_ = *std::move(result);
     } else if (event.contains("stopped")) {

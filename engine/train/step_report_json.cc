@@ -1,4 +1,4 @@
-// Owns the JSON codec of StepReport and EvalReplyReport (see step_report_json.h).
+// Owns the JSON codec of StepReport and TrainingRunResult (see step_report_json.h).
 #include "engine/train/step_report_json.h"
 
 #include <cmath>
@@ -93,12 +93,18 @@ void ForEachField(Is<StepReport> auto& r, auto&& field) {
   field("devices", r.devices);
 }
 
-void ForEachField(Is<EvalReplyReport> auto& e, auto&& field) {
-  field("index", e.index);
-  field("prompt", e.prompt);
-  field("ids", e.ids);
-  field("stopped", e.stopped);
-  field("text", e.text);
+void ForEachField(Is<TrainingRunResult> auto& r, auto&& field) {
+  field("unigram_entropy_nats", r.unigram_entropy_nats);
+  field("initial_validation_loss", r.initial_validation_loss);
+  field("final_validation_loss", r.final_validation_loss);
+  field("final_train_loss", r.final_train_loss);
+  field("tokens_per_second", r.tokens_per_second);
+  field("resumed_from_step", r.resumed_from_step);
+  field("last_checkpoint", r.last_checkpoint);
+  field("parameters", r.parameters);
+  field("steps_run", r.steps_run);
+  field("speculations_committed", r.speculations_committed);
+  field("speculations_discarded", r.speculations_discarded);
 }
 
 // JSON numbers cannot hold NaN or infinities, and a skipped step's loss or norm can be one.
@@ -215,10 +221,16 @@ absl::StatusOr<StepReport> StepReportFromJson(const nlohmann::json& value) {
   return DecodeTop<StepReport>(value, "step report");
 }
 
-nlohmann::json EvalReplyToJson(const EvalReplyReport& reply) { return Encode(reply); }
+nlohmann::json TrainingRunResultToJson(const TrainingRunResult& result) { return Encode(result); }
 
-absl::StatusOr<EvalReplyReport> EvalReplyFromJson(const nlohmann::json& value) {
-  return DecodeTop<EvalReplyReport>(value, "eval reply");
+absl::StatusOr<TrainingRunResult> TrainingRunResultFromJson(const nlohmann::json& value) {
+  return DecodeTop<TrainingRunResult>(value, "run result");
+}
+
+nlohmann::json NumberToJson(double value) { return Encode(value); }
+
+absl::StatusOr<double> NumberFromJson(const nlohmann::json& value) {
+  return DecodeTop<double>(value, "number");
 }
 
 }  // namespace megatrain::engine

@@ -1,5 +1,5 @@
-// The JSON form of a StepReport and an EvalReplyReport: how a worker process (an MPI rank) hands
-// its steps and eval replies to the daemon over a pipe, one JSON line each.
+// The JSON form of a StepReport and a TrainingRunResult: how a worker process (an MPI rank) hands
+// its steps and its run's result to the daemon over a pipe, one JSON line each.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -18,8 +18,10 @@ nlohmann::json StepReportToJson(const StepReport& report);
 // the wrong type is INVALID_ARGUMENT naming it. Never throws.
 absl::StatusOr<StepReport> StepReportFromJson(const nlohmann::json& value);
 
-// The same rules for an eval reply.
-nlohmann::json EvalReplyToJson(const EvalReplyReport& reply);
-absl::StatusOr<EvalReplyReport> EvalReplyFromJson(const nlohmann::json& value);
+// The same rules for a run's result (its losses may be NaN too) and for one number.
+nlohmann::json TrainingRunResultToJson(const TrainingRunResult& result);
+absl::StatusOr<TrainingRunResult> TrainingRunResultFromJson(const nlohmann::json& value);
+nlohmann::json NumberToJson(double value);
+absl::StatusOr<double> NumberFromJson(const nlohmann::json& value);
 
 }  // namespace megatrain::engine

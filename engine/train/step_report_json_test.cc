@@ -1,4 +1,5 @@
-// Tests of the StepReport and EvalReplyReport JSON codec: lossless round trips through a JSON line.
+// Tests of the StepReport and TrainingRunResult JSON codec: lossless round trips through a JSON
+// line.
 #include "engine/train/step_report_json.h"
 
 #include <gtest/gtest.h>
@@ -224,35 +225,64 @@ TEST(StepReportJsonTest, WrongTypesNameTheKey) {
   ExpectInvalid(R"([1])", "step report: the value is not an object");
 }
 
-TEST(EvalReplyJsonTest, RoundTrips) {
-  const EvalReplyReport a{.index = 3,
-                          .prompt = "Once upon a time",
-                          .ids = {0, -2147483647 - 1, 2147483647, 42},
-                          .stopped = true,
-                          .text = "there was a \"model\"\n"};
-  const nlohmann::json json = EvalReplyToJson(a);
-  EXPECT_EQ(json.size(), 5u);
-  const absl::StatusOr<EvalReplyReport> b = EvalReplyFromJson(ThroughLine(json));
+TEST(TrainingRunResultJsonTest, RoundTrips) {
+  TrainingRunResult a;
+  a.unigram_entropy_nats = 0.1;
+  a.initial_validation_loss = std::numeric_limits<double>::quiet_NaN();  // no validation windows
+  a.final_validation_loss = std::numeric_limits<double>::infinity();
+  a.final_train_loss = 1e-300;
+  a.tokens_per_second = 12345.678;
+  a.resumed_from_step = 18446744073709551615ull;
+  a.last_checkpoint = "/x/step-000000000003";
+  a.parameters = 9223372036854775807;
+  a.steps_run = 7;
+  a.speculations_committed = 2;
+  a.speculations_discarded = 5;
+  const nlohmann::json json = TrainingRunResultToJson(a);
+  EXPECT_EQ(json.size(), 11u);
+  const absl::StatusOr<TrainingRunResult> b = TrainingRunResultFromJson(ThroughLine(json));
   ASSERT_TRUE(b.ok()) << b.status();
-  EXPECT_EQ(b->index, a.index);
-  EXPECT_EQ(b->prompt, a.prompt);
-  EXPECT_EQ(b->ids, a.ids);
-  EXPECT_EQ(b->stopped, a.stopped);
-  EXPECT_EQ(b->text, a.text);
+  EXPECT_EQ(std::bit_cast<uint64_t>(b->unigram_entropy_nats),
+            std::bit_cast<uint64_t>(a.unigram_entropy_nats));
+  EXPECT_TRUE(std::isnan(b->initial_validation_loss));
+  EXPECT_EQ(b->final_validation_loss, a.final_validation_loss);
+  EXPECT_EQ(std::bit_cast<uint64_t>(b->final_train_loss),
+            std::bit_cast<uint64_t>(a.final_train_loss));
+  EXPECT_EQ(b->tokens_per_second, a.tokens_per_second);
+  EXPECT_EQ(b->resumed_from_step, a.resumed_from_step);
+  EXPECT_EQ(b->last_checkpoint, a.last_checkpoint);
+  EXPECT_EQ(b->parameters, a.parameters);
+  EXPECT_EQ(b->steps_run, a.steps_run);
+  EXPECT_EQ(b->speculations_committed, a.speculations_committed);
+  EXPECT_EQ(b->speculations_discarded, a.speculations_discarded);
 }
 
-TEST(EvalReplyJsonTest, MissingAndWrongKeys) {
-  const absl::StatusOr<EvalReplyReport> empty = EvalReplyFromJson(nlohmann::json::object());
+TEST(TrainingRunResultJsonTest, MissingAndWrongKeys) {
+  const absl::StatusOr<TrainingRunResult> empty =
+      TrainingRunResultFromJson(nlohmann::json::object());
   ASSERT_TRUE(empty.ok()) << empty.status();
-  EXPECT_EQ(empty->index, 0);
-  EXPECT_TRUE(empty->ids.empty());
-  EXPECT_FALSE(empty->stopped);
+  EXPECT_EQ(empty->steps_run, 0u);
+  EXPECT_TRUE(empty->last_checkpoint.empty());
 
-  const absl::StatusOr<EvalReplyReport> bad =
-      EvalReplyFromJson(nlohmann::json::parse(R"({"ids": [1, 2147483648]})"));
+  const absl::StatusOr<TrainingRunResult> bad =
+      TrainingRunResultFromJson(nlohmann::json::parse(R"({"steps_run": -1})"));
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(bad.status().message(), "eval reply: 'ids[1]' is not an integer in range");
+  EXPECT_EQ(bad.status().message(), "run result: 'steps_run' is not an integer in range");
+}
+
+TEST(NumberJsonTest, NonFiniteNumbersRoundTrip) {
+  for (double v :
+       {2.5, std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity()}) {
+    const absl::StatusOr<double> back = NumberFromJson(ThroughLine(NumberToJson(v)));
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, v);
+  }
+  const absl::StatusOr<double> nan =
+      NumberFromJson(ThroughLine(NumberToJson(std::numeric_limits<double>::quiet_NaN())));
+  ASSERT_TRUE(nan.ok()) << nan.status();
+  EXPECT_TRUE(std::isnan(*nan));
+  EXPECT_FALSE(NumberFromJson(nlohmann::json("x")).ok());
 }
 
 }  // namespace
