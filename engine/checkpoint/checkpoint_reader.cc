@@ -1,6 +1,7 @@
 // Checkpoint reader.
 #include "engine/checkpoint/checkpoint_reader.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <map>
@@ -58,6 +59,45 @@ absl::Status PlanCopy(const SafetensorsFile& file, const std::string& name, cons
                                             must_be_f32 ? ", not F32" : ", not a float type"));
   }
   plan->push_back({&file, name, dest, slot.num_elements(), slot.offset});
+  return absl::OkStatus();
+}
+
+// A ZeRO-1 shard's piece of an optimizer tensor: elements [begin, end) of it, under `name`.
+struct Piece {
+  const SafetensorsFile* file = nullptr;
+  std::string name;
+  size_t begin = 0;
+  size_t end = 0;
+};
+
+// The copies of tensor `name` from its pieces, which must be F32, one-dimensional and cover the
+// slot's elements exactly once.
+absl::Status PlanPieceCopies(std::vector<Piece> pieces, const std::string& name,
+                             const TensorSlot& slot, float* dest, std::vector<Copy>* plan) {
+  std::sort(pieces.begin(), pieces.end(),
+            [](const Piece& a, const Piece& b) { return a.begin < b.begin; });
+  size_t covered = 0;
+  for (const Piece& p : pieces) {
+    const SafetensorsTensorInfo* info = p.file->Find(p.name);
+    const size_t n = p.end - p.begin;
+    if (p.begin != covered || p.end > slot.num_elements()) {
+      return absl::DataLossError(absl::StrCat(
+          p.file->path(), ": ", p.name, " does not continue ", name, "'s pieces at element ",
+          covered, " within its ", slot.num_elements(), " (a shard missing or from another run)"));
+    }
+    if (info->dtype != SafetensorsDtype::kF32 || info->shape.size() != 1 ||
+        info->shape[0] != static_cast<int64_t>(n)) {
+      return absl::DataLossError(absl::StrCat(p.file->path(), ": tensor ", p.name,
+                                              " is not F32 of shape [", n, "]"));
+    }
+    plan->push_back({p.file, p.name, dest == nullptr ? nullptr : dest + p.begin, n,
+                     slot.offset + p.begin});
+    covered = p.end;
+  }
+  if (covered != slot.num_elements()) {
+    return absl::DataLossError(absl::StrCat(name, ": its pieces cover ", covered, " of ",
+                                            slot.num_elements(), " elements"));
+  }
   return absl::OkStatus();
 }
 
@@ -173,21 +213,42 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Checkpoi
       optimizer_files.push_back(*f);
     }
   }
-  std::map<std::string, const SafetensorsFile*> optimizer_file_of;  // tensor -> file
-  size_t optimizer_tensors = 0;
+  std::map<std::string, const SafetensorsFile*> optimizer_file_of;  // tensor or piece -> file
+  // ZeRO-1 shards' pieces of a tensor (OptimizerPieceName), by the tensor's name.
+  std::map<std::string, std::vector<Piece>> pieces_of;
   for (const SafetensorsFile* f : optimizer_files) {
     for (const SafetensorsTensorInfo& t : f->tensors()) {
-      ++optimizer_tensors;
       if (!optimizer_file_of.emplace(t.name, f).second) {
         return absl::DataLossError(absl::StrCat(f->path(), ": tensor ", t.name, " is also in ",
                                                 optimizer_file_of[t.name]->path()));
       }
+      Piece piece{f, t.name};
+      std::string whole;
+      if (ParseOptimizerPieceName(t.name, &whole, &piece.begin, &piece.end)) {
+        pieces_of[whole].push_back(piece);
+      }
     }
   }
-  // The optimizer file holding `name` (the first one when none does: PlanCopy names it missing).
-  const auto optimizer_of = [&](const std::string& name) -> const SafetensorsFile& {
+  // Optimizer tensors found, a tensor in pieces counted once.
+  size_t optimizer_tensors = optimizer_file_of.size();
+  for (const auto& [name, pieces] : pieces_of) {
+    if (optimizer_file_of.contains(name)) {
+      return absl::DataLossError(absl::StrCat(optimizer_file_of[name]->path(), ": tensor ", name,
+                                              " is also in pieces, as ", pieces.front().name,
+                                              " of ", pieces.front().file->path()));
+    }
+    optimizer_tensors -= pieces.size() - 1;
+  }
+  // Plans the copy of optimizer tensor `name`, whole or from its pieces.
+  const auto plan_optimizer_copy = [&](const std::string& name, const TensorSlot& slot,
+                                       float* dest, std::vector<Copy>* plan) -> absl::Status {
     auto it = optimizer_file_of.find(name);
-    return it != optimizer_file_of.end() ? *it->second : *optimizer_files.front();
+    if (it != optimizer_file_of.end() || !pieces_of.contains(name)) {
+      // Whole (the first file when none holds it: PlanCopy names it missing).
+      return PlanCopy(it != optimizer_file_of.end() ? *it->second : *optimizer_files.front(), name,
+                      slot, true, dest, plan);
+    }
+    return PlanPieceCopies(pieces_of[name], name, slot, dest, plan);
   };
 
   // Plan every copy, checking names, shapes and dtypes, before writing anything.
@@ -221,20 +282,18 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Checkpoi
         std::vector<Copy> unused;
         s = PlanCopy(*it->second, slot.hf_name, slot, false, nullptr, &unused);  // shape check only
         if (s.ok())
-          s = PlanCopy(optimizer_of("master." + slot.hf_name), "master." + slot.hf_name, slot, true,
-                       master == nullptr ? nullptr : master + slot.offset, &master_plan);
+          s = plan_optimizer_copy("master." + slot.hf_name, slot,
+                                  master == nullptr ? nullptr : master + slot.offset, &master_plan);
       } else {
         s = PlanCopy(*it->second, slot.hf_name, slot, true,
                      master == nullptr ? nullptr : master + slot.offset, &master_plan);
       }
       // m and v land in per-entry staging (see below), at the slot's offset.
       if (s.ok()) {
-        s = PlanCopy(optimizer_of("m." + slot.hf_name), "m." + slot.hf_name, slot, true, nullptr,
-                     &state_plan[e][0]);
+        s = plan_optimizer_copy("m." + slot.hf_name, slot, nullptr, &state_plan[e][0]);
       }
       if (s.ok()) {
-        s = PlanCopy(optimizer_of("v." + slot.hf_name), "v." + slot.hf_name, slot, true, nullptr,
-                     &state_plan[e][1]);
+        s = plan_optimizer_copy("v." + slot.hf_name, slot, nullptr, &state_plan[e][1]);
       }
       if (!s.ok()) return s;
     }
@@ -273,7 +332,7 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Checkpoi
     }
   }
   // m and v: one entry at a time through the store (RAM or the NVMe tier). A ZeRO-1 rank keeps
-  // only its own entries' (every entry was verified above all the same), so any world size loads.
+  // only its own ranges' (every entry was verified above all the same), so any world size loads.
   for (int e = 0; e < store.num_entries(); ++e) {
     if (!store.has_optimizer_state(e)) continue;
     const size_t n = store.spec(e).elements;
@@ -289,7 +348,9 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Checkpoi
         }
       }
     }
-    if (absl::Status s = store.WriteOptimizerState(e, staged[0].data(), staged[1].data());
+    const size_t first = store.optimizer_state_range(e).first;  // a ZeRO-1 rank's range
+    if (absl::Status s =
+            store.WriteOptimizerState(e, staged[0].data() + first, staged[1].data() + first);
         !s.ok()) {
       return s;
     }

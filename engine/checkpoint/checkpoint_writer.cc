@@ -4,7 +4,9 @@
 #include <fcntl.h>
 #include <stdio.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -197,24 +199,42 @@ absl::Status WriteCompanionFiles(const std::string& dir, const std::vector<HfCom
   return absl::OkStatus();
 }
 
-// The optimizer state as `file_name`: every entry's, or with `own_entries_only` the entries whose
-// m and v this store holds (a ZeRO-1 rank's shard).
+// The optimizer state as `file_name`: every entry's, or with `own_state_only` the part this store
+// holds (a ZeRO-1 rank's shard: ParameterStore::optimizer_state_range), a tensor the range cuts
+// written as its piece (OptimizerPieceName).
 absl::Status WriteOptimizerFile(Checkpointable& trainer, const std::string& dir,
-                                const std::string& file_name, bool own_entries_only,
+                                const std::string& file_name, bool own_state_only,
                                 bool with_master, WrittenFiles* records,
                                 const std::function<void(int)>& entry_written) {
-  std::vector<TensorRef> tensors = AllTensors(trainer.layout());
-  if (own_entries_only) {
-    std::erase_if(tensors, [&trainer](const TensorRef& t) {
-      return !trainer.store().has_optimizer_state(t.entry);
-    });
+  // A tensor's elements [begin, end) (relative to the tensor), all of it unless own_state_only.
+  struct Piece {
+    TensorRef t;
+    size_t begin = 0;
+    size_t end = 0;
+    bool whole() const { return begin == 0 && end == t.slot->num_elements(); }
+  };
+  std::vector<Piece> pieces;
+  for (const TensorRef& t : AllTensors(trainer.layout())) {
+    const size_t n = t.slot->num_elements();
+    if (!own_state_only) {
+      pieces.push_back({t, 0, n});
+      continue;
+    }
+    const ElementRange range = trainer.store().optimizer_state_range(t.entry);
+    const size_t begin = std::max(range.first, t.slot->offset);
+    const size_t end = std::min(range.end(), t.slot->offset + n);
+    if (begin < end) pieces.push_back({t, begin - t.slot->offset, end - t.slot->offset});
   }
   std::vector<SafetensorsEntry> entries;
-  for (const TensorRef& t : tensors) {
-    if (with_master)
-      entries.push_back({"master." + t.slot->hf_name, SafetensorsDtype::kF32, t.slot->shape});
-    entries.push_back({"m." + t.slot->hf_name, SafetensorsDtype::kF32, t.slot->shape});
-    entries.push_back({"v." + t.slot->hf_name, SafetensorsDtype::kF32, t.slot->shape});
+  for (const Piece& p : pieces) {
+    const std::vector<int64_t> shape =
+        p.whole() ? p.t.slot->shape : std::vector<int64_t>{static_cast<int64_t>(p.end - p.begin)};
+    for (const char* kind : {"master.", "m.", "v."}) {
+      if (!with_master && std::string_view(kind) == "master.") continue;
+      const std::string name = kind + p.t.slot->hf_name;
+      entries.push_back({p.whole() ? name : OptimizerPieceName(name, p.begin, p.end),
+                         SafetensorsDtype::kF32, shape});
+    }
   }
   absl::StatusOr<SafetensorsStreamWriter> writer =
       SafetensorsStreamWriter::Create(absl::StrCat(dir, "/", file_name), std::move(entries),
@@ -225,15 +245,17 @@ absl::Status WriteOptimizerFile(Checkpointable& trainer, const std::string& dir,
   ParameterStore& store = trainer.mutable_store();
   MasterReader masters(store);
   int staged_entry = -1;
+  ElementRange staged_range;
   std::vector<float> m, v;
   const float* master = nullptr;
-  for (const TensorRef& t : tensors) {
-    const EntryBuffers b = store.entry(t.entry);
+  for (const Piece& p : pieces) {
+    const TensorRef& t = p.t;
     if (t.entry != staged_entry) {
       // The previous entry's master, m and v are all in the files now.
       if (staged_entry >= 0 && entry_written) entry_written(staged_entry);
-      m.resize(b.elements);
-      v.resize(b.elements);
+      staged_range = store.optimizer_state_range(t.entry);
+      m.resize(staged_range.count);
+      v.resize(staged_range.count);
       if (absl::Status s = store.ReadOptimizerState(t.entry, m.data(), v.data()); !s.ok()) {
         return s;
       }
@@ -244,13 +266,15 @@ absl::Status WriteOptimizerFile(Checkpointable& trainer, const std::string& dir,
       }
       staged_entry = t.entry;
     }
-    const size_t n = t.slot->num_elements();
-    const float* const arrays[] = {with_master ? master : nullptr, m.data(), v.data()};
+    // Element offsets in the entry, and in the staged range's m and v.
+    const size_t first = t.slot->offset + p.begin;
+    const size_t n = p.end - p.begin;
+    const float* const arrays[] = {with_master ? master + first : nullptr,
+                                   m.data() + (first - staged_range.first),
+                                   v.data() + (first - staged_range.first)};
     for (const float* base : arrays) {
       if (base == nullptr) continue;
-      if (absl::Status s = writer->Append(absl::MakeConstSpan(base + t.slot->offset, n)); !s.ok()) {
-        return s;
-      }
+      if (absl::Status s = writer->Append(absl::MakeConstSpan(base, n)); !s.ok()) return s;
     }
   }
   if (staged_entry >= 0 && entry_written) entry_written(staged_entry);
@@ -436,10 +460,10 @@ absl::StatusOr<std::string> WriteCheckpointSnapshot(Checkpointable& trainer,
   // A ZeRO-1 rank holds only its shard of m and v: it writes with WriteShardedCheckpoint. Refused
   // before anything is created rather than half-way through.
   for (int e = 0; e < trainer.store().num_entries(); ++e) {
-    if (!trainer.store().has_optimizer_state(e)) {
+    if (!trainer.store().has_whole_optimizer_state(e)) {
       return absl::FailedPreconditionError(
           absl::StrCat("checkpoint: entry ", e,
-                       "'s optimizer state is another rank's ZeRO-1 shard; "
+                       "'s optimizer state is (partly) another rank's ZeRO-1 shard; "
                        "a ZeRO-1 rank writes with WriteShardedCheckpoint (docs/scale_out.md)"));
     }
   }
@@ -458,6 +482,37 @@ absl::StatusOr<std::string> WriteCheckpointSnapshot(Checkpointable& trainer,
     return s;
   }
   return final_path;
+}
+
+std::string OptimizerPieceName(const std::string& name, size_t begin, size_t end) {
+  return absl::StrCat(name, "[", begin, ":", end, "]");
+}
+
+bool ParseOptimizerPieceName(const std::string& piece, std::string* name, size_t* begin,
+                             size_t* end) {
+  if (piece.empty() || piece.back() != ']') return false;
+  const size_t open = piece.rfind('[');
+  if (open == std::string::npos || open == 0) return false;
+  const std::string_view inside(piece.data() + open + 1, piece.size() - open - 2);
+  const size_t colon = inside.find(':');
+  if (colon == std::string_view::npos) return false;
+  uint64_t b = 0, e = 0;
+  const std::string_view bs = inside.substr(0, colon), es = inside.substr(colon + 1);
+  // Digits only (SimpleAtoi would take a sign or spaces): the writer's form, nothing else.
+  const auto digits = [](std::string_view d) {
+    return !d.empty() && d.size() <= 19 &&
+           std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  const auto parse = [](std::string_view d, uint64_t* out) {
+    return std::from_chars(d.data(), d.data() + d.size(), *out).ec == std::errc();
+  };
+  if (!digits(bs) || !digits(es) || !parse(bs, &b) || !parse(es, &e) || b >= e) {
+    return false;
+  }
+  *name = piece.substr(0, open);
+  *begin = b;
+  *end = e;
+  return true;
 }
 
 std::string OptimizerShardFileName(int rank, int world) {

@@ -98,8 +98,9 @@ absl::StatusOr<std::string> WriteCheckpointSnapshot(Checkpointable& trainer,
                                                     const std::function<void(int)>& entry_written);
 
 // ZeRO-1 shard checkpoints (docs/scale_out.md). Each rank writes the optimizer state (m, v, and
-// the master when the model is not F32) of the entries its store holds
-// (ParameterStore::has_optimizer_state) as OptimizerShardFileName(rank, world); rank 0 writes the
+// the master when the model is not F32) of the elements its store holds
+// (ParameterStore::optimizer_state_range), a tensor its range cuts as that piece
+// (OptimizerPieceName), as OptimizerShardFileName(rank, world); rank 0 writes the
 // model, trainer_state.json and the one manifest.json (and provenance record) listing every
 // shard, and commits the directory as WriteCheckpoint does. LoadCheckpoint reads it on any world
 // size. Every rank calls it at the same step with the same arguments.
@@ -111,6 +112,12 @@ struct ShardedCheckpointRanks {
   std::function<absl::Status(const absl::Status&)> all_ok;
 };
 std::string OptimizerShardFileName(int rank, int world);
+// A shard's part of an optimizer tensor (`m.<hf_name>` ...): elements [begin, end) of the
+// flattened tensor, one-dimensional, named `m.<hf_name>[begin:end]`. Parse returns false for a
+// name not of that form (a whole tensor's).
+std::string OptimizerPieceName(const std::string& name, size_t begin, size_t end);
+bool ParseOptimizerPieceName(const std::string& piece, std::string* name, size_t* begin,
+                             size_t* end);
 absl::StatusOr<std::string> WriteShardedCheckpoint(Checkpointable& trainer, const std::string& root,
                                                    const CheckpointRunInfo& run,
                                                    const CheckpointOptions& options,

@@ -11,6 +11,14 @@
 
 namespace megatrain::engine {
 
+// Elements [first, first + count) of an entry.
+struct ElementRange {
+  size_t first = 0;
+  size_t count = 0;
+  size_t end() const { return first + count; }
+  bool operator==(const ElementRange&) const = default;
+};
+
 struct EntryChunk {
   int unit = 0;      // index in the NVMe files' unit order (entries in order, chunks ascending)
   size_t first = 0;  // first element of the entry in the chunk
@@ -32,6 +40,8 @@ class EntryChunks {
   }
 
   size_t chunk_elements() const { return chunk_elements_; }
+  int num_entries() const { return static_cast<int>(elements_.size()); }
+  size_t entry_elements(int entry) const { return elements_[entry]; }
   int num_units() const { return base_.empty() ? 0 : base_.back(); }
   int num_chunks(int entry) const { return base_[entry + 1] - base_[entry]; }
   EntryChunk chunk(int entry, int c) const {

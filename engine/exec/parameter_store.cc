@@ -17,6 +17,7 @@ absl::StatusOr<ParameterStore::HostArray> ParameterStore::AllocateArray(Device& 
                                                                         size_t elements,
                                                                         bool pinned) {
   HostArray array;
+  array.elements = elements;
   const size_t bytes = elements * sizeof(float);
   if (pinned) {
     absl::StatusOr<PinnedHostBuffer> buffer = device.AllocatePinned(bytes);
@@ -63,26 +64,39 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
         absl::StrCat("nvme_chunk_bytes=", placement.nvme_chunk_bytes,
                      " must be a positive multiple of ", kChunkQuantum, " (256 KiB)"));
   }
-  if (!placement.optimizer_state_entries.empty()) {
-    if (placement.optimizer_state_entries.size() != entries.size()) {
+  if (!placement.optimizer_state_ranges.empty()) {
+    if (placement.optimizer_state_ranges.size() != entries.size()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("optimizer_state_entries has ", placement.optimizer_state_entries.size(),
-                       " flags for ", entries.size(), " entries"));
+          absl::StrCat("optimizer_state_ranges has ", placement.optimizer_state_ranges.size(),
+                       " ranges for ", entries.size(), " entries"));
+    }
+    const size_t chunk_elements = placement.nvme_chunk_bytes / sizeof(float);
+    for (size_t e = 0; e < entries.size(); ++e) {
+      const ElementRange& r = placement.optimizer_state_ranges[e];
+      if (r.count == 0) continue;
+      // Whole chunks: the state file and the optimizer pass work in them.
+      if (r.first % chunk_elements != 0 || r.end() > entries[e].elements ||
+          (r.end() != entries[e].elements && r.end() % chunk_elements != 0)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("optimizer_state_ranges[", e, "] = [", r.first, ", ", r.end(),
+                         ") is not whole chunks of ", chunk_elements, " elements within the entry's ",
+                         entries[e].elements));
+      }
     }
     // The masters of every entry are needed (ZeRO-1 broadcasts them into every rank's): they
-    // cannot share the state file, which holds only this rank's entries.
+    // cannot share the state file, which holds only this rank's ranges.
     if (placement.master_on_nvme) {
       return absl::InvalidArgumentError(
-          "optimizer_state_entries (ZeRO-1 sharding) needs every entry's master in RAM, not "
+          "optimizer_state_ranges (ZeRO-1 sharding) needs every entry's master in RAM, not "
           "master_on_nvme (asked for, or a RAM budget too small for the masters)");
     }
   }
   if (placement.alternate_ram_state &&
-      (placement.master_on_nvme || !placement.optimizer_state_entries.empty() ||
+      (placement.master_on_nvme || !placement.optimizer_state_ranges.empty() ||
        (placement.states_on_nvme && !placement.alternate_state_regions))) {
     return absl::InvalidArgumentError(
         "alternate_ram_state needs the master of every entry in RAM (not master_on_nvme), every "
-        "entry's m and v (not ZeRO-1 optimizer_state_entries), and with states_on_nvme the "
+        "entry's m and v (not ZeRO-1 optimizer_state_ranges), and with states_on_nvme the "
         "state file's alternate_state_regions for m and v");
   }
   ParameterStore store;
@@ -135,19 +149,21 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
       std::vector<HostArray>* list;
       bool pinned;
       const char* kind;
+      size_t elements;
     };
     std::vector<Wanted> wanted;
     if (grad_in_ram[i]) {
-      wanted.push_back({&store.grad_, placement.grad_pinned, "gradient"});
+      wanted.push_back({&store.grad_, placement.grad_pinned, "gradient", n});
     } else {
       store.grad_.emplace_back();  // on NVMe
     }
     if (!placement.master_on_nvme) {
-      wanted.push_back({&store.master_, placement.master_pinned, "master"});
+      wanted.push_back({&store.master_, placement.master_pinned, "master", n});
     }
     if (!placement.states_on_nvme && store.has_optimizer_state(static_cast<int>(i))) {
-      wanted.push_back({&store.m_, false, "adam_m"});
-      wanted.push_back({&store.v_, false, "adam_v"});
+      const size_t owned = store.optimizer_state_range(static_cast<int>(i)).count;
+      wanted.push_back({&store.m_, false, "adam_m", owned});
+      wanted.push_back({&store.v_, false, "adam_v", owned});
     } else if (!placement.states_on_nvme) {
       store.m_.emplace_back();  // another rank's shard: null
       store.v_.emplace_back();
@@ -167,7 +183,7 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
       store.compute_.push_back(std::move(*array));
     }
     for (const Wanted& w : wanted) {
-      absl::StatusOr<HostArray> array = AllocateArray(device, n, w.pinned);
+      absl::StatusOr<HostArray> array = AllocateArray(device, w.elements, w.pinned);
       if (!array.ok()) {
         return absl::Status(array.status().code(), absl::StrCat("parameter entry ", i, " ", w.kind,
                                                                 ": ", array.status().message()));
@@ -196,13 +212,14 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
   if (placement.states_on_nvme) {
     options.arrays_per_entry = placement.master_on_nvme ? 3 : 2;
     options.alternate_regions = placement.alternate_state_regions;
-    // A ZeRO-1 rank's file holds its own entries only: the others' units are empty (no bytes,
-    // passed over by the read-ahead), so unit numbers stay the chunks' everywhere.
+    // A ZeRO-1 rank's file holds its own ranges' chunks only: the others' units are empty (no
+    // bytes, passed over by the read-ahead), so unit numbers stay the chunks' everywhere.
     std::vector<size_t> units = store.chunks_.unit_elements();
     for (int e = 0; e < store.num_entries(); ++e) {
-      if (store.has_optimizer_state(e)) continue;
       for (int c = 0; c < store.chunks_.num_chunks(e); ++c) {
-        units[store.chunks_.chunk(e, c).unit] = 0;
+        if (!store.holds_state_of(store.chunks_.chunk(e, c), e)) {
+          units[store.chunks_.chunk(e, c).unit] = 0;
+        }
       }
     }
     absl::StatusOr<std::unique_ptr<tiers::NvmeStateStore>> state =
@@ -253,6 +270,7 @@ EntryBuffers ParameterStore::entry(int i) const {
     b.m = m_[i].data();
     b.v = v_[i].data();
   }
+  b.state_first = optimizer_state_range(i).first;
   b.elements = specs_[i].elements;
   return b;
 }
@@ -268,17 +286,20 @@ absl::Status ParameterStore::ReadOptimizerState(int e, float* m, float* v) const
     return absl::FailedPreconditionError(absl::StrCat(
         "entry ", e, "'s optimizer state is another rank's ZeRO-1 shard, not in this store"));
   }
+  const ElementRange range = optimizer_state_range(e);
   if (state_store_ == nullptr) {
-    const size_t bytes = specs_[e].elements * sizeof(float);
+    const size_t bytes = range.count * sizeof(float);
     std::memcpy(m, m_[e].data(), bytes);
     std::memcpy(v, v_[e].data(), bytes);
     return absl::OkStatus();
   }
   return ForEachStagedChunk(e, /*dirty=*/false,
                             [&](const EntryChunk& c, const tiers::StagedEntry& s) {
-                              std::memcpy(m + c.first, s.array(0), c.count * sizeof(float));
-                              std::memcpy(v + c.first, s.array(1), c.count * sizeof(float));
-                            });
+                              const size_t at = c.first - range.first;
+                              std::memcpy(m + at, s.array(0), c.count * sizeof(float));
+                              std::memcpy(v + at, s.array(1), c.count * sizeof(float));
+                            },
+                            /*state_chunks_only=*/true);
 }
 
 absl::Status ParameterStore::WriteOptimizerState(int e, const float* m, const float* v) {
@@ -286,8 +307,9 @@ absl::Status ParameterStore::WriteOptimizerState(int e, const float* m, const fl
     return absl::FailedPreconditionError(absl::StrCat(
         "entry ", e, "'s optimizer state is another rank's ZeRO-1 shard, not in this store"));
   }
+  const ElementRange range = optimizer_state_range(e);
   if (state_store_ == nullptr) {
-    const size_t bytes = specs_[e].elements * sizeof(float);
+    const size_t bytes = range.count * sizeof(float);
     std::memcpy(m_[e].data(), m, bytes);
     std::memcpy(v_[e].data(), v, bytes);
     return absl::OkStatus();
@@ -295,9 +317,11 @@ absl::Status ParameterStore::WriteOptimizerState(int e, const float* m, const fl
   // The master streams in the same records: read, change m and v, write back.
   return ForEachStagedChunk(e, /*dirty=*/true,
                             [&](const EntryChunk& c, const tiers::StagedEntry& s) {
-                              std::memcpy(s.array(0), m + c.first, c.count * sizeof(float));
-                              std::memcpy(s.array(1), v + c.first, c.count * sizeof(float));
-                            });
+                              const size_t at = c.first - range.first;
+                              std::memcpy(s.array(0), m + at, c.count * sizeof(float));
+                              std::memcpy(s.array(1), v + at, c.count * sizeof(float));
+                            },
+                            /*state_chunks_only=*/true);
 }
 
 absl::Status ParameterStore::ReadMaster(int e, float* master) const {
@@ -332,9 +356,11 @@ absl::Status ParameterStore::WriteMasterFromScratch(int e, const float* scratch)
 }
 
 template <typename Fn>
-absl::Status ParameterStore::ForEachStagedChunk(int e, bool dirty, Fn fn) const {
+absl::Status ParameterStore::ForEachStagedChunk(int e, bool dirty, Fn fn,
+                                                bool state_chunks_only) const {
   for (int k = 0; k < chunks_.num_chunks(e); ++k) {
     const EntryChunk c = chunks_.chunk(e, k);
+    if (state_chunks_only && !holds_state_of(c, e)) continue;
     absl::StatusOr<tiers::StagedEntry> staged = state_store_->Acquire(c.unit);
     if (!staged.ok()) return staged.status();
     fn(c, *staged);
@@ -446,7 +472,7 @@ size_t ParameterStore::pageable_ram_bytes() const {
        {&master_, &grad_, &m_, &v_, &alt_master_, &alt_m_, &alt_v_}) {
     for (size_t e = 0; e < list->size(); ++e) {
       const HostArray& a = (*list)[e];
-      if (a.pinned.empty() && a.pageable != nullptr) bytes += specs_[e].elements * sizeof(float);
+      if (a.pinned.empty() && a.pageable != nullptr) bytes += a.elements * sizeof(float);
     }
   }
   if (rows_grad_.pageable != nullptr) {

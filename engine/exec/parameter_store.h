@@ -32,8 +32,12 @@ struct EntrySpec {
 
 struct EntryBuffers {
   float* master = nullptr;  // null when the master lives on NVMe (ReadMaster/WriteMaster)
-  float* m = nullptr;       // null when the optimizer state lives on NVMe
+  // m and v of elements [state_first, ...) of the entry (a ZeRO-1 rank's range; 0 otherwise):
+  // element i's m is m[i - state_first]. Null when the optimizer state lives on NVMe, or when
+  // this rank holds none of the entry's.
+  float* m = nullptr;
   float* v = nullptr;
+  size_t state_first = 0;
   float* grad = nullptr;     // null when the gradient lives on NVMe (NvmeGradients)
   uint16_t* compute_bf16 = nullptr;  // bf16 bits of the master; null when the master is it
   float* compute_fp32 = nullptr;     // a copy of the master (CPU device, master on NVMe)
@@ -78,11 +82,12 @@ struct StorePlacement {
   size_t nvme_chunk_bytes = kDefaultNvmeChunkBytes;
   static constexpr size_t kDefaultNvmeChunkBytes = tiers::kDefaultNvmeChunkBytes;
   std::string nvme_dir;  // with states_on_nvme or grad_on_nvme
-  // ZeRO-1 (docs/scale_out.md): when not empty, one flag per entry, and m and v are allocated
-  // only for the entries flagged (the ones this rank owns and updates); the others' m and v are
-  // null and ReadOptimizerState / WriteOptimizerState refuse them. With states_on_nvme the state
-  // file holds the flagged entries only. Every master stays in RAM (not master_on_nvme).
-  std::vector<bool> optimizer_state_entries;
+  // ZeRO-1 (docs/scale_out.md, Zero1Shards): when not empty, one range per entry, and m and v
+  // are allocated only for those elements (the ones this rank owns and updates), each range whole
+  // chunks (EntryChunks) of its entry, maybe none. ReadOptimizerState / WriteOptimizerState move
+  // the range's, and refuse an entry with an empty one. With states_on_nvme the state file holds
+  // the ranges' chunks only. Every master stays in RAM (not master_on_nvme).
+  std::vector<ElementRange> optimizer_state_ranges;
   // Data parallelism over MPI with a tied embedding (docs/scale_out.md): this entry (the
   // embedding, also the LM head) gets a second gradient array of its size, where the executor
   // scatters the rows' gradient apart from the LM head's, so the ranks' reduction can add the two
@@ -155,13 +160,27 @@ class ParameterStore {
     return entry == placement_.rows_gradient_entry ? rows_grad_.data() : nullptr;
   }
 
-  // Whether this store holds entry e's m and v (false for a ZeRO-1 rank's unowned entries).
-  bool has_optimizer_state(int entry) const {
-    return placement_.optimizer_state_entries.empty() ||
-           placement_.optimizer_state_entries[entry];
+  // The elements of entry e whose m and v this store holds: the whole entry, or a ZeRO-1 rank's
+  // range (StorePlacement::optimizer_state_ranges; count 0 when another rank owns all of it).
+  ElementRange optimizer_state_range(int entry) const {
+    return placement_.optimizer_state_ranges.empty()
+               ? ElementRange{0, specs_[entry].elements}
+               : placement_.optimizer_state_ranges[entry];
   }
-  // m and v of one entry wherever they live; not during an optimizer pass. FAILED_PRECONDITION
-  // for an entry without optimizer state here (has_optimizer_state).
+  bool has_optimizer_state(int entry) const { return optimizer_state_range(entry).count > 0; }
+  // Whether chunk c (of entry e) lies in the entry's optimizer_state_range: ranges are whole
+  // chunks, so a chunk is in or out.
+  bool holds_state_of(const EntryChunk& c, int entry) const {
+    const ElementRange range = optimizer_state_range(entry);
+    return c.first >= range.first && c.first < range.end();
+  }
+  // Whether this store holds m and v of the whole entry.
+  bool has_whole_optimizer_state(int entry) const {
+    return optimizer_state_range(entry).count == specs_[entry].elements;
+  }
+  // m and v of the entry's optimizer_state_range (range.count floats each) wherever they live;
+  // not during an optimizer pass. FAILED_PRECONDITION for an entry without optimizer state here
+  // (has_optimizer_state).
   absl::Status ReadOptimizerState(int entry, float* m, float* v) const;
   absl::Status WriteOptimizerState(int entry, const float* m, const float* v);
   // The fp32 master of one entry wherever it lives (entry's elements floats);
@@ -219,14 +238,15 @@ class ParameterStore {
   struct HostArray {
     PinnedHostBuffer pinned;
     std::unique_ptr<float, FreeDeleter> pageable;
+    size_t elements = 0;  // allocated (a ZeRO-1 range's m and v: fewer than the entry's)
     float* data() const { return pinned.empty() ? pageable.get() : pinned.data_as<float>(); }
   };
   ParameterStore() = default;
   static absl::StatusOr<HostArray> AllocateArray(Device& device, size_t elements, bool pinned);
-  // Acquires each chunk of entry e from the state file, calls fn(chunk,
-  // staged), releases it (written back when dirty).
+  // Acquires each chunk of entry e from the state file (only those of its optimizer_state_range
+  // with state_chunks_only), calls fn(chunk, staged), releases it (written back when dirty).
   template <typename Fn>
-  absl::Status ForEachStagedChunk(int e, bool dirty, Fn fn) const;
+  absl::Status ForEachStagedChunk(int e, bool dirty, Fn fn, bool state_chunks_only = false) const;
   // Allocates alt_master_, alt_m_, alt_v_ (StorePlacement::alternate_ram_state).
   absl::Status AllocateAlternates(Device& device);
   // Writes the compute copy of one entry (if any) from `master`, its new values.

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/exec/nvme_gradients.h"
+#include "engine/optimizer/grad_norm.h"
 
 namespace megatrain::engine {
 
@@ -228,27 +229,8 @@ absl::Status AllRanksOk(dist::Communicator& comm, const absl::Status& mine) {
   return absl::OkStatus();
 }
 
-std::vector<int> Zero1EntryOwners(const std::vector<size_t>& entry_elements, int world) {
-  size_t total = 0;
-  for (size_t n : entry_elements) total += n;
-  std::vector<int> owners(entry_elements.size(), 0);
-  size_t before = 0;
-  for (size_t e = 0; e < entry_elements.size(); ++e) {
-    // The middle element's share, in integers: floor(world * (before + n/2) / total).
-    const size_t middle = before + entry_elements[e] / 2;
-    const size_t share =
-        total == 0
-            ? 0
-            : static_cast<size_t>(
-                  (static_cast<unsigned __int128>(middle) * static_cast<unsigned>(world)) / total);
-    owners[e] = static_cast<int>(std::min<size_t>(share, static_cast<size_t>(world - 1)));
-    before += entry_elements[e];
-  }
-  return owners;
-}
-
 absl::Status ReduceGradientsToOwners(dist::Communicator& comm, ParameterStore& store,
-                                     const std::vector<int>& owners) {
+                                     const Zero1Shards& shards) {
   for (int e = 0; e < store.num_entries(); ++e) {
     const EntryBuffers b = store.entry(e);
     if (b.grad == nullptr) {
@@ -257,40 +239,81 @@ absl::Status ReduceGradientsToOwners(dist::Communicator& comm, ParameterStore& s
                        "'s gradient is on NVMe (grad_on_nvme or a RAM budget that overflows)"));
     }
     const float* apart = store.rows_gradient(e);  // as in ReduceGradientsInRankOrder
-    if (absl::Status s =
-            apart != nullptr
-                ? comm.ReduceFloatPairsInRankOrderTo(b.grad, apart, b.elements, owners[e])
-                : comm.ReduceFloatsInRankOrderTo(b.grad, b.elements, owners[e]);
-        !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("reducing entry ", e, "'s gradient to rank ",
-                                                 owners[e], ": ", s.message()));
+    for (int owner = 0; owner < shards.world(); ++owner) {
+      const ElementRange r = shards.range(e, owner);
+      if (r.count == 0) continue;
+      if (absl::Status s = apart != nullptr
+                               ? comm.ReduceFloatPairsInRankOrderTo(b.grad + r.first,
+                                                                    apart + r.first, r.count, owner)
+                               : comm.ReduceFloatsInRankOrderTo(b.grad + r.first, r.count, owner);
+          !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("reducing entry ", e, "'s gradient [", r.first,
+                                                   ", ", r.end(), ") to rank ", owner, ": ",
+                                                   s.message()));
+      }
     }
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<double>> GatherOwnedSumsOfSquares(dist::Communicator& comm,
-                                                             const std::vector<double>& owned_sums,
-                                                             const std::vector<int>& owners) {
-  absl::StatusOr<std::vector<double>> all = comm.AllGatherDoubles(owned_sums);
+absl::StatusOr<std::vector<double>> OwnedGradSumsOfSquares(dist::Communicator& comm,
+                                                           const ParameterStore& store,
+                                                           const Zero1Shards& shards,
+                                                           ThreadPool* pool) {
+  // Every entry's norm chunks, laid end to end: entry e's partial k at base[e] + k.
+  const auto norm_chunks = [](size_t elements) {
+    return (elements + kGradNormChunkElements - 1) / kGradNormChunkElements;
+  };
+  std::vector<size_t> base(store.num_entries() + 1, 0);
+  for (int e = 0; e < store.num_entries(); ++e) {
+    base[e + 1] = base[e] + norm_chunks(store.spec(e).elements);
+  }
+  std::vector<double> mine(base.back(), 0.0);
+  for (int e = 0; e < store.num_entries(); ++e) {
+    const ElementRange r = shards.range(e, comm.rank());
+    if (r.count == 0) continue;
+    const float* grad = store.entry(e).grad;
+    if (grad == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("ZeRO-1 needs gradients in RAM; entry ", e, "'s gradient is on NVMe"));
+    }
+    // Ranges start at whole store chunks, multiples of the norm's chunk (ParameterStore::Create
+    // checks nvme_chunk_bytes), so these are the partials of the whole gradient.
+    GradChunkSumsOfSquares(absl::MakeConstSpan(grad + r.first, r.count), pool,
+                           mine.data() + base[e] + r.first / kGradNormChunkElements);
+  }
+  absl::StatusOr<std::vector<double>> all = comm.AllGatherDoubles(mine);
   if (!all.ok()) return all.status();
-  const size_t entries = owned_sums.size();
-  std::vector<double> sums(entries);
-  for (size_t e = 0; e < entries; ++e) sums[e] = (*all)[owners[e] * entries + e];
+  std::vector<double> sums(store.num_entries());
+  std::vector<double> partials;
+  for (int e = 0; e < store.num_entries(); ++e) {
+    partials.assign(base[e + 1] - base[e], 0.0);
+    for (size_t k = 0; k < partials.size(); ++k) {
+      const int owner = shards.owner_of(e, k * kGradNormChunkElements);
+      partials[k] = (*all)[owner * base.back() + base[e] + k];
+    }
+    sums[e] = SumPartials(partials);
+  }
   return sums;
 }
 
 absl::Status BroadcastUpdatedMasters(dist::Communicator& comm, ParameterStore& store,
-                                     const std::vector<int>& owners) {
+                                     const Zero1Shards& shards) {
   for (int e = 0; e < store.num_entries(); ++e) {
     const EntryBuffers b = store.entry(e);
     if (b.master == nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(
           "ZeRO-1 needs the masters in RAM; entry ", e, "'s master is on NVMe (master_on_nvme)"));
     }
-    if (absl::Status s = comm.Broadcast(b.master, b.elements * sizeof(float), owners[e]); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("broadcasting entry ", e, "'s master from rank ",
-                                                 owners[e], ": ", s.message()));
+    for (int owner = 0; owner < shards.world(); ++owner) {
+      const ElementRange r = shards.range(e, owner);
+      if (r.count == 0) continue;
+      if (absl::Status s = comm.Broadcast(b.master + r.first, r.count * sizeof(float), owner);
+          !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("broadcasting entry ", e, "'s master [",
+                                                   r.first, ", ", r.end(), ") from rank ", owner,
+                                                   ": ", s.message()));
+      }
     }
   }
   return store.RefreshComputeCopy();

@@ -2,8 +2,8 @@
 // micro-batches, then these combine the ranks' valid-target counts, loss sums and gradients so
 // that every rank holds what one process with all the micro-batches would, bit for bit when each
 // rank runs one micro-batch (rank r = micro-batch slot r of an accumulation-W step). Replicated:
-// the optimizer pass then runs on every rank over the replicated state. ZeRO-1: each rank owns
-// whole entries, gets their reduced gradients, updates them, and broadcasts their masters.
+// the optimizer pass then runs on every rank over the replicated state. ZeRO-1: each rank owns a
+// range of every entry, gets its reduced gradient, updates it, and broadcasts its master.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +12,9 @@
 
 #include "absl/status/statusor.h"
 #include "engine/dist/communicator.h"
+#include "engine/common/thread_pool.h"
 #include "engine/exec/parameter_store.h"
+#include "engine/exec/zero1_shards.h"
 
 namespace megatrain::engine {
 
@@ -92,31 +94,31 @@ std::string GradientLayoutFingerprint(const ParameterStore& store);
 // every rank must pass together (a sharded checkpoint), so no rank is left waiting in a collective.
 absl::Status AllRanksOk(dist::Communicator& comm, const absl::Status& mine);
 
-// ZeRO-1 (docs/scale_out.md): each rank owns whole parameter-store entries, so the per-entry
-// sums of squares of the gradient norm stay one rank's, combined in entry order as one process
-// combines them. The owners: contiguous runs of entries in entry order, balanced by elements
-// (entry e goes to the rank whose 1/world share of all elements holds e's middle element).
-// Every rank computes the same table. A rank may own nothing (more ranks than entries).
-std::vector<int> Zero1EntryOwners(const std::vector<size_t>& entry_elements, int world);
+// ZeRO-1 (docs/scale_out.md): each rank owns a contiguous range of whole chunks of every entry
+// (Zero1Shards; maybe none), so a rank's part of each gradient norm partial is the one one
+// process computes. Every collective below is made by every rank with the same table.
 
-// Entry e's gradient slab becomes, on its owner only, the rank-ordered sum of the ranks' slabs
-// (ReduceFloatsInRankOrderTo; pairs for a rows' gradient kept apart, as in
-// ReduceGradientsInRankOrder); the other ranks' slabs keep their own contributions. Gradients on
-// NVMe are refused.
+// Each entry's gradient slab becomes, in each owner's range and on that owner only, the
+// rank-ordered sum of the ranks' slabs (ReduceFloatsInRankOrderTo per owned range; pairs for a
+// rows' gradient kept apart, as in ReduceGradientsInRankOrder); the rest of every rank's slabs
+// keep their own contributions. Gradients on NVMe are refused.
 absl::Status ReduceGradientsToOwners(dist::Communicator& comm, ParameterStore& store,
-                                     const std::vector<int>& owners);
+                                     const Zero1Shards& shards);
 
-// The per-entry gradient sums of squares every rank needs for the norm: `owned_sums` holds this
-// rank's owned entries' sums (anything elsewhere); the result holds each entry's owner's value,
-// the bits one process would have computed from the full gradient.
-absl::StatusOr<std::vector<double>> GatherOwnedSumsOfSquares(dist::Communicator& comm,
-                                                             const std::vector<double>& owned_sums,
-                                                             const std::vector<int>& owners);
+// Every entry's gradient sum of squares, the bits one process computes from the full reduced
+// gradient (grad_norm.h): each rank computes the norm's chunk partials of its ranges, the
+// partials are all-gathered, and each entry's are added in chunk order. `pool` as for
+// GradSumOfSquares.
+absl::StatusOr<std::vector<double>> OwnedGradSumsOfSquares(dist::Communicator& comm,
+                                                           const ParameterStore& store,
+                                                           const Zero1Shards& shards,
+                                                           ThreadPool* pool);
 
-// After the owners' optimizer pass: every entry's master (the CPU device's compute copy) is
-// broadcast from its owner, in entry order, so every rank streams the same weights; compute
-// copies, where the store has them, are rewritten from the masters. Masters on NVMe are refused.
+// After the owners' optimizer pass: every owned range of every entry's master (the CPU device's
+// compute copy) is broadcast from its owner, in entry order, so every rank streams the same
+// weights; compute copies, where the store has them, are rewritten from the masters. Masters on
+// NVMe are refused.
 absl::Status BroadcastUpdatedMasters(dist::Communicator& comm, ParameterStore& store,
-                                     const std::vector<int>& owners);
+                                     const Zero1Shards& shards);
 
 }  // namespace megatrain::engine

@@ -4,11 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "engine/device/cpu_device.h"
+#include "engine/optimizer/grad_norm.h"
 #include "engine/tiers/test_dir.h"
 #include "engine/train/trainer.h"
 
@@ -101,20 +103,6 @@ TEST(DataParallelStepTest, WorldOfOneKeepsCountsAndLossSums) {
   EXPECT_TRUE(CheckSameJob(one, "{\"steps\": 4} from step 1").ok());
 }
 
-TEST(Zero1EntryOwnersTest, ContiguousRunsBalancedByElements) {
-  // Entries of 10, 10, 40, 10, 10, 20 elements (100): halves at 50.
-  const std::vector<size_t> elements = {10, 10, 40, 10, 10, 20};
-  EXPECT_EQ(Zero1EntryOwners(elements, 1), (std::vector<int>{0, 0, 0, 0, 0, 0}));
-  EXPECT_EQ(Zero1EntryOwners(elements, 2), (std::vector<int>{0, 0, 0, 1, 1, 1}));
-  EXPECT_EQ(Zero1EntryOwners(elements, 3), (std::vector<int>{0, 0, 1, 1, 2, 2}));
-  // More ranks than entries: every entry has one owner in range, some ranks own nothing.
-  for (int owner : Zero1EntryOwners({5, 7}, 4)) {
-    EXPECT_GE(owner, 0);
-    EXPECT_LT(owner, 4);
-  }
-  EXPECT_EQ(Zero1EntryOwners({5, 7}, 4), (std::vector<int>{0, 2}));
-}
-
 TEST(AllRanksOkTest, WorldOfOneReturnsItsOwnStatusWithItsRank) {
   dist::SingleProcessCommunicator one;
   EXPECT_TRUE(AllRanksOk(one, absl::OkStatus()).ok());
@@ -123,11 +111,26 @@ TEST(AllRanksOkTest, WorldOfOneReturnsItsOwnStatusWithItsRank) {
   EXPECT_EQ(failed.message(), "rank 0: disk full");
 }
 
-TEST(Zero1EntryOwnersTest, WorldOfOneOwnsEverythingAndGathersItsOwnSums) {
+// A world of one owns every element, and its gathered sums are GradSumOfSquares' bits.
+TEST(Zero1SumsTest, WorldOfOneGivesOneProcessBits) {
   dist::SingleProcessCommunicator one;
-  const std::vector<int> owners = Zero1EntryOwners({3, 4, 5}, 1);
-  const std::vector<double> sums = {1.5, 2.25, 0.125};
-  EXPECT_EQ(*GatherOwnedSumsOfSquares(one, sums, owners), sums);
+  absl::StatusOr<std::unique_ptr<CpuDevice>> device = SmallCpuDevice(size_t{4} << 20);
+  ASSERT_TRUE(device.ok()) << device.status();
+  std::vector<EntrySpec> specs(2);
+  specs[0].elements = 3 * kGradNormChunkElements + 17;
+  specs[1].elements = 5;
+  absl::StatusOr<ParameterStore> store = ParameterStore::Create(**device, specs, {});
+  ASSERT_TRUE(store.ok()) << store.status();
+  for (int e = 0; e < 2; ++e) {
+    float* g = store->entry(e).grad;
+    for (size_t i = 0; i < specs[e].elements; ++i) g[i] = 0.001f * static_cast<float>(i % 977) - 0.3f;
+  }
+  const Zero1Shards shards(EntryChunks({specs[0].elements, specs[1].elements},
+                                       kGradNormChunkElements),
+                           1);
+  absl::StatusOr<std::vector<double>> sums = OwnedGradSumsOfSquares(one, *store, shards, nullptr);
+  ASSERT_TRUE(sums.ok()) << sums.status();
+  for (int e = 0; e < 2; ++e) EXPECT_EQ((*sums)[e], store->GradSumOfSquares(e, nullptr)) << e;
 }
 
 TEST(Zero1StoreTest, OptimizerStateOnlyForOwnedEntries) {
@@ -140,7 +143,7 @@ TEST(Zero1StoreTest, OptimizerStateOnlyForOwnedEntries) {
   absl::StatusOr<ParameterStore> full = ParameterStore::Create(**device, specs, all);
   ASSERT_TRUE(full.ok()) << full.status();
   StorePlacement sharded;
-  sharded.optimizer_state_entries = {true, false};
+  sharded.optimizer_state_ranges = {{0, 1000}, {0, 0}};
   absl::StatusOr<ParameterStore> shard = ParameterStore::Create(**device, specs, sharded);
   ASSERT_TRUE(shard.ok()) << shard.status();
   EXPECT_NE(shard->entry(0).m, nullptr);
@@ -161,10 +164,67 @@ TEST(Zero1StoreTest, OptimizerStateOnlyForOwnedEntries) {
   EXPECT_TRUE(shard->ReadOptimizerState(0, m.data(), v.data()).ok());
 
   StorePlacement wrong;
-  wrong.optimizer_state_entries = {true};
+  wrong.optimizer_state_ranges = {{0, 1000}};
   const absl::StatusOr<ParameterStore> bad = ParameterStore::Create(**device, specs, wrong);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.status().message().find("1 flags for 2 entries"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("1 ranges for 2 entries"), std::string::npos);
+  // A range must be whole chunks of its entry.
+  StorePlacement cut;
+  cut.nvme_chunk_bytes = size_t{256} << 10;
+  cut.optimizer_state_ranges = {{0, 1000}, {0, 100}};
+  const absl::StatusOr<ParameterStore> not_whole = ParameterStore::Create(**device, specs, cut);
+  EXPECT_EQ(not_whole.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(not_whole.status().message().find("optimizer_state_ranges[1] = [0, 100)"),
+            std::string::npos)
+      << not_whole.status();
+}
+
+// A rank's range of an entry several chunks long: m and v hold that range only, read and written
+// through the store at their offset, in RAM and on NVMe.
+TEST(Zero1StoreTest, PartOfAnEntry) {
+  absl::StatusOr<std::unique_ptr<CpuDevice>> device = SmallCpuDevice(size_t{8} << 20);
+  ASSERT_TRUE(device.ok()) << device.status();
+  std::vector<EntrySpec> specs(1);
+  specs[0].elements = 3 * 65536 + 100;  // four 64 Ki-element chunks, the last short
+  StorePlacement p;
+  p.nvme_chunk_bytes = size_t{256} << 10;
+  p.optimizer_state_ranges = {{65536, 2 * 65536}};
+  absl::StatusOr<ParameterStore> store = ParameterStore::Create(**device, specs, p);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ(store->entry(0).state_first, 65536u);
+  EXPECT_TRUE(store->has_optimizer_state(0));
+  EXPECT_FALSE(store->has_whole_optimizer_state(0));
+  StorePlacement all;
+  all.nvme_chunk_bytes = p.nvme_chunk_bytes;
+  absl::StatusOr<ParameterStore> full = ParameterStore::Create(**device, specs, all);
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_EQ(full->pageable_ram_bytes() - store->pageable_ram_bytes(),
+            2 * (65536 + 100) * sizeof(float));
+  std::vector<float> m(2 * 65536), v(2 * 65536), m_back(m.size()), v_back(v.size());
+  for (size_t i = 0; i < m.size(); ++i) {
+    m[i] = static_cast<float>(i) * 0.5f;
+    v[i] = static_cast<float>(i) + 0.25f;
+  }
+  ASSERT_TRUE(store->WriteOptimizerState(0, m.data(), v.data()).ok());
+  EXPECT_EQ(store->entry(0).m[5], m[5]);
+  ASSERT_TRUE(store->ReadOptimizerState(0, m_back.data(), v_back.data()).ok());
+  EXPECT_EQ(m_back, m);
+  EXPECT_EQ(v_back, v);
+
+  absl::Status usable;
+  const std::string dir = tiers::FreshTestDir("zero1_part_on_nvme", &usable);
+  if (!usable.ok()) GTEST_SKIP() << "no O_DIRECT scratch directory: " << usable;
+  p.states_on_nvme = true;
+  p.nvme_dir = dir;
+  absl::StatusOr<ParameterStore> on_nvme = ParameterStore::Create(**device, specs, p);
+  ASSERT_TRUE(on_nvme.ok()) << on_nvme.status();
+  EXPECT_EQ(on_nvme->state_store()->file_bytes(), 2 * 2 * (size_t{256} << 10))
+      << "two chunks of m and v";
+  ASSERT_TRUE(on_nvme->WriteOptimizerState(0, m.data(), v.data()).ok());
+  std::fill(m_back.begin(), m_back.end(), 0.0f);
+  ASSERT_TRUE(on_nvme->ReadOptimizerState(0, m_back.data(), v_back.data()).ok());
+  EXPECT_EQ(m_back, m);
+  EXPECT_EQ(v_back, v);
 }
 
 // ZeRO-1 with the optimizer state on NVMe: the rank's state file holds its own entries' m and v
@@ -182,7 +242,7 @@ TEST(Zero1StoreTest, StateFileOnNvmeHoldsOnlyOwnedEntries) {
   p.states_on_nvme = true;
   p.nvme_chunk_bytes = size_t{256} << 10;
   p.nvme_dir = dir;
-  p.optimizer_state_entries = {false, true, false};
+  p.optimizer_state_ranges = {{0, 0}, {0, 70000}, {0, 0}};
   absl::StatusOr<ParameterStore> store = ParameterStore::Create(**device, specs, p);
   ASSERT_TRUE(store.ok()) << store.status();
   const tiers::NvmeStateStore& file = *store->state_store();

@@ -253,8 +253,8 @@ void Trainer::LaunchUpdate(uint64_t version, double clip_coefficient, double lr,
         snapshot_mu_.Await(absl::Condition(&written));
       }
       const auto t0 = std::chrono::steady_clock::now();
-      // ZeRO-1: only the owner updates; the others get its master by broadcast.
-      const bool mine = zero1_owners_.empty() || zero1_owners_[e] == options_.communicator->rank();
+      // ZeRO-1: only the owners update (each its range); the others get the masters by broadcast.
+      const bool mine = store_.has_optimizer_state(e);
       if (update_status_.ok() && !committed.empty() && committed[e]) {
         CommitSpeculated(e);  // updated during the backward with this very coefficient
       } else if (update_status_.ok() && mine) {
@@ -277,7 +277,8 @@ absl::Status Trainer::UpdateEntry(int e, const kernels::AdamwStepScalars& decay,
   // A speculative update of a state in RAM writes the alternates, out of place (the current
   // master, m and v stay as they are until the commit swaps them in).
   const EntryBuffers alternate = speculative ? store_.alternate(e) : EntryBuffers{};
-  if (states == nullptr && grads == nullptr && copy == nullptr) {
+  if (states == nullptr && grads == nullptr && copy == nullptr &&
+      store_.has_whole_optimizer_state(e)) {
     const AdamwArrays arrays = UpdateTargets(b.master, b.m, b.v, alternate, 0);
     adamw_.StepTo(decay, no_decay, store_.spec(e).segments, arrays, b.grad, b.compute_bf16);
     if (b.compute_fp32 != nullptr) {
@@ -286,13 +287,15 @@ absl::Status Trainer::UpdateEntry(int e, const kernels::AdamwStepScalars& decay,
     return absl::OkStatus();
   }
   // Chunk by chunk (ParameterStore::chunks): each chunk's m, v (and master)
-  // are read ahead of its update while earlier chunks are written back.
+  // are read ahead of its update while earlier chunks are written back. A ZeRO-1 rank updates
+  // the chunks of its range only.
   const EntryChunks& chunks = store_.chunks();
   for (int c = 0; c < chunks.num_chunks(e); ++c) {
     const EntryChunk chunk = chunks.chunk(e, c);
+    if (!store_.holds_state_of(chunk, e)) continue;
     float* master = b.master != nullptr ? b.master + chunk.first : nullptr;
-    float* m = b.m != nullptr ? b.m + chunk.first : nullptr;
-    float* v = b.v != nullptr ? b.v + chunk.first : nullptr;
+    float* m = b.m != nullptr ? b.m + (chunk.first - b.state_first) : nullptr;
+    float* v = b.v != nullptr ? b.v + (chunk.first - b.state_first) : nullptr;
     if (states != nullptr) {
       // A speculative update follows the backward, not the unit order: it reads ahead within
       // the entry only.
@@ -536,10 +539,10 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
       std::vector<bool> shards(static_cast<size_t>(store_.num_entries()));
       for (int e = 0; e < store_.num_entries(); ++e) shards[e] = executor_->reduces_entry(e);
       reduced = GatherReducedGradients(*comm, store_, shards);
-    } else if (zero1_owners_.empty()) {
+    } else if (zero1_shards_.world() == 0) {
       reduced = ReduceGradientsInRankOrder(*comm, store_);
     } else {
-      reduced = ReduceGradientsToOwners(*comm, store_, zero1_owners_);
+      reduced = ReduceGradientsToOwners(*comm, store_, zero1_shards_);
     }
     if (!reduced.ok()) return reduced;
   }
@@ -581,14 +584,14 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
   }
 
   std::vector<double> sums(static_cast<size_t>(store_.num_entries()));
-  for (int e = 0; e < store_.num_entries(); ++e) {
-    // ZeRO-1: only the owner holds the entry's reduced gradient; the owners' sums are gathered.
-    if (!zero1_owners_.empty() && zero1_owners_[e] != comm->rank()) continue;
-    sums[e] = store_.GradSumOfSquares(e, &optimizer_pool_);
-  }
-  if (!zero1_owners_.empty()) {
+  if (zero1_shards_.world() == 0) {
+    for (int e = 0; e < store_.num_entries(); ++e) {
+      sums[e] = store_.GradSumOfSquares(e, &optimizer_pool_);
+    }
+  } else {
+    // ZeRO-1: each owner holds its ranges' reduced gradient; their norm partials are gathered.
     absl::StatusOr<std::vector<double>> gathered =
-        GatherOwnedSumsOfSquares(*comm, sums, zero1_owners_);
+        OwnedGradSumsOfSquares(*comm, store_, zero1_shards_, &optimizer_pool_);
     if (!gathered.ok()) return gathered.status();
     sums = std::move(*gathered);
   }
@@ -628,7 +631,7 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
     if (report.speculation_committed) CommitSpeculatedInRam(speculation.updated);
     LaunchUpdate(step_, report.clip_coefficient, report.learning_rate,
                  report.speculation_committed ? speculation.updated : std::vector<bool>{});
-    if (!zero1_owners_.empty()) {
+    if (zero1_shards_.world() != 0) {
       // The owners' new masters must reach every rank before the next forward reads them.
       WaitForUpdates();
       if (!update_status_.ok()) {
@@ -636,7 +639,7 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
                             absl::StrCat("optimizer update of step ", step_,
                                          " failed: ", update_status_.message()));
       }
-      if (absl::Status s = BroadcastUpdatedMasters(*comm, store_, zero1_owners_); !s.ok()) {
+      if (absl::Status s = BroadcastUpdatedMasters(*comm, store_, zero1_shards_); !s.ok()) {
         return s;
       }
       if (comm != nullptr) {

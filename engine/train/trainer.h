@@ -19,6 +19,7 @@
 #include "engine/dist/communicator.h"
 #include "engine/exec/parameter_store.h"
 #include "engine/exec/streaming_executor.h"
+#include "engine/exec/zero1_shards.h"
 #include "engine/exec/update_gate.h"
 #include "engine/model/model_config.h"
 #include "engine/model/parameter_layout.h"
@@ -84,12 +85,13 @@ struct TrainerOptions {
   // own micro-batches to Step; counts, loss sums and gradients are combined in rank order before
   // the norm (data_parallel_step.h). Null = this process alone. Not owned.
   dist::Communicator* communicator = nullptr;
-  // ZeRO-1 over `communicator` (docs/scale_out.md): each rank owns whole parameter-store entries
-  // (Zero1EntryOwners), holds m and v only for those, reduces their gradients to itself, updates
-  // them, and broadcasts their masters. Needs a communicator and the optimizer state and masters
-  // in RAM. Its ranks checkpoint together with WriteShardedCheckpoint (WriteCheckpoint refuses a
-  // shard); loading any checkpoint restores the owned entries' m and v and every master, so
-  // checkpoints resume on any world size.
+  // ZeRO-1 over `communicator` (docs/scale_out.md): each rank owns a range of whole chunks of
+  // every parameter-store entry (Zero1Shards over memory.nvme_chunk_bytes' chunks, so each holds
+  // about 1/W of m and v however large one entry is), reduces its ranges' gradients to itself,
+  // updates them, and broadcasts their masters. Needs a communicator, the masters and the
+  // gradients in RAM. Its ranks checkpoint together with WriteShardedCheckpoint (WriteCheckpoint
+  // refuses a shard); loading any checkpoint restores the owned ranges' m and v and every master,
+  // so checkpoints resume on any world size.
   bool zero1 = false;
   // Speculative update (docs/operations.md): during the last micro-batch's backward, each entry
   // whose gradient is final is updated with clip coefficient 1, out of place, into a second
@@ -270,8 +272,8 @@ class Trainer : public Checkpointable {
   std::vector<bool> snapshot_done_ ABSL_GUARDED_BY(snapshot_mu_);
   std::string placement_table_;
   std::vector<double> update_seconds_;  // per entry, written by the update thread
-  // ZeRO-1: the rank owning each entry; empty when off.
-  std::vector<int> zero1_owners_;
+  // ZeRO-1: which rank owns which elements of each entry; world() 0 when off.
+  Zero1Shards zero1_shards_;
   uint64_t step_ = 0;                   // optimizer steps attempted
   uint64_t applied_updates_ = 0;        // steps whose update ran (AdamW's t)
   int consecutive_skips_ = 0;

@@ -176,20 +176,26 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
       if (absl::Status s = turns_on_the_host(); !s.ok()) return s;
     }
   }
-  std::vector<int> zero1_owners;
+  Zero1Shards zero1_shards;
   if (options.zero1) {
     if (options.communicator == nullptr) {
       return absl::InvalidArgumentError("zero1 needs a communicator (data parallelism)");
     }
+    // The shards are whole chunks of the store (ParameterStore::chunks), whatever the tiers.
+    store_placement.nvme_chunk_bytes = options.memory.nvme_chunk_bytes;
+    if (store_placement.nvme_chunk_bytes == 0 ||
+        store_placement.nvme_chunk_bytes % tiers::kNvmeChunkQuantumBytes != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "memory.nvme_chunk_bytes=", store_placement.nvme_chunk_bytes,
+          " must be a positive multiple of ", tiers::kNvmeChunkQuantumBytes, " (256 KiB)"));
+    }
     std::vector<size_t> elements;
     for (const EntrySpec& spec : specs) elements.push_back(spec.elements);
-    zero1_owners = Zero1EntryOwners(elements, options.communicator->size());
+    zero1_shards = Zero1Shards(
+        EntryChunks(elements, store_placement.nvme_chunk_bytes / sizeof(float)),
+        options.communicator->size());
     // The placement counts only this rank's m and v (RAM or its NVMe file).
-    store_placement.optimizer_state_entries.resize(specs.size());
-    for (size_t e = 0; e < specs.size(); ++e) {
-      store_placement.optimizer_state_entries[e] =
-          zero1_owners[e] == options.communicator->rank();
-    }
+    store_placement.optimizer_state_ranges = zero1_shards.ranges_of(options.communicator->rank());
   }
   std::string placement_table;
   if (options.memory.enabled) {
@@ -200,10 +206,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
       b.compute_copy_stays_in_ram = b.grad_stays_in_ram;  // gathered by rows on the host
       const uint64_t n = spec.elements * sizeof(float);
       b[tiers::BufferKind::kMaster] = n;
-      const bool owned = store_placement.optimizer_state_entries.empty() ||
-                         store_placement.optimizer_state_entries[bytes.size()];
-      b[tiers::BufferKind::kM] = owned ? n : 0;
-      b[tiers::BufferKind::kV] = owned ? n : 0;
+      const uint64_t owned = store_placement.optimizer_state_ranges.empty()
+                                 ? n
+                                 : store_placement.optimizer_state_ranges[bytes.size()].count *
+                                       sizeof(float);
+      b[tiers::BufferKind::kM] = owned;
+      b[tiers::BufferKind::kV] = owned;
       // The embedding's gradient (which stays in RAM) and its rows' gradient apart, if any.
       b[tiers::BufferKind::kGrad] = b.grad_stays_in_ram && rows_gradient_apart ? 2 * n : n;
       // The CPU device computes from the master (or, with the master on NVMe,
@@ -304,7 +312,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
   trainer->dims_ = geometry->dims;
   trainer->reduce_scatter_across_ranks_ = across_ranks && device_reduction != nullptr;
   trainer->device_reduction_ = std::move(device_reduction);
-  trainer->zero1_owners_ = std::move(zero1_owners);
+  trainer->zero1_shards_ = std::move(zero1_shards);
   absl::StatusOr<std::unique_ptr<StreamingExecutor>> executor = StreamingExecutor::Create(
       device, geometry->dims, geometry->layout, trainer->store_, trainer->gate_, trainer->rope_,
       executor_options, &trainer->compute_pool_);

@@ -286,5 +286,23 @@ TEST_F(DamagedCheckpointTest, OtherModelIsRefused) {
       << loaded.status();
 }
 
+// A ZeRO-1 shard's piece of an optimizer tensor (OptimizerPieceName): the writer's form parses
+// back; anything else is a whole tensor's name, never a piece.
+TEST(OptimizerPieceNameTest, RoundTripsAndRefusesOtherForms) {
+  const std::string piece = OptimizerPieceName("m.model.embed_tokens.weight", 65536, 131088);
+  EXPECT_EQ(piece, "m.model.embed_tokens.weight[65536:131088]");
+  std::string name;
+  size_t begin = 0, end = 0;
+  ASSERT_TRUE(ParseOptimizerPieceName(piece, &name, &begin, &end));
+  EXPECT_EQ(name, "m.model.embed_tokens.weight");
+  EXPECT_EQ(begin, 65536u);
+  EXPECT_EQ(end, 131088u);
+  for (const char* other : {"m.model.embed_tokens.weight", "m.x[]", "m.x[1:1]", "m.x[2:1]",
+                            "m.x[-1:2]", "m.x[ 1:2]", "m.x[1:2", "[0:4]", "m.x[1:+2]",
+                            "m.x[1:99999999999999999999]"}) {
+    EXPECT_FALSE(ParseOptimizerPieceName(other, &name, &begin, &end)) << other;
+  }
+}
+
 }  // namespace
 }  // namespace megatrain::engine

@@ -8,7 +8,7 @@
 // outside (the failure tests). MODE: 0 = untied model, 1 = tied, zero1 / tiedzero1 = untied /
 // tied with ZeRO-1 (TrainerOptions::zero1; alone, plain accumulation W), big / bigzero1 = a
 // ~30M-parameter untied model for the memory measurement (OUT.vmhwm: the process's peak resident
-// kB, VmHWM). Checkpoints (environment): DP_SAVE_DIR and DP_SAVE_AT=N write a checkpoint after step
+// kB, VmHWM; a ZeRO-1 rank's OUT.shard: its ranges of the entries). Checkpoints (environment): DP_SAVE_DIR and DP_SAVE_AT=N write a checkpoint after step
 // N (ZeRO-1 ranks: a sharded one); DP_RESUME_FROM=DIR loads it first and trains the remaining
 // steps. A ZeRO-1 rank of W > 1 also tries to write a checkpoint at the end and records the refusal
 // in OUT.ckpt.
@@ -74,6 +74,9 @@ absl::Status Run(const std::string& prefix, int world, int steps, const std::str
   }
   testing::TinyShape shape;
   shape.tied = tied;
+  // The embedding and the LM head are three 64 Ki-element chunks each (below), so ZeRO-1 splits
+  // them among ranks (Zero1Shards), not only whole entries.
+  shape.vocab = 2731;
   if (big) {
     shape.layers = 8;
     shape.hidden = 512;
@@ -93,6 +96,7 @@ absl::Status Run(const std::string& prefix, int world, int steps, const std::str
   o.blas_threads = 1;
   o.communicator = mpi.get();
   o.zero1 = zero1 && mpi != nullptr;
+  o.memory.nvme_chunk_bytes = size_t{256} << 10;  // the smallest chunk: 64 Ki elements
   auto device = testing::MakeCpuDevice(big ? size_t{1} << 30 : size_t{96} << 20);
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
       Trainer::Create(*device, testing::TinyConfig(shape), o);
@@ -163,6 +167,15 @@ absl::Status Run(const std::string& prefix, int world, int steps, const std::str
     }
   }
   const std::string vmhwm = absl::StrCat(PeakResidentKb(), "\n");
+  // A ZeRO-1 rank's ranges: "ENTRY FIRST COUNT ELEMENTS" per entry it holds part of.
+  std::string shard;
+  for (int e = 0; o.zero1 && e < (*trainer)->store().num_entries(); ++e) {
+    const ElementRange r = (*trainer)->store().optimizer_state_range(e);
+    if (r.count > 0) {
+      absl::StrAppend(&shard, e, " ", r.first, " ", r.count, " ",
+                      (*trainer)->store().spec(e).elements, "\n");
+    }
+  }
   std::string ckpt;
   if (o.zero1 && world > 1) {
     const absl::StatusOr<std::string> refused =
@@ -174,7 +187,8 @@ absl::Status Run(const std::string& prefix, int world, int steps, const std::str
   for (const auto& [suffix, text] : {std::pair<const char*, const std::string*>{".losses", &losses},
                                      {".weights", &weights},
                                      {".vmhwm", &vmhwm},
-                                     {".ckpt", &ckpt}}) {
+                                     {".ckpt", &ckpt},
+                                     {".shard", &shard}}) {
     FILE* f = std::fopen((out + suffix).c_str(), "wb");
     if (f == nullptr || std::fwrite(text->data(), 1, text->size(), f) != text->size() ||
         std::fclose(f) != 0) {

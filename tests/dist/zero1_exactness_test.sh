@@ -1,15 +1,28 @@
 #!/usr/bin/env bash
-# ZeRO-1 is exact (docs/scale_out.md): W ranks under mpirun on loopback, each owning whole
-# parameter-store entries' optimizer state and running micro-batch slot r, give bitwise the
+# ZeRO-1 is exact (docs/scale_out.md): W ranks under mpirun on loopback, each owning a range of
+# every parameter-store entry's optimizer state and running micro-batch slot r, give bitwise the
 # losses, gradient norms and final weights of one process with accumulation W — for W = 2 and 3,
 # untied and tied embeddings — on every rank.
 set -euo pipefail
 source "$(dirname "$0")/dist_test_lib.sh"
 launch="$1"
 worker="$2"
+same_optimizer="$3"
 dir="${TEST_TMPDIR:-$(mktemp -d)}"
 steps=4
 ranks_equal_accumulation "${launch}" "${worker}" "${dir}" "${steps}" zero1 "ZeRO-1 "
+# The ranks' ranges cover every entry once, and they split entries, not only whole ones: the
+# embedding and the LM head are three chunks each, and at W=3 a share ends inside the embedding.
+for world in 2 3; do
+  cat "${dir}/w${world}".rank*.shard | awk -v world="${world}" -v need_split=$((world == 3)) '
+    { held[$1] += $3; size[$1] = $4; if ($3 < $4) split_entries[$1] = 1 }
+    END {
+      for (e in held) if (held[e] != size[e]) { print "FAIL: entry " e " held " held[e] " of " size[e]; exit 1 }
+      n = 0; for (e in split_entries) ++n
+      if (need_split && n == 0) { print "FAIL: W=" world ": no entry is split among ranks"; exit 1 }
+      print "ZeRO-1 W=" world ": " n " entries split among ranks, every element held once"
+    }'
+done
 # A ZeRO-1 rank holds a shard of m and v: writing a checkpoint is refused, naming why, before
 # anything is written (per-shard checkpoints are not implemented yet).
 for ((r = 0; r < 3; ++r)); do
@@ -61,6 +74,11 @@ for world in 2 3; do
   if [[ -e "${step_dir}/optimizer.safetensors" ]] || compgen -G "${step_dir}/.shard-*" >/dev/null; then
     echo "FAIL: ${step_dir} has an unsharded optimizer file or a shard sidecar left"; exit 1
   fi
+  # At W=3 the split entry's tensor is written in pieces, "m.<name>[begin:end]", by two shards.
+  if ((world == 3)); then
+    [[ "$(grep -la '"m\.[A-Za-z0-9_.]*\[[0-9]*:[0-9]*\]"' "${step_dir}"/optimizer-rank-* | wc -l)" -ge 2 ]] ||
+      { echo "FAIL: no tensor of ${step_dir} is in pieces in two shards"; exit 1; }
+  fi
   DP_RESUME_FROM="${step_dir}" "${worker}" "${dir}/zres${world}" "${world}" "${steps}" 0
   cmp "${dir}/w${world}.accum.last2" "${dir}/zres${world}.accum.losses" ||
     { echo "FAIL: ${world} shards -> 1 process: losses of steps 3-4 differ"; exit 1; }
@@ -68,6 +86,9 @@ for world in 2 3; do
     { echo "FAIL: ${world} shards -> 1 process: final weights differ"; exit 1; }
   echo "sharded checkpoint of ${world} ZeRO-1 ranks resumed in one process: bit for bit"
 done
+# The pieces put back together are one process's optimizer state (same_optimizer_state.py).
+same_state "$(ls -d "${dir}/ckpt3"/step-*)" "$(ls -d "${dir}/zckpt3"/step-*)" \
+  "3 ZeRO-1 shards (a tensor in pieces) vs one process" "${same_optimizer}"
 step_dir="$(ls -d "${dir}/zckpt2"/step-*)"
 # A sharded checkpoint missing a shard is refused, naming the file.
 cp -r "${step_dir}" "${dir}/broken"
