@@ -1,6 +1,7 @@
 // NvmeGradients: chunked gradient staging over an NvmeStateStore of one array per unit.
 #include "engine/exec/nvme_gradients.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -77,6 +78,24 @@ absl::Status NvmeGradients::EndChunk(int entry, int c) {
                          partials_[entry].data() + chunk.first / kGradNormChunkElements);
   staged_[chunk.unit] = nullptr;
   return store_->Release(chunk.unit, /*dirty=*/true);
+}
+
+absl::Status NvmeGradients::DropChunk(int entry, int c) {
+  absl::MutexLock lock(&mu_);
+  const EntryChunk chunk = chunks_.chunk(entry, c);
+  if (staged_[chunk.unit] == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("gradient chunk ", c, " of entry ", entry,
+                                                      " was not begun"));
+  }
+  staged_[chunk.unit] = nullptr;
+  return store_->Release(chunk.unit, /*dirty=*/false);
+}
+
+void NvmeGradients::CopyPartials(int entry, size_t first, size_t count, double* out) const {
+  absl::MutexLock lock(&mu_);
+  const size_t begin = first / kGradNormChunkElements;
+  const size_t end = (first + count + kGradNormChunkElements - 1) / kGradNormChunkElements;
+  std::copy(partials_[entry].begin() + begin, partials_[entry].begin() + end, out);
 }
 
 double NvmeGradients::SumOfSquares(int entry) const {

@@ -49,9 +49,17 @@ class NvmeGradients {
   // chunk in several pieces, such as the head's vocabulary blocks).
   absl::StatusOr<float*> Staged(int entry, int c) const;
   absl::Status EndChunk(int entry, int c);
+  // Ends a begun chunk without writing it back or recording its partials: a ZeRO-1 rank's chunk
+  // after its reduction to another rank, the owner (what this rank's file keeps is its own
+  // contribution, which the next step's first micro-batch overwrites).
+  absl::Status DropChunk(int entry, int c);
   // The sum of squares of the entry's gradient as of the last EndChunk of
   // each chunk: GradSumOfSquares' bits for the same values.
   double SumOfSquares(int entry) const;
+  // The norm partials (one per 64 Ki elements, grad_norm.h) of elements [first, first + count)
+  // of the entry, as of each chunk's last EndChunk, into out; first must be a multiple of
+  // kGradNormChunkElements (a chunk's start).
+  void CopyPartials(int entry, size_t first, size_t count, double* out) const;
 
   // 2. Read back for the optimizer, with read-ahead in unit order.
   // `within_entry`: read ahead only the entry's next chunk (an update in another order than

@@ -229,14 +229,43 @@ absl::Status AllRanksOk(dist::Communicator& comm, const absl::Status& mine) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// Entry e's gradient on NVMe, chunk by chunk, each to its owner (ranges are whole chunks): the
+// owner's staged chunk becomes the rank-ordered sum and is ended (its norm partials recorded,
+// written back); the others' are dropped unwritten. Every chunk is ended or dropped even when
+// the reduction fails, so no staging slot stays taken.
+absl::Status ReduceNvmeGradientToOwners(dist::Communicator& comm, NvmeGradients& grads, int e,
+                                        const Zero1Shards& shards) {
+  for (int c = 0; c < grads.num_chunks(e); ++c) {
+    const EntryChunk chunk = grads.chunk(e, c);
+    const int owner = shards.owner_of(e, chunk.first);
+    absl::StatusOr<float*> staged = grads.BeginChunk(e, c, /*overwrite=*/false);
+    if (!staged.ok()) return staged.status();
+    absl::Status reduced = comm.ReduceFloatsInRankOrderTo(*staged, chunk.count, owner);
+    absl::Status ended = owner == comm.rank() ? grads.EndChunk(e, c) : grads.DropChunk(e, c);
+    if (!reduced.ok()) {
+      return absl::Status(reduced.code(), absl::StrCat("chunk ", c, " to rank ", owner, ": ",
+                                                       reduced.message()));
+    }
+    if (!ended.ok()) return ended;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ReduceGradientsToOwners(dist::Communicator& comm, ParameterStore& store,
                                      const Zero1Shards& shards) {
   for (int e = 0; e < store.num_entries(); ++e) {
     const EntryBuffers b = store.entry(e);
     if (b.grad == nullptr) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("ZeRO-1 needs gradients in RAM; entry ", e,
-                       "'s gradient is on NVMe (grad_on_nvme or a RAM budget that overflows)"));
+      if (absl::Status s = ReduceNvmeGradientToOwners(comm, *store.nvme_gradients(), e, shards);
+          !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("reducing entry ", e,
+                                                   "'s gradient on NVMe: ", s.message()));
+      }
+      continue;
     }
     const float* apart = store.rows_gradient(e);  // as in ReduceGradientsInRankOrder
     for (int owner = 0; owner < shards.world(); ++owner) {
@@ -272,15 +301,16 @@ absl::StatusOr<std::vector<double>> OwnedGradSumsOfSquares(dist::Communicator& c
   for (int e = 0; e < store.num_entries(); ++e) {
     const ElementRange r = shards.range(e, comm.rank());
     if (r.count == 0) continue;
-    const float* grad = store.entry(e).grad;
-    if (grad == nullptr) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("ZeRO-1 needs gradients in RAM; entry ", e, "'s gradient is on NVMe"));
-    }
     // Ranges start at whole store chunks, multiples of the norm's chunk (ParameterStore::Create
     // checks nvme_chunk_bytes), so these are the partials of the whole gradient.
-    GradChunkSumsOfSquares(absl::MakeConstSpan(grad + r.first, r.count), pool,
-                           mine.data() + base[e] + r.first / kGradNormChunkElements);
+    double* out = mine.data() + base[e] + r.first / kGradNormChunkElements;
+    const float* grad = store.entry(e).grad;
+    if (grad == nullptr) {
+      // On NVMe: the owner's chunks recorded them when their reduction ended.
+      store.nvme_gradients()->CopyPartials(e, r.first, r.count, out);
+    } else {
+      GradChunkSumsOfSquares(absl::MakeConstSpan(grad + r.first, r.count), pool, out);
+    }
   }
   absl::StatusOr<std::vector<double>> all = comm.AllGatherDoubles(mine);
   if (!all.ok()) return all.status();

@@ -101,7 +101,8 @@ absl::Status AllRanksOk(dist::Communicator& comm, const absl::Status& mine);
 // Each entry's gradient slab becomes, in each owner's range and on that owner only, the
 // rank-ordered sum of the ranks' slabs (ReduceFloatsInRankOrderTo per owned range; pairs for a
 // rows' gradient kept apart, as in ReduceGradientsInRankOrder); the rest of every rank's slabs
-// keep their own contributions. Gradients on NVMe are refused.
+// keep their own contributions. A gradient on NVMe goes chunk by chunk, each to its owner, who
+// writes it back with its norm partials; the other ranks drop theirs unwritten.
 absl::Status ReduceGradientsToOwners(dist::Communicator& comm, ParameterStore& store,
                                      const Zero1Shards& shards);
 

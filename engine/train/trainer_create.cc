@@ -286,14 +286,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
           "them RAM or use host"));
     }
   }
-  // ZeRO-1 reduces each entry's gradient to its owner whole: the NVMe gradient chunks are
-  // reduced only by the replicated path.
-  if (options.zero1 && store_placement.grad_on_nvme) {
-    return absl::InvalidArgumentError(
-        "zero1: the memory placement puts the gradients on NVMe (memory.grad_on_nvme, or a RAM "
-        "budget too small for them); ZeRO-1 reduces gradients in RAM: give them RAM, or run "
-        "replicated");
-  }
   if (absl::Status s = CheckMultiDevicePlacement(static_cast<int>(devices.size()), store_placement);
       !s.ok()) {
     return s;

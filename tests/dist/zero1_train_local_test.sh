@@ -6,7 +6,8 @@
 # 2 ZeRO-1 ranks, in one process, and (accumulation 6) on 3 ranks; a one-process checkpoint
 # resumes on 2 ZeRO-1 ranks. A ZeRO-1 job whose rank 1 is killed with kill -9 after its first
 # checkpoint ends non-zero, and relaunched with --resume ends at the uninterrupted run's bits.
-# With the optimizer state on NVMe each rank's state file holds its shard only, at the same bits.
+# With the optimizer state on NVMe each rank's state file holds its shard only, at the same bits,
+# and with the gradients on NVMe too (each chunk reduced to its owner) the bits are the same.
 # --zero1 alone is refused.
 set -euo pipefail
 source "$(dirname "$0")/dist_test_lib.sh"
@@ -115,7 +116,7 @@ same_sharded_state "$(step "${dir}/alone8" 8)" "$(step "${dir}/killed" 8)" \
 # The optimizer state on NVMe: each rank's state file holds its own entries' m and v only (well
 # under one process's whole file), and the job ends at the bits of one process with everything in
 # RAM; resumed from its step-2 checkpoint (each rank's m and v read back into its file) it ends
-# there again. Gradients on NVMe are refused: ZeRO-1 reduces them to their owners in RAM.
+# there again.
 nvme=(--nvme_mb=1000 --pinned_ram_mb=1000 --ram_mb=1000 --states_on_nvme --nvme_chunk_mb=1)
 two=("${common[@]}" --steps=4 --accumulation=2 --checkpoint_every=2)
 mkdir -p "${dir}/nvme_whole" "${dir}/nvme_zero1" "${dir}/nvme_resumed" "${dir}/zero1_nvme_resumed"
@@ -139,10 +140,20 @@ timeout 300 "${launch}" 2 "${train}" "${two[@]}" "${nvme[@]}" --nvme_dir="${dir}
 expect_resumed "${dir}/zero1_nvme_resumed.log" "ZeRO-1 with the optimizer state on NVMe"
 same_sharded_state "$(step "${dir}/alone2" 4)" "$(step "${dir}/zero1_nvme_resumed" 4)" \
   "2 ZeRO-1 ranks, optimizer state on NVMe, resumed at step 2"
-expect_refused "ZeRO-1 with gradients on NVMe" "${dir}/zero1_grad_nvme.log" \
-  "zero1: the memory placement puts the gradients on NVMe" \
-  timeout 300 "${launch}" 2 "${train}" "${two[@]}" "${nvme[@]}" --grad_on_nvme \
-  --nvme_dir="${dir}/nvme_zero1" --zero1
+# The gradients on NVMe too: each chunk is reduced to its owner, which writes it back with its
+# norm partials (the other rank drops its copy unwritten), and the owners update from their files.
+mkdir -p "${dir}/nvme_grad"
+timeout 300 "${launch}" 2 "${train}" "${two[@]}" "${nvme[@]}" --grad_on_nvme \
+  --nvme_dir="${dir}/nvme_grad" --zero1 --checkpoint_dir="${dir}/zero1_grad_nvme" \
+  2>"${dir}/zero1_grad_nvme.log" ||
+  { cat "${dir}/zero1_grad_nvme.log"; echo "FAIL: ZeRO-1 with the gradients on NVMe"; exit 1; }
+for r in 0 1; do
+  [[ -s "${dir}/nvme_grad/rank-${r}/gradients.bin" ]] ||
+    { echo "FAIL: rank ${r} kept no gradients on NVMe"; ls -lR "${dir}/nvme_grad"; exit 1; }
+  echo "rank ${r}'s NVMe gradient file: $(stat -c %s "${dir}/nvme_grad/rank-${r}/gradients.bin") bytes"
+done
+same_sharded_state "$(step "${dir}/alone2" 4)" "$(step "${dir}/zero1_grad_nvme" 4)" \
+  "2 ZeRO-1 ranks, optimizer state and gradients on NVMe, vs accumulation 2 in RAM"
 
 # --zero1 outside a data-parallel job is refused, naming what it needs.
 expect_refused "--zero1 without --data_parallel" "${dir}/alone_zero1.log" \
