@@ -336,11 +336,18 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Checkpoi
   for (int e = 0; e < store.num_entries(); ++e) {
     if (!store.has_optimizer_state(e)) continue;
     const size_t n = store.spec(e).elements;
-    std::vector<float> staged[2] = {std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f)};
+    // Only the elements whose m and v the store holds (a ZeRO-1 rank's range) are staged and
+    // read: a rank loads its 1/W, whatever the shards the checkpoint was cut in.
+    const ElementRange range = store.optimizer_state_range(e);
+    std::vector<float> staged[2] = {std::vector<float>(range.count, 0.0f),
+                                    std::vector<float>(range.count, 0.0f)};
     for (int a = 0; a < 2; ++a) {
       for (const Copy& c : state_plan[e][a]) {
-        absl::Status s = c.file->ReadFloat32(
-            c.name, absl::MakeSpan(staged[a].data() + c.entry_offset, c.elements));
+        const size_t lo = std::max(range.first, c.entry_offset);
+        const size_t hi = std::min(range.end(), c.entry_offset + c.elements);
+        if (lo >= hi) continue;
+        absl::Status s = c.file->ReadFloat32Range(
+            c.name, lo - c.entry_offset, absl::MakeSpan(staged[a].data() + (lo - range.first), hi - lo));
         if (!s.ok()) {
           return absl::InternalError(absl::StrCat("after verification, reading ", c.name,
                                                   " failed: ", s.message(),
@@ -348,9 +355,7 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Checkpoi
         }
       }
     }
-    const size_t first = store.optimizer_state_range(e).first;  // a ZeRO-1 rank's range
-    if (absl::Status s =
-            store.WriteOptimizerState(e, staged[0].data() + first, staged[1].data() + first);
+    if (absl::Status s = store.WriteOptimizerState(e, staged[0].data(), staged[1].data());
         !s.ok()) {
       return s;
     }

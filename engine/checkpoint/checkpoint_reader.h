@@ -20,9 +20,11 @@ struct LoadedCheckpoint {
 // manifest, the config must equal the trainer's model, and every tensor of
 // the layout must be present with its shape and dtype in the model and
 // optimizer files before the first parameter is written. Errors name the
-// file and what is wrong; on error the trainer is untouched. A store holding only some entries'
-// optimizer state (a ZeRO-1 rank, ParameterStore::has_optimizer_state) restores m and v of those
-// only, and every master: a checkpoint of any world size resumes on any other.
+// file and what is wrong; on error the trainer is untouched. The optimizer state may be one file
+// or ZeRO-1 shards, a tensor whole or in pieces (OptimizerPieceName) that must cover it exactly
+// once. A store holding only a range of an entry's optimizer state (a ZeRO-1 rank,
+// ParameterStore::optimizer_state_range) reads and restores m and v of that range only, and every
+// master: a checkpoint of any world size resumes on any other.
 absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Checkpointable& trainer);
 
 }  // namespace megatrain::engine

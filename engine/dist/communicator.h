@@ -36,7 +36,7 @@ class Communicator {
   // ranks' contributions in that order, and the same bits on every rank. Never a transport's
   // reduction, whose order is unspecified (MPI_Allreduce on floats).
   virtual absl::Status ReduceFloatsInRankOrder(float* data, size_t n) = 0;
-  // The same rank-ordered sum, delivered to rank `root` only (ZeRO-1: the entry's owner is the
+  // The same rank-ordered sum, delivered to rank `root` only (ZeRO-1: the range's owner is the
   // one rank that needs its reduced gradient). The other ranks' data is left as it was.
   virtual absl::Status ReduceFloatsInRankOrderTo(float* data, size_t n, int root) = 0;
   // Two contributions per rank, `data` then `apart` (n floats each, the same n on every rank):

@@ -91,6 +91,11 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
           "master_on_nvme (asked for, or a RAM budget too small for the masters)");
     }
   }
+  if (placement.alternate_state_regions && !placement.optimizer_state_ranges.empty()) {
+    return absl::InvalidArgumentError(
+        "alternate_state_regions (the speculative update) needs every entry's m and v, not "
+        "ZeRO-1 optimizer_state_ranges");
+  }
   if (placement.alternate_ram_state &&
       (placement.master_on_nvme || !placement.optimizer_state_ranges.empty() ||
        (placement.states_on_nvme && !placement.alternate_state_regions))) {

@@ -318,9 +318,14 @@ absl::StatusOr<std::vector<double>> OwnedGradSumsOfSquares(dist::Communicator& c
   std::vector<double> partials;
   for (int e = 0; e < store.num_entries(); ++e) {
     partials.assign(base[e + 1] - base[e], 0.0);
-    for (size_t k = 0; k < partials.size(); ++k) {
-      const int owner = shards.owner_of(e, k * kGradNormChunkElements);
-      partials[k] = (*all)[owner * base.back() + base[e] + k];
+    // Each owner's run of the entry's partials, from that owner's contribution.
+    for (int owner = 0; owner < shards.world(); ++owner) {
+      const ElementRange r = shards.range(e, owner);
+      if (r.count == 0) continue;
+      const size_t k0 = r.first / kGradNormChunkElements;
+      const size_t k1 = (r.end() + kGradNormChunkElements - 1) / kGradNormChunkElements;
+      const double* from = all->data() + owner * base.back() + base[e];
+      std::copy(from + k0, from + k1, partials.begin() + k0);
     }
     sums[e] = SumPartials(partials);
   }

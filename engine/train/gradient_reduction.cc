@@ -80,7 +80,7 @@ absl::StatusOr<std::unique_ptr<DeviceReduction>> MakeRankReduction(Device& devic
   const std::string where = absl::StrCat("gradient_reduction across ", comm.size(), " ranks");
   if (zero1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        where, " with zero1: each entry's owner needs its whole reduced gradient, and the "
+        where, " with zero1: each range's owner needs its whole reduced gradient, and the "
                "reduce-scatter leaves one shard per rank; use gradient_reduction=host"));
   }
   if (device.kind() == DeviceKind::kCuda) {

@@ -64,7 +64,7 @@ absl::StatusOr<std::unique_ptr<DeviceReduction>> MakeDeviceReduction(
     const std::vector<Device*>& devices);
 // The reduction among the ranks of `comm`, one `device` each: rank order over the communicator
 // for the CPU device, NCCL over it for a GPU (NcclDeviceReduction::CreateOverHost, a collective:
-// every rank calls it). INVALID_ARGUMENT naming the field for ZeRO-1 (each entry's owner needs
+// every rank calls it). INVALID_ARGUMENT naming the field for ZeRO-1 (each range's owner needs
 // the whole of it, not one shard per rank).
 absl::StatusOr<std::unique_ptr<DeviceReduction>> MakeRankReduction(Device& device,
                                                                    dist::Communicator& comm,

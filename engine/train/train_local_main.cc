@@ -114,8 +114,9 @@ ABSL_FLAG(bool, compute_copy_on_nvme, false,
           "Put the compute copy on the NVMe tier too, with the master (all but the embedding's): "
           "weights stream from NVMe in step order.");
 ABSL_FLAG(int64_t, nvme_chunk_mb, 64,
-          "MiB per array of the chunks NVMe traffic and the host optimizer work in (a multiple "
-          "of 0.25; results never depend on it).");
+          "MiB per array of the chunks NVMe traffic and the host optimizer work in (results "
+          "never depend on it); with --zero1 also the unit of the ranks' shards, with or without "
+          "the NVMe tier (every rank must give the same).");
 ABSL_FLAG(int64_t, weight_ring_mb, 0,
           "Fragmented weight streaming through a device ring of this many MiB (it must hold the "
           "largest tensor); 0 = whole-layer weight slots.");
@@ -276,6 +277,13 @@ int main(int argc, char** argv) {
   t.optimizer_threads = absl::GetFlag(FLAGS_optimizer_threads);
   t.collect_timeline = !o.chrome_trace_path.empty();
   t.speculative_update = absl::GetFlag(FLAGS_speculative_update);
+  const int64_t chunk_mb = absl::GetFlag(FLAGS_nvme_chunk_mb);
+  if (chunk_mb < 1 || chunk_mb > (int64_t{1} << 20)) {
+    fprintf(stderr, "error: --nvme_chunk_mb=%lld must be 1..1048576\n",
+            static_cast<long long>(chunk_mb));
+    return 2;
+  }
+  t.memory.nvme_chunk_bytes = static_cast<size_t>(chunk_mb) << 20;
   const int64_t pinned_mb = absl::GetFlag(FLAGS_pinned_ram_mb);
   const int64_t ram_mb = absl::GetFlag(FLAGS_ram_mb);
   if (pinned_mb > 0 || ram_mb > 0 || !absl::GetFlag(FLAGS_nvme_dir).empty()) {
@@ -292,7 +300,6 @@ int main(int argc, char** argv) {
     t.memory.master_on_nvme = absl::GetFlag(FLAGS_master_on_nvme);
     t.memory.grad_on_nvme = absl::GetFlag(FLAGS_grad_on_nvme);
     t.memory.compute_copy_on_nvme = absl::GetFlag(FLAGS_compute_copy_on_nvme);
-    t.memory.nvme_chunk_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_nvme_chunk_mb)) << 20;
   } else if (absl::GetFlag(FLAGS_master_on_nvme) || absl::GetFlag(FLAGS_grad_on_nvme) ||
              absl::GetFlag(FLAGS_compute_copy_on_nvme)) {
     fprintf(stderr,

@@ -51,7 +51,9 @@ struct HostMemoryBudgets {
   // embedding's (gathered by rows on the host).
   bool compute_copy_on_nvme = false;
   // Bytes per array of the chunks NVMe traffic and the host optimizer work in
-  // (StorePlacement::nvme_chunk_bytes); results never depend on it.
+  // (StorePlacement::nvme_chunk_bytes); results never depend on it. Read with or
+  // without `enabled` under ZeRO-1, whose shards are whole chunks: every rank must
+  // use the same (Trainer::Create checks), and a checkpoint's piece names follow it.
   size_t nvme_chunk_bytes = StorePlacement::kDefaultNvmeChunkBytes;
   tiers::BlockIo* block_io_for_tests = nullptr;  // null = io_uring (see StorePlacement)
 };

@@ -115,14 +115,20 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
                             options.gradient_reduction == GradientReduction::kDeviceShards);
   if (options.communicator != nullptr && options.communicator->size() > 1) {
     // Making a reduction among the ranks may be a collective (NCCL's world formed over the
-    // host): first every rank agrees that all will make the same one, or all fail here naming
-    // the rank that differs, rather than meeting another rank's collective with this one.
+    // host): first every rank agrees that all will make the same one (and, under ZeRO-1, cut
+    // the same shards), or all fail here naming the rank that differs, rather than meeting
+    // another rank's collective with this one.
     if (absl::Status s = CheckSameJob(
             *options.communicator,
             absl::StrCat("gradient_reduction ", std::string(GradientReductionName(
                                                     options.gradient_reduction)),
                          " devices ", devices.size(), " kind ",
-                         std::string(DeviceKindName(device.kind())), " zero1 ", options.zero1));
+                         std::string(DeviceKindName(device.kind())), " zero1 ", options.zero1,
+                         // ZeRO-1's shards are the store's chunks: ranks whose chunks differ
+                         // would call the owners' collectives with different counts.
+                         options.zero1 ? absl::StrCat(" chunk bytes ",
+                                                      options.memory.nvme_chunk_bytes)
+                                       : std::string()));
         !s.ok()) {
       return s;
     }

@@ -74,8 +74,9 @@ absl::Status Run(const std::string& prefix, int world, int steps, const std::str
   }
   testing::TinyShape shape;
   shape.tied = tied;
-  // The embedding and the LM head are three 64 Ki-element chunks each (below), so ZeRO-1 splits
-  // them among ranks (Zero1Shards), not only whole entries.
+  // The embedding and the LM head are 2731 x 48 = 131088 elements each, two 64 Ki-element chunks
+  // and 16 elements (the chunk is set below), so ZeRO-1 splits them among ranks (Zero1Shards),
+  // not only whole entries.
   shape.vocab = 2731;
   if (big) {
     shape.layers = 8;
@@ -167,14 +168,12 @@ absl::Status Run(const std::string& prefix, int world, int steps, const std::str
     }
   }
   const std::string vmhwm = absl::StrCat(PeakResidentKb(), "\n");
-  // A ZeRO-1 rank's ranges: "ENTRY FIRST COUNT ELEMENTS" per entry it holds part of.
+  // A ZeRO-1 rank's ranges: "ENTRY FIRST COUNT ELEMENTS" per entry (count 0: none of it).
   std::string shard;
   for (int e = 0; o.zero1 && e < (*trainer)->store().num_entries(); ++e) {
     const ElementRange r = (*trainer)->store().optimizer_state_range(e);
-    if (r.count > 0) {
-      absl::StrAppend(&shard, e, " ", r.first, " ", r.count, " ",
-                      (*trainer)->store().spec(e).elements, "\n");
-    }
+    absl::StrAppend(&shard, e, " ", r.first, " ", r.count, " ",
+                    (*trainer)->store().spec(e).elements, "\n");
   }
   std::string ckpt;
   if (o.zero1 && world > 1) {

@@ -11,22 +11,26 @@ same_optimizer="$3"
 dir="${TEST_TMPDIR:-$(mktemp -d)}"
 steps=4
 ranks_equal_accumulation "${launch}" "${worker}" "${dir}" "${steps}" zero1 "ZeRO-1 "
-# The ranks' ranges cover every entry once, and they split entries, not only whole ones: the
-# embedding and the LM head are three chunks each, and at W=3 a share ends inside the embedding.
-for world in 2 3; do
-  cat "${dir}/w${world}".rank*.shard | awk -v world="${world}" -v need_split=$((world == 3)) '
-    { held[$1] += $3; size[$1] = $4; if ($3 < $4) split_entries[$1] = 1 }
+# shards_cover STEM WORLD NEED_SPLIT: the ranks' ranges (each rank's PREFIX.shard, one line per
+# entry: entry, first, count, elements) hold every element of every entry exactly once, and with
+# NEED_SPLIT some entry is split among ranks (not only whole entries).
+shards_cover() {
+  cat "${dir}/$1$2".rank*.shard | awk -v world="$2" -v need_split="$3" -v label="$1" '
+    $3 > 0 { held[$1] += $3; ranks[$1] += 1 }
+    { size[$1] = $4; if ($2 != expected[$1] + 0 && $3 > 0) { print "FAIL: " label world ": entry " $1 " range at " $2 ", expected " expected[$1] + 0; bad = 1 } if ($3 > 0) expected[$1] = $2 + $3 }
     END {
-      for (e in held) if (held[e] != size[e]) { print "FAIL: entry " e " held " held[e] " of " size[e]; exit 1 }
-      n = 0; for (e in split_entries) ++n
-      if (need_split && n == 0) { print "FAIL: W=" world ": no entry is split among ranks"; exit 1 }
-      print "ZeRO-1 W=" world ": " n " entries split among ranks, every element held once"
+      if (bad) exit 1
+      for (e in size) if (held[e] != size[e]) { print "FAIL: " label world ": entry " e " held " held[e] + 0 " of " size[e]; exit 1 }
+      n = 0; for (e in ranks) if (ranks[e] > 1) ++n
+      if (need_split && n == 0) { print "FAIL: " label world ": no entry is split among ranks"; exit 1 }
+      print "ZeRO-1 " label world ": " n " entries split among ranks, every element held once"
     }'
-done
-# A ZeRO-1 rank holds a shard of m and v: writing a checkpoint is refused, naming why, before
-# anything is written (per-shard checkpoints are not implemented yet).
+}
+for world in 2 3; do shards_cover w "${world}" $((world == 3)); done
+# A ZeRO-1 rank holds a shard of m and v: writing a one-process checkpoint is refused, naming
+# why, before anything is written (the ranks write sharded checkpoints together, below).
 for ((r = 0; r < 3; ++r)); do
-  grep -q "FAILED_PRECONDITION: checkpoint: entry .* another rank's ZeRO-1 shard" \
+  grep -q "FAILED_PRECONDITION: checkpoint: entry .*another rank's ZeRO-1 shard" \
     "${dir}/w3.rank${r}.ckpt" || { echo "FAIL: rank ${r}: $(cat "${dir}/w3.rank${r}.ckpt")"; exit 1; }
   if compgen -G "${dir}/w3.rank${r}.refused_checkpoint/step-*" >/dev/null; then
     echo "FAIL: rank ${r} wrote a checkpoint"; exit 1
@@ -34,7 +38,7 @@ for ((r = 0; r < 3; ++r)); do
 done
 echo "ZeRO-1 ranks refuse to write a checkpoint"
 # Resume on another world size: a checkpoint of one process (accumulation W) after step 2 loads on
-# W ZeRO-1 ranks, each restoring its own entries' m and v, and steps 3-4 give bitwise the losses
+# W ZeRO-1 ranks, each restoring its own ranges' m and v, and steps 3-4 give bitwise the losses
 # and final weights of the uninterrupted run.
 for world in 2 3; do
   ckpt="${dir}/ckpt${world}"
@@ -106,6 +110,9 @@ echo "sharded checkpoint of 2 ZeRO-1 ranks resumed on 3: bit for bit as one proc
 # Tied embeddings: each shard owner adds both arrays of every rank (the LM head's gradient, then
 # the rows' scatter kept apart) in rank order, so ZeRO-1 is accumulation's bits there too.
 ranks_equal_accumulation "${launch}" "${worker}" "${dir}" "${steps}" tiedzero1 "tied ZeRO-1 " tiedz
+# Tied, the embedding (also the LM head) is split at W = 2 and 3: its slab and the rows' gradient
+# kept apart are reduced to two owners in pieces.
+for world in 2 3; do shards_cover tiedz "${world}" 1; done
 # The check is not vacuous: the weights moved from one step to the next, so a rank that missed an
 # owner's broadcast would differ (accumulation 1 and 2 differ too).
 accumulation_changes_weights "${worker}" "${dir}" "${steps}"

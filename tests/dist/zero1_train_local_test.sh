@@ -155,6 +155,17 @@ done
 same_sharded_state "$(step "${dir}/alone2" 4)" "$(step "${dir}/zero1_grad_nvme" 4)" \
   "2 ZeRO-1 ranks, optimizer state and gradients on NVMe, vs accumulation 2 in RAM"
 
+# ZeRO-1's shards are the store's chunks: ranks started with different chunk sizes (mpirun's
+# MPMD form, one rank each) are refused together before any shard collective.
+mkdir -p "${dir}/nvme_chunks"
+chunks=("${two[@]}" "${nvme[@]}" --nvme_dir="${dir}/nvme_chunks" --data_parallel --zero1
+  --checkpoint_dir="${dir}/zero1_chunks")
+expect_refused "ZeRO-1 ranks with different chunks" "${dir}/zero1_chunks.log" \
+  "rank 1 runs a different job from rank 0" \
+  timeout 300 "${launch}" 1 "${train}" "${chunks[@]}" --nvme_chunk_mb=1 \
+  : -np 1 "${train}" "${chunks[@]}" --nvme_chunk_mb=2
+echo "ZeRO-1 ranks with different chunks are refused: $(grep -m1 "different job" "${dir}/zero1_chunks.log")"
+
 # --zero1 outside a data-parallel job is refused, naming what it needs.
 expect_refused "--zero1 without --data_parallel" "${dir}/alone_zero1.log" \
   "error: --zero1 needs --data_parallel" "${train}" "${common[@]}" --steps=4 --zero1
