@@ -1,6 +1,7 @@
 // NcclDeviceReduction: NCCL's in-place reduce-scatter on each device's copy_out stream.
 #include "engine/dist/nccl_device_reduction.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -56,6 +57,7 @@ NcclDeviceReduction::NcclDeviceReduction(std::vector<int> ordinals, const NcclOp
 }
 
 NcclDeviceReduction::~NcclDeviceReduction() {
+  StopWatching();
   // Over the host, closing waits for the other processes' ranks, which may be anywhere after a
   // failure (or already gone): the members' destructors abort this process's rank instead.
   if (host_ != nullptr) return;
@@ -87,8 +89,97 @@ absl::Status NcclDeviceReduction::EnqueueReduceScatter(int rank, Stream& stream,
   }
   absl::MutexLock lock(rank_mu_[static_cast<size_t>(local)].get());
   NcclCommunicator& comm = ranks_[static_cast<size_t>(local)];
-  return cuda->EnqueueTimed(
-      tag, [&](cudaStream_t s) { return comm.ReduceScatterSum(send, recv, shard_elements, s); });
+  cudaEvent_t done = nullptr;
+  absl::Status enqueued = cuda->EnqueueTimed(tag, [&](cudaStream_t s) -> absl::Status {
+    if (absl::Status r = comm.ReduceScatterSum(send, recv, shard_elements, s); !r.ok()) return r;
+    // What the deadline thread polls: the reduce-scatter's kernel has finished once this has.
+    cudaError_t e = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
+    if (e == cudaSuccess) {
+      e = cudaEventRecord(done, s);
+      if (e != cudaSuccess) (void)cudaEventDestroy(done);
+    }
+    if (e != cudaSuccess) {
+      done = nullptr;
+      return absl::InternalError(absl::StrCat("reduce-scatter on rank ", rank,
+                                              ": recording its completion event: ",
+                                              cudaGetErrorString(e)));
+    }
+    return absl::OkStatus();
+  });
+  if (!enqueued.ok()) return enqueued;
+  absl::MutexLock watch(&watch_mu_);
+  pending_.push_back({done, local, absl::Now() + options_.collective_timeout});
+  if (!watcher_.joinable()) watcher_ = std::thread([this] { WatchDeadlines(); });
+  return absl::OkStatus();
+}
+
+void NcclDeviceReduction::WatchDeadlines() {
+  absl::MutexLock lock(&watch_mu_);
+  std::vector<bool> aborted(ordinals_.size(), false);
+  while (!stop_watching_) {
+    std::vector<int> overdue;
+    const absl::Time now = absl::Now();
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      // An event is queried on its own device.
+      (void)cudaSetDevice(ordinals_[static_cast<size_t>(it->local)]);
+      const cudaError_t state = cudaEventQuery(it->done);
+      if (state == cudaErrorNotReady) {
+        // Still running: overdue once past its deadline, and polled on until the abort drains it.
+        if (now > it->deadline && !aborted[static_cast<size_t>(it->local)]) {
+          aborted[static_cast<size_t>(it->local)] = true;
+          overdue.push_back(it->local);
+        }
+        ++it;
+        continue;
+      }
+      if (state != cudaSuccess && failure_.ok()) {
+        failure_ = absl::InternalError(absl::StrCat(
+            "rank ", first_rank_ + it->local, ": a reduce-scatter on GPU ",
+            ordinals_[static_cast<size_t>(it->local)], " failed: ", cudaGetErrorString(state)));
+      }
+      (void)cudaEventDestroy(it->done);
+      it = pending_.erase(it);
+    }
+    if (pending_.empty()) std::fill(aborted.begin(), aborted.end(), false);
+    if (!overdue.empty()) {
+      if (failure_.ok()) {
+        failure_ = absl::DeadlineExceededError(absl::StrCat(
+            "rank ", first_rank_ + overdue.front(), ": a reduce-scatter on GPU ",
+            ordinals_[static_cast<size_t>(overdue.front())], " did not finish within ",
+            absl::FormatDuration(options_.collective_timeout),
+            " (NcclOptions::collective_timeout): another rank's process or GPU is hung or dead; "
+            "its NCCL communicator was aborted"));
+      }
+      // Not under watch_mu_: a lane thread holds its rank's lock while it enqueues, then takes
+      // watch_mu_ (the order is rank, then watch).
+      watch_mu_.Unlock();
+      for (int local : overdue) {
+        absl::MutexLock rank_lock(rank_mu_[static_cast<size_t>(local)].get());
+        ranks_[static_cast<size_t>(local)].Abort();  // ends its kernels: the event completes
+      }
+      watch_mu_.Lock();
+      continue;
+    }
+    watch_mu_.AwaitWithTimeout(absl::Condition(&stop_watching_),
+                               pending_.empty() ? absl::Milliseconds(100) : absl::Milliseconds(2));
+  }
+}
+
+void NcclDeviceReduction::StopWatching() {
+  {
+    absl::MutexLock lock(&watch_mu_);
+    stop_watching_ = true;
+  }
+  if (watcher_.joinable()) watcher_.join();
+  absl::MutexLock lock(&watch_mu_);
+  // An event still recorded is released by CUDA once it completes.
+  for (const Pending& p : pending_) (void)cudaEventDestroy(p.done);
+  pending_.clear();
+}
+
+absl::Status NcclDeviceReduction::Failure() {
+  absl::MutexLock lock(&watch_mu_);
+  return failure_;
 }
 
 void NcclDeviceReduction::Abort() {
@@ -99,6 +190,16 @@ void NcclDeviceReduction::Abort() {
 }
 
 void NcclDeviceReduction::Reset() {
+  {
+    // The last step's reduce-scatters have drained (its streams were waited for, aborted ones
+    // included); let the deadline thread see them finish, so no abort meant for the old step
+    // reaches the communicators made below, then forget the old step's failure.
+    absl::MutexLock lock(&watch_mu_);
+    watch_mu_.AwaitWithTimeout(
+        absl::Condition(+[](std::vector<Pending>* p) { return p->empty(); }, &pending_),
+        options_.collective_timeout);
+    failure_ = absl::OkStatus();
+  }
   // After a failed step, or a Reset that could not make them (then it tries again).
   bool all_usable = ranks_.size() == ordinals_.size() && recreate_status_.ok();
   for (const NcclCommunicator& rank : ranks_) all_usable = all_usable && rank.usable();

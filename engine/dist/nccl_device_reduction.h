@@ -10,6 +10,7 @@
 #pragma once
 
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -44,8 +45,23 @@ class NcclDeviceReduction final : public DeviceReduction {
                                     size_t shard_elements, const TimelineTag& tag) override;
   void Abort() override;
   void Reset() override;
+  absl::Status Failure() override;
 
  private:
+  // A reduce-scatter enqueued and not yet seen finished: the event recorded after it on its
+  // stream, and when it must have finished.
+  struct Pending {
+    cudaEvent_t done = nullptr;
+    int local = 0;  // index in ranks_ / ordinals_
+    absl::Time deadline;
+  };
+  // The deadline thread: polls every pending reduce-scatter's event; one not finished by its
+  // deadline (collective_timeout from its enqueue) gets its communicator aborted, which ends
+  // its kernel (the stream drains, the lane's waits return), and failure_ says why. Without it
+  // a peer GPU or process that hangs would hold this rank's streams forever: NCCL's
+  // non-blocking mode bounds the enqueue, not the kernel.
+  void WatchDeadlines();
+  void StopWatching();
   NcclDeviceReduction(std::vector<int> ordinals, const NcclOptions& options,
                       std::vector<NcclCommunicator> ranks, Communicator* host);
 
@@ -59,6 +75,11 @@ class NcclDeviceReduction final : public DeviceReduction {
   std::vector<std::unique_ptr<absl::Mutex>> rank_mu_;
   std::vector<NcclCommunicator> ranks_;
   absl::Status recreate_status_;  // why Reset could not make fresh communicators
+  absl::Mutex watch_mu_;
+  std::vector<Pending> pending_ ABSL_GUARDED_BY(watch_mu_);
+  absl::Status failure_ ABSL_GUARDED_BY(watch_mu_);
+  bool stop_watching_ ABSL_GUARDED_BY(watch_mu_) = false;
+  std::thread watcher_;  // started with the first reduce-scatter; last: it uses the above
 };
 
 }  // namespace megatrain::engine::dist

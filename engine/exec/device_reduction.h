@@ -42,6 +42,11 @@ class DeviceReduction {
   // Start of a step (no reduce-scatter in flight): calls are counted afresh and an abort is
   // forgotten where the implementation can recover from it.
   virtual void Reset() = 0;
+  // Why a reduce-scatter of this step failed after it was enqueued (NCCL: its kernel did not
+  // finish within the collective timeout, a peer being dead or hung, and its communicator was
+  // aborted so the stream drained with an undefined result), or OK. The step must then fail:
+  // checked once every lane is done (RunMicroBatchesOnLanes). Until Reset.
+  virtual absl::Status Failure() { return absl::OkStatus(); }
 };
 
 // The label of an executor's reduce-scatter span (on its copy_out stream).

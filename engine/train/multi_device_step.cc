@@ -159,6 +159,11 @@ absl::StatusOr<MicroBatchesResult> RunMicroBatchesOnLanes(
       first_failure = &o;
     }
   }
+  if (args.reduction != nullptr) {
+    // A reduce-scatter that failed on the device (a hung peer's, aborted by its deadline) lets
+    // the lanes finish on undefined sums: the step fails with the reduction's reason.
+    if (absl::Status failed = args.reduction->Failure(); !failed.ok()) return failed;
+  }
   if (first_failure != nullptr) {
     if (n == 1) return first_failure->status;
     return absl::Status(
