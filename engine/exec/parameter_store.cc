@@ -83,12 +83,16 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
                          entries[e].elements));
       }
     }
-    // The masters of every entry are needed (ZeRO-1 broadcasts them into every rank's): they
-    // cannot share the state file, which holds only this rank's ranges.
-    if (placement.master_on_nvme) {
+    // With the master on NVMe the state file holds only this rank's ranges of it; every rank
+    // still needs every weight, which the fp32 compute copy in RAM holds bit for bit (the owners
+    // broadcast it). A bf16 copy (a GPU) cannot give back the fp32 master a checkpoint's model
+    // is written from, and a copy on NVMe cannot take a broadcast in place.
+    if (placement.master_on_nvme &&
+        (!placement.compute_copy_fp32 || placement.compute_copy_on_nvme)) {
       return absl::InvalidArgumentError(
-          "optimizer_state_ranges (ZeRO-1 sharding) needs every entry's master in RAM, not "
-          "master_on_nvme (asked for, or a RAM budget too small for the masters)");
+          "optimizer_state_ranges (ZeRO-1 sharding) with master_on_nvme needs the fp32 compute "
+          "copy (the CPU device's) in RAM, which holds every rank's full weights; a GPU's bf16 "
+          "copy or a compute copy on NVMe is not supported yet: give the masters RAM");
     }
   }
   if (placement.alternate_state_regions && !placement.optimizer_state_ranges.empty()) {
@@ -334,6 +338,12 @@ absl::Status ParameterStore::ReadMaster(int e, float* master) const {
     std::memcpy(master, master_[e].data(), specs_[e].elements * sizeof(float));
     return absl::OkStatus();
   }
+  if (!placement_.optimizer_state_ranges.empty()) {
+    // A ZeRO-1 rank's file holds its ranges only; the fp32 compute copy in RAM is every
+    // master bit for bit (Create checks it is there).
+    std::memcpy(master, compute_[e].data(), specs_[e].elements * sizeof(float));
+    return absl::OkStatus();
+  }
   return ForEachStagedChunk(
       e, /*dirty=*/false, [&](const EntryChunk& c, const tiers::StagedEntry& s) {
         std::memcpy(master + c.first, s.array(kMasterArray), c.count * sizeof(float));
@@ -345,10 +355,13 @@ absl::Status ParameterStore::WriteMaster(int e, const float* master) {
     std::memcpy(master_[e].data(), master, specs_[e].elements * sizeof(float));
     return WriteComputeCopy(e, master);
   }
-  absl::Status s =
-      ForEachStagedChunk(e, /*dirty=*/true, [&](const EntryChunk& c, const tiers::StagedEntry& st) {
+  // A ZeRO-1 rank's file holds its ranges only: it writes those, and the compute copy whole.
+  absl::Status s = ForEachStagedChunk(
+      e, /*dirty=*/true,
+      [&](const EntryChunk& c, const tiers::StagedEntry& st) {
         std::memcpy(st.array(kMasterArray), master + c.first, c.count * sizeof(float));
-      });
+      },
+      /*state_chunks_only=*/true);
   s.Update(WriteComputeCopy(e, master));
   return s;
 }

@@ -336,14 +336,18 @@ absl::Status BroadcastUpdatedMasters(dist::Communicator& comm, ParameterStore& s
                                      const Zero1Shards& shards) {
   for (int e = 0; e < store.num_entries(); ++e) {
     const EntryBuffers b = store.entry(e);
-    if (b.master == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "ZeRO-1 needs the masters in RAM; entry ", e, "'s master is on NVMe (master_on_nvme)"));
+    // With the master on NVMe (each rank's file holds its ranges only) the fp32 compute copy is
+    // what every rank needs whole, and the owner's update wrote its range of it.
+    float* const weights = b.master != nullptr ? b.master : b.compute_fp32;
+    if (weights == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("ZeRO-1 needs the masters, or an fp32 compute copy, in RAM; entry ", e,
+                       " has neither"));
     }
     for (int owner = 0; owner < shards.world(); ++owner) {
       const ElementRange r = shards.range(e, owner);
       if (r.count == 0) continue;
-      if (absl::Status s = comm.Broadcast(b.master + r.first, r.count * sizeof(float), owner);
+      if (absl::Status s = comm.Broadcast(weights + r.first, r.count * sizeof(float), owner);
           !s.ok()) {
         return absl::Status(s.code(), absl::StrCat("broadcasting entry ", e, "'s master [",
                                                    r.first, ", ", r.end(), ") from rank ", owner,

@@ -117,8 +117,9 @@ absl::StatusOr<std::vector<double>> OwnedGradSumsOfSquares(dist::Communicator& c
 
 // After the owners' optimizer pass: every owned range of every entry's master (the CPU device's
 // compute copy) is broadcast from its owner, in entry order, so every rank streams the same
-// weights; compute copies, where the store has them, are rewritten from the masters. Masters on
-// NVMe are refused.
+// weights; compute copies, where the store has them, are rewritten from the masters. With the
+// masters on NVMe (each rank's state file holds its ranges only) the fp32 compute copy's ranges
+// are broadcast instead (the owners' updates wrote them).
 absl::Status BroadcastUpdatedMasters(dist::Communicator& comm, ParameterStore& store,
                                      const Zero1Shards& shards);
 

@@ -264,13 +264,52 @@ TEST(Zero1StoreTest, StateFileOnNvmeHoldsOnlyOwnedEntries) {
             absl::StatusCode::kFailedPrecondition);
   for (int e = 0; e < 3; ++e) EXPECT_NE(store->entry(e).master, nullptr) << e;
 
-  StorePlacement masters = p;
-  masters.master_on_nvme = true;
-  masters.compute_copy_fp32 = true;
-  const absl::StatusOr<ParameterStore> refused = ParameterStore::Create(**device, specs, masters);
+  // The master on NVMe needs the fp32 compute copy in RAM, which holds every weight: a GPU's
+  // bf16 copy, or a copy on NVMe, is refused naming the field.
+  StorePlacement bf16 = p;
+  bf16.master_on_nvme = true;
+  bf16.compute_copy_bf16 = true;
+  const absl::StatusOr<ParameterStore> refused = ParameterStore::Create(**device, specs, bf16);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(refused.status().message().find("master_on_nvme"), std::string::npos)
+  EXPECT_NE(refused.status().message().find("master_on_nvme needs the fp32 compute copy"),
+            std::string::npos)
       << refused.status();
+}
+
+// ZeRO-1 with the master on NVMe: the state file holds master, m and v of the rank's range only;
+// WriteMaster writes that range there and the whole fp32 compute copy, which ReadMaster reads
+// (every weight, bit for bit the master).
+TEST(Zero1StoreTest, MasterOnNvmeHoldsTheRangeAndTheCopyHoldsEverything) {
+  absl::Status usable;
+  const std::string dir = tiers::FreshTestDir("zero1_master_on_nvme", &usable);
+  if (!usable.ok()) GTEST_SKIP() << "no O_DIRECT scratch directory: " << usable;
+  absl::StatusOr<std::unique_ptr<CpuDevice>> device = SmallCpuDevice(size_t{8} << 20);
+  ASSERT_TRUE(device.ok()) << device.status();
+  std::vector<EntrySpec> specs(2);
+  specs[0].elements = 3 * 65536 + 100;  // four chunks
+  specs[1].elements = 5000;
+  StorePlacement p;
+  p.states_on_nvme = true;
+  p.master_on_nvme = true;
+  p.compute_copy_fp32 = true;
+  p.nvme_chunk_bytes = size_t{256} << 10;
+  p.nvme_dir = dir;
+  p.optimizer_state_ranges = {{65536, 2 * 65536}, {0, 0}};
+  absl::StatusOr<ParameterStore> store = ParameterStore::Create(**device, specs, p);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ(store->state_store()->file_bytes(), 3 * 2 * (size_t{256} << 10))
+      << "master, m and v of two chunks";
+  for (int e = 0; e < 2; ++e) {
+    std::vector<float> master(specs[e].elements), back(specs[e].elements);
+    for (size_t i = 0; i < master.size(); ++i) master[i] = 0.25f * static_cast<float>(i) + e;
+    ASSERT_TRUE(store->WriteMaster(e, master.data()).ok()) << e;
+    ASSERT_TRUE(store->ReadMaster(e, back.data()).ok()) << e;
+    EXPECT_EQ(back, master) << e;
+    EXPECT_EQ(std::vector<float>(store->entry(e).compute_fp32,
+                                 store->entry(e).compute_fp32 + specs[e].elements),
+              master)
+        << e;
+  }
 }
 
 // Ranks whose placements keep different entries' gradients in RAM (budgets that differ) reduce

@@ -154,6 +154,28 @@ for r in 0 1; do
 done
 same_sharded_state "$(step "${dir}/alone2" 4)" "$(step "${dir}/zero1_grad_nvme" 4)" \
   "2 ZeRO-1 ranks, optimizer state and gradients on NVMe, vs accumulation 2 in RAM"
+# The masters on NVMe too: each rank's state file holds master, m and v of its ranges only, the
+# fp32 compute copy in RAM every weight (the owners broadcast theirs); resumed from its step-2
+# checkpoint (each rank writes its ranges of the masters back into its file) it ends there again.
+mkdir -p "${dir}/nvme_master" "${dir}/nvme_master_resumed" "${dir}/zero1_master_resumed"
+master=("${two[@]}" "${nvme[@]}" --grad_on_nvme --master_on_nvme --zero1)
+timeout 300 "${launch}" 2 "${train}" "${master[@]}" --nvme_dir="${dir}/nvme_master" \
+  --checkpoint_dir="${dir}/zero1_master" 2>"${dir}/zero1_master.log" ||
+  { cat "${dir}/zero1_master.log"; echo "FAIL: ZeRO-1 with the masters on NVMe"; exit 1; }
+for r in 0 1; do
+  mine="$(stat -c %s "${dir}/nvme_master/rank-${r}/optimizer_state.bin")"
+  ((mine * 4 < whole * 3 * 3 / 2)) ||
+    { echo "FAIL: rank ${r}'s state file with masters is ${mine} B (m + v alone: ${whole} B)"; exit 1; }
+  echo "rank ${r}'s NVMe state file with its masters: ${mine} bytes"
+done
+same_sharded_state "$(step "${dir}/alone2" 4)" "$(step "${dir}/zero1_master" 4)" \
+  "2 ZeRO-1 ranks, masters, optimizer state and gradients on NVMe, vs accumulation 2 in RAM"
+cp -r "$(step "${dir}/zero1_master" 2)" "${dir}/zero1_master_resumed/"
+timeout 300 "${launch}" 2 "${train}" "${master[@]}" --nvme_dir="${dir}/nvme_master_resumed" \
+  --resume --checkpoint_dir="${dir}/zero1_master_resumed" 2>"${dir}/zero1_master_resumed.log"
+expect_resumed "${dir}/zero1_master_resumed.log" "ZeRO-1 with the masters on NVMe"
+same_sharded_state "$(step "${dir}/alone2" 4)" "$(step "${dir}/zero1_master_resumed" 4)" \
+  "2 ZeRO-1 ranks, masters on NVMe, resumed at step 2"
 
 # ZeRO-1's shards are the store's chunks: ranks started with different chunk sizes (mpirun's
 # MPMD form, one rank each) are refused together before any shard collective.
