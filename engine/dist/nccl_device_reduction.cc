@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/device/cuda_device.h"
+#include "engine/common/fatal.h"
 #include "engine/device/cuda_stream.h"
 
 namespace megatrain::engine::dist {
@@ -54,6 +55,7 @@ NcclDeviceReduction::NcclDeviceReduction(std::vector<int> ordinals, const NcclOp
       first_rank_(host != nullptr ? host->rank() : 0),
       ranks_(std::move(ranks)) {
   for (size_t r = 0; r < ranks_.size(); ++r) rank_mu_.push_back(std::make_unique<absl::Mutex>());
+  watcher_ = std::thread([this] { WatchDeadlines(); });
 }
 
 NcclDeviceReduction::~NcclDeviceReduction() {
@@ -87,81 +89,128 @@ absl::Status NcclDeviceReduction::EnqueueReduceScatter(int rank, Stream& stream,
                                                    std::string(stream.name()),
                                                    " is not a CUDA stream"));
   }
+  // The events first: a collective in flight must never go unwatched. One pair per
+  // reduce-scatter (microseconds, against a layer's gradients).
+  cudaEvent_t events[2] = {nullptr, nullptr};
+  for (cudaEvent_t& event : events) {
+    if (cudaError_t e = cudaEventCreateWithFlags(&event, cudaEventDisableTiming); e != cudaSuccess) {
+      for (cudaEvent_t made : events) {
+        if (made != nullptr) (void)cudaEventDestroy(made);
+      }
+      return absl::InternalError(absl::StrCat("reduce-scatter on rank ", rank,
+                                              ": creating its events: ", cudaGetErrorString(e)));
+    }
+  }
   absl::MutexLock lock(rank_mu_[static_cast<size_t>(local)].get());
   NcclCommunicator& comm = ranks_[static_cast<size_t>(local)];
-  cudaEvent_t done = nullptr;
+  bool recorded = false;
   absl::Status enqueued = cuda->EnqueueTimed(tag, [&](cudaStream_t s) -> absl::Status {
-    if (absl::Status r = comm.ReduceScatterSum(send, recv, shard_elements, s); !r.ok()) return r;
-    // What the deadline thread polls: the reduce-scatter's kernel has finished once this has.
-    cudaError_t e = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
-    if (e == cudaSuccess) {
-      e = cudaEventRecord(done, s);
-      if (e != cudaSuccess) (void)cudaEventDestroy(done);
-    }
-    if (e != cudaSuccess) {
-      done = nullptr;
+    // `start` completes once the stream reaches the collective: its deadline counts from then,
+    // not from the enqueue (the forward and backward queued ahead of it may take minutes).
+    if (cudaError_t e = cudaEventRecord(events[0], s); e != cudaSuccess) {
       return absl::InternalError(absl::StrCat("reduce-scatter on rank ", rank,
-                                              ": recording its completion event: ",
-                                              cudaGetErrorString(e)));
+                                              ": recording its start: ", cudaGetErrorString(e)));
     }
+    if (absl::Status r = comm.ReduceScatterSum(send, recv, shard_elements, s); !r.ok()) return r;
+    if (cudaError_t e = cudaEventRecord(events[1], s); e != cudaSuccess) {
+      // Enqueued but not watchable: abort it rather than leave it unbounded.
+      comm.Abort();
+      return absl::InternalError(absl::StrCat("reduce-scatter on rank ", rank,
+                                              ": recording its end: ", cudaGetErrorString(e),
+                                              "; its communicator was aborted"));
+    }
+    recorded = true;
     return absl::OkStatus();
   });
-  if (!enqueued.ok()) return enqueued;
+  if (!recorded) {
+    // Destroying a recorded event is allowed: CUDA releases it once it completes.
+    for (cudaEvent_t event : events) (void)cudaEventDestroy(event);
+    return enqueued.ok() ? absl::InternalError("reduce-scatter: not enqueued") : enqueued;
+  }
   absl::MutexLock watch(&watch_mu_);
-  pending_.push_back({done, local, absl::Now() + options_.collective_timeout});
-  if (!watcher_.joinable()) watcher_ = std::thread([this] { WatchDeadlines(); });
-  return absl::OkStatus();
+  pending_.push_back({next_id_++, events[0], events[1], local, false, {}});
+  return enqueued;
 }
 
 void NcclDeviceReduction::WatchDeadlines() {
+  using Clock = std::chrono::steady_clock;
+  const auto timeout = absl::ToChronoNanoseconds(options_.collective_timeout);
   absl::MutexLock lock(&watch_mu_);
-  std::vector<bool> aborted(ordinals_.size(), false);
   while (!stop_watching_) {
-    std::vector<int> overdue;
-    const absl::Time now = absl::Now();
-    for (auto it = pending_.begin(); it != pending_.end();) {
-      // An event is queried on its own device.
-      (void)cudaSetDevice(ordinals_[static_cast<size_t>(it->local)]);
-      const cudaError_t state = cudaEventQuery(it->done);
-      if (state == cudaErrorNotReady) {
-        // Still running: overdue once past its deadline, and polled on until the abort drains it.
-        if (now > it->deadline && !aborted[static_cast<size_t>(it->local)]) {
-          aborted[static_cast<size_t>(it->local)] = true;
-          overdue.push_back(it->local);
-        }
-        ++it;
+    // The driver calls run without the lock (one could stall, and lanes take it to enqueue).
+    const std::vector<Pending> snapshot = pending_;
+    watch_mu_.Unlock();
+    struct Seen {
+      uint64_t id;
+      bool started;
+      bool finished;
+    };
+    std::vector<Seen> seen;
+    for (const Pending& p : snapshot) {
+      // An error other than "not ready" is the device's (a kernel's fault): the lanes' own waits
+      // report it, so it is only an event that will not need watching.
+      const bool started = p.started || cudaEventQuery(p.start) != cudaErrorNotReady;
+      const bool finished = started && cudaEventQuery(p.done) != cudaErrorNotReady;
+      seen.push_back({p.id, started, finished});
+    }
+    watch_mu_.Lock();
+    const Clock::time_point now = Clock::now();
+    bool overdue = false;
+    int overdue_local = 0;
+    for (const Seen& s : seen) {
+      auto it = std::find_if(pending_.begin(), pending_.end(),
+                             [&s](const Pending& p) { return p.id == s.id; });
+      if (it == pending_.end()) continue;
+      if (s.finished) {
+        (void)cudaEventDestroy(it->start);
+        (void)cudaEventDestroy(it->done);
+        pending_.erase(it);
         continue;
       }
-      if (state != cudaSuccess && failure_.ok()) {
-        failure_ = absl::InternalError(absl::StrCat(
-            "rank ", first_rank_ + it->local, ": a reduce-scatter on GPU ",
-            ordinals_[static_cast<size_t>(it->local)], " failed: ", cudaGetErrorString(state)));
+      if (s.started && !it->started) {
+        it->started = true;
+        it->deadline = now + timeout;
       }
-      (void)cudaEventDestroy(it->done);
-      it = pending_.erase(it);
+      if (it->started && now > it->deadline && !aborted_by_deadline_) {
+        overdue = true;
+        overdue_local = it->local;
+      }
     }
-    if (pending_.empty()) std::fill(aborted.begin(), aborted.end(), false);
-    if (!overdue.empty()) {
-      if (failure_.ok()) {
-        failure_ = absl::DeadlineExceededError(absl::StrCat(
-            "rank ", first_rank_ + overdue.front(), ": a reduce-scatter on GPU ",
-            ordinals_[static_cast<size_t>(overdue.front())], " did not finish within ",
-            absl::FormatDuration(options_.collective_timeout),
-            " (NcclOptions::collective_timeout): another rank's process or GPU is hung or dead; "
-            "its NCCL communicator was aborted"));
-      }
-      // Not under watch_mu_: a lane thread holds its rank's lock while it enqueues, then takes
-      // watch_mu_ (the order is rank, then watch).
+    if (overdue) {
+      aborted_by_deadline_ = true;
+      failure_ = absl::DeadlineExceededError(absl::StrCat(
+          host_ != nullptr ? "rank " : "local rank ", first_rank_ + overdue_local,
+          ": a reduce-scatter on GPU ", ordinals_[static_cast<size_t>(overdue_local)],
+          " did not finish within ", absl::FormatDuration(options_.collective_timeout),
+          " of starting (NcclOptions::collective_timeout): another rank's process or GPU is "
+          "hung or dead; the NCCL communicators were aborted"));
+      // Not under watch_mu_: a lane holds its rank's lock, then takes watch_mu_.
       watch_mu_.Unlock();
-      for (int local : overdue) {
-        absl::MutexLock rank_lock(rank_mu_[static_cast<size_t>(local)].get());
-        ranks_[static_cast<size_t>(local)].Abort();  // ends its kernels: the event completes
-      }
+      AbortAllFromWatcher();
       watch_mu_.Lock();
       continue;
     }
     watch_mu_.AwaitWithTimeout(absl::Condition(&stop_watching_),
                                pending_.empty() ? absl::Milliseconds(100) : absl::Milliseconds(2));
+  }
+}
+
+void NcclDeviceReduction::AbortAllFromWatcher() {
+  // A lane may be stuck inside NCCL holding its rank's lock (a full work queue waits on the
+  // hung kernel). Only NCCL's abort flag frees it, and aborting under the lane's call would race
+  // this wrapper's state: past a grace period the process ends, which its launcher sees.
+  constexpr absl::Duration kGrace = absl::Seconds(30);
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    absl::Mutex& mu = *rank_mu_[r];
+    if (!mu.LockWhenWithTimeout(absl::Condition::kTrue, kGrace)) {
+      internal::DieBecause(absl::StrCat(
+          "rank ", first_rank_ + static_cast<int>(r), ": a reduce-scatter passed its deadline "
+          "and the thread enqueueing NCCL work on GPU ", ordinals_[r], " has been stuck in NCCL "
+          "for ", absl::FormatDuration(kGrace), " more; ending the process (resume the job from "
+          "its last checkpoint)"));
+    }
+    ranks_[r].Abort();  // ends its kernels: the streams drain and the events complete
+    mu.Unlock();
   }
 }
 
@@ -173,7 +222,10 @@ void NcclDeviceReduction::StopWatching() {
   if (watcher_.joinable()) watcher_.join();
   absl::MutexLock lock(&watch_mu_);
   // An event still recorded is released by CUDA once it completes.
-  for (const Pending& p : pending_) (void)cudaEventDestroy(p.done);
+  for (const Pending& p : pending_) {
+    (void)cudaEventDestroy(p.start);
+    (void)cudaEventDestroy(p.done);
+  }
   pending_.clear();
 }
 
@@ -195,10 +247,16 @@ void NcclDeviceReduction::Reset() {
     // included); let the deadline thread see them finish, so no abort meant for the old step
     // reaches the communicators made below, then forget the old step's failure.
     absl::MutexLock lock(&watch_mu_);
-    watch_mu_.AwaitWithTimeout(
-        absl::Condition(+[](std::vector<Pending>* p) { return p->empty(); }, &pending_),
-        options_.collective_timeout);
+    if (!watch_mu_.AwaitWithTimeout(
+            absl::Condition(+[](std::vector<Pending>* p) { return p->empty(); }, &pending_),
+            options_.collective_timeout)) {
+      recreate_status_ = absl::InternalError(absl::StrCat(
+          "a reduce-scatter of the last step on rank ", first_rank_,
+          " never finished, even aborted; the job must end and resume from its last checkpoint"));
+      return;
+    }
     failure_ = absl::OkStatus();
+    aborted_by_deadline_ = false;
   }
   // After a failed step, or a Reset that could not make them (then it tries again).
   bool all_usable = ranks_.size() == ordinals_.size() && recreate_status_.ok();
@@ -212,7 +270,12 @@ void NcclDeviceReduction::Reset() {
         "failed step; the job must end and resume from its last checkpoint"));
     return;
   }
-  // A failed step aborted them: no lane thread runs now, so fresh ones can be made.
+  // A failed step aborted them: no lane thread runs now, so fresh ones can be made (under every
+  // rank's lock: the deadline thread aborts through them).
+  std::vector<std::unique_ptr<absl::MutexLock>> held;
+  for (const std::unique_ptr<absl::Mutex>& mu : rank_mu_) {
+    held.push_back(std::make_unique<absl::MutexLock>(mu.get()));
+  }
   std::vector<NcclCommunicator> old = std::move(ranks_);
   old.clear();
   absl::StatusOr<std::vector<NcclCommunicator>> fresh =

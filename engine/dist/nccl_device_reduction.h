@@ -9,6 +9,8 @@
 // device is left in a collective its peer never joins); the next step's Reset makes fresh ones.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -48,20 +50,27 @@ class NcclDeviceReduction final : public DeviceReduction {
   absl::Status Failure() override;
 
  private:
-  // A reduce-scatter enqueued and not yet seen finished: the event recorded after it on its
-  // stream, and when it must have finished.
+  // A reduce-scatter enqueued and not yet seen finished: events recorded on its stream just
+  // before and just after it, and, once `start` has completed (the kernel can run: everything
+  // queued ahead of it on the stream is done), when it must have finished.
   struct Pending {
+    uint64_t id = 0;
+    cudaEvent_t start = nullptr;
     cudaEvent_t done = nullptr;
     int local = 0;  // index in ranks_ / ordinals_
-    absl::Time deadline;
+    bool started = false;
+    std::chrono::steady_clock::time_point deadline;
   };
-  // The deadline thread: polls every pending reduce-scatter's event; one not finished by its
-  // deadline (collective_timeout from its enqueue) gets its communicator aborted, which ends
-  // its kernel (the stream drains, the lane's waits return), and failure_ says why. Without it
-  // a peer GPU or process that hangs would hold this rank's streams forever: NCCL's
-  // non-blocking mode bounds the enqueue, not the kernel.
+  // The deadline thread: polls every pending reduce-scatter's events; one that started and has
+  // not finished within collective_timeout makes failure_ DEADLINE_EXCEEDED and aborts every
+  // communicator of this process, which ends their kernels (the streams drain, the lanes' waits
+  // return). Without it a peer GPU or process that hangs would hold this rank's streams forever:
+  // NCCL's non-blocking mode bounds the enqueue, not the kernel. A lane stuck inside NCCL while
+  // holding its rank's lock past a grace period ends the process (nothing else can free it).
   void WatchDeadlines();
+  void AbortAllFromWatcher();
   void StopWatching();
+
   NcclDeviceReduction(std::vector<int> ordinals, const NcclOptions& options,
                       std::vector<NcclCommunicator> ranks, Communicator* host);
 
@@ -77,9 +86,11 @@ class NcclDeviceReduction final : public DeviceReduction {
   absl::Status recreate_status_;  // why Reset could not make fresh communicators
   absl::Mutex watch_mu_;
   std::vector<Pending> pending_ ABSL_GUARDED_BY(watch_mu_);
+  uint64_t next_id_ ABSL_GUARDED_BY(watch_mu_) = 0;
   absl::Status failure_ ABSL_GUARDED_BY(watch_mu_);
+  bool aborted_by_deadline_ ABSL_GUARDED_BY(watch_mu_) = false;
   bool stop_watching_ ABSL_GUARDED_BY(watch_mu_) = false;
-  std::thread watcher_;  // started with the first reduce-scatter; last: it uses the above
+  std::thread watcher_;  // started by the constructor; last: it uses the above
 };
 
 }  // namespace megatrain::engine::dist

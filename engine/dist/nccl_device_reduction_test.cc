@@ -1,8 +1,9 @@
 // NcclDeviceReduction as the executors drive it: one CudaDevice and copy_out stream per GPU, each
 // rank's in-place reduce-scatter enqueued from a thread of its own (the device's lane), the
 // shard against the double-precision sum with the bound any fp32 order keeps to (the input's
-// bits for one GPU). With two GPUs, a rank left alone in a reduce-scatter is released by Abort
-// and the next step's Reset makes fresh communicators. Without a GPU: refusals only.
+// bits for one GPU). With two GPUs, a rank left alone in a reduce-scatter is released by Abort,
+// or by its deadline, and the next step's Reset makes fresh communicators. Without a GPU:
+// refusals only.
 #include "engine/dist/nccl_device_reduction.h"
 
 #include <cuda_runtime_api.h>
@@ -220,6 +221,70 @@ TEST(NcclDeviceReductionTest, AbortReleasesARankAloneAndResetMakesFreshCommunica
   }
   for (std::thread& t : threads) t.join();
   for (int r = 0; r < 2; ++r) EXPECT_TRUE(enqueued[r].ok()) << "rank " << r << ": " << enqueued[r];
+}
+
+// A rank whose peer never joins (a hung GPU or process): once its reduce-scatter has started
+// and not finished within collective_timeout, the deadline thread aborts the communicators, the
+// stream drains, and Failure() says DEADLINE_EXCEEDED naming the rank; Reset forgets it and
+// makes fresh communicators, which reduce again.
+TEST(NcclDeviceReductionTest, ARankAloneIsReleasedByItsDeadline) {
+  MT_SKIP_WITHOUT_CUDA();
+  const int gpus = VisibleGpus();
+  if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs for a peer, found " << gpus;
+  std::vector<Gpu> lanes = MakeGpus(2);
+  ASSERT_EQ(lanes.size(), 2u);
+  NcclOptions options;
+  options.collective_timeout = absl::Seconds(3);
+  auto reduction = NcclDeviceReduction::Create(Pointers(lanes), options);
+  ASSERT_TRUE(reduction.ok()) << reduction.status();
+  const size_t shard = 1024;
+  std::vector<DeviceBuffer> sums;
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(lanes[r].device->MakeCurrent().ok());
+    absl::StatusOr<DeviceBuffer> b = lanes[r].device->Allocate(2 * shard * sizeof(float), "sums");
+    ASSERT_TRUE(b.ok()) << b.status();
+    sums.push_back(std::move(*b));
+  }
+  const auto both = [&]() {
+    std::vector<absl::Status> enqueued(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        enqueued[r] = lanes[r].device->MakeCurrent();
+        if (enqueued[r].ok()) {
+          enqueued[r] = (*reduction)
+                            ->EnqueueReduceScatter(r, *lanes[r].copy_out,
+                                                   sums[r].data_as<float>(),
+                                                   sums[r].data_as<float>() + r * shard, shard, {});
+        }
+        if (enqueued[r].ok()) enqueued[r] = lanes[r].copy_out->Synchronize();
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    return enqueued;
+  };
+  // Together first: NCCL connects lazily, at the first collective, which needs both ranks.
+  for (const absl::Status& s : both()) ASSERT_TRUE(s.ok()) << s;
+  EXPECT_TRUE((*reduction)->Failure().ok());
+  (*reduction)->Reset();
+  ASSERT_TRUE(lanes[0].device->MakeCurrent().ok());
+  const absl::Time begin = absl::Now();
+  const absl::Status alone = (*reduction)->EnqueueReduceScatter(
+      0, *lanes[0].copy_out, sums[0].data_as<float>(), sums[0].data_as<float>(), shard, {});
+  (void)lanes[0].copy_out->Synchronize();  // drains once aborted (its error, if any, is moot)
+  const absl::Duration waited = absl::Now() - begin;
+  EXPECT_LT(waited, absl::Seconds(30)) << "enqueue: " << alone;
+  const absl::Status failure = (*reduction)->Failure();
+  if (alone.ok()) {
+    EXPECT_EQ(failure.code(), absl::StatusCode::kDeadlineExceeded) << failure;
+    EXPECT_NE(failure.message().find("local rank 0"), std::string::npos) << failure;
+  } else {
+    // NCCL may instead hold the enqueue itself until the same timeout (Settle says so).
+    EXPECT_EQ(alone.code(), absl::StatusCode::kDeadlineExceeded) << alone;
+  }
+  (*reduction)->Reset();
+  EXPECT_TRUE((*reduction)->Failure().ok());
+  for (const absl::Status& s : both()) EXPECT_TRUE(s.ok()) << s;
 }
 
 }  // namespace

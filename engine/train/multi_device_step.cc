@@ -77,6 +77,8 @@ void RunLane(const DeviceLane& lane, size_t lane_index, size_t lane_count, StepA
     // Another micro-batch failed: the step fails; the rest would only run into aborted turns
     // and reduce-scatters.
     if (abort != nullptr && abort->first_failed.load() >= 0) return;
+    // A reduce-scatter passed its deadline (a hung peer): the step fails with that reason.
+    if (args.reduction != nullptr && !args.reduction->Failure().ok()) return;
     MicroBatchTurns mb_turns;
     mb_turns.turns = turns;
     mb_turns.micro_batch = static_cast<int>(mb);
