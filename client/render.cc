@@ -113,6 +113,12 @@ std::string AuditText(const v1::AuditLog& log) {
 std::string PlanText(const v1::PlanResponse& plan) {
   std::string out = absl::StrFormat("parameters: %d\n", plan.parameters());
   if (plan.devices() > 1) absl::StrAppend(&out, absl::StrFormat("devices: %d\n", plan.devices()));
+  if (plan.ranks() > 1) {
+    absl::StrAppend(&out, absl::StrFormat("ranks: %d (the buffers and tiers below are one rank's%s)\n",
+                                          plan.ranks(),
+                                          plan.zero1() ? "; ZeRO-1: m and v the largest rank's share"
+                                                       : ""));
+  }
   for (const v1::BufferPlacement& b : plan.placements()) {
     absl::StrAppend(
         &out, absl::StrFormat("buffer %-8s on %-7s %s\n", b.kind(), b.tier(), Bytes(b.bytes())));

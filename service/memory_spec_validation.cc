@@ -77,7 +77,11 @@ engine::planner::PlanInputs PlanInputsFor(const ValidatedJob& job,
   engine::planner::PlanInputs in;
   in.micro_batch = job.options.trainer.micro_batch_size;
   in.seq = job.options.trainer.seq_len;
-  in.grad_accumulation = job.options.grad_accumulation;
+  // A job on several machines is planned per rank: each runs its share of the accumulation,
+  // and under ZeRO-1 holds its share of m and v.
+  const int ranks = std::max(1, job.ranks);
+  in.grad_accumulation = job.options.grad_accumulation / ranks;
+  in.zero1_world = job.options.trainer.zero1 ? ranks : 0;
   in.checkpoint_interval = job.options.trainer.executor.checkpoint_interval;
   in.weight_slots = job.options.trainer.executor.weight_slots;
   in.head_block_rows = job.options.trainer.head_block_rows;
@@ -138,12 +142,23 @@ absl::Status PlanWithEngine(const v1::MemoryBudgets& m, const DaemonSettings& se
   // Every device's executor has its own pinned staging beside the one store.
   const uint64_t staging = plan->pinned_reserved;
   const uint64_t host_need = plan->placement.pinned_used + plan->placement.ram_used + staging;
-  if (!settings.plan_for_other_machine && host_need > MachineRamLimit(settings)) {
+  // A job on several machines: the plan is one rank's; the machine with the most ranks holds
+  // that many (the others are taken to be alike: the daemon sees only its own).
+  int ranks_per_machine = 1;
+  for (const RankHost& h : job.hosts) ranks_per_machine = std::max(ranks_per_machine, h.ranks);
+  const uint64_t machine_need = host_need * static_cast<uint64_t>(ranks_per_machine);
+  if (!settings.plan_for_other_machine && machine_need > MachineRamLimit(settings)) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "memory: the plan needs ", host_need, " bytes of host memory (pinned ",
-        plan->placement.pinned_used, ", RAM ", plan->placement.ram_used + staging,
-        "); this machine allows ", MachineRamLimit(settings), " (", MachineRamLimitName(settings),
-        "); put buffers on NVMe (memory.nvme_dir) or use a smaller model or batch"));
+        plan->placement.pinned_used, ", RAM ", plan->placement.ram_used + staging, ")",
+        ranks_per_machine > 1
+            ? absl::StrCat(" per rank, ", machine_need, " for the ", ranks_per_machine,
+                           " ranks of one machine")
+            : std::string(),
+        "; this machine allows ", MachineRamLimit(settings), " (", MachineRamLimitName(settings),
+        "); put buffers on NVMe (memory.nvme_dir)",
+        job.ranks > 1 && !job.options.trainer.zero1 ? ", shard the optimizer state (zero1)" : "",
+        " or use a smaller model or batch"));
   }
   if (!plan->fits_device && !settings.plan_for_other_machine) {
     return absl::ResourceExhaustedError(
@@ -217,6 +232,8 @@ absl::Status PlanWithEngine(const v1::MemoryBudgets& m, const DaemonSettings& se
     add_tier("nvme", placement.nvme_used, m.nvme_bytes());
   }
   job.plan.set_device_arena_peak_bytes(plan->device_arena_peak);
+  job.plan.set_ranks(static_cast<uint32_t>(std::max(1, job.ranks)));
+  job.plan.set_zero1(job.options.trainer.zero1);
   job.plan.set_parameters(static_cast<uint64_t>(plan->parameters));
   if (in.speculative_update) job.plan.set_speculative_update(placement.speculation_note);
   // NVMe traffic (exact) and drive wear over the run (the daemon predicts no step time, so the

@@ -69,6 +69,36 @@ TEST(OfflinePlanTest, HostsAreHeldToTheDaemonsAllowedHostsOnlyWithItsConfig) {
   EXPECT_THAT(plan.status().message(), HasSubstr("allowed_hosts"));
 }
 
+// A job on several machines is planned per rank: the plan says how many, and under ZeRO-1 each
+// rank's m and v are its share (here 4 ranks: well under half of one process's).
+TEST(OfflinePlanTest, HostsJobsArePlannedPerRankAndZero1ShardsTheState) {
+  v1::JobSpec spec = HfDirectoryOnText();
+  spec.mutable_model()->clear_hf_directory();
+  spec.mutable_model()->set_config_json_path("builtin:tiny");
+  spec.add_hosts("node1:2");
+  spec.add_hosts("node2:2");
+  const auto state_bytes = [](const v1::PlanResponse& plan) {
+    uint64_t m = 0;
+    for (const v1::BufferPlacement& b : plan.placements()) {
+      if (b.kind() == "m") m = b.bytes();
+    }
+    return m;
+  };
+  absl::StatusOr<v1::PlanResponse> replicated = PlanOffline(spec, "");
+  ASSERT_TRUE(replicated.ok()) << replicated.status();
+  EXPECT_EQ(replicated->ranks(), 4u);
+  EXPECT_FALSE(replicated->zero1());
+  spec.set_zero1(true);
+  absl::StatusOr<v1::PlanResponse> sharded = PlanOffline(spec, "");
+  ASSERT_TRUE(sharded.ok()) << sharded.status();
+  EXPECT_EQ(sharded->ranks(), 4u);
+  EXPECT_TRUE(sharded->zero1());
+  ASSERT_GT(state_bytes(*replicated), 0u);
+  EXPECT_LT(state_bytes(*sharded) * 2, state_bytes(*replicated))
+      << "ZeRO-1 m of one rank of 4: " << state_bytes(*sharded) << " of "
+      << state_bytes(*replicated);
+}
+
 // A Llama-shaped model of about 650B parameters: ~10 TB of host state, beyond any test machine.
 v1::JobSpec FarBeyondThisMachine() {
   const std::string dir = std::getenv("TEST_TMPDIR");

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/exec/zero1_shards.h"
 #include "engine/model/parameter_layout.h"
 #include "engine/planner/executor_geometry.h"
 #include "nlohmann/json.hpp"
@@ -98,6 +99,28 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
   r.tied_embeddings = layout->tied_embeddings();
   r.padded_elements = layout->padded_element_count();
 
+  // ZeRO-1: the rank holding the most elements of m and v (the shares differ by a chunk at
+  // most), whose per-entry ranges the Trainer would count.
+  std::vector<size_t> zero1_owned;
+  if (in.zero1_world > 1) {
+    std::vector<size_t> elements;
+    for (const LayoutEntry& e : layout->entries()) elements.push_back(e.num_elements);
+    const size_t chunk_elements = std::max<size_t>(1, in.nvme_chunk_bytes / sizeof(float));
+    const Zero1Shards shards(EntryChunks(elements, chunk_elements), in.zero1_world);
+    size_t most = 0;
+    for (int rank = 0; rank < in.zero1_world; ++rank) {
+      std::vector<size_t> owned;
+      size_t total = 0;
+      for (const ElementRange& r : shards.ranges_of(rank)) {
+        owned.push_back(r.count);
+        total += r.count;
+      }
+      if (zero1_owned.empty() || total > most) {
+        most = total;
+        zero1_owned = std::move(owned);
+      }
+    }
+  }
   // Tiers: the same EntryBytes the Trainer hands to PlanPlacement.
   std::vector<tiers::EntryBytes> bytes;
   uint64_t endpoint_bytes = 0, total_bytes = 0;
@@ -107,8 +130,9 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
     b.compute_copy_stays_in_ram = b.grad_stays_in_ram;
     const uint64_t n = e.num_elements * sizeof(float);
     b[BufferKind::kMaster] = n;
-    b[BufferKind::kM] = n;
-    b[BufferKind::kV] = n;
+    const uint64_t state = zero1_owned.empty() ? n : zero1_owned[bytes.size()] * sizeof(float);
+    b[BufferKind::kM] = state;
+    b[BufferKind::kV] = state;
     b[BufferKind::kGrad] = n;
     b[BufferKind::kComputeCopy] = hw.cpu_device ? 0 : e.num_elements * hw.weight_bytes;
     endpoint_bytes += b[BufferKind::kGrad] +

@@ -48,6 +48,9 @@ struct PlanInputs {
   // Devices of one process training the job (--devices): each has its executor's pinned
   // staging, all taken from the one pinned budget.
   int devices = 1;
+  // ZeRO-1 over this many ranks (0 or 1: none): the plan is one rank's, its m and v the largest
+  // rank's share (Zero1Shards over nvme_chunk_bytes' chunks, as the Trainer cuts them).
+  int zero1_world = 0;
   // Host budgets; unset = everything in RAM, copy endpoints pinned (the Trainer's default).
   bool budgets_enabled = false;
   tiers::TierBudgets budgets;
