@@ -63,6 +63,35 @@ std::vector<Device*> Pointers(const std::vector<Gpu>& gpus) {
   return devices;
 }
 
+// Two GPUs as two lanes of one process, their reduction with `timeout` as the collective
+// timeout, and a buffer of 2 x shard floats on each (reduction null when something failed).
+struct TwoGpus {
+  std::vector<Gpu> lanes;
+  std::unique_ptr<NcclDeviceReduction> reduction;
+  std::vector<DeviceBuffer> sums;
+};
+
+TwoGpus MakeTwoGpus(absl::Duration timeout, size_t shard) {
+  TwoGpus two;
+  two.lanes = MakeGpus(2);
+  EXPECT_EQ(two.lanes.size(), 2u);
+  if (two.lanes.size() != 2) return two;
+  NcclOptions options;
+  options.collective_timeout = timeout;
+  auto reduction = NcclDeviceReduction::Create(Pointers(two.lanes), options);
+  EXPECT_TRUE(reduction.ok()) << reduction.status();
+  if (!reduction.ok()) return two;
+  for (Gpu& lane : two.lanes) {
+    EXPECT_TRUE(lane.device->MakeCurrent().ok());
+    absl::StatusOr<DeviceBuffer> b = lane.device->Allocate(2 * shard * sizeof(float), "sums");
+    EXPECT_TRUE(b.ok()) << b.status();
+    if (!b.ok()) return two;
+    two.sums.push_back(std::move(*b));
+  }
+  two.reduction = std::move(*reduction);
+  return two;
+}
+
 TEST(NcclDeviceReductionTest, RefusesADeviceThatIsNotAGpu) {
   DeviceOptions options;
   options.arena_bytes = 1 << 20;
@@ -160,8 +189,9 @@ TEST(NcclDeviceReductionTest, OverTheHostAWorldOfOneKeepsItsBitsAndStaysAbortedA
   EXPECT_EQ(other.code(), absl::StatusCode::kInvalidArgument) << other;
   (*reduction)->Abort();
   (*reduction)->Reset();
-  const absl::Status after = (*reduction)->EnqueueReduceScatter(
-      0, *lanes[0].copy_out, b->data_as<float>(), b->data_as<float>(), n, {});
+  const absl::Status after = (*reduction)
+                                 ->EnqueueReduceScatter(0, *lanes[0].copy_out, b->data_as<float>(),
+                                                        b->data_as<float>(), n, {});
   EXPECT_EQ(after.code(), absl::StatusCode::kFailedPrecondition) << after;
   EXPECT_NE(after.message().find("resume from its last checkpoint"), std::string::npos) << after;
 }
@@ -183,39 +213,30 @@ TEST(NcclDeviceReductionTest, AbortReleasesARankAloneAndResetMakesFreshCommunica
   MT_SKIP_WITHOUT_CUDA();
   const int gpus = VisibleGpus();
   if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs for a peer, found " << gpus;
-  std::vector<Gpu> lanes = MakeGpus(2);
-  ASSERT_EQ(lanes.size(), 2u);
-  NcclOptions options;
-  options.collective_timeout = absl::Seconds(20);
-  auto reduction = NcclDeviceReduction::Create(Pointers(lanes), options);
-  ASSERT_TRUE(reduction.ok()) << reduction.status();
   const size_t shard = 1024;
-  std::vector<DeviceBuffer> sums;
-  for (int r = 0; r < 2; ++r) {
-    ASSERT_TRUE(lanes[r].device->MakeCurrent().ok());
-    absl::StatusOr<DeviceBuffer> b = lanes[r].device->Allocate(2 * shard * sizeof(float), "sums");
-    ASSERT_TRUE(b.ok()) << b.status();
-    sums.push_back(std::move(*b));
-  }
+  TwoGpus two = MakeTwoGpus(absl::Seconds(20), shard);
+  ASSERT_NE(two.reduction, nullptr);
+  std::vector<Gpu>& lanes = two.lanes;
+  NcclDeviceReduction& reduction = *two.reduction;
+  std::vector<DeviceBuffer>& sums = two.sums;
   // Rank 0 alone (rank 1's micro-batch failed before its reduce-scatter): Abort from rank 1's
   // thread must let rank 0's stream drain well before the collective timeout.
   ASSERT_TRUE(lanes[0].device->MakeCurrent().ok());
-  (void)(*reduction)
-      ->EnqueueReduceScatter(0, *lanes[0].copy_out, sums[0].data_as<float>(),
-                             sums[0].data_as<float>(), shard, {});
-  std::thread aborter([&] { (*reduction)->Abort(); });
+  (void)reduction.EnqueueReduceScatter(0, *lanes[0].copy_out, sums[0].data_as<float>(),
+                                       sums[0].data_as<float>(), shard, {});
+  std::thread aborter([&] { reduction.Abort(); });
   aborter.join();
   (void)lanes[0].copy_out->Synchronize();  // drains (its error, if any, is the step's)
-  (*reduction)->Reset();
+  reduction.Reset();
   std::vector<absl::Status> enqueued(2);
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
       enqueued[r] = lanes[r].device->MakeCurrent();
       if (enqueued[r].ok()) {
-        enqueued[r] = (*reduction)
-                          ->EnqueueReduceScatter(r, *lanes[r].copy_out, sums[r].data_as<float>(),
-                                                 sums[r].data_as<float>() + r * shard, shard, {});
+        enqueued[r] =
+            reduction.EnqueueReduceScatter(r, *lanes[r].copy_out, sums[r].data_as<float>(),
+                                           sums[r].data_as<float>() + r * shard, shard, {});
       }
     });
   }
@@ -231,20 +252,12 @@ TEST(NcclDeviceReductionTest, ARankAloneIsReleasedByItsDeadline) {
   MT_SKIP_WITHOUT_CUDA();
   const int gpus = VisibleGpus();
   if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs for a peer, found " << gpus;
-  std::vector<Gpu> lanes = MakeGpus(2);
-  ASSERT_EQ(lanes.size(), 2u);
-  NcclOptions options;
-  options.collective_timeout = absl::Seconds(3);
-  auto reduction = NcclDeviceReduction::Create(Pointers(lanes), options);
-  ASSERT_TRUE(reduction.ok()) << reduction.status();
   const size_t shard = 1024;
-  std::vector<DeviceBuffer> sums;
-  for (int r = 0; r < 2; ++r) {
-    ASSERT_TRUE(lanes[r].device->MakeCurrent().ok());
-    absl::StatusOr<DeviceBuffer> b = lanes[r].device->Allocate(2 * shard * sizeof(float), "sums");
-    ASSERT_TRUE(b.ok()) << b.status();
-    sums.push_back(std::move(*b));
-  }
+  TwoGpus two = MakeTwoGpus(absl::Seconds(3), shard);
+  ASSERT_NE(two.reduction, nullptr);
+  std::vector<Gpu>& lanes = two.lanes;
+  NcclDeviceReduction& reduction = *two.reduction;
+  std::vector<DeviceBuffer>& sums = two.sums;
   const auto both = [&]() {
     std::vector<absl::Status> enqueued(2);
     std::vector<std::thread> threads;
@@ -252,10 +265,9 @@ TEST(NcclDeviceReductionTest, ARankAloneIsReleasedByItsDeadline) {
       threads.emplace_back([&, r] {
         enqueued[r] = lanes[r].device->MakeCurrent();
         if (enqueued[r].ok()) {
-          enqueued[r] = (*reduction)
-                            ->EnqueueReduceScatter(r, *lanes[r].copy_out,
-                                                   sums[r].data_as<float>(),
-                                                   sums[r].data_as<float>() + r * shard, shard, {});
+          enqueued[r] =
+              reduction.EnqueueReduceScatter(r, *lanes[r].copy_out, sums[r].data_as<float>(),
+                                             sums[r].data_as<float>() + r * shard, shard, {});
         }
         if (enqueued[r].ok()) enqueued[r] = lanes[r].copy_out->Synchronize();
       });
@@ -265,16 +277,16 @@ TEST(NcclDeviceReductionTest, ARankAloneIsReleasedByItsDeadline) {
   };
   // Together first: NCCL connects lazily, at the first collective, which needs both ranks.
   for (const absl::Status& s : both()) ASSERT_TRUE(s.ok()) << s;
-  EXPECT_TRUE((*reduction)->Failure().ok());
-  (*reduction)->Reset();
+  EXPECT_TRUE(reduction.Failure().ok());
+  reduction.Reset();
   ASSERT_TRUE(lanes[0].device->MakeCurrent().ok());
   const absl::Time begin = absl::Now();
-  const absl::Status alone = (*reduction)->EnqueueReduceScatter(
+  const absl::Status alone = reduction.EnqueueReduceScatter(
       0, *lanes[0].copy_out, sums[0].data_as<float>(), sums[0].data_as<float>(), shard, {});
   (void)lanes[0].copy_out->Synchronize();  // drains once aborted (its error, if any, is moot)
   const absl::Duration waited = absl::Now() - begin;
   EXPECT_LT(waited, absl::Seconds(30)) << "enqueue: " << alone;
-  const absl::Status failure = (*reduction)->Failure();
+  const absl::Status failure = reduction.Failure();
   if (alone.ok()) {
     EXPECT_EQ(failure.code(), absl::StatusCode::kDeadlineExceeded) << failure;
     EXPECT_NE(failure.message().find("local rank 0"), std::string::npos) << failure;
@@ -282,8 +294,8 @@ TEST(NcclDeviceReductionTest, ARankAloneIsReleasedByItsDeadline) {
     // NCCL may instead hold the enqueue itself until the same timeout (Settle says so).
     EXPECT_EQ(alone.code(), absl::StatusCode::kDeadlineExceeded) << alone;
   }
-  (*reduction)->Reset();
-  EXPECT_TRUE((*reduction)->Failure().ok());
+  reduction.Reset();
+  EXPECT_TRUE(reduction.Failure().ok());
   for (const absl::Status& s : both()) EXPECT_TRUE(s.ok()) << s;
 }
 
