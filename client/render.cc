@@ -114,10 +114,10 @@ std::string PlanText(const v1::PlanResponse& plan) {
   std::string out = absl::StrFormat("parameters: %d\n", plan.parameters());
   if (plan.devices() > 1) absl::StrAppend(&out, absl::StrFormat("devices: %d\n", plan.devices()));
   if (plan.ranks() > 1) {
-    absl::StrAppend(&out, absl::StrFormat("ranks: %d (the buffers and tiers below are one rank's%s)\n",
-                                          plan.ranks(),
-                                          plan.zero1() ? "; ZeRO-1: m and v the largest rank's share"
-                                                       : ""));
+    absl::StrAppend(
+        &out,
+        absl::StrFormat("ranks: %d (the buffers and tiers below are one rank's%s)\n", plan.ranks(),
+                        plan.zero1() ? "; ZeRO-1: m and v the largest rank's share" : ""));
   }
   for (const v1::BufferPlacement& b : plan.placements()) {
     absl::StrAppend(

@@ -151,10 +151,9 @@ absl::Status PlanWithEngine(const v1::MemoryBudgets& m, const DaemonSettings& se
     return absl::ResourceExhaustedError(absl::StrCat(
         "memory: the plan needs ", host_need, " bytes of host memory (pinned ",
         plan->placement.pinned_used, ", RAM ", plan->placement.ram_used + staging, ")",
-        ranks_per_machine > 1
-            ? absl::StrCat(" per rank, ", machine_need, " for the ", ranks_per_machine,
-                           " ranks of one machine")
-            : std::string(),
+        ranks_per_machine > 1 ? absl::StrCat(" per rank, ", machine_need, " for the ",
+                                             ranks_per_machine, " ranks of one machine")
+                              : std::string(),
         "; this machine allows ", MachineRamLimit(settings), " (", MachineRamLimitName(settings),
         "); put buffers on NVMe (memory.nvme_dir)",
         job.ranks > 1 && !job.options.trainer.zero1 ? ", shard the optimizer state (zero1)" : "",

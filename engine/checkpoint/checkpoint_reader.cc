@@ -87,11 +87,11 @@ absl::Status PlanPieceCopies(std::vector<Piece> pieces, const std::string& name,
     }
     if (info->dtype != SafetensorsDtype::kF32 || info->shape.size() != 1 ||
         info->shape[0] != static_cast<int64_t>(n)) {
-      return absl::DataLossError(absl::StrCat(p.file->path(), ": tensor ", p.name,
-                                              " is not F32 of shape [", n, "]"));
+      return absl::DataLossError(
+          absl::StrCat(p.file->path(), ": tensor ", p.name, " is not F32 of shape [", n, "]"));
     }
-    plan->push_back({p.file, p.name, dest == nullptr ? nullptr : dest + p.begin, n,
-                     slot.offset + p.begin});
+    plan->push_back(
+        {p.file, p.name, dest == nullptr ? nullptr : dest + p.begin, n, slot.offset + p.begin});
     covered = p.end;
   }
   if (covered != slot.num_elements()) {
@@ -240,8 +240,8 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Checkpoi
     optimizer_tensors -= pieces.size() - 1;
   }
   // Plans the copy of optimizer tensor `name`, whole or from its pieces.
-  const auto plan_optimizer_copy = [&](const std::string& name, const TensorSlot& slot,
-                                       float* dest, std::vector<Copy>* plan) -> absl::Status {
+  const auto plan_optimizer_copy = [&](const std::string& name, const TensorSlot& slot, float* dest,
+                                       std::vector<Copy>* plan) -> absl::Status {
     auto it = optimizer_file_of.find(name);
     if (it != optimizer_file_of.end() || !pieces_of.contains(name)) {
       // Whole (the first file when none holds it: PlanCopy names it missing).
@@ -347,7 +347,8 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Checkpoi
         const size_t hi = std::min(range.end(), c.entry_offset + c.elements);
         if (lo >= hi) continue;
         absl::Status s = c.file->ReadFloat32Range(
-            c.name, lo - c.entry_offset, absl::MakeSpan(staged[a].data() + (lo - range.first), hi - lo));
+            c.name, lo - c.entry_offset,
+            absl::MakeSpan(staged[a].data() + (lo - range.first), hi - lo));
         if (!s.ok()) {
           return absl::InternalError(absl::StrCat("after verification, reading ", c.name,
                                                   " failed: ", s.message(),

@@ -203,8 +203,8 @@ absl::Status WriteCompanionFiles(const std::string& dir, const std::vector<HfCom
 // holds (a ZeRO-1 rank's shard: ParameterStore::optimizer_state_range), a tensor the range cuts
 // written as its piece (OptimizerPieceName).
 absl::Status WriteOptimizerFile(Checkpointable& trainer, const std::string& dir,
-                                const std::string& file_name, bool own_state_only,
-                                bool with_master, WrittenFiles* records,
+                                const std::string& file_name, bool own_state_only, bool with_master,
+                                WrittenFiles* records,
                                 const std::function<void(int)>& entry_written) {
   // A tensor's elements [begin, end) (relative to the tensor), all of it unless own_state_only.
   struct Piece {

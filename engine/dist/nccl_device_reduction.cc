@@ -6,8 +6,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "engine/device/cuda_device.h"
 #include "engine/common/fatal.h"
+#include "engine/device/cuda_device.h"
 #include "engine/device/cuda_stream.h"
 
 namespace megatrain::engine::dist {
@@ -93,7 +93,8 @@ absl::Status NcclDeviceReduction::EnqueueReduceScatter(int rank, Stream& stream,
   // reduce-scatter (microseconds, against a layer's gradients).
   cudaEvent_t events[2] = {nullptr, nullptr};
   for (cudaEvent_t& event : events) {
-    if (cudaError_t e = cudaEventCreateWithFlags(&event, cudaEventDisableTiming); e != cudaSuccess) {
+    if (cudaError_t e = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+        e != cudaSuccess) {
       for (cudaEvent_t made : events) {
         if (made != nullptr) (void)cudaEventDestroy(made);
       }
@@ -203,11 +204,15 @@ void NcclDeviceReduction::AbortAllFromWatcher() {
   for (size_t r = 0; r < ranks_.size(); ++r) {
     absl::Mutex& mu = *rank_mu_[r];
     if (!mu.LockWhenWithTimeout(absl::Condition::kTrue, kGrace)) {
-      internal::DieBecause(absl::StrCat(
-          "rank ", first_rank_ + static_cast<int>(r), ": a reduce-scatter passed its deadline "
-          "and the thread enqueueing NCCL work on GPU ", ordinals_[r], " has been stuck in NCCL "
-          "for ", absl::FormatDuration(kGrace), " more; ending the process (resume the job from "
-          "its last checkpoint)"));
+      internal::DieBecause(absl::StrCat("rank ", first_rank_ + static_cast<int>(r),
+                                        ": a reduce-scatter passed its deadline "
+                                        "and the thread enqueueing NCCL work on GPU ",
+                                        ordinals_[r],
+                                        " has been stuck in NCCL "
+                                        "for ",
+                                        absl::FormatDuration(kGrace),
+                                        " more; ending the process (resume the job from "
+                                        "its last checkpoint)"));
     }
     ranks_[r].Abort();  // ends its kernels: the streams drain and the events complete
     mu.Unlock();
@@ -248,7 +253,8 @@ void NcclDeviceReduction::Reset() {
     // reaches the communicators made below, then forget the old step's failure.
     absl::MutexLock lock(&watch_mu_);
     if (!watch_mu_.AwaitWithTimeout(
-            absl::Condition(+[](std::vector<Pending>* p) { return p->empty(); }, &pending_),
+            absl::Condition(
+                +[](std::vector<Pending>* p) { return p->empty(); }, &pending_),
             options_.collective_timeout)) {
       recreate_status_ = absl::InternalError(absl::StrCat(
           "a reduce-scatter of the last step on rank ", first_rank_,

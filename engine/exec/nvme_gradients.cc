@@ -84,8 +84,8 @@ absl::Status NvmeGradients::DropChunk(int entry, int c) {
   absl::MutexLock lock(&mu_);
   const EntryChunk chunk = chunks_.chunk(entry, c);
   if (staged_[chunk.unit] == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat("gradient chunk ", c, " of entry ", entry,
-                                                      " was not begun"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("gradient chunk ", c, " of entry ", entry, " was not begun"));
   }
   staged_[chunk.unit] = nullptr;
   return store_->Release(chunk.unit, /*dirty=*/false);

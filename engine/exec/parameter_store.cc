@@ -66,9 +66,9 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
   }
   if (!placement.optimizer_state_ranges.empty()) {
     if (placement.optimizer_state_ranges.size() != entries.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("optimizer_state_ranges has ", placement.optimizer_state_ranges.size(),
-                       " ranges for ", entries.size(), " entries"));
+      return absl::InvalidArgumentError(absl::StrCat("optimizer_state_ranges has ",
+                                                     placement.optimizer_state_ranges.size(),
+                                                     " ranges for ", entries.size(), " entries"));
     }
     const size_t chunk_elements = placement.nvme_chunk_bytes / sizeof(float);
     for (size_t e = 0; e < entries.size(); ++e) {
@@ -79,8 +79,8 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
           (r.end() != entries[e].elements && r.end() % chunk_elements != 0)) {
         return absl::InvalidArgumentError(
             absl::StrCat("optimizer_state_ranges[", e, "] = [", r.first, ", ", r.end(),
-                         ") is not whole chunks of ", chunk_elements, " elements within the entry's ",
-                         entries[e].elements));
+                         ") is not whole chunks of ", chunk_elements,
+                         " elements within the entry's ", entries[e].elements));
       }
     }
     // With the master on NVMe the state file holds only this rank's ranges of it; every rank
@@ -302,13 +302,14 @@ absl::Status ParameterStore::ReadOptimizerState(int e, float* m, float* v) const
     std::memcpy(v, v_[e].data(), bytes);
     return absl::OkStatus();
   }
-  return ForEachStagedChunk(e, /*dirty=*/false,
-                            [&](const EntryChunk& c, const tiers::StagedEntry& s) {
-                              const size_t at = c.first - range.first;
-                              std::memcpy(m + at, s.array(0), c.count * sizeof(float));
-                              std::memcpy(v + at, s.array(1), c.count * sizeof(float));
-                            },
-                            /*state_chunks_only=*/true);
+  return ForEachStagedChunk(
+      e, /*dirty=*/false,
+      [&](const EntryChunk& c, const tiers::StagedEntry& s) {
+        const size_t at = c.first - range.first;
+        std::memcpy(m + at, s.array(0), c.count * sizeof(float));
+        std::memcpy(v + at, s.array(1), c.count * sizeof(float));
+      },
+      /*state_chunks_only=*/true);
 }
 
 absl::Status ParameterStore::WriteOptimizerState(int e, const float* m, const float* v) {
@@ -324,13 +325,14 @@ absl::Status ParameterStore::WriteOptimizerState(int e, const float* m, const fl
     return absl::OkStatus();
   }
   // The master streams in the same records: read, change m and v, write back.
-  return ForEachStagedChunk(e, /*dirty=*/true,
-                            [&](const EntryChunk& c, const tiers::StagedEntry& s) {
-                              const size_t at = c.first - range.first;
-                              std::memcpy(s.array(0), m + at, c.count * sizeof(float));
-                              std::memcpy(s.array(1), v + at, c.count * sizeof(float));
-                            },
-                            /*state_chunks_only=*/true);
+  return ForEachStagedChunk(
+      e, /*dirty=*/true,
+      [&](const EntryChunk& c, const tiers::StagedEntry& s) {
+        const size_t at = c.first - range.first;
+        std::memcpy(s.array(0), m + at, c.count * sizeof(float));
+        std::memcpy(s.array(1), v + at, c.count * sizeof(float));
+      },
+      /*state_chunks_only=*/true);
 }
 
 absl::Status ParameterStore::ReadMaster(int e, float* master) const {

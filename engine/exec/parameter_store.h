@@ -163,9 +163,8 @@ class ParameterStore {
   // The elements of entry e whose m and v this store holds: the whole entry, or a ZeRO-1 rank's
   // range (StorePlacement::optimizer_state_ranges; count 0 when another rank owns all of it).
   ElementRange optimizer_state_range(int entry) const {
-    return placement_.optimizer_state_ranges.empty()
-               ? ElementRange{0, specs_[entry].elements}
-               : placement_.optimizer_state_ranges[entry];
+    return placement_.optimizer_state_ranges.empty() ? ElementRange{0, specs_[entry].elements}
+                                                     : placement_.optimizer_state_ranges[entry];
   }
   bool has_optimizer_state(int entry) const { return optimizer_state_range(entry).count > 0; }
   // Whether chunk c (of entry e) lies in the entry's optimizer_state_range: ranges are whole

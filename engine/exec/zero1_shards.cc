@@ -21,9 +21,9 @@ Zero1Shards::Zero1Shards(const EntryChunks& chunks, int world) : world_(world) {
       const size_t middle = before + chunk.count / 2;
       const size_t share =
           total == 0 ? 0
-                     : static_cast<size_t>((static_cast<unsigned __int128>(middle) *
-                                            static_cast<unsigned>(world)) /
-                                           total);
+                     : static_cast<size_t>(
+                           (static_cast<unsigned __int128>(middle) * static_cast<unsigned>(world)) /
+                           total);
       const int owner = static_cast<int>(std::min<size_t>(share, static_cast<size_t>(world - 1)));
       ElementRange& r = ranges_[e][owner];
       // Shares grow with `middle`, so a rank's chunks of one entry are consecutive.

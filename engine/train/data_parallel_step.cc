@@ -245,8 +245,8 @@ absl::Status ReduceNvmeGradientToOwners(dist::Communicator& comm, NvmeGradients&
     absl::Status reduced = comm.ReduceFloatsInRankOrderTo(*staged, chunk.count, owner);
     absl::Status ended = owner == comm.rank() ? grads.EndChunk(e, c) : grads.DropChunk(e, c);
     if (!reduced.ok()) {
-      return absl::Status(reduced.code(), absl::StrCat("chunk ", c, " to rank ", owner, ": ",
-                                                       reduced.message()));
+      return absl::Status(reduced.code(),
+                          absl::StrCat("chunk ", c, " to rank ", owner, ": ", reduced.message()));
     }
     if (!ended.ok()) return ended;
   }
@@ -262,8 +262,8 @@ absl::Status ReduceGradientsToOwners(dist::Communicator& comm, ParameterStore& s
     if (b.grad == nullptr) {
       if (absl::Status s = ReduceNvmeGradientToOwners(comm, *store.nvme_gradients(), e, shards);
           !s.ok()) {
-        return absl::Status(s.code(), absl::StrCat("reducing entry ", e,
-                                                   "'s gradient on NVMe: ", s.message()));
+        return absl::Status(
+            s.code(), absl::StrCat("reducing entry ", e, "'s gradient on NVMe: ", s.message()));
       }
       continue;
     }
@@ -276,9 +276,9 @@ absl::Status ReduceGradientsToOwners(dist::Communicator& comm, ParameterStore& s
                                                                     apart + r.first, r.count, owner)
                                : comm.ReduceFloatsInRankOrderTo(b.grad + r.first, r.count, owner);
           !s.ok()) {
-        return absl::Status(s.code(), absl::StrCat("reducing entry ", e, "'s gradient [", r.first,
-                                                   ", ", r.end(), ") to rank ", owner, ": ",
-                                                   s.message()));
+        return absl::Status(
+            s.code(), absl::StrCat("reducing entry ", e, "'s gradient [", r.first, ", ", r.end(),
+                                   ") to rank ", owner, ": ", s.message()));
       }
     }
   }
@@ -340,18 +340,17 @@ absl::Status BroadcastUpdatedMasters(dist::Communicator& comm, ParameterStore& s
     // what every rank needs whole, and the owner's update wrote its range of it.
     float* const weights = b.master != nullptr ? b.master : b.compute_fp32;
     if (weights == nullptr) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("ZeRO-1 needs the masters, or an fp32 compute copy, in RAM; entry ", e,
-                       " has neither"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "ZeRO-1 needs the masters, or an fp32 compute copy, in RAM; entry ", e, " has neither"));
     }
     for (int owner = 0; owner < shards.world(); ++owner) {
       const ElementRange r = shards.range(e, owner);
       if (r.count == 0) continue;
       if (absl::Status s = comm.Broadcast(weights + r.first, r.count * sizeof(float), owner);
           !s.ok()) {
-        return absl::Status(s.code(), absl::StrCat("broadcasting entry ", e, "'s master [",
-                                                   r.first, ", ", r.end(), ") from rank ", owner,
-                                                   ": ", s.message()));
+        return absl::Status(
+            s.code(), absl::StrCat("broadcasting entry ", e, "'s master [", r.first, ", ", r.end(),
+                                   ") from rank ", owner, ": ", s.message()));
       }
     }
   }

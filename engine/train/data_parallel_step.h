@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/dist/communicator.h"
 #include "engine/common/thread_pool.h"
+#include "engine/dist/communicator.h"
 #include "engine/exec/parameter_store.h"
 #include "engine/exec/zero1_shards.h"
 

@@ -123,11 +123,11 @@ TEST(Zero1SumsTest, WorldOfOneGivesOneProcessBits) {
   ASSERT_TRUE(store.ok()) << store.status();
   for (int e = 0; e < 2; ++e) {
     float* g = store->entry(e).grad;
-    for (size_t i = 0; i < specs[e].elements; ++i) g[i] = 0.001f * static_cast<float>(i % 977) - 0.3f;
+    for (size_t i = 0; i < specs[e].elements; ++i)
+      g[i] = 0.001f * static_cast<float>(i % 977) - 0.3f;
   }
-  const Zero1Shards shards(EntryChunks({specs[0].elements, specs[1].elements},
-                                       kGradNormChunkElements),
-                           1);
+  const Zero1Shards shards(
+      EntryChunks({specs[0].elements, specs[1].elements}, kGradNormChunkElements), 1);
   absl::StatusOr<std::vector<double>> sums = OwnedGradSumsOfSquares(one, *store, shards, nullptr);
   ASSERT_TRUE(sums.ok()) << sums.status();
   for (int e = 0; e < 2; ++e) EXPECT_EQ((*sums)[e], store->GradSumOfSquares(e, nullptr)) << e;

@@ -79,9 +79,10 @@ absl::StatusOr<std::unique_ptr<DeviceReduction>> MakeRankReduction(Device& devic
                                                                    bool zero1) {
   const std::string where = absl::StrCat("gradient_reduction across ", comm.size(), " ranks");
   if (zero1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, " with zero1: each range's owner needs its whole reduced gradient, and the "
-               "reduce-scatter leaves one shard per rank; use gradient_reduction=host"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where,
+                     " with zero1: each range's owner needs its whole reduced gradient, and the "
+                     "reduce-scatter leaves one shard per rank; use gradient_reduction=host"));
   }
   if (device.kind() == DeviceKind::kCuda) {
     // NCCL's world over the job's communicator, one GPU per process (written, not yet run).

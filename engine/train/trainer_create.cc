@@ -120,15 +120,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
     // another rank's collective with this one.
     if (absl::Status s = CheckSameJob(
             *options.communicator,
-            absl::StrCat("gradient_reduction ", std::string(GradientReductionName(
-                                                    options.gradient_reduction)),
+            absl::StrCat("gradient_reduction ",
+                         std::string(GradientReductionName(options.gradient_reduction)),
                          " devices ", devices.size(), " kind ",
                          std::string(DeviceKindName(device.kind())), " zero1 ", options.zero1,
                          // ZeRO-1's shards are the store's chunks: ranks whose chunks differ
                          // would call the owners' collectives with different counts.
-                         options.zero1 ? absl::StrCat(" chunk bytes ",
-                                                      options.memory.nvme_chunk_bytes)
-                                       : std::string()));
+                         options.zero1
+                             ? absl::StrCat(" chunk bytes ", options.memory.nvme_chunk_bytes)
+                             : std::string()));
         !s.ok()) {
       return s;
     }
@@ -197,9 +197,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
     }
     std::vector<size_t> elements;
     for (const EntrySpec& spec : specs) elements.push_back(spec.elements);
-    zero1_shards = Zero1Shards(
-        EntryChunks(elements, store_placement.nvme_chunk_bytes / sizeof(float)),
-        options.communicator->size());
+    zero1_shards =
+        Zero1Shards(EntryChunks(elements, store_placement.nvme_chunk_bytes / sizeof(float)),
+                    options.communicator->size());
     // The placement counts only this rank's m and v (RAM or its NVMe file).
     store_placement.optimizer_state_ranges = zero1_shards.ranges_of(options.communicator->rank());
   }
@@ -212,10 +212,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
       b.compute_copy_stays_in_ram = b.grad_stays_in_ram;  // gathered by rows on the host
       const uint64_t n = spec.elements * sizeof(float);
       b[tiers::BufferKind::kMaster] = n;
-      const uint64_t owned = store_placement.optimizer_state_ranges.empty()
-                                 ? n
-                                 : store_placement.optimizer_state_ranges[bytes.size()].count *
-                                       sizeof(float);
+      const uint64_t owned =
+          store_placement.optimizer_state_ranges.empty()
+              ? n
+              : store_placement.optimizer_state_ranges[bytes.size()].count * sizeof(float);
       b[tiers::BufferKind::kM] = owned;
       b[tiers::BufferKind::kV] = owned;
       // The embedding's gradient (which stays in RAM) and its rows' gradient apart, if any.

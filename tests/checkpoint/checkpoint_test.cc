@@ -297,9 +297,9 @@ TEST(OptimizerPieceNameTest, RoundTripsAndRefusesOtherForms) {
   EXPECT_EQ(name, "m.model.embed_tokens.weight");
   EXPECT_EQ(begin, 65536u);
   EXPECT_EQ(end, 131088u);
-  for (const char* other : {"m.model.embed_tokens.weight", "m.x[]", "m.x[1:1]", "m.x[2:1]",
-                            "m.x[-1:2]", "m.x[ 1:2]", "m.x[1:2", "[0:4]", "m.x[1:+2]",
-                            "m.x[1:99999999999999999999]"}) {
+  for (const char* other :
+       {"m.model.embed_tokens.weight", "m.x[]", "m.x[1:1]", "m.x[2:1]", "m.x[-1:2]", "m.x[ 1:2]",
+        "m.x[1:2", "[0:4]", "m.x[1:+2]", "m.x[1:99999999999999999999]"}) {
     EXPECT_FALSE(ParseOptimizerPieceName(other, &name, &begin, &end)) << other;
   }
 }

@@ -8,10 +8,10 @@
 // outside (the failure tests). MODE: 0 = untied model, 1 = tied, zero1 / tiedzero1 = untied /
 // tied with ZeRO-1 (TrainerOptions::zero1; alone, plain accumulation W), big / bigzero1 = a
 // ~30M-parameter untied model for the memory measurement (OUT.vmhwm: the process's peak resident
-// kB, VmHWM; a ZeRO-1 rank's OUT.shard: its ranges of the entries). Checkpoints (environment): DP_SAVE_DIR and DP_SAVE_AT=N write a checkpoint after step
-// N (ZeRO-1 ranks: a sharded one); DP_RESUME_FROM=DIR loads it first and trains the remaining
-// steps. A ZeRO-1 rank of W > 1 also tries to write a checkpoint at the end and records the refusal
-// in OUT.ckpt.
+// kB, VmHWM; a ZeRO-1 rank's OUT.shard: its ranges of the entries). Checkpoints (environment):
+// DP_SAVE_DIR and DP_SAVE_AT=N write a checkpoint after step N (ZeRO-1 ranks: a sharded one);
+// DP_RESUME_FROM=DIR loads it first and trains the remaining steps. A ZeRO-1 rank of W > 1 also
+// tries to write a checkpoint at the end and records the refusal in OUT.ckpt.
 //
 //   dp_exactness_worker PREFIX W STEPS MODE [KILL_RANK KILL_STEP]
 #include <unistd.h>
