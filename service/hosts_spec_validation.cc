@@ -76,6 +76,13 @@ absl::Status ValidateHosts(const v1::JobSpec& spec, const std::vector<std::strin
                    "not with hosts: the replies are rendered by the chat tool beside the daemon, "
                    "not beside rank 0");
   }
+  // The Trainer would leave it off without a word (TrainerOptions::speculative_update): the
+  // ranks' gradients are combined only after every rank's last micro-batch.
+  if (spec.speculative_update()) {
+    return Invalid("speculative_update",
+                   "true with hosts: the ranks combine their gradients only after the last "
+                   "micro-batch, so no update can start during its backward");
+  }
   job.ranks = ranks;
   return absl::OkStatus();
 }

@@ -18,7 +18,8 @@ inline constexpr int kMaxRanksPerHost = 64;
 // Parses spec.hosts into job.hosts and job.ranks; refuses (naming the field and value) a name
 // that is empty, starts with '-', or has characters outside [A-Za-z0-9._-], a rank count outside
 // 1..kMaxRanksPerHost, more than kMaxJobHosts entries, zero1 without hosts, and data.eval_prompts
-// with hosts (their replies need the chat tool's process beside rank 0). A name other than
+// or speculative_update with hosts (the replies need the chat tool's process beside rank 0; the
+// ranks combine gradients only after the last micro-batch). A name other than
 // "localhost" must be one of `allowed` (the daemon's allowed_hosts: PERMISSION_DENIED otherwise)
 // unless `any_host` (a plan for another machine, which launches nothing).
 absl::Status ValidateHosts(const v1::JobSpec& spec, const std::vector<std::string>& allowed,

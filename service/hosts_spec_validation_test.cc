@@ -69,6 +69,16 @@ TEST(HostsSpecValidationTest, EvalPromptsAreRefusedWithHosts) {
   EXPECT_THAT(s.message(), HasSubstr("data.eval_prompts"));
 }
 
+TEST(HostsSpecValidationTest, SpeculativeUpdateIsRefusedWithHosts) {
+  v1::JobSpec spec;
+  spec.add_hosts("localhost:2");
+  spec.set_speculative_update(true);
+  ValidatedJob job;
+  const absl::Status s = ValidateHosts(spec, {}, false, job);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("speculative_update"));
+}
+
 TEST(HostsSpecValidationTest, OnlyAllowedHostsBesidesLocalhost) {
   ValidatedJob job;
   EXPECT_TRUE(Validate({"localhost:3", "node1"}, job).ok());
