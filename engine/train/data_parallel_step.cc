@@ -297,13 +297,35 @@ absl::StatusOr<std::vector<double>> OwnedGradSumsOfSquares(dist::Communicator& c
   for (int e = 0; e < store.num_entries(); ++e) {
     base[e + 1] = base[e] + norm_chunks(store.spec(e).elements);
   }
-  std::vector<double> mine(base.back(), 0.0);
+  // A rank's ranges are consecutive runs of whole chunks in unit order, so its partials are one
+  // run [first[r], end[r]) of that line: each rank sends only its run, padded to the longest.
+  const int world = shards.world();
+  std::vector<size_t> first(world, 0), end(world, 0);
+  size_t longest = 0;
+  for (int r = 0; r < world; ++r) {
+    bool any = false;
+    for (int e = 0; e < store.num_entries(); ++e) {
+      const ElementRange range = shards.range(e, r);
+      if (range.count == 0) continue;
+      const size_t k0 = base[e] + range.first / kGradNormChunkElements;
+      const size_t k1 = base[e] + (range.end() + kGradNormChunkElements - 1) / kGradNormChunkElements;
+      if (!any) first[r] = k0;
+      if (any && k0 != end[r]) {
+        return absl::InternalError(absl::StrCat("rank ", r, "'s ZeRO-1 ranges are not one run"));
+      }
+      end[r] = k1;
+      any = true;
+    }
+    longest = std::max(longest, end[r] - first[r]);
+  }
+  std::vector<double> mine(std::max<size_t>(1, longest), 0.0);
   for (int e = 0; e < store.num_entries(); ++e) {
     const ElementRange r = shards.range(e, comm.rank());
     if (r.count == 0) continue;
     // Ranges start at whole store chunks, multiples of the norm's chunk (ParameterStore::Create
     // checks nvme_chunk_bytes), so these are the partials of the whole gradient.
-    double* out = mine.data() + base[e] + r.first / kGradNormChunkElements;
+    double* out =
+        mine.data() + (base[e] + r.first / kGradNormChunkElements - first[comm.rank()]);
     const float* grad = store.entry(e).grad;
     if (grad == nullptr) {
       // On NVMe: the owner's chunks recorded them when their reduction ended.
@@ -314,20 +336,15 @@ absl::StatusOr<std::vector<double>> OwnedGradSumsOfSquares(dist::Communicator& c
   }
   absl::StatusOr<std::vector<double>> all = comm.AllGatherDoubles(mine);
   if (!all.ok()) return all.status();
+  // Every rank's run back in its place on the line, then each entry's added in chunk order.
+  std::vector<double> line(base.back(), 0.0);
+  for (int r = 0; r < world; ++r) {
+    const double* from = all->data() + static_cast<size_t>(r) * mine.size();
+    std::copy(from, from + (end[r] - first[r]), line.begin() + first[r]);
+  }
   std::vector<double> sums(store.num_entries());
-  std::vector<double> partials;
   for (int e = 0; e < store.num_entries(); ++e) {
-    partials.assign(base[e + 1] - base[e], 0.0);
-    // Each owner's run of the entry's partials, from that owner's contribution.
-    for (int owner = 0; owner < shards.world(); ++owner) {
-      const ElementRange r = shards.range(e, owner);
-      if (r.count == 0) continue;
-      const size_t k0 = r.first / kGradNormChunkElements;
-      const size_t k1 = (r.end() + kGradNormChunkElements - 1) / kGradNormChunkElements;
-      const double* from = all->data() + owner * base.back() + base[e];
-      std::copy(from + k0, from + k1, partials.begin() + k0);
-    }
-    sums[e] = SumPartials(partials);
+    sums[e] = SumPartials(absl::MakeConstSpan(line.data() + base[e], base[e + 1] - base[e]));
   }
   return sums;
 }

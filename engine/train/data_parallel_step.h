@@ -107,8 +107,9 @@ absl::Status ReduceGradientsToOwners(dist::Communicator& comm, ParameterStore& s
                                      const Zero1Shards& shards);
 
 // Every entry's gradient sum of squares, the bits one process computes from the full reduced
-// gradient (grad_norm.h): each rank computes the norm's chunk partials of its ranges, the
-// partials are all-gathered, and each entry's are added in chunk order. `pool` as for
+// gradient (grad_norm.h): each rank computes the norm's chunk partials of its ranges (one run of
+// the model's partials, its ranges being consecutive), the runs are all-gathered (each padded to
+// the longest), and each entry's partials are added in chunk order. `pool` as for
 // GradSumOfSquares.
 absl::StatusOr<std::vector<double>> OwnedGradSumsOfSquares(dist::Communicator& comm,
                                                            const ParameterStore& store,
