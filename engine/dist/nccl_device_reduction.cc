@@ -135,7 +135,10 @@ absl::Status NcclDeviceReduction::EnqueueReduceScatter(int rank, Stream& stream,
 
 void NcclDeviceReduction::WatchDeadlines() {
   using Clock = std::chrono::steady_clock;
-  const auto timeout = absl::ToChronoNanoseconds(options_.collective_timeout);
+  // InfiniteDuration: no deadline (the events are still polled, so Reset knows they finished).
+  const bool bounded = options_.collective_timeout != absl::InfiniteDuration();
+  const auto timeout = bounded ? absl::ToChronoNanoseconds(options_.collective_timeout)
+                               : std::chrono::nanoseconds(0);
   absl::MutexLock lock(&watch_mu_);
   while (!stop_watching_) {
     // The driver calls run without the lock (one could stall, and lanes take it to enqueue).
@@ -172,7 +175,7 @@ void NcclDeviceReduction::WatchDeadlines() {
         it->started = true;
         it->deadline = now + timeout;
       }
-      if (it->started && now > it->deadline && !aborted_by_deadline_) {
+      if (bounded && it->started && now > it->deadline && !aborted_by_deadline_) {
         overdue = true;
         overdue_local = it->local;
       }

@@ -74,9 +74,18 @@ absl::StatusOr<GradientReduction> ReduceOnDevices(const GradientReductionInputs&
   return in.asked;
 }
 
-absl::StatusOr<std::unique_ptr<DeviceReduction>> MakeRankReduction(Device& device,
-                                                                   dist::Communicator& comm,
-                                                                   bool zero1) {
+namespace {
+
+dist::NcclOptions NcclOptionsWith(absl::Duration collective_timeout) {
+  dist::NcclOptions options;
+  options.collective_timeout = collective_timeout;
+  return options;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DeviceReduction>> MakeRankReduction(
+    Device& device, dist::Communicator& comm, bool zero1, absl::Duration collective_timeout) {
   const std::string where = absl::StrCat("gradient_reduction across ", comm.size(), " ranks");
   if (zero1) {
     return absl::InvalidArgumentError(
@@ -87,7 +96,8 @@ absl::StatusOr<std::unique_ptr<DeviceReduction>> MakeRankReduction(Device& devic
   if (device.kind() == DeviceKind::kCuda) {
     // NCCL's world over the job's communicator, one GPU per process (written, not yet run).
     absl::StatusOr<std::unique_ptr<dist::NcclDeviceReduction>> nccl =
-        dist::NcclDeviceReduction::CreateOverHost(comm, device);
+        dist::NcclDeviceReduction::CreateOverHost(comm, device,
+                                                  NcclOptionsWith(collective_timeout));
     if (!nccl.ok()) return nccl.status();
     return std::unique_ptr<DeviceReduction>(std::move(*nccl));
   }
@@ -96,10 +106,10 @@ absl::StatusOr<std::unique_ptr<DeviceReduction>> MakeRankReduction(Device& devic
 }
 
 absl::StatusOr<std::unique_ptr<DeviceReduction>> MakeDeviceReduction(
-    const std::vector<Device*>& devices) {
+    const std::vector<Device*>& devices, absl::Duration collective_timeout) {
   if (!devices.empty() && devices[0]->kind() == DeviceKind::kCuda) {
     absl::StatusOr<std::unique_ptr<dist::NcclDeviceReduction>> nccl =
-        dist::NcclDeviceReduction::Create(devices);
+        dist::NcclDeviceReduction::Create(devices, NcclOptionsWith(collective_timeout));
     if (!nccl.ok()) return nccl.status();
     return std::unique_ptr<DeviceReduction>(std::move(*nccl));
   }

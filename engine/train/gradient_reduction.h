@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "engine/device/device.h"
 #include "engine/dist/communicator.h"
 #include "engine/exec/device_reduction.h"
@@ -58,16 +59,15 @@ struct GradientReductionInputs {
 // kHost, kDevices or kDeviceShards for the run. INVALID_ARGUMENT naming the field when kDevices
 // or kDeviceShards is asked for and cannot run.
 absl::StatusOr<GradientReduction> ReduceOnDevices(const GradientReductionInputs& in);
-// The reduction among `devices` (all of one kind): NCCL among CUDA devices, rank order among CPU
-// devices.
+// The reduction among `devices` (all of one kind): NCCL among CUDA devices (each collective
+// bounded by `collective_timeout`: NcclOptions), rank order among CPU devices.
 absl::StatusOr<std::unique_ptr<DeviceReduction>> MakeDeviceReduction(
-    const std::vector<Device*>& devices);
+    const std::vector<Device*>& devices, absl::Duration collective_timeout);
 // The reduction among the ranks of `comm`, one `device` each: rank order over the communicator
 // for the CPU device, NCCL over it for a GPU (NcclDeviceReduction::CreateOverHost, a collective:
 // every rank calls it). INVALID_ARGUMENT naming the field for ZeRO-1 (each range's owner needs
 // the whole of it, not one shard per rank).
-absl::StatusOr<std::unique_ptr<DeviceReduction>> MakeRankReduction(Device& device,
-                                                                   dist::Communicator& comm,
-                                                                   bool zero1);
+absl::StatusOr<std::unique_ptr<DeviceReduction>> MakeRankReduction(
+    Device& device, dist::Communicator& comm, bool zero1, absl::Duration collective_timeout);
 
 }  // namespace megatrain::engine

@@ -162,7 +162,8 @@ ABSL_FLAG(int, collective_timeout_s, 300,
           "With --data_parallel: seconds a rank waits in one collective for the others before it "
           "ends the whole job naming itself, its host, the collective and the step (a rank that "
           "is stopped or hung); 0 = wait forever. Must exceed the longest gap between ranks "
-          "(rank 0 writing a checkpoint's model while the others wait).");
+          "(rank 0 writing a checkpoint's model while the others wait). Also each NCCL "
+          "reduce-scatter among GPUs, from when its stream reaches it.");
 ABSL_FLAG(bool, resume, false,
           "Continue from the newest checkpoint in --checkpoint_dir when one exists.");
 
@@ -344,6 +345,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   t.zero1 = absl::GetFlag(FLAGS_zero1);
+  // The same deadline for the devices' collectives (NCCL's reduce-scatter among GPUs).
+  t.collective_timeout = absl::GetFlag(FLAGS_collective_timeout_s) == 0
+                             ? absl::InfiniteDuration()
+                             : absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_s));
   if (data_parallel) {
     megatrain::engine::dist::MpiCommunicatorOptions mpi_options;
     mpi_options.collective_timeout =

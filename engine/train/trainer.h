@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/checkpoint/checkpointable.h"
 #include "engine/common/input_files.h"
@@ -95,6 +96,10 @@ struct TrainerOptions {
   // refuses a shard); loading any checkpoint restores the owned ranges' m and v and every master,
   // so checkpoints resume on any world size.
   bool zero1 = false;
+  // The deadline of each collective among the devices' reduction (NCCL: from when the stream
+  // reaches it; dist::NcclOptions::collective_timeout), past which the step fails naming the
+  // rank: a peer GPU or process that hangs. InfiniteDuration: none.
+  absl::Duration collective_timeout = absl::Minutes(2);
   // Speculative update (docs/operations.md): during the last micro-batch's backward, each entry
   // whose gradient is final is updated with clip coefficient 1, out of place, into a second
   // copy of its master, m and v; committed when the step's clip coefficient is exactly 1

@@ -165,9 +165,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
     const bool reduce = *reduction != GradientReduction::kHost;
     absl::StatusOr<std::unique_ptr<DeviceReduction>> made = std::unique_ptr<DeviceReduction>();
     if (reduce && across_ranks) {
-      made = MakeRankReduction(device, *options.communicator, options.zero1);
+      made = MakeRankReduction(device, *options.communicator, options.zero1,
+                               options.collective_timeout);
     } else if (reduce) {
-      made = MakeDeviceReduction(devices);
+      made = MakeDeviceReduction(devices, options.collective_timeout);
     }
     if (reduce && made.ok()) {
       device_reduction = std::move(*made);
