@@ -306,6 +306,18 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Checkpoi
       }
     }
   }
+  // Pieces of a tensor the model does not have (or not of master/m/v) would only show in the
+  // count below: name them.
+  for (const auto& [name, pieces] : pieces_of) {
+    const size_t dot = name.find('.');
+    const std::string kind = dot == std::string::npos ? "" : name.substr(0, dot);
+    const bool known_kind = kind == "m" || kind == "v" || (kind == "master" && master_in_optimizer);
+    if (!known_kind || !layout.Find(name.substr(dot + 1)).ok()) {
+      return absl::DataLossError(absl::StrCat(pieces.front().file->path(), ": tensor ",
+                                              pieces.front().name, " is a piece of ", name,
+                                              ", which is not in the model's optimizer state"));
+    }
+  }
   const size_t optimizer_expected = layout_tensors * (master_in_optimizer ? 3 : 2);
   if (optimizer_tensors != optimizer_expected) {
     return absl::DataLossError(absl::StrCat(
