@@ -107,6 +107,8 @@ absl::StatusOr<megatrain::service::ValidatedJob> RankRun(
       service::ValidateDaemonConfig(rank_job.daemon());
   if (!settings.ok()) return settings.status();
   settings->max_ram_bytes = rank_job.max_ram_bytes();
+  // This machine's host-memory check counts its own ranks, not the busiest machine's.
+  settings->ranks_on_this_machine = mpi.local_size();
   const service::PathPolicy paths(settings->data_roots, settings->output_roots);
   absl::StatusOr<service::ValidatedJob> job =
       service::ValidateJobSpec(rank_job.spec(), *settings, paths);
@@ -146,6 +148,11 @@ absl::StatusOr<megatrain::service::ValidatedJob> RankRun(
   o.resume = true;
   o.trainer.communicator = &mpi;
   o.agree_on_requests = true;
+  // The same deadline for the GPUs' NCCL reduce-scatter as for MPI's collectives (0 = none).
+  o.trainer.collective_timeout = absl::GetFlag(FLAGS_collective_timeout_s) == 0
+                                     ? absl::InfiniteDuration()
+                                     : absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_s));
+
   if (!o.trainer.memory.budgets.nvme_dir.empty()) {
     absl::StatusOr<std::string> dir =
         RankNvmeDirectory(o.trainer.memory.budgets.nvme_dir, mpi.rank());

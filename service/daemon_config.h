@@ -55,6 +55,10 @@ struct DaemonSettings {
   // about that one's, so none refuses the job (the planner then judges the profile's device).
   // Memory fields the spec sets itself are still checked as the daemon would.
   bool plan_for_other_machine = false;
+  // Ranks of a job on several machines that run on this machine (megatrain_rank: MPI's local
+  // size), for its host-memory check; 0 = the most any one host of the job runs (the daemon,
+  // which sees only its own machine and takes the others to be alike).
+  int ranks_on_this_machine = 0;
   uint32_t max_job_crashes = 3;  // daemon deaths while one job ran before it is FAILED
   uint64_t test_hold_after_step = 0;  // test hook: see --test_hold_after_step
   // Test hook for in-process daemons (RunnerLimits::test_after_input_check); never set by flags.

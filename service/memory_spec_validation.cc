@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
+#include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -81,6 +83,7 @@ engine::planner::PlanInputs PlanInputsFor(const ValidatedJob& job,
   // and under ZeRO-1 holds its share of m and v.
   const int ranks = std::max(1, job.ranks);
   in.grad_accumulation = job.options.grad_accumulation / ranks;
+  in.ranks = ranks;
   in.zero1_world = job.options.trainer.zero1 ? ranks : 0;
   in.checkpoint_interval = job.options.trainer.executor.checkpoint_interval;
   in.weight_slots = job.options.trainer.executor.weight_slots;
@@ -144,8 +147,13 @@ absl::Status PlanWithEngine(const v1::MemoryBudgets& m, const DaemonSettings& se
   const uint64_t host_need = plan->placement.pinned_used + plan->placement.ram_used + staging;
   // A job on several machines: the plan is one rank's; the machine with the most ranks holds
   // that many (the others are taken to be alike: the daemon sees only its own).
+  std::map<std::string, int> ranks_of_host;  // a name given twice runs both counts there
+  for (const RankHost& h : job.hosts) ranks_of_host[h.name] += h.ranks;
   int ranks_per_machine = 1;
-  for (const RankHost& h : job.hosts) ranks_per_machine = std::max(ranks_per_machine, h.ranks);
+  for (const auto& [name, ranks] : ranks_of_host) {
+    ranks_per_machine = std::max(ranks_per_machine, ranks);
+  }
+  if (settings.ranks_on_this_machine > 0) ranks_per_machine = settings.ranks_on_this_machine;
   const uint64_t machine_need = host_need * static_cast<uint64_t>(ranks_per_machine);
   if (!settings.plan_for_other_machine && machine_need > MachineRamLimit(settings)) {
     return absl::ResourceExhaustedError(absl::StrCat(

@@ -68,6 +68,9 @@ absl::StatusOr<OfflineScaling> PlanScalingOffline(const v1::JobSpec& spec,
   absl::StatusOr<ValidatedJob> job = ValidateJobSpec(one_device, *settings, paths);
   if (!job.ok()) return job.status();
   planner::PlanInputs in = PlanInputsFor(*job, *settings);
+  // PredictScaling shards and divides one unsharded process's plan itself.
+  in.ranks = 1;
+  in.zero1_world = 0;
   // The profile's device and host, not the daemon's: its arena unless the spec sets one, and the
   // spec's budgets only where it gives them (the daemon's defaults describe its own machine).
   in.device_arena_bytes = spec.memory().device_arena_bytes();

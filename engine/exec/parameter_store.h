@@ -86,7 +86,8 @@ struct StorePlacement {
   // are allocated only for those elements (the ones this rank owns and updates), each range whole
   // chunks (EntryChunks) of its entry, maybe none. ReadOptimizerState / WriteOptimizerState move
   // the range's, and refuse an entry with an empty one. With states_on_nvme the state file holds
-  // the ranges' chunks only. Every master stays in RAM (not master_on_nvme).
+  // the ranges' chunks only, and with master_on_nvme the masters' too (the fp32 compute copy in
+  // RAM then holds every weight; Create refuses a bf16 copy or one on NVMe).
   std::vector<ElementRange> optimizer_state_ranges;
   // Data parallelism over MPI with a tied embedding (docs/scale_out.md): this entry (the
   // embedding, also the LM head) gets a second gradient array of its size, where the executor

@@ -133,7 +133,9 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
     const uint64_t state = zero1_owned.empty() ? n : zero1_owned[bytes.size()] * sizeof(float);
     b[BufferKind::kM] = state;
     b[BufferKind::kV] = state;
-    b[BufferKind::kGrad] = n;
+    // A tied embedding's rows' gradient kept apart across ranks (trainer_create.cc).
+    b[BufferKind::kGrad] =
+        b.grad_stays_in_ram && in.ranks > 1 && layout->tied_embeddings() ? 2 * n : n;
     b[BufferKind::kComputeCopy] = hw.cpu_device ? 0 : e.num_elements * hw.weight_bytes;
     endpoint_bytes += b[BufferKind::kGrad] +
                       (hw.cpu_device ? b[BufferKind::kMaster] : b[BufferKind::kComputeCopy]);

@@ -48,6 +48,10 @@ struct PlanInputs {
   // Devices of one process training the job (--devices): each has its executor's pinned
   // staging, all taken from the one pinned budget.
   int devices = 1;
+  // Ranks of a data-parallel job (processes under MPI; 1 = one process): the plan is one rank's.
+  // With more than one and a tied embedding, the rank keeps the rows' gradient apart in a second
+  // array of the embedding's size, as the Trainer does.
+  int ranks = 1;
   // ZeRO-1 over this many ranks (0 or 1: none): the plan is one rank's, its m and v the largest
   // rank's share (Zero1Shards over nvme_chunk_bytes' chunks, as the Trainer cuts them).
   int zero1_world = 0;

@@ -91,8 +91,8 @@ struct TrainerOptions {
   // ZeRO-1 over `communicator` (docs/scale_out.md): each rank owns a range of whole chunks of
   // every parameter-store entry (Zero1Shards over memory.nvme_chunk_bytes' chunks, so each holds
   // about 1/W of m and v however large one entry is), reduces its ranges' gradients to itself,
-  // updates them, and broadcasts their masters. Needs a communicator, the masters and the
-  // gradients in RAM. Its ranks checkpoint together with WriteShardedCheckpoint (WriteCheckpoint
+  // updates them, and broadcasts their masters. Needs a communicator; gradients, m and v may be
+  // on NVMe, the masters too on the CPU device (its fp32 compute copy is then broadcast). Its ranks checkpoint together with WriteShardedCheckpoint (WriteCheckpoint
   // refuses a shard); loading any checkpoint restores the owned ranges' m and v and every master,
   // so checkpoints resume on any world size.
   bool zero1 = false;
