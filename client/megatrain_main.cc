@@ -25,6 +25,7 @@
 #include "client/plan_command.h"
 #include "client/render.h"
 #include "client/spec_from_flags.h"
+#include "client/spec_switch_flags.h"
 #include "client/terminal_size.h"
 #include "client/top_command.h"
 #include "client/verify_command.h"
@@ -57,7 +58,7 @@ ABSL_FLAG(std::string, chat_format, "",
           "submit/plan: data.chat_format: auto (default), chat, prompt_completion or alpaca.");
 ABSL_FLAG(std::string, samples, "",
           "submit/plan: comma-separated pre-made MTSFT sample files (data.sample_files).");
-ABSL_FLAG(bool, train_on_prompt, false,
+ABSL_FLAG(std::optional<bool>, train_on_prompt, std::nullopt,
           "submit/plan: fine-tuning: count the loss on prompt tokens too (unset: the spec's "
           "data.train_on_prompt, default false: the assistant tokens only).");
 ABSL_FLAG(std::optional<bool>, pack, std::nullopt,
@@ -114,9 +115,10 @@ ABSL_FLAG(std::string, hosts, "",
           "submit/plan: the machines the job trains on as ranks the daemon launches through "
           "mpirun (JobSpec.hosts), comma-separated \"name\" or \"name:ranks\", e.g. "
           "node1:2,node2:2 (docs/scale_out.md \"Jobs on several machines\").");
-ABSL_FLAG(bool, zero1, false,
-          "submit/plan: with --hosts, ZeRO-1 among the ranks (JobSpec.zero1).");
-ABSL_FLAG(bool, speculative_update, false,
+ABSL_FLAG(std::optional<bool>, zero1, std::nullopt,
+          "submit/plan: with --hosts, ZeRO-1 among the ranks (JobSpec.zero1); unset: the "
+          "spec's, --zero1=false turns a spec's off.");
+ABSL_FLAG(std::optional<bool>, speculative_update, std::nullopt,
           "submit/plan: set JobSpec.speculative_update: the optimizer update runs during the "
           "last micro-batch's backward, kept when the step is not clipped (needs the master, m "
           "and v all on NVMe with room for a second copy there, all in RAM with room for a "
@@ -430,6 +432,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsageText);
   // The documented spelling of the allowance has dashes; absl flag names cannot.
   std::vector<std::string> renamed(argv, argv + argc);
+  megatrain::client::SpellOutSpecSwitches(renamed);
   std::vector<char*> args;
   for (std::string& a : renamed) {
     if (a == "--allow-data-change") a = "--allow_data_change";

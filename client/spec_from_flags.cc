@@ -32,7 +32,7 @@ absl::StatusOr<v1::JobSpec> SpecFromFlags() {
   if (!absl::GetFlag(FLAGS_samples).empty()) {
     o.sample_files = absl::StrSplit(absl::GetFlag(FLAGS_samples), ',', absl::SkipEmpty());
   }
-  if (absl::GetFlag(FLAGS_train_on_prompt)) o.train_on_prompt = true;
+  o.train_on_prompt = absl::GetFlag(FLAGS_train_on_prompt);
   o.pack = absl::GetFlag(FLAGS_pack);
   if (!absl::GetFlag(FLAGS_overlong).empty()) o.overlong = absl::GetFlag(FLAGS_overlong);
   if (absl::GetFlag(FLAGS_steps) != 0) o.steps = absl::GetFlag(FLAGS_steps);
@@ -48,11 +48,11 @@ absl::StatusOr<v1::JobSpec> SpecFromFlags() {
   if (!absl::GetFlag(FLAGS_output_dir).empty()) o.output_dir = absl::GetFlag(FLAGS_output_dir);
   o.seed = absl::GetFlag(FLAGS_seed);
   if (absl::GetFlag(FLAGS_devices) != 0) o.devices = absl::GetFlag(FLAGS_devices);
-  if (absl::GetFlag(FLAGS_speculative_update)) o.speculative_update = true;
+  o.speculative_update = absl::GetFlag(FLAGS_speculative_update);
   if (!absl::GetFlag(FLAGS_hosts).empty()) {
     o.hosts = absl::StrSplit(absl::GetFlag(FLAGS_hosts), ',', absl::SkipEmpty());
   }
-  if (absl::GetFlag(FLAGS_zero1)) o.zero1 = true;
+  o.zero1 = absl::GetFlag(FLAGS_zero1);
   client::ApplyOverrides(o, spec);
   if (absl::GetFlag(FLAGS_reuse_output_dir)) spec.set_reuse_output_dir(true);
   return spec;

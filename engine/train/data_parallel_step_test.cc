@@ -340,27 +340,47 @@ TEST(GradientLayoutFingerprintTest, SaysWhichEntriesGradientsAreOnNvme) {
   EXPECT_EQ(fingerprint("c", {0, 1}), kept_one_more);
 }
 
-TEST(Zero1TrainerTest, NeedsACommunicator) {
+// Trainer::Create's answer for a small untied model on a CPU device under `o`.
+absl::Status CreateSmallTrainer(TrainerOptions o) {
   DeviceOptions options;
   options.kind = DeviceKind::kCpu;
   options.arena_bytes = size_t{64} << 20;
   options.pinned_budget_bytes = size_t{64} << 20;
   absl::StatusOr<std::unique_ptr<CpuDevice>> device = CpuDevice::Create(options);
-  ASSERT_TRUE(device.ok()) << device.status();
+  if (!device.ok()) return device.status();
   const absl::StatusOr<ModelConfig> config = ParseModelConfig(
       R"({"model_type": "llama", "vocab_size": 97, "hidden_size": 48, "intermediate_size": 88,
           "num_hidden_layers": 2, "num_attention_heads": 6, "num_key_value_heads": 2,
           "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
           "hidden_act": "silu", "tie_word_embeddings": false})");
-  ASSERT_TRUE(config.ok()) << config.status();
-  TrainerOptions o;
+  if (!config.ok()) return config.status();
   o.micro_batch_size = 1;
   o.seq_len = 8;
+  return Trainer::Create(**device, *config, o).status();
+}
+
+TEST(Zero1TrainerTest, NeedsACommunicator) {
+  TrainerOptions o;
   o.zero1 = true;
-  const absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(**device, *config, o);
-  ASSERT_FALSE(t.ok());
-  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(t.status().message().find("zero1 needs a communicator"), std::string::npos);
+  const absl::Status s = CreateSmallTrainer(o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("zero1 needs a communicator"), std::string::npos) << s;
+}
+
+// A zero or negative deadline would fail every collective at once; none is InfiniteDuration.
+TEST(CollectiveTimeoutTest, MustBePositive) {
+  for (absl::Duration bad : {absl::ZeroDuration(), absl::Seconds(-1)}) {
+    TrainerOptions o;
+    o.collective_timeout = bad;
+    const absl::Status s = CreateSmallTrainer(o);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("collective_timeout=" + absl::FormatDuration(bad)),
+              std::string::npos)
+        << s;
+  }
+  TrainerOptions o;
+  o.collective_timeout = absl::InfiniteDuration();
+  EXPECT_TRUE(CreateSmallTrainer(o).ok());
 }
 
 }  // namespace

@@ -57,6 +57,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
         absl::StrCat("grad_clip=", options.grad_clip, " must be >= 0"));
   }
   if (absl::Status s = ValidateLrSchedule(options.lr); !s.ok()) return s;
+  if (options.collective_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("collective_timeout=", absl::FormatDuration(options.collective_timeout),
+                     " must be positive (InfiniteDuration: no deadline)"));
+  }
 
   absl::StatusOr<ParameterLayout> layout = ParameterLayout::Create(config);
   if (!layout.ok()) return layout.status();

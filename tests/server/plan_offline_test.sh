@@ -64,6 +64,21 @@ set -e
 grep -q "executor.activation_policy: 'sometimes'" "$WORK/refused.txt" ||
   fail "refusal: $(cat "$WORK/refused.txt")"
 
+# The spec's on/off switches: unset keeps the spec's value, --zero1=false and --nozero1 turn the
+# spec's true off, a bare --zero1 turns it on.
+jq '. + {"hosts": ["localhost:2"], "zero1": true}' "$WORK/job.json" > "$WORK/zero1.json"
+zero1_planned() {
+  cli plan --offline --daemon_config="$WORK/daemon.textproto" "$@" --json 2> /dev/null |
+    jq -r '.zero1 // false'
+}
+[ "$(zero1_planned --spec="$WORK/zero1.json")" = true ] || fail "the spec's zero1 lost"
+for off in --zero1=false --nozero1; do
+  [ "$(zero1_planned --spec="$WORK/zero1.json" "$off")" = false ] ||
+    fail "$off did not override the spec's zero1: true"
+done
+[ "$(zero1_planned --spec="$WORK/job.json" --hosts=localhost:2 --zero1)" = true ] ||
+  fail "a bare --zero1 did not set zero1"
+
 # The daemon's answer under the same config is the same report.
 start_daemon --config="$WORK/daemon.textproto"
 cli plan --spec="$WORK/job.json" --json > "$WORK/daemon.json" || fail "plan via the daemon"
