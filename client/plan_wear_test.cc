@@ -27,6 +27,22 @@ TEST(PlanWearTest, WarnsWhenTheRunExceedsTheShare) {
   EXPECT_NE(plan.warnings(1).find("3000 steps"), std::string::npos) << plan.warnings(1);
 }
 
+// The plan's ranks on one machine write to the same drive: the limit counts them all.
+TEST(PlanWearTest, CountsTheRanksOfOneMachine) {
+  v1::JobSpec spec;
+  spec.mutable_hyper()->set_steps(3000);
+  v1::PlanResponse plan;
+  plan.set_nvme_written_bytes_per_step(17591076864);  // 52.8 TB/run per rank
+  plan.set_ranks_per_machine(2);                      // 105.5 TB on the drive
+  engine::planner::DriveWearLimit limit;
+  limit.rated_tbw_bytes = 600 * kTB;  // 10% = 60 TB: one rank would not warn
+  ASSERT_TRUE(ApplyDriveWearLimit(spec, limit, plan).ok());
+  EXPECT_EQ(plan.nvme_written_bytes_per_run(), 3000 * uint64_t{17591076864}) << "one rank's";
+  ASSERT_EQ(plan.warnings_size(), 1);
+  EXPECT_NE(plan.warnings(0).find("105.5 TB to NVMe (2 ranks x 3000 steps"), std::string::npos)
+      << plan.warnings(0);
+}
+
 TEST(PlanWearTest, BadShareIsRefusedNamingTheFlag) {
   v1::JobSpec spec;
   v1::PlanResponse plan;

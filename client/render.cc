@@ -1,6 +1,7 @@
 // CLI rendering (see render.h).
 #include "client/render.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -116,7 +117,9 @@ std::string PlanText(const v1::PlanResponse& plan) {
   if (plan.ranks() > 1) {
     absl::StrAppend(
         &out,
-        absl::StrFormat("ranks: %d (the buffers and tiers below are one rank's%s)\n", plan.ranks(),
+        absl::StrFormat("ranks: %d, up to %d on one machine (the buffers and tiers below are one "
+                        "rank's%s)\n",
+                        plan.ranks(), std::max<uint32_t>(1, plan.ranks_per_machine()),
                         plan.zero1() ? "; ZeRO-1: m and v the largest rank's share" : ""));
   }
   for (const v1::BufferPlacement& b : plan.placements()) {

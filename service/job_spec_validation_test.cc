@@ -223,5 +223,50 @@ TEST_F(JobSpecValidationTest, SpeculativeUpdateNeedsAPlacementWithRoomForItsSeco
   EXPECT_THAT(job->plan.speculative_update(), HasSubstr("speculative update on"));
 }
 
+// A job's ranks on one machine share its NVMe directory's filesystem and drive: the free space
+// must hold every rank's nvme_bytes, and the drive wear counts every rank's writes.
+TEST_F(JobSpecValidationTest, RanksOfOneMachineShareItsNvme) {
+  const std::string nvme = root_ + "/nvme_ranks";
+  std::filesystem::create_directories(nvme);
+  if (absl::Status usable = engine::tiers::CheckDirectIoDirectory(nvme); !usable.ok()) {
+    GTEST_SKIP() << "no block-backed O_DIRECT directory under TEST_TMPDIR: " << usable;
+  }
+  const uint64_t free_bytes = std::filesystem::space(nvme).available;
+  v1::JobSpec spec = Spec();
+  spec.mutable_memory()->set_nvme_dir(nvme);
+  spec.mutable_memory()->set_nvme_bytes(free_bytes / 2);
+  spec.mutable_memory()->set_states_on_nvme(true);
+  spec.add_hosts("localhost:1");
+  absl::StatusOr<ValidatedJob> one = Validate(spec);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->plan.ranks_per_machine(), 1u);
+  const uint64_t per_run = one->plan.nvme_written_bytes_per_run();
+  ASSERT_GT(per_run, 0u);
+
+  spec.clear_hosts();
+  spec.add_hosts("localhost:3");
+  absl::StatusOr<ValidatedJob> three = Validate(spec);
+  ASSERT_FALSE(three.ok());
+  EXPECT_EQ(three.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(three.status().message(), HasSubstr("memory.nvme_bytes: "));
+  EXPECT_THAT(three.status().message(), HasSubstr("for the 3 ranks of one machine"));
+
+  // Room for three: the plan says so, and a drive rated for 20 runs of one rank (a warning above
+  // two at the 10% share) warns for three ranks, not for one.
+  spec.mutable_memory()->set_nvme_bytes(free_bytes / 4);
+  settings_.drive_wear.rated_tbw_bytes = 20 * per_run;
+  three = Validate(spec);
+  ASSERT_TRUE(three.ok()) << three.status();
+  EXPECT_EQ(three->plan.ranks_per_machine(), 3u);
+  EXPECT_EQ(three->plan.nvme_written_bytes_per_run(), per_run) << "one rank's";
+  ASSERT_EQ(three->plan.warnings_size(), 1);
+  EXPECT_THAT(three->plan.warnings(0), HasSubstr("(3 ranks x 3 steps x "));
+  spec.clear_hosts();
+  spec.add_hosts("localhost:1");
+  one = Validate(spec);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->plan.warnings_size(), 0);
+}
+
 }  // namespace
 }  // namespace megatrain::service

@@ -55,6 +55,21 @@ const char* MachineRamLimitName(const DaemonSettings& settings) {
 // The daemon's device as the planner sees it: memory figures exact, speeds nominal (the daemon
 // does not probe the host, so no step time is predicted). A GPU computes from a bf16 copy with
 // bf16 activations; the CPU device in fp32.
+// A job on several machines: the most ranks one machine runs (they share its RAM and its NVMe
+// directory's drive). The daemon sees only its own machine, so it takes the busiest host of the
+// spec (a name given twice runs both counts there); a rank knows its own machine's
+// (DaemonSettings::ranks_on_this_machine).
+int RanksPerMachine(const ValidatedJob& job, const DaemonSettings& settings) {
+  if (settings.ranks_on_this_machine > 0) return settings.ranks_on_this_machine;
+  std::map<std::string, int> ranks_of_host;
+  for (const RankHost& h : job.hosts) ranks_of_host[h.name] += h.ranks;
+  int ranks_per_machine = 1;
+  for (const auto& [name, ranks] : ranks_of_host) {
+    ranks_per_machine = std::max(ranks_per_machine, ranks);
+  }
+  return ranks_per_machine;
+}
+
 engine::planner::HardwareProfile DeviceProfile(const engine::DeviceOptions& device) {
   engine::planner::HardwareProfile hw;
   hw.cpu_device = device.kind == engine::DeviceKind::kCpu;
@@ -85,6 +100,7 @@ engine::planner::PlanInputs PlanInputsFor(const ValidatedJob& job,
   in.grad_accumulation = job.options.grad_accumulation / ranks;
   in.ranks = ranks;
   in.zero1_world = job.options.trainer.zero1 ? ranks : 0;
+  in.ranks_per_machine = RanksPerMachine(job, settings);
   in.checkpoint_interval = job.options.trainer.executor.checkpoint_interval;
   in.weight_slots = job.options.trainer.executor.weight_slots;
   in.head_block_rows = job.options.trainer.head_block_rows;
@@ -146,14 +162,8 @@ absl::Status PlanWithEngine(const v1::MemoryBudgets& m, const DaemonSettings& se
   const uint64_t staging = plan->pinned_reserved;
   const uint64_t host_need = plan->placement.pinned_used + plan->placement.ram_used + staging;
   // A job on several machines: the plan is one rank's; the machine with the most ranks holds
-  // that many (the others are taken to be alike: the daemon sees only its own).
-  std::map<std::string, int> ranks_of_host;  // a name given twice runs both counts there
-  for (const RankHost& h : job.hosts) ranks_of_host[h.name] += h.ranks;
-  int ranks_per_machine = 1;
-  for (const auto& [name, ranks] : ranks_of_host) {
-    ranks_per_machine = std::max(ranks_per_machine, ranks);
-  }
-  if (settings.ranks_on_this_machine > 0) ranks_per_machine = settings.ranks_on_this_machine;
+  // that many.
+  const int ranks_per_machine = in.ranks_per_machine;
   const uint64_t machine_need = host_need * static_cast<uint64_t>(ranks_per_machine);
   if (!settings.plan_for_other_machine && machine_need > MachineRamLimit(settings)) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -241,6 +251,7 @@ absl::Status PlanWithEngine(const v1::MemoryBudgets& m, const DaemonSettings& se
   job.plan.set_device_arena_peak_bytes(plan->device_arena_peak);
   job.plan.set_ranks(static_cast<uint32_t>(std::max(1, job.ranks)));
   job.plan.set_zero1(job.options.trainer.zero1);
+  job.plan.set_ranks_per_machine(static_cast<uint32_t>(in.ranks_per_machine));
   job.plan.set_parameters(static_cast<uint64_t>(plan->parameters));
   if (in.speculative_update) job.plan.set_speculative_update(placement.speculation_note);
   // NVMe traffic (exact) and drive wear over the run (the daemon predicts no step time, so the
@@ -254,8 +265,10 @@ absl::Status PlanWithEngine(const v1::MemoryBudgets& m, const DaemonSettings& se
 
 // The NVMe tier's directory: under an output root (the daemon writes state files there), on a
 // block-backed filesystem that does O_DIRECT (the engine's check), with nvme_bytes free.
+// `ranks_per_machine` ranks each use up to nvme_bytes in their own directory under nvme_dir, on
+// the same filesystem: all of it must be free.
 absl::Status ValidateNvme(const v1::MemoryBudgets& m, const PathPolicy& paths,
-                          engine::tiers::TierBudgets& budgets) {
+                          int ranks_per_machine, engine::tiers::TierBudgets& budgets) {
   if (m.nvme_dir().empty()) {
     if (m.nvme_bytes() != 0) {
       return Invalid("memory.nvme_bytes", absl::StrCat(m.nvme_bytes(), " without memory.nvme_dir"));
@@ -284,10 +297,14 @@ absl::Status ValidateNvme(const v1::MemoryBudgets& m, const PathPolicy& paths,
   struct statvfs fs;
   if (statvfs(dir->c_str(), &fs) == 0) {
     const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
-    if (m.nvme_bytes() > free_bytes) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("memory.nvme_bytes: ", m.nvme_bytes(), " exceed the ", free_bytes,
-                       " bytes free in memory.nvme_dir '", *dir, "'"));
+    const uint64_t machine_bytes = m.nvme_bytes() * static_cast<uint64_t>(ranks_per_machine);
+    if (machine_bytes > free_bytes) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "memory.nvme_bytes: ", m.nvme_bytes(),
+          ranks_per_machine > 1 ? absl::StrCat(" per rank (", machine_bytes, " for the ",
+                                               ranks_per_machine, " ranks of one machine)")
+                                : std::string(),
+          " exceed the ", free_bytes, " bytes free in memory.nvme_dir '", *dir, "'"));
     }
   }
   budgets.nvme_dir = *dir;
@@ -300,7 +317,10 @@ absl::Status ValidateNvme(const v1::MemoryBudgets& m, const PathPolicy& paths,
 absl::Status ValidateMemory(const v1::MemoryBudgets& m, const DaemonSettings& settings,
                             const PathPolicy& paths, ValidatedJob& job) {
   engine::HostMemoryBudgets& budgets = job.options.trainer.memory;
-  if (absl::Status s = ValidateNvme(m, paths, budgets.budgets); !s.ok()) return s;
+  if (absl::Status s = ValidateNvme(m, paths, RanksPerMachine(job, settings), budgets.budgets);
+      !s.ok()) {
+    return s;
+  }
   job.options.device = settings.device;
   if (m.device_arena_bytes() > settings.device.arena_bytes) {
     return absl::ResourceExhaustedError(

@@ -1,7 +1,9 @@
 // Drive wear against the rated TBW (see drive_wear.h).
 #include "engine/planner/drive_wear.h"
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -17,32 +19,39 @@ absl::Status ValidateDriveWearLimit(const DriveWearLimit& limit, const std::stri
 }
 
 DriveWear EvaluateDriveWear(const DriveWearLimit& limit, uint64_t written_per_step, uint64_t steps,
-                            double step_seconds) {
+                            double step_seconds, int writers) {
   DriveWear w;
   w.written_per_step = written_per_step;
+  w.writers = std::max(1, writers);
   w.steps = steps;
   w.written_per_run = steps * written_per_step;
-  if (step_seconds > 0) w.written_per_day = written_per_step * (86400.0 / step_seconds);
+  const double drive_per_step = static_cast<double>(written_per_step) * w.writers;
+  const double drive_per_run = static_cast<double>(w.written_per_run) * w.writers;
+  if (step_seconds > 0) w.written_per_day = drive_per_step * (86400.0 / step_seconds);
   if (!limit.enabled() || written_per_step == 0) return w;
   const double tbw = static_cast<double>(limit.rated_tbw_bytes);
   const double allowed = limit.warn_share * tbw;
   if (w.written_per_day > 0) w.days_to_warn_share = allowed / w.written_per_day;
+  // "3 ranks x " when several ranks write to the drive.
+  const std::string ranks = w.writers > 1 ? absl::StrCat(w.writers, " ranks x ") : "";
   if (steps > 0) {
-    w.share_of_tbw = static_cast<double>(w.written_per_run) / tbw;
-    if (static_cast<double>(w.written_per_run) > allowed) {
+    w.share_of_tbw = drive_per_run / tbw;
+    if (drive_per_run > allowed) {
       w.warning = absl::StrFormat(
-          "WARNING drive wear: the run writes %.1f TB to NVMe (%d steps x %.2f GB), %.1f%% of the "
-          "drive's rated %.0f TBW, more than the %.1f%% warn share",
-          w.written_per_run / 1e12, steps, written_per_step / 1e9, 100 * w.share_of_tbw, tbw / 1e12,
-          100 * limit.warn_share);
+          "WARNING drive wear: the run writes %.1f TB to NVMe (%s%d steps x %.2f GB), %.1f%% of "
+          "the drive's rated %.0f TBW, more than the %.1f%% warn share",
+          drive_per_run / 1e12, ranks, steps, written_per_step / 1e9, 100 * w.share_of_tbw,
+          tbw / 1e12, 100 * limit.warn_share);
     }
   } else if (w.written_per_day > 0) {
     w.share_of_tbw = w.written_per_day / tbw;
     if (w.written_per_day > allowed) {
       w.warning = absl::StrFormat(
-          "WARNING drive wear: a day of continuous training writes %.1f TB to NVMe, %.1f%% of the "
-          "drive's rated %.0f TBW, more than the %.1f%% warn share",
-          w.written_per_day / 1e12, 100 * w.share_of_tbw, tbw / 1e12, 100 * limit.warn_share);
+          "WARNING drive wear: a day of continuous training writes %.1f TB to NVMe%s, %.1f%% of "
+          "the drive's rated %.0f TBW, more than the %.1f%% warn share",
+          w.written_per_day / 1e12,
+          w.writers > 1 ? absl::StrCat(" (", w.writers, " ranks)") : std::string(),
+          100 * w.share_of_tbw, tbw / 1e12, 100 * limit.warn_share);
     }
   }
   return w;
@@ -53,12 +62,17 @@ std::string DriveWearText(const DriveWearLimit& limit, const DriveWear& w) {
   std::string out;
   if (w.written_per_day > 0) {
     absl::StrAppend(&out, absl::StrFormat("NVMe written per day %.2f TB (continuous training at "
-                                          "the predicted step time)\n",
-                                          w.written_per_day / 1e12));
+                                          "the predicted step time%s)\n",
+                                          w.written_per_day / 1e12,
+                                          w.writers > 1
+                                              ? absl::StrCat("; the ", w.writers,
+                                                             " ranks sharing the drive")
+                                              : std::string()));
   }
   if (w.steps > 0) {
-    absl::StrAppend(&out, absl::StrFormat("NVMe written per run %.2f TB (%d steps)\n",
-                                          w.written_per_run / 1e12, w.steps));
+    absl::StrAppend(&out, absl::StrFormat("NVMe written per run %.2f TB (%d steps%s)\n",
+                                          w.written_per_run / 1e12, w.steps,
+                                          w.writers > 1 ? ", per rank" : ""));
   }
   if (limit.enabled()) {
     absl::StrAppend(

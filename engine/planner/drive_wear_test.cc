@@ -45,6 +45,28 @@ TEST(DriveWearTest, OpenEndedRunIsJudgedPerDay) {
   EXPECT_TRUE(EvaluateDriveWear(limit, 20 * kGB, 0, 0).warning.empty());
 }
 
+// Ranks of one job on one machine share its drive: the share and the warning count all of them,
+// the per-step and per-run bytes stay one rank's.
+TEST(DriveWearTest, RanksSharingTheDriveAddUp) {
+  DriveWearLimit limit;
+  limit.rated_tbw_bytes = 1000 * kTB;  // 100 TB at the default 10%
+  // 20 GB x 2600 steps = 52 TB per rank: one rank is under the share, two are over.
+  EXPECT_TRUE(EvaluateDriveWear(limit, 20 * kGB, 2600, 0).warning.empty());
+  DriveWear w = EvaluateDriveWear(limit, 20 * kGB, 2600, 0, /*writers=*/2);
+  EXPECT_EQ(w.written_per_run, 52 * kTB);
+  EXPECT_DOUBLE_EQ(w.share_of_tbw, 0.104);
+  EXPECT_NE(w.warning.find("104.0 TB to NVMe (2 ranks x 2600 steps x 20.00 GB)"),
+            std::string::npos)
+      << w.warning;
+  EXPECT_NE(DriveWearText(limit, w).find("(2600 steps, per rank)"), std::string::npos);
+  // Per day: 2 x 20 GB every 100 s is 34.56 TB.
+  w = EvaluateDriveWear(limit, 20 * kGB, 0, 100, /*writers=*/2);
+  EXPECT_NEAR(w.written_per_day, 34.56e12, 1);
+  EXPECT_NE(DriveWearText(limit, w).find("the 2 ranks sharing the drive"), std::string::npos);
+  // Fewer than one writer is one.
+  EXPECT_EQ(EvaluateDriveWear(limit, 20 * kGB, 0, 100, 0).writers, 1);
+}
+
 TEST(DriveWearTest, NothingWrittenNeverWarns) {
   DriveWearLimit limit;
   limit.rated_tbw_bytes = 1;

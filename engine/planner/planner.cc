@@ -292,7 +292,8 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
   r.nvme_io = nvme_io;
   r.drive_wear_limit = in.drive_wear;
   r.drive_wear = EvaluateDriveWear(in.drive_wear, r.nvme_traffic.written_bytes, in.steps,
-                                   std::isfinite(r.time.step_seconds) ? r.time.step_seconds : 0);
+                                   std::isfinite(r.time.step_seconds) ? r.time.step_seconds : 0,
+                                   in.ranks_per_machine);
   return r;
 }
 

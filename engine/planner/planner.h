@@ -55,6 +55,9 @@ struct PlanInputs {
   // ZeRO-1 over this many ranks (0 or 1: none): the plan is one rank's, its m and v the largest
   // rank's share (Zero1Shards over nvme_chunk_bytes' chunks, as the Trainer cuts them).
   int zero1_world = 0;
+  // The most ranks of the job on one machine: they share its NVMe directory's drive, so the drive
+  // wear (PlanResult::drive_wear) counts that many writers.
+  int ranks_per_machine = 1;
   // Host budgets; unset = everything in RAM, copy endpoints pinned (the Trainer's default).
   bool budgets_enabled = false;
   tiers::TierBudgets budgets;
