@@ -20,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "kernels/cpu/blas_kernels.h"
 #include "server/daemon.h"
 #include "server/job_chat_samples.h"
 #include "server/job_engine.h"
@@ -306,6 +307,9 @@ int main(int argc, char** argv) {
   if (access(engine_options.chat_tokenize_binary.c_str(), X_OK) != 0) {
     // Reported now; only jobs with data.chat_files need it (they fail FAILED_PRECONDITION).
     log.Event("chat_tokenizer_missing", {{"path", engine_options.chat_tokenize_binary}});
+  }
+  if (const std::string blas = megatrain::kernels::cpu::SlowBlasKernelsWarning(); !blas.empty()) {
+    log.Event("slow_blas_kernels", {{"warning", blas}});
   }
   absl::StatusOr<std::unique_ptr<DeviceJobEngine>> engine =
       DeviceJobEngine::Create(std::move(engine_options));

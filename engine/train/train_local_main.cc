@@ -22,6 +22,7 @@
 #include "engine/provenance/signing_key.h"
 #include "engine/train/rank_gpus.h"
 #include "engine/train/training_run.h"
+#include "kernels/cpu/blas_kernels.h"
 
 ABSL_FLAG(std::string, text, "/usr/share/games/fortunes",
           "Comma-separated text files (fortune-format, plain or *.jsonl with one "
@@ -174,6 +175,11 @@ int main(int argc, char** argv) {
       "Example: train_local --text=/usr/share/games/fortunes --steps=300");
   absl::ParseCommandLine(argc, argv);
   using namespace megatrain::engine;
+  if (absl::GetFlag(FLAGS_device) == "cpu") {
+    if (const std::string blas = megatrain::kernels::cpu::SlowBlasKernelsWarning(); !blas.empty()) {
+      fprintf(stderr, "warning: %s\n", blas.c_str());
+    }
+  }
 
   ModelConfig config = TinyTextModelConfig();
   std::string config_path = absl::GetFlag(FLAGS_config);
