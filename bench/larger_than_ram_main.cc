@@ -36,6 +36,10 @@ ABSL_FLAG(bool, grad_on_nvme, false, "the gradients on NVMe even if RAM could ho
 ABSL_FLAG(bool, compute_copy_on_nvme, false, "the compute copy on NVMe too (with the master)");
 ABSL_FLAG(int, threads, 2, "BLAS and optimizer threads");
 ABSL_FLAG(double, grad_clip, 1.0, "global-norm clip (0 = off)");
+ABSL_FLAG(std::string, grad_clip_rule, "exact",
+          "exact or previous_norm (TrainerOptions::grad_clip_rule, docs/operations.md)");
+ABSL_FLAG(double, grad_clip_headroom, megatrain::engine::kDefaultGradClipHeadroom,
+          "previous_norm: the plan's headroom over the previous norm (>= 1)");
 ABSL_FLAG(bool, speculative_update, false,
           "update during the last backward with clip coefficient 1 (TrainerOptions)");
 
@@ -95,6 +99,16 @@ int Run() {
   o.memory.compute_copy_on_nvme = absl::GetFlag(FLAGS_compute_copy_on_nvme);
   o.grad_clip = absl::GetFlag(FLAGS_grad_clip);
   o.speculative_update = absl::GetFlag(FLAGS_speculative_update);
+  {
+    absl::StatusOr<engine::GradClipRule> rule =
+        engine::ParseGradClipRule(absl::GetFlag(FLAGS_grad_clip_rule));
+    if (!rule.ok()) {
+      fprintf(stderr, "--grad_clip_rule: %s\n", std::string(rule.status().message()).c_str());
+      return 2;
+    }
+    o.grad_clip_rule = *rule;
+  }
+  o.grad_clip_headroom = absl::GetFlag(FLAGS_grad_clip_headroom);
 
   const size_t rss_before = ProcStatusBytes("VmRSS");
   absl::StatusOr<std::unique_ptr<engine::Trainer>> trainer =
@@ -156,6 +170,7 @@ int Run() {
     j["loss"] = r->loss;
     j["grad_norm"] = r->grad_norm;
     j["clip_coefficient"] = r->clip_coefficient;
+    j["planned_clip_coefficient"] = r->planned_clip_coefficient;
     // The speculative update of this step: entries updated during the backward, its time, and
     // whether it became the step's update (clip coefficient exactly 1).
     j["speculated_entries"] = r->speculated_entries;

@@ -166,6 +166,26 @@ absl::Status ValidateHyper(const v1::Hyperparameters& given, const v1::DataSourc
   t.eps = eps;
   t.weight_decay = h.weight_decay();
   t.grad_clip = h.grad_clip();
+  if (!h.grad_clip_rule().empty()) {
+    absl::StatusOr<engine::GradClipRule> rule = engine::ParseGradClipRule(h.grad_clip_rule());
+    if (!rule.ok()) return Invalid("hyper.grad_clip_rule", rule.status().message());
+    t.grad_clip_rule = *rule;
+  }
+  if (t.grad_clip_rule == engine::GradClipRule::kPreviousNorm && t.grad_clip == 0) {
+    return Invalid("hyper.grad_clip_rule",
+                   "previous_norm needs a clip (hyper.grad_clip > 0; 0 turns clipping off)");
+  }
+  if (h.has_grad_clip_headroom()) {
+    if (t.grad_clip_rule != engine::GradClipRule::kPreviousNorm) {
+      return Invalid("hyper.grad_clip_headroom", "set without hyper.grad_clip_rule previous_norm");
+    }
+    if (absl::Status s =
+            CheckFiniteRange("hyper.grad_clip_headroom", h.grad_clip_headroom(), 1, 1000, false);
+        !s.ok()) {
+      return s;
+    }
+    t.grad_clip_headroom = h.grad_clip_headroom();
+  }
   const uint32_t k = h.checkpoint_every_layers() == 0 ? 4 : h.checkpoint_every_layers();
   if (absl::Status s = CheckRange("hyper.checkpoint_every_layers", k, 1,
                                   static_cast<uint64_t>(std::max(1, job.model.num_hidden_layers)));

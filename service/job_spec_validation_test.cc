@@ -223,6 +223,44 @@ TEST_F(JobSpecValidationTest, SpeculativeUpdateNeedsAPlacementWithRoomForItsSeco
   EXPECT_THAT(job->plan.speculative_update(), HasSubstr("speculative update on"));
 }
 
+// hyper.grad_clip_rule and hyper.grad_clip_headroom reach the trainer; a rule without a clip, an
+// unknown rule and a headroom without the rule or below 1 are refused naming the field.
+TEST_F(JobSpecValidationTest, ClipRuleReachesTheTrainerOrIsRefusedByField) {
+  absl::StatusOr<ValidatedJob> plain = Validate(Spec());
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->options.trainer.grad_clip_rule, engine::GradClipRule::kExact);
+  v1::JobSpec spec = Spec();
+  spec.mutable_hyper()->set_grad_clip(1.0);
+  spec.mutable_hyper()->set_grad_clip_rule("previous_norm");
+  absl::StatusOr<ValidatedJob> job = Validate(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->options.trainer.grad_clip_rule, engine::GradClipRule::kPreviousNorm);
+  EXPECT_EQ(job->options.trainer.grad_clip_headroom, engine::kDefaultGradClipHeadroom);
+  spec.mutable_hyper()->set_grad_clip_headroom(2.0);
+  job = Validate(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->options.trainer.grad_clip_headroom, 2.0);
+
+  const auto refused = [&](const v1::JobSpec& bad, const std::string& text) {
+    const absl::StatusOr<ValidatedJob> r = Validate(bad);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(r.status().message(), HasSubstr(text));
+  };
+  v1::JobSpec bad = spec;
+  bad.mutable_hyper()->set_grad_clip_headroom(0.5);
+  refused(bad, "hyper.grad_clip_headroom");
+  bad = spec;
+  bad.mutable_hyper()->set_grad_clip_rule("stale");
+  refused(bad, "hyper.grad_clip_rule: 'stale' is not a clip rule");
+  bad = spec;
+  bad.mutable_hyper()->set_grad_clip(0);
+  refused(bad, "hyper.grad_clip_rule: previous_norm needs a clip");
+  bad = Spec();
+  bad.mutable_hyper()->set_grad_clip_headroom(2.0);
+  refused(bad, "hyper.grad_clip_headroom: set without hyper.grad_clip_rule previous_norm");
+}
+
 // A job's ranks on one machine share its NVMe directory's filesystem and drive: the free space
 // must hold every rank's nvme_bytes, and the drive wear counts every rank's writes.
 TEST_F(JobSpecValidationTest, RanksOfOneMachineShareItsNvme) {

@@ -1,6 +1,8 @@
 // trainer_state.json serialisation.
 #include "engine/checkpoint/training_state.h"
 
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +18,7 @@ std::string TrainingStateToJson(const TrainingState& s) {
                             {"applied_updates", s.progress.applied_updates},
                             {"skipped_steps", s.progress.skipped_steps},
                             {"consecutive_skips", s.progress.consecutive_skips},
+                            {"previous_grad_norm", s.progress.previous_grad_norm},
                             {"data_cursor", s.data_cursor},
                             {"seed", s.seed},
                             {"job", job}};
@@ -37,7 +40,7 @@ absl::StatusOr<TrainingState> ParseTrainingState(std::string_view text, const st
   const char* const kCounters[] = {
       "step", "applied_updates", "skipped_steps", "consecutive_skips", "data_cursor", "seed"};
   for (auto it = j.begin(); it != j.end(); ++it) {
-    bool known = it.key() == "version" || it.key() == "job";
+    bool known = it.key() == "version" || it.key() == "job" || it.key() == "previous_grad_norm";
     for (const char* k : kCounters) known = known || it.key() == k;
     if (!known)
       return absl::InvalidArgumentError(absl::StrCat(source, ": unknown key \"", it.key(), "\""));
@@ -57,6 +60,17 @@ absl::StatusOr<TrainingState> ParseTrainingState(std::string_view text, const st
     return absl::InvalidArgumentError(absl::StrCat(source, ": \"job\" must be an object"));
   }
   TrainingState s;
+  // Written since the previous-norm clip rule (2026-11-28); a checkpoint without it resumes with
+  // none, so its next step is clipped exactly.
+  if (auto norm = j.find("previous_grad_norm"); norm != j.end()) {
+    if (!norm->is_number() || !(norm->get<double>() >= 0) ||
+        !std::isfinite(norm->get<double>())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": \"previous_grad_norm\" must be a finite number >= 0, got ",
+                       JsonForMessage(*norm)));
+    }
+    s.progress.previous_grad_norm = norm->get<double>();
+  }
   s.progress.step = values[0];
   s.progress.applied_updates = values[1];
   s.progress.skipped_steps = values[2];

@@ -62,6 +62,10 @@ ABSL_FLAG(bool, speculative_update, false,
 ABSL_FLAG(double, grad_clip, 0,
           "the run's global-norm clip (0 = off): with --speculative_update a clip > 0 is not "
           "credited (a clipped step discards the speculation and pays the normal pass)");
+ABSL_FLAG(std::string, grad_clip_rule, "exact",
+          "exact, or previous_norm (train_local --clip_rule): with --speculative_update and a "
+          "clip, a clipped step commits too while the planned coefficient holds, so the overlap "
+          "is credited");
 ABSL_FLAG(bool, grad_on_nvme, false,
           "the fp32 gradients on NVMe too (all but the embedding's), even if RAM fits them");
 ABSL_FLAG(bool, compute_copy_on_nvme, false,
@@ -168,6 +172,13 @@ int Run() {
   in.master_on_nvme = absl::GetFlag(FLAGS_master_on_nvme);
   in.speculative_update = absl::GetFlag(FLAGS_speculative_update);
   in.grad_clip = absl::GetFlag(FLAGS_grad_clip);
+  if (absl::GetFlag(FLAGS_grad_clip_rule) != "exact" &&
+      absl::GetFlag(FLAGS_grad_clip_rule) != "previous_norm") {
+    fprintf(stderr, "--grad_clip_rule: '%s' is not a clip rule (exact or previous_norm)\n",
+            absl::GetFlag(FLAGS_grad_clip_rule).c_str());
+    return 2;
+  }
+  in.previous_norm_clip = absl::GetFlag(FLAGS_grad_clip_rule) == "previous_norm";
   in.grad_on_nvme = absl::GetFlag(FLAGS_grad_on_nvme);
   in.compute_copy_on_nvme = absl::GetFlag(FLAGS_compute_copy_on_nvme);
   in.nvme_chunk_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_nvme_chunk_mib)) << 20;

@@ -262,22 +262,25 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
   }
   // A speculation commits only when the step's clip coefficient is exactly 1: certain without
   // clipping; with it, a step whose norm clips discards it and runs the normal pass after it.
-  r.speculation_credited = speculation_on && in.grad_clip == 0;
+  r.speculation_credited = speculation_on && (in.grad_clip == 0 || in.previous_norm_clip);
+  const std::string commits = in.grad_clip == 0
+                                  ? "grad_clip 0: every step commits"
+                                  : "the previous-norm clip rule: every step whose planned "
+                                    "coefficient holds commits";
   timed.speculative_update = r.speculation_credited;
   if (r.speculation_credited) {
     const bool ram = r.placement.alternate_ram_bytes > 0;
     const bool nvme = r.placement.alternate_state_bytes > 0;
-    r.speculation_note =
+    r.speculation_note = absl::StrCat(
         ram && nvme
             ? "speculative update: the optimizer pass (m and v through NVMe into their alternate "
               "regions, the master into its alternate array in RAM) overlaps the last "
-              "micro-batch's backward (grad_clip 0: every step commits)"
+              "micro-batch's backward ("
         : ram
             ? "speculative update: the optimizer pass (host AdamW of the master, m and v in RAM, "
-              "into alternate arrays; no NVMe traffic) overlaps the last micro-batch's backward "
-              "(grad_clip 0: every step commits)"
-            : "speculative update: the optimizer pass overlaps the last micro-batch's backward "
-              "(grad_clip 0: every step commits)";
+              "into alternate arrays; no NVMe traffic) overlaps the last micro-batch's backward ("
+            : "speculative update: the optimizer pass overlaps the last micro-batch's backward (",
+        commits, ")");
   } else if (speculation_on) {
     r.speculation_note = absl::StrCat(
         "speculative update: not credited in the step time: with grad_clip ", in.grad_clip,

@@ -73,6 +73,9 @@ struct PlanInputs {
   // discards it and pays the normal pass, so the step time is the normal one (speculation_note).
   bool speculative_update = false;
   double grad_clip = 0;  // TrainerOptions::grad_clip (global norm; 0 = off)
+  // TrainerOptions::grad_clip_rule is kPreviousNorm: a clipped step's speculation commits too
+  // while the planned coefficient holds, so the speculation is credited with grad_clip > 0.
+  bool previous_norm_clip = false;
   // Where a step's gradients are summed across its micro-batches (ExecutorOptions), resolved as
   // the run and the executor resolve it (GradientAccumulationForRun, then by the arena).
   GradientAccumulation gradient_accumulation = GradientAccumulation::kAuto;

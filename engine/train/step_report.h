@@ -53,11 +53,15 @@ struct StepReport {
   int64_t tokens = 0;    // processed tokens (inputs)
   double grad_norm = 0;  // before clipping
   double clip_coefficient = 1;
+  // The coefficient the previous-norm clip rule planned before the step (0: none planned; the
+  // exact rule plans none); clip_coefficient equals it when the plan was applied.
+  double planned_clip_coefficient = 0;
   double learning_rate = 0;
   bool skipped = false;  // non-finite gradient norm: no update
   // Speculative update (TrainerOptions::speculative_update): entries updated during the last
-  // micro-batch's backward with clip coefficient 1, and whether that became the step's update
-  // (committed: the coefficient was exactly 1) or was discarded (clipping, a skipped step).
+  // micro-batch's backward with clip coefficient 1 (the planned one under the previous-norm
+  // rule), and whether that became the step's update (committed: the step's coefficient was
+  // exactly that) or was discarded (other clipping, a skipped step).
   int speculated_entries = 0;
   bool speculation_committed = false;
   double speculation_seconds = 0;  // the speculation thread's update time, all entries

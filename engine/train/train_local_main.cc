@@ -64,6 +64,13 @@ ABSL_FLAG(double, lr, 2e-3, "Peak learning rate.");
 ABSL_FLAG(int, warmup, 30, "Linear warmup steps.");
 ABSL_FLAG(double, weight_decay, 0.1, "AdamW weight decay of 2-D weights.");
 ABSL_FLAG(double, clip, 1.0, "Global gradient-norm clip; 0 = off.");
+ABSL_FLAG(std::string, clip_rule, "exact",
+          "How the clip coefficient is chosen: exact (the step's own norm) or previous_norm "
+          "(planned from --clip_headroom x the previous step's norm, applied while it keeps the "
+          "applied gradient within the clip; with --speculative_update clipped steps commit too; "
+          "docs/operations.md \"Clip rules\").");
+ABSL_FLAG(double, clip_headroom, megatrain::engine::kDefaultGradClipHeadroom,
+          "--clip_rule=previous_norm: the plan's headroom over the previous norm (>= 1).");
 ABSL_FLAG(int, eval_every, 50, "Evaluate the validation loss every N steps.");
 ABSL_FLAG(int, checkpoint_every_layers, 4, "Activation checkpoint interval k.");
 ABSL_FLAG(bool, keep_all, false, "Keep every activation (no recomputation).");
@@ -258,6 +265,15 @@ int main(int argc, char** argv) {
   t.lr.cosine = true;
   t.weight_decay = absl::GetFlag(FLAGS_weight_decay);
   t.grad_clip = absl::GetFlag(FLAGS_clip);
+  {
+    absl::StatusOr<GradClipRule> rule = ParseGradClipRule(absl::GetFlag(FLAGS_clip_rule));
+    if (!rule.ok()) {
+      fprintf(stderr, "error: --clip_rule: %s\n", std::string(rule.status().message()).c_str());
+      return 2;
+    }
+    t.grad_clip_rule = *rule;
+  }
+  t.grad_clip_headroom = absl::GetFlag(FLAGS_clip_headroom);
   t.executor.checkpoint_interval = absl::GetFlag(FLAGS_checkpoint_every_layers);
   t.executor.keep_all = absl::GetFlag(FLAGS_keep_all);
   t.executor.weight_slots = absl::GetFlag(FLAGS_weight_slots);

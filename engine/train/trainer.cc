@@ -189,7 +189,8 @@ absl::Status Trainer::LoadHfWeights(const std::string& dir, const InputFiles* in
 }
 
 TrainerProgress Trainer::progress() const {
-  return TrainerProgress{step_, applied_updates_, skipped_steps_, consecutive_skips_};
+  return TrainerProgress{step_, applied_updates_, skipped_steps_, consecutive_skips_,
+                         previous_grad_norm_};
 }
 
 void Trainer::RestoreProgress(const TrainerProgress& p) {
@@ -198,6 +199,7 @@ void Trainer::RestoreProgress(const TrainerProgress& p) {
   applied_updates_ = p.applied_updates;
   skipped_steps_ = p.skipped_steps;
   consecutive_skips_ = p.consecutive_skips;
+  previous_grad_norm_ = p.previous_grad_norm;
   gate_.ResetAll(step_);
   // The masters were just loaded; a failure here shows at the next Step.
   if (absl::Status s = store_.RefreshComputeCopy(); !s.ok()) init_status_ = s;
@@ -489,7 +491,10 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
   // With several devices the last micro-batch's copy-outs take the last turns, so an entry is
   // final there once every earlier micro-batch's contribution has landed.
   const bool speculate = speculation_ != nullptr && comm == nullptr;
-  if (speculate) BeginSpeculation(weights_version);
+  // The previous-norm clip rule's coefficient, planned before any gradient exists (0: none).
+  const double planned_clip = PlannedClipCoefficient(
+      options_.grad_clip_rule, options_.grad_clip, options_.grad_clip_headroom, previous_grad_norm_);
+  if (speculate) BeginSpeculation(weights_version, planned_clip);
   MicroBatchStepArgs step_args;
   step_args.inv_total_valid = inv_total_valid;
   step_args.weights_version = weights_version;
@@ -622,12 +627,16 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
     }
   } else {
     consecutive_skips_ = 0;
+    report.planned_clip_coefficient = planned_clip;
     report.clip_coefficient =
-        options_.grad_clip > 0 ? ClipCoefficient(report.grad_norm, options_.grad_clip) : 1.0;
+        AppliedClipCoefficient(options_.grad_clip, planned_clip, report.grad_norm);
+    previous_grad_norm_ = report.grad_norm;
     ++step_;
-    // Exactly 1.0 (no clipping): the speculation ran with this coefficient and is the update;
+    // The coefficient the speculation ran with (the plan, else exactly 1.0): it is the update;
     // otherwise the pass below redoes every entry from the current state.
-    report.speculation_committed = speculation.count > 0 && report.clip_coefficient == 1.0;
+    report.speculation_committed =
+        speculation.count > 0 &&
+        report.clip_coefficient == (planned_clip > 0 ? planned_clip : 1.0);
     if (report.speculation_committed) CommitSpeculatedInRam(speculation.updated);
     LaunchUpdate(step_, report.clip_coefficient, report.learning_rate,
                  report.speculation_committed ? speculation.updated : std::vector<bool>{});

@@ -26,6 +26,7 @@
 #include "engine/model/parameter_layout.h"
 #include "engine/optimizer/host_adamw.h"
 #include "engine/tiers/placement.h"
+#include "engine/train/grad_clip_rule.h"
 #include "engine/train/gradient_reduction.h"
 #include "engine/train/lr_schedule.h"
 #include "engine/train/multi_device_step.h"
@@ -72,6 +73,10 @@ struct TrainerOptions {
   double eps = 1e-8;
   double weight_decay = 0.1;      // applied to 2-D weights only
   double grad_clip = 1.0;         // global L2 norm; 0 = off
+  // How a step's clip coefficient is chosen (docs/operations.md "Clip rules"); with grad_clip > 0.
+  GradClipRule grad_clip_rule = GradClipRule::kExact;
+  // kPreviousNorm: the coefficient is planned from headroom x the previous norm (>= 1).
+  double grad_clip_headroom = kDefaultGradClipHeadroom;
   int max_consecutive_skips = 5;  // non-finite steps in a row before the job fails
   ExecutorOptions executor;
   // Several devices of one process, or one device per rank: where their gradients meet
@@ -225,7 +230,9 @@ class Trainer : public Checkpointable {
   // Speculative update (trainer_speculation.cc). Begin: before the step's micro-batches.
   // Discard: undoes what a speculation wrote outside the alternate regions (the compute copy)
   // when no update pass follows. Commit: the alternate regions of entry e become current.
-  void BeginSpeculation(uint64_t weights_version);
+  // `planned_coefficient`: the previous-norm rule's plan, the clip coefficient the speculation
+  // updates with; 0 (none): it updates with 1.
+  void BeginSpeculation(uint64_t weights_version, double planned_coefficient);
   absl::Status DiscardSpeculation(const SpeculativeUpdate::Outcome& outcome);
   void CommitSpeculated(int e);
   // The RAM form's commit: each updated entry's alternate master, m and v (the mixed form: the
@@ -283,6 +290,7 @@ class Trainer : public Checkpointable {
   Zero1Shards zero1_shards_;
   uint64_t step_ = 0;                   // optimizer steps attempted
   uint64_t applied_updates_ = 0;        // steps whose update ran (AdamW's t)
+  double previous_grad_norm_ = 0;       // of the last step that updated; 0 = none yet
   int consecutive_skips_ = 0;
   uint64_t skipped_steps_ = 0;
   double speculation_seconds_ = 0;  // of the running speculation, written by its thread

@@ -57,6 +57,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::vector<Devic
         absl::StrCat("grad_clip=", options.grad_clip, " must be >= 0"));
   }
   if (absl::Status s = ValidateLrSchedule(options.lr); !s.ok()) return s;
+  if (!(options.grad_clip_headroom >= 1) || !std::isfinite(options.grad_clip_headroom)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "grad_clip_headroom=", options.grad_clip_headroom, " must be finite and >= 1"));
+  }
+  if (options.grad_clip_rule == GradClipRule::kPreviousNorm && options.grad_clip == 0) {
+    return absl::InvalidArgumentError(
+        "grad_clip_rule=previous_norm needs a clip (grad_clip > 0; 0 turns clipping off)");
+  }
   if (options.collective_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         absl::StrCat("collective_timeout=", absl::FormatDuration(options.collective_timeout),

@@ -10,20 +10,28 @@
 
 namespace megatrain::engine {
 
-void Trainer::BeginSpeculation(uint64_t weights_version) {
-  // Exactly the scalars LaunchUpdate makes for this step when its clip coefficient is 1.0: the
-  // same function of the same values, so a committed speculation is the update bit for bit.
+void Trainer::BeginSpeculation(uint64_t weights_version, double planned_coefficient) {
+  // The previous-norm rule's plan, else 1.
+  const bool planned = planned_coefficient > 0;
+  const double coefficient = planned ? planned_coefficient : 1.0;
+  // Exactly the scalars LaunchUpdate makes for this step when its clip coefficient is
+  // `coefficient`: the same function of the same values, so a committed speculation is the
+  // update bit for bit.
   const long long t = static_cast<long long>(applied_updates_ + 1);
   const double lr = LearningRateAt(options_.lr, step_ + 1);
-  const auto decay = kernels::MakeAdamwStepScalars(lr, options_.beta1, options_.beta2,
-                                                   options_.eps, options_.weight_decay, t, 1.0);
+  const auto decay =
+      kernels::MakeAdamwStepScalars(lr, options_.beta1, options_.beta2, options_.eps,
+                                    options_.weight_decay, t, coefficient);
   const auto no_decay = kernels::MakeAdamwStepScalars(lr, options_.beta1, options_.beta2,
-                                                      options_.eps, 0.0, t, 1.0);
+                                                      options_.eps, 0.0, t, coefficient);
+  // A planned coefficient commits while coefficient x norm stays within the clip
+  // (AppliedClipCoefficient); otherwise a coefficient of exactly 1 commits.
   speculation_seconds_ = 0;
   // Sums of squares of the gradients final so far (the others count 0): their norm is a lower
   // bound of the step's (sums of non-negative terms in a fixed order only grow, and so do the
-  // rounded ones), so once it clips the step's coefficient cannot be 1 and the rest of the
-  // speculation would be discarded work. A non-finite bound does not stop it: such steps are
+  // rounded ones), so once it clips the step's coefficient cannot be 1 (once coefficient x bound
+  // passes the clip, the plan cannot be applied) and the rest of the speculation would be
+  // discarded work. A non-finite bound does not stop it: such steps are
   // rare (and counted), and their speculation is discarded whole (DiscardSpeculation).
   auto partial_sums = std::make_shared<std::vector<double>>(store_.num_entries(), 0.0);
   speculation_->Begin(
@@ -42,12 +50,14 @@ void Trainer::BeginSpeculation(uint64_t weights_version) {
         };
         snapshot_mu_.Await(absl::Condition(&no_snapshot));
       },
-      [this, decay, no_decay, partial_sums](int e) -> absl::StatusOr<bool> {
+      [this, decay, no_decay, partial_sums, planned,
+       coefficient](int e) -> absl::StatusOr<bool> {
         const auto t0 = std::chrono::steady_clock::now();
         (*partial_sums)[e] = store_.GradSumOfSquares(e, &optimizer_pool_);
         const double lower_bound = GlobalGradNorm(*partial_sums);
         if (options_.grad_clip > 0 && GradNormIsFinite(lower_bound) &&
-            ClipCoefficient(lower_bound, options_.grad_clip) != 1.0) {
+            (planned ? coefficient * lower_bound > options_.grad_clip
+                     : ClipCoefficient(lower_bound, options_.grad_clip) != 1.0)) {
           return false;
         }
         absl::Status s = UpdateEntry(e, decay, no_decay, /*speculative=*/true);

@@ -275,6 +275,10 @@ std::string TrainingJobJson(const TrainingRunOptions& o) {
   // it is what it was before the option existed.
   const int head_block_rows = t.head_block_rows > 0 ? t.head_block_rows : kDefaultHeadBlockRows;
   if (head_block_rows != kDefaultHeadBlockRows) j["head_block_rows"] = head_block_rows;
+  if (t.grad_clip_rule != GradClipRule::kExact) {
+    j["grad_clip_rule"] = GradClipRuleName(t.grad_clip_rule);
+    j["grad_clip_headroom"] = t.grad_clip_headroom;
+  }
   return j.dump();
 }
 

@@ -12,11 +12,14 @@
 // in RAM, m and v on NVMe: alternate regions for m and v, an alternate array for the master) is
 // held to the same bits: committed steps with one and three micro-batches, clipped and stopped
 // steps on one and two devices, a non-finite step, a pageable master, gradients on NVMe, and a
-// checkpoint between speculating steps resumed.
+// checkpoint between speculating steps resumed. The previous-norm clip rule's speculation, run
+// with its planned coefficient, commits on clipped steps where the plan holds, bitwise, and the
+// previous norm survives a checkpoint.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -426,6 +429,126 @@ TEST(SpeculativeUpdateTest, AWriteErrorInTheSpeculationFailsTheStepNamingFileAnd
       << message;
   EXPECT_NE(message.find(state_file), std::string::npos) << message;
   EXPECT_NE(OffsetIn(message), UINT64_MAX) << message;
+}
+
+// The previous-norm clip rule (TrainerOptions::grad_clip_rule): with a clip far below every
+// norm each step clips; from step 2 on the coefficient planned from the previous norm is applied
+// while it keeps the applied gradient within the clip, and then the speculation, run with it,
+// commits. Bitwise against the same rule without speculation, in the NVMe and RAM forms.
+TrainerOptions WithPreviousNormRule(TrainerOptions o, double headroom) {
+  o.grad_clip_rule = GradClipRule::kPreviousNorm;
+  o.grad_clip_headroom = headroom;
+  return o;
+}
+
+TEST(SpeculativePreviousNormTest, ClippedStepsCommitWhileThePlanHoldsBitwise) {
+  const std::string dir = FreshDir("speculative_previous_norm");
+  if (dir.empty()) GTEST_SKIP() << "no O_DIRECT scratch directory";
+  const TrainedRun unclipped = Train(StateInRam(0.0, false), 5);
+  ASSERT_EQ(unclipped.reports.size(), 5u);
+  double lowest = unclipped.reports[0].grad_norm;
+  for (const StepReport& r : unclipped.reports) lowest = std::min(lowest, r.grad_norm);
+  const double clip = lowest / 10;
+  for (bool in_ram : {false, true}) {
+    SCOPED_TRACE(in_ram);
+    // Headroom 4: the plan holds unless a norm grows four-fold from one step to the next.
+    const auto options = [&](bool speculate) {
+      return WithPreviousNormRule(
+          in_ram ? StateInRam(clip, speculate) : MasterOnNvme(dir, clip, speculate), 4.0);
+    };
+    const TrainedRun normal = Train(options(false), 5);
+    const TrainedRun speculative = Train(options(true), 5);
+    ASSERT_EQ(speculative.reports.size(), 5u);
+    int committed = 0;
+    for (const StepReport& r : speculative.reports) {
+      // Step 1 has no previous norm: the exact coefficient, the speculation discarded.
+      if (r.step == 1) {
+        EXPECT_EQ(r.planned_clip_coefficient, 0.0);
+      }
+      EXPECT_LT(r.clip_coefficient, 1.0) << r.step;
+      EXPECT_LE(r.clip_coefficient * r.grad_norm, clip) << r.step;
+      const bool plan_applied =
+          r.planned_clip_coefficient > 0 && r.clip_coefficient == r.planned_clip_coefficient;
+      EXPECT_EQ(r.speculation_committed, plan_applied) << r.step;
+      if (r.speculation_committed) {
+        EXPECT_EQ(r.speculated_entries, speculative.num_entries) << r.step;
+        ++committed;
+      }
+    }
+    EXPECT_GE(committed, 3) << "clip " << clip;
+    ExpectBitwise(normal, speculative);
+  }
+}
+
+// The previous norm is part of the optimizer's position: a run checkpointed after step 3 and
+// resumed (with and without speculation) plans step 4 as the uninterrupted run did, bit for bit.
+TEST(SpeculativePreviousNormTest, ACheckpointKeepsThePreviousNormAndResumesBitwise) {
+  const TrainedRun unclipped = Train(StateInRam(0.0, false), 1);
+  ASSERT_EQ(unclipped.reports.size(), 1u);
+  const double clip = unclipped.reports[0].grad_norm / 10;
+  const TrainedRun uninterrupted = Train(WithPreviousNormRule(StateInRam(clip, false), 4.0), 5);
+  ASSERT_EQ(uninterrupted.reports.size(), 5u);
+  const std::string root = std::string(std::getenv("TEST_TMPDIR")) + "/previous_norm_ckpt";
+  const auto batches = MakeTokenBatches(10, 48, DeepNarrow().vocab, 17);
+  std::string checkpoint;
+  {
+    auto device = MakeCpuDevice(size_t{32} << 20);
+    auto trainer = Trainer::Create(*device, TinyConfig(DeepNarrow()),
+                                   WithPreviousNormRule(StateInRam(clip, false), 4.0));
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    (*trainer)->InitializeRandom(3);
+    for (int step = 0; step < 3; ++step) {
+      auto r =
+          (*trainer)->Step(batches.InputPointers(2 * step, 2), batches.TargetPointers(2 * step, 2));
+      ASSERT_TRUE(r.ok()) << r.status();
+    }
+    ASSERT_TRUE((*trainer)->UpdateStatus().ok());
+    auto written = WriteCheckpoint(**trainer, root, CheckpointRunInfo{});
+    ASSERT_TRUE(written.ok()) << written.status();
+    checkpoint = *written;
+  }
+  for (bool speculate : {false, true}) {
+    SCOPED_TRACE(speculate);
+    auto device = MakeCpuDevice(size_t{32} << 20);
+    auto trainer = Trainer::Create(*device, TinyConfig(DeepNarrow()),
+                                   WithPreviousNormRule(StateInRam(clip, speculate), 4.0));
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    auto loaded = LoadCheckpoint(checkpoint, **trainer);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    for (int step = 3; step < 5; ++step) {
+      auto r =
+          (*trainer)->Step(batches.InputPointers(2 * step, 2), batches.TargetPointers(2 * step, 2));
+      ASSERT_TRUE(r.ok()) << r.status();
+      const StepReport& want = uninterrupted.reports[step];
+      EXPECT_GT(r->planned_clip_coefficient, 0.0) << "step " << step;
+      EXPECT_EQ(
+          std::memcmp(&r->planned_clip_coefficient, &want.planned_clip_coefficient, sizeof(double)),
+          0)
+          << "step " << step;
+      EXPECT_EQ(std::memcmp(&r->clip_coefficient, &want.clip_coefficient, sizeof(double)), 0);
+      EXPECT_EQ(std::memcmp(&r->loss, &want.loss, sizeof(double)), 0) << "step " << step;
+    }
+    ASSERT_TRUE((*trainer)->UpdateStatus().ok());
+    Outcome resumed;
+    ReadStore((*trainer)->store(), &resumed);
+    ExpectSameState(uninterrupted.outcome, resumed);
+  }
+}
+
+TEST(SpeculativePreviousNormTest, NeedsAClipAndAHeadroomOfAtLeastOne) {
+  auto device = MakeCpuDevice(size_t{32} << 20);
+  TrainerOptions no_clip = WithPreviousNormRule(StateInRam(0.0, false), 1.25);
+  auto refused = Trainer::Create(*device, TinyConfig(DeepNarrow()), no_clip);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("grad_clip_rule=previous_norm needs a clip"),
+            std::string::npos)
+      << refused.status();
+  refused = Trainer::Create(*device, TinyConfig(DeepNarrow()),
+                            WithPreviousNormRule(StateInRam(1.0, false), 0.5));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("grad_clip_headroom=0.5 must be finite and >= 1"),
+            std::string::npos)
+      << refused.status();
 }
 
 // The RAM form. Every speculation commits without clipping: the alternates are swapped in, and
