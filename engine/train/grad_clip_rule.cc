@@ -25,13 +25,17 @@ double PlannedClipCoefficient(GradClipRule rule, double grad_clip, double headro
       !GradNormIsFinite(previous_norm)) {
     return 0;
   }
+  // A previous step that did not clip plans nothing: this one is likely not to clip either, and
+  // a speculation with coefficient 1 commits then.
+  if (ClipCoefficient(previous_norm, grad_clip) == 1.0) return 0;
   return ClipCoefficient(headroom * previous_norm, grad_clip);
 }
 
 double AppliedClipCoefficient(double grad_clip, double planned, double norm) {
   if (grad_clip <= 0) return 1.0;
-  if (planned > 0 && planned * norm <= grad_clip) return planned;
-  return ClipCoefficient(norm, grad_clip);
+  const double exact = ClipCoefficient(norm, grad_clip);
+  if (planned > 0 && exact < 1.0 && planned * norm <= grad_clip) return planned;
+  return exact;
 }
 
 }  // namespace megatrain::engine

@@ -5,15 +5,14 @@
 // torch.nn.utils.clip_grad_norm_. Every gradient of the step is needed before any update, so
 // the optimizer pass cannot start during the backward once a step clips.
 //
-// kPreviousNorm: before the step, the coefficient p of headroom x the previous step's norm is
-// planned; after it, p is applied when it keeps the applied gradient within the clip
-// (p x norm <= grad_clip), else the exact coefficient is. The bound exact clipping gives on the
-// applied gradient's norm holds either way, and a step whose norm stays under the clip is not
-// clipped (p is 1 then, or the previous norm was larger: see below). The price: a step whose norm
-// fell below headroom x the previous one is clipped by p, which can be up to headroom x
-// (previous norm / own norm) more than exact clipping would. What it buys: with
-// speculative_update the update with p runs during the backward and commits whenever p is
-// applied, clipped steps included.
+// kPreviousNorm: after a step that clipped, the coefficient p of headroom x its norm is planned
+// for the next step, before any of its gradients exists. The next step applies p when it clips
+// too and p keeps the applied gradient within the clip (p x norm <= grad_clip); otherwise the
+// exact coefficient. So exact clipping's bound on the applied gradient's norm holds on every
+// step, and a step whose norm is under the clip is never clipped. The price: a clipped step whose
+// norm is below headroom x the previous one is clipped by p, up to headroom x (previous norm /
+// own norm) harder than exact clipping would. What it buys: with speculative_update the update
+// with p runs during the backward and commits whenever p is applied, clipped steps included.
 #pragma once
 
 #include <string_view>
@@ -30,14 +29,14 @@ const char* GradClipRuleName(GradClipRule rule);
 // INVALID_ARGUMENT naming the value for anything else.
 absl::StatusOr<GradClipRule> ParseGradClipRule(std::string_view name);
 
-// The coefficient the rule plans before a step, 0 when it plans none (kExact, clipping off, or
-// no previous norm yet: previous_norm 0).
+// The coefficient the rule plans before a step, 0 when it plans none (kExact, clipping off, no
+// previous norm yet (previous_norm 0), or a previous step that did not clip).
 double PlannedClipCoefficient(GradClipRule rule, double grad_clip, double headroom,
                               double previous_norm);
 
 // The coefficient the step's update uses, its finite global norm known: `planned` (from
-// PlannedClipCoefficient) when it is not 0 and planned x norm <= grad_clip, else the exact one
-// (1 with clipping off).
+// PlannedClipCoefficient) when it is not 0, the step clips (its exact coefficient is below 1)
+// and planned x norm <= grad_clip; else the exact one (1 with clipping off).
 double AppliedClipCoefficient(double grad_clip, double planned, double norm);
 
 }  // namespace megatrain::engine

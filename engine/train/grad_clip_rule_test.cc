@@ -30,14 +30,16 @@ TEST(GradClipRuleTest, NothingIsPlannedWithoutTheRuleAClipOrAPreviousNorm) {
             0.0);
   EXPECT_EQ(PlannedClipCoefficient(GradClipRule::kPreviousNorm, 1.0, 1.25, 8.0),
             ClipCoefficient(10.0, 1.0));
-  // A previous norm under clip / headroom plans no clipping.
-  EXPECT_EQ(PlannedClipCoefficient(GradClipRule::kPreviousNorm, 1.0, 1.25, 0.5), 1.0);
+  // A previous step that did not clip plans nothing, even when headroom x its norm would clip.
+  EXPECT_EQ(PlannedClipCoefficient(GradClipRule::kPreviousNorm, 1.0, 1.25, 0.5), 0.0);
+  EXPECT_EQ(PlannedClipCoefficient(GradClipRule::kPreviousNorm, 1.0, 1.25, 0.95), 0.0);
 }
 
 TEST(GradClipRuleTest, ThePlanIsAppliedWhileItKeepsTheAppliedNormWithinTheClip) {
   const double clip = 1.0;
   const double planned = PlannedClipCoefficient(GradClipRule::kPreviousNorm, clip, 1.25, 20.0);
-  // Norms up to 25 (headroom x previous) take the plan; a larger one the exact coefficient.
+  // Clipped norms up to 25 (headroom x previous) take the plan; a larger one the exact
+  // coefficient.
   for (double norm : {3.0, 19.0, 20.0, 24.9}) {
     EXPECT_EQ(AppliedClipCoefficient(clip, planned, norm), planned) << norm;
   }
@@ -45,23 +47,26 @@ TEST(GradClipRuleTest, ThePlanIsAppliedWhileItKeepsTheAppliedNormWithinTheClip) 
   // No plan (the first step, or the exact rule): exact.
   EXPECT_EQ(AppliedClipCoefficient(clip, 0.0, 30.0), ClipCoefficient(30.0, clip));
   EXPECT_EQ(AppliedClipCoefficient(clip, 0.0, 0.5), 1.0);
-  // A plan of 1 is exact clipping's answer for norms under the clip, and not applied above it.
-  EXPECT_EQ(AppliedClipCoefficient(clip, 1.0, 0.9), 1.0);
-  EXPECT_EQ(AppliedClipCoefficient(clip, 1.0, 1.5), ClipCoefficient(1.5, clip));
+  // A step under the clip is not clipped, whatever was planned.
+  EXPECT_EQ(AppliedClipCoefficient(clip, planned, 0.5), 1.0);
   // Clipping off: 1 whatever was planned.
   EXPECT_EQ(AppliedClipCoefficient(0.0, 0.5, 30.0), 1.0);
 }
 
 // Over a sweep of previous and current norms, the applied gradient's norm never exceeds the
-// clip (exact clipping's own bound: clip x norm / (norm + 1e-6)).
+// clip (exact clipping's own bound: clip x norm / (norm + 1e-6)), and a step exact clipping
+// leaves alone is left alone.
 TEST(GradClipRuleTest, TheAppliedNormNeverExceedsTheClip) {
   const double clip = 1.0;
   for (double previous = 0.01; previous < 100; previous *= 1.37) {
     const double planned = PlannedClipCoefficient(GradClipRule::kPreviousNorm, clip,
                                                   kDefaultGradClipHeadroom, previous);
     for (double norm = 0.01; norm < 100; norm *= 1.29) {
-      EXPECT_LE(AppliedClipCoefficient(clip, planned, norm) * norm, clip)
-          << previous << " then " << norm;
+      const double applied = AppliedClipCoefficient(clip, planned, norm);
+      EXPECT_LE(applied * norm, clip) << previous << " then " << norm;
+      if (ClipCoefficient(norm, clip) == 1.0) {
+        EXPECT_EQ(applied, 1.0) << previous << " then " << norm;
+      }
     }
   }
 }

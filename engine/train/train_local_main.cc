@@ -66,9 +66,9 @@ ABSL_FLAG(double, weight_decay, 0.1, "AdamW weight decay of 2-D weights.");
 ABSL_FLAG(double, clip, 1.0, "Global gradient-norm clip; 0 = off.");
 ABSL_FLAG(std::string, clip_rule, "exact",
           "How the clip coefficient is chosen: exact (the step's own norm) or previous_norm "
-          "(planned from --clip_headroom x the previous step's norm, applied while it keeps the "
-          "applied gradient within the clip; with --speculative_update clipped steps commit too; "
-          "docs/operations.md \"Clip rules\").");
+          "(after a clipped step, planned from --clip_headroom x its norm and applied to the next "
+          "when that one clips too and the applied gradient stays within the clip; with "
+          "--speculative_update clipped steps commit too; docs/operations.md \"Clip rules\").");
 ABSL_FLAG(double, clip_headroom, megatrain::engine::kDefaultGradClipHeadroom,
           "--clip_rule=previous_norm: the plan's headroom over the previous norm (>= 1).");
 ABSL_FLAG(int, eval_every, 50, "Evaluate the validation loss every N steps.");
