@@ -41,7 +41,8 @@ ABSL_FLAG(std::string, grad_clip_rule, "exact",
 ABSL_FLAG(double, grad_clip_headroom, megatrain::engine::kDefaultGradClipHeadroom,
           "previous_norm: the plan's headroom over the previous norm (>= 1)");
 ABSL_FLAG(bool, speculative_update, false,
-          "update during the last backward with clip coefficient 1 (TrainerOptions)");
+          "update during the last backward with clip coefficient 1, or the previous-norm "
+          "rule's plan (TrainerOptions)");
 
 namespace megatrain::bench {
 namespace {
@@ -172,7 +173,8 @@ int Run() {
     j["clip_coefficient"] = r->clip_coefficient;
     j["planned_clip_coefficient"] = r->planned_clip_coefficient;
     // The speculative update of this step: entries updated during the backward, its time, and
-    // whether it became the step's update (clip coefficient exactly 1).
+    // whether it became the step's update (clip coefficient exactly 1, or the previous-norm
+    // rule's plan applied).
     j["speculated_entries"] = r->speculated_entries;
     j["speculation_seconds"] = r->speculation_seconds;
     j["speculation_committed"] = r->speculation_committed;

@@ -15,7 +15,8 @@ inline constexpr std::string_view kSpecSwitchFlags[] = {"pack", "speculative_upd
 
 // Rewrites, in place, "--name" and "-name" to "--name=true" and "--noname" and "-noname" to
 // "--name=false" for every name in kSpecSwitchFlags. Everything else, and everything after a
-// "--" that ends the flags, is left as it is.
+// "--" that ends the flags, is left as it is. Flags read from an absl --flagfile are not seen
+// here: write them there as --name=true or --name=false.
 void SpellOutSpecSwitches(std::vector<std::string>& args);
 
 }  // namespace megatrain::client

@@ -123,6 +123,12 @@ absl::StatusOr<std::vector<std::string>> HostsLauncherArgv(const HostsLaunch& la
   if (access(kSetpriv, X_OK) == 0) argv = {kSetpriv, "--pdeathsig", "TERM", "--"};
   argv.push_back(mpirun);
   for (const std::string& a : c.mpirun_args()) argv.push_back(a);
+  // The daemon's OpenBLAS kernel set (docs/operations.md "OpenBLAS kernels") for every rank: the
+  // same set on every machine, so CPU-device ranks compute the bits of one process.
+  if (const char* blas = std::getenv("OPENBLAS_CORETYPE"); blas != nullptr && *blas != '\0') {
+    argv.push_back("-x");
+    argv.push_back("OPENBLAS_CORETYPE");
+  }
   for (const std::string& a :
        {std::string("--host"), service::MpirunHostList(job.hosts), std::string("-np"),
         absl::StrCat(job.ranks), rank_binary, absl::StrCat("--job=", rank_job_path),

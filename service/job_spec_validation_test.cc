@@ -287,11 +287,11 @@ TEST_F(JobSpecValidationTest, RanksOfOneMachineShareItsNvme) {
   ASSERT_FALSE(three.ok());
   EXPECT_EQ(three.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(three.status().message(), HasSubstr("memory.nvme_bytes: "));
-  EXPECT_THAT(three.status().message(), HasSubstr("for the 3 ranks of one machine"));
+  EXPECT_THAT(three.status().message(), HasSubstr("per rank, for the 3 ranks of one machine,"));
 
   // Room for three: the plan says so, and a drive rated for 20 runs of one rank (a warning above
   // two at the 10% share) warns for three ranks, not for one.
-  spec.mutable_memory()->set_nvme_bytes(free_bytes / 4);
+  spec.mutable_memory()->set_nvme_bytes(free_bytes / 10);
   settings_.drive_wear.rated_tbw_bytes = 20 * per_run;
   three = Validate(spec);
   ASSERT_TRUE(three.ok()) << three.status();
@@ -304,6 +304,16 @@ TEST_F(JobSpecValidationTest, RanksOfOneMachineShareItsNvme) {
   one = Validate(spec);
   ASSERT_TRUE(one.ok()) << one.status();
   EXPECT_EQ(one->plan.warnings_size(), 0);
+
+  // A rank re-validating on its machine (ranks_on_this_machine set) checks its own share of the
+  // free space only: its neighbours may have reserved theirs already.
+  spec.clear_hosts();
+  spec.add_hosts("localhost:3");
+  spec.mutable_memory()->set_nvme_bytes(free_bytes / 2);
+  settings_.ranks_on_this_machine = 3;
+  absl::StatusOr<ValidatedJob> rank = Validate(spec);
+  ASSERT_TRUE(rank.ok()) << rank.status();
+  EXPECT_EQ(rank->plan.ranks_per_machine(), 3u);
 }
 
 }  // namespace

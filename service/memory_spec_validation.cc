@@ -52,9 +52,6 @@ const char* MachineRamLimitName(const DaemonSettings& settings) {
              : "physical RAM";
 }
 
-// The daemon's device as the planner sees it: memory figures exact, speeds nominal (the daemon
-// does not probe the host, so no step time is predicted). A GPU computes from a bf16 copy with
-// bf16 activations; the CPU device in fp32.
 // A job on several machines: the most ranks one machine runs (they share its RAM and its NVMe
 // directory's drive). The daemon sees only its own machine, so it takes the busiest host of the
 // spec (a name given twice runs both counts there); a rank knows its own machine's
@@ -70,6 +67,9 @@ int RanksPerMachine(const ValidatedJob& job, const DaemonSettings& settings) {
   return ranks_per_machine;
 }
 
+// The daemon's device as the planner sees it: memory figures exact, speeds nominal (the daemon
+// does not probe the host, so no step time is predicted). A GPU computes from a bf16 copy with
+// bf16 activations; the CPU device in fp32.
 engine::planner::HardwareProfile DeviceProfile(const engine::DeviceOptions& device) {
   engine::planner::HardwareProfile hw;
   hw.cpu_device = device.kind == engine::DeviceKind::kCpu;
@@ -299,13 +299,13 @@ absl::Status ValidateNvme(const v1::MemoryBudgets& m, const PathPolicy& paths,
   struct statvfs fs;
   if (statvfs(dir->c_str(), &fs) == 0) {
     const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
-    const uint64_t machine_bytes = m.nvme_bytes() * static_cast<uint64_t>(ranks_per_machine);
-    if (machine_bytes > free_bytes) {
+    // Divided, not multiplied: nvme_bytes has no upper bound of its own.
+    const uint64_t ranks = static_cast<uint64_t>(std::max(1, ranks_per_machine));
+    if (m.nvme_bytes() > free_bytes / ranks) {
       return absl::FailedPreconditionError(absl::StrCat(
           "memory.nvme_bytes: ", m.nvme_bytes(),
-          ranks_per_machine > 1 ? absl::StrCat(" per rank (", machine_bytes, " for the ",
-                                               ranks_per_machine, " ranks of one machine)")
-                                : std::string(),
+          ranks > 1 ? absl::StrCat(" per rank, for the ", ranks, " ranks of one machine,")
+                    : std::string(),
           " exceed the ", free_bytes, " bytes free in memory.nvme_dir '", *dir, "'"));
     }
   }
@@ -319,10 +319,11 @@ absl::Status ValidateNvme(const v1::MemoryBudgets& m, const PathPolicy& paths,
 absl::Status ValidateMemory(const v1::MemoryBudgets& m, const DaemonSettings& settings,
                             const PathPolicy& paths, ValidatedJob& job) {
   engine::HostMemoryBudgets& budgets = job.options.trainer.memory;
-  if (absl::Status s = ValidateNvme(m, paths, RanksPerMachine(job, settings), budgets.budgets);
-      !s.ok()) {
-    return s;
-  }
+  // The daemon checks the free space for all ranks of the busiest machine. A rank re-validates on
+  // its machine while its neighbours may already have reserved their state files there, so it
+  // checks its own share only.
+  const int nvme_sharers = settings.ranks_on_this_machine > 0 ? 1 : RanksPerMachine(job, settings);
+  if (absl::Status s = ValidateNvme(m, paths, nvme_sharers, budgets.budgets); !s.ok()) return s;
   job.options.device = settings.device;
   if (m.device_arena_bytes() > settings.device.arena_bytes) {
     return absl::ResourceExhaustedError(

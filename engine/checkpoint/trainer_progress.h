@@ -10,8 +10,9 @@ struct TrainerProgress {
   uint64_t applied_updates = 0;  // steps whose AdamW update ran (AdamW's t)
   uint64_t skipped_steps = 0;    // non-finite steps skipped so far
   int consecutive_skips = 0;
-  // The global gradient norm of the last step that updated (0 = none): the previous-norm clip
-  // rule (TrainerOptions::grad_clip_rule) plans the next step's coefficient from it.
+  // The global gradient norm of the last step that updated (0 = none, or a run under the exact
+  // rule): the previous-norm clip rule (TrainerOptions::grad_clip_rule) plans the next step's
+  // coefficient from it.
   double previous_grad_norm = 0;
 };
 

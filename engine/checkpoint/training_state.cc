@@ -13,15 +13,17 @@ namespace megatrain::engine {
 std::string TrainingStateToJson(const TrainingState& s) {
   nlohmann::json job = nlohmann::json::parse(s.job_json, nullptr, /*allow_exceptions=*/false);
   if (!job.is_object()) job = nlohmann::json{{"unparsed", s.job_json}};
-  const nlohmann::json j = {{"version", kTrainingStateVersion},
+  nlohmann::json j = {{"version", kTrainingStateVersion},
                             {"step", s.progress.step},
                             {"applied_updates", s.progress.applied_updates},
                             {"skipped_steps", s.progress.skipped_steps},
                             {"consecutive_skips", s.progress.consecutive_skips},
-                            {"previous_grad_norm", s.progress.previous_grad_norm},
                             {"data_cursor", s.data_cursor},
                             {"seed", s.seed},
                             {"job", job}};
+  // Only when a run keeps one (the previous-norm clip rule), so other runs' files, and the
+  // binaries before the rule, stay as they were.
+  if (s.progress.previous_grad_norm != 0) j["previous_grad_norm"] = s.progress.previous_grad_norm;
   return j.dump(2) + "\n";
 }
 

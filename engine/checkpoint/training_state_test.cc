@@ -35,6 +35,8 @@ TEST(TrainingStateTest, ACheckpointWithoutTheNormHasNone) {
       "old");
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->progress.previous_grad_norm, 0.0);
+  // And none is written as none: the file stays what it was before the rule.
+  EXPECT_EQ(TrainingStateToJson(*s).find("previous_grad_norm"), std::string::npos);
 }
 
 TEST(TrainingStateTest, ABadNormIsRefusedByName) {

@@ -179,6 +179,10 @@ int Run() {
     return 2;
   }
   in.previous_norm_clip = absl::GetFlag(FLAGS_grad_clip_rule) == "previous_norm";
+  if (in.previous_norm_clip && in.grad_clip == 0) {
+    fprintf(stderr, "--grad_clip_rule=previous_norm needs a clip (--grad_clip > 0)\n");
+    return 2;
+  }
   in.grad_on_nvme = absl::GetFlag(FLAGS_grad_on_nvme);
   in.compute_copy_on_nvme = absl::GetFlag(FLAGS_compute_copy_on_nvme);
   in.nvme_chunk_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_nvme_chunk_mib)) << 20;

@@ -260,8 +260,10 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
   if (r.nvme_traffic.weights_read_bytes > 0) {
     SetWeightReads(r.nvme_traffic, static_cast<uint64_t>(weight_reads));
   }
-  // A speculation commits only when the step's clip coefficient is exactly 1: certain without
-  // clipping; with it, a step whose norm clips discards it and runs the normal pass after it.
+  // A speculation commits only when the step's clip coefficient is the one it ran with: 1 under
+  // the exact rule, certain without clipping (with it, a step whose norm clips discards it and
+  // runs the normal pass after it); the previous-norm rule's plan, which clipped steps apply
+  // while it holds.
   r.speculation_credited = speculation_on && (in.grad_clip == 0 || in.previous_norm_clip);
   const std::string commits = in.grad_clip == 0
                                   ? "grad_clip 0: every step commits"
@@ -510,6 +512,7 @@ std::string PlanResult::ToJson() const {
                        {"written_bytes_per_day", drive_wear.written_per_day},
                        {"steps", drive_wear.steps},
                        {"written_bytes_per_run", drive_wear.written_per_run},
+                       {"writers", drive_wear.writers},
                        {"rated_tbw_bytes", drive_wear_limit.rated_tbw_bytes},
                        {"wear_warn_share", drive_wear_limit.warn_share},
                        {"share_of_tbw", drive_wear.share_of_tbw},

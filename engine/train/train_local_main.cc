@@ -274,6 +274,12 @@ int main(int argc, char** argv) {
     t.grad_clip_rule = *rule;
   }
   t.grad_clip_headroom = absl::GetFlag(FLAGS_clip_headroom);
+  if (t.grad_clip_rule != GradClipRule::kPreviousNorm &&
+      t.grad_clip_headroom != kDefaultGradClipHeadroom) {
+    fprintf(stderr, "error: --clip_headroom=%g applies to --clip_rule=previous_norm only\n",
+            t.grad_clip_headroom);
+    return 2;
+  }
   t.executor.checkpoint_interval = absl::GetFlag(FLAGS_checkpoint_every_layers);
   t.executor.keep_all = absl::GetFlag(FLAGS_keep_all);
   t.executor.weight_slots = absl::GetFlag(FLAGS_weight_slots);

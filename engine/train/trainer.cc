@@ -189,8 +189,10 @@ absl::Status Trainer::LoadHfWeights(const std::string& dir, const InputFiles* in
 }
 
 TrainerProgress Trainer::progress() const {
-  return TrainerProgress{step_, applied_updates_, skipped_steps_, consecutive_skips_,
-                         previous_grad_norm_};
+  // The previous norm only where a rule reads it: the exact rule's checkpoints stay as before.
+  return TrainerProgress{
+      step_, applied_updates_, skipped_steps_, consecutive_skips_,
+      options_.grad_clip_rule == GradClipRule::kPreviousNorm ? previous_grad_norm_ : 0.0};
 }
 
 void Trainer::RestoreProgress(const TrainerProgress& p) {

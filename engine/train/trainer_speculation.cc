@@ -24,8 +24,9 @@ void Trainer::BeginSpeculation(uint64_t weights_version, double planned_coeffici
                                     options_.weight_decay, t, coefficient);
   const auto no_decay = kernels::MakeAdamwStepScalars(lr, options_.beta1, options_.beta2,
                                                       options_.eps, 0.0, t, coefficient);
-  // A planned coefficient commits while coefficient x norm stays within the clip
-  // (AppliedClipCoefficient); otherwise a coefficient of exactly 1 commits.
+  // With a plan the speculation commits when the plan is applied (the step clips and
+  // coefficient x norm stays within the clip: AppliedClipCoefficient); without one, when the
+  // step's coefficient is exactly 1.
   speculation_seconds_ = 0;
   // Sums of squares of the gradients final so far (the others count 0): their norm is a lower
   // bound of the step's (sums of non-negative terms in a fixed order only grow, and so do the

@@ -19,11 +19,11 @@ std::string BetterOpenBlasCore(const std::string& core_name) {
   std::string lower = core_name;
   std::transform(lower.begin(), lower.end(), lower.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  // OpenBLAS's x86-64 sets older than AVX (its fallbacks for a CPU it does not know).
-  constexpr std::array<std::string_view, 10> kPreAvx = {
-      "prescott", "katmai",     "coppermine", "northwood", "core2",
-      "penryn",   "dunnington", "nehalem",    "atom",      "banias"};
-  if (std::find(kPreAvx.begin(), kPreAvx.end(), lower) == kPreAvx.end()) return "";
+  // OpenBLAS's x86-64 sets older than AVX2 (its fallbacks for a CPU it does not know).
+  constexpr std::array<std::string_view, 11> kPreAvx2 = {
+      "prescott", "katmai", "coppermine", "northwood", "core2",      "penryn",
+      "dunnington", "nehalem", "atom",    "banias",    "sandybridge"};
+  if (std::find(kPreAvx2.begin(), kPreAvx2.end(), lower) == kPreAvx2.end()) return "";
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")) {
@@ -37,7 +37,7 @@ std::string SlowBlasKernelsWarning() {
   const std::string core = OpenBlasCoreName();
   const std::string better = BetterOpenBlasCore(core);
   if (better.empty()) return "";
-  return "OpenBLAS runs its " + core + " kernels, made for CPUs without AVX, on a CPU with " +
+  return "OpenBLAS runs its " + core + " kernels, made for CPUs without AVX2, on a CPU with " +
          (better == "SkylakeX" ? "AVX-512" : "AVX2") +
          " (it does not recognise this model): CPU-device training is several times slower. "
          "Set OPENBLAS_CORETYPE=" +

@@ -12,7 +12,7 @@ namespace megatrain::kernels::cpu {
 // OpenBLAS's name for its kernel set, e.g. "Haswell", "SkylakeX", "Prescott".
 std::string OpenBlasCoreName();
 
-// The kernel set OpenBLAS should use on this CPU when it runs a pre-AVX2 fallback here
+// The kernel set OpenBLAS should use on this CPU when it runs a pre-AVX2 set here
 // ("SkylakeX" with AVX-512 F/BW/DQ/VL, else "Haswell" with AVX2 and FMA); empty when its own
 // choice is right.
 std::string BetterOpenBlasCore(const std::string& core_name);

@@ -488,7 +488,9 @@ TEST(SpeculativePreviousNormTest, ACheckpointKeepsThePreviousNormAndResumesBitwi
   const double clip = unclipped.reports[0].grad_norm / 10;
   const TrainedRun uninterrupted = Train(WithPreviousNormRule(StateInRam(clip, false), 4.0), 5);
   ASSERT_EQ(uninterrupted.reports.size(), 5u);
-  const std::string root = std::string(std::getenv("TEST_TMPDIR")) + "/previous_norm_ckpt";
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  ASSERT_NE(tmp, nullptr) << "run under bazel test";
+  const std::string root = std::string(tmp) + "/previous_norm_ckpt";
   const auto batches = MakeTokenBatches(10, 48, DeepNarrow().vocab, 17);
   std::string checkpoint;
   {
@@ -509,6 +511,7 @@ TEST(SpeculativePreviousNormTest, ACheckpointKeepsThePreviousNormAndResumesBitwi
   }
   for (bool speculate : {false, true}) {
     SCOPED_TRACE(speculate);
+    int committed = 0;
     auto device = MakeCpuDevice(size_t{32} << 20);
     auto trainer = Trainer::Create(*device, TinyConfig(DeepNarrow()),
                                    WithPreviousNormRule(StateInRam(clip, speculate), 4.0));
@@ -527,6 +530,13 @@ TEST(SpeculativePreviousNormTest, ACheckpointKeepsThePreviousNormAndResumesBitwi
           << "step " << step;
       EXPECT_EQ(std::memcmp(&r->clip_coefficient, &want.clip_coefficient, sizeof(double)), 0);
       EXPECT_EQ(std::memcmp(&r->loss, &want.loss, sizeof(double)), 0) << "step " << step;
+      EXPECT_EQ(r->speculation_committed,
+                speculate && r->clip_coefficient == r->planned_clip_coefficient)
+          << "step " << step;
+      committed += r->speculation_committed ? 1 : 0;
+    }
+    if (speculate) {
+      EXPECT_GT(committed, 0) << "the resumed run's plan never committed";
     }
     ASSERT_TRUE((*trainer)->UpdateStatus().ok());
     Outcome resumed;
