@@ -122,8 +122,8 @@ ABSL_FLAG(std::optional<bool>, speculative_update, std::nullopt,
           "submit/plan: set JobSpec.speculative_update: the optimizer update runs during the "
           "last micro-batch's backward, kept when the step is not clipped (with "
           "hyper.grad_clip_rule previous_norm: when the planned coefficient holds; needs the "
-          "master, m and v all on NVMe with room for a second copy there, all in RAM with room for a "
-          "second copy, 12 B/param, or the master in RAM with m and v on NVMe, with room for "
+          "master, m and v all on NVMe with room for a second copy there, all in RAM with room "
+          "for a second copy, 12 B/param, or the master in RAM with m and v on NVMe, with room for "
           "a second master in RAM and m/v regions on NVMe; docs/operations.md); "
           "unset: the spec's (default off).");
 ABSL_FLAG(bool, scaling, false,

@@ -18,10 +18,9 @@ absl::Status ApplyDriveWearLimit(const v1::JobSpec& spec,
   }
   plan.clear_warnings();
   for (std::string& w : kept) plan.add_warnings(std::move(w));
-  const engine::planner::DriveWear wear =
-      engine::planner::EvaluateDriveWear(limit, plan.nvme_written_bytes_per_step(),
-                                         spec.hyper().steps(), plan.predicted_step_seconds(),
-                                         static_cast<int>(plan.ranks_per_machine()));
+  const engine::planner::DriveWear wear = engine::planner::EvaluateDriveWear(
+      limit, plan.nvme_written_bytes_per_step(), spec.hyper().steps(),
+      plan.predicted_step_seconds(), static_cast<int>(plan.ranks_per_machine()));
   plan.set_nvme_written_bytes_per_run(wear.written_per_run);
   if (!wear.warning.empty()) plan.add_warnings(wear.warning);
   return absl::OkStatus();

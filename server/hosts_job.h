@@ -29,9 +29,9 @@ struct HostsLaunch {
 
 // The launcher's argv for `job` with its rank job file at `rank_job_path`: [setpriv
 // --pdeathsig TERM --] mpirun [mpirun_args] [-x OPENBLAS_CORETYPE, when the daemon has it set]
-// --host a:2,b:1 -np 3 megatrain_rank --job=FILE --job_sha256=HEX. setpriv (util-linux) ends mpirun with the daemon, so a daemon that dies
-// leaves no ranks training behind the restarted daemon's relaunch. FAILED_PRECONDITION naming
-// what is missing.
+// --host a:2,b:1 -np 3 megatrain_rank --job=FILE --job_sha256=HEX. setpriv (util-linux) ends mpirun
+// with the daemon, so a daemon that dies leaves no ranks training behind the restarted daemon's
+// relaunch. FAILED_PRECONDITION naming what is missing.
 absl::StatusOr<std::vector<std::string>> HostsLauncherArgv(const HostsLaunch& launch,
                                                            const service::ValidatedJob& job,
                                                            const std::string& rank_job_path,

@@ -121,8 +121,7 @@ engine::planner::PlanInputs PlanInputsFor(const ValidatedJob& job,
   in.nvme_chunk_bytes = budgets.nvme_chunk_bytes;
   in.speculative_update = job.options.trainer.speculative_update;
   in.grad_clip = job.options.trainer.grad_clip;
-  in.previous_norm_clip =
-      job.options.trainer.grad_clip_rule == engine::GradClipRule::kPreviousNorm;
+  in.previous_norm_clip = job.options.trainer.grad_clip_rule == engine::GradClipRule::kPreviousNorm;
   in.steps = job.options.steps;
   in.drive_wear = settings.drive_wear;
   return in;

@@ -2,7 +2,6 @@
 #include "engine/checkpoint/training_state.h"
 
 #include <cmath>
-
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -14,13 +13,13 @@ std::string TrainingStateToJson(const TrainingState& s) {
   nlohmann::json job = nlohmann::json::parse(s.job_json, nullptr, /*allow_exceptions=*/false);
   if (!job.is_object()) job = nlohmann::json{{"unparsed", s.job_json}};
   nlohmann::json j = {{"version", kTrainingStateVersion},
-                            {"step", s.progress.step},
-                            {"applied_updates", s.progress.applied_updates},
-                            {"skipped_steps", s.progress.skipped_steps},
-                            {"consecutive_skips", s.progress.consecutive_skips},
-                            {"data_cursor", s.data_cursor},
-                            {"seed", s.seed},
-                            {"job", job}};
+                      {"step", s.progress.step},
+                      {"applied_updates", s.progress.applied_updates},
+                      {"skipped_steps", s.progress.skipped_steps},
+                      {"consecutive_skips", s.progress.consecutive_skips},
+                      {"data_cursor", s.data_cursor},
+                      {"seed", s.seed},
+                      {"job", job}};
   // Only when a run keeps one (the previous-norm clip rule), so other runs' files, and the
   // binaries before the rule, stay as they were.
   if (s.progress.previous_grad_norm != 0) j["previous_grad_norm"] = s.progress.previous_grad_norm;
@@ -65,8 +64,7 @@ absl::StatusOr<TrainingState> ParseTrainingState(std::string_view text, const st
   // Written since the previous-norm clip rule (2026-11-28); a checkpoint without it resumes with
   // none, so its next step is clipped exactly.
   if (auto norm = j.find("previous_grad_norm"); norm != j.end()) {
-    if (!norm->is_number() || !(norm->get<double>() >= 0) ||
-        !std::isfinite(norm->get<double>())) {
+    if (!norm->is_number() || !(norm->get<double>() >= 0) || !std::isfinite(norm->get<double>())) {
       return absl::InvalidArgumentError(
           absl::StrCat(source, ": \"previous_grad_norm\" must be a finite number >= 0, got ",
                        JsonForMessage(*norm)));

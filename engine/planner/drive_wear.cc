@@ -64,10 +64,9 @@ std::string DriveWearText(const DriveWearLimit& limit, const DriveWear& w) {
     absl::StrAppend(&out, absl::StrFormat("NVMe written per day %.2f TB (continuous training at "
                                           "the predicted step time%s)\n",
                                           w.written_per_day / 1e12,
-                                          w.writers > 1
-                                              ? absl::StrCat("; the ", w.writers,
-                                                             " ranks sharing the drive")
-                                              : std::string()));
+                                          w.writers > 1 ? absl::StrCat("; the ", w.writers,
+                                                                       " ranks sharing the drive")
+                                                        : std::string()));
   }
   if (w.steps > 0) {
     absl::StrAppend(&out, absl::StrFormat("NVMe written per run %.2f TB (%d steps%s)\n",

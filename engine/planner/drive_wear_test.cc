@@ -55,8 +55,7 @@ TEST(DriveWearTest, RanksSharingTheDriveAddUp) {
   DriveWear w = EvaluateDriveWear(limit, 20 * kGB, 2600, 0, /*writers=*/2);
   EXPECT_EQ(w.written_per_run, 52 * kTB);
   EXPECT_DOUBLE_EQ(w.share_of_tbw, 0.104);
-  EXPECT_NE(w.warning.find("104.0 TB to NVMe (2 ranks x 2600 steps x 20.00 GB)"),
-            std::string::npos)
+  EXPECT_NE(w.warning.find("104.0 TB to NVMe (2 ranks x 2600 steps x 20.00 GB)"), std::string::npos)
       << w.warning;
   EXPECT_NE(DriveWearText(limit, w).find("(2600 steps, per rank)"), std::string::npos);
   // Per day: 2 x 20 GB every 100 s is 34.56 TB.

@@ -278,10 +278,9 @@ absl::StatusOr<PlanResult> Plan(const ModelConfig& config, const PlanInputs& in,
             ? "speculative update: the optimizer pass (m and v through NVMe into their alternate "
               "regions, the master into its alternate array in RAM) overlaps the last "
               "micro-batch's backward ("
-        : ram
-            ? "speculative update: the optimizer pass (host AdamW of the master, m and v in RAM, "
-              "into alternate arrays; no NVMe traffic) overlaps the last micro-batch's backward ("
-            : "speculative update: the optimizer pass overlaps the last micro-batch's backward (",
+        : ram ? "speculative update: the optimizer pass (host AdamW of the master, m and v in RAM, "
+                "into alternate arrays; no NVMe traffic) overlaps the last micro-batch's backward ("
+              : "speculative update: the optimizer pass overlaps the last micro-batch's backward (",
         commits, ")");
   } else if (speculation_on) {
     r.speculation_note = absl::StrCat(

@@ -494,8 +494,9 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
   // final there once every earlier micro-batch's contribution has landed.
   const bool speculate = speculation_ != nullptr && comm == nullptr;
   // The previous-norm clip rule's coefficient, planned before any gradient exists (0: none).
-  const double planned_clip = PlannedClipCoefficient(
-      options_.grad_clip_rule, options_.grad_clip, options_.grad_clip_headroom, previous_grad_norm_);
+  const double planned_clip =
+      PlannedClipCoefficient(options_.grad_clip_rule, options_.grad_clip,
+                             options_.grad_clip_headroom, previous_grad_norm_);
   if (speculate) BeginSpeculation(weights_version, planned_clip);
   MicroBatchStepArgs step_args;
   step_args.inv_total_valid = inv_total_valid;
@@ -637,8 +638,7 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
     // The coefficient the speculation ran with (the plan, else exactly 1.0): it is the update;
     // otherwise the pass below redoes every entry from the current state.
     report.speculation_committed =
-        speculation.count > 0 &&
-        report.clip_coefficient == (planned_clip > 0 ? planned_clip : 1.0);
+        speculation.count > 0 && report.clip_coefficient == (planned_clip > 0 ? planned_clip : 1.0);
     if (report.speculation_committed) CommitSpeculatedInRam(speculation.updated);
     LaunchUpdate(step_, report.clip_coefficient, report.learning_rate,
                  report.speculation_committed ? speculation.updated : std::vector<bool>{});

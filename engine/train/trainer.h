@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/time/time.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "engine/checkpoint/checkpointable.h"
 #include "engine/common/input_files.h"
 #include "engine/common/thread_pool.h"

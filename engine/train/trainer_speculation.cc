@@ -19,9 +19,8 @@ void Trainer::BeginSpeculation(uint64_t weights_version, double planned_coeffici
   // update bit for bit.
   const long long t = static_cast<long long>(applied_updates_ + 1);
   const double lr = LearningRateAt(options_.lr, step_ + 1);
-  const auto decay =
-      kernels::MakeAdamwStepScalars(lr, options_.beta1, options_.beta2, options_.eps,
-                                    options_.weight_decay, t, coefficient);
+  const auto decay = kernels::MakeAdamwStepScalars(lr, options_.beta1, options_.beta2, options_.eps,
+                                                   options_.weight_decay, t, coefficient);
   const auto no_decay = kernels::MakeAdamwStepScalars(lr, options_.beta1, options_.beta2,
                                                       options_.eps, 0.0, t, coefficient);
   // With a plan the speculation commits when the plan is applied (the step clips and
@@ -51,8 +50,7 @@ void Trainer::BeginSpeculation(uint64_t weights_version, double planned_coeffici
         };
         snapshot_mu_.Await(absl::Condition(&no_snapshot));
       },
-      [this, decay, no_decay, partial_sums, planned,
-       coefficient](int e) -> absl::StatusOr<bool> {
+      [this, decay, no_decay, partial_sums, planned, coefficient](int e) -> absl::StatusOr<bool> {
         const auto t0 = std::chrono::steady_clock::now();
         (*partial_sums)[e] = store_.GradSumOfSquares(e, &optimizer_pool_);
         const double lower_bound = GlobalGradNorm(*partial_sums);

@@ -21,8 +21,8 @@ std::string BetterOpenBlasCore(const std::string& core_name) {
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   // OpenBLAS's x86-64 sets older than AVX2 (its fallbacks for a CPU it does not know).
   constexpr std::array<std::string_view, 11> kPreAvx2 = {
-      "prescott", "katmai", "coppermine", "northwood", "core2",      "penryn",
-      "dunnington", "nehalem", "atom",    "banias",    "sandybridge"};
+      "prescott",   "katmai",  "coppermine", "northwood", "core2",      "penryn",
+      "dunnington", "nehalem", "atom",       "banias",    "sandybridge"};
   if (std::find(kPreAvx2.begin(), kPreAvx2.end(), lower) == kPreAvx2.end()) return "";
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&

@@ -3,14 +3,14 @@
 // speculation committed), triggers on some steps only (committed and discarded steps), or a step
 // is non-finite (discarded, nothing updated), and one that can no longer commit stops early; a
 // checkpoint taken after committed speculations resumes bitwise; placements with gradients or the
-// compute copy on NVMe too agree; a placement that cannot speculate says why and trains as before; an I/O error in a
-// speculative write fails the step naming the state file and an offset. The RAM form (the master,
-// m and v in RAM, alternate arrays swapped in on commit) is held to the same bits: committed,
-// clipped, stopped and non-finite steps, two devices, a pageable master, no budgets at all, a
-// resume, and a checkpoint written while the next step speculates; the store swaps its
-// alternates by pointer and restores a compute copy from the master. The mixed form (the master
-// in RAM, m and v on NVMe: alternate regions for m and v, an alternate array for the master) is
-// held to the same bits: committed steps with one and three micro-batches, clipped and stopped
+// compute copy on NVMe too agree; a placement that cannot speculate says why and trains as before;
+// an I/O error in a speculative write fails the step naming the state file and an offset. The RAM
+// form (the master, m and v in RAM, alternate arrays swapped in on commit) is held to the same
+// bits: committed, clipped, stopped and non-finite steps, two devices, a pageable master, no
+// budgets at all, a resume, and a checkpoint written while the next step speculates; the store
+// swaps its alternates by pointer and restores a compute copy from the master. The mixed form (the
+// master in RAM, m and v on NVMe: alternate regions for m and v, an alternate array for the master)
+// is held to the same bits: committed steps with one and three micro-batches, clipped and stopped
 // steps on one and two devices, a non-finite step, a pageable master, gradients on NVMe, and a
 // checkpoint between speculating steps resumed. The previous-norm clip rule's speculation, run
 // with its planned coefficient, commits on clipped steps where the plan holds, bitwise, and the
@@ -34,8 +34,8 @@
 #include "engine/tiers/fault_injecting_block_io.h"
 #include "engine/tiers/test_dir.h"
 #include "engine/tiers/uring_block_io.h"
-#include "kernels/common/bf16.h"
 #include "engine/train/trainer.h"
+#include "kernels/common/bf16.h"
 #include "tests/tiers/tiered_training.h"
 
 namespace megatrain::engine {
