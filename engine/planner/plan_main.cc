@@ -15,6 +15,7 @@
 #include "engine/planner/local_probe.h"
 #include "engine/planner/model_presets.h"
 #include "engine/planner/planner.h"
+#include "engine/train/grad_clip_rule.h"
 
 ABSL_FLAG(std::string, config, "", "path of an HF config.json (or use --preset)");
 ABSL_FLAG(std::string, preset, "", "model preset name (see --list)");
@@ -172,13 +173,12 @@ int Run() {
   in.master_on_nvme = absl::GetFlag(FLAGS_master_on_nvme);
   in.speculative_update = absl::GetFlag(FLAGS_speculative_update);
   in.grad_clip = absl::GetFlag(FLAGS_grad_clip);
-  if (absl::GetFlag(FLAGS_grad_clip_rule) != "exact" &&
-      absl::GetFlag(FLAGS_grad_clip_rule) != "previous_norm") {
-    fprintf(stderr, "--grad_clip_rule: '%s' is not a clip rule (exact or previous_norm)\n",
-            absl::GetFlag(FLAGS_grad_clip_rule).c_str());
+  absl::StatusOr<GradClipRule> rule = ParseGradClipRule(absl::GetFlag(FLAGS_grad_clip_rule));
+  if (!rule.ok()) {
+    fprintf(stderr, "--grad_clip_rule: %s\n", std::string(rule.status().message()).c_str());
     return 2;
   }
-  in.previous_norm_clip = absl::GetFlag(FLAGS_grad_clip_rule) == "previous_norm";
+  in.previous_norm_clip = *rule == GradClipRule::kPreviousNorm;
   if (in.previous_norm_clip && in.grad_clip == 0) {
     fprintf(stderr, "--grad_clip_rule=previous_norm needs a clip (--grad_clip > 0)\n");
     return 2;

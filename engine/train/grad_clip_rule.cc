@@ -38,4 +38,12 @@ double AppliedClipCoefficient(double grad_clip, double planned, double norm) {
   return exact;
 }
 
+double SpeculatedClipCoefficient(double planned) { return planned > 0 ? planned : 1.0; }
+
+bool SpeculationCanCommit(double grad_clip, double planned, double lower_bound) {
+  if (grad_clip <= 0 || !GradNormIsFinite(lower_bound)) return true;
+  return planned > 0 ? planned * lower_bound <= grad_clip
+                     : ClipCoefficient(lower_bound, grad_clip) == 1.0;
+}
+
 }  // namespace megatrain::engine

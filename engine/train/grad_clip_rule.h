@@ -39,4 +39,13 @@ double PlannedClipCoefficient(GradClipRule rule, double grad_clip, double headro
 // and planned x norm <= grad_clip; else the exact one (1 with clipping off).
 double AppliedClipCoefficient(double grad_clip, double planned, double norm);
 
+// The coefficient a speculative update runs with: the plan, else 1. It commits exactly when
+// the step's applied coefficient equals it.
+double SpeculatedClipCoefficient(double planned);
+
+// False once the norm of the gradients final so far (`lower_bound`: the step's norm can only be
+// larger) shows the speculation cannot commit: without a plan the step clips; with one,
+// planned x lower_bound passes the clip. A non-finite bound says nothing.
+bool SpeculationCanCommit(double grad_clip, double planned, double lower_bound);
+
 }  // namespace megatrain::engine

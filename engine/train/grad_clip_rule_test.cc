@@ -53,6 +53,22 @@ TEST(GradClipRuleTest, ThePlanIsAppliedWhileItKeepsTheAppliedNormWithinTheClip) 
   EXPECT_EQ(AppliedClipCoefficient(0.0, 0.5, 30.0), 1.0);
 }
 
+// The speculation runs with the plan (else 1) and stops once it cannot commit.
+TEST(GradClipRuleTest, TheSpeculationRunsWithThePlanAndStopsWhenItCannotCommit) {
+  EXPECT_EQ(SpeculatedClipCoefficient(0.0), 1.0);
+  EXPECT_EQ(SpeculatedClipCoefficient(0.04), 0.04);
+  const double inf = std::numeric_limits<double>::infinity();
+  // No plan: it can commit while the bound does not clip.
+  EXPECT_TRUE(SpeculationCanCommit(1.0, 0.0, 0.5));
+  EXPECT_FALSE(SpeculationCanCommit(1.0, 0.0, 1.5));
+  // A plan: while planned x bound stays within the clip.
+  EXPECT_TRUE(SpeculationCanCommit(1.0, 0.04, 25.0));
+  EXPECT_FALSE(SpeculationCanCommit(1.0, 0.04, 26.0));
+  // Clipping off, or a non-finite bound: nothing to stop on.
+  EXPECT_TRUE(SpeculationCanCommit(0.0, 0.0, 1e9));
+  EXPECT_TRUE(SpeculationCanCommit(1.0, 0.04, inf));
+}
+
 // Over a sweep of previous and current norms, the applied gradient's norm never exceeds the
 // clip (exact clipping's own bound: clip x norm / (norm + 1e-6)), and a step exact clipping
 // leaves alone is left alone.

@@ -638,7 +638,7 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
     // The coefficient the speculation ran with (the plan, else exactly 1.0): it is the update;
     // otherwise the pass below redoes every entry from the current state.
     report.speculation_committed =
-        speculation.count > 0 && report.clip_coefficient == (planned_clip > 0 ? planned_clip : 1.0);
+        speculation.count > 0 && report.clip_coefficient == SpeculatedClipCoefficient(planned_clip);
     if (report.speculation_committed) CommitSpeculatedInRam(speculation.updated);
     LaunchUpdate(step_, report.clip_coefficient, report.learning_rate,
                  report.speculation_committed ? speculation.updated : std::vector<bool>{});

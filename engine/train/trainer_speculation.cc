@@ -11,9 +11,7 @@
 namespace megatrain::engine {
 
 void Trainer::BeginSpeculation(uint64_t weights_version, double planned_coefficient) {
-  // The previous-norm rule's plan, else 1.
-  const bool planned = planned_coefficient > 0;
-  const double coefficient = planned ? planned_coefficient : 1.0;
+  const double coefficient = SpeculatedClipCoefficient(planned_coefficient);
   // Exactly the scalars LaunchUpdate makes for this step when its clip coefficient is
   // `coefficient`: the same function of the same values, so a committed speculation is the
   // update bit for bit.
@@ -23,9 +21,6 @@ void Trainer::BeginSpeculation(uint64_t weights_version, double planned_coeffici
                                                    options_.weight_decay, t, coefficient);
   const auto no_decay = kernels::MakeAdamwStepScalars(lr, options_.beta1, options_.beta2,
                                                       options_.eps, 0.0, t, coefficient);
-  // With a plan the speculation commits when the plan is applied (the step clips and
-  // coefficient x norm stays within the clip: AppliedClipCoefficient); without one, when the
-  // step's coefficient is exactly 1.
   speculation_seconds_ = 0;
   // Sums of squares of the gradients final so far (the others count 0): their norm is a lower
   // bound of the step's (sums of non-negative terms in a fixed order only grow, and so do the
@@ -50,13 +45,11 @@ void Trainer::BeginSpeculation(uint64_t weights_version, double planned_coeffici
         };
         snapshot_mu_.Await(absl::Condition(&no_snapshot));
       },
-      [this, decay, no_decay, partial_sums, planned, coefficient](int e) -> absl::StatusOr<bool> {
+      [this, decay, no_decay, partial_sums, planned_coefficient](int e) -> absl::StatusOr<bool> {
         const auto t0 = std::chrono::steady_clock::now();
         (*partial_sums)[e] = store_.GradSumOfSquares(e, &optimizer_pool_);
         const double lower_bound = GlobalGradNorm(*partial_sums);
-        if (options_.grad_clip > 0 && GradNormIsFinite(lower_bound) &&
-            (planned ? coefficient * lower_bound > options_.grad_clip
-                     : ClipCoefficient(lower_bound, options_.grad_clip) != 1.0)) {
+        if (!SpeculationCanCommit(options_.grad_clip, planned_coefficient, lower_bound)) {
           return false;
         }
         absl::Status s = UpdateEntry(e, decay, no_decay, /*speculative=*/true);
