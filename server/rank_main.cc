@@ -27,8 +27,10 @@
 #include "engine/provenance/lineage.h"
 #include "engine/provenance/sha256.h"
 #include "engine/provenance/signing_key.h"
+#include "engine/tiers/nvme_tier_files.h"
 #include "engine/train/rank_gpus.h"
 #include "engine/train/training_run.h"
+#include "kernels/cpu/blas_kernels.h"
 #include "proto/megatrain.pb.h"
 #include "server/rank_observer.h"
 #include "server/rank_protocol.h"
@@ -82,7 +84,7 @@ absl::StatusOr<megatrain::v1::RankJob> ReadRankJob(const std::string& path,
 // the tier's files have fixed names): created 0700, or reused only when it is a directory (not a
 // symlink) of this user that nobody else may write.
 absl::StatusOr<std::string> RankNvmeDirectory(const std::string& nvme_dir, int rank) {
-  const std::string dir = absl::StrCat(nvme_dir, "/rank-", rank);
+  const std::string dir = megatrain::engine::tiers::RankTierDirectory(nvme_dir, rank);
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return absl::PermissionDeniedError(
         absl::StrCat("memory.nvme_dir: cannot create ", dir, ": ", std::strerror(errno)));
@@ -109,6 +111,7 @@ absl::StatusOr<megatrain::service::ValidatedJob> RankRun(
   settings->max_ram_bytes = rank_job.max_ram_bytes();
   // This machine's host-memory check counts its own ranks, not the busiest machine's.
   settings->ranks_on_this_machine = mpi.local_size();
+  settings->rank = mpi.rank();
   const service::PathPolicy paths(settings->data_roots, settings->output_roots);
   absl::StatusOr<service::ValidatedJob> job =
       service::ValidateJobSpec(rank_job.spec(), *settings, paths);
@@ -208,6 +211,12 @@ int main(int argc, char** argv) {
     server::EmitLine(server::RankErrorEvent(comm.rank(), comm.host(), status));
     comm.Abort(1);
   };
+  // Once per machine: the daemon's own warning speaks for its machine only (docs/operations.md,
+  // "OpenBLAS kernels").
+  if (const std::string blas = kernels::cpu::SlowBlasKernelsWarning();
+      !blas.empty() && comm.local_rank() == 0) {
+    server::EmitLine(server::RankLineEvent(absl::StrCat(comm.host(), ": ", blas), true));
+  }
   absl::StatusOr<service::ValidatedJob> job = RankRun(*rank_job, comm);
   if (!job.ok()) {
     fail(job.status());

@@ -59,6 +59,8 @@ struct DaemonSettings {
   // size), for its host-memory check; 0 = the most any one host of the job runs (the daemon,
   // which sees only its own machine and takes the others to be alike).
   int ranks_on_this_machine = 0;
+  // This process's rank where it is one of a job's ranks (megatrain_rank); -1 in the daemon.
+  int rank = -1;
   uint32_t max_job_crashes = 3;  // daemon deaths while one job ran before it is FAILED
   uint64_t test_hold_after_step = 0;  // test hook: see --test_hold_after_step
   // Test hook for in-process daemons (RunnerLimits::test_after_input_check); never set by flags.

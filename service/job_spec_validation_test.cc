@@ -3,12 +3,16 @@
 // momentum); out-of-range values are still refused naming the field.
 #include "service/job_spec_validation.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "engine/tiers/direct_io_directory.h"
+#include "engine/tiers/nvme_tier_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "service/daemon_config.h"
@@ -18,6 +22,7 @@ namespace megatrain::service {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class JobSpecValidationTest : public ::testing::Test {
  protected:
@@ -314,6 +319,57 @@ TEST_F(JobSpecValidationTest, RanksOfOneMachineShareItsNvme) {
   absl::StatusOr<ValidatedJob> rank = Validate(spec);
   ASSERT_TRUE(rank.ok()) << rank.status();
   EXPECT_EQ(rank->plan.ranks_per_machine(), 3u);
+}
+
+// A previous run's tier files in the job's own tier directory hold space the job frees when its
+// stores replace them: resuming a job (or rerunning one) whose state files fill the disk must
+// not be refused for lack of the space they hold. Files anywhere else count as used.
+TEST_F(JobSpecValidationTest, APreviousRunsTierFilesCountAsFree) {
+  const std::string nvme = root_ + "/nvme_previous";
+  std::filesystem::remove_all(nvme);
+  std::filesystem::create_directories(nvme + "/rank-1");
+  if (absl::Status usable = engine::tiers::CheckDirectIoDirectory(nvme); !usable.ok()) {
+    GTEST_SKIP() << "no block-backed O_DIRECT directory under TEST_TMPDIR: " << usable;
+  }
+  // 1 GiB each: the checks below keep a 512 MiB margin against other tests' disk use.
+  constexpr off_t kHeld = off_t{1} << 30;
+  auto hold = [&](const std::string& path) {
+    const int fd = ::open(path.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0600);
+    ASSERT_GE(fd, 0) << path;
+    ASSERT_EQ(::posix_fallocate(fd, 0, kHeld), 0) << path;
+    ::close(fd);
+  };
+  hold(absl::StrCat(nvme, "/", engine::tiers::kOptimizerStateFileName));
+  hold(absl::StrCat(nvme, "/rank-1/", engine::tiers::kGradientFileName));
+  const uint64_t free_bytes = std::filesystem::space(nvme).available;
+  v1::JobSpec spec = Spec();
+  spec.mutable_memory()->set_nvme_dir(nvme);
+  spec.mutable_memory()->set_nvme_bytes(free_bytes + kHeld / 2);
+  spec.mutable_memory()->set_states_on_nvme(true);
+
+  // One process: its stores go to nvme_dir itself, where the previous state file is.
+  absl::StatusOr<ValidatedJob> one = Validate(spec);
+  ASSERT_TRUE(one.ok()) << one.status();
+
+  // Two ranks on this machine: the daemon counts the job's rank directories (rank-1's file),
+  // and two shares of free + 1 GiB fit where two of free alone would not.
+  spec.add_hosts("localhost:2");
+  spec.mutable_memory()->set_nvme_bytes((free_bytes + kHeld) / 2 - kHeld / 4);
+  absl::StatusOr<ValidatedJob> daemon = Validate(spec);
+  ASSERT_TRUE(daemon.ok()) << "rank-1's file is the job's: " << daemon.status();
+
+  // A rank counts its own directory only: rank 1's previous file is its own, not rank 0's.
+  settings_.ranks_on_this_machine = 2;
+  settings_.rank = 1;
+  spec.mutable_memory()->set_nvme_bytes(free_bytes + kHeld / 2);
+  absl::StatusOr<ValidatedJob> rank1 = Validate(spec);
+  ASSERT_TRUE(rank1.ok()) << rank1.status();
+  settings_.rank = 0;
+  absl::StatusOr<ValidatedJob> rank0 = Validate(spec);
+  ASSERT_FALSE(rank0.ok());
+  EXPECT_THAT(rank0.status().message(), HasSubstr("memory.nvme_bytes: "));
+  EXPECT_THAT(rank0.status().message(), Not(HasSubstr("previous run")));
+  std::filesystem::remove_all(nvme);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/planner/planner.h"
 #include "engine/tiers/direct_io_directory.h"
+#include "engine/tiers/nvme_tier_files.h"
 #include "engine/tiers/placement.h"
 #include "service/spec_field_checks.h"
 
@@ -264,12 +265,30 @@ absl::Status PlanWithEngine(const v1::MemoryBudgets& m, const DaemonSettings& se
   return absl::OkStatus();
 }
 
+// The bytes a previous run's tier files hold where this job's stores will put theirs: each store
+// replaces its file (unlinked, then created), so that space is the job's. The daemon counts every
+// rank directory of the job (some may be on other machines: the ranks' own checks are exact); a
+// rank counts its own.
+uint64_t ReplaceableTierBytes(const std::string& dir, const ValidatedJob& job,
+                              const DaemonSettings& settings) {
+  using engine::tiers::RankTierDirectory;
+  using engine::tiers::ReplaceableTierFileBytes;
+  if (settings.rank >= 0) return ReplaceableTierFileBytes(RankTierDirectory(dir, settings.rank));
+  if (job.hosts.empty()) return ReplaceableTierFileBytes(dir);  // one process: dir itself
+  uint64_t total = 0;
+  for (int r = 0; r < job.ranks; ++r) total += ReplaceableTierFileBytes(RankTierDirectory(dir, r));
+  return total;
+}
+
 // The NVMe tier's directory: under an output root (the daemon writes state files there), on a
-// block-backed filesystem that does O_DIRECT (the engine's check), with nvme_bytes free.
-// `ranks_per_machine` ranks each use up to nvme_bytes in their own directory under nvme_dir, on
-// the same filesystem: all of it must be free.
+// block-backed filesystem that does O_DIRECT (the engine's check), with nvme_bytes free (a
+// previous run's tier files there count as free: this job replaces them). The ranks of one
+// machine each use up to nvme_bytes in their own directory under nvme_dir, on the same
+// filesystem: all of it must be free. A rank re-validates on its machine while its neighbours
+// may already have reserved their state files there, so it checks its own share only.
 absl::Status ValidateNvme(const v1::MemoryBudgets& m, const PathPolicy& paths,
-                          int ranks_per_machine, engine::tiers::TierBudgets& budgets) {
+                          const ValidatedJob& job, const DaemonSettings& settings,
+                          engine::tiers::TierBudgets& budgets) {
   if (m.nvme_dir().empty()) {
     if (m.nvme_bytes() != 0) {
       return Invalid("memory.nvme_bytes", absl::StrCat(m.nvme_bytes(), " without memory.nvme_dir"));
@@ -297,15 +316,21 @@ absl::Status ValidateNvme(const v1::MemoryBudgets& m, const PathPolicy& paths,
   }
   struct statvfs fs;
   if (statvfs(dir->c_str(), &fs) == 0) {
-    const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+    const uint64_t replaceable = ReplaceableTierBytes(*dir, job, settings);
+    const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize + replaceable;
     // Divided, not multiplied: nvme_bytes has no upper bound of its own.
-    const uint64_t ranks = static_cast<uint64_t>(std::max(1, ranks_per_machine));
+    const uint64_t ranks = static_cast<uint64_t>(
+        settings.ranks_on_this_machine > 0 ? 1 : std::max(1, RanksPerMachine(job, settings)));
     if (m.nvme_bytes() > free_bytes / ranks) {
       return absl::FailedPreconditionError(absl::StrCat(
           "memory.nvme_bytes: ", m.nvme_bytes(),
           ranks > 1 ? absl::StrCat(" per rank, for the ", ranks, " ranks of one machine,")
                     : std::string(),
-          " exceed the ", free_bytes, " bytes free in memory.nvme_dir '", *dir, "'"));
+          " exceed the ", free_bytes, " bytes free in memory.nvme_dir '", *dir, "'",
+          replaceable > 0 ? absl::StrCat(" (", replaceable,
+                                         " of them held by a previous run's tier files, which "
+                                         "this job replaces)")
+                          : std::string()));
     }
   }
   budgets.nvme_dir = *dir;
@@ -318,11 +343,7 @@ absl::Status ValidateNvme(const v1::MemoryBudgets& m, const PathPolicy& paths,
 absl::Status ValidateMemory(const v1::MemoryBudgets& m, const DaemonSettings& settings,
                             const PathPolicy& paths, ValidatedJob& job) {
   engine::HostMemoryBudgets& budgets = job.options.trainer.memory;
-  // The daemon checks the free space for all ranks of the busiest machine. A rank re-validates on
-  // its machine while its neighbours may already have reserved their state files there, so it
-  // checks its own share only.
-  const int nvme_sharers = settings.ranks_on_this_machine > 0 ? 1 : RanksPerMachine(job, settings);
-  if (absl::Status s = ValidateNvme(m, paths, nvme_sharers, budgets.budgets); !s.ok()) return s;
+  if (absl::Status s = ValidateNvme(m, paths, job, settings, budgets.budgets); !s.ok()) return s;
   job.options.device = settings.device;
   if (m.device_arena_bytes() > settings.device.arena_bytes) {
     return absl::ResourceExhaustedError(

@@ -25,7 +25,7 @@ absl::StatusOr<std::unique_ptr<NvmeComputeCopy>> NvmeComputeCopy::Create(
   }
   tiers::NvmeStateStoreOptions o = options;
   o.arrays_per_entry = 1;
-  o.file_name = "compute_copy.bin";
+  o.file_name = tiers::kComputeCopyFileName;
   // Copies and the next writes do not follow unit order across a step: no wrap.
   o.read_ahead_wraps = false;
   std::vector<size_t> units;

@@ -27,6 +27,7 @@
 #include "absl/synchronization/mutex.h"
 #include "engine/exec/entry_chunks.h"
 #include "engine/tiers/nvme_state_store.h"
+#include "engine/tiers/nvme_tier_files.h"
 
 namespace megatrain::engine {
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/common/huge_pages.h"
 #include "engine/optimizer/grad_norm.h"
+#include "engine/tiers/nvme_tier_files.h"
 #include "kernels/common/bf16.h"
 
 namespace megatrain::engine {
@@ -242,7 +243,7 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
     for (size_t e = 0; e < on_file.size(); ++e) {
       if (grad_in_ram[e]) on_file[e] = 0;
     }
-    options.file_name = "gradients.bin";
+    options.file_name = tiers::kGradientFileName;
     options.alternate_regions = false;
     std::vector<bool> on_nvme(grad_in_ram.size());
     for (size_t e = 0; e < on_nvme.size(); ++e) on_nvme[e] = !grad_in_ram[e];

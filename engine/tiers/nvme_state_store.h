@@ -32,13 +32,14 @@
 #include "engine/tiers/aligned_buffer.h"
 #include "engine/tiers/block_io.h"
 #include "engine/tiers/direct_file.h"
+#include "engine/tiers/nvme_tier_files.h"
 #include "engine/tiers/uring_block_io.h"
 
 namespace megatrain::engine::tiers {
 
 struct NvmeStateStoreOptions {
   std::string dir;                                // on a block-backed filesystem (checked)
-  std::string file_name = "optimizer_state.bin";  // created inside dir
+  std::string file_name = kOptimizerStateFileName;  // created inside dir
   int arrays_per_entry = 2;                       // m, v; 3 when the master streams too
   int read_ahead = 2;                             // entries read ahead of the one acquired
   int max_writes_in_flight = 2;                   // entries whose write-back may be pending

@@ -20,6 +20,7 @@
 #include "engine/dist/mpi_communicator.h"
 #include "engine/model/model_config.h"
 #include "engine/provenance/signing_key.h"
+#include "engine/tiers/nvme_tier_files.h"
 #include "engine/train/rank_gpus.h"
 #include "engine/train/training_run.h"
 #include "kernels/cpu/blas_kernels.h"
@@ -392,7 +393,8 @@ int main(int argc, char** argv) {
     if (!t.memory.budgets.nvme_dir.empty()) {
       // The NVMe tier's files have fixed names: ranks sharing a machine (and a --nvme_dir) each
       // get a directory of their own.
-      t.memory.budgets.nvme_dir += "/rank-" + std::to_string(mpi->rank());
+      t.memory.budgets.nvme_dir =
+          megatrain::engine::tiers::RankTierDirectory(t.memory.budgets.nvme_dir, mpi->rank());
       std::error_code ec;
       std::filesystem::create_directories(t.memory.budgets.nvme_dir, ec);
       if (ec) {
