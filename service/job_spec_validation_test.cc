@@ -293,6 +293,16 @@ TEST_F(JobSpecValidationTest, RanksOfOneMachineShareItsNvme) {
   EXPECT_EQ(three.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(three.status().message(), HasSubstr("memory.nvme_bytes: "));
   EXPECT_THAT(three.status().message(), HasSubstr("per rank, for the 3 ranks of one machine,"));
+  // A host named twice runs both counts: 1 + 2 ranks on localhost are three on one machine.
+  spec.clear_hosts();
+  spec.add_hosts("localhost:1");
+  spec.add_hosts("localhost:2");
+  absl::StatusOr<ValidatedJob> named_twice = Validate(spec);
+  ASSERT_FALSE(named_twice.ok());
+  EXPECT_THAT(named_twice.status().message(),
+              HasSubstr("per rank, for the 3 ranks of one machine,"));
+  spec.clear_hosts();
+  spec.add_hosts("localhost:3");
 
   // Room for three: the plan says so, and a drive rated for 20 runs of one rank (a warning above
   // two at the 10% share) warns for three ranks, not for one.
