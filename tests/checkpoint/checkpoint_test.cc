@@ -14,49 +14,23 @@
 #include "engine/model/hf_loader.h"
 #include "engine/model/safetensors_reader.h"
 #include "engine/train/trainer.h"
+#include "tests/checkpoint/small_trainer.h"
 
 namespace megatrain::engine {
 namespace {
 
 namespace fs = std::filesystem;
 
-ModelConfig SmallConfig(bool tied) {
-  absl::StatusOr<ModelConfig> c = ParseModelConfig(absl::StrCat(
-      R"({"model_type": "llama", "vocab_size": 53, "hidden_size": 24, "intermediate_size": 40,
-          "num_hidden_layers": 2, "num_attention_heads": 3, "num_key_value_heads": 1,
-          "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "tie_word_embeddings": )",
-      tied ? "true" : "false", "}"));
-  EXPECT_TRUE(c.ok()) << c.status();
-  return *c;
-}
-
 class CheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = absl::StrCat(::testing::TempDir(), "/",
-                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
-    DeviceOptions o;
-    o.arena_bytes = 32 << 20;
-    o.pinned_budget_bytes = 256 << 20;
-    auto device = CpuDevice::Create(o);
-    ASSERT_TRUE(device.ok()) << device.status();
-    device_ = std::move(*device);
+    root_ = FreshCheckpointRoot();
+    device_ = SmallCheckpointDevice();
+    ASSERT_NE(device_, nullptr);
   }
 
   std::unique_ptr<Trainer> MakeTrainer(bool tied = false) {
-    TrainerOptions o;
-    o.micro_batch_size = 1;
-    o.seq_len = 11;
-    o.lr.peak_lr = 1e-2;
-    o.lr.total_steps = 10;
-    o.blas_threads = 1;
-    o.optimizer_threads = 1;
-    o.collect_timeline = false;
-    auto t = Trainer::Create(*device_, SmallConfig(tied), o);
-    EXPECT_TRUE(t.ok()) << t.status();
-    (*t)->InitializeRandom(3);
-    return std::move(*t);
+    return MakeSmallTrainer(*device_, tied, /*seed=*/3);
   }
 
   static void TrainSteps(Trainer& t, int steps) {
@@ -72,16 +46,7 @@ class CheckpointTest : public ::testing::Test {
     t.WaitForUpdates();
   }
 
-  // Every master, m and v float of the store.
-  static std::vector<float> Snapshot(Trainer& t) {
-    t.WaitForUpdates();
-    std::vector<float> out;
-    for (int e = 0; e < t.mutable_store().num_entries(); ++e) {
-      const EntryBuffers b = t.mutable_store().entry(e);
-      for (const float* p : {b.master, b.m, b.v}) out.insert(out.end(), p, p + b.elements);
-    }
-    return out;
-  }
+  static std::vector<float> Snapshot(Trainer& t) { return StoreSnapshot(t); }
 
   std::string Save(Trainer& t, const CheckpointOptions& options = {}) {
     CheckpointRunInfo run;

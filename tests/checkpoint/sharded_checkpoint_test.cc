@@ -22,6 +22,7 @@
 #include "engine/model/safetensors_reader.h"
 #include "engine/model/safetensors_writer.h"
 #include "engine/train/trainer.h"
+#include "tests/checkpoint/small_trainer.h"
 
 namespace megatrain::engine {
 namespace {
@@ -40,16 +41,10 @@ using Shards = std::vector<std::vector<ShardTensor>>;  // per rank
 class ShardedCheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = absl::StrCat(::testing::TempDir(), "/",
-                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
-    DeviceOptions o;
-    o.arena_bytes = 32 << 20;
-    o.pinned_budget_bytes = 256 << 20;
-    absl::StatusOr<std::unique_ptr<CpuDevice>> device = CpuDevice::Create(o);
-    ASSERT_TRUE(device.ok()) << device.status();
-    device_ = std::move(*device);
-    trained_ = MakeTrainer(3);
+    root_ = FreshCheckpointRoot();
+    device_ = SmallCheckpointDevice();
+    ASSERT_NE(device_, nullptr);
+    trained_ = MakeSmallTrainer(*device_, /*tied=*/false, /*seed=*/3);
     std::vector<int32_t> in(11), tg(11);
     for (int i = 0; i < 11; ++i) {
       in[i] = (i * 7) % 53;
@@ -71,37 +66,6 @@ class ShardedCheckpointTest : public ::testing::Test {
       ASSERT_TRUE(whole->ReadFloat32(t.name, absl::MakeSpan(values)).ok()) << t.name;
     }
     metadata_ = whole->metadata();
-  }
-
-  std::unique_ptr<Trainer> MakeTrainer(uint64_t seed) {
-    absl::StatusOr<ModelConfig> config = ParseModelConfig(
-        R"({"model_type": "llama", "vocab_size": 53, "hidden_size": 24, "intermediate_size": 40,
-            "num_hidden_layers": 2, "num_attention_heads": 3, "num_key_value_heads": 1,
-            "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "tie_word_embeddings": false})");
-    EXPECT_TRUE(config.ok()) << config.status();
-    TrainerOptions o;
-    o.micro_batch_size = 1;
-    o.seq_len = 11;
-    o.lr.peak_lr = 1e-2;
-    o.lr.total_steps = 10;
-    o.blas_threads = 1;
-    o.optimizer_threads = 1;
-    o.collect_timeline = false;
-    absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(*device_, *config, o);
-    EXPECT_TRUE(t.ok()) << t.status();
-    (*t)->InitializeRandom(seed);
-    return std::move(*t);
-  }
-
-  // Every master, m and v float of the store.
-  static std::vector<float> Snapshot(Trainer& t) {
-    t.WaitForUpdates();
-    std::vector<float> out;
-    for (int e = 0; e < t.mutable_store().num_entries(); ++e) {
-      const EntryBuffers b = t.mutable_store().entry(e);
-      for (const float* p : {b.master, b.m, b.v}) out.insert(out.end(), p, p + b.elements);
-    }
-    return out;
   }
 
   // Two ranks: rank 0 holds the first half of every optimizer tensor, rank 1 the rest.
@@ -152,15 +116,15 @@ class ShardedCheckpointTest : public ::testing::Test {
   // Loads into a fresh trainer; on an error, checks that it names `what` and left the trainer
   // as it was.
   absl::Status Load(std::vector<float>* loaded = nullptr) {
-    std::unique_ptr<Trainer> fresh = MakeTrainer(77);
-    const std::vector<float> before = Snapshot(*fresh);
+    std::unique_ptr<Trainer> fresh = MakeSmallTrainer(*device_, /*tied=*/false, /*seed=*/77);
+    const std::vector<float> before = StoreSnapshot(*fresh);
     absl::StatusOr<LoadedCheckpoint> result = LoadCheckpoint(dir_, *fresh);
     if (!result.ok()) {
-      EXPECT_EQ(Snapshot(*fresh), before) << "half-loaded after: " << result.status();
+      EXPECT_EQ(StoreSnapshot(*fresh), before) << "half-loaded after: " << result.status();
       EXPECT_EQ(fresh->progress().step, 0u);
       return result.status();
     }
-    if (loaded != nullptr) *loaded = Snapshot(*fresh);
+    if (loaded != nullptr) *loaded = StoreSnapshot(*fresh);
     return absl::OkStatus();
   }
 
@@ -182,7 +146,7 @@ TEST_F(ShardedCheckpointTest, PiecesCoveringEveryTensorLoadTheSameBits) {
   WriteShards(HalvesOfEveryTensor());
   std::vector<float> loaded;
   ASSERT_TRUE(Load(&loaded).ok());
-  EXPECT_EQ(loaded, Snapshot(*trained_));
+  EXPECT_EQ(loaded, StoreSnapshot(*trained_));
 }
 
 TEST_F(ShardedCheckpointTest, AGapBetweenPiecesIsRefused) {
