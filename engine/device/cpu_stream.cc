@@ -185,6 +185,13 @@ void CpuStream::WaitEvent(const Event& event, TimelineTag tag) {
   Enqueue(std::move(op));
 }
 
+absl::Status CpuStream::Failure() {
+  absl::Status fault = device_->fault();
+  if (!fault.ok()) return fault;
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_;
+}
+
 absl::Status CpuStream::Synchronize() {
   std::unique_lock<std::mutex> lock(mu_);
   idle_.wait(lock, [this] { return queue_.empty() && !busy_; });

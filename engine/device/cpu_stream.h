@@ -35,6 +35,7 @@ class CpuStream final : public Stream {
   void RecordEvent(Event& event) override;
   void WaitEvent(const Event& event, TimelineTag tag) override;
   absl::Status Synchronize() override;
+  absl::Status Failure() override;
 
  private:
   enum class OpKind { kWork, kRecord, kWait };

@@ -362,6 +362,20 @@ void CudaStream::WaitEvent(const Event& event, TimelineTag tag) {
   if (!waited.ok()) Fail(std::move(waited));
 }
 
+absl::Status CudaStream::Failure() {
+  if (!Skipping()) {
+    // A kernel's fault shows only to a call that looks: the query returns the context's sticky
+    // error (which marks the device faulted); "not ready" is no failure.
+    const cudaError_t queried = cudaStreamQuery(stream_);
+    if (queried != cudaSuccess && queried != cudaErrorNotReady) {
+      if (absl::Status s = device_->Check(queried, "cudaStreamQuery"); !s.ok()) Fail(std::move(s));
+    }
+  }
+  if (absl::Status fault = device_->fault(); !fault.ok()) return fault;
+  std::lock_guard<std::mutex> lock(errors_->mu);
+  return errors_->error;
+}
+
 absl::Status CudaStream::Synchronize() {
   absl::Status synced = device_->Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   if (synced.ok()) spans_->OnDrained();  // resolves this stream's spans, re-anchors the clock

@@ -75,6 +75,7 @@ class CudaStream final : public Stream {
   void RecordEvent(Event& event) override;
   void WaitEvent(const Event& event, TimelineTag tag) override;
   absl::Status Synchronize() override;
+  absl::Status Failure() override;
 
   // Runs `enqueue` (which launches kernels or cuBLAS calls on the stream it is
   // given, native_handle()) between the two events of one timeline span with

@@ -68,6 +68,11 @@ class Stream {
   // Blocks the caller until everything enqueued so far has finished. Returns the device's sticky
   // fault, else this stream's sticky error, else OK.
   virtual absl::Status Synchronize() = 0;
+
+  // What Synchronize would return for the failures known so far, without waiting. Work enqueued
+  // after a failure is skipped, host tasks included: a thread that waits for such a task (a
+  // staging slot its release would free) must ask this, or it would wait forever.
+  virtual absl::Status Failure() = 0;
 };
 
 class Device {

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 
 namespace megatrain::engine {
 namespace {
@@ -61,7 +62,8 @@ absl::Status NvmeComputeCopy::EndWrite(int entry, int c) {
   return store_->Release(chunks_.chunk(entry, c).unit, /*dirty=*/true);
 }
 
-absl::StatusOr<const char*> NvmeComputeCopy::AcquireForCopy(int entry, int c) {
+absl::StatusOr<const char*> NvmeComputeCopy::AcquireForCopy(
+    int entry, int c, const std::function<absl::Status()>& copies_failed) {
   const int unit = chunks_.chunk(entry, c).unit;
   absl::MutexLock lock(&mu_);
   if (!release_status_.ok()) return release_status_;
@@ -70,7 +72,19 @@ absl::StatusOr<const char*> NvmeComputeCopy::AcquireForCopy(int entry, int c) {
     return staged_[unit];
   }
   auto room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return held_ < max_held_; };
-  mu_.Await(absl::Condition(&room));
+  // The stream's failure does not signal this mutex: looked at between bounded waits, with the
+  // mutex released (the stream takes its own lock).
+  while (!mu_.AwaitWithTimeout(absl::Condition(&room), absl::Milliseconds(20))) {
+    if (copies_failed == nullptr) continue;
+    mu_.Unlock();
+    const absl::Status failed = copies_failed();
+    mu_.Lock();
+    if (!failed.ok() && !room()) {
+      return absl::Status(failed.code(),
+                          absl::StrCat("waiting for a staged chunk of ", store_->path(),
+                                       ": the copies that release them failed: ", failed.message()));
+    }
+  }
   absl::StatusOr<tiers::StagedEntry> staged = store_->Acquire(unit);
   if (!staged.ok()) return staged.status();
   ++held_;

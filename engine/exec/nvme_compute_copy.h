@@ -14,11 +14,14 @@
 //     chunk (two fragments of one chunk share it). At most max_held chunks are
 //     held; beyond that AcquireForCopy waits for a release, which the copy-in
 //     stream makes by running work enqueued earlier (never later), so it
-//     cannot deadlock.
+//     cannot deadlock while the stream runs. A failed stream skips the
+//     releases behind its failure: the wait then ends with the stream's
+//     failure (`copies_failed`, asked while it waits) instead of forever.
 //  3. Every call takes the mutex (the update thread and the enqueuing thread
 //     run at once). The first I/O error is sticky and names file and offset.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,8 +51,11 @@ class NvmeComputeCopy {
   absl::StatusOr<char*> BeginWrite(int entry, int c);
   absl::Status EndWrite(int entry, int c);
 
-  // 2. The chunk's bytes in RAM for a host-to-device copy.
-  absl::StatusOr<const char*> AcquireForCopy(int entry, int c);
+  // 2. The chunk's bytes in RAM for a host-to-device copy. `copies_failed` (if set) says whether
+  // the stream that runs the releases has failed (Stream::Failure): a wait for room gives up
+  // with that failure.
+  absl::StatusOr<const char*> AcquireForCopy(
+      int entry, int c, const std::function<absl::Status()>& copies_failed = nullptr);
   void ReleaseAfterCopy(int entry, int c);
 
   // The whole entry's copy into out (entry elements x element_bytes); not during a step.

@@ -1,15 +1,18 @@
 // Unit tests of the NVMe gradient and compute-copy files: chunk layout,
 // overwrite and accumulate, norm partials equal to the whole-buffer norm,
 // reference-counted copy staging and its flow control (a copy waits for a
-// release when too many chunks are held), and reads of whole entries.
+// release when too many chunks are held, and stops waiting when the stream
+// that runs the releases has failed), and reads of whole entries.
 #include <atomic>
 #include <cstring>
 #include <numeric>
 #include <thread>
 #include <vector>
 
+#include "engine/device/cpu_device.h"
 #include "engine/exec/nvme_compute_copy.h"
 #include "engine/exec/nvme_gradients.h"
+#include "engine/exec/nvme_weight_copy.h"
 #include "engine/optimizer/grad_norm.h"
 #include "engine/tiers/test_dir.h"
 #include "engine/tiers/uring_block_io.h"
@@ -130,6 +133,67 @@ TEST(NvmeComputeCopyTest, ACopyBeyondTheHeldLimitWaitsForARelease) {
   fourth.join();
   EXPECT_TRUE(acquired.load());
   for (int c : {1, 2, 3}) (*copy)->ReleaseAfterCopy(0, c);
+}
+
+// The releases run as copy-in stream tasks; a failed stream skips them. A copy waiting for room
+// then ends with the stream's failure instead of waiting forever.
+TEST(NvmeComputeCopyTest, AWaitForRoomEndsWhenTheCopiesFail) {
+  absl::Status usable;
+  const std::string dir = tiers::FreshTestDir("nvme_compute_copy_failed", &usable);
+  if (!usable.ok()) GTEST_SKIP() << "no O_DIRECT scratch directory: " << usable;
+  auto io = tiers::UringBlockIo::Create();
+  ASSERT_TRUE(io.ok()) << io.status();
+  const EntryChunks chunks({6 * kChunk}, kChunk);
+  tiers::NvmeStateStoreOptions options;  // 5 slots: copies may hold 3
+  options.dir = dir;
+  auto copy = NvmeComputeCopy::Create(**io, options, chunks, sizeof(float), {true});
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  std::atomic<bool> stream_failed{false};
+  auto copies_failed = [&]() -> absl::Status {
+    return stream_failed ? absl::InternalError("stream 'copy_in': device fault") : absl::OkStatus();
+  };
+  for (int c = 0; c < 3; ++c) ASSERT_TRUE((*copy)->AcquireForCopy(0, c, copies_failed).ok());
+  absl::StatusOr<const char*> fourth = nullptr;
+  std::thread waiter([&] { fourth = (*copy)->AcquireForCopy(0, 3, copies_failed); });
+  stream_failed = true;
+  waiter.join();
+  ASSERT_FALSE(fourth.ok());
+  EXPECT_EQ(fourth.status().code(), absl::StatusCode::kInternal);
+  EXPECT_NE(fourth.status().message().find("the copies that release them failed"),
+            std::string::npos)
+      << fourth.status();
+  EXPECT_NE(fourth.status().message().find("compute_copy.bin"), std::string::npos)
+      << fourth.status();
+}
+
+// The same through the executor's weight copy on a CPU-device stream that has failed: a copy of
+// six chunks, more than the three a copy may hold, returns the failure (the releases behind it
+// are skipped) instead of blocking its thread.
+TEST(NvmeWeightCopyTest, AFailedCopyInStreamEndsTheCopyInsteadOfHangingIt) {
+  absl::Status usable;
+  const std::string dir = tiers::FreshTestDir("nvme_weight_copy_failed", &usable);
+  if (!usable.ok()) GTEST_SKIP() << "no O_DIRECT scratch directory: " << usable;
+  auto io = tiers::UringBlockIo::Create();
+  ASSERT_TRUE(io.ok()) << io.status();
+  const EntryChunks chunks({6 * kChunk}, kChunk);
+  tiers::NvmeStateStoreOptions options;
+  options.dir = dir;
+  auto copy = NvmeComputeCopy::Create(**io, options, chunks, sizeof(float), {true});
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  DeviceOptions device_options;
+  device_options.arena_bytes = 8 * kChunk * sizeof(float);
+  auto device = CpuDevice::Create(device_options);
+  ASSERT_TRUE(device.ok()) << device.status();
+  auto copy_in = (*device)->CreateStream("copy_in");
+  ASSERT_TRUE(copy_in.ok()) << copy_in.status();
+  auto weights = (*device)->Allocate(6 * kChunk * sizeof(float), "weights");
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  (*copy_in)->EnqueueFallibleHostTask([] { return absl::InternalError("an earlier copy failed"); });
+  ASSERT_FALSE((*copy_in)->Synchronize().ok());
+  const absl::Status copied = EnqueueNvmeWeightCopy(**copy_in, **copy, 0, 0, 6 * kChunk,
+                                                    weights->data(), {SpanKind::kCopyIn, "w", 0});
+  ASSERT_FALSE(copied.ok());
+  EXPECT_NE(copied.message().find("an earlier copy failed"), std::string::npos) << copied;
 }
 
 }  // namespace

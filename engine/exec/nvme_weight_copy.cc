@@ -15,7 +15,8 @@ absl::Status EnqueueNvmeWeightCopy(Stream& copy_in, NvmeComputeCopy& copy, int e
     const size_t lo = std::max(first, chunk.first);
     const size_t hi = std::min(end, chunk.first + chunk.count);
     if (lo >= hi) continue;
-    absl::StatusOr<const char*> src = copy.AcquireForCopy(entry, c);
+    absl::StatusOr<const char*> src =
+        copy.AcquireForCopy(entry, c, [&copy_in] { return copy_in.Failure(); });
     if (!src.ok()) return src.status();
     copy_in.CopyHostToDevice(static_cast<char*>(dst) + (lo - first) * eb,
                              *src + (lo - chunk.first) * eb, (hi - lo) * eb, tag);
