@@ -368,6 +368,23 @@ TEST_F(JobSpecValidationTest, APreviousRunsTierFilesCountAsFree) {
   absl::StatusOr<ValidatedJob> daemon = Validate(spec);
   ASSERT_TRUE(daemon.ok()) << "rank-1's file is the job's: " << daemon.status();
 
+  // Four ranks, two here: whichever two mpirun puts here, they free at least the two smallest
+  // rank directories' bytes. rank-2's and rank-3's files may be on the other machine's ranks.
+  std::filesystem::create_directories(nvme + "/rank-3");
+  hold(absl::StrCat(nvme, "/rank-3/", engine::tiers::kComputeCopyFileName));
+  std::filesystem::rename(absl::StrCat(nvme, "/rank-1"), absl::StrCat(nvme, "/rank-2"));
+  settings_.allowed_hosts = {"node2"};
+  spec.clear_hosts();
+  spec.add_hosts("localhost:2");
+  spec.add_hosts("node2:2");
+  absl::StatusOr<ValidatedJob> elsewhere = Validate(spec);
+  ASSERT_FALSE(elsewhere.ok()) << "rank-2's and rank-3's files need not be on this machine";
+  EXPECT_THAT(elsewhere.status().message(), HasSubstr("for the 2 ranks of one machine"));
+  std::filesystem::rename(absl::StrCat(nvme, "/rank-2"), absl::StrCat(nvme, "/rank-1"));
+  std::filesystem::remove_all(absl::StrCat(nvme, "/rank-3"));
+  spec.clear_hosts();
+  spec.add_hosts("localhost:2");
+
   // A rank counts its own directory only: rank 1's previous file is its own, not rank 0's.
   settings_.ranks_on_this_machine = 2;
   settings_.rank = 1;

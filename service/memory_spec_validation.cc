@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -265,18 +266,26 @@ absl::Status PlanWithEngine(const v1::MemoryBudgets& m, const DaemonSettings& se
   return absl::OkStatus();
 }
 
-// The bytes a previous run's tier files hold where this job's stores will put theirs: each store
-// replaces its file (unlinked, then created), so that space is the job's. The daemon counts every
-// rank directory of the job (some may be on other machines: the ranks' own checks are exact); a
-// rank counts its own.
+// The bytes a previous run's tier files hold where this job's stores will put theirs: a run
+// removes them before it reserves its own (engine::tiers::RemoveTierFiles), so that space is the
+// job's. One process uses nvme_dir itself; a rank counts its own rank-N directory. The daemon
+// does not know which `sharers` of a job's ranks mpirun puts on this machine: whichever they are,
+// they free at least the `sharers` smallest of the job's rank directories, each counted up to
+// nvme_bytes (what one rank may need beyond the free space).
 uint64_t ReplaceableTierBytes(const std::string& dir, const ValidatedJob& job,
-                              const DaemonSettings& settings) {
+                              const DaemonSettings& settings, uint64_t nvme_bytes, int sharers) {
   using engine::tiers::RankTierDirectory;
   using engine::tiers::ReplaceableTierFileBytes;
   if (settings.rank >= 0) return ReplaceableTierFileBytes(RankTierDirectory(dir, settings.rank));
-  if (job.hosts.empty()) return ReplaceableTierFileBytes(dir);  // one process: dir itself
+  if (job.hosts.empty()) return ReplaceableTierFileBytes(dir);
+  std::vector<uint64_t> held;
+  for (int r = 0; r < job.ranks; ++r) {
+    held.push_back(std::min(ReplaceableTierFileBytes(RankTierDirectory(dir, r)), nvme_bytes));
+  }
+  std::sort(held.begin(), held.end());
+  held.resize(std::min(held.size(), static_cast<size_t>(std::max(0, sharers))));
   uint64_t total = 0;
-  for (int r = 0; r < job.ranks; ++r) total += ReplaceableTierFileBytes(RankTierDirectory(dir, r));
+  for (uint64_t bytes : held) total += bytes;
   return total;
 }
 
@@ -316,11 +325,12 @@ absl::Status ValidateNvme(const v1::MemoryBudgets& m, const PathPolicy& paths,
   }
   struct statvfs fs;
   if (statvfs(dir->c_str(), &fs) == 0) {
-    const uint64_t replaceable = ReplaceableTierBytes(*dir, job, settings);
-    const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize + replaceable;
     // Divided, not multiplied: nvme_bytes has no upper bound of its own.
     const uint64_t ranks = static_cast<uint64_t>(
         settings.ranks_on_this_machine > 0 ? 1 : std::max(1, RanksPerMachine(job, settings)));
+    const uint64_t replaceable =
+        ReplaceableTierBytes(*dir, job, settings, m.nvme_bytes(), static_cast<int>(ranks));
+    const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize + replaceable;
     if (m.nvme_bytes() > free_bytes / ranks) {
       return absl::FailedPreconditionError(absl::StrCat(
           "memory.nvme_bytes: ", m.nvme_bytes(),

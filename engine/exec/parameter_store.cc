@@ -214,6 +214,9 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(Device& device,
     store.io_ = std::move(*own);
     io = store.io_.get();
   }
+  // A previous run's files free their space before the first reservation, whichever kinds this
+  // run puts on NVMe (the daemon counts that space as free: service/memory_spec_validation.cc).
+  if (absl::Status s = tiers::RemoveTierFiles(placement.nvme_dir); !s.ok()) return s;
   tiers::NvmeStateStoreOptions options;
   options.dir = placement.nvme_dir;
   options.read_ahead = placement.read_ahead;

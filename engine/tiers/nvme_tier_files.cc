@@ -3,6 +3,11 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "engine/common/file_io.h"
 
 namespace megatrain::engine::tiers {
 
@@ -20,6 +25,15 @@ uint64_t ReplaceableTierFileBytes(const std::string& dir) {
     total += static_cast<uint64_t>(st.st_blocks) * 512;  // st_blocks is in 512-byte units
   }
   return total;
+}
+
+absl::Status RemoveTierFiles(const std::string& dir) {
+  for (const char* name : {kOptimizerStateFileName, kGradientFileName, kComputeCopyFileName}) {
+    const std::string path = dir + "/" + name;
+    if (::unlink(path.c_str()) == 0 || errno == ENOENT || errno == EISDIR) continue;
+    return engine::ErrnoStatus(errno, "cannot remove the previous run's " + path);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace megatrain::engine::tiers

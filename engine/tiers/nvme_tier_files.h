@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/status.h"
+
 namespace megatrain::engine::tiers {
 
 inline constexpr char kOptimizerStateFileName[] = "optimizer_state.bin";
@@ -16,11 +18,17 @@ inline constexpr char kComputeCopyFileName[] = "compute_copy.bin";
 // sharing a machine and an nvme_dir each need their own: the file names are fixed).
 std::string RankTierDirectory(const std::string& nvme_dir, int rank);
 
-// Bytes the disk has allocated to the tier's files directly inside `dir`. A run's stores create
-// their files truncated (the old inode is unlinked first: DirectFile::kCreateTruncate), so these
-// bytes come free when it starts. Symlinks, non-regular files and missing names count nothing;
-// a file with several links counts nothing either (unlinking one name frees no blocks).
+// Bytes the disk has allocated to the tier's files directly inside `dir`: a run removes them
+// (RemoveTierFiles) before it reserves its own, so these bytes come free when it starts.
+// Symlinks, non-regular files and missing names count nothing; a file with several links counts
+// nothing either (unlinking one name frees no blocks).
 uint64_t ReplaceableTierFileBytes(const std::string& dir);
+
+// Unlinks the tier's file names in `dir` (a previous run's files; the stores always start new
+// ones), so their space is free before the first store reserves its file, whichever kinds this
+// run puts on NVMe. A symlink is removed, never followed; a missing name or a directory under a
+// tier name is left (the store that needs the name reports it). Other failures name the path.
+absl::Status RemoveTierFiles(const std::string& dir);
 
 }  // namespace megatrain::engine::tiers
 

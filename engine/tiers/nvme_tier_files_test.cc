@@ -65,6 +65,27 @@ TEST(ReplaceableTierFileBytesTest, IgnoresOtherNamesLinksAndDirectories) {
   EXPECT_EQ(ReplaceableTierFileBytes(dir), 0u);
 }
 
+// A run removes the previous run's tier files before it reserves its own: a symlink under a tier
+// name goes (its target stays), other names and a directory under a tier name stay.
+TEST(RemoveTierFilesTest, RemovesTheTiersNamesOnly) {
+  const std::string dir = FreshDir("tier_files_remove");
+  const std::string elsewhere = FreshDir("tier_files_remove_target");
+  AllocatedFile(dir + "/" + kOptimizerStateFileName, 1 << 20);
+  AllocatedFile(dir + "/notes.bin", 4096);
+  AllocatedFile(elsewhere + "/target", 4096);
+  ASSERT_EQ(::symlink((elsewhere + "/target").c_str(), (dir + "/" + kGradientFileName).c_str()),
+            0);
+  std::filesystem::create_directories(dir + "/" + kComputeCopyFileName);
+  ASSERT_TRUE(RemoveTierFiles(dir).ok());
+  EXPECT_FALSE(std::filesystem::exists(dir + "/" + kOptimizerStateFileName));
+  EXPECT_FALSE(std::filesystem::is_symlink(dir + "/" + kGradientFileName));
+  EXPECT_TRUE(std::filesystem::exists(elsewhere + "/target"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/notes.bin"));
+  EXPECT_TRUE(std::filesystem::is_directory(dir + "/" + kComputeCopyFileName));
+  EXPECT_EQ(ReplaceableTierFileBytes(dir), 0u);
+  EXPECT_TRUE(RemoveTierFiles(dir + "/absent").ok());
+}
+
 TEST(RankTierDirectoryTest, NamesTheRanksSubdirectory) {
   EXPECT_EQ(RankTierDirectory("/var/tmp/nvme", 3), "/var/tmp/nvme/rank-3");
 }
