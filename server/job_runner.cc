@@ -207,11 +207,18 @@ void JobRunner::Loop() {
       std::lock_guard<std::mutex> lock(mu_);
       Entry& e = jobs_.at(id);
       running_.clear();
+      if (cancel_running_) {  // asked while its inputs were checked: the user's word wins
+        e.job.Mutable().set_finished_unix_ms(NowMs());
+        TransitionLocked(e, v1::CANCELLED, "cancelled before its first step", "cancel");
+        continue;
+      }
       // Shown by `megatrain status`; cleared by a resume.
       e.job.Mutable().set_failure_reason(refusal);
       TransitionLocked(e, v1::PAUSED, refusal, "data_change_refused");
       continue;
     }
+    // A job on several machines runs in rank processes, on devices of their own.
+    const bool in_rank_processes = !validated->hosts.empty();
     StepObserver observer(*this, id);
     const absl::Status status = run.ok() ? engine_.Run(id, *run, observer) : run.status();
     const absl::Status device_health = engine_.DeviceHealth();
@@ -220,7 +227,8 @@ void JobRunner::Loop() {
     Entry& e = jobs_.at(id);
     running_.clear();
     // Before the transition below, so watchers that see the job end see the daemon's health too.
-    if (!device_health.ok() || IsDeviceFault(status)) {
+    // A fault the ranks report says nothing about this daemon's device.
+    if (!device_health.ok() || (IsDeviceFault(status) && !in_rank_processes)) {
       healthy_ = false;
       unhealthy_reason_ =
           std::string(device_health.ok() ? status.message() : device_health.message());
@@ -229,7 +237,8 @@ void JobRunner::Loop() {
     if (status.ok()) {
       e.job.Mutable().set_finished_unix_ms(NowMs());
       TransitionLocked(e, v1::SUCCEEDED, "finished", "completion");
-    } else if (cancel_running_ && status.code() == absl::StatusCode::kCancelled) {
+    } else if (cancel_running_ && (status.code() == absl::StatusCode::kCancelled || !run.ok())) {
+      // Cancelled while it ran, or while its inputs were checked and that check then failed.
       e.job.Mutable().set_finished_unix_ms(NowMs());
       TransitionLocked(e, v1::CANCELLED, "cancelled while running", "cancel");
     } else if (pause_running_ && status.code() == absl::StatusCode::kCancelled) {

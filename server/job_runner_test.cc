@@ -12,6 +12,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/resumable_failure.h"
 
 namespace megatrain::server {
 namespace {
@@ -66,7 +67,9 @@ class FakeEngine final : public JobEngine {
         ++steps_;
       }
       wake_.notify_all();
-      if (fault_at_ == step) return absl::InternalError("device fault: injected by the test");
+      if (fault_at_ == step) {
+        return fault_.ok() ? absl::InternalError("device fault: injected by the test") : fault_;
+      }
       if (blocking_) {
         std::unique_lock<std::mutex> lock(mu_);
         wake_.wait_for(lock, std::chrono::milliseconds(5));  // re-poll ShouldStop
@@ -91,6 +94,7 @@ class FakeEngine final : public JobEngine {
   }
   bool blocking_ = false;
   uint64_t fault_at_ = 0;
+  absl::Status fault_;  // what the step at fault_at_ returns; OK = a device fault of this device
   int eval_replies_per_step_ = 0;  // eval replies reported before each step's OnStep
   absl::Status device_health_;  // what the engine's device reports after a run
 
@@ -294,6 +298,25 @@ TEST_F(JobRunnerTest, DeviceFaultFailsJobAndMakesDaemonUnhealthy) {
   EXPECT_EQ(status.queued, 1);
 }
 
+// A job on several machines runs in rank processes with devices of their own: a device fault a
+// rank reports (on this machine or another) pauses the job and leaves the daemon healthy.
+TEST_F(JobRunnerTest, ARanksDeviceFaultPausesItsJobAndLeavesTheDaemonHealthy) {
+  engine_.fault_at_ = 2;
+  engine_.fault_ = ResumableFailure(absl::InternalError("rank 1 on node2: device fault: x"));
+  std::unique_ptr<JobRunner> runner = MakeRunner(TempDb("rank_fault.db"));
+  service::ValidatedJob on_hosts = Job(5);
+  on_hosts.hosts = {{"localhost", 1}, {"node2", 1}};
+  on_hosts.ranks = 2;
+  absl::StatusOr<v1::Job> a = runner->Submit(Spec(5), on_hosts);
+  ASSERT_TRUE(a.ok()) << a.status();
+  runner->Start();
+  v1::Job paused = AwaitState(*runner, a->id(), v1::PAUSED);
+  EXPECT_THAT(paused.failure_reason(), HasSubstr("rank 1 on node2: device fault"));
+  RunnerStatus status = runner->Status();
+  EXPECT_TRUE(status.healthy) << status.unhealthy_reason;
+  EXPECT_TRUE(runner->Submit(Spec(1), Job(1)).ok());
+}
+
 TEST_F(JobRunnerTest, UnhealthyDeviceAfterASucceededJobStopsTheQueue) {
   engine_.device_health_ = absl::InternalError("device fault: went bad after the last step");
   std::unique_ptr<JobRunner> runner = MakeRunner(TempDb("health.db"));
@@ -434,6 +457,57 @@ TEST_F(JobRunnerTest, CheckpointNowAnswersWithTheCommittedRecord) {
 // A job interrupted by a restart whose data file changed meanwhile: the runner's data check keeps
 // it PAUSED naming the file; a plain resume is refused; the allowance resumes it and records
 // the change in its lineage and audit log.
+// A cancel asked while the job's inputs are checked wins over what the check then finds: a job
+// whose data changed since its lineage was recorded ends CANCELLED, not PAUSED for the change.
+TEST_F(JobRunnerTest, ACancelDuringTheInputCheckIsNotLost) {
+  const std::string db = TempDb("cancel_input_check.db");
+  const std::string data = TempDb("cancel_input_check.txt");
+  std::ofstream(data) << "some training text";
+  auto job_with_data = [&](uint64_t steps) {
+    service::ValidatedJob job = Job(steps);
+    job.options.text_paths = {data};
+    return job;
+  };
+  std::string id;
+  engine_.blocking_ = true;
+  {
+    std::unique_ptr<JobRunner> runner = MakeRunner(db);
+    runner->Start();
+    id = runner->Submit(Spec(5), job_with_data(5))->id();
+    AwaitStep(*runner, id, 1);
+    EXPECT_TRUE(runner->Shutdown(absl::Seconds(20)));
+  }
+  std::ofstream(data) << "some training tExt";
+  engine_.blocking_ = false;
+  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(db);
+  ASSERT_TRUE(store.ok());
+  JobRunner* runner = nullptr;
+  absl::Status cancelled = absl::UnknownError("the input check never ran");
+  RunnerLimits limits;
+  limits.test_after_input_check = [&](const std::string& job_id) {
+    cancelled = runner->Cancel(job_id).status();
+  };
+  absl::StatusOr<std::unique_ptr<JobRunner>> created = JobRunner::Create(
+      std::move(*store), engine_, nullptr, log_, 8,
+      [&](const v1::JobSpec& spec) -> absl::StatusOr<service::ValidatedJob> {
+        return job_with_data(spec.hyper().steps());
+      },
+      {}, std::move(limits));
+  ASSERT_TRUE(created.ok()) << created.status();
+  runner = created->get();
+  runner->Start();
+  const v1::Job done = AwaitState(*runner, id, v1::CANCELLED);
+  EXPECT_TRUE(cancelled.ok()) << cancelled;
+  EXPECT_EQ(done.state(), v1::CANCELLED);
+  absl::StatusOr<v1::AuditLog> audit = runner->Audit(id);
+  ASSERT_TRUE(audit.ok()) << audit.status();
+  ASSERT_GT(audit->entries_size(), 0);
+  EXPECT_EQ(audit->entries(audit->entries_size() - 1).kind(), "cancel");
+  EXPECT_THAT(audit->entries(audit->entries_size() - 1).message(),
+              HasSubstr("cancelled before its first step"));
+  EXPECT_TRUE(runner->Shutdown(absl::Seconds(20)));
+}
+
 TEST_F(JobRunnerTest, ChangedDataAfterRestartPausesUntilAllowed) {
   const std::string db = TempDb("data_change.db");
   const std::string data = TempDb("data_change.txt");
