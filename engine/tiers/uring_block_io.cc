@@ -1,6 +1,7 @@
 // UringBlockIo: submission, completion, short-transfer and -EAGAIN handling.
 #include "engine/tiers/uring_block_io.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +14,11 @@ namespace megatrain::engine::tiers {
 namespace {
 // user_data of the NOP that tells the completion thread to stop; ops carry their address.
 constexpr uint64_t kStopToken = 0;
+// user_data of an entry turned into a NOP after its submission failed: its completion is ignored.
+constexpr uint64_t kIgnoredToken = 1;
+// The most bytes one read or write asks for (its length field is 32 bits); a larger request
+// goes in pieces through the short-transfer path.
+constexpr uint64_t kMaxTransferBytes = uint64_t{1} << 30;
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<UringBlockIo>> UringBlockIo::Create(const UringOptions& options) {
@@ -39,7 +45,8 @@ UringBlockIo::~UringBlockIo() {
         },
         this));
     // The ring is empty, so a slot is free.
-    io_uring_sqe* sqe = io_uring_get_sqe(ring_.get());
+    io_uring_sqe* sqe = GetSqeLocked();
+    if (sqe == nullptr) std::abort();  // an empty ring of queue_depth >= 1 entries has one
     io_uring_prep_nop(sqe);
     io_uring_sqe_set_data64(sqe, kStopToken);
     io_uring_submit(ring_.get());
@@ -62,31 +69,57 @@ void UringBlockIo::FillRingLocked() {
     Op* op = waiting_.front();
     waiting_.pop_front();
     ++in_ring_;
-    SubmitToRingLocked(op);
+    if (absl::Status s = SubmitToRingLocked(op); !s.ok()) {
+      --in_ring_;
+      op->completion->Complete(std::move(s));  // takes only the completion's own lock
+      delete op;
+    }
   }
 }
 
-void UringBlockIo::SubmitToRingLocked(Op* op) {
+io_uring_sqe* UringBlockIo::GetSqeLocked() {
   io_uring_sqe* sqe = io_uring_get_sqe(ring_.get());
-  // At most queue_depth ops are in the ring and each holds one sqe at a time.
-  if (sqe == nullptr) std::abort();
+  if (sqe != nullptr) return sqe;
+  // At most queue_depth ops are in the ring and each holds one entry at a time; an entry left
+  // unsubmitted by a failed submission (a NOP by then) may hold the last one.
+  (void)io_uring_submit(ring_.get());
+  return io_uring_get_sqe(ring_.get());
+}
+
+absl::Status UringBlockIo::SubmitToRingLocked(Op* op) {
   const IoRequest& r = op->request;
-  char* data = static_cast<char*>(r.data) + op->done_bytes;
-  const unsigned remaining = static_cast<unsigned>(r.bytes - op->done_bytes);
   const uint64_t offset = r.offset + op->done_bytes;
+  const uint64_t left = r.bytes - op->done_bytes;
+  io_uring_sqe* sqe = GetSqeLocked();
+  if (sqe == nullptr) {
+    return IoErrnoStatus(r.op, EBUSY, r.file->path(), offset, left);
+  }
+  char* data = static_cast<char*>(r.data) + op->done_bytes;
+  const unsigned length = static_cast<unsigned>(std::min(left, kMaxTransferBytes));
   if (r.op == IoOp::kRead) {
-    io_uring_prep_read(sqe, r.file->fd(), data, remaining, offset);
+    io_uring_prep_read(sqe, r.file->fd(), data, length, offset);
   } else {
-    io_uring_prep_write(sqe, r.file->fd(), data, remaining, offset);
+    io_uring_prep_write(sqe, r.file->fd(), data, length, offset);
   }
   io_uring_sqe_set_data(sqe, op);
-  const int rc = io_uring_submit(ring_.get());
-  // Submission fails only on programmer errors (bad ring state) or -EBUSY with a full CQ, which
-  // cannot happen: the CQ holds twice as many entries as can be in flight.
-  if (rc < 0) {
-    std::fprintf(stderr, "io_uring_submit failed: %s\n", std::strerror(-rc));
-    std::abort();
+  // The CQ holds twice as many entries as can be in flight, so -EBUSY should not happen; the
+  // kernel may still be short of memory for a moment (-EAGAIN) or the call interrupted.
+  int rc = 0;
+  for (int tries = 0;; ++tries) {
+    rc = io_uring_submit(ring_.get());
+    if (rc >= 0 || tries >= kMaxAgainRetries ||
+        (rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)) {
+      break;
+    }
   }
+  if (rc < 0) {
+    // The entry stays in the submission queue: as a NOP whose completion is ignored, it can no
+    // longer reach this op, which ends here with the error.
+    io_uring_prep_nop(sqe);
+    io_uring_sqe_set_data64(sqe, kIgnoredToken);
+    return IoErrnoStatus(r.op, -rc, r.file->path(), offset, left);
+  }
+  return absl::OkStatus();
 }
 
 bool UringBlockIo::HandleResult(Op* op, int res, absl::Status* status) {
@@ -95,8 +128,8 @@ bool UringBlockIo::HandleResult(Op* op, int res, absl::Status* status) {
   const uint64_t remaining = r.bytes - op->done_bytes;
   if (res == -EAGAIN || res == -EINTR) {
     if (++op->again_retries <= kMaxAgainRetries) {
-      SubmitToRingLocked(op);
-      return false;
+      *status = SubmitToRingLocked(op);
+      return !status->ok();
     }
     *status = IoErrnoStatus(r.op, -res, r.file->path(), offset, remaining);
     return true;
@@ -113,8 +146,8 @@ bool UringBlockIo::HandleResult(Op* op, int res, absl::Status* status) {
   }
   op->done_bytes += static_cast<uint64_t>(res);
   if (op->done_bytes < r.bytes) {  // short transfer: the rest goes back into the ring
-    SubmitToRingLocked(op);
-    return false;
+    *status = SubmitToRingLocked(op);
+    return !status->ok();
   }
   *status = absl::OkStatus();
   return true;
@@ -133,6 +166,7 @@ void UringBlockIo::CompletionLoop() {
     const int res = cqe->res;
     io_uring_cqe_seen(ring_.get(), cqe);
     if (token == kStopToken) return;
+    if (token == kIgnoredToken) continue;
     auto* op = reinterpret_cast<Op*>(token);
     absl::Status status;
     bool finished;

@@ -43,8 +43,12 @@ class UringBlockIo final : public BlockIo {
   };
   UringBlockIo(UringRing ring, int queue_depth);
   void CompletionLoop();
-  // Puts the not-yet-transferred remainder of `op` into the ring and submits it.
-  void SubmitToRingLocked(Op* op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Puts the not-yet-transferred remainder of `op` into the ring and submits it. An error (the
+  // kernel refused the submission past the retries) names the op's file and offset; the op is
+  // then not in the ring.
+  absl::Status SubmitToRingLocked(Op* op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A free submission entry, submitting what is queued first if there is none.
+  io_uring_sqe* GetSqeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FillRingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Handles one completion; returns true when the op is finished (its result is in *status).
   bool HandleResult(Op* op, int res, absl::Status* status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
