@@ -72,7 +72,10 @@ absl::StatusOr<std::vector<CheckpointListing>> ListCheckpoints(const std::string
   std::error_code ec;
   if (!fs::exists(root, ec)) return out;
   for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
-    if (!it->is_directory(ec)) continue;
+    // Never through a symlink (a step-* link could point a resume anywhere); an entry that
+    // vanished or cannot be looked at is not a checkpoint, and does not end the listing.
+    std::error_code entry_ec;
+    if (!fs::is_directory(it->symlink_status(entry_ec)) || entry_ec) continue;
     const std::string name = it->path().filename().string();
     if (std::optional<uint64_t> step = ParseCheckpointDirName(name)) {
       out.push_back({*step, it->path().string()});
@@ -111,13 +114,21 @@ absl::StatusOr<std::optional<std::string>> LatestCheckpoint(const std::string& r
   return std::optional<std::string>(all->back().path);
 }
 
-absl::Status ApplyRetention(const std::string& root, int keep_last) {
+absl::Status ApplyRetention(const std::string& root, int keep_last, const std::string& keep) {
   if (keep_last < 0) return absl::InvalidArgumentError(absl::StrCat("keep_last=", keep_last));
   if (keep_last == 0) return absl::OkStatus();
   absl::StatusOr<std::vector<CheckpointListing>> all = ListCheckpoints(root);
   if (!all.ok()) return all.status();
   if (all->size() <= static_cast<size_t>(keep_last)) return absl::OkStatus();
   const size_t remove = all->size() - static_cast<size_t>(keep_last);
+  if (!keep.empty()) {
+    const fs::path kept = fs::path(keep).lexically_normal();
+    for (size_t i = 0; i < remove; ++i) {
+      if (fs::path((*all)[i].path).lexically_normal() != kept) continue;
+      all->erase(all->begin() + static_cast<std::ptrdiff_t>(i));  // a newer one goes instead
+      break;
+    }
+  }
   std::vector<std::string> trash;
   for (size_t i = 0; i < remove; ++i) {
     if (absl::Status s = PreserveProvenanceRecord(root, (*all)[i].path); !s.ok()) return s;

@@ -40,8 +40,9 @@ absl::StatusOr<std::vector<CheckpointListing>> ListLineageRecords(const std::str
 // Deletes all but the newest `keep_last` checkpoints (0 = keep all). Each
 // one's provenance record is first copied (durably) to root/lineage, then it
 // is renamed to a ".trash-" name, so no partly deleted "step-*" directory is
-// ever visible; the root is fsynced.
-absl::Status ApplyRetention(const std::string& root, int keep_last);
+// ever visible; the root is fsynced. `keep` (the checkpoint just committed) is never deleted,
+// whatever its step.
+absl::Status ApplyRetention(const std::string& root, int keep_last, const std::string& keep = "");
 
 // Removes ".tmp-*" and ".trash-*" leftovers of interrupted writers/deleters.
 absl::Status RemoveCheckpointLeftovers(const std::string& root);

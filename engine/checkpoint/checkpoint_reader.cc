@@ -195,6 +195,10 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, Checkpoi
       int r = 0, w = 0;
       if (std::sscanf(f.c_str(), "optimizer-rank-%d-of-%d.safetensors", &r, &w) == 2 &&
           f == OptimizerShardFileName(r, w)) {
+        if (r < 0 || w < 1 || r >= w) {
+          return absl::DataLossError(absl::StrCat(dir, "/", f, ": rank ", r, " of world ", w,
+                                                  " is not a shard of a world of ranks"));
+        }
         world = w;
       }
     }

@@ -353,21 +353,55 @@ absl::Status MakeDirectory(const std::string& path) {
   return absl::OkStatus();
 }
 
+// Replaces the checkpoint at `final_path` (the same step, written again) by `tmp` where the
+// filesystem cannot exchange the two atomically (NFS refuses renameat2's flags): the old one
+// moves to `tmp`'s leftover name, then `tmp` takes its place. A crash between the two renames
+// leaves that step's checkpoint only as a leftover (removed by the next write) and resumes from
+// the one before it.
+absl::Status ReplaceWithoutExchange(const std::string& tmp, const std::string& final_path) {
+  const std::string old = tmp + ".replaced";
+  std::error_code ec;
+  fs::remove_all(old, ec);
+  if (::rename(final_path.c_str(), old.c_str()) != 0 ||
+      ::rename(tmp.c_str(), final_path.c_str()) != 0) {
+    return absl::InternalError(
+        absl::StrCat("rename ", tmp, " -> ", final_path, ": ", std::strerror(errno)));
+  }
+  if (::rename(old.c_str(), tmp.c_str()) != 0) fs::remove_all(old, ec);
+  return absl::OkStatus();
+}
+
 // Steps 6 and 7 of the protocol.
 absl::Status CommitDirectory(const std::string& tmp, const std::string& final_path,
                              const std::string& parent) {
   if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_path.c_str(), RENAME_NOREPLACE) != 0) {
-    if (errno != EEXIST) {
+    const int err = errno;
+    std::error_code ec;
+    if (err == EINVAL && !fs::exists(fs::symlink_status(final_path, ec))) {
+      // No RENAME_NOREPLACE here (NFS): one writer commits a root's checkpoints, and the name
+      // is free.
+      if (::rename(tmp.c_str(), final_path.c_str()) != 0) {
+        return absl::InternalError(
+            absl::StrCat("rename ", tmp, " -> ", final_path, ": ", std::strerror(errno)));
+      }
+      return FsyncDirectory(parent);
+    }
+    if (err != EEXIST && err != EINVAL) {
       return absl::InternalError(
-          absl::StrCat("rename ", tmp, " -> ", final_path, ": ", std::strerror(errno)));
+          absl::StrCat("rename ", tmp, " -> ", final_path, ": ", std::strerror(err)));
     }
     if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_path.c_str(), RENAME_EXCHANGE) != 0) {
-      return absl::InternalError(
-          absl::StrCat("exchange ", tmp, " <-> ", final_path, ": ", std::strerror(errno)));
+      if (errno != EINVAL) {
+        return absl::InternalError(
+            absl::StrCat("exchange ", tmp, " <-> ", final_path, ": ", std::strerror(errno)));
+      }
+      if (absl::Status s = ReplaceWithoutExchange(tmp, final_path); !s.ok()) return s;
     }
-    std::error_code ec;
-    fs::remove_all(tmp, ec);  // the replaced checkpoint
-    if (ec) return absl::InternalError(absl::StrCat(tmp, ": cannot remove: ", ec.message()));
+    // Durable first; the replaced checkpoint (now under tmp's leftover name) goes after, and
+    // failing to remove it only leaves a leftover the next write removes.
+    if (absl::Status s = FsyncDirectory(parent); !s.ok()) return s;
+    fs::remove_all(tmp, ec);
+    return absl::OkStatus();
   }
   return FsyncDirectory(parent);
 }
@@ -446,7 +480,7 @@ absl::Status FinishCheckpoint(Checkpointable& trainer, const TrainerProgress& pr
   }
   if (absl::Status s = FsyncDirectory(tmp); !s.ok()) return s;                     // 5
   if (absl::Status s = CommitDirectory(tmp, final_path, root); !s.ok()) return s;  // 6, 7
-  return ApplyRetention(root, options.keep_last);                                  // 8
+  return ApplyRetention(root, options.keep_last, final_path);                      // 8
 }
 
 }  // namespace

@@ -127,9 +127,21 @@ absl::StatusOr<std::unique_ptr<RunCheckpoints>> RunCheckpoints::Create(
 }
 
 absl::StatusOr<std::optional<ResumePoint>> RunCheckpoints::Resume(Trainer& trainer) {
-  if (!enabled() || !options_.resume) return std::nullopt;
+  if (!enabled()) return std::nullopt;
   absl::StatusOr<std::optional<std::string>> latest = LatestCheckpoint(options_.checkpoint_dir);
   if (!latest.ok()) return latest.status();
+  if (!options_.resume) {
+    // A new run beside an earlier run's checkpoints would mix the two: retention keeps the
+    // highest steps (the earlier run's) and deletes the new ones, and a later resume would
+    // continue the earlier run.
+    if (latest->has_value()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint_dir '", options_.checkpoint_dir, "' holds checkpoints of an earlier run ",
+          "(newest ", **latest, "): continue it with resume (train_local --resume), or give an "
+          "empty or new checkpoint directory"));
+    }
+    return std::nullopt;
+  }
   if (!latest->has_value()) return std::nullopt;
   const std::string& path = **latest;
   absl::StatusOr<LoadedCheckpoint> loaded = LoadCheckpoint(path, trainer);

@@ -154,6 +154,27 @@ TEST_F(CheckpointTest, RetentionKeepsTheNewestAndLeftoversAreIgnoredThenRemoved)
   EXPECT_TRUE(VerifyCheckpointDirectory(root_ + "/step-000000000005").ok());
 }
 
+// Retention never deletes the checkpoint just committed, even when a higher step (another run's)
+// is beside it; a symlink or a dangling entry in the root is not a checkpoint and does not break
+// the listing.
+TEST_F(CheckpointTest, RetentionKeepsTheCheckpointJustWrittenAndListingSkipsLinks) {
+  auto a = MakeTrainer();
+  TrainSteps(*a, 1);
+  const std::string earlier = Save(*a);
+  fs::rename(earlier, root_ + "/step-000000000300");
+  fs::create_directory_symlink(root_ + "/step-000000000300", root_ + "/step-000000000400");
+  fs::create_symlink(root_ + "/nowhere", root_ + "/dangling");
+  CheckpointOptions o;
+  o.keep_last = 1;
+  TrainSteps(*a, 1);
+  const std::string written = Save(*a, o);
+  EXPECT_TRUE(VerifyCheckpointDirectory(written).ok()) << written;
+  absl::StatusOr<std::vector<CheckpointListing>> list = ListCheckpoints(root_);
+  ASSERT_TRUE(list.ok()) << list.status();
+  for (const CheckpointListing& c : *list) EXPECT_NE(c.step, 400u) << "a symlink was listed";
+  EXPECT_EQ(**LatestCheckpoint(root_), written);
+}
+
 // Damage one checkpoint in various ways; each load must fail naming the file,
 // and leave the target trainer untouched.
 class DamagedCheckpointTest : public CheckpointTest {

@@ -184,6 +184,32 @@ TEST_F(ShardedCheckpointTest, APieceOfATensorTheModelDoesNotHaveIsRefused) {
   }
 }
 
+// A manifest may name a shard of world -1 (its checksum recomputed): refused naming the file,
+// never read as a world of no shards.
+TEST_F(ShardedCheckpointTest, AShardOfANegativeWorldIsRefused) {
+  WriteShards(HalvesOfEveryTensor());
+  const std::string manifest_path = absl::StrCat(dir_, "/", kManifestFileName);
+  std::ifstream in(manifest_path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  absl::StatusOr<CheckpointManifest> manifest = ParseManifest(text, manifest_path);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  std::erase_if(manifest->files, [&](const ManifestFileRecord& f) {
+    if (!f.name.starts_with("optimizer")) return false;
+    fs::remove(absl::StrCat(dir_, "/", f.name));
+    return true;
+  });
+  const std::string name = OptimizerShardFileName(0, -1);
+  const std::string path = absl::StrCat(dir_, "/", name);
+  std::ofstream(path) << "x";
+  absl::StatusOr<FileChecksum> sum = ChecksumFile(path);
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  manifest->files.push_back({name, *sum});
+  std::ofstream(manifest_path, std::ios::trunc) << ManifestToJson(*manifest);
+  const absl::Status s = Load();
+  ExpectDataLoss(s, "is not a shard of a world of ranks");
+  EXPECT_NE(s.message().find(name), std::string::npos) << s;
+}
+
 TEST_F(ShardedCheckpointTest, ATensorBothWholeAndInPiecesIsRefused) {
   Shards shards = HalvesOfEveryTensor();
   const std::string source = shards[0].front().source;
