@@ -20,6 +20,7 @@ absl::Status AsyncCheckpointWriter::Start(Checkpointable& trainer, const std::st
   if (absl::StatusOr<std::optional<std::string>> previous = Wait(); !previous.ok()) {
     return previous.status();
   }
+  if (absl::Status s = CheckUpdatesSucceeded(trainer); !s.ok()) return s;
   if (trainer.store().state_store() != nullptr) {
     absl::StatusOr<std::string> path = WriteCheckpoint(trainer, root, run, options);
     result_ = std::move(path);

@@ -408,10 +408,19 @@ absl::Status CommitDirectory(const std::string& tmp, const std::string& final_pa
 
 }  // namespace
 
+absl::Status CheckUpdatesSucceeded(Checkpointable& trainer) {
+  if (absl::Status s = trainer.UpdateStatus(); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("not checkpointed: the optimizer update before it "
+                                               "failed, so the store is not one step's: ",
+                                               s.message()));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> WriteCheckpoint(Checkpointable& trainer, const std::string& root,
                                             const CheckpointRunInfo& run,
                                             const CheckpointOptions& options) {
-  trainer.WaitForUpdates();  // 1
+  if (absl::Status s = CheckUpdatesSucceeded(trainer); !s.ok()) return s;  // 1
   return WriteCheckpointSnapshot(trainer, trainer.progress(), root, run, options, nullptr);
 }
 
@@ -562,7 +571,8 @@ absl::StatusOr<std::string> WriteShardedCheckpoint(Checkpointable& trainer, cons
                                                    " of world ", ranks.world,
                                                    (ranks.all_ok ? "" : " without all_ok")));
   }
-  trainer.WaitForUpdates();  // 1
+  // 1, agreed: a rank whose update failed ends the write on every rank.
+  if (absl::Status s = ranks.all_ok(CheckUpdatesSucceeded(trainer)); !s.ok()) return s;
   const TrainerProgress progress = trainer.progress();
   const std::string name = CheckpointDirName(progress.step);
   const std::string tmp = absl::StrCat(root, "/.tmp-", name);
@@ -591,7 +601,7 @@ absl::StatusOr<std::string> WriteShardedCheckpoint(Checkpointable& trainer, cons
 absl::Status ExportHfModel(Checkpointable& trainer, const std::string& dir, SafetensorsDtype dtype,
                            uint64_t max_shard_bytes,
                            const std::vector<HfCompanionFile>& companions) {
-  trainer.WaitForUpdates();
+  if (absl::Status s = CheckUpdatesSucceeded(trainer); !s.ok()) return s;
   std::error_code ec;
   if (fs::exists(dir, ec)) return absl::AlreadyExistsError(absl::StrCat(dir, ": already exists"));
   fs::path target = fs::absolute(dir, ec);

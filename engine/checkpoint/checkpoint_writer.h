@@ -80,6 +80,11 @@ struct CheckpointRunInfo {
   std::shared_ptr<const std::vector<HfCompanionFile>> hf_companion_files;
 };
 
+// Waits for the trainer's updates: OK when they succeeded, else the failure, saying the store is
+// not checkpointed (every writer below checks it first: a failed update leaves a store whose
+// progress counts an update it holds only in part).
+absl::Status CheckUpdatesSucceeded(Checkpointable& trainer);
+
 // Writes the checkpoint of the trainer's current step under `root` (created
 // if needed) and returns its path.
 absl::StatusOr<std::string> WriteCheckpoint(Checkpointable& trainer, const std::string& root,

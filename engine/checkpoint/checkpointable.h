@@ -21,6 +21,10 @@ class Checkpointable {
 
   // Waits until the last optimizer update has finished writing the store.
   virtual void WaitForUpdates() = 0;
+  // As WaitForUpdates; then the first failure of an optimizer update (or of the initial weights'
+  // write) since the store was last whole, else OK. A store such a failure left partly updated
+  // must not be checkpointed: its progress already counts the update.
+  virtual absl::Status UpdateStatus() = 0;
   // After WaitForUpdates: the optimizer position; RestoreProgress is for resume, after the
   // store's buffers have been filled from a checkpoint.
   virtual TrainerProgress progress() const = 0;

@@ -203,8 +203,9 @@ void Trainer::RestoreProgress(const TrainerProgress& p) {
   consecutive_skips_ = p.consecutive_skips;
   previous_grad_norm_ = p.previous_grad_norm;
   gate_.ResetAll(step_);
-  // The masters were just loaded; a failure here shows at the next Step.
-  if (absl::Status s = store_.RefreshComputeCopy(); !s.ok()) init_status_ = s;
+  // The masters were just loaded whole: an earlier failure to write the initial ones is moot.
+  // A failure here shows at the next Step.
+  init_status_ = store_.RefreshComputeCopy();
   for (const DeviceLane& lane : Lanes()) lane.executor->InvalidateWeights();
 }
 

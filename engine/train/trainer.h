@@ -163,7 +163,7 @@ class Trainer : public Checkpointable {
   void WaitForUpdates();
   // WaitForUpdates, then the update's outcome (an NVMe I/O error, say), or
   // that of the last InitializeRandom.
-  absl::Status UpdateStatus();
+  absl::Status UpdateStatus() override;
 
   const ModelConfig& config() const { return config_; }
   const ParameterLayout& layout() const { return layout_; }

@@ -592,6 +592,12 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
                                        : result.speculations_discarded);
     }
   }
+  // The last step's optimizer update runs after its Step returned: a failure there would
+  // otherwise pass unseen (and a final validation loss be reported for half-updated weights).
+  if (absl::Status s = (*trainer)->UpdateStatus(); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("the last step's optimizer update failed: ",
+                                               s.message()));
+  }
   result.final_validation_loss = validation_loss;
   result.last_checkpoint = run_checkpoints.last_checkpoint();
   result.tokens_per_second = Median(std::move(speeds));

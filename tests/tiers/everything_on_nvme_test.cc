@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <string>
 
+#include "engine/checkpoint/checkpoint_directory.h"
 #include "engine/checkpoint/checkpoint_reader.h"
 #include "engine/checkpoint/checkpoint_writer.h"
 #include "engine/tiers/fault_injecting_block_io.h"
@@ -336,6 +337,46 @@ void FaultOn(NvmeFile which, const std::string& name, tiers::IoOp op,
   auto loaded = LoadCheckpoint(*checkpoint, **fresh);
   EXPECT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ((*fresh)->steps_done(), 1u);
+}
+
+// The optimizer pass runs after its Step returned. A read fault on the gradients there stops it
+// with the store partly updated (the master in RAM, m and v on NVMe, both left sound) while its
+// progress counts the update: no checkpoint may be written from it, and the last one stays the
+// newest. One micro-batch a step, so gradients.bin is read only by the pass.
+TEST(EverythingOnNvmeTest, AFailedOptimizerPassIsNeverCheckpointed) {
+  absl::Status usable;
+  const std::string dir = tiers::FreshTestDir("failed_pass_checkpoint", &usable);
+  if (!usable.ok()) GTEST_SKIP() << "no O_DIRECT scratch directory: " << usable;
+  auto uring = tiers::UringBlockIo::Create();
+  ASSERT_TRUE(uring.ok()) << uring.status();
+  tiers::FaultInjectingBlockIo faults(**uring);
+  TrainerOptions o = TieredOptions(1);
+  o.memory.grad_on_nvme = true;  // m and v come along; the master stays in RAM
+  o.memory.nvme_chunk_bytes = kSmallChunk;
+  o.memory.budgets.nvme_dir = dir;
+  o.memory.budgets.nvme_bytes *= 2;
+  o.memory.block_io_for_tests = &faults;
+  const auto batches = MakeTokenBatches(10, 48, DeepNarrow().vocab, 17);
+  auto device = MakeCpuDevice(size_t{32} << 20);
+  auto trainer = Trainer::Create(*device, TinyConfig(DeepNarrow()), o);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  ASSERT_NE((*trainer)->store().nvme_gradients(), nullptr);
+  (*trainer)->InitializeRandom(3);
+  ASSERT_TRUE((*trainer)->Step(batches.InputPointers(0, 1), batches.TargetPointers(0, 1)).ok());
+  const std::string root = dir + "/checkpoints";
+  auto first = WriteCheckpoint(**trainer, root, CheckpointRunInfo{});
+  ASSERT_TRUE(first.ok()) << first.status();
+
+  const std::string gradients = (*trainer)->store().nvme_gradients()->path();
+  faults.FailNthOfFile(tiers::IoOp::kRead, gradients, 1, tiers::InjectedFault::kEio);
+  // Whether this Step already sees the pass fail or not, nothing of it may be checkpointed.
+  (void)(*trainer)->Step(batches.InputPointers(1, 1), batches.TargetPointers(1, 1));
+  auto second = WriteCheckpoint(**trainer, root, CheckpointRunInfo{});
+  ASSERT_FALSE(second.ok()) << "checkpointed a store its failed update left half-written";
+  const std::string message(second.status().message());
+  EXPECT_NE(message.find("not checkpointed"), std::string::npos) << message;
+  EXPECT_NE(message.find(gradients), std::string::npos) << message;
+  EXPECT_EQ(**LatestCheckpoint(root), *first);
 }
 
 TEST(EverythingOnNvmeTest, AWriteFaultOnTheGradientsFailsTheStepNamingFileAndOffset) {
