@@ -34,7 +34,9 @@ absl::Status PreserveProvenanceRecord(const std::string& root, const std::string
         Copy{provenance::kSignatureFileName, provenance::LineageSignatureFileName(name)}}) {
     const std::string from = absl::StrCat(checkpoint, "/", c.from);
     std::error_code ec;
-    if (!fs::exists(from, ec)) continue;
+    // Only the checkpoint's own regular file: never through a symlink (it could copy any file
+    // the daemon may read into lineage/), never a FIFO.
+    if (!fs::is_regular_file(fs::symlink_status(from, ec)) || ec) continue;
     absl::StatusOr<std::string> text = ReadRegularFile(from, provenance::kMaxProvenanceBytes);
     if (!text.ok()) return text.status();
     if (!created) {

@@ -317,9 +317,15 @@ absl::Status CollectShards(const std::string& dir, int world, WrittenFiles* writ
       return absl::DataLossError(absl::StrCat(path, ": not a shard record"));
     }
     ManifestFileRecord record;
-    record.name = j["name"].get<std::string>();
-    record.checksum.bytes = j["bytes"].get<uint64_t>();
-    record.checksum.crc32c = j["crc32c"].get<uint32_t>();
+    // A field of the wrong type (a damaged or foreign sidecar) is an error of the checkpoint,
+    // never an exception out of the writer.
+    try {
+      record.name = j.at("name").get<std::string>();
+      record.checksum.bytes = j.at("bytes").get<uint64_t>();
+      record.checksum.crc32c = j.at("crc32c").get<uint32_t>();
+    } catch (const nlohmann::json::exception& e) {
+      return absl::DataLossError(absl::StrCat(path, ": not a shard record: ", e.what()));
+    }
     if (record.name != OptimizerShardFileName(rank, world)) {
       return absl::DataLossError(absl::StrCat(path, ": names ", record.name, ", expected ",
                                               OptimizerShardFileName(rank, world)));
@@ -329,13 +335,17 @@ absl::Status CollectShards(const std::string& dir, int world, WrittenFiles* writ
       if (!j.contains("sha256") || !j.contains("tensors")) {
         return absl::DataLossError(absl::StrCat(path, ": no digests"));
       }
-      provenance::FileDigest d{
-          record.name, record.checksum.bytes, j["sha256"].get<std::string>(), {}};
-      for (const nlohmann::json& t : j["tensors"]) {
-        d.tensors.push_back({t[0].get<std::string>(), t[1].get<uint64_t>(), t[2].get<uint64_t>(),
-                             t[3].get<std::string>()});
+      try {
+        provenance::FileDigest d{
+            record.name, record.checksum.bytes, j.at("sha256").get<std::string>(), {}};
+        for (const nlohmann::json& t : j.at("tensors")) {
+          d.tensors.push_back({t.at(0).get<std::string>(), t.at(1).get<uint64_t>(),
+                               t.at(2).get<uint64_t>(), t.at(3).get<std::string>()});
+        }
+        written->digests.push_back(std::move(d));
+      } catch (const nlohmann::json::exception& e) {
+        return absl::DataLossError(absl::StrCat(path, ": damaged digests: ", e.what()));
       }
-      written->digests.push_back(std::move(d));
     }
     std::error_code ec;
     fs::remove(path, ec);

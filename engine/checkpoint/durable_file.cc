@@ -111,9 +111,16 @@ absl::Status FsyncDirectory(const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<FileChecksum> ChecksumFile(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+absl::StatusOr<FileChecksum> ChecksumFile(const std::string& path, bool follow_symlinks) {
+  // Non-blocking: a FIFO swapped in under the name must not hang the open.
+  UniqueFd fd(::open(path.c_str(),
+                     O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | (follow_symlinks ? 0 : O_NOFOLLOW)));
   if (!fd.valid()) return ErrnoStatus(errno, absl::StrCat(path, ": cannot open"));
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, absl::StrCat(path, ": cannot stat"));
+  if (!S_ISREG(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(path, ": not a regular file"));
+  }
   return ChecksumDescriptor(fd.get(), path);
 }
 

@@ -68,7 +68,9 @@ absl::Status ReplaceFileDurably(const std::string& path, std::string_view text);
 absl::Status FsyncDirectory(const std::string& path);
 
 // Reads the file in chunks (never whole into memory) and returns size and CRC32C.
-absl::StatusOr<FileChecksum> ChecksumFile(const std::string& path);
+// Only a regular file is read (a FIFO or device is refused, never waited on); with
+// `follow_symlinks` false a symlink is refused too (a checkpoint's own files).
+absl::StatusOr<FileChecksum> ChecksumFile(const std::string& path, bool follow_symlinks = true);
 // The same for an open descriptor, read with pread from offset 0; errors name `path`.
 absl::StatusOr<FileChecksum> ChecksumDescriptor(int fd, const std::string& path);
 

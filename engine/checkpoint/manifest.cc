@@ -236,7 +236,7 @@ absl::StatusOr<CheckpointManifest> VerifyCheckpointDirectory(const std::string& 
   }
   for (const ManifestFileRecord& f : manifest->files) {
     const std::string path = absl::StrCat(dir, "/", f.name);
-    absl::StatusOr<FileChecksum> sum = ChecksumFile(path);
+    absl::StatusOr<FileChecksum> sum = ChecksumFile(path, /*follow_symlinks=*/false);
     if (!sum.ok()) return sum.status();
     if (sum->bytes != f.checksum.bytes) {
       return absl::DataLossError(absl::StrCat(path, ": changed size while being verified"));

@@ -2,6 +2,8 @@
 // leftovers, and refusal of every kind of damaged checkpoint with the file named.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +12,7 @@
 #include "engine/checkpoint/checkpoint_directory.h"
 #include "engine/checkpoint/checkpoint_reader.h"
 #include "engine/checkpoint/checkpoint_writer.h"
+#include "engine/checkpoint/durable_file.h"
 #include "engine/device/cpu_device.h"
 #include "engine/model/hf_loader.h"
 #include "engine/model/safetensors_reader.h"
@@ -173,6 +176,21 @@ TEST_F(CheckpointTest, RetentionKeepsTheCheckpointJustWrittenAndListingSkipsLink
   ASSERT_TRUE(list.ok()) << list.status();
   for (const CheckpointListing& c : *list) EXPECT_NE(c.step, 400u) << "a symlink was listed";
   EXPECT_EQ(**LatestCheckpoint(root_), written);
+}
+
+// A FIFO under a checkpoint file's name is refused at once (never waited on for a writer), and
+// a symlink is refused where the caller asks for the file itself.
+TEST_F(CheckpointTest, ChecksumFileRefusesAFifoAndOnRequestASymlink) {
+  fs::create_directories(root_);
+  const std::string fifo = root_ + "/model.safetensors";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  absl::StatusOr<FileChecksum> sum = ChecksumFile(fifo);
+  ASSERT_FALSE(sum.ok());
+  EXPECT_NE(sum.status().message().find("not a regular file"), std::string::npos) << sum.status();
+  std::ofstream(root_ + "/real") << "bytes";
+  fs::create_symlink(root_ + "/real", root_ + "/link");
+  EXPECT_TRUE(ChecksumFile(root_ + "/link").ok());
+  EXPECT_FALSE(ChecksumFile(root_ + "/link", /*follow_symlinks=*/false).ok());
 }
 
 // Damage one checkpoint in various ways; each load must fail naming the file,
