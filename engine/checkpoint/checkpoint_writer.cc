@@ -445,8 +445,13 @@ absl::Status PrepareCheckpointDirectory(const std::string& root, const std::stri
         absl::StrCat("keep_last=", options.keep_last, " must be >= 0"));
   }
   std::error_code ec;
-  fs::create_directories(root, ec);
+  const bool created = fs::create_directories(root, ec);
   if (ec) return absl::InternalError(absl::StrCat(root, ": cannot create: ", ec.message()));
+  if (created) {
+    // The root's own entry must be durable before a checkpoint inside it is reported committed.
+    const fs::path parent = fs::absolute(root, ec).lexically_normal().parent_path();
+    if (absl::Status s = FsyncDirectory(parent.string()); !s.ok()) return s;
+  }
   if (absl::Status s = RemoveCheckpointLeftovers(root); !s.ok()) return s;  // 2
   return MakeDirectory(tmp);
 }

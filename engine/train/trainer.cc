@@ -230,6 +230,11 @@ void Trainer::WaitForUpdates() {
   if (update_thread_.joinable()) update_thread_.join();
 }
 
+absl::Status Trainer::PreviousUpdateFailure() const {
+  return absl::Status(update_status_.code(), absl::StrCat("optimizer update of step ", step_,
+                                                          " failed: ", update_status_.message()));
+}
+
 absl::Status Trainer::UpdateStatus() {
   WaitForUpdates();
   return update_status_.ok() ? init_status_ : update_status_;
@@ -520,6 +525,9 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
         speculate ? speculation_->Finish() : SpeculativeUpdate::Outcome{};
     WaitForUpdates();
     (void)DiscardSpeculation(dropped);  // the step's error is what the caller needs
+    // Unless the previous step's pass failed first: its failure is the cause (this step's
+    // forward may only have met the store it left).
+    if (!update_status_.ok()) return PreviousUpdateFailure();
     return ran.status();
   }
   double loss_sum = ran->loss_sum;
@@ -528,6 +536,7 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
   if (!speculation.status.ok()) {
     WaitForUpdates();
     (void)DiscardSpeculation(speculation);  // the speculation's own error is reported
+    if (!update_status_.ok()) return PreviousUpdateFailure();
     return absl::Status(speculation.status.code(),
                         absl::StrCat("speculative optimizer update of step ", step_ + 1,
                                      " failed: ", speculation.status.message()));
@@ -535,10 +544,7 @@ absl::StatusOr<StepReport> Trainer::Step(const std::vector<const int32_t*>& inpu
   const double step_seconds = SecondsSince(t0);
   const auto wait_t0 = std::chrono::steady_clock::now();
   WaitForUpdates();
-  if (!update_status_.ok()) {
-    return absl::Status(update_status_.code(), absl::StrCat("optimizer update of step ", step_,
-                                                            " failed: ", update_status_.message()));
-  }
+  if (!update_status_.ok()) return PreviousUpdateFailure();
   if (comm != nullptr) {
     absl::StatusOr<double> global = GlobalLossSum(*comm, loss_sum);
     if (!global.ok()) return global.status();

@@ -203,6 +203,8 @@ class Trainer : public Checkpointable {
   absl::StatusOr<std::vector<float>> ReadGradient(const std::string& hf_name);
 
  private:
+  // update_status_ as the next Step reports it: "optimizer update of step N failed: ...".
+  absl::Status PreviousUpdateFailure() const;
   Trainer(Device& device, ModelConfig config, ParameterLayout layout, ParameterStore store,
           const TrainerOptions& options, kernels::cpu::RopeTable rope);
   absl::StatusOr<std::vector<float>> ReadSlab(const std::string& hf_name, bool gradient);
