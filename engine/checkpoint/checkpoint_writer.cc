@@ -449,8 +449,9 @@ absl::Status PrepareCheckpointDirectory(const std::string& root, const std::stri
   if (ec) return absl::InternalError(absl::StrCat(root, ": cannot create: ", ec.message()));
   if (created) {
     // The root's own entry must be durable before a checkpoint inside it is reported committed.
-    const fs::path parent = fs::absolute(root, ec).lexically_normal().parent_path();
-    if (absl::Status s = FsyncDirectory(parent.string()); !s.ok()) return s;
+    fs::path dir = fs::absolute(root, ec).lexically_normal();
+    if (dir.filename().empty()) dir = dir.parent_path();  // "a/b/" names b
+    if (absl::Status s = FsyncDirectory(dir.parent_path().string()); !s.ok()) return s;
   }
   if (absl::Status s = RemoveCheckpointLeftovers(root); !s.ok()) return s;  // 2
   return MakeDirectory(tmp);
