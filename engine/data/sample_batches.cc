@@ -46,6 +46,15 @@ absl::StatusOr<SampleBatches> SampleBatches::Create(std::shared_ptr<const Sample
                          " (overlong=refuse; overlong=truncate keeps its first ", window, ")"));
       }
       ++b.truncated_;
+      // What stays of it may hold no counted target (a long prompt before a short reply): such
+      // a sample trains nothing, and the run says how many there are.
+      if (!options.train_on_prompt) {
+        Sample kept;
+        if (absl::Status s = b.source_->ReadSample(i, window, &kept); !s.ok()) return s;
+        if (std::none_of(kept.mask.begin() + 1, kept.mask.end(), [](uint8_t m) { return m != 0; })) {
+          ++b.truncated_without_targets_;
+        }
+      }
     }
     (i < split ? b.train_samples_ : validation).push_back(i);
   }

@@ -61,6 +61,9 @@ class SampleBatches : public BatchSource {
   size_t train_samples() const { return train_samples_.size(); }
   size_t validation_samples() const { return validation_samples_; }
   uint64_t truncated_samples() const { return truncated_; }
+  // Of those, the ones whose kept tokens hold no counted target (every one is prompt): they
+  // train nothing (0 with train_on_prompt).
+  uint64_t truncated_without_targets() const { return truncated_without_targets_; }
   uint64_t dropped_samples() const { return dropped_; }
 
  private:
@@ -81,6 +84,7 @@ class SampleBatches : public BatchSource {
   uint64_t shuffled_epoch_ = ~uint64_t{0};
   uint64_t cursor_ = 0;
   uint64_t truncated_ = 0;
+  uint64_t truncated_without_targets_ = 0;
   uint64_t dropped_ = 0;
 };
 

@@ -244,6 +244,7 @@ TEST(SampleBatchesTest, OverlongSamplesAreTruncatedOrRefusedAndCounted) {
   absl::StatusOr<SampleBatches> b = SampleBatches::Create(InMemory(samples), o);
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(b->truncated_samples(), 1u);
+  EXPECT_EQ(b->truncated_without_targets(), 0u);  // its kept tokens hold 4 assistant targets
   EXPECT_EQ(b->dropped_samples(), 1u);
   EXPECT_EQ(b->train_samples(), 2u);
   for (int i = 0; i < 4; ++i) {
@@ -254,6 +255,19 @@ TEST(SampleBatchesTest, OverlongSamplesAreTruncatedOrRefusedAndCounted) {
       EXPECT_EQ(row->targets, std::vector<int32_t>({2, 3, 4, 5}));
     }
   }
+  // A long prompt before a short reply: the 5 tokens kept are all prompt, so it trains nothing,
+  // and it is counted apart (not with train_on_prompt, where every kept token counts).
+  std::vector<Sample> long_prompt = samples;
+  long_prompt.push_back(MakeSample({1, 2, 3, 4, 5, 6, 7}, {0, 0, 0, 0, 0, 1, 1}));
+  absl::StatusOr<SampleBatches> prompts = SampleBatches::Create(InMemory(long_prompt), o);
+  ASSERT_TRUE(prompts.ok()) << prompts.status();
+  EXPECT_EQ(prompts->truncated_samples(), 2u);
+  EXPECT_EQ(prompts->truncated_without_targets(), 1u);
+  SampleBatchOptions on_prompt = o;
+  on_prompt.train_on_prompt = true;
+  absl::StatusOr<SampleBatches> all = SampleBatches::Create(InMemory(long_prompt), on_prompt);
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->truncated_without_targets(), 0u);
   o.overlong = OverlongPolicy::kRefuse;
   absl::StatusOr<SampleBatches> refused = SampleBatches::Create(InMemory(samples), o);
   ASSERT_FALSE(refused.ok());

@@ -148,10 +148,20 @@ bool RunUsesSegmentIds(const TrainingRunOptions& options) {
 absl::StatusOr<std::vector<WindowBatch>> ValidationBatches(const BatchSource& windows,
                                                            int batches, int micro) {
   std::vector<WindowBatch> out;
-  if (windows.validation_windows() == 0) return out;
-  for (int b = 0; b < batches; ++b) {
-    absl::StatusOr<WindowBatch> batch = windows.ValidationBatch(b * micro, micro);
+  const size_t rows = windows.validation_windows();
+  if (rows == 0 || batches <= 0 || micro <= 0) return out;
+  // Each held-out row at most once, so the same weights and data give the same validation loss
+  // whatever the micro-batch (a few rows were otherwise repeated unevenly to fill the batches):
+  // the rows of the last micro-batch past them wrap around and count no target.
+  const size_t wanted = std::min(rows, static_cast<size_t>(batches) * static_cast<size_t>(micro));
+  for (size_t first = 0; first < wanted; first += static_cast<size_t>(micro)) {
+    absl::StatusOr<WindowBatch> batch = windows.ValidationBatch(static_cast<int>(first), micro);
     if (!batch.ok()) return batch.status();
+    const size_t seq = static_cast<size_t>(batch->seq_len);
+    for (size_t r = wanted - first; r < static_cast<size_t>(micro); ++r) {
+      std::fill(batch->targets.begin() + static_cast<std::ptrdiff_t>(r * seq),
+                batch->targets.begin() + static_cast<std::ptrdiff_t>((r + 1) * seq), -1);
+    }
     out.push_back(*std::move(batch));
   }
   return out;

@@ -32,8 +32,10 @@ struct TrainingData {
 absl::StatusOr<TrainingData> PrepareTrainingData(const ModelConfig& config,
                                                  const TrainingRunOptions& options);
 
-// The validation micro-batches evaluated after the steps that evaluate: `batches` of `micro`
-// windows each; none when the run holds no validation windows out. Read errors as NextTrainBatch.
+// The validation micro-batches evaluated after the steps that evaluate: the first
+// min(validation windows, batches x micro) windows, each once, in micro-batches of `micro` (the
+// last one's rows past them count no target); none when the run holds no validation windows
+// out. Read errors as NextTrainBatch.
 absl::StatusOr<std::vector<WindowBatch>> ValidationBatches(const BatchSource& windows,
                                                            int batches, int micro);
 

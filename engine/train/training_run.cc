@@ -174,11 +174,17 @@ absl::StatusOr<double> Evaluate(Trainer& trainer, const std::vector<WindowBatch>
 std::string DescribeData(const TrainingData& data, const BatchSource& batches, int seq_len) {
   if (data.samples != nullptr) {
     const SampleBatches& s = *data.samples;
+    const std::string without_targets =
+        s.truncated_without_targets() == 0
+            ? std::string()
+            : absl::StrFormat(" (%d of them keep no assistant token and train nothing: raise "
+                              "seq_len, or shorten their prompts)",
+                              s.truncated_without_targets());
     return absl::StrFormat(
         "%d train / %d validation samples (%d validation rows of %d), %d truncated to "
-        "seq_len+1, %d dropped (under 2 tokens)",
+        "seq_len+1%s, %d dropped (under 2 tokens)",
         s.train_samples(), s.validation_samples(), s.validation_windows(), seq_len,
-        s.truncated_samples(), s.dropped_samples());
+        s.truncated_samples(), without_targets, s.dropped_samples());
   }
   return absl::StrFormat("%d documents, %d tokens (%d train / %d validation windows of %d)",
                          data.documents, data.source->size(), batches.train_windows(),

@@ -7,13 +7,18 @@
 
 #include <cmath>
 #include <fstream>
+#include <map>
+#include <memory>
 
+#include "engine/data/sample_batches.h"
+#include "engine/data/sample_set_file.h"
 #include "engine/data/sentencepiece_test_model.h"
 #include "engine/data/text_tokenizer.h"
 #include "engine/exec/executor_geometry.h"
 #include "engine/exec/streaming_executor.h"
 #include "engine/model/parameter_layout.h"
 #include "engine/model/safetensors_reader.h"
+#include "engine/train/training_data.h"
 
 namespace megatrain::engine {
 namespace {
@@ -229,6 +234,44 @@ TEST_F(TextTrainingTest, StartsFromAHuggingFaceDirectoryAndKeepsItsDtype) {
   TrainingRunOptions o = Options();
   o.init_from_hf_dir = dir_;  // no weights here
   EXPECT_FALSE(RunTraining(*config, o, [](const std::string&, bool) {}).ok());
+}
+
+// Validation evaluates each held-out row once whatever the micro-batch: 3 rows asked for as 8
+// micro-batches of 4 or 16 of 2 are the same 3 rows, each counted once (the rows that fill the
+// last micro-batch count no target), so the loss of the same weights does not depend on micro.
+TEST(ValidationBatchesTest, EachHeldOutRowCountsOnceWhateverTheMicroBatch) {
+  std::vector<Sample> samples;
+  for (int i = 0; i < 15; ++i) {
+    samples.push_back({{1 + i, 2 + i, 3 + i, 4 + i}, {1, 1, 1, 1}});
+  }
+  SampleBatchOptions o;
+  o.seq_len = 3;
+  o.pack = false;
+  o.validation_fraction = 0.2;  // samples 12, 13, 14: one row each
+  absl::StatusOr<SampleBatches> b =
+      SampleBatches::Create(std::make_shared<VectorSamples>(samples), o);
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_EQ(b->validation_windows(), 3u);
+  // The counted targets of every row, by the row's first input.
+  auto counted = [](const std::vector<WindowBatch>& batches) {
+    std::map<int32_t, int> per_row;
+    for (const WindowBatch& w : batches) {
+      for (int r = 0; r < w.batch; ++r) {
+        for (int t = 0; t < w.seq_len; ++t) {
+          if (w.targets[r * w.seq_len + t] >= 0) ++per_row[w.inputs[r * w.seq_len]];
+        }
+      }
+    }
+    return per_row;
+  };
+  absl::StatusOr<std::vector<WindowBatch>> by4 = ValidationBatches(*b, 8, 4);
+  absl::StatusOr<std::vector<WindowBatch>> by2 = ValidationBatches(*b, 16, 2);
+  ASSERT_TRUE(by4.ok() && by2.ok());
+  EXPECT_EQ(by4->size(), 1u);
+  EXPECT_EQ(by2->size(), 2u);
+  const std::map<int32_t, int> expected = {{13, 3}, {14, 3}, {15, 3}};
+  EXPECT_EQ(counted(*by4), expected);
+  EXPECT_EQ(counted(*by2), expected);
 }
 
 }  // namespace
