@@ -61,10 +61,13 @@ stage() {
   if ((budget > 0 && left < 10)); then
     records+=("{\"name\": $(json_str "$name"), \"status\": \"skipped\", \"seconds\": 0, \"note\": \"time budget spent\"}")
     say "--- [$name] skipped: time budget spent"
+    stage_out="$work/$name.out"
+    rm -f "$stage_out"
     return
   fi
   ((budget > 0 && cap > left)) && cap=$left
   stage_out="$work/$name.out"
+  rm -f "$stage_out"  # a stage skipped above leaves none: never the previous stage's
   echo "=== [$name] $* (time box ${cap}s)" >>"$log"
   local t0 t1 rc status note=""
   t0=$(date +%s.%N)
@@ -96,7 +99,8 @@ stage() {
 
 # Hardware and libraries.
 have_gpu=0
-if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then have_gpu=1; fi
+# Time-boxed: a wedged GPU (an Xid) can hang nvidia-smi itself.
+if command -v nvidia-smi >/dev/null 2>&1 && timeout 20 nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then have_gpu=1; fi
 probe_cuda_libraries >>"$log" 2>&1
 gpu_test_expect=gpu
 ((cpu_only)) && gpu_test_expect=skip
@@ -213,8 +217,11 @@ bench_model() {  # bench_model NAME CONFIG SEQ MICRO_BATCH ACCUMULATION STEPS [E
 config7b="$kit/share/qwen2.5-7b-8layers.json"
 
 if want bench && ((cpu_only == 0)); then
+  # Without a usable device a bench binary says "no CUDA device" and exits 0: a failure here.
+  expect=gpu
   stage bandwidth 120 bandwidth_probe --mib=256 --repeats=10
-  [[ -s "$stage_out" ]] && grep '^{' "$stage_out" >"$out/bandwidth.json"
+  [[ -s "$stage_out" ]] && ! grep -q "no CUDA device" "$stage_out" &&
+    grep '^{' "$stage_out" >"$out/bandwidth.json"
   # A Qwen2.5-7B-shaped model cut to 8 layers (full vocabulary), streamed, seq 1024.
   stage plan_7b_8layers 60 megatrain plan --offline --daemon_config="$kit/share/daemon-h100.textproto" \
     --model_config="$kit/share/qwen2.5-7b-8layers.json" --text="$kit/share/text" \
@@ -284,7 +291,7 @@ done
   echo "{"
   echo "  \"kit\": $(json_str "$(cat "$kit/VERSION" 2>/dev/null)"),"
   echo "  \"groups\": $(json_str "$groups"), \"cpu_only\": $cpu_only, \"gpu\": $have_gpu,"
-  echo "  \"gpu_name\": $(json_str "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"),"
+  echo "  \"gpu_name\": $(json_str "$(timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"),"
   echo "  \"cuda_libraries\": {$cuda_lib_json},"
   echo "  \"ld_library_path\": $(json_str "${LD_LIBRARY_PATH:-}"),"
   echo "  \"budget_seconds\": $budget, \"total_seconds\": $(($(date +%s) - start)),"
