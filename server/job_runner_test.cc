@@ -176,6 +176,28 @@ class JobRunnerTest : public ::testing::Test {
     EXPECT_TRUE(runner.ok()) << runner.status();
     return std::move(*runner);
   }
+  static service::ValidatedJob JobWithData(const std::string& data, uint64_t steps) {
+    service::ValidatedJob job = Job(steps);
+    job.options.text_paths = {data};
+    return job;
+  }
+  // A 5-step job training on `data`, run to its first step and stopped by a shutdown (its
+  // lineage records the file), then the file changes. Returns the job's id.
+  std::string InterruptThenChangeData(const std::string& db, const std::string& data) {
+    std::ofstream(data) << "some training text";
+    engine_.blocking_ = true;
+    std::string id;
+    {
+      std::unique_ptr<JobRunner> runner = MakeRunner(db);
+      runner->Start();
+      id = runner->Submit(Spec(5), JobWithData(data, 5))->id();
+      AwaitStep(*runner, id, 1);
+      EXPECT_TRUE(runner->Shutdown(absl::Seconds(20)));
+    }
+    std::ofstream(data) << "some training tExt";
+    engine_.blocking_ = false;
+    return id;
+  }
   FakeEngine engine_;
   StructuredLog log_{stderr};
 };
@@ -454,31 +476,13 @@ TEST_F(JobRunnerTest, CheckpointNowAnswersWithTheCommittedRecord) {
   EXPECT_EQ(runner->Checkpoints(queued_id)->size(), 1u);  // a cancel writes none
 }
 
-// A job interrupted by a restart whose data file changed meanwhile: the runner's data check keeps
-// it PAUSED naming the file; a plain resume is refused; the allowance resumes it and records
-// the change in its lineage and audit log.
 // A cancel asked while the job's inputs are checked wins over what the check then finds: a job
 // whose data changed since its lineage was recorded ends CANCELLED, not PAUSED for the change.
 TEST_F(JobRunnerTest, ACancelDuringTheInputCheckIsNotLost) {
   const std::string db = TempDb("cancel_input_check.db");
   const std::string data = TempDb("cancel_input_check.txt");
-  std::ofstream(data) << "some training text";
-  auto job_with_data = [&](uint64_t steps) {
-    service::ValidatedJob job = Job(steps);
-    job.options.text_paths = {data};
-    return job;
-  };
-  std::string id;
-  engine_.blocking_ = true;
-  {
-    std::unique_ptr<JobRunner> runner = MakeRunner(db);
-    runner->Start();
-    id = runner->Submit(Spec(5), job_with_data(5))->id();
-    AwaitStep(*runner, id, 1);
-    EXPECT_TRUE(runner->Shutdown(absl::Seconds(20)));
-  }
-  std::ofstream(data) << "some training tExt";
-  engine_.blocking_ = false;
+  auto job_with_data = [&](uint64_t steps) { return JobWithData(data, steps); };
+  const std::string id = InterruptThenChangeData(db, data);
   absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(db);
   ASSERT_TRUE(store.ok());
   JobRunner* runner = nullptr;
@@ -508,6 +512,9 @@ TEST_F(JobRunnerTest, ACancelDuringTheInputCheckIsNotLost) {
   EXPECT_TRUE(runner->Shutdown(absl::Seconds(20)));
 }
 
+// A job interrupted by a restart whose data file changed meanwhile: the runner's data check keeps
+// it PAUSED naming the file; a plain resume is refused; the allowance resumes it and records
+// the change in its lineage and audit log.
 TEST_F(JobRunnerTest, ChangedDataAfterRestartPausesUntilAllowed) {
   const std::string db = TempDb("data_change.db");
   const std::string data = TempDb("data_change.txt");

@@ -109,17 +109,36 @@ TEST(NvmeComputeCopyTest, Bf16ChunksRoundTripAndCopiesShareAChunk) {
   (*copy)->ReleaseAfterCopy(0, 1);
 }
 
-TEST(NvmeComputeCopyTest, ACopyBeyondTheHeldLimitWaitsForARelease) {
+// One fp32 entry of 6 chunks in a compute-copy file of a fresh scratch directory, with the
+// default staging (5 slots: copies may hold 3). `usable` is the directory's O_DIRECT verdict.
+struct ScratchCopy {
   absl::Status usable;
-  const std::string dir = tiers::FreshTestDir("nvme_compute_copy_flow", &usable);
-  if (!usable.ok()) GTEST_SKIP() << "no O_DIRECT scratch directory: " << usable;
+  std::unique_ptr<tiers::UringBlockIo> io;
+  std::unique_ptr<NvmeComputeCopy> copy;
+};
+
+ScratchCopy MakeScratchCopy(const std::string& name) {
+  ScratchCopy s;
+  const std::string dir = tiers::FreshTestDir(name, &s.usable);
+  if (!s.usable.ok()) return s;
   auto io = tiers::UringBlockIo::Create();
-  ASSERT_TRUE(io.ok()) << io.status();
-  const EntryChunks chunks({6 * kChunk}, kChunk);
-  tiers::NvmeStateStoreOptions options;  // 5 slots: copies may hold 3
+  EXPECT_TRUE(io.ok()) << io.status();
+  if (!io.ok()) return s;
+  s.io = *std::move(io);
+  tiers::NvmeStateStoreOptions options;
   options.dir = dir;
-  auto copy = NvmeComputeCopy::Create(**io, options, chunks, sizeof(float), {true});
-  ASSERT_TRUE(copy.ok()) << copy.status();
+  auto copy = NvmeComputeCopy::Create(*s.io, options, EntryChunks({6 * kChunk}, kChunk),
+                                      sizeof(float), {true});
+  EXPECT_TRUE(copy.ok()) << copy.status();
+  if (copy.ok()) s.copy = *std::move(copy);
+  return s;
+}
+
+TEST(NvmeComputeCopyTest, ACopyBeyondTheHeldLimitWaitsForARelease) {
+  ScratchCopy scratch = MakeScratchCopy("nvme_compute_copy_flow");
+  if (!scratch.usable.ok()) GTEST_SKIP() << "no O_DIRECT scratch directory: " << scratch.usable;
+  ASSERT_NE(scratch.copy, nullptr);
+  auto copy = &scratch.copy;
   for (int c = 0; c < 3; ++c) ASSERT_TRUE((*copy)->AcquireForCopy(0, c).ok());
   std::atomic<bool> acquired{false};
   std::thread fourth([&] {
@@ -138,16 +157,10 @@ TEST(NvmeComputeCopyTest, ACopyBeyondTheHeldLimitWaitsForARelease) {
 // The releases run as copy-in stream tasks; a failed stream skips them. A copy waiting for room
 // then ends with the stream's failure instead of waiting forever.
 TEST(NvmeComputeCopyTest, AWaitForRoomEndsWhenTheCopiesFail) {
-  absl::Status usable;
-  const std::string dir = tiers::FreshTestDir("nvme_compute_copy_failed", &usable);
-  if (!usable.ok()) GTEST_SKIP() << "no O_DIRECT scratch directory: " << usable;
-  auto io = tiers::UringBlockIo::Create();
-  ASSERT_TRUE(io.ok()) << io.status();
-  const EntryChunks chunks({6 * kChunk}, kChunk);
-  tiers::NvmeStateStoreOptions options;  // 5 slots: copies may hold 3
-  options.dir = dir;
-  auto copy = NvmeComputeCopy::Create(**io, options, chunks, sizeof(float), {true});
-  ASSERT_TRUE(copy.ok()) << copy.status();
+  ScratchCopy scratch = MakeScratchCopy("nvme_compute_copy_failed");
+  if (!scratch.usable.ok()) GTEST_SKIP() << "no O_DIRECT scratch directory: " << scratch.usable;
+  ASSERT_NE(scratch.copy, nullptr);
+  auto copy = &scratch.copy;
   std::atomic<bool> stream_failed{false};
   auto copies_failed = [&]() -> absl::Status {
     return stream_failed ? absl::InternalError("stream 'copy_in': device fault") : absl::OkStatus();
@@ -170,16 +183,10 @@ TEST(NvmeComputeCopyTest, AWaitForRoomEndsWhenTheCopiesFail) {
 // six chunks, more than the three a copy may hold, returns the failure (the releases behind it
 // are skipped) instead of blocking its thread.
 TEST(NvmeWeightCopyTest, AFailedCopyInStreamEndsTheCopyInsteadOfHangingIt) {
-  absl::Status usable;
-  const std::string dir = tiers::FreshTestDir("nvme_weight_copy_failed", &usable);
-  if (!usable.ok()) GTEST_SKIP() << "no O_DIRECT scratch directory: " << usable;
-  auto io = tiers::UringBlockIo::Create();
-  ASSERT_TRUE(io.ok()) << io.status();
-  const EntryChunks chunks({6 * kChunk}, kChunk);
-  tiers::NvmeStateStoreOptions options;
-  options.dir = dir;
-  auto copy = NvmeComputeCopy::Create(**io, options, chunks, sizeof(float), {true});
-  ASSERT_TRUE(copy.ok()) << copy.status();
+  ScratchCopy scratch = MakeScratchCopy("nvme_weight_copy_failed");
+  if (!scratch.usable.ok()) GTEST_SKIP() << "no O_DIRECT scratch directory: " << scratch.usable;
+  ASSERT_NE(scratch.copy, nullptr);
+  auto copy = &scratch.copy;
   DeviceOptions device_options;
   device_options.arena_bytes = 8 * kChunk * sizeof(float);
   auto device = CpuDevice::Create(device_options);
