@@ -8,6 +8,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/common/status_macros.h"
@@ -486,6 +487,10 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
   reply_to_eval_prompts(first_step - 1);
 
   RunCheckpoints& run_checkpoints = **checkpoints;
+  // A run that ends early (a failed step, a stop) still reports a checkpoint that was being
+  // written beside it (the write is finished, never abandoned): the daemon records it as the
+  // job's newest.
+  absl::Cleanup report_last_checkpoint = [&] { (void)run_checkpoints.Collect(observer); };
   std::vector<double> speeds;
   double elapsed = 0;
   // Writes a checkpoint of the step just taken: ZeRO-1 on every rank together, else in the
