@@ -178,6 +178,10 @@ absl::StatusOr<ChildResult> RunChildProcess(const std::vector<std::string>& argv
       static_cast<int>(std::max<int64_t>(1, absl::ToInt64Milliseconds(options.poll_interval)));
   int status = 0;
   std::optional<absl::Time> kill_at;  // set once should_stop asked for the end
+  // Once the child has exited, what is left in its pipes is read until this deadline: a process
+  // it left behind holding them (a daemon of the launcher, an ssh master) must not keep the
+  // caller waiting; its process group is then killed.
+  std::optional<absl::Time> drain_until;
   while (true) {
     if (!kill_at.has_value() && should_stop()) {
       kill_at = absl::Now() + options.stop_grace;
@@ -199,6 +203,7 @@ absl::StatusOr<ChildResult> RunChildProcess(const std::vector<std::string>& argv
       which[count++] = i;
     }
     if (count == 0) {
+      if (drain_until.has_value()) break;  // reaped below, its pipes now drained
       // Both streams closed: the child is exiting (or closed them and runs on; keep polling).
       const pid_t done = waitpid(pid, &status, WNOHANG);
       if (done == pid) break;
@@ -207,6 +212,12 @@ absl::StatusOr<ChildResult> RunChildProcess(const std::vector<std::string>& argv
       }
       poll(nullptr, 0, poll_ms);
       continue;
+    }
+    if (!drain_until.has_value()) {
+      if (waitpid(pid, &status, WNOHANG) == pid) drain_until = absl::Now() + absl::Seconds(2);
+    } else if (absl::Now() >= *drain_until) {
+      kill(-pid, SIGKILL);  // what it left behind in its group holds the pipes
+      break;
     }
     const int ready = poll(fds, count, poll_ms);
     if (ready < 0 && errno != EINTR) {

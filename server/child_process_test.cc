@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,32 @@ TEST(ChildProcessTest, CapturesExitCodeAndBothStreams) {
   EXPECT_EQ(r->term_signal, 0);
   EXPECT_EQ(r->out, "out\n");  // stdin is /dev/null: cat ends at once
   EXPECT_EQ(r->err, "err\n");
+}
+
+// A child that exits leaving a process behind that holds its output pipes (a launcher's daemon,
+// an ssh master): the child's result comes back, what it wrote is kept, and what it left in its
+// process group is killed, instead of the caller waiting for the pipes to close.
+TEST(ChildProcessTest, AChildsLeftoverHoldingItsPipesDoesNotKeepTheCallerWaiting) {
+  const std::string pid_file = std::string(std::getenv("TEST_TMPDIR")) + "/leftover.pid";
+  absl::StatusOr<ChildResult> r = RunChildProcess(
+      {"/bin/sh", "-c", "sleep 600 & echo $! > " + pid_file + "; echo done; exit 3"},
+      [] { return false; });
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->exit_code, 3);
+  EXPECT_EQ(r->out, "done\n");
+  std::ifstream in(pid_file);
+  pid_t leftover = 0;
+  ASSERT_TRUE(in >> leftover);
+  // Killed (SIGKILL to the group); it was the shell's child, reaped by init: gone or a zombie.
+  for (int i = 0; i < 1000 && kill(leftover, 0) == 0; ++i) {
+    std::ifstream stat("/proc/" + std::to_string(leftover) + "/stat");
+    std::string pid, comm, state;
+    if (!(stat >> pid >> comm >> state) || state == "Z") break;
+    usleep(10000);
+  }
+  std::ifstream stat("/proc/" + std::to_string(leftover) + "/stat");
+  std::string pid, comm, state;
+  EXPECT_TRUE(!(stat >> pid >> comm >> state) || state == "Z") << "the leftover still runs";
 }
 
 TEST(ChildProcessTest, OutputBeyondTheCapIsDrainedNotKept) {
