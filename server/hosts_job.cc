@@ -211,6 +211,15 @@ absl::Status RunJobOverHosts(const std::string& job_id, const service::Validated
   }
   std::string said = LauncherWords(child->err);
   if (said.size() > 2000) said = "..." + said.substr(said.size() - 2000);
+  // The ranks' own reports (the collective watchdog's "error: rank N of W on host H: ...") come
+  // first: Open MPI's abort banners after them can fill any tail.
+  std::string reports;
+  for (absl::string_view line : absl::StrSplit(child->err, '\n', absl::SkipWhitespace())) {
+    line = absl::StripAsciiWhitespace(line);
+    if (!absl::StartsWith(line, "error: rank ") || reports.size() > 4000) continue;
+    absl::StrAppend(&reports, reports.empty() ? "" : " | ", line);
+  }
+  if (!reports.empty()) said = absl::StrCat(reports, said.empty() ? "" : " || ", said);
   const absl::Status ended = absl::UnavailableError(
       absl::StrCat("the job's ranks ended without a result: mpirun",
                    child->term_signal != 0 ? absl::StrCat(" killed by signal ", child->term_signal)
