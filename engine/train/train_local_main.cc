@@ -398,8 +398,9 @@ int main(int argc, char** argv) {
       std::error_code ec;
       std::filesystem::create_directories(t.memory.budgets.nvme_dir, ec);
       if (ec) {
-        fprintf(stderr, "error: rank %d: --nvme_dir: cannot create %s: %s\n", mpi->rank(),
-                t.memory.budgets.nvme_dir.c_str(), ec.message().c_str());
+        fprintf(stderr, "error: rank %d of %d on host %s: --nvme_dir: cannot create %s: %s\n",
+                mpi->rank(), mpi->size(), mpi->host().c_str(), t.memory.budgets.nvme_dir.c_str(),
+                ec.message().c_str());
         fflush(stderr);
         mpi->Abort(2);
       }
@@ -433,8 +434,8 @@ int main(int argc, char** argv) {
   if (!result.ok()) {
     if (mpi != nullptr) {
       // The other ranks may be waiting in a collective for this one: end the whole job.
-      fprintf(stderr, "\nerror: rank %d of %d: %s\n", mpi->rank(), mpi->size(),
-              result.status().ToString().c_str());
+      fprintf(stderr, "\nerror: rank %d of %d on host %s: %s\n", mpi->rank(), mpi->size(),
+              mpi->host().c_str(), result.status().ToString().c_str());
       fflush(stderr);
       mpi->Abort(1);
     }

@@ -41,6 +41,6 @@ EOS
 chmod +x "${dir}/per_rank.sh"
 timeout 120 "${launch}" 2 "${dir}/per_rank.sh" >"${dir}/error.log" 2>&1
 expect_aborted "an error on rank 1" $? "${dir}/error.log"
-grep -q "error: rank 1 of 2: .*no_such_corpus" "${dir}/error.log" ||
+grep -q "error: rank 1 of 2 on host [^:]*: .*no_such_corpus" "${dir}/error.log" ||
   { echo "FAIL: rank 1's error was not printed with its rank"; exit 1; }
 echo PASS

@@ -72,7 +72,7 @@ chmod +x "${dir}/per_rank.sh"
 rc=0
 timeout 120 "${srun_ranks}" 2 "${dir}/per_rank.sh" >"${dir}/error.log" 2>&1 || rc=$?
 expect_aborted "srun: an error on rank 1" "${rc}" "${dir}/error.log"
-grep -q "error: rank 1 of 2: .*no_such_corpus" "${dir}/error.log" ||
+grep -q "error: rank 1 of 2 on host [^:]*: .*no_such_corpus" "${dir}/error.log" ||
   { echo "FAIL: rank 1's error was not printed with its rank"; exit 1; }
 
 # kill -9 of rank 1 after the first checkpoint (steps slowed to about a second by an emulated
