@@ -62,7 +62,8 @@ absl::Status StreamingExecutor::Impl::ApplyActivationDecision(const ActivationDe
   FragmentPlan fragments;
   if (fragment_mode()) {
     // Kept and offloaded blocks drop recompute ops, so the plan never needs
-    // more fragments (and events) than the all-recompute one Create sized.
+    // more fragments (and events) than the all-recompute one Create sized
+    // (whatever modes the executor was created with).
     absl::StatusOr<FragmentPlan> planned = PlanFragments(ops, fragment_inputs);
     if (!planned.ok()) return planned.status();
     if (planned->fragments.size() > fragment_ready.size()) {

@@ -192,6 +192,14 @@ absl::StatusOr<std::unique_ptr<StreamingExecutor>> StreamingExecutor::Create(
     if (!eval.ok()) return eval.status();
     impl->step_fragments = std::move(*step);
     impl->eval_fragments = std::move(*eval);
+    // Events for the most fragments any activation modes need: the all-recompute schedule's
+    // (SetBlockModes may turn blocks created kept or offloaded to recompute, which adds their
+    // recompute forwards).
+    ScheduleShape all_recompute = impl->layout.schedule;
+    all_recompute.block_modes.clear();
+    absl::StatusOr<FragmentPlan> widest = PlanFragments(BuildStepSchedule(all_recompute), in);
+    if (!widest.ok()) return widest.status();
+    impl->most_fragments = widest->fragments.size();
   }
   {
     absl::StatusOr<int> sets = ActivationSetsFor(dims, layout, options, device.kind());
@@ -245,7 +253,8 @@ absl::StatusOr<std::unique_ptr<StreamingExecutor>> StreamingExecutor::Create(
     events.push_back(&impl->slot_free[i]);
   }
   const size_t fragment_events =
-      std::max(impl->step_fragments.fragments.size(), impl->eval_fragments.fragments.size());
+      std::max({impl->step_fragments.fragments.size(), impl->eval_fragments.fragments.size(),
+                impl->most_fragments});
   impl->fragment_ready.resize(fragment_events);
   impl->fragment_free.resize(fragment_events);
   for (size_t i = 0; i < fragment_events; ++i) {

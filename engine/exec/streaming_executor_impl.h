@@ -45,6 +45,7 @@ struct StreamingExecutor::Impl {
   FragmentPlan step_fragments, eval_fragments;
   FragmentPlanInputs fragment_inputs;  // to re-plan when the activation modes change
   std::vector<std::unique_ptr<Event>> fragment_ready, fragment_free;
+  size_t most_fragments = 0;  // of any activation modes: the all-recompute schedule's
   DeviceBuffer grads[2];
   std::unique_ptr<WeightSlotPolicy> slot_policy;
   std::vector<ScheduledOp> eval_schedule;

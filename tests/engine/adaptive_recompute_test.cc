@@ -221,6 +221,31 @@ TEST(AdaptiveRecomputeTest, ForcedKeepsBeyondTheBudgetAreRejected) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Streaming weights through a fragment ring, an executor created with kept and offloaded blocks
+// may be switched to recompute them all: its fragment events were made for the all-recompute
+// plan, which needs the most fragments (the recompute forwards read weights too).
+TEST(AdaptiveRecomputeTest, FragmentModeCreatedWithKeptBlocksSwitchesToRecompute) {
+  TinyShape shape;
+  shape.layers = 7;
+  const size_t set_bytes = SetBytes(shape);
+  auto device = MakeCpuDevice(size_t{256} << 20);
+  RunConfig rc;
+  rc.forced = {kK, kO, kR};
+  TrainerOptions o = Options(rc);
+  o.executor.activation_budget_bytes = 4 * set_bytes;  // one block keeps
+  o.executor.weight_ring_bytes = static_cast<size_t>(0.7 * LayerRingBytes(shape));
+  o.executor.fragment_bytes = 1001;
+  auto trainer = Trainer::Create(*device, TinyConfig(shape), o);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  auto& executor = const_cast<StreamingExecutor&>((*trainer)->executor());
+  const absl::Status all_recompute = executor.SetBlockModes({kR, kR, kR});
+  EXPECT_TRUE(all_recompute.ok()) << all_recompute;
+  (*trainer)->InitializeRandom(7);
+  const auto batches = MakeTokenBatches(2, 2 * 23, shape.vocab, 99);
+  auto report = (*trainer)->Step(batches.InputPointers(0, 2), batches.TargetPointers(0, 2));
+  EXPECT_TRUE(report.ok()) << report.status();
+}
+
 TEST(AdaptiveRecomputeTest, AdaptiveDecisionFollowsTheLinkBetweenSteps) {
   TinyShape shape;
   shape.layers = 7;
