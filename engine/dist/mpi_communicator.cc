@@ -6,10 +6,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <optional>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 
@@ -38,6 +42,44 @@ std::string HostName() {
   return name;
 }
 
+// Ends the process when `what` has not completed within `timeout` (zero: never). MPI's start-up
+// (MPI_Init_thread, the split by machine) and MPI_Finalize wait for every rank, and no
+// collective's watchdog covers them: a rank that never starts or hangs at the end would keep the
+// others (and the launcher) waiting forever. Exiting lets mpirun end the job.
+class ProcessDeadline {
+ public:
+  ProcessDeadline(std::chrono::seconds timeout, std::string what) {
+    if (timeout.count() <= 0) return;
+    thread_ = std::thread([this, timeout, what = std::move(what)] {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (done_cv_.wait_for(lock, timeout, [this] { return done_; })) return;
+      std::fprintf(stderr,
+                   "error: %s did not complete within %lld s (a rank did not start, stopped, or "
+                   "hung); exiting\n",
+                   what.c_str(), static_cast<long long>(timeout.count()));
+      std::fflush(stderr);
+      _exit(1);
+    });
+  }
+  ProcessDeadline(const ProcessDeadline&) = delete;
+  ProcessDeadline& operator=(const ProcessDeadline&) = delete;
+  ~ProcessDeadline() {
+    if (!thread_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    done_cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable done_cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
 }  // namespace
 
 bool LaunchedByMpi() {
@@ -56,6 +98,9 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(
   if (initialized) {
     return absl::FailedPreconditionError("MPI is already initialized in this process");
   }
+  std::optional<ProcessDeadline> startup;
+  startup.emplace(options.collective_timeout,
+                  absl::StrCat("MPI start-up on host ", HostName()));
   int provided = 0;
   if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
     return absl::UnavailableError("MPI_Init_thread failed (launched by mpirun?)");
@@ -88,7 +133,9 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(
         "machine's ranks"));
   }
   MPI_Comm_free(&node);
+  startup.reset();
   std::unique_ptr<MpiCommunicator> comm(new MpiCommunicator(rank, size, HostName()));
+  comm->finalize_timeout_ = options.collective_timeout;
   comm->local_rank_ = local_rank;
   comm->local_size_ = local_size;
   MpiCommunicator* self = comm.get();
@@ -100,6 +147,8 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(
 
 MpiCommunicator::~MpiCommunicator() {
   watchdog_.reset();  // no report may race MPI_Finalize
+  ProcessDeadline finalize(finalize_timeout_,
+                           absl::StrCat("MPI_Finalize of rank ", rank_, " on host ", host_));
   MPI_Finalize();
 }
 

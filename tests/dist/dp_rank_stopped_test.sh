@@ -75,6 +75,24 @@ stop_and_resume() {  # stop_and_resume NAME STOPPED_RANK REPORTING_RANK [FLAGS..
 stop_and_resume replicated 0 1 --data_parallel
 stop_and_resume zero1 1 0 --data_parallel --zero1
 
+# A rank that stops before MPI starts: the others wait in MPI's start-up, which no collective's
+# watchdog covers; its own deadline (the collective timeout) ends the job, naming the host.
+cat >"${dir}/stop_before_mpi.sh" <<EOS
+#!/usr/bin/env bash
+[[ "\${OMPI_COMM_WORLD_RANK:-0}" == 1 ]] && kill -STOP \$\$
+exec "${train}" "\$@"
+EOS
+chmod +x "${dir}/stop_before_mpi.sh"
+SECONDS=0
+timeout 300 "${launch}" 2 "${dir}/stop_before_mpi.sh" "${job[@]}" --data_parallel \
+  --checkpoint_dir="${dir}/startup" --collective_timeout_s=10 >"${dir}/startup.log" 2>&1
+rc=$?
+took=${SECONDS}
+expect_aborted "a rank stopped before MPI's start-up" "${rc}" "${dir}/startup.log"
+echo "start-up: mpirun ended ${took} s after the launch"
+grep -q "error: MPI start-up on host ${host} did not complete within 10 s" "${dir}/startup.log" ||
+  { echo "FAIL: no start-up deadline report naming ${host}"; exit 1; }
+
 # A negative timeout is refused, naming the flag.
 expect_refused "--collective_timeout_s=-1" "${dir}/negative.log" \
   "collective_timeout_s=-1 must be >= 0" "${train}" "${job[@]}" --collective_timeout_s=-1
