@@ -364,8 +364,14 @@ absl::Status MpiCommunicator::ReduceInRankOrderTo(float* data, const float* apar
   const int per_rank = apart != nullptr ? 2 : 1;
   const float* sources[2] = {data, apart};
   std::vector<int> receive_counts(size_), receive_displs(size_);
-  for (size_t first = 0; first < n; first += kRootPieceFloats) {
-    const size_t piece = std::min(kRootPieceFloats, n - first);
+  // Root gathers W x per_rank pieces at once: smaller pieces for large worlds keep its buffer
+  // within 2^26 floats and every displacement an int (the sums are elementwise in rank order
+  // whatever the piece).
+  const size_t contributions = static_cast<size_t>(size_) * static_cast<size_t>(per_rank);
+  const size_t piece_floats =
+      std::max<size_t>(1, std::min(kRootPieceFloats, (size_t{1} << 26) / contributions));
+  for (size_t first = 0; first < n; first += piece_floats) {
+    const size_t piece = std::min(piece_floats, n - first);
     float* base = data + first;
     if (is_root) receive_.resize(piece * static_cast<size_t>(size_ * per_rank));
     for (int k = 0; k < per_rank; ++k) {
