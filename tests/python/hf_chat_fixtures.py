@@ -110,6 +110,19 @@ def make_base(directory):
     }, generation={"eos_token_id": [tokenizer.token_to_id("</s>")]})
 
 
+def make_base_bos_by_post_processor(directory):
+    """No chat template, no add_bos_token in the config: BOS comes from tokenizer.json's
+    post-processor, as with Llama 3's base models."""
+    tokenizer = _train(["<s>", "</s>"])
+    bos = tokenizer.token_to_id("<s>")
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", bos)])
+    return byte_bpe.write_dir(directory, tokenizer, {
+        "bos_token": "<s>",
+        "added_tokens_decoder": byte_bpe.added_tokens_decoder(tokenizer, ["<s>", "</s>"]),
+    }, generation={"eos_token_id": [tokenizer.token_to_id("</s>")]})
+
+
 def make_gpt2_style(directory, extra_config):
     """A top-level ByteLevel pre-tokenizer saved with add_prefix_space=True (transformers resets
     it to the config's add_prefix_space, default false) and ChatML markers."""

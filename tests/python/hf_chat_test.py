@@ -202,6 +202,21 @@ def test_no_template_is_prompt_completion_eos(models, tmp_path):
     assert f"{path}:1: field messages: the model directory has no chat_template" in result.stderr
 
 
+def test_no_template_takes_bos_from_the_post_processor_when_the_config_is_silent(tmp_path):
+    directory = fixtures.make_base_bos_by_post_processor(str(tmp_path / "base_pp"))
+    reference = AutoTokenizer.from_pretrained(directory)
+    bos, eos = reference.convert_tokens_to_ids("<s>"), reference.convert_tokens_to_ids("</s>")
+    row = {"prompt": "Question: 2+2? Answer:", "completion": " 4"}
+    prompt_as_transformers = reference.encode(row["prompt"])  # with its special tokens
+    assert prompt_as_transformers[0] == bos
+    _, _, samples = tokenize_ok(directory, tmp_path, [row])
+    ids, mask = samples[0]
+    completion = reference.encode(row["completion"], add_special_tokens=False)
+    assert ids == prompt_as_transformers + completion + [eos]
+    assert ids.count(bos) == 1
+    assert mask == [0] * len(prompt_as_transformers) + [1] * (len(completion) + 1)
+
+
 BAD_LINES = [
     ("{not json", None, "not JSON"),
     ('["a list"]', None, "must be a JSON object"),

@@ -252,7 +252,16 @@ def load(directory, template_name=None, held=None):
         if isinstance(value, int) and not isinstance(value, bool):
             eos_id = value
     bos_id = None
-    if config.get("add_bos_token") is True and "bos_token" in special:
-        bos_id = tokenizer.token_to_id(special["bos_token"])
+    if "bos_token" in special:
+        candidate = tokenizer.token_to_id(special["bos_token"])
+        if config.get("add_bos_token") is True:
+            bos_id = candidate
+        elif "add_bos_token" not in config and candidate is not None:
+            # No word in the config (Llama 3's base models): transformers then adds what
+            # tokenizer.json's post-processor adds, so a BOS it puts first is the model's.
+            with_special = tokenizer.encode("a", add_special_tokens=True).ids
+            plain = tokenizer.encode("a", add_special_tokens=False).ids
+            if with_special[:1] == [candidate] and plain[:1] != [candidate]:
+                bos_id = candidate
     return ModelText(tokenizer, _pick_template(config, files, template_name), special,
                      eos_id, bos_id, special_ids)
