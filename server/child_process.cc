@@ -183,15 +183,17 @@ absl::StatusOr<ChildResult> RunChildProcess(const std::vector<std::string>& argv
   // caller waiting; its process group is then killed.
   std::optional<absl::Time> drain_until;
   while (true) {
-    if (!kill_at.has_value() && should_stop()) {
+    // Once the child is reaped its pid is no longer ours to signal, and its status is its result.
+    const bool reaped = drain_until.has_value();
+    if (!reaped && !kill_at.has_value() && should_stop()) {
       kill_at = absl::Now() + options.stop_grace;
       if (options.stop_grace > absl::ZeroDuration()) kill(pid, SIGTERM);
     }
-    if (kill_at.has_value() && absl::Now() >= *kill_at) {
+    if (!reaped && kill_at.has_value() && absl::Now() >= *kill_at) {
       KillAndReap(pid);
       return absl::CancelledError(absl::StrCat("'", argv[0], "' stopped on request"));
     }
-    if (!kill_at.has_value() && options.signal_to_send) {
+    if (!reaped && !kill_at.has_value() && options.signal_to_send) {
       if (const int sig = options.signal_to_send(); sig != 0) kill(pid, sig);
     }
     pollfd fds[2];

@@ -217,7 +217,8 @@ absl::Status RunJobOverHosts(const std::string& job_id, const service::Validated
   for (absl::string_view line : absl::StrSplit(child->err, '\n', absl::SkipWhitespace())) {
     line = absl::StripAsciiWhitespace(line);
     if (!absl::StartsWith(line, "error: rank ") || reports.size() > 4000) continue;
-    absl::StrAppend(&reports, reports.empty() ? "" : " | ", line);
+    if (absl::StrContains(said, line)) continue;  // already in the tail below
+    absl::StrAppend(&reports, reports.empty() ? "" : " | ", line.substr(0, 1000));
   }
   if (!reports.empty()) said = absl::StrCat(reports, said.empty() ? "" : " || ", said);
   const absl::Status ended = absl::UnavailableError(

@@ -372,10 +372,15 @@ absl::Status ReplaceWithoutExchange(const std::string& tmp, const std::string& f
   const std::string old = tmp + ".replaced";
   std::error_code ec;
   fs::remove_all(old, ec);
-  if (::rename(final_path.c_str(), old.c_str()) != 0 ||
-      ::rename(tmp.c_str(), final_path.c_str()) != 0) {
+  if (::rename(final_path.c_str(), old.c_str()) != 0) {
     return absl::InternalError(
-        absl::StrCat("rename ", tmp, " -> ", final_path, ": ", std::strerror(errno)));
+        absl::StrCat("rename ", final_path, " -> ", old, ": ", std::strerror(errno)));
+  }
+  if (::rename(tmp.c_str(), final_path.c_str()) != 0) {
+    const int err = errno;
+    (void)::rename(old.c_str(), final_path.c_str());  // the step's earlier checkpoint goes back
+    return absl::InternalError(
+        absl::StrCat("rename ", tmp, " -> ", final_path, ": ", std::strerror(err)));
   }
   if (::rename(old.c_str(), tmp.c_str()) != 0) fs::remove_all(old, ec);
   return absl::OkStatus();

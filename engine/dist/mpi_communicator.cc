@@ -43,9 +43,9 @@ std::string HostName() {
 }
 
 // Ends the process when `what` has not completed within `timeout` (zero: never). MPI's start-up
-// (MPI_Init_thread, the split by machine) and MPI_Finalize wait for every rank, and no
-// collective's watchdog covers them: a rank that never starts or hangs at the end would keep the
-// others (and the launcher) waiting forever. Exiting lets mpirun end the job.
+// (MPI_Init_thread, the split by machine) waits for every rank, and no collective's watchdog
+// covers it: a rank that never starts would keep the others (and the launcher) waiting forever.
+// Exiting lets mpirun end the job.
 class ProcessDeadline {
  public:
   ProcessDeadline(std::chrono::seconds timeout, std::string what) {
@@ -135,7 +135,6 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(
   MPI_Comm_free(&node);
   startup.reset();
   std::unique_ptr<MpiCommunicator> comm(new MpiCommunicator(rank, size, HostName()));
-  comm->finalize_timeout_ = options.collective_timeout;
   comm->local_rank_ = local_rank;
   comm->local_size_ = local_size;
   MpiCommunicator* self = comm.get();
@@ -147,8 +146,8 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(
 
 MpiCommunicator::~MpiCommunicator() {
   watchdog_.reset();  // no report may race MPI_Finalize
-  ProcessDeadline finalize(finalize_timeout_,
-                           absl::StrCat("MPI_Finalize of rank ", rank_, " on host ", host_));
+  // No deadline here: the other ranks may wait in it for rank 0's last checkpoint, which may
+  // legitimately take longer than any collective (docs/scale_out.md).
   MPI_Finalize();
 }
 

@@ -99,7 +99,6 @@ class MpiCommunicator final : public Communicator {
   std::string host_;
   int local_rank_ = 0;
   int local_size_ = 1;
-  std::chrono::seconds finalize_timeout_{0};  // the collective timeout; 0 = MPI_Finalize unbounded
   // Reports with the members above; the destructor joins its thread before MPI_Finalize.
   std::unique_ptr<CollectiveWatchdog> watchdog_;
   CommunicatorStats stats_;

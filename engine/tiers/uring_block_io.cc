@@ -104,14 +104,16 @@ absl::Status UringBlockIo::SubmitToRingLocked(Op* op) {
   io_uring_sqe_set_data(sqe, op);
   // The CQ holds twice as many entries as can be in flight, so -EBUSY should not happen; the
   // kernel may still be short of memory for a moment (-EAGAIN) or the call interrupted.
+  // A submission may take only the earlier entries (ignored NOPs of earlier failures, in queue
+  // order): this one is in only when nothing is left queued.
   int rc = 0;
   for (int tries = 0;; ++tries) {
     rc = io_uring_submit(ring_.get());
-    if (rc >= 0 || tries >= kMaxAgainRetries ||
-        (rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)) {
-      break;
-    }
+    const bool retry = rc == -EINTR || rc == -EAGAIN || rc == -EBUSY ||
+                       (rc >= 0 && io_uring_sq_ready(ring_.get()) > 0);
+    if (!retry || tries >= kMaxAgainRetries) break;
   }
+  if (rc >= 0 && io_uring_sq_ready(ring_.get()) > 0) rc = -EAGAIN;  // still queued: not in
   if (rc < 0) {
     // The entry stays in the submission queue: as a NOP whose completion is ignored, it can no
     // longer reach this op, which ends here with the error.

@@ -331,17 +331,6 @@ struct ObserverRequests {
 };
 
 // This rank's own stop request (its checkpoint-now request is polled after the step).
-// Every rank waits for the others at the end: rank 0 may still be finishing the last checkpoint
-// in the background. One that hangs there (a stuck file system, SIGSTOP) is then caught by the
-// collective's deadline, which names it, instead of leaving the launcher waiting forever.
-absl::Status AwaitEveryRanksLastCheckpoint(dist::Communicator& comm) {
-  if (absl::Status s = comm.Barrier(); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("waiting for every rank to finish its last "
-                                               "checkpoint: ", s.message()));
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<ObserverRequests> LocalStopRequest(TrainingObserver& observer) {
   ObserverRequests r;
   r.stop = observer.ShouldStop();
@@ -527,7 +516,6 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
                         requests->checkpoint_before_stop;
       if (keep) MT_RETURN_IF_ERROR(checkpoint(step - 1));
       if (absl::Status s = run_checkpoints.Collect(observer); !s.ok()) return s;
-      if (agreeing) MT_RETURN_IF_ERROR(AwaitEveryRanksLastCheckpoint(*comm));
       return absl::CancelledError(
           absl::StrCat("stopped before step ", step, keep ? " (checkpoint written)" : ""));
     }
@@ -621,7 +609,6 @@ absl::StatusOr<TrainingRunResult> RunTraining(const ModelConfig& config,
     return absl::Status(s.code(), absl::StrCat("the last step's optimizer update failed: ",
                                                s.message()));
   }
-  if (comm != nullptr) MT_RETURN_IF_ERROR(AwaitEveryRanksLastCheckpoint(*comm));
   result.final_validation_loss = validation_loss;
   result.last_checkpoint = run_checkpoints.last_checkpoint();
   result.tokens_per_second = Median(std::move(speeds));
