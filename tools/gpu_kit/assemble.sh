@@ -57,8 +57,9 @@ for lib in "$out"/lib/*; do
   strip --strip-unneeded "$lib"
   patchelf --force-rpath --set-rpath '$ORIGIN' "$lib"
 done
-# Libraries over 1 MiB (OpenBLAS alone is 37 MB) travel gzipped; run.sh calls unpack.sh first.
-find "$out/lib" -type f -size +1M -exec gzip -9 {} +
+# Libraries over 256 KiB (OpenBLAS alone is 37 MB) travel gzipped, so the kit and the working
+# tree stay under the device tool's 64 MiB together; run.sh calls unpack.sh first.
+find "$out/lib" -type f -size +256k -exec gzip -9 {} +
 for bin in "$out"/bin/*; do
   strip --strip-all "$bin"
   # DT_RPATH (not RUNPATH): it outranks LD_LIBRARY_PATH and covers indirect loads too. CUDA 13's
