@@ -207,7 +207,9 @@ absl::StatusOr<CudaLayerMath> CudaLayerMath::Create(const ModelDims& dims,
     const size_t backward_reserved = CudaAttentionWorkspaceBytes(dims);
     absl::StatusOr<kc::CudnnAttention> cudnn = kc::CudnnAttention::Create();
     absl::StatusOr<kc::CudnnAttentionWorkspace> workspace =
-        cudnn.ok() ? cudnn->Prepare(shape) : absl::StatusOr<kc::CudnnAttentionWorkspace>(cudnn.status());
+        cudnn.ok() ? cudnn->Prepare(
+                         shape, kc::SplitCudnnAttentionBackward(shape, select.workspace_cap_bytes))
+                   : absl::StatusOr<kc::CudnnAttentionWorkspace>(cudnn.status());
     if (!workspace.ok()) {
       choice = kc::AttentionChoice{kc::AttentionImpl::kOwnKernel,
                                    absl::StrCat("cuDNN refused: ", workspace.status().ToString())};

@@ -2,6 +2,7 @@
 #include "kernels/cuda/attention_select.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <string_view>
 
@@ -72,12 +73,69 @@ AttentionChoice SelectAttentionImpl(const AttentionShape& s, const AttentionSele
   if (s.head_dim > 128 && in.sm_major != 0 && in.sm_major < 9) {
     return Own(absl::StrCat("head_dim = ", s.head_dim, " > 128 needs Hopper or newer for cuDNN"));
   }
-  const size_t estimate = CudnnAttentionBackwardWorkspaceEstimateBytes(s);
-  if (in.workspace_cap_bytes != 0 && estimate > in.workspace_cap_bytes) {
-    return Own(absl::StrCat("cuDNN attention workspace estimate ", estimate, " bytes > cap ",
+  const CudnnBackwardSplit split = SplitCudnnAttentionBackward(s, in.workspace_cap_bytes);
+  if (!split.valid()) {
+    AttentionShape smallest = s;
+    smallest.batch = 1;
+    smallest.q_heads = s.q_heads / s.kv_heads;
+    smallest.kv_heads = 1;
+    return Own(absl::StrCat("cuDNN attention workspace estimate ",
+                            CudnnAttentionBackwardWorkspaceEstimateBytes(smallest),
+                            " bytes for one batch item and one kv head > cap ",
                             in.workspace_cap_bytes));
   }
-  return AttentionChoice{AttentionImpl::kCudnn, "cuDNN fused attention"};
+  if (split == WholeCudnnBackward(s)) {
+    return AttentionChoice{AttentionImpl::kCudnn, "cuDNN fused attention"};
+  }
+  return AttentionChoice{
+      AttentionImpl::kCudnn,
+      absl::StrCat("cuDNN fused attention, backward in ",
+                   (s.batch / split.batch_per_call) * (s.kv_heads / split.kv_heads_per_call),
+                   " calls of ", split.batch_per_call, " batch item(s) x ", split.kv_heads_per_call,
+                   " kv head(s) (workspace cap ", in.workspace_cap_bytes, " bytes)")};
+}
+
+CudnnBackwardSplit WholeCudnnBackward(const AttentionShape& s) {
+  return CudnnBackwardSplit{s.batch, s.kv_heads};
+}
+
+AttentionShape CudnnBackwardCallShape(const AttentionShape& s, const CudnnBackwardSplit& split) {
+  AttentionShape call = s;
+  if (!split.valid() || s.kv_heads <= 0) return call;
+  call.batch = split.batch_per_call;
+  call.q_heads = s.q_heads / s.kv_heads * split.kv_heads_per_call;
+  call.kv_heads = split.kv_heads_per_call;
+  return call;
+}
+
+CudnnBackwardSplit SplitCudnnAttentionBackward(const AttentionShape& s, size_t cap) {
+  if (!ShapeValid(s)) return {};
+  if (cap == 0) return WholeCudnnBackward(s);
+  if (s.seq % 4 != 0) {  // a cut needs 16-byte aligned statistics slices: one call or none
+    return CudnnAttentionBackwardWorkspaceEstimateBytes(s) <= cap ? WholeCudnnBackward(s)
+                                                                  : CudnnBackwardSplit{};
+  }
+  CudnnBackwardSplit best;
+  int64_t best_per_call = 0;
+  for (int b = s.batch; b >= 1; --b) {
+    if (s.batch % b != 0) continue;
+    for (int g = s.kv_heads; g >= 1; --g) {
+      if (s.kv_heads % g != 0) continue;
+      // cuDNN before 9.26 reads the backward's statistics only as a packed [b, h, s] tensor:
+      // a call's slice is packed when it takes every head or a single batch item.
+      if (b > 1 && g < s.kv_heads) continue;
+      const CudnnBackwardSplit split{b, g};
+      if (CudnnAttentionBackwardWorkspaceEstimateBytes(CudnnBackwardCallShape(s, split)) > cap) {
+        continue;
+      }
+      const int64_t per_call = int64_t{b} * g;  // fewest calls = most units per call
+      if (per_call > best_per_call) {
+        best = split;
+        best_per_call = per_call;
+      }
+    }
+  }
+  return best;
 }
 
 size_t CudnnAttentionBackwardWorkspaceEstimateBytes(const AttentionShape& s) {
@@ -107,7 +165,11 @@ size_t AttentionForwardWorkspaceBytes(const AttentionShape& shape, AttentionImpl
 size_t AttentionWorkspaceBytes(const AttentionShape& shape, AttentionImpl impl) {
   const size_t own = AttentionBackwardWorkspaceBytes(shape);
   if (impl == AttentionImpl::kOwnKernel) return own;
-  return std::max(own, CudnnAttentionBackwardWorkspaceEstimateBytes(shape));
+  const CudnnBackwardSplit split =
+      SplitCudnnAttentionBackward(shape, kDefaultCudnnAttentionWorkspaceCap);
+  if (!split.valid()) return own;  // the selection runs our kernel for this shape
+  return std::max(
+      own, CudnnAttentionBackwardWorkspaceEstimateBytes(CudnnBackwardCallShape(shape, split)));
 }
 
 }  // namespace megatrain::kernels::cuda

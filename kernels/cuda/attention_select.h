@@ -37,11 +37,14 @@ bool CudnnAttentionAllowedByEnv();
 // (MEGATRAIN_HAVE_CUDNN_FRONTEND; scripts/setup installs them).
 bool CudnnAttentionBuilt();
 
-// The largest workspace cuDNN attention may use before we prefer our own
-// kernel: 8 GiB (the deterministic backward's dP buffer grows with
-// batch * heads * seq^2: 4.3 GB at micro-batch 4, 32 heads, seq 4096; 17 GB
-// at micro-batch 1, seq 16384, which then runs our kernel).
-inline constexpr size_t kDefaultCudnnAttentionWorkspaceCap = size_t{8} << 30;
+// The largest workspace one call of cuDNN's attention backward may use: 16 GiB.
+// The deterministic backward's dP buffer grows with batch * heads * seq^2
+// (measured on an H200 with cuDNN 9.14: 1.18 GB at micro-batch 16, 28 heads,
+// seq 1024; 60 GB at micro-batch 1, seq 32768), so a shape over the cap is cut
+// into calls by batch items and kv-head groups (CudnnBackwardSplit) before it
+// falls back to our kernel: Qwen2.5-7B at seq 32768 (7 query heads per kv
+// head) needs 15.2 GB a call.
+inline constexpr size_t kDefaultCudnnAttentionWorkspaceCap = size_t{16} << 30;
 
 struct AttentionSelectInputs {
   bool cudnn_enabled = true;  // the option (CudaLayerMathOptions::cudnn_attention, env)
@@ -67,7 +70,8 @@ struct AttentionChoice {
 //  5. cuDNN version known and < 9.0                  -> our kernel
 //  6. head_dim not a multiple of 8, or > 256         -> our kernel
 //  7. head_dim > 128 on a known pre-Hopper device    -> our kernel
-//  8. CudnnAttentionBackwardWorkspaceEstimateBytes > cap -> our kernel
+//  8. no CudnnBackwardSplit within the cap (one batch item and one kv head's
+//     query heads already estimate more)           -> our kernel
 //  otherwise                                          -> cuDNN
 // The forward and the backward of a run always use the same choice (the
 // caller decides once per shape), so the saved statistics are always read by
@@ -83,13 +87,44 @@ AttentionChoice SelectAttentionImpl(const AttentionShape& shape, const Attention
 // to our kernel). 0 for an invalid shape.
 size_t CudnnAttentionBackwardWorkspaceEstimateBytes(const AttentionShape& shape);
 
+// How cuDNN's deterministic backward of one shape is cut into calls so each
+// call's workspace stays within a cap: each call takes `batch_per_call` batch
+// items and `kv_heads_per_call` kv heads with all their query heads (GQA
+// groups stay whole, so every dK/dV is still summed by cuDNN in one call).
+// Both divide the shape's batch and kv_heads, so every call has one shape
+// and the calls together cover the tensors exactly once. A call takes every
+// head or a single batch item: cuDNN before 9.26 reads the statistics only
+// as a packed [b, h, s] tensor, and only those slices of ours are packed. The forward is
+// never cut (its workspace does not grow with seq^2).
+struct CudnnBackwardSplit {
+  int batch_per_call = 0;
+  int kv_heads_per_call = 0;
+  bool valid() const { return batch_per_call > 0 && kv_heads_per_call > 0; }
+  bool operator==(const CudnnBackwardSplit&) const = default;
+};
+
+// The split with the fewest calls whose per-call estimate is within `cap`
+// (0 = no cap: one call); ties keep more batch items per call. A shape whose
+// seq is not a multiple of 4 is never cut (each call's slice of the fp32
+// statistics must start 16-byte aligned). Invalid ({0, 0}) when one batch
+// item and one kv head already exceed the cap (or the whole shape does and
+// it cannot be cut), or the shape is invalid.
+CudnnBackwardSplit SplitCudnnAttentionBackward(const AttentionShape& shape, size_t cap);
+
+// The whole shape as one call.
+CudnnBackwardSplit WholeCudnnBackward(const AttentionShape& shape);
+
+// The shape one call of `split` sees: batch, q_heads and kv_heads cut.
+AttentionShape CudnnBackwardCallShape(const AttentionShape& shape, const CudnnBackwardSplit& split);
+
 // The same for the forward (fp32 row statistics [b, q_heads, s] twice plus
 // 1 MiB; cuDNN 9's fused forward usually asks for none). 0 for an invalid shape.
 size_t CudnnAttentionForwardWorkspaceEstimateBytes(const AttentionShape& shape);
 
 // Bytes of the backward attention workspace to reserve for `impl`: our
-// backward's scratch, or the max of that and the cuDNN estimate (so a
-// fallback at run time always has room for our kernel).
+// backward's scratch, or the max of that and the cuDNN estimate of one call
+// of the default cap's split (so a fallback at run time always has room for
+// our kernel).
 size_t AttentionWorkspaceBytes(const AttentionShape& shape, AttentionImpl impl);
 // Bytes of the forward attention workspace to reserve for `impl` (our
 // forward needs none).

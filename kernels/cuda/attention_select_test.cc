@@ -107,19 +107,72 @@ TEST(AttentionSelectTest, WorkspaceEstimateAndCap) {
       (size_t{1} << 30) + (size_t{64} << 20) + (size_t{1} << 20) + (size_t{1} << 20);
   EXPECT_EQ(CudnnAttentionBackwardWorkspaceEstimateBytes(big), expected);
   EXPECT_EQ(SelectAttentionImpl(big, Eligible()).impl, AttentionImpl::kCudnn);
+  EXPECT_EQ(SplitCudnnAttentionBackward(big, kDefaultCudnnAttentionWorkspaceCap),
+            WholeCudnnBackward(big));
   AttentionSelectInputs in = Eligible();
+  // A 512 MiB cap: two kv heads (8 query heads) a call, 272 MiB each: four calls.
   in.workspace_cap_bytes = size_t{512} << 20;
   const AttentionChoice c = SelectAttentionImpl(big, in);
-  EXPECT_EQ(c.impl, AttentionImpl::kOwnKernel);
-  EXPECT_NE(c.reason.find("workspace"), std::string::npos) << c.reason;
+  EXPECT_EQ(c.impl, AttentionImpl::kCudnn);
+  EXPECT_NE(c.reason.find("backward in 4 calls of 1 batch item(s) x 2 kv head(s)"),
+            std::string::npos)
+      << c.reason;
+  EXPECT_EQ(SplitCudnnAttentionBackward(big, in.workspace_cap_bytes), (CudnnBackwardSplit{1, 2}));
+  // A 64 MiB cap: one kv head's four query heads already need 128 MiB of dP.
+  in.workspace_cap_bytes = size_t{64} << 20;
+  const AttentionChoice refused = SelectAttentionImpl(big, in);
+  EXPECT_EQ(refused.impl, AttentionImpl::kOwnKernel);
+  EXPECT_NE(refused.reason.find("one batch item and one kv head"), std::string::npos)
+      << refused.reason;
+  EXPECT_FALSE(SplitCudnnAttentionBackward(big, in.workspace_cap_bytes).valid());
   in.workspace_cap_bytes = 0;  // no cap
   EXPECT_EQ(SelectAttentionImpl(big, in).impl, AttentionImpl::kCudnn);
-  // seq 16384 at 32 heads: 16 GiB of dP, over the default cap.
-  EXPECT_EQ(SelectAttentionImpl(AttentionShape{1, 16384, 32, 8, 128, 0.088f}, Eligible()).impl,
+  EXPECT_EQ(SplitCudnnAttentionBackward(big, 0), WholeCudnnBackward(big));
+  // seq 16384 at 32 heads: 16 GiB of dP in one call; two calls of 4 kv heads fit the cap.
+  const AttentionShape s16k{1, 16384, 32, 8, 128, 0.088f};
+  EXPECT_EQ(SelectAttentionImpl(s16k, Eligible()).impl, AttentionImpl::kCudnn);
+  EXPECT_EQ(SplitCudnnAttentionBackward(s16k, kDefaultCudnnAttentionWorkspaceCap),
+            (CudnnBackwardSplit{1, 4}));
+  // seq 32768 at 32 heads: 64 GiB of dP; one kv head a call (8 GiB + 65 MiB), eight calls.
+  const AttentionShape s32k{1, 32768, 32, 8, 128, 0.088f};
+  EXPECT_EQ(SelectAttentionImpl(s32k, Eligible()).impl, AttentionImpl::kCudnn);
+  EXPECT_EQ(SplitCudnnAttentionBackward(s32k, kDefaultCudnnAttentionWorkspaceCap),
+            (CudnnBackwardSplit{1, 1}));
+  EXPECT_LE(AttentionWorkspaceBytes(s32k, AttentionImpl::kCudnn),
+            kDefaultCudnnAttentionWorkspaceCap);
+  // The measured case (Qwen2.5-7B at seq 32768: 28 query heads over 4 kv heads; the H200 run
+  // of 2026-11-28 fell back to our kernel at 60.6 GB in one call): four calls of 15.2 GB.
+  const AttentionShape qwen7b_32k{1, 32768, 28, 4, 128, 0.088f};
+  EXPECT_EQ(SplitCudnnAttentionBackward(qwen7b_32k, kDefaultCudnnAttentionWorkspaceCap),
+            (CudnnBackwardSplit{1, 1}));
+  EXPECT_EQ(CudnnAttentionBackwardWorkspaceEstimateBytes(qwen7b_32k),
+            size_t{60607692800});  // logged
+  EXPECT_EQ(SelectAttentionImpl(qwen7b_32k, Eligible()).impl, AttentionImpl::kCudnn);
+  // A seq that is not a multiple of 4 is never cut (unaligned statistics slices).
+  EXPECT_FALSE(SplitCudnnAttentionBackward(AttentionShape{1, 32766, 32, 8, 128, 0.088f},
+                                           kDefaultCudnnAttentionWorkspaceCap)
+                   .valid());
+  EXPECT_EQ(SplitCudnnAttentionBackward(AttentionShape{2, 37, 4, 2, 64, 0.125f}, size_t{1} << 30),
+            (CudnnBackwardSplit{2, 2}));
+  // seq 65536: one kv head a call is 32 GiB of dP: our kernel.
+  EXPECT_EQ(SelectAttentionImpl(AttentionShape{1, 65536, 32, 8, 128, 0.088f}, Eligible()).impl,
             AttentionImpl::kOwnKernel);
-  // seq 32768 at 32 heads: 64 GiB of dP.
-  EXPECT_EQ(SelectAttentionImpl(AttentionShape{1, 32768, 32, 8, 128, 0.088f}, Eligible()).impl,
-            AttentionImpl::kOwnKernel);
+  // b 4 at seq 8192, 32 heads: 16.5 GiB in one call; the fewest calls within 16 GiB are two
+  // (8.3 GiB each). Four items x 4 kv heads would be two calls too, but its statistics slice
+  // is not packed; two items x all heads is.
+  const AttentionShape b4{4, 8192, 32, 8, 128, 0.088f};
+  const CudnnBackwardSplit b4_split =
+      SplitCudnnAttentionBackward(b4, kDefaultCudnnAttentionWorkspaceCap);
+  EXPECT_EQ(b4_split, (CudnnBackwardSplit{2, 8}));
+  const AttentionShape b4_call = CudnnBackwardCallShape(b4, b4_split);
+  EXPECT_EQ(b4_call.batch, 2);
+  EXPECT_EQ(b4_call.q_heads, 32);
+  EXPECT_EQ(b4_call.kv_heads, 8);
+  // With a cap below one item's 4.1 GiB: one item x 4 kv heads a call (8 calls), never
+  // several items x some heads.
+  EXPECT_EQ(SplitCudnnAttentionBackward(b4, size_t{3} << 30), (CudnnBackwardSplit{1, 4}));
+  EXPECT_LE(CudnnAttentionBackwardWorkspaceEstimateBytes(b4_call),
+            kDefaultCudnnAttentionWorkspaceCap);
   // Seq rounds up to 64 for the dP term.
   const AttentionShape odd{2, 37, 4, 2, 64, 0.125f};
   EXPECT_GE(CudnnAttentionBackwardWorkspaceEstimateBytes(odd), size_t{2} * 4 * 64 * 64 * 2);

@@ -113,6 +113,30 @@ absl::Status CheckShape(const AttentionShape& s, absl::string_view op) {
   return absl::OkStatus();
 }
 
+// A split must cut the shape into equal calls (attention_select.h); invalid = one call.
+absl::Status CheckSplit(const AttentionShape& s, const CudnnBackwardSplit& split) {
+  if (!split.valid() || split == WholeCudnnBackward(s)) return absl::OkStatus();
+  if (s.seq % 4 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CudnnAttention::Prepare: a split backward needs seq a multiple of 4 (16-byte aligned "
+        "statistics slices); seq = ",
+        s.seq));
+  }
+  if (split.batch_per_call > 1 && split.kv_heads_per_call < s.kv_heads) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CudnnAttention::Prepare: a backward call takes every kv head or one batch item (packed "
+        "statistics); split ",
+        split.batch_per_call, " x ", split.kv_heads_per_call));
+  }
+  if (s.batch % split.batch_per_call != 0 || s.kv_heads % split.kv_heads_per_call != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CudnnAttention::Prepare: backward split of ", split.batch_per_call,
+                     " batch item(s) x ", split.kv_heads_per_call,
+                     " kv head(s) does not divide batch ", s.batch, " x kv_heads ", s.kv_heads));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 #if defined(MEGATRAIN_HAVE_CUDNN_FRONTEND)
@@ -143,6 +167,8 @@ absl::Status FeStatus(fe::error_t e, absl::string_view context) {
   return absl::FailedPreconditionError(message);
 }
 
+// Dims take the shape of one call (CudnnBackwardCallShape), strides always
+// the full tensors' layout: a call of a split backward sees a slice of them.
 std::vector<int64_t> QDims(const AttentionShape& s) {
   return {s.batch, s.q_heads, s.seq, s.head_dim};
 }
@@ -216,14 +242,16 @@ struct CudnnAttention::Impl {
     std::shared_ptr<fe::graph::Graph> forward;
     std::shared_ptr<fe::graph::Graph> backward;
     size_t forward_workspace = 0;
-    size_t backward_workspace = 0;
+    size_t backward_workspace = 0;  // one call's
+    CudnnBackwardSplit split;       // valid
   };
 
   CudnnHandle handle;
   std::map<ShapeKey, Graphs> cache;
 
-  absl::StatusOr<Graphs> BuildGraphs(const AttentionShape& s) {
+  absl::StatusOr<Graphs> BuildGraphs(const AttentionShape& s, const CudnnBackwardSplit& split) {
     Graphs out;
+    out.split = split;
     {  // Forward: O, Stats = sdpa(Q, K, V), causal (key j visible to query i iff j <= i).
       auto g = NewGraph();
       auto q = Input(*g, "Q", kQ, QDims(s), QStrides(s), fe::DataType_t::BFLOAT16);
@@ -244,22 +272,26 @@ struct CudnnAttention::Impl {
       out.forward_workspace = static_cast<size_t>(*ws);
     }
     {  // Backward: dQ, dK, dV from Q, K, V, O, dO and the forward's Stats; deterministic.
+       // One call's shape `c` over the full tensors' strides.
+      const AttentionShape c = CudnnBackwardCallShape(s, split);
       auto g = NewGraph();
-      auto q = Input(*g, "Q", kQ, QDims(s), QStrides(s), fe::DataType_t::BFLOAT16);
-      auto k = Input(*g, "K", kK, KvDims(s), KvStrides(s), fe::DataType_t::BFLOAT16);
-      auto v = Input(*g, "V", kV, KvDims(s), KvStrides(s), fe::DataType_t::BFLOAT16);
-      auto o = Input(*g, "O", kO, QDims(s), QStrides(s), fe::DataType_t::BFLOAT16);
-      auto d_o = Input(*g, "dO", kDO, QDims(s), QStrides(s), fe::DataType_t::BFLOAT16);
-      auto stats = Input(*g, "Stats", kStats, StatsDims(s), StatsStrides(s), fe::DataType_t::FLOAT);
+      auto q = Input(*g, "Q", kQ, QDims(c), QStrides(s), fe::DataType_t::BFLOAT16);
+      auto k = Input(*g, "K", kK, KvDims(c), KvStrides(s), fe::DataType_t::BFLOAT16);
+      auto v = Input(*g, "V", kV, KvDims(c), KvStrides(s), fe::DataType_t::BFLOAT16);
+      auto o = Input(*g, "O", kO, QDims(c), QStrides(s), fe::DataType_t::BFLOAT16);
+      auto d_o = Input(*g, "dO", kDO, QDims(c), QStrides(s), fe::DataType_t::BFLOAT16);
+      // Stats as a packed tensor of the call's shape (cuDNN < 9.26 accepts no other): a call
+      // takes every head (the full layout) or one batch item (whose b stride is never used).
+      auto stats = Input(*g, "Stats", kStats, StatsDims(c), StatsStrides(c), fe::DataType_t::FLOAT);
       fe::graph::SDPA_backward_attributes attrs;
       attrs.set_name("megatrain_sdpa_backward")
           .set_causal_mask(true)
           .set_attn_scale(s.softmax_scale)
           .set_deterministic_algorithm(true);
       auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, d_o, stats, attrs);
-      MarkOutput(dq, kDQ, QDims(s), QStrides(s), fe::DataType_t::BFLOAT16);
-      MarkOutput(dk, kDK, KvDims(s), KvStrides(s), fe::DataType_t::BFLOAT16);
-      MarkOutput(dv, kDV, KvDims(s), KvStrides(s), fe::DataType_t::BFLOAT16);
+      MarkOutput(dq, kDQ, QDims(c), QStrides(s), fe::DataType_t::BFLOAT16);
+      MarkOutput(dk, kDK, KvDims(c), KvStrides(s), fe::DataType_t::BFLOAT16);
+      MarkOutput(dv, kDV, KvDims(c), KvStrides(s), fe::DataType_t::BFLOAT16);
       MT_RETURN_IF_ERROR(Build(*g, handle.get(), "cuDNN attention backward"));
       absl::StatusOr<int64_t> ws = WorkspaceOf(*g, "cuDNN attention backward");
       if (!ws.ok()) return ws.status();
@@ -287,16 +319,23 @@ absl::StatusOr<CudnnAttention> CudnnAttention::Create() {
   return CudnnAttention(std::move(impl));
 }
 
-absl::StatusOr<CudnnAttentionWorkspace> CudnnAttention::Prepare(const AttentionShape& shape) {
+absl::StatusOr<CudnnAttentionWorkspace> CudnnAttention::Prepare(const AttentionShape& shape,
+                                                                CudnnBackwardSplit backward_split) {
   MT_RETURN_IF_ERROR(CheckShape(shape, "CudnnAttention::Prepare"));
+  MT_RETURN_IF_ERROR(CheckSplit(shape, backward_split));
+  if (!backward_split.valid()) backward_split = WholeCudnnBackward(shape);
   auto it = impl_->cache.find(KeyOf(shape));
+  if (it != impl_->cache.end() && !(it->second.split == backward_split)) {
+    impl_->cache.erase(it);
+    it = impl_->cache.end();
+  }
   if (it == impl_->cache.end()) {
     // cudnn-frontend throws where it finds no implementation for a node
     // (Graph::sdpa with AttentionImplementation_t::AUTO left unresolved):
     // a refusal like any other, so our kernel takes over.
     absl::StatusOr<Impl::Graphs> graphs = absl::InternalError("not built");
     try {
-      graphs = impl_->BuildGraphs(shape);
+      graphs = impl_->BuildGraphs(shape, backward_split);
     } catch (const std::exception& e) {
       return absl::UnimplementedError(
           absl::StrCat("CudnnAttention::Prepare: cudnn-frontend threw: ", e.what()));
@@ -358,22 +397,36 @@ absl::Status CudnnAttention::Backward(const AttentionShape& shape, const void* q
     return absl::InvalidArgumentError(absl::StrCat(kOp, ": a tensor pointer is null"));
   }
   MT_RETURN_IF_ERROR(impl_->handle.BindStream(stream));
-  std::unordered_map<int64_t, void*> pack = {
-      {kQ, const_cast<void*>(q)},
-      {kK, const_cast<void*>(k)},
-      {kV, const_cast<void*>(v)},
-      {kO, const_cast<void*>(out)},
-      {kDO, const_cast<void*>(dout)},
-      {kStats, const_cast<float*>(lse)},
-      {kDQ, dq},
-      {kDK, dk},
-      {kDV, dv},
+  // Each call's slice: batch items [bi, bi + b_c) and kv heads [hi, hi + g) with their query
+  // heads, as element offsets into the [b, s, h, d] tensors and the [b, hq, s] statistics.
+  const CudnnBackwardSplit split = graphs->split;
+  const int64_t group = shape.q_heads / shape.kv_heads;
+  const int64_t q_row = int64_t{shape.q_heads} * shape.head_dim;
+  const int64_t kv_row = int64_t{shape.kv_heads} * shape.head_dim;
+  const auto bf16_at = [&](const void* base, int64_t offset) {
+    return const_cast<uint16_t*>(static_cast<const uint16_t*>(base)) + offset;
   };
-  try {
-    return FeStatus(graphs->backward->execute(impl_->handle.get(), pack, workspace), kOp);
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat(kOp, ": cudnn-frontend threw: ", e.what()));
+  for (int bi = 0; bi < shape.batch; bi += split.batch_per_call) {
+    for (int hi = 0; hi < shape.kv_heads; hi += split.kv_heads_per_call) {
+      const int64_t q_offset = int64_t{bi} * shape.seq * q_row + hi * group * shape.head_dim;
+      const int64_t kv_offset = int64_t{bi} * shape.seq * kv_row + int64_t{hi} * shape.head_dim;
+      const int64_t stats_offset = (int64_t{bi} * shape.q_heads + hi * group) * int64_t{shape.seq};
+      std::unordered_map<int64_t, void*> pack = {
+          {kQ, bf16_at(q, q_offset)},     {kK, bf16_at(k, kv_offset)},
+          {kV, bf16_at(v, kv_offset)},    {kO, bf16_at(out, q_offset)},
+          {kDO, bf16_at(dout, q_offset)}, {kStats, const_cast<float*>(lse) + stats_offset},
+          {kDQ, bf16_at(dq, q_offset)},   {kDK, bf16_at(dk, kv_offset)},
+          {kDV, bf16_at(dv, kv_offset)},
+      };
+      try {
+        MT_RETURN_IF_ERROR(
+            FeStatus(graphs->backward->execute(impl_->handle.get(), pack, workspace), kOp));
+      } catch (const std::exception& e) {
+        return absl::InternalError(absl::StrCat(kOp, ": cudnn-frontend threw: ", e.what()));
+      }
+    }
   }
+  return absl::OkStatus();
 }
 
 #else  // !MEGATRAIN_HAVE_CUDNN_FRONTEND
@@ -390,8 +443,10 @@ absl::Status NotBuilt(absl::string_view op) {
 absl::StatusOr<CudnnAttention> CudnnAttention::Create() {
   return NotBuilt("CudnnAttention::Create");
 }
-absl::StatusOr<CudnnAttentionWorkspace> CudnnAttention::Prepare(const AttentionShape& shape) {
+absl::StatusOr<CudnnAttentionWorkspace> CudnnAttention::Prepare(const AttentionShape& shape,
+                                                                CudnnBackwardSplit backward_split) {
   MT_RETURN_IF_ERROR(CheckShape(shape, "CudnnAttention::Prepare"));
+  MT_RETURN_IF_ERROR(CheckSplit(shape, backward_split));
   return NotBuilt("CudnnAttention::Prepare");
 }
 absl::Status CudnnAttention::Forward(const AttentionShape&, const void*, const void*, const void*,

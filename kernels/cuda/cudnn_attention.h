@@ -8,10 +8,12 @@
 // 1. One cudnnHandle_t per CudnnAttention (CudnnHandle: RAII, move-only),
 //    bound with cudnnSetStream to the stream of each call (re-bound only
 //    when the stream changes); every execution is enqueued on that stream.
-// 2. Prepare(shape) builds the forward and the backward graphs of a shape
-//    once (heuristics mode A, then plans) and caches them by
+// 2. Prepare(shape, split) builds the forward and the backward graphs of a
+//    shape once (heuristics mode A, then plans) and caches them by
 //    (batch, q_heads, kv_heads, seq, head_dim, causal, scale); it returns the
-//    two plans' workspace sizes. Building needs the device and
+//    two plans' workspace sizes. The backward may be cut into calls over
+//    batch items and kv-head groups (pointer offsets into the same tensors,
+//    the full tensors' strides) so its O(seq^2) workspace fits. Building needs the device and
 //    may take tens of milliseconds: do it at set-up, never inside a step.
 // 3. Forward/Backward look the graphs up (FailedPrecondition if Prepare was
 //    not called) and execute them with the caller's workspace (at least the
@@ -33,6 +35,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/cuda/attention_select.h"
 #include "kernels/cuda/ops.h"
 
 struct cudnnContext;  // cudnnHandle_t is cudnnContext*
@@ -82,9 +85,14 @@ class CudnnAttention {
   ~CudnnAttention();
 
   // Builds (or finds) the causal forward + deterministic backward graphs of
-  // `shape` and returns their workspace bytes. Unimplemented /
+  // `shape` and returns their workspace bytes (the backward's: one call's).
+  // `backward_split` (attention_select.h) cuts the backward into calls over
+  // batch items and kv-head groups, run one after the other on the stream
+  // with the same workspace; invalid (the default) = one call. Preparing a
+  // shape again with another split replaces its graphs. Unimplemented /
   // FailedPrecondition when cuDNN refuses the shape (then use our kernel).
-  absl::StatusOr<CudnnAttentionWorkspace> Prepare(const AttentionShape& shape);
+  absl::StatusOr<CudnnAttentionWorkspace> Prepare(const AttentionShape& shape,
+                                                  CudnnBackwardSplit backward_split = {});
 
   // As AttentionForward (ops.h); lse = cuDNN's Stats.
   absl::Status Forward(const AttentionShape& shape, const void* q, const void* k, const void* v,

@@ -1,8 +1,9 @@
 // cuDNN fused attention (cudnn_attention.h) against our own kernel (ops.h)
 // and a double-precision CPU reference, on odd-ish shapes: seq 37 (not a
-// multiple of any tile), GQA 4:2, head_dim 64 and 128, and one longer GQA 8:2
-// shape. Skips without a CUDA device, without the cudnn-frontend headers, or
-// where the selection rules (attention_select.h) refuse the device.
+// multiple of any tile), GQA 4:2, head_dim 64 and 128, one longer GQA 8:2
+// shape and a 6:3 one with two batch items; the backward cut into calls of one
+// batch item and one kv head against one call. Skips without a CUDA device, without the
+// cudnn-frontend headers, or where the selection rules (attention_select.h) refuse the device.
 //
 // Tolerances (|got - want| <= rel * |want| + abs, inputs uniform in [-1, 1)):
 //  - out: both rounded to bf16 (2^-9 relative), and cuDNN multiplies P by V
@@ -185,11 +186,92 @@ TEST_P(CudnnAttentionTest, MatchesOwnKernelAndReference) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+// The backward cut into calls of one batch item and one kv head (attention_select.h's
+// CudnnBackwardSplit; what seq 32768 needs on a 7B shape) against the same backward in one
+// call: the calls cover every element once and give the same gradients.
+TEST_P(CudnnAttentionTest, SplitBackwardMatchesOneCall) {
+  MT_SKIP_WITHOUT_CUDA();
+  if (!CudnnAttentionBuilt()) GTEST_SKIP() << "built without the cudnn-frontend headers";
+  const AttentionShape s = GetParam().shape;
+  const CudnnBackwardSplit split{1, 1};
+  if (s.seq % 4 != 0) {  // never cut: each call's statistics slice must be 16-byte aligned
+    absl::StatusOr<CudnnAttention> cudnn = CudnnAttention::Create();
+    ASSERT_TRUE(cudnn.ok()) << cudnn.status();
+    EXPECT_EQ(cudnn->Prepare(s, split).status().code(), absl::StatusCode::kInvalidArgument);
+    return;
+  }
+  ASSERT_GT((s.batch / split.batch_per_call) * (s.kv_heads / split.kv_heads_per_call), 1);
+  const size_t tokens = size_t(s.batch) * s.seq;
+  const size_t nq = tokens * s.q_heads * s.head_dim, nk = tokens * s.kv_heads * s.head_dim;
+  const size_t nstats = size_t(s.batch) * s.q_heads * s.seq;
+  const auto q = RandomBf16Values(nq, 31, -1.0f, 1.0f);
+  const auto k = RandomBf16Values(nk, 32, -1.0f, 1.0f);
+  const auto v = RandomBf16Values(nk, 33, -1.0f, 1.0f);
+  const auto dout = RandomBf16Values(nq, 34, -1.0f, 1.0f);
+  DeviceBuffer<uint16_t> dq_in(ToBf16(q)), dk_in(ToBf16(k)), dv_in(ToBf16(v)), ddout(ToBf16(dout));
+  TestStream stream;
+
+  // dq, dk, dv (each filled with a sentinel first, so a slice no call wrote shows) for a split.
+  const auto backward = [&](const CudnnBackwardSplit& with) -> std::vector<uint16_t> {
+    absl::StatusOr<CudnnAttention> cudnn = CudnnAttention::Create();
+    EXPECT_TRUE(cudnn.ok()) << cudnn.status();
+    if (!cudnn.ok()) return {};
+    absl::StatusOr<CudnnAttentionWorkspace> ws = cudnn->Prepare(s, with);
+    EXPECT_TRUE(ws.ok()) << ws.status();
+    if (!ws.ok()) return {};
+    std::printf("split %d x %d: backward workspace %zu bytes a call\n", with.batch_per_call,
+                with.kv_heads_per_call, ws->backward);
+    DeviceBuffer<uint8_t> fwd_ws(std::max<size_t>(ws->forward, 1));
+    DeviceBuffer<uint8_t> bwd_ws(std::max<size_t>(ws->backward, 1));
+    DeviceBuffer<uint16_t> out(nq), dq(std::vector<uint16_t>(nq, 0x7fc0)),
+        dk(std::vector<uint16_t>(nk, 0x7fc0)), dv(std::vector<uint16_t>(nk, 0x7fc0));
+    DeviceBuffer<float> lse(nstats);
+    absl::Status st = cudnn->Forward(s, dq_in.get(), dk_in.get(), dv_in.get(), out.get(), lse.get(),
+                                     fwd_ws.get(), ws->forward, stream.get());
+    EXPECT_TRUE(st.ok()) << st;
+    st =
+        cudnn->Backward(s, dq_in.get(), dk_in.get(), dv_in.get(), out.get(), ddout.get(), lse.get(),
+                        dq.get(), dk.get(), dv.get(), bwd_ws.get(), ws->backward, stream.get());
+    EXPECT_TRUE(st.ok()) << st;
+    EXPECT_EQ(stream.Sync(), cudaSuccess);
+    std::vector<uint16_t> all = dq.Download();
+    for (auto* t : {&dk, &dv}) {
+      const std::vector<uint16_t> part = t->Download();
+      all.insert(all.end(), part.begin(), part.end());
+    }
+    return all;
+  };
+  const std::vector<uint16_t> whole = backward(WholeCudnnBackward(s));
+  const std::vector<uint16_t> cut = backward(split);
+  ASSERT_EQ(whole.size(), nq + 2 * nk);
+  ASSERT_EQ(cut.size(), whole.size());
+  std::printf("split backward bitwise equal to one call: %s\n", cut == whole ? "yes" : "no");
+  const testing::AttentionReferenceResult ref = ReferenceAttention(s, q, k, v, dout);
+  const std::vector<float> all = FromBf16(cut);
+  using testing::ExpectClose;
+  using testing::ExpectCloseToMax;
+  const std::vector<float> dq(all.begin(), all.begin() + nq);
+  const std::vector<float> dk(all.begin() + nq, all.begin() + nq + nk);
+  const std::vector<float> dv(all.begin() + nq + nk, all.end());
+  ExpectClose(dq, ref.dq, 2e-2, 2e-2, "split dq vs reference");
+  ExpectClose(dk, ref.dk, 2e-2, 2e-2, "split dk vs reference");
+  ExpectClose(dv, ref.dv, 2e-2, 2e-2, "split dv vs reference");
+  ExpectCloseToMax(all, FromBf16(whole), 1e-2, "split vs one call");
+
+  // A split that does not divide the shape is refused by field.
+  absl::StatusOr<CudnnAttention> cudnn = CudnnAttention::Create();
+  ASSERT_TRUE(cudnn.ok());
+  const absl::StatusOr<CudnnAttentionWorkspace> bad =
+      cudnn->Prepare(s, CudnnBackwardSplit{s.batch + 1, 1});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, CudnnAttentionTest,
     ::testing::Values(Case{"b2_s37_h4_kv2_d64", AttentionShape{2, 37, 4, 2, 64, 0.125f}},
                       Case{"b2_s37_h4_kv2_d128", AttentionShape{2, 37, 4, 2, 128, 0.08838835f}},
-                      Case{"b1_s200_h8_kv2_d128", AttentionShape{1, 200, 8, 2, 128, 0.08838835f}}),
+                      Case{"b1_s200_h8_kv2_d128", AttentionShape{1, 200, 8, 2, 128, 0.08838835f}},
+                      Case{"b2_s64_h6_kv3_d64", AttentionShape{2, 64, 6, 3, 64, 0.125f}}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 }  // namespace
