@@ -74,6 +74,12 @@ AttentionChoice SelectAttentionImpl(const AttentionShape& s, const AttentionSele
     return Own(absl::StrCat("head_dim = ", s.head_dim, " > 128 needs Hopper or newer for cuDNN"));
   }
   const CudnnBackwardSplit split = SplitCudnnAttentionBackward(s, in.workspace_cap_bytes);
+  if (!split.valid() && s.seq % 4 != 0) {
+    return Own(absl::StrCat("cuDNN attention workspace estimate ",
+                            CudnnAttentionBackwardWorkspaceEstimateBytes(s), " bytes > cap ",
+                            in.workspace_cap_bytes, ", and seq = ", s.seq,
+                            " is not a multiple of 4, so the backward cannot be cut into calls"));
+  }
   if (!split.valid()) {
     AttentionShape smallest = s;
     smallest.batch = 1;

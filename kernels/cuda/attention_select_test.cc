@@ -148,10 +148,14 @@ TEST(AttentionSelectTest, WorkspaceEstimateAndCap) {
   EXPECT_EQ(CudnnAttentionBackwardWorkspaceEstimateBytes(qwen7b_32k),
             size_t{60607692800});  // logged
   EXPECT_EQ(SelectAttentionImpl(qwen7b_32k, Eligible()).impl, AttentionImpl::kCudnn);
-  // A seq that is not a multiple of 4 is never cut (unaligned statistics slices).
-  EXPECT_FALSE(SplitCudnnAttentionBackward(AttentionShape{1, 32766, 32, 8, 128, 0.088f},
-                                           kDefaultCudnnAttentionWorkspaceCap)
-                   .valid());
+  // A seq that is not a multiple of 4 is never cut (unaligned statistics slices), and the
+  // refusal says so.
+  const AttentionShape uncut{1, 32766, 32, 8, 128, 0.088f};
+  EXPECT_FALSE(SplitCudnnAttentionBackward(uncut, kDefaultCudnnAttentionWorkspaceCap).valid());
+  const AttentionChoice uncut_choice = SelectAttentionImpl(uncut, Eligible());
+  EXPECT_EQ(uncut_choice.impl, AttentionImpl::kOwnKernel);
+  EXPECT_NE(uncut_choice.reason.find("not a multiple of 4"), std::string::npos)
+      << uncut_choice.reason;
   EXPECT_EQ(SplitCudnnAttentionBackward(AttentionShape{2, 37, 4, 2, 64, 0.125f}, size_t{1} << 30),
             (CudnnBackwardSplit{2, 2}));
   // seq 65536: one kv head a call is 32 GiB of dP: our kernel.

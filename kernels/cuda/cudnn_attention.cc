@@ -113,9 +113,14 @@ absl::Status CheckShape(const AttentionShape& s, absl::string_view op) {
   return absl::OkStatus();
 }
 
-// A split must cut the shape into equal calls (attention_select.h); invalid = one call.
+// A split must cut the shape into equal calls (attention_select.h); {0, 0} = one call.
 absl::Status CheckSplit(const AttentionShape& s, const CudnnBackwardSplit& split) {
-  if (!split.valid() || split == WholeCudnnBackward(s)) return absl::OkStatus();
+  if (split == CudnnBackwardSplit{} || split == WholeCudnnBackward(s)) return absl::OkStatus();
+  if (!split.valid()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CudnnAttention::Prepare: backward split of ", split.batch_per_call, " batch item(s) x ",
+        split.kv_heads_per_call, " kv head(s): both must be positive ({0, 0} = one call)"));
+  }
   if (s.seq % 4 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "CudnnAttention::Prepare: a split backward needs seq a multiple of 4 (16-byte aligned "
@@ -325,11 +330,9 @@ absl::StatusOr<CudnnAttentionWorkspace> CudnnAttention::Prepare(const AttentionS
   MT_RETURN_IF_ERROR(CheckSplit(shape, backward_split));
   if (!backward_split.valid()) backward_split = WholeCudnnBackward(shape);
   auto it = impl_->cache.find(KeyOf(shape));
-  if (it != impl_->cache.end() && !(it->second.split == backward_split)) {
-    impl_->cache.erase(it);
-    it = impl_->cache.end();
-  }
-  if (it == impl_->cache.end()) {
+  // Another split of a cached shape is built first and replaces the cached graphs only once
+  // built: a refused rebuild leaves the shape as it was.
+  if (it == impl_->cache.end() || !(it->second.split == backward_split)) {
     // cudnn-frontend throws where it finds no implementation for a node
     // (Graph::sdpa with AttentionImplementation_t::AUTO left unresolved):
     // a refusal like any other, so our kernel takes over.
@@ -341,7 +344,7 @@ absl::StatusOr<CudnnAttentionWorkspace> CudnnAttention::Prepare(const AttentionS
           absl::StrCat("CudnnAttention::Prepare: cudnn-frontend threw: ", e.what()));
     }
     if (!graphs.ok()) return graphs.status();
-    it = impl_->cache.emplace(KeyOf(shape), std::move(*graphs)).first;
+    it = impl_->cache.insert_or_assign(KeyOf(shape), std::move(*graphs)).first;
   }
   return CudnnAttentionWorkspace{it->second.forward_workspace, it->second.backward_workspace};
 }

@@ -1,8 +1,8 @@
 // cuDNN fused attention (cudnn_attention.h) against our own kernel (ops.h)
 // and a double-precision CPU reference, on odd-ish shapes: seq 37 (not a
 // multiple of any tile), GQA 4:2, head_dim 64 and 128, one longer GQA 8:2
-// shape and a 6:3 one with two batch items; the backward cut into calls of one
-// batch item and one kv head against one call. Skips without a CUDA device, without the
+// shape, a 6:3 one with two batch items and an 8:4 one with four; the backward
+// cut into calls (several splits) against one call. Skips without a CUDA device, without the
 // cudnn-frontend headers, or where the selection rules (attention_select.h) refuse the device.
 //
 // Tolerances (|got - want| <= rel * |want| + abs, inputs uniform in [-1, 1)):
@@ -186,21 +186,27 @@ TEST_P(CudnnAttentionTest, MatchesOwnKernelAndReference) {
             absl::StatusCode::kFailedPrecondition);
 }
 
-// The backward cut into calls of one batch item and one kv head (attention_select.h's
-// CudnnBackwardSplit; what seq 32768 needs on a 7B shape) against the same backward in one
-// call: the calls cover every element once and give the same gradients.
+// The backward cut into calls (attention_select.h's CudnnBackwardSplit; seq 32768 on a 7B shape
+// needs one kv head a call) against the same backward in one call: one batch item x one kv head,
+// one item x some kv heads, several items x every head, each on one CudnnAttention (Prepare
+// again with another split replaces the graphs). The calls cover every element once (outputs
+// start as NaN) and give the same gradients.
 TEST_P(CudnnAttentionTest, SplitBackwardMatchesOneCall) {
   MT_SKIP_WITHOUT_CUDA();
   if (!CudnnAttentionBuilt()) GTEST_SKIP() << "built without the cudnn-frontend headers";
   const AttentionShape s = GetParam().shape;
-  const CudnnBackwardSplit split{1, 1};
+  absl::StatusOr<CudnnAttention> cudnn = CudnnAttention::Create();
+  ASSERT_TRUE(cudnn.ok()) << cudnn.status();
   if (s.seq % 4 != 0) {  // never cut: each call's statistics slice must be 16-byte aligned
-    absl::StatusOr<CudnnAttention> cudnn = CudnnAttention::Create();
-    ASSERT_TRUE(cudnn.ok()) << cudnn.status();
-    EXPECT_EQ(cudnn->Prepare(s, split).status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(cudnn->Prepare(s, CudnnBackwardSplit{1, 1}).status().code(),
+              absl::StatusCode::kInvalidArgument);
     return;
   }
-  ASSERT_GT((s.batch / split.batch_per_call) * (s.kv_heads / split.kv_heads_per_call), 1);
+  std::vector<CudnnBackwardSplit> splits = {{1, 1}};
+  for (int g = 2; g < s.kv_heads; ++g) {
+    if (s.kv_heads % g == 0) splits.push_back({1, g});
+  }
+  if (s.batch >= 2 && s.batch % 2 == 0) splits.push_back({s.batch / 2, s.kv_heads});
   const size_t tokens = size_t(s.batch) * s.seq;
   const size_t nq = tokens * s.q_heads * s.head_dim, nk = tokens * s.kv_heads * s.head_dim;
   const size_t nstats = size_t(s.batch) * s.q_heads * s.seq;
@@ -211,11 +217,8 @@ TEST_P(CudnnAttentionTest, SplitBackwardMatchesOneCall) {
   DeviceBuffer<uint16_t> dq_in(ToBf16(q)), dk_in(ToBf16(k)), dv_in(ToBf16(v)), ddout(ToBf16(dout));
   TestStream stream;
 
-  // dq, dk, dv (each filled with a sentinel first, so a slice no call wrote shows) for a split.
+  // dq, dk, dv (each filled with NaN first, so a slice no call wrote shows) for a split.
   const auto backward = [&](const CudnnBackwardSplit& with) -> std::vector<uint16_t> {
-    absl::StatusOr<CudnnAttention> cudnn = CudnnAttention::Create();
-    EXPECT_TRUE(cudnn.ok()) << cudnn.status();
-    if (!cudnn.ok()) return {};
     absl::StatusOr<CudnnAttentionWorkspace> ws = cudnn->Prepare(s, with);
     EXPECT_TRUE(ws.ok()) << ws.status();
     if (!ws.ok()) return {};
@@ -226,12 +229,12 @@ TEST_P(CudnnAttentionTest, SplitBackwardMatchesOneCall) {
     DeviceBuffer<uint16_t> out(nq), dq(std::vector<uint16_t>(nq, 0x7fc0)),
         dk(std::vector<uint16_t>(nk, 0x7fc0)), dv(std::vector<uint16_t>(nk, 0x7fc0));
     DeviceBuffer<float> lse(nstats);
-    absl::Status st = cudnn->Forward(s, dq_in.get(), dk_in.get(), dv_in.get(), out.get(), lse.get(),
-                                     fwd_ws.get(), ws->forward, stream.get());
+    absl::Status st = cudnn->Forward(s, dq_in.get(), dk_in.get(), dv_in.get(), out.get(),
+                                     lse.get(), fwd_ws.get(), ws->forward, stream.get());
     EXPECT_TRUE(st.ok()) << st;
-    st =
-        cudnn->Backward(s, dq_in.get(), dk_in.get(), dv_in.get(), out.get(), ddout.get(), lse.get(),
-                        dq.get(), dk.get(), dv.get(), bwd_ws.get(), ws->backward, stream.get());
+    st = cudnn->Backward(s, dq_in.get(), dk_in.get(), dv_in.get(), out.get(), ddout.get(),
+                         lse.get(), dq.get(), dk.get(), dv.get(), bwd_ws.get(), ws->backward,
+                         stream.get());
     EXPECT_TRUE(st.ok()) << st;
     EXPECT_EQ(stream.Sync(), cudaSuccess);
     std::vector<uint16_t> all = dq.Download();
@@ -242,28 +245,34 @@ TEST_P(CudnnAttentionTest, SplitBackwardMatchesOneCall) {
     return all;
   };
   const std::vector<uint16_t> whole = backward(WholeCudnnBackward(s));
-  const std::vector<uint16_t> cut = backward(split);
   ASSERT_EQ(whole.size(), nq + 2 * nk);
-  ASSERT_EQ(cut.size(), whole.size());
-  std::printf("split backward bitwise equal to one call: %s\n", cut == whole ? "yes" : "no");
   const testing::AttentionReferenceResult ref = ReferenceAttention(s, q, k, v, dout);
-  const std::vector<float> all = FromBf16(cut);
-  using testing::ExpectClose;
-  using testing::ExpectCloseToMax;
-  const std::vector<float> dq(all.begin(), all.begin() + nq);
-  const std::vector<float> dk(all.begin() + nq, all.begin() + nq + nk);
-  const std::vector<float> dv(all.begin() + nq + nk, all.end());
-  ExpectClose(dq, ref.dq, 2e-2, 2e-2, "split dq vs reference");
-  ExpectClose(dk, ref.dk, 2e-2, 2e-2, "split dk vs reference");
-  ExpectClose(dv, ref.dv, 2e-2, 2e-2, "split dv vs reference");
-  ExpectCloseToMax(all, FromBf16(whole), 1e-2, "split vs one call");
+  for (const CudnnBackwardSplit& split : splits) {
+    SCOPED_TRACE(::testing::Message() << "split " << split.batch_per_call << " x "
+                                      << split.kv_heads_per_call);
+    const std::vector<uint16_t> cut = backward(split);
+    ASSERT_EQ(cut.size(), whole.size());
+    std::printf("split %d x %d: bitwise equal to one call: %s\n", split.batch_per_call,
+                split.kv_heads_per_call, cut == whole ? "yes" : "no");
+    const std::vector<float> all = FromBf16(cut);
+    const std::vector<float> dq(all.begin(), all.begin() + nq);
+    const std::vector<float> dk(all.begin() + nq, all.begin() + nq + nk);
+    const std::vector<float> dv(all.begin() + nq + nk, all.end());
+    testing::ExpectClose(dq, ref.dq, 2e-2, 2e-2, "split dq vs reference");
+    testing::ExpectClose(dk, ref.dk, 2e-2, 2e-2, "split dk vs reference");
+    testing::ExpectClose(dv, ref.dv, 2e-2, 2e-2, "split dv vs reference");
+    testing::ExpectCloseToMax(all, FromBf16(whole), 1e-2, "split vs one call");
+  }
 
-  // A split that does not divide the shape is refused by field.
-  absl::StatusOr<CudnnAttention> cudnn = CudnnAttention::Create();
-  ASSERT_TRUE(cudnn.ok());
-  const absl::StatusOr<CudnnAttentionWorkspace> bad =
-      cudnn->Prepare(s, CudnnBackwardSplit{s.batch + 1, 1});
-  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+  // Splits that do not cut the shape into equal, packed calls are refused by field.
+  for (const CudnnBackwardSplit bad : {CudnnBackwardSplit{1, s.kv_heads + 1},
+                                       CudnnBackwardSplit{s.batch + 1, s.kv_heads},
+                                       CudnnBackwardSplit{-1, 1}}) {
+    EXPECT_EQ(cudnn->Prepare(s, bad).status().code(), absl::StatusCode::kInvalidArgument)
+        << bad.batch_per_call << " x " << bad.kv_heads_per_call;
+  }
+  // A refused split leaves the prepared graphs as they were.
+  EXPECT_TRUE(cudnn->Prepare(s, splits.back()).ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -271,7 +280,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"b2_s37_h4_kv2_d64", AttentionShape{2, 37, 4, 2, 64, 0.125f}},
                       Case{"b2_s37_h4_kv2_d128", AttentionShape{2, 37, 4, 2, 128, 0.08838835f}},
                       Case{"b1_s200_h8_kv2_d128", AttentionShape{1, 200, 8, 2, 128, 0.08838835f}},
-                      Case{"b2_s64_h6_kv3_d64", AttentionShape{2, 64, 6, 3, 64, 0.125f}}),
+                      Case{"b2_s64_h6_kv3_d64", AttentionShape{2, 64, 6, 3, 64, 0.125f}},
+                      Case{"b4_s48_h8_kv4_d64", AttentionShape{4, 48, 8, 4, 64, 0.125f}}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -1,6 +1,8 @@
 """Summarises a train_local Chrome trace of a streamed step (run.sh's bench stages): per-layer
 forward / backward / recompute compute time and TFLOP/s, per-layer copy-in and copy-out times,
-each stream's busy and waiting share of the step, and the model TFLOP/s and MFU of that step.
+each stream's busy and waiting share of the step, the compute stream's stall by cause, the
+layer FLOPs executed against the 6PT model's (recompute overhead), the decoder weights moved
+over the link as a multiple of their bf16 size, and the model TFLOP/s and MFU of that step.
 
 Usage: trace_summary.py --trace T --config C --seq_len S --micro_batch B [--accumulation A]
                         [--peak_tflops 989]
@@ -64,6 +66,53 @@ def main():
         print(f"stream {stream:8s}: busy {busy / step_s:6.1%}, waiting {wait / step_s:6.1%} of the step")
     compute_busy = sum(e["dur"] for e in events if e.get("args", {}).get("stream") == "compute"
                        and e["args"].get("kind") == "compute") / 1e6
+    # Stall: the step's share in which the compute stream runs nothing, and what it waited on.
+    waits = {}
+    for e in events:
+        if e.get("args", {}).get("stream") == "compute" and e["args"].get("kind") == "wait":
+            waits[e["name"]] = waits.get(e["name"], 0.0) + e["dur"] / 1e6
+    causes = ", ".join(f"{name} {sec * 1e3:.0f} ms" for name, sec in
+                       sorted(waits.items(), key=lambda kv: -kv[1])) or "none"
+    print(f"stall: compute stream idle {1 - compute_busy / step_s:.1%} of the step; "
+          f"its waits: {causes}")
+    # The rest of the idle time has no wait span: gaps between the compute stream's spans (work
+    # on another stream's host thread that the next span depends on), grouped by what ends
+    # before and starts after them.
+    gaps = {}
+    ordered = sorted((e for e in events if e.get("args", {}).get("stream") == "compute"),
+                     key=lambda e: e["ts"])
+    covered_to, before = start, "step start"
+    for e in ordered + [{"ts": end, "dur": 0, "name": "step end"}]:
+        if e["ts"] > covered_to:
+            key = f"{before} -> {e['name']}"
+            total, count = gaps.get(key, (0.0, 0))
+            gaps[key] = (total + (e["ts"] - covered_to) / 1e6, count + 1)
+        if e["ts"] + e["dur"] >= covered_to:
+            covered_to, before = e["ts"] + e["dur"], e["name"]
+    gap_total = sum(total for total, _ in gaps.values())
+    largest = sorted(gaps.items(), key=lambda kv: -kv[1][0])[:3]
+    print(f"stall: gaps between compute spans {gap_total * 1e3:.0f} ms; largest: " +
+          ("; ".join(f"{key} {total * 1e3:.0f} ms over {count}" for key, (total, count) in largest)
+           or "none"))
+    # Recompute overhead: a layer pass forward costs F, backward 2F; 6PT counts one forward and
+    # one backward per layer and micro-batch (the backward spans), so executed / model = the
+    # layer passes run over 3 F per backward span.
+    n_fwd = len(spans("compute", "compute", "layer.fwd."))
+    n_bwd = len(spans("compute", "compute", "layer.bwd."))
+    n_rec = len(spans("compute", "compute", "layer.recompute."))
+    if n_bwd:
+        print(f"layer FLOPs executed / 6PT: {(n_fwd + n_rec + 2 * n_bwd) / (3 * n_bwd):.3f} "
+              f"({n_fwd} forward, {n_rec} recompute, {n_bwd} backward layer passes)")
+    # Weights over the link: each layer copy-in span moves one layer's bf16 weights.
+    copies = {kind: len(spans("copy_in", "copy_in", "layer." + kind + "."))
+              for kind in ("fwd", "bwd", "recompute")}
+    n_copies = sum(copies.values())
+    if n_copies and m["layers"]:
+        per_step = n_copies / m["layers"]
+        print(f"decoder weights over the link: {n_copies} layer copies ({copies['fwd']} forward, "
+              f"{copies['bwd']} backward, {copies['recompute']} recompute) = {per_step:.2f}x "
+              f"the decoder's bf16 size a step, {per_step / a.accumulation:.2f}x a micro-batch "
+              f"({2 * layer_flops.layer_linear_params(m) * n_copies / 1e9:.1f} GB of linear weights)")
     tokens = a.micro_batch * a.seq_len * a.accumulation
     model = layer_flops.model_step_flops(m, tokens, a.seq_len)
     tflops = model / step_s / 1e12
