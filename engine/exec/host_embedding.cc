@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/common/parallel_chunks.h"
+#include "kernels/common/bf16.h"
 #include "kernels/cpu/embedding.h"
 
 namespace megatrain::engine {
@@ -33,9 +34,13 @@ void GatherEmbeddingRows(const float* table, int64_t vocab, int64_t dim, const i
   kernels::cpu::EmbeddingForward(table, vocab, dim, ids, tokens, rows);
 }
 
-void ScatterAddEmbeddingRows(const float* d_rows, const int32_t* ids, int64_t tokens, int64_t vocab,
-                             int64_t dim, bool first_contribution, float* grad,
-                             unsigned max_threads) {
+namespace {
+
+// The scatter of both row formats: `row_value(t, j)` is token t's gradient at column j as a
+// float (a bf16 value widens exactly, so either format gives the bits of its fp32 rows).
+template <typename RowValue>
+void ScatterAddRows(RowValue row_value, const int32_t* ids, int64_t tokens, int64_t vocab,
+                    int64_t dim, bool first_contribution, float* grad, unsigned max_threads) {
   if (max_threads == 0) max_threads = HostChunkThreads();
   if (first_contribution) ZeroTable(grad, static_cast<size_t>(vocab * dim), max_threads);
   // Tokens grouped by id, token order kept inside a group. Each table row is then the sum of
@@ -58,8 +63,8 @@ void ScatterAddEmbeddingRows(const float* d_rows, const int32_t* ids, int64_t to
     for (size_t g = first_group; g < end_group; ++g) {
       std::fill(sum.begin(), sum.end(), 0.0f);
       for (size_t i = group_starts[g]; i < group_starts[g + 1]; ++i) {
-        const float* row = d_rows + order[i] * dim;
-        for (int64_t j = 0; j < dim; ++j) sum[j] += row[j];
+        const int64_t t = order[i];
+        for (int64_t j = 0; j < dim; ++j) sum[j] += row_value(t, j);
       }
       float* out = grad + static_cast<int64_t>(ids[order[group_starts[g]]]) * dim;
       if (first_contribution) {
@@ -69,6 +74,25 @@ void ScatterAddEmbeddingRows(const float* d_rows, const int32_t* ids, int64_t to
       }
     }
   });
+}
+
+}  // namespace
+
+void ScatterAddEmbeddingRows(const float* d_rows, const int32_t* ids, int64_t tokens, int64_t vocab,
+                             int64_t dim, bool first_contribution, float* grad,
+                             unsigned max_threads) {
+  ScatterAddRows([d_rows, dim](int64_t t, int64_t j) { return d_rows[t * dim + j]; }, ids, tokens,
+                 vocab, dim, first_contribution, grad, max_threads);
+}
+
+void ScatterAddEmbeddingRowsBf16(const uint16_t* d_rows_bf16, const int32_t* ids, int64_t tokens,
+                                 int64_t vocab, int64_t dim, bool first_contribution, float* grad,
+                                 unsigned max_threads) {
+  ScatterAddRows(
+      [d_rows_bf16, dim](int64_t t, int64_t j) {
+        return kernels::Bf16BitsToFloat32(d_rows_bf16[t * dim + j]);
+      },
+      ids, tokens, vocab, dim, first_contribution, grad, max_threads);
 }
 
 }  // namespace megatrain::engine

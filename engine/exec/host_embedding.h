@@ -22,4 +22,11 @@ void ScatterAddEmbeddingRows(const float* d_rows, const int32_t* ids, int64_t to
                              int64_t dim, bool first_contribution, float* grad,
                              unsigned threads = 0);
 
+// The same from bf16 rows (a GPU's embedding gradient as it comes off the device), widened as
+// they are summed: the bits of ScatterAddEmbeddingRows over the rows widened to fp32 first,
+// without that pass over an fp32 copy (tokens x dim x 4 bytes written and read again).
+void ScatterAddEmbeddingRowsBf16(const uint16_t* d_rows_bf16, const int32_t* ids, int64_t tokens,
+                                 int64_t vocab, int64_t dim, bool first_contribution, float* grad,
+                                 unsigned threads = 0);
+
 }  // namespace megatrain::engine

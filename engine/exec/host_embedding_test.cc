@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/common/bf16.h"
 #include "kernels/cpu/embedding.h"
 
 namespace megatrain::engine {
@@ -64,6 +65,36 @@ TEST(HostEmbeddingTest, ThreadedScatterMatchesZeroedScatter) {
     SCOPED_TRACE(threads);
     ExpectScatterMatchesZeroedScatter(523, 401, 3001, 97, threads);
     ExpectScatterMatchesZeroedScatter(523, 401, 3001, 2, threads);  // two huge groups
+  }
+}
+
+// bf16 rows widened as they are summed: the bits of widening them first, then the fp32
+// scatter, threaded or not, first contribution or added.
+TEST(HostEmbeddingTest, Bf16ScatterMatchesWidenedFp32Scatter) {
+  const int64_t vocab = 523, dim = 401, tokens = 3001;  // over 1M floats: threaded
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int32_t> id(0, 96);
+  std::normal_distribution<float> value(0.0f, 1.0f);
+  std::vector<int32_t> ids(tokens);
+  for (auto& i : ids) i = id(rng);
+  std::vector<uint16_t> bf16(tokens * dim);
+  std::vector<float> widened(bf16.size());
+  for (size_t i = 0; i < bf16.size(); ++i) {
+    bf16[i] = kernels::Float32ToBf16Bits(value(rng) * 100.0f);
+    widened[i] = kernels::Bf16BitsToFloat32(bf16[i]);
+  }
+  std::vector<float> slab(vocab * dim);
+  for (auto& v : slab) v = value(rng);
+  for (const bool first : {true, false}) {
+    for (const unsigned threads : {1u, 3u, 8u}) {
+      SCOPED_TRACE(::testing::Message() << "first " << first << ", threads " << threads);
+      std::vector<float> want = slab, got = slab;
+      ScatterAddEmbeddingRows(widened.data(), ids.data(), tokens, vocab, dim, first, want.data(),
+                              threads);
+      ScatterAddEmbeddingRowsBf16(bf16.data(), ids.data(), tokens, vocab, dim, first, got.data(),
+                                  threads);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+    }
   }
 }
 
