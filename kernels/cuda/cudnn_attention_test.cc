@@ -55,6 +55,24 @@ testing::AttentionReferenceResult ReferenceAttention(const AttentionShape& s,
 
 std::vector<double> ToDouble(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
+// A shape's inputs, bf16 values in [-1, 1) from seeds seed..seed+3, and the element counts.
+struct AttentionInputs {
+  size_t nq = 0, nk = 0, nstats = 0;
+  std::vector<float> q, k, v, dout;
+};
+AttentionInputs RandomAttentionInputs(const AttentionShape& s, uint32_t seed) {
+  AttentionInputs in;
+  const size_t tokens = size_t(s.batch) * s.seq;
+  in.nq = tokens * s.q_heads * s.head_dim;
+  in.nk = tokens * s.kv_heads * s.head_dim;
+  in.nstats = size_t(s.batch) * s.q_heads * s.seq;
+  in.q = RandomBf16Values(in.nq, seed, -1.0f, 1.0f);
+  in.k = RandomBf16Values(in.nk, seed + 1, -1.0f, 1.0f);
+  in.v = RandomBf16Values(in.nk, seed + 2, -1.0f, 1.0f);
+  in.dout = RandomBf16Values(in.nq, seed + 3, -1.0f, 1.0f);
+  return in;
+}
+
 TEST(CudnnHandleTest, CreateReportsCleanly) {
   int count = 0;
   const bool have_device = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
@@ -95,13 +113,9 @@ TEST_P(CudnnAttentionTest, MatchesOwnKernelAndReference) {
   const AttentionChoice choice = SelectAttentionImpl(s, in);
   if (choice.impl != AttentionImpl::kCudnn) GTEST_SKIP() << choice.reason;
 
-  const size_t tokens = size_t(s.batch) * s.seq;
-  const size_t nq = tokens * s.q_heads * s.head_dim, nk = tokens * s.kv_heads * s.head_dim;
-  const size_t nstats = size_t(s.batch) * s.q_heads * s.seq;
-  const auto q = RandomBf16Values(nq, 21, -1.0f, 1.0f);
-  const auto k = RandomBf16Values(nk, 22, -1.0f, 1.0f);
-  const auto v = RandomBf16Values(nk, 23, -1.0f, 1.0f);
-  const auto dout = RandomBf16Values(nq, 24, -1.0f, 1.0f);
+  const AttentionInputs in_host = RandomAttentionInputs(s, 21);
+  const size_t nq = in_host.nq, nk = in_host.nk, nstats = in_host.nstats;
+  const auto &q = in_host.q, &k = in_host.k, &v = in_host.v, &dout = in_host.dout;
   DeviceBuffer<uint16_t> dq_in(ToBf16(q)), dk_in(ToBf16(k)), dv_in(ToBf16(v)), ddout(ToBf16(dout));
   TestStream stream;
 
@@ -207,13 +221,9 @@ TEST_P(CudnnAttentionTest, SplitBackwardMatchesOneCall) {
     if (s.kv_heads % g == 0) splits.push_back({1, g});
   }
   if (s.batch >= 2 && s.batch % 2 == 0) splits.push_back({s.batch / 2, s.kv_heads});
-  const size_t tokens = size_t(s.batch) * s.seq;
-  const size_t nq = tokens * s.q_heads * s.head_dim, nk = tokens * s.kv_heads * s.head_dim;
-  const size_t nstats = size_t(s.batch) * s.q_heads * s.seq;
-  const auto q = RandomBf16Values(nq, 31, -1.0f, 1.0f);
-  const auto k = RandomBf16Values(nk, 32, -1.0f, 1.0f);
-  const auto v = RandomBf16Values(nk, 33, -1.0f, 1.0f);
-  const auto dout = RandomBf16Values(nq, 34, -1.0f, 1.0f);
+  const AttentionInputs in_host = RandomAttentionInputs(s, 31);
+  const size_t nq = in_host.nq, nk = in_host.nk, nstats = in_host.nstats;
+  const auto &q = in_host.q, &k = in_host.k, &v = in_host.v, &dout = in_host.dout;
   DeviceBuffer<uint16_t> dq_in(ToBf16(q)), dk_in(ToBf16(k)), dv_in(ToBf16(v)), ddout(ToBf16(dout));
   TestStream stream;
 
