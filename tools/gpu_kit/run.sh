@@ -252,6 +252,11 @@ if want bench && ((cpu_only == 0)); then
 fi
 
 if want shapes && ((cpu_only == 0)); then
+  # End to end at a 14B shape (issue 20 point 2): Qwen2.5-14B's layers cut to 6 with the full
+  # vocabulary (3.21B parameters, 96 GB of host state with the speculative arrays), the fastest
+  # 7B setting. Not yet measured: first.
+  bench_extra="--arena_mb=60000 --keep_all --speculative_update --clip=0" \
+    bench_model train_14b_6layers_fast "$kit/share/qwen2.5-14b-6layers.json" 1024 16 8 3
   # One layer's rates at the 14B, 32B and 72B layer shapes (2 layers each, a 32k vocabulary so
   # the host optimizer and the head stay small), and the torch peer at the same shapes.
   for shape in 14b 32b 72b; do
