@@ -75,9 +75,10 @@ def main():
                        sorted(waits.items(), key=lambda kv: -kv[1])) or "none"
     print(f"stall: compute stream idle {1 - compute_busy / step_s:.1%} of the step; "
           f"its waits: {causes}")
-    # The rest of the idle time has no wait span: gaps between the compute stream's spans (work
-    # on another stream's host thread that the next span depends on), grouped by what ends
-    # before and starts after them.
+    # The rest of the idle time has no wait span: gaps between the compute stream's spans, where
+    # the host thread that enqueues its work had not queued the next span yet (the end of a
+    # micro-batch drains every stream; the host-side embedding gather; a host wait for an
+    # update), grouped by what ends before and starts after them.
     gaps = {}
     ordered = sorted((e for e in events if e.get("args", {}).get("stream") == "compute"),
                      key=lambda e: e["ts"])
@@ -94,17 +95,30 @@ def main():
     print(f"stall: gaps between compute spans {gap_total * 1e3:.0f} ms; largest: " +
           ("; ".join(f"{key} {total * 1e3:.0f} ms over {count}" for key, (total, count) in largest)
            or "none"))
-    # Recompute overhead: a layer pass forward costs F, backward 2F; 6PT counts one forward and
-    # one backward per layer and micro-batch (the backward spans), so executed / model = the
-    # layer passes run over 3 F per backward span.
-    n_fwd = len(spans("compute", "compute", "layer.fwd."))
-    n_bwd = len(spans("compute", "compute", "layer.bwd."))
-    n_rec = len(spans("compute", "compute", "layer.recompute."))
+    # A pass or a copy may be several spans of one name in a row (weights read from NVMe in
+    # chunks, a fragmented layer's parts): count the runs, waits between them not breaking one.
+    def passes(stream, kind, prefix):
+        own = sorted((e for e in events if e.get("args", {}).get("stream") == stream
+                      and e["args"].get("kind") == kind), key=lambda e: e["ts"])
+        runs, previous = 0, None
+        for e in own:
+            if e["name"].startswith(prefix) and e["name"] != previous:
+                runs += 1
+            previous = e["name"]
+        return runs
+
+    # Recompute overhead: a layer pass forward costs F (its matmuls and attention), backward
+    # 2F; the model counts one forward and one backward per layer and micro-batch (a backward
+    # pass each), so executed / model = the layer passes run over 3F per backward pass.
+    n_fwd = passes("compute", "compute", "layer.fwd.")
+    n_bwd = passes("compute", "compute", "layer.bwd.")
+    n_rec = passes("compute", "compute", "layer.recompute.")
     if n_bwd:
-        print(f"layer FLOPs executed / 6PT: {(n_fwd + n_rec + 2 * n_bwd) / (3 * n_bwd):.3f} "
+        print(f"layer passes executed / model (fwd + 2 bwd): "
+              f"{(n_fwd + n_rec + 2 * n_bwd) / (3 * n_bwd):.3f} "
               f"({n_fwd} forward, {n_rec} recompute, {n_bwd} backward layer passes)")
-    # Weights over the link: each layer copy-in span moves one layer's bf16 weights.
-    copies = {kind: len(spans("copy_in", "copy_in", "layer." + kind + "."))
+    # Weights over the link: each layer copy-in (its spans in a row) moves one layer's weights.
+    copies = {kind: passes("copy_in", "copy_in", "layer." + kind + ".")
               for kind in ("fwd", "bwd", "recompute")}
     n_copies = sum(copies.values())
     if n_copies and m["layers"]:
