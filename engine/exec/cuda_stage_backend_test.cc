@@ -294,6 +294,32 @@ TEST_F(CudaStageBackendHostTest, GatherCopiesTheBf16RowsOfTheIds) {
   }
 }
 
+// From 2^22 elements the gather copies token ranges on host threads: still every row, the
+// last range's tail included.
+TEST(CudaStageBackendGatherTest, ThreadedGatherCopiesTheBf16RowsOfTheIds) {
+  ModelDims m = TestDims();
+  m.hidden = 2049;  // odd rows
+  m.batch = 8;
+  m.seq = 257;  // 2056 tokens x 2049 = 4.2M elements
+  const PackedLayer layer = PackLayer(m);
+  const kernels::cpu::RopeTable rope = TestRope(m);
+  std::unique_ptr<CpuDevice> device = MakeCpuDevice(size_t{1} << 20);
+  ASSERT_NE(device, nullptr);
+  auto backend = MakeCudaStageBackend(*device, m, layer.offsets, rope);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  const int64_t d = m.hidden;
+  const std::vector<uint16_t> table = ToBf16(RandomBf16Values(m.vocab * d, 4, -2.0f, 2.0f));
+  EntryBuffers entry;
+  entry.compute_bf16 = const_cast<uint16_t*>(table.data());
+  const std::vector<int32_t> ids = RepeatingIds(m);
+  std::vector<uint16_t> rows(static_cast<size_t>(m.tokens() * d), 0xFFFF);
+  (*backend)->GatherEmbeddingRows(entry, ids.data(), rows.data());
+  for (int64_t t = 0; t < m.tokens(); ++t) {
+    ASSERT_EQ(std::memcmp(&rows[t * d], &table[ids[t] * d], d * sizeof(uint16_t)), 0)
+        << "token " << t;
+  }
+}
+
 TEST_F(CudaStageBackendHostTest, ScatterIsTheFp32HostScatterOfTheWidenedRows) {
   const int64_t d = dims_.hidden;
   const std::vector<float> row_values = RandomBf16Values(dims_.tokens() * d, 5, -1.0f, 1.0f);
