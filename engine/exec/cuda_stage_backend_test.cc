@@ -279,19 +279,24 @@ std::vector<int32_t> RepeatingIds(const ModelDims& m) {
   return ids;
 }
 
-TEST_F(CudaStageBackendHostTest, GatherCopiesTheBf16RowsOfTheIds) {
-  const int64_t d = dims_.hidden;
-  const std::vector<uint16_t> table = ToBf16(RandomBf16Values(dims_.vocab * d, 3, -2.0f, 2.0f));
+// The backend's gather of `m`'s repeating ids from a random bf16 table: every row its id's.
+void ExpectGatherCopiesTheBf16RowsOfTheIds(const StageBackend& backend, const ModelDims& m,
+                                           uint32_t seed) {
+  const int64_t d = m.hidden;
+  const std::vector<uint16_t> table = ToBf16(RandomBf16Values(m.vocab * d, seed, -2.0f, 2.0f));
   EntryBuffers entry;
   entry.compute_bf16 = const_cast<uint16_t*>(table.data());
-  const std::vector<int32_t> ids = RepeatingIds(dims_);
-  std::vector<uint16_t> rows(static_cast<size_t>(dims_.tokens() * d), 0xFFFF);
-  backend_->GatherEmbeddingRows(entry, ids.data(), rows.data());
-  for (int64_t t = 0; t < dims_.tokens(); ++t) {
-    for (int64_t j = 0; j < d; ++j) {
-      ASSERT_EQ(rows[t * d + j], table[ids[t] * d + j]) << "token " << t << " element " << j;
-    }
+  const std::vector<int32_t> ids = RepeatingIds(m);
+  std::vector<uint16_t> rows(static_cast<size_t>(m.tokens() * d), 0xFFFF);
+  backend.GatherEmbeddingRows(entry, ids.data(), rows.data());
+  for (int64_t t = 0; t < m.tokens(); ++t) {
+    ASSERT_EQ(std::memcmp(&rows[t * d], &table[ids[t] * d], d * sizeof(uint16_t)), 0)
+        << "token " << t;
   }
+}
+
+TEST_F(CudaStageBackendHostTest, GatherCopiesTheBf16RowsOfTheIds) {
+  ExpectGatherCopiesTheBf16RowsOfTheIds(*backend_, dims_, 3);
 }
 
 // From 2^22 elements the gather copies token ranges on host threads: still every row, the
@@ -307,17 +312,7 @@ TEST(CudaStageBackendGatherTest, ThreadedGatherCopiesTheBf16RowsOfTheIds) {
   ASSERT_NE(device, nullptr);
   auto backend = MakeCudaStageBackend(*device, m, layer.offsets, rope);
   ASSERT_TRUE(backend.ok()) << backend.status();
-  const int64_t d = m.hidden;
-  const std::vector<uint16_t> table = ToBf16(RandomBf16Values(m.vocab * d, 4, -2.0f, 2.0f));
-  EntryBuffers entry;
-  entry.compute_bf16 = const_cast<uint16_t*>(table.data());
-  const std::vector<int32_t> ids = RepeatingIds(m);
-  std::vector<uint16_t> rows(static_cast<size_t>(m.tokens() * d), 0xFFFF);
-  (*backend)->GatherEmbeddingRows(entry, ids.data(), rows.data());
-  for (int64_t t = 0; t < m.tokens(); ++t) {
-    ASSERT_EQ(std::memcmp(&rows[t * d], &table[ids[t] * d], d * sizeof(uint16_t)), 0)
-        << "token " << t;
-  }
+  ExpectGatherCopiesTheBf16RowsOfTheIds(**backend, m, 4);
 }
 
 TEST_F(CudaStageBackendHostTest, ScatterIsTheFp32HostScatterOfTheWidenedRows) {

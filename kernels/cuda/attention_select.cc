@@ -81,12 +81,9 @@ AttentionChoice SelectAttentionImpl(const AttentionShape& s, const AttentionSele
                             " is not a multiple of 4, so the backward cannot be cut into calls"));
   }
   if (!split.valid()) {
-    AttentionShape smallest = s;
-    smallest.batch = 1;
-    smallest.q_heads = s.q_heads / s.kv_heads;
-    smallest.kv_heads = 1;
     return Own(absl::StrCat("cuDNN attention workspace estimate ",
-                            CudnnAttentionBackwardWorkspaceEstimateBytes(smallest),
+                            CudnnAttentionBackwardWorkspaceEstimateBytes(
+                                CudnnBackwardCallShape(s, CudnnBackwardSplit{1, 1})),
                             " bytes for one batch item and one kv head > cap ",
                             in.workspace_cap_bytes));
   }
@@ -114,24 +111,44 @@ AttentionShape CudnnBackwardCallShape(const AttentionShape& s, const CudnnBackwa
   return call;
 }
 
+absl::Status CheckCudnnBackwardSplit(const AttentionShape& s, const CudnnBackwardSplit& split) {
+  if (split == CudnnBackwardSplit{} || split == WholeCudnnBackward(s)) return absl::OkStatus();
+  if (!split.valid()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "backward split of ", split.batch_per_call, " batch item(s) x ", split.kv_heads_per_call,
+        " kv head(s): both must be positive ({0, 0} = one call)"));
+  }
+  if (s.seq % 4 != 0) {  // each call's slice of the fp32 statistics must be 16-byte aligned
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a split backward needs seq a multiple of 4 (16-byte aligned statistics slices); seq = ",
+        s.seq));
+  }
+  // cuDNN before 9.26 reads the backward's statistics only as a packed [b, h, s] tensor: a
+  // call's slice is packed when it takes every head or a single batch item.
+  if (split.batch_per_call > 1 && split.kv_heads_per_call < s.kv_heads) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a backward call takes every kv head or one batch item (packed statistics); split ",
+        split.batch_per_call, " x ", split.kv_heads_per_call));
+  }
+  if (s.batch % split.batch_per_call != 0 || s.kv_heads % split.kv_heads_per_call != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("backward split of ", split.batch_per_call, " batch item(s) x ",
+                     split.kv_heads_per_call, " kv head(s) does not divide batch ", s.batch,
+                     " x kv_heads ", s.kv_heads));
+  }
+  return absl::OkStatus();
+}
+
 CudnnBackwardSplit SplitCudnnAttentionBackward(const AttentionShape& s, size_t cap) {
   if (!ShapeValid(s)) return {};
   if (cap == 0) return WholeCudnnBackward(s);
-  if (s.seq % 4 != 0) {  // a cut needs 16-byte aligned statistics slices: one call or none
-    return CudnnAttentionBackwardWorkspaceEstimateBytes(s) <= cap ? WholeCudnnBackward(s)
-                                                                  : CudnnBackwardSplit{};
-  }
   CudnnBackwardSplit best;
   int64_t best_per_call = 0;
   for (int b = s.batch; b >= 1; --b) {
-    if (s.batch % b != 0) continue;
     for (int g = s.kv_heads; g >= 1; --g) {
-      if (s.kv_heads % g != 0) continue;
-      // cuDNN before 9.26 reads the backward's statistics only as a packed [b, h, s] tensor:
-      // a call's slice is packed when it takes every head or a single batch item.
-      if (b > 1 && g < s.kv_heads) continue;
       const CudnnBackwardSplit split{b, g};
-      if (CudnnAttentionBackwardWorkspaceEstimateBytes(CudnnBackwardCallShape(s, split)) > cap) {
+      if (!CheckCudnnBackwardSplit(s, split).ok() ||
+          CudnnAttentionBackwardWorkspaceEstimateBytes(CudnnBackwardCallShape(s, split)) > cap) {
         continue;
       }
       const int64_t per_call = int64_t{b} * g;  // fewest calls = most units per call

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/status.h"
 #include "kernels/cuda/ops.h"
 
 namespace megatrain::kernels::cuda {
@@ -71,7 +72,8 @@ struct AttentionChoice {
 //  6. head_dim not a multiple of 8, or > 256         -> our kernel
 //  7. head_dim > 128 on a known pre-Hopper device    -> our kernel
 //  8. no CudnnBackwardSplit within the cap (one batch item and one kv head's
-//     query heads already estimate more)           -> our kernel
+//     query heads already estimate more, or seq is not a multiple of 4 and
+//     the whole shape does)                          -> our kernel
 //  otherwise                                          -> cuDNN
 // The forward and the backward of a run always use the same choice (the
 // caller decides once per shape), so the saved statistics are always read by
@@ -113,6 +115,12 @@ CudnnBackwardSplit SplitCudnnAttentionBackward(const AttentionShape& shape, size
 
 // The whole shape as one call.
 CudnnBackwardSplit WholeCudnnBackward(const AttentionShape& shape);
+
+// OK when `split` cuts `shape` into calls cuDNN takes: {0, 0} or the whole shape (one call), or
+// positive counts dividing batch and kv_heads, each call taking every kv head or one batch item,
+// seq a multiple of 4. Else InvalidArgument naming the rule. SplitCudnnAttentionBackward only
+// picks splits this accepts; CudnnAttention::Prepare refuses the others.
+absl::Status CheckCudnnBackwardSplit(const AttentionShape& shape, const CudnnBackwardSplit& split);
 
 // The shape one call of `split` sees: batch, q_heads and kv_heads cut.
 AttentionShape CudnnBackwardCallShape(const AttentionShape& shape, const CudnnBackwardSplit& split);

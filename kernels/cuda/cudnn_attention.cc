@@ -113,33 +113,12 @@ absl::Status CheckShape(const AttentionShape& s, absl::string_view op) {
   return absl::OkStatus();
 }
 
-// A split must cut the shape into equal calls (attention_select.h); {0, 0} = one call.
+// The split's rules live in attention_select.h (CheckCudnnBackwardSplit); named for Prepare.
 absl::Status CheckSplit(const AttentionShape& s, const CudnnBackwardSplit& split) {
-  if (split == CudnnBackwardSplit{} || split == WholeCudnnBackward(s)) return absl::OkStatus();
-  if (!split.valid()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "CudnnAttention::Prepare: backward split of ", split.batch_per_call, " batch item(s) x ",
-        split.kv_heads_per_call, " kv head(s): both must be positive ({0, 0} = one call)"));
-  }
-  if (s.seq % 4 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "CudnnAttention::Prepare: a split backward needs seq a multiple of 4 (16-byte aligned "
-        "statistics slices); seq = ",
-        s.seq));
-  }
-  if (split.batch_per_call > 1 && split.kv_heads_per_call < s.kv_heads) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "CudnnAttention::Prepare: a backward call takes every kv head or one batch item (packed "
-        "statistics); split ",
-        split.batch_per_call, " x ", split.kv_heads_per_call));
-  }
-  if (s.batch % split.batch_per_call != 0 || s.kv_heads % split.kv_heads_per_call != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("CudnnAttention::Prepare: backward split of ", split.batch_per_call,
-                     " batch item(s) x ", split.kv_heads_per_call,
-                     " kv head(s) does not divide batch ", s.batch, " x kv_heads ", s.kv_heads));
-  }
-  return absl::OkStatus();
+  const absl::Status checked = CheckCudnnBackwardSplit(s, split);
+  if (checked.ok()) return checked;
+  return absl::InvalidArgumentError(
+      absl::StrCat("CudnnAttention::Prepare: ", checked.message()));
 }
 
 }  // namespace

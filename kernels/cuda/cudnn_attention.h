@@ -88,7 +88,8 @@ class CudnnAttention {
   // `shape` and returns their workspace bytes (the backward's: one call's).
   // `backward_split` (attention_select.h) cuts the backward into calls over
   // batch items and kv-head groups, run one after the other on the stream
-  // with the same workspace; invalid (the default) = one call. Preparing a
+  // with the same workspace; {0, 0} (the default) = one call; a split that
+  // CheckCudnnBackwardSplit refuses is InvalidArgument. Preparing a
   // shape again with another split replaces its graphs. Unimplemented /
   // FailedPrecondition when cuDNN refuses the shape (then use our kernel).
   absl::StatusOr<CudnnAttentionWorkspace> Prepare(const AttentionShape& shape,
